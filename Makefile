@@ -1,0 +1,32 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (install + tests).
+# Both create .venv when missing and install what they need; a stamp keyed on pyproject.toml
+# makes a second run skip the install.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install.sh 2>/dev/null | sha1sum | cut -c1-12)
+
+.PHONY: install demo test bench stop clean
+
+$(STAMP): pyproject.toml scripts/install.sh
+	@bash scripts/install.sh "$(PYTHON)" "$(VENV)"
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+	@bash scripts/ensure-system-deps.sh
+
+demo: install
+	@$(PY) -m trident_flows.demo
+
+test: install
+	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: install
+	@for b in overhead observe optimize placement closed-loop; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
+
+stop:
+	@$(PY) -m trident_flows.demo --stop
+
+clean:
+	rm -rf $(VENV) .pytest_cache bench-results/quick demo-output

@@ -1,0 +1,39 @@
+"""The core value types: validation messages, hashing and JSON round trips."""
+
+import json
+
+import pytest
+
+from trident_flows.scheduler.types import (BatchSample, ClusterSpec, OpConfig, Outcome, Plan, OperatorPlan, ReplicaGroup)
+
+
+def test_opconfig_is_hashable_and_round_trips():
+    a = OpConfig.make("gpu", batch_size=16, threads=2)
+    b = OpConfig.make("gpu", batch_size=16, threads=2)
+    assert a == b and hash(a) == hash(b)
+    assert a.gpus == 1.0 and a.knob("threads") == 2
+    assert OpConfig.from_dict(json.loads(json.dumps(a.to_dict()))) == a
+    assert a.with_changes(batch_size=32, threads=4) == OpConfig.make("gpu", batch_size=32, threads=4)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch_size=0), "batch_size must be an integer >= 1"),
+    (dict(device="gpu", gpus=0.0), "needs gpus > 0"),
+    (dict(device="cpu", gpus=1.0), "cannot hold gpus"),
+])
+def test_opconfig_refuses_bad_values_with_a_message(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        OpConfig(**kwargs)
+
+
+def test_batch_sample_and_plan_round_trip_through_json():
+    s = BatchSample("ocr", "ocr-1", OpConfig(), 1.0, 2.0, 0.9, 8, 8, {"pages": 12.0}, 10, 0, Outcome.OOM, 3)
+    assert BatchSample.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    plan = Plan((OperatorPlan("ocr", (ReplicaGroup(OpConfig(), 3, "node"),), "bottleneck"),), 12.5, "test")
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert plan.for_operator("ocr").replicas == 3
+
+
+def test_cluster_spec_totals():
+    spec = ClusterSpec.single_node(cpus=16, gpus=2)
+    assert spec.total_cpus == 16 and spec.total_gpus == 2

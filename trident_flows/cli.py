@@ -1,0 +1,119 @@
+"""The ``trident-flows`` command line (DESIGN.md section 8): synth, run, profile, bench.
+
+Each command validates its options and hands over to the module that owns the work
+(imported lazily, so ``--help`` is fast and emulated pipelines need no model packages).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Trident: adaptive scheduling of multimodal data-curation pipelines on Ray.", no_args_is_help=True,
+                  pretty_exceptions_show_locals=False)
+synth_app = typer.Typer(help="Generate synthetic corpora (deterministic by seed).", no_args_is_help=True)
+app.add_typer(synth_app, name="synth")
+console = Console()
+
+
+@synth_app.command("documents")
+def synth_documents(
+    out: Path = typer.Option(..., help="Directory to write the PDFs and manifest.parquet into."),
+    n: int = typer.Option(40, min=1, help="Number of documents."),
+    regimes: Optional[str] = typer.Option(None, help="Regime schedule, e.g. 'short:20,long:10,scans:10' (default: the pipeline's)."),
+    duplicates: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of near-duplicate documents."),
+    broken: float = typer.Option(0.05, min=0.0, max=1.0, help="Share of broken files (truncated, not-a-PDF, encrypted)."),
+    seed: int = typer.Option(0, help="Random seed."),
+) -> None:
+    """Real PDF files (born-digital and scanned pages) following a regime schedule."""
+    from trident_flows.pipelines.synth_documents import generate
+
+    manifest = generate(out, n=n, regimes=regimes, duplicates=duplicates, broken=broken, seed=seed)
+    console.print(f"wrote {len(manifest)} documents to {out}")
+
+
+@synth_app.command("video")
+def synth_video(
+    out: Path = typer.Option(..., help="Directory to write the MP4 files and manifest.parquet into."),
+    n: int = typer.Option(8, min=1, help="Number of videos."),
+    regimes: Optional[str] = typer.Option(None, help="Regime schedule, e.g. 'small:4,hd:2,long:2'."),
+    broken: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of broken files."),
+    seed: int = typer.Option(0, help="Random seed."),
+) -> None:
+    """Real h264 MP4 files with known scene cuts and text overlays."""
+    from trident_flows.pipelines.synth_video import generate
+
+    manifest = generate(out, n=n, regimes=regimes, broken=broken, seed=seed)
+    console.print(f"wrote {len(manifest)} videos to {out}")
+
+
+@app.command("run")
+def run(
+    pipeline: str = typer.Argument(..., help="Pipeline name: emulated-docs, emulated-video, documents, video."),
+    out: Path = typer.Option(Path("run-output"), help="Output directory (Parquet parts + dead-letter table)."),
+    policy: str = typer.Option("static", help="Scheduling policy: static, ds2, threshold, trident."),
+    input: Optional[Path] = typer.Option(None, help="Directory of input files (documents/video pipelines)."),
+    synth: Optional[int] = typer.Option(None, min=1, help="Generate this many synthetic inputs instead of reading --input."),
+    regimes: Optional[str] = typer.Option(None, help="Regime schedule for --synth."),
+    seed: int = typer.Option(0, help="Random seed for --synth."),
+    cpus: Optional[float] = typer.Option(None, min=1, help="Logical CPUs of the local Ray node (default: this machine's)."),
+    gpus: Optional[float] = typer.Option(None, min=0, help="Logical GPUs of the local Ray node (default: this machine's)."),
+    address: Optional[str] = typer.Option(None, help="Address of an existing Ray cluster (default: start a local one)."),
+    summary_json: Optional[Path] = typer.Option(None, help="Write the run summary as JSON here."),
+    tick_s: float = typer.Option(2.0, min=0.1, help="Controller tick interval in seconds (adaptive policies)."),
+    decision_log: Optional[Path] = typer.Option(None, help="Write the controller's decisions as JSON lines here."),
+) -> None:
+    """Run a pipeline with a scheduling policy and print a summary."""
+    from trident_flows.runtime.launch import run_command
+
+    run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
+                gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console)
+
+
+@app.command("profile")
+def profile(
+    name: str = typer.Argument(..., help="documents or video."),
+    quick: bool = typer.Option(False, help="Fewer repeats and smaller inputs."),
+    out: Optional[Path] = typer.Option(None, help="Where to write the profile JSON (default: the packaged profiles folder)."),
+) -> None:
+    """Measure the real operators and write the cost-model JSON used by the emulated pipeline."""
+    modules = {"documents": "trident_flows.pipelines.profile_documents", "video": "trident_flows.pipelines.profile_video"}
+    if name not in modules:
+        raise typer.BadParameter(f"unknown profile {name!r}; choose one of {sorted(modules)}")
+    path = importlib.import_module(modules[name]).main(quick=quick, out=out, console=console)
+    console.print(f"wrote {path}")
+
+
+@app.command("bench")
+def bench(
+    name: str = typer.Argument(..., help="Benchmark name: overhead, observe, optimize, placement, closed-loop."),
+    quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
+    out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png."),
+) -> None:
+    """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
+    from trident_flows.bench import BENCHMARKS
+    from trident_flows.bench.report import write_report
+
+    if name not in BENCHMARKS:
+        raise typer.BadParameter(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}")
+    result = importlib.import_module(BENCHMARKS[name]).run(quick=quick)
+    json_path, png_path = write_report(result, out, quick=quick)
+    table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
+    for column in ("figure", "measured", "target", "met"):
+        table.add_column(column)
+    for key, value in result.summary.items():
+        target = result.targets.get(key)
+        shown = json.dumps(value) if not isinstance(value, float) else f"{value:.4g}"
+        table.add_row(key, shown, f"{target.op} {target.value}" if target else "", ("yes" if target.met(value) else "NO") if target else "")
+    console.print(table)
+    console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
+
+
+if __name__ == "__main__":
+    app()

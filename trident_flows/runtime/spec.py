@@ -1,0 +1,118 @@
+"""What a pipeline is: operators, their initial configuration and search space, and a source.
+
+Contract:
+- A batch is a ``dict[str, numpy.ndarray]`` of equal-length columns (Ray Data's "numpy"
+  batch format). Column ``id`` (str) is mandatory and unique per input item.
+- An operator is a callable class: ``cls(config: OpConfig, **params)`` is the cold start
+  (load models), ``instance(batch) -> batch`` processes one batch. The same class runs
+  unchanged as a Ray Data ``map_batches`` UDF (``fn_constructor_kwargs={"config": ..., **params}``).
+- Rows are never silently dropped. An operator marks a row it filters out by setting the
+  string column ``_drop`` to a reason (e.g. "duplicate-of:doc-17", "quality:too-short"), and
+  a row that failed on bad input by setting ``_error`` to the reason (e.g. "corrupt PDF: ...").
+  Marked rows skip later operators: ``_drop`` rows reach the sink as filtered rows and
+  ``_error`` rows go to the dead-letter table. An exception raised by ``__call__`` fails
+  the whole batch (retried by the runtime, then isolated item by item).
+- A splitter (one video -> many clips) keeps ``id`` unique by deriving child ids as
+  ``f"{parent_id}/{k}"`` and keeps the input id in column ``source_id``.
+- ``workload_features(batch) -> dict[str, float]`` (optional, on the class) returns the
+  batch's workload features summed over its rows (pages, scanned_pages, pixels, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+from trident_flows.scheduler.types import ConfigSpace, OpConfig
+
+Batch = dict[str, np.ndarray]
+
+ID = "id"
+SOURCE_ID = "source_id"
+DROP = "_drop"
+ERROR = "_error"
+
+
+@runtime_checkable
+class Operator(Protocol):
+    def __call__(self, batch: Batch) -> Batch: ...
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """One stage of a pipeline: the operator class, its constructor params, where it starts
+    (initial config and replica count), what the scheduler may change (``space``,
+    ``min_replicas`` / ``max_replicas``), and its limits."""
+
+    name: str
+    cls: type
+    config: OpConfig
+    replicas: int = 1
+    params: Mapping[str, Any] = field(default_factory=dict)
+    space: ConfigSpace = field(default_factory=ConfigSpace)
+    min_replicas: int = 1
+    max_replicas: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"operator name {self.name!r} must be non-empty and contain no '/'")
+        if not (self.min_replicas <= self.replicas <= self.max_replicas):
+            raise ValueError(f"operator {self.name!r}: replicas={self.replicas} must lie in [{self.min_replicas}, {self.max_replicas}]")
+
+    def build(self, config: OpConfig | None = None) -> Operator:
+        """Cold-start one instance in this process (what a replica actor does in ``__init__``)."""
+        return self.cls(config=config or self.config, **dict(self.params))
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A named chain of operators fed by a source of input rows.
+
+    ``source`` is a zero-argument callable returning an iterator of row dicts (each with a
+    unique ``id``); it is re-callable so a pipeline can be run again from the start.
+    ``items`` is the number of input rows when known (for progress bars).
+    """
+
+    name: str
+    operators: tuple[OperatorSpec, ...]
+    source: Callable[[], Iterator[dict[str, Any]]]
+    items: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.operators:
+            raise ValueError(f"pipeline {self.name!r} has no operators")
+        names = [o.name for o in self.operators]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pipeline {self.name!r} has duplicate operator names: {names}")
+
+    def operator(self, name: str) -> OperatorSpec:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise ValueError(f"unknown operator {name!r} in pipeline {self.name!r}; operators are {[o.name for o in self.operators]}")
+
+
+def rows_to_batch(rows: Iterable[Mapping[str, Any]]) -> Batch:
+    """Column-stack row dicts into a batch (object arrays for str / nested values)."""
+    rows = list(rows)
+    columns: dict[str, list[Any]] = {}
+    for row in rows:
+        for key in row:
+            columns.setdefault(key, [])
+    for row in rows:
+        for key, values in columns.items():
+            values.append(row.get(key))
+    out: Batch = {}
+    for key, values in columns.items():
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values):
+            arr = np.asarray(values)
+        out[key] = arr
+    return out
+
+
+def batch_len(batch: Batch) -> int:
+    return len(batch[ID]) if ID in batch else (len(next(iter(batch.values()))) if batch else 0)

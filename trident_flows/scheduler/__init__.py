@@ -1,0 +1,1 @@
+"""The Trident scheduler: observe -> regime -> optimize -> placement -> controller. Pure Python, no Ray or Prefect imports."""
