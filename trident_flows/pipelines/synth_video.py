@@ -6,7 +6,7 @@ Contract:
   columns ``id, path, regime, width, height, fps, duration_s, frames, scene_cuts_s (list of
   seconds), text_overlay (bool), text_segments_s (list of [start, end]), kind, cache_key``.
   ``kind`` is ``"ok"`` or ``"broken:<reason>"`` (truncated, random-bytes, png-renamed,
-  zero-frames); broken rows report zero size/duration and no cuts.
+  zero-frames: a valid MP4 container holding no video frames); broken rows report zero size/duration and no cuts.
 - Regimes (``REGIMES``) fix the resolution, length and scene-length ranges of a video. A
   schedule string ``"small:4,hd:2,long:2"`` lists blocks in order; it is repeated until ``n``
   videos are planned (and cut at ``n``).
@@ -215,6 +215,7 @@ def encode(plan: VideoPlan, frames=None) -> bytes:
         stream = container.add_stream("libx264", rate=plan.fps, options={"preset": "ultrafast", "crf": "26"})
         stream.width, stream.height, stream.pix_fmt = plan.width, plan.height, "yuv420p"
         stream.codec_context.thread_count = 1
+        container.start_encoding()  # writes the header even when no frame follows (the zero-frames case)
         for frame in render_frames(plan) if frames is None else frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
