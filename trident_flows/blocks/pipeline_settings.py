@@ -1,0 +1,77 @@
+"""``PipelineSettingsBlock``: which curation pipeline to run, on what input, into where,
+in shards of what size, and the name its runner is found by.
+
+Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES``; input and output
+locations are local directories (a path or a ``file://`` URL); without an input location the
+pipeline generates ``synth`` synthetic inputs. Invalid values are refused at construction with
+a message naming the field and what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from prefect.blocks.core import Block
+from pydantic import Field, field_validator, model_validator
+
+from trident_flows.pipelines import PIPELINES
+
+
+def _local_path(field: str, value: Optional[str]) -> Optional[str]:
+    if value is None or not str(value).strip():
+        return None
+    value = str(value).strip()
+    if value.startswith("file://"):
+        value = value[len("file://"):]
+    elif "://" in value:
+        raise ValueError(f"{field}={value!r}: only local directories are supported; give a path or a file:// URL")
+    return value
+
+
+class PipelineSettingsBlock(Block):
+    """A curation pipeline run: pipeline name, input and output locations, shard size."""
+
+    _block_type_name = "Trident Pipeline Settings"
+    _block_type_slug = "trident-pipeline-settings"
+    _description = "Pipeline name, input location, output location, shard size and runner name of a Trident curation run."
+
+    pipeline: str = Field(default="documents", description=f"Pipeline to run: one of {', '.join(sorted(PIPELINES))}.")
+    input_location: Optional[str] = Field(default=None, description="Directory of input files (path or file:// URL); empty: generate `synth` inputs.")
+    output_location: str = Field(default="curation-output", description="Directory for the curated Parquet parts and the dead-letter table.")
+    shard_size: int = Field(default=50, ge=1, le=100_000, description="Input items per shard; each shard is one task run with retries.")
+    synth: Optional[int] = Field(default=None, ge=1, description="Generate this many synthetic inputs when no input location is given.")
+    regimes: Optional[str] = Field(default=None, description="Regime schedule for synthetic inputs, e.g. 'short:20,long:10,scans:10'.")
+    seed: int = Field(default=0, description="Random seed of synthetic inputs.")
+    runner_name: str = Field(default="trident-runner", min_length=1, description="Name the pipeline runner registers under in the Ray cluster; the sidecar finds it by this name.")
+
+    @field_validator("pipeline")
+    @classmethod
+    def _check_pipeline(cls, value: str) -> str:
+        if value not in PIPELINES:
+            raise ValueError(f"pipeline={value!r} is unknown: choose one of {', '.join(sorted(PIPELINES))}")
+        return value
+
+    @field_validator("input_location")
+    @classmethod
+    def _check_input(cls, value: Optional[str]) -> Optional[str]:
+        return _local_path("input_location", value)
+
+    @field_validator("output_location")
+    @classmethod
+    def _check_output(cls, value: str) -> str:
+        path = _local_path("output_location", value)
+        if path is None:
+            raise ValueError("output_location is empty: give a directory for the curated output")
+        return path
+
+    @model_validator(mode="after")
+    def _check_source(self) -> "PipelineSettingsBlock":
+        if self.input_location is None and self.synth is None and not self.pipeline.startswith("emulated"):
+            raise ValueError(f"pipeline {self.pipeline!r} needs an input: set input_location to a directory, or synth to a number of synthetic inputs")
+        return self
+
+    def build_options(self, work_dir: Path) -> dict[str, Any]:
+        """Keyword options for ``trident_flows.pipelines.build_pipeline``."""
+        return {"input": Path(self.input_location) if self.input_location else None, "synth": self.synth,
+                "seed": self.seed, "regimes": self.regimes, "work_dir": work_dir}

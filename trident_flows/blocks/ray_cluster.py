@@ -1,0 +1,123 @@
+"""``RayClusterBlock``: where the pipeline runs — an existing Ray cluster by address, or a
+local Ray node with stated logical resources.
+
+Contract:
+- ``address`` empty: ``connect()`` starts a *new* local Ray node (``ray.init("local", ...)``)
+  with ``num_cpus`` logical CPUs, ``num_gpus`` logical GPUs and ``object_store_mb``.
+  It never uses ``address="auto"``, which could attach to somebody else's cluster.
+- ``address`` set: ``connect()`` joins that cluster. A head started with ``ray start --head``
+  in Ray 2.60 uses token authentication (``RAY_AUTH_MODE=token``): put the cluster's token
+  (``ray get-auth-token``) into ``auth_token`` or export ``RAY_AUTH_TOKEN`` yourself.
+- ``connect()`` reuses a Ray connection this process already holds and reports whether it
+  started one; ``task_runner()`` gives prefect-ray's ``RayTaskRunner`` for the same target.
+- Both pass ``env_vars`` (e.g. ``PREFECT_API_URL``) to every Ray worker through the job's
+  runtime environment, so Prefect task runs on workers report to the right server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from prefect.blocks.core import Block
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+_ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{2,5}$")
+
+
+@dataclass(frozen=True)
+class RayConnection:
+    """The Ray cluster this process is connected to, and whether ``connect()`` started it."""
+
+    address: str
+    namespace: str
+    started_by_us: bool
+    resources: Mapping[str, float]
+
+
+class RayClusterBlock(Block):
+    """A Ray cluster for Trident pipelines: an existing cluster's address, or the logical
+    resources of a local Ray node to start (logical GPUs make placement real on CPU-only machines)."""
+
+    _block_type_name = "Trident Ray Cluster"
+    _block_type_slug = "trident-ray-cluster"
+    _description = "An existing Ray cluster (address) or a local Ray node (CPUs, logical GPUs, object store) for Trident pipelines."
+
+    address: Optional[str] = Field(
+        default=None,
+        description="Existing cluster: 'ray://HOST:10001' (Ray Client) or 'HOST:6379' (from a cluster node). "
+                    "Leave empty to start a local Ray node with the resources below.",
+    )
+    num_cpus: Optional[int] = Field(default=None, ge=1, description="Logical CPUs of the local node (empty: the machine's cores).")
+    num_gpus: float = Field(default=0.0, ge=0, description="Logical GPUs of the local node (may exceed the physical ones for emulation).")
+    object_store_mb: Optional[int] = Field(default=None, ge=100, description="Object store size of the local node in MiB (empty: Ray's default).")
+    namespace: str = Field(default="trident", min_length=1, description="Ray namespace the pipeline runner and the sidecar share.")
+    auth_token: Optional[SecretStr] = Field(
+        default=None,
+        description="Token of a cluster started with RAY_AUTH_MODE=token (`ray get-auth-token`); empty: use RAY_AUTH_TOKEN / ~/.ray/auth_token.",
+    )
+
+    @field_validator("address")
+    @classmethod
+    def _check_address(cls, value: Optional[str]) -> Optional[str]:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if value in ("auto", "local"):
+            raise ValueError(f"address={value!r} is not allowed: 'auto' may attach to a stranger's cluster. "
+                             "Give the cluster's address, e.g. 'ray://head:10001', or leave address empty for a local node")
+        if not _ADDRESS.match(value):
+            raise ValueError(f"address={value!r} is not a Ray address: use 'ray://HOST:10001' or 'HOST:6379'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_local_resources(self) -> "RayClusterBlock":
+        if self.address and (self.num_cpus is not None or self.num_gpus or self.object_store_mb is not None):
+            raise ValueError("num_cpus / num_gpus / object_store_mb describe a local node and are ignored for an existing cluster: "
+                             f"clear them, or clear address={self.address!r} to start a local node")
+        return self
+
+    def init_kwargs(self, env_vars: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``ray.init`` (without the address)."""
+        kwargs: dict[str, Any] = {"namespace": self.namespace, "ignore_reinit_error": True}
+        if not self.address:
+            kwargs.update(num_gpus=self.num_gpus, include_dashboard=False)
+            if self.num_cpus is not None:
+                kwargs["num_cpus"] = self.num_cpus
+            if self.object_store_mb is not None:
+                kwargs["object_store_memory"] = self.object_store_mb * 2**20
+        if env_vars:
+            kwargs["runtime_env"] = {"env_vars": dict(env_vars)}
+        return kwargs
+
+    @property
+    def ray_address(self) -> str:
+        """What ``ray.init`` is called with: the cluster address, or ``"local"`` (always a new node)."""
+        return self.address or "local"
+
+    def _export_auth(self) -> None:
+        if self.address and self.auth_token is not None:
+            os.environ["RAY_AUTH_MODE"] = "token"
+            os.environ["RAY_AUTH_TOKEN"] = self.auth_token.get_secret_value()
+
+    def connect(self, env_vars: Mapping[str, str] | None = None) -> RayConnection:
+        """Join the cluster (or start the local node) unless this process is already connected."""
+        import ray
+
+        started = False
+        if not ray.is_initialized():
+            self._export_auth()
+            ray.init(self.ray_address, **self.init_kwargs(env_vars))
+            started = True
+        context = ray.get_runtime_context()
+        return RayConnection(address=context.gcs_address, namespace=context.namespace, started_by_us=started,
+                             resources=dict(ray.cluster_resources()))
+
+    def task_runner(self, env_vars: Mapping[str, str] | None = None):
+        """prefect-ray's ``RayTaskRunner`` for this cluster (it reuses a connection this process already holds)."""
+        from prefect_ray import RayTaskRunner
+
+        self._export_auth()
+        return RayTaskRunner(address=self.ray_address, init_kwargs=self.init_kwargs(env_vars))
