@@ -1,0 +1,83 @@
+"""The Prefect blocks accept sound settings and refuse bad ones with a message saying what to change."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
+
+pytestmark = pytest.mark.prefect
+
+
+def test_ray_cluster_local_node_kwargs_never_auto():
+    block = RayClusterBlock(num_cpus=8, num_gpus=2, object_store_mb=256)
+    assert block.ray_address == "local"
+    kwargs = block.init_kwargs({"PREFECT_API_URL": "http://127.0.0.1:4200/api"})
+    assert kwargs["num_cpus"] == 8 and kwargs["num_gpus"] == 2 and kwargs["object_store_memory"] == 256 * 2**20
+    assert kwargs["runtime_env"] == {"env_vars": {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}}
+    runner = block.task_runner()
+    assert runner.address == "local"
+
+
+def test_ray_cluster_existing_address():
+    block = RayClusterBlock(address="ray://head.example:10001", namespace="curation")
+    assert block.ray_address == "ray://head.example:10001"
+    assert "num_cpus" not in block.init_kwargs() and block.init_kwargs()["namespace"] == "curation"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"address": "auto"}, "stranger's cluster"),
+    ({"address": "local"}, "leave address empty"),
+    ({"address": "my cluster"}, "ray://HOST:10001"),
+    ({"address": "10.0.0.1:6379", "num_gpus": 2}, "clear them, or clear address"),
+    ({"num_cpus": 0}, "greater than or equal to 1"),
+    ({"object_store_mb": 10}, "greater than or equal to 100"),
+])
+def test_ray_cluster_refuses(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        RayClusterBlock(**fields)
+
+
+def test_trident_settings_normalises_policy():
+    assert TridentSettingsBlock(policy=" DS2 ").policy == "ds2"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"policy": "fastest"}, "choose one of static, ds2, threshold, trident"),
+    ({"tick_interval_s": 0}, "greater than 0"),
+    ({"memory_safety_margin": 0.95}, "less than 0.9"),
+    ({"memory_safety_margin": -0.1}, "greater than or equal to 0"),
+    ({"gpu_budget": -1}, "greater than or equal to 0"),
+])
+def test_trident_settings_refuses(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        TridentSettingsBlock(**fields)
+
+
+def test_pipeline_settings_paths_and_options(tmp_path):
+    block = PipelineSettingsBlock(pipeline="documents", input_location=f"file://{tmp_path}", output_location=str(tmp_path / "out"))
+    assert block.input_location == str(tmp_path)
+    options = block.build_options(tmp_path / "work")
+    assert options["input"] == tmp_path and options["synth"] is None and options["work_dir"] == tmp_path / "work"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"pipeline": "images", "synth": 5}, "choose one of documents, emulated-docs"),
+    ({"pipeline": "documents"}, "set input_location to a directory, or synth"),
+    ({"pipeline": "documents", "input_location": "s3://bucket/docs"}, "only local directories"),
+    ({"pipeline": "emulated-docs", "output_location": " "}, "output_location is empty"),
+    ({"pipeline": "emulated-docs", "shard_size": 0}, "greater than or equal to 1"),
+])
+def test_pipeline_settings_refuses(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        PipelineSettingsBlock(**fields)
+
+
+def test_blocks_round_trip_through_the_api(prefect_harness):
+    RayClusterBlock(num_cpus=4, num_gpus=1).save("test-local", overwrite=True)
+    TridentSettingsBlock(policy="threshold", tick_interval_s=2).save("test-trident", overwrite=True)
+    PipelineSettingsBlock(pipeline="emulated-docs", synth=40, shard_size=10).save("test-pipeline", overwrite=True)
+    assert RayClusterBlock.load("test-local").num_gpus == 1
+    assert TridentSettingsBlock.load("test-trident").policy == "threshold"
+    assert PipelineSettingsBlock.load("test-pipeline").shard_size == 10
