@@ -1,0 +1,78 @@
+"""The in-process control loop: ticks a policy against a runner handle in a background thread.
+
+Contract: every ``tick_s`` seconds it calls ``state()`` and ``samples(since)`` on the runner
+handle, asks the policy (``policies.decide_once``), and, for a plan, calls ``apply(plan)`` —
+exactly the calls another process (the Prefect sidecar) makes on a runner found by name.
+Each plan, with its reason and the apply report (or the refusal), is appended as one JSON
+line to ``decision_log`` when given. A failing tick is logged and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from trident_flows.scheduler.policies import Policy, decide_once
+
+
+class ControlLoop:
+    def __init__(self, handle: Any, policy: Policy, tick_s: float = 2.0, decision_log: Path | None = None) -> None:
+        self.handle = handle
+        self.policy = policy
+        self.tick_s = tick_s
+        self.decision_log = Path(decision_log) if decision_log else None
+        self.decisions = 0
+        self.applied = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trident-control", daemon=True)
+        self._cursor = 0
+
+    def start(self) -> "ControlLoop":
+        if self.decision_log:
+            self.decision_log.parent.mkdir(parents=True, exist_ok=True)
+            self.decision_log.write_text("")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=max(10.0, 3 * self.tick_s))
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self.decision_log:
+            with self.decision_log.open("a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
+
+    def tick(self) -> bool:
+        """One tick; returns False once the run has finished."""
+        state = ray.get(self.handle.state.remote())
+        if state.finished:
+            return False
+        page = ray.get(self.handle.samples.remote(self._cursor))
+        self._cursor = page.next
+        decision = decide_once(self.policy, state, page.samples)
+        if decision.plan is None:
+            return True
+        self.decisions += 1
+        record = decision.to_dict()
+        try:
+            report = ray.get(self.handle.apply.remote(decision.plan))
+            record["apply"] = report.to_dict()
+            self.applied += int(report.ok and bool(report.steps_done))
+        except Exception as exc:  # noqa: BLE001 - a refused plan is logged; the pipeline keeps running
+            record["apply_error"] = f"{type(exc).__name__}: {exc}"
+        self._log(record)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                if not self.tick():
+                    return
+            except Exception as exc:  # noqa: BLE001 - keep controlling; record what went wrong
+                self._log({"policy": self.policy.name, "tick_error": f"{type(exc).__name__}: {exc}"})

@@ -1,0 +1,239 @@
+"""Starting and finding runners, running a pipeline to the end, and the ``trident-flows run`` glue.
+
+Contract:
+- ``check_pipeline(spec, settings, cpus, gpus)`` refuses, before anything starts, a pipeline
+  whose initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``
+  naming the operator and what to change).
+- ``start_runner(spec, out_dir, *, name, namespace, settings, external_input, detached)``
+  creates the named runner actor and starts it; ``find_runner(name, namespace)`` returns a
+  handle to it from any driver of the same cluster.
+- ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
+  end (with the control loop when a policy is given), stops the runner, and reads the outputs
+  back to count items and duplicate ids.
+- ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
+  the registry, rich progress bar, summary table and ``--summary-json``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from trident_flows.runtime.control import ControlLoop
+from trident_flows.runtime.runner import RunnerActor
+from trident_flows.runtime.sink import account
+from trident_flows.runtime.spec import PipelineSpec
+from trident_flows.runtime.state import RunnerSettings, RunnerState, RuntimeConfigError
+from trident_flows.scheduler.policies import Policy, make_policy
+from trident_flows.scheduler.types import ClusterSpec
+
+
+def cluster_totals() -> tuple[float, float]:
+    res = ray.cluster_resources()
+    return float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
+
+
+def check_pipeline(spec: PipelineSpec, settings: RunnerSettings, cpus: float, gpus: float) -> None:
+    """Refuse a pipeline whose initial placement does not fit the cluster (see module docstring)."""
+    if not isinstance(settings, RunnerSettings):
+        raise RuntimeConfigError(f"settings must be a RunnerSettings, got {type(settings).__name__}")
+    need_cpus = need_gpus = 0.0
+    for op in spec.operators:
+        c = op.config
+        if c.gpus > gpus:
+            raise RuntimeConfigError(f"operator {op.name!r}: one replica needs gpus={c.gpus:g} but the cluster has {gpus:g} GPUs; "
+                                     "use device='cpu' or start Ray with more (logical) GPUs (--gpus)")
+        if c.cpus > cpus:
+            raise RuntimeConfigError(f"operator {op.name!r}: one replica needs cpus={c.cpus:g} but the cluster has {cpus:g} CPUs")
+        need_cpus += c.cpus * op.replicas
+        need_gpus += c.gpus * op.replicas
+    if need_gpus > gpus + 1e-9:
+        per_op = {o.name: o.config.gpus * o.replicas for o in spec.operators if o.config.gpus}
+        raise RuntimeConfigError(f"pipeline {spec.name!r} needs {need_gpus:g} GPUs ({per_op}) but the cluster has {gpus:g}; "
+                                 "lower the GPU replicas of those operators or start Ray with more (logical) GPUs (--gpus)")
+    if need_cpus > cpus + 1e-9:
+        per_op = {o.name: o.config.cpus * o.replicas for o in spec.operators}
+        raise RuntimeConfigError(f"pipeline {spec.name!r} needs {need_cpus:g} CPUs ({per_op}) but the cluster has {cpus:g}; "
+                                 "lower replicas or start Ray with more (logical) CPUs (--cpus)")
+
+
+def start_runner(spec: PipelineSpec, out_dir: Path | str, *, name: str = "trident-runner", namespace: str = "trident",
+                 settings: RunnerSettings | None = None, external_input: bool = False, detached: bool = False) -> Any:
+    """Create and start the named runner actor; returns its handle (Ray must be initialised)."""
+    if not ray.is_initialized():
+        raise RuntimeError("Ray is not initialised: call ray.init(num_cpus=..., num_gpus=...) or ray.init(address=...) first")
+    settings = settings or RunnerSettings()
+    check_pipeline(spec, settings, *cluster_totals())
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        pass
+    else:
+        raise RuntimeConfigError(f"a runner named {name!r} already exists in namespace {namespace!r}; pick another name or stop it")
+    handle = RunnerActor.options(name=name, namespace=namespace, lifetime="detached" if detached else None).remote(
+        spec, str(out_dir), settings, name, namespace, external_input)
+    ray.get(handle.start.remote())
+    return handle
+
+
+def find_runner(name: str = "trident-runner", namespace: str = "trident") -> Any:
+    """The handle of a running runner, from any driver connected to the same cluster."""
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError as exc:
+        raise LookupError(f"no runner named {name!r} in namespace {namespace!r}") from exc
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A finished run. ``items_written`` counts input items with rows in the data table (kept or
+    ``_drop``-marked; ``items_dropped`` of them were filtered), ``items_dead_lettered`` those only
+    in the dead-letter table; ``items_missing`` = items_in - written - dead-lettered (0 = none lost).
+    ``rolling_update_dip`` is the largest throughput dip of an apply that started and retired replicas."""
+
+    pipeline: str
+    policy: str
+    out_dir: str
+    items_in: int
+    items_written: int
+    items_dead_lettered: int
+    items_dropped: int
+    items_missing: int
+    rows_written: int
+    duplicate_ids: int
+    wall_s: float
+    throughput_items_per_s: float
+    ooms: int
+    reconfigurations: int
+    rolling_update_dip: float
+    decisions: int
+    operators: dict[str, dict[str, Any]]
+    apply_reports: tuple[dict[str, Any], ...]
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["apply_reports"] = list(self.apply_reports)
+        return data
+
+
+def _operator_figures(state: RunnerState) -> dict[str, dict[str, Any]]:
+    figures = {}
+    for op in state.operators:
+        configs: dict[str, int] = {}
+        for r in op.active:
+            label = r.config.label() + (" (canary)" if r.canary else "")
+            configs[label] = configs.get(label, 0) + 1
+        figures[op.name] = {"replicas": len(op.active), "configs": configs, "busy_fraction": round(op.busy_fraction, 4),
+                            "items_in": op.items_in, "items_out": op.items_out, "errors": op.errors, "ooms": op.ooms,
+                            "config_epoch": op.config_epoch}
+    return figures
+
+
+def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
+                 progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
+                 name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5) -> RunSummary:
+    """Run ``spec`` to the end on the current Ray cluster and return its summary (see module docstring).
+
+    ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them."""
+    out = Path(out_dir)
+    old = [p for sub in ("data", "dead_letter") for p in (out / sub).glob("*.parquet")] if out.exists() else []
+    if old and not overwrite:
+        raise RuntimeConfigError(f"{out} already holds the outputs of a run ({len(old)} files); choose a new directory or overwrite=True")
+    for p in old:
+        p.unlink()
+    name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
+    handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings)
+    loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
+    try:
+        while True:
+            summary = ray.get(handle.wait.remote(poll_s))
+            if progress is not None:
+                progress(ray.get(handle.state.remote()))
+            if summary["finished"]:
+                break
+        final_state: RunnerState = ray.get(handle.state.remote())
+    finally:
+        if loop is not None:
+            loop.stop()
+        try:
+            ray.get(handle.stop.remote(), timeout=60)
+        finally:
+            ray.kill(handle)
+    acc = account(out)
+    return RunSummary(
+        pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=final_state.items_in,
+        items_written=acc.items_written, items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
+        items_missing=final_state.items_in - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
+        duplicate_ids=acc.duplicate_ids, wall_s=final_state.wall_s,
+        throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
+        ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
+        decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
+        apply_reports=tuple(summary["apply_reports"]), error=final_state.error)
+
+
+def _summary_table(summary: RunSummary) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"{summary.pipeline} ({summary.policy})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key in ("items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
+                "wall_s", "throughput_items_per_s", "ooms", "reconfigurations", "rolling_update_dip"):
+        value = getattr(summary, key)
+        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    ops = Table(title="operators")
+    for col in ("operator", "replicas", "configs", "busy", "items", "errors", "ooms"):
+        ops.add_column(col)
+    for name, f in summary.operators.items():
+        ops.add_row(name, str(f["replicas"]), ", ".join(f"{n}x {c}" for c, n in f["configs"].items()), f"{f['busy_fraction']:.2f}",
+                    str(f["items_in"]), str(f["errors"]), str(f["ooms"]))
+    return table, ops
+
+
+def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
+                cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
+                decision_log: Path | None, console: Any) -> RunSummary:
+    """The ``trident-flows run`` command (see the module docstring)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trident_flows.pipelines import build_pipeline
+
+    make_policy(policy)  # refuse an unknown policy before starting anything
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    try:
+        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
+        cpus_now, gpus_now = cluster_totals()
+        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                      TimeElapsedColumn(), console=console, transient=False) as bar:
+            task = bar.add_task(f"{pipeline} ({policy})", total=spec.items, rate="")
+
+            def progress(state: RunnerState) -> None:
+                bar.update(task, completed=state.items_written + state.items_dead_lettered,
+                           rate=f"{state.throughput:.1f} rows/s")
+
+            summary = run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
+                                   overwrite=True)
+    finally:
+        ray.shutdown()
+    for table in _summary_table(summary):
+        console.print(table)
+    if summary.error:
+        console.print(f"[red]run failed: {summary.error}")
+    if summary_json:
+        summary_json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = summary_json.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary.to_dict(), indent=2, default=str) + "\n")
+        tmp.replace(summary_json)
+        console.print(f"summary: {summary_json}")
+    return summary

@@ -1,0 +1,161 @@
+"""One operator's replica pool, living inside the runner's event loop.
+
+Contract:
+- ``start(config, count, canary)`` creates replica actors with the resources of ``config``
+  (``num_cpus=config.cpus``, ``num_gpus=config.gpus``), named
+  ``{runner}:{operator}:{replica_id}`` in the runner's namespace (so another driver can find,
+  or ``ray.kill``, one); each becomes warm when its ``ready()`` returns.
+- ``pick()`` chooses the warm, non-draining replica with the fewest batches in flight, below
+  ``max_inflight``; draining replicas get no new batches.
+- ``retire(record)`` drains (waits until its in-flight batches are back), lets the operator
+  release what it holds, then kills the actor. ``forget(record)`` removes a dead one.
+- ``forget`` also releases the replica's resident memory on the emulated devices (holder key:
+  the replica's Ray actor id), so a killed replica does not leak device memory.
+- ``config_epoch`` increases whenever the set of configs among active replicas changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from trident_flows.runtime.replica import ReplicaActor
+from trident_flows.runtime.spec import OperatorSpec
+from trident_flows.runtime.state import ReplicaState
+from trident_flows.scheduler.types import OpConfig
+
+
+@dataclass(eq=False)
+class ReplicaRecord:
+    replica_id: str
+    actor_name: str
+    config: OpConfig
+    handle: Any
+    canary: bool
+    epoch: int
+    warm: bool = False
+    draining: bool = False
+    dead: bool = False
+    inflight: int = 0
+    batches: int = 0
+    busy_s: float = 0.0
+    warm_at: float = 0.0
+    cold_start_s: float = 0.0
+    ready: asyncio.Future | None = None
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def snapshot(self, now: float) -> ReplicaState:
+        alive = now - self.warm_at if self.warm else 0.0
+        busy = min(1.0, self.busy_s / alive) if alive > 0 else 0.0
+        return ReplicaState(self.replica_id, self.actor_name, self.config, self.warm, self.draining, self.canary, self.inflight,
+                            busy, self.batches, self.epoch)
+
+
+class OperatorPool:
+    """The replicas of one operator (see the module docstring)."""
+
+    def __init__(self, spec: OperatorSpec, runner_name: str, namespace: str | None, device_prefix: str, max_inflight: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.runner_name = runner_name
+        self.namespace = namespace
+        self.device_prefix = device_prefix
+        self.max_inflight = max_inflight
+        self.replicas: dict[str, ReplicaRecord] = {}
+        self.devices: list[Any] = []  # emulated devices, to release a dead replica's resident memory
+        self.config_epoch = 0
+        self._ids = itertools.count()
+
+    def _configs(self) -> frozenset[tuple[OpConfig, bool]]:
+        return frozenset((r.config, r.canary) for r in self.replicas.values() if not r.draining and not r.dead)
+
+    def _bump_epoch_if_changed(self, before: frozenset[tuple[OpConfig, bool]]) -> None:
+        if self._configs() != before:
+            self.config_epoch += 1
+
+    def start(self, config: OpConfig, count: int = 1, canary: bool = False) -> list[ReplicaRecord]:
+        """Create ``count`` replicas with ``config``; each record's ``ready`` future resolves when warm."""
+        before = self._configs()
+        records = []
+        for _ in range(count):
+            rid = f"{self.name}-{next(self._ids)}"
+            actor_name = f"{self.runner_name}:{self.name}:{rid}"
+            handle = ReplicaActor.options(name=actor_name, namespace=self.namespace, num_cpus=config.cpus, num_gpus=config.gpus).remote(
+                self.name, rid, self.spec.cls, dict(self.spec.params), config, self.device_prefix, self.namespace)
+            record = ReplicaRecord(rid, actor_name, config, handle, canary, self.config_epoch + (1 if (config, canary) not in before else 0))
+            record.idle.set()
+            record.ready = asyncio.ensure_future(self._warm(record))
+            self.replicas[rid] = record
+            records.append(record)
+        self._bump_epoch_if_changed(before)
+        return records
+
+    async def _warm(self, record: ReplicaRecord) -> ReplicaRecord:
+        info = await record.handle.ready.remote()
+        record.cold_start_s = float(info["cold_start_s"])
+        record.warm = True
+        record.warm_at = time.time()
+        return record
+
+    def pick(self) -> ReplicaRecord | None:
+        best = None
+        for r in self.replicas.values():
+            if r.warm and not r.draining and not r.dead and r.inflight < self.max_inflight:
+                if best is None or r.inflight < best.inflight:
+                    best = r
+        return best
+
+    def active(self, canary: bool | None = None) -> list[ReplicaRecord]:
+        """Non-draining live replicas (warm or starting); ``canary`` filters canaries in or out."""
+        return [r for r in self.replicas.values() if not r.draining and not r.dead and (canary is None or r.canary == canary)]
+
+    def choose_retire(self, config: OpConfig, count: int, canary: bool) -> list[ReplicaRecord]:
+        """The ``count`` replicas with ``config`` to retire, least loaded (and not yet warm) first."""
+        candidates = [r for r in self.active(canary) if r.config == config]
+        candidates.sort(key=lambda r: (r.warm, r.inflight))
+        return candidates[:count]
+
+    def begin_drain(self, records: list[ReplicaRecord]) -> None:
+        before = self._configs()
+        for r in records:
+            r.draining = True
+        self._bump_epoch_if_changed(before)
+
+    async def retire(self, record: ReplicaRecord, timeout_s: float = 600.0) -> None:
+        """Drain ``record`` (no new batches; wait for in-flight ones), release, kill."""
+        if not record.draining:
+            self.begin_drain([record])
+        try:
+            await asyncio.wait_for(record.idle.wait(), timeout_s)
+            if record.warm and not record.dead:
+                await asyncio.wait_for(record.handle.stop.remote(), 30)
+        except (asyncio.TimeoutError, ray.exceptions.RayError):
+            pass
+        self.forget(record)
+
+    def forget(self, record: ReplicaRecord) -> None:
+        """Remove a replica (dead or retired) and make sure its actor is gone."""
+        before = self._configs()
+        record.dead = True
+        if record.ready is not None and not record.ready.done():
+            record.ready.cancel()
+        self.replicas.pop(record.replica_id, None)
+        try:
+            ray.kill(record.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        for device in self.devices:
+            device.release.remote(record.handle._actor_id.hex())
+        self._bump_epoch_if_changed(before)
+
+    async def shutdown(self) -> None:
+        for r in list(self.replicas.values()):
+            self.forget(r)
+
+    def snapshot(self, now: float) -> tuple[ReplicaState, ...]:
+        return tuple(r.snapshot(now) for r in self.replicas.values())

@@ -1,0 +1,759 @@
+"""The pipeline runner: a named async Ray actor that streams items through operator pools.
+
+Contract:
+- ``PipelineRunner(spec, out_dir, settings, name, namespace, external_input)`` is created by
+  ``launch.start_runner`` as a named actor (findable with ``launch.find_runner``). ``start()``
+  begins streaming on the actor's event loop, so ``state()``, ``samples(since)``,
+  ``apply(plan_or_transition)``, ``add_shard``/``close_input``/``shard_status`` and ``wait``
+  are served while it runs, from this driver or any other in the cluster.
+- Streaming: each operator has an input queue bounded by ``settings.queue_max_items`` and
+  ``settings.queue_max_bytes``: a batch is sent to operator *i* only while the queue of
+  operator *i+1* plus the expected output of *i*'s in-flight batches stays under the bound
+  (backpressure up to the source); at most ``max_inflight_per_replica`` batches per replica;
+  results are routed in completion order. ``_drop`` rows go to the sink, ``_error`` rows to
+  the dead-letter table; neither reaches later operators.
+- Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
+  items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
+  that dies has its in-flight batches re-queued (a batch that was in flight at two deaths is
+  split) and is replaced by a new replica with the same config.
+- Input comes from ``spec.source`` (implicit shards of ``settings.shard_items`` items) or,
+  with ``external_input=True``, from ``add_shard(shard_id, rows)`` until ``close_input()``.
+  A shard's output is committed atomically when its last item is done (see ``sink``).
+- ``apply(Plan)`` derives rolling steps with ``transition.plan_transition``; ``apply(Transition)``
+  runs the given steps in order (a START waits until the new replicas are warm). Applies
+  are serialised; each returns an ``ApplyReport`` with the throughput dip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import ray
+
+from trident_flows.runtime import devices
+from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
+from trident_flows.runtime.replica import ReplicaResult
+from trident_flows.runtime.sink import Sink, check_shard_id
+from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, PipelineSpec, rows_to_batch
+from trident_flows.runtime.state import (ApplyReport, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
+                                         SamplePage, ShardStatus)
+from trident_flows.runtime.transition import check_plan, plan_transition
+from trident_flows.scheduler.types import Decision, Outcome, Plan, StepKind, Transition, TransitionStep
+
+__all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
+
+_PART_ROWS = 512
+
+
+def row_bytes(row: dict[str, Any]) -> int:
+    """Rough in-memory size of one row (what queue byte bounds count)."""
+    total = 64
+    for value in row.values():
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif isinstance(value, (str, bytes)):
+            total += len(value)
+        else:
+            total += 8
+    return total
+
+
+@dataclass(eq=False)
+class Item:
+    row: dict[str, Any]
+    shard: str
+    nbytes: int
+    attempts: int = 0
+
+
+@dataclass(eq=False)
+class Unit:
+    """A pre-formed batch being retried (kept together or split, never merged)."""
+
+    items: list[Item]
+    deaths: int = 0
+
+
+@dataclass
+class Queue:
+    items: collections.deque = field(default_factory=collections.deque)
+    units: collections.deque = field(default_factory=collections.deque)
+    n_items: int = 0
+    n_bytes: int = 0
+    oldest: float = 0.0
+
+    def push(self, item: Item) -> None:
+        if not self.items and not self.units:
+            self.oldest = time.monotonic()
+        self.items.append(item)
+        self.n_items += 1
+        self.n_bytes += item.nbytes
+
+    def push_unit(self, unit: Unit) -> None:
+        if not self.items and not self.units:
+            self.oldest = time.monotonic()
+        self.units.appendleft(unit)
+        self.n_items += len(unit.items)
+        self.n_bytes += sum(i.nbytes for i in unit.items)
+
+    def take(self, n: int) -> Unit:
+        if self.units:
+            unit = self.units.popleft()
+        else:
+            unit = Unit([self.items.popleft() for _ in range(min(n, len(self.items)))])
+        self.n_items -= len(unit.items)
+        self.n_bytes -= sum(i.nbytes for i in unit.items)
+        if self.items or self.units:
+            self.oldest = time.monotonic()
+        return unit
+
+    def __len__(self) -> int:
+        return self.n_items
+
+
+@dataclass
+class Shard:
+    shard_id: str
+    items_in: int = 0
+    pending: int = 0
+    written: int = 0
+    dropped: int = 0
+    dead: int = 0
+    closed: bool = False
+    done: bool = False
+    committing: bool = False
+    rows: list = field(default_factory=list)
+    dead_rows: list = field(default_factory=list)
+    writes: list = field(default_factory=list)
+
+
+@dataclass
+class OpCounters:
+    items_in: int = 0
+    items_out: int = 0
+    errors: int = 0
+    ooms: int = 0
+    reserved_items: int = 0
+    reserved_bytes: int = 0
+    growth_items: float = 1.0
+    growth_bytes: float = 1.0
+    start_failures: int = 0
+
+
+class PipelineRunner:
+    """The runner actor body (see the module docstring). Created via ``launch.start_runner``."""
+
+    def __init__(self, spec: PipelineSpec, out_dir: str, settings: RunnerSettings, name: str, namespace: str | None,
+                 external_input: bool = False) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.name = name
+        self.namespace = namespace
+        self.external_input = external_input
+        self.out_dir = Path(out_dir)
+        self.sink = Sink(self.out_dir)
+        self.device_prefix = f"{name}-device"
+        self.ops = [o.name for o in spec.operators]
+        self.pools = [OperatorPool(o, name, namespace, self.device_prefix, settings.max_inflight_per_replica) for o in spec.operators]
+        self.queues = [Queue() for _ in spec.operators]
+        self.counters = [OpCounters() for _ in spec.operators]
+        self.shards: dict[str, Shard] = {}
+        self.samples_buf: collections.deque = collections.deque(maxlen=settings.sample_buffer)
+        self.sample_seq = 0
+        self.completions: collections.deque = collections.deque()
+        self.items_in = self.rows_written = self.rows_dropped = self.rows_dead = 0
+        self.ooms = 0
+        self.reconfigurations = 0
+        self.apply_reports: list[ApplyReport] = []
+        self.input_closed = False
+        self.finished = False
+        self.error = ""
+        self.started_at = 0.0
+        self.finished_at = 0.0
+        self.cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        self.cluster_gpus = float(ray.cluster_resources().get("GPU", 0.0))
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._done = asyncio.Event()
+        self._apply_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self._devices: list[Any] = []
+        self._linger_armed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> dict[str, Any]:
+        """Create devices and the initial replicas, wait until one replica per operator is warm,
+        then stream. Returns the replica ids per operator."""
+        if self.started_at:
+            raise RuntimeError("runner already started")
+        self.started_at = time.time()
+        if self.cluster_gpus > 0:
+            self._devices = devices.create_devices(self.device_prefix, self.namespace, self.settings.device_memory_bytes, wait=False)
+            await asyncio.gather(*[d.info.remote() for d in self._devices])
+            for pool in self.pools:
+                pool.devices = self._devices
+        for i, op in enumerate(self.spec.operators):
+            for record in self.pools[i].start(op.config, op.replicas):
+                self._watch_start(i, record)
+        self._spawn(self._pump())
+        self._spawn(self._meter())
+        if not self.external_input:
+            self._spawn(self._feed())
+        return {self.ops[i]: list(p.replicas) for i, p in enumerate(self.pools)}
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and not self.error:
+            self._fail(f"internal error: {type(task.exception()).__name__}: {task.exception()}")
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self.finished = True
+        self.finished_at = time.time()
+        self._done.set()
+
+    def _watch_start(self, i: int, record: ReplicaRecord, replace: bool = True) -> None:
+        async def watch() -> None:
+            try:
+                await record.ready
+                self.counters[i].start_failures = 0
+                self._wake.set()
+            except asyncio.CancelledError:
+                return
+            except ray.exceptions.RayError as exc:
+                self.pools[i].forget(record)
+                self.counters[i].start_failures += 1
+                if self.counters[i].start_failures >= self.settings.max_attempts and not self.pools[i].active():
+                    self._fail(f"operator {self.ops[i]!r}: replicas fail to start ({self.counters[i].start_failures} times): {exc}")
+                elif replace and not record.draining and not self.finished:
+                    self._replace(i, record)
+        self._spawn(watch())
+
+    def _replace(self, i: int, record: ReplicaRecord) -> None:
+        for new in self.pools[i].start(record.config, 1, canary=record.canary):
+            self._watch_start(i, new)
+
+    async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Wait until the run finished (or ``timeout_s``); returns ``summary()``."""
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        return self.summary()
+
+    async def stop(self) -> None:
+        """Stop streaming and kill all replicas (outputs of committed shards stay)."""
+        if not self.finished:
+            self._fail(self.error or "stopped")
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+        for pool in self.pools:
+            await pool.shutdown()
+        for d in self._devices:
+            ray.kill(d)
+        self._devices = []
+        self.sink.close()
+
+    # ------------------------------------------------------------------ input
+    async def _feed(self) -> None:
+        source: Iterator[dict[str, Any]] = iter(self.spec.source())
+        index = 0
+        shard: Shard | None = None
+        while True:
+            room = await self._wait_room()
+            rows = await asyncio.to_thread(_take, source, min(room, 256))
+            for row in rows:
+                if shard is None or shard.items_in >= self.settings.shard_items:
+                    if shard is not None:
+                        self._close_shard(shard)
+                    shard = self._new_shard(f"part-{index // self.settings.shard_items:06d}")
+                self._admit(row, shard)
+                index += 1
+            self._wake.set()
+            if not rows:
+                break
+        if shard is not None:
+            self._close_shard(shard)
+        self.input_closed = True
+        self._wake.set()
+
+    async def _wait_room(self) -> int:
+        q = self.queues[0]
+        while True:
+            room = self.settings.queue_max_items - q.n_items if q.n_bytes < self.settings.queue_max_bytes else 0
+            if room > 0 or q.n_items == 0:
+                return max(1, room)
+            self._room.clear()
+            await self._room.wait()
+
+    def _new_shard(self, shard_id: str) -> Shard:
+        shard = Shard(shard_id)
+        self.shards[shard_id] = shard
+        return shard
+
+    def _admit(self, row: dict[str, Any], shard: Shard) -> None:
+        if ID not in row or row[ID] is None:
+            raise ValueError(f"input row without an {ID!r} column: {sorted(row)}")
+        row = dict(row)
+        row[ID] = str(row[ID])
+        shard.items_in += 1
+        shard.pending += 1
+        self.items_in += 1
+        self.queues[0].push(Item(row, shard.shard_id, row_bytes(row)))
+
+    def _close_shard(self, shard: Shard) -> None:
+        shard.closed = True
+        self._maybe_commit(shard)
+
+    async def add_shard(self, shard_id: str, rows: list[dict[str, Any]]) -> ShardStatus:
+        """Feed one shard of input rows (waits while the first queue is full). A shard id that
+        is already done is re-run: its committed partition is replaced, never duplicated."""
+        check_shard_id(shard_id)
+        if not self.external_input:
+            raise RuntimeError("this runner reads its PipelineSpec source; start it with external_input=True to feed shards")
+        if self.input_closed:
+            raise RuntimeError("input is closed: no more shards can be added")
+        old = self.shards.get(shard_id)
+        if old is not None and not old.done:
+            raise RuntimeError(f"shard {shard_id!r} is still running; wait for it before re-running it")
+        shard = self._new_shard(shard_id)
+        await asyncio.to_thread(self.sink.discard, shard_id)
+        for start in range(0, len(rows), 256):
+            await self._wait_room()
+            for row in rows[start:start + 256]:
+                self._admit(row, shard)
+            self._wake.set()
+        self._close_shard(shard)
+        self._wake.set()
+        return self._shard_status(shard)
+
+    async def close_input(self) -> None:
+        """No more shards will come; the run finishes once the added ones are done."""
+        self.input_closed = True
+        self._wake.set()
+
+    async def shard_status(self, shard_id: str) -> ShardStatus:
+        if shard_id not in self.shards:
+            raise KeyError(f"unknown shard {shard_id!r}")
+        return self._shard_status(self.shards[shard_id])
+
+    def _shard_status(self, s: Shard) -> ShardStatus:
+        return ShardStatus(s.shard_id, s.items_in, s.written, s.dead, s.dropped, s.pending, s.closed, s.done)
+
+    # ------------------------------------------------------------------ streaming
+    async def _pump(self) -> None:
+        while not self.finished:
+            await self._wake.wait()
+            self._wake.clear()
+            self._dispatch()
+            self._check_finished()
+
+    async def _meter(self) -> None:
+        """Trim the completion history used for throughput windows."""
+        while not self.finished:
+            horizon = time.time() - max(600.0, 4 * self.settings.dip_window_s)
+            while self.completions and self.completions[0][0] < horizon:
+                self.completions.popleft()
+            await asyncio.sleep(1.0)
+
+    def _upstream_idle(self, i: int) -> bool:
+        if not self.input_closed:
+            return False
+        return all(len(self.queues[j]) == 0 and all(r.inflight == 0 for r in self.pools[j].replicas.values()) for j in range(i))
+
+    def _downstream_has_room(self, i: int, n_items: int, n_bytes: int) -> bool:
+        if i == len(self.ops) - 1:
+            return True
+        q, c = self.queues[i + 1], self.counters[i]
+        if len(q) == 0 and c.reserved_items == 0:
+            return True
+        items = q.n_items + c.reserved_items + n_items * c.growth_items
+        nbytes = q.n_bytes + c.reserved_bytes + n_bytes * c.growth_bytes
+        return items <= self.settings.queue_max_items and nbytes <= self.settings.queue_max_bytes
+
+    def _dispatch(self) -> None:
+        linger_needed = False
+        for i in reversed(range(len(self.ops))):
+            q, pool = self.queues[i], self.pools[i]
+            while len(q):
+                replica = pool.pick()
+                if replica is None:
+                    break
+                size = replica.config.batch_size
+                if not q.units and len(q) < size:
+                    full = q.n_items >= self.settings.queue_max_items or q.n_bytes >= self.settings.queue_max_bytes
+                    if not (full or self._upstream_idle(i) or time.monotonic() - q.oldest >= self.settings.linger_s):
+                        linger_needed = True
+                        break
+                peek = q.units[0].items if q.units else list(itertools.islice(q.items, size))
+                if not self._downstream_has_room(i, len(peek), sum(it.nbytes for it in peek)):
+                    break
+                unit = q.take(size)
+                if i == 0:
+                    self._room.set()
+                self._spawn(self._run_batch(i, replica, unit))
+        if linger_needed and not self._linger_armed:
+            self._linger_armed = True
+
+            def fire() -> None:
+                self._linger_armed = False
+                self._wake.set()
+            asyncio.get_running_loop().call_later(self.settings.linger_s, fire)
+
+    async def _run_batch(self, i: int, replica: ReplicaRecord, unit: Unit) -> None:
+        c, pool = self.counters[i], self.pools[i]
+        n_items, n_bytes = len(unit.items), sum(it.nbytes for it in unit.items)
+        reserve_items, reserve_bytes = int(n_items * c.growth_items + 0.999), int(n_bytes * c.growth_bytes)
+        c.reserved_items += reserve_items
+        c.reserved_bytes += reserve_bytes
+        replica.inflight += 1
+        replica.idle.clear()
+        try:
+            batch = rows_to_batch([it.row for it in unit.items])
+            try:
+                result: ReplicaResult = await replica.handle.process.remote(batch, replica.inflight, pool.config_epoch)
+            except ray.exceptions.RayActorError as exc:
+                self._on_replica_death(i, replica, unit, exc)
+                return
+            except ray.exceptions.RayError as exc:
+                self._on_batch_failure(i, unit, f"{type(exc).__name__}: {str(exc)[:1000]}", oom=devices.is_oom(exc))
+                return
+            self._record_sample(result)
+            replica.batches += 1
+            replica.busy_s += result.sample.busy_s
+            if result.ok:
+                try:
+                    self._route(i, unit, result.batch)
+                except Exception as exc:  # noqa: BLE001 - a malformed output batch fails like an operator error
+                    self._on_batch_failure(i, unit, f"bad output batch: {type(exc).__name__}: {exc}", oom=False)
+            else:
+                self._on_batch_failure(i, unit, result.error, oom=result.sample.outcome == Outcome.OOM)
+        finally:
+            c.reserved_items -= reserve_items
+            c.reserved_bytes -= reserve_bytes
+            replica.inflight -= 1
+            if replica.inflight == 0:
+                replica.idle.set()
+            self._wake.set()
+
+    def _record_sample(self, result: ReplicaResult) -> None:
+        self.sample_seq += 1
+        self.samples_buf.append((self.sample_seq, result.sample))
+
+    def _on_replica_death(self, i: int, replica: ReplicaRecord, unit: Unit, exc: BaseException) -> None:
+        unit.deaths += 1
+        if not replica.dead:
+            self.pools[i].forget(replica)
+            if not replica.draining and not self.finished:
+                self._replace(i, replica)
+        if "OutOfMemory" in type(exc).__name__ or "memory" in str(exc).lower()[:200]:
+            self.counters[i].ooms += 1
+            self.ooms += 1
+        if len(unit.items) == 1:
+            item = unit.items[0]
+            item.attempts += 1
+            if item.attempts >= self.settings.max_attempts:
+                self._dead_letter(item, self.ops[i], f"replica died: {type(exc).__name__}: {str(exc)[:500]}")
+                return
+            self.queues[i].push_unit(unit)
+        elif unit.deaths >= 2:
+            for half in _halves(unit):
+                self.queues[i].push_unit(half)
+        else:
+            self.queues[i].push_unit(unit)
+
+    def _on_batch_failure(self, i: int, unit: Unit, error: str, oom: bool) -> None:
+        c = self.counters[i]
+        c.errors += 1
+        if oom:
+            c.ooms += 1
+            self.ooms += 1
+        if len(unit.items) > 1:
+            for half in _halves(unit):
+                self.queues[i].push_unit(half)
+            return
+        item = unit.items[0]
+        item.attempts += 1
+        if item.attempts >= self.settings.max_attempts:
+            self._dead_letter(item, self.ops[i], ("OOM: " if oom else "") + error)
+        else:
+            self.queues[i].push_unit(unit)
+
+    def _route(self, i: int, unit: Unit, out: dict[str, np.ndarray]) -> None:
+        if ID not in out:
+            raise ValueError(f"operator {self.ops[i]!r} returned a batch without the {ID!r} column")
+        n = len(out[ID])
+        if any(len(v) != n for v in out.values()):
+            raise ValueError(f"operator {self.ops[i]!r} returned columns of different lengths")
+        by_id = {it.row[ID]: it for it in unit.items}
+        rows = [{k: _scalar(v[j]) for k, v in out.items()} for j in range(n)]
+        for row in rows:
+            row[ID] = str(row[ID])
+        parents = [_parent(row, by_id) for row in rows]  # validates before anything is routed
+        seen = {p.row[ID] for p in parents}
+        last = i == len(self.ops) - 1
+        c = self.counters[i]
+        in_bytes = sum(it.nbytes for it in unit.items)
+        out_bytes = 0
+        continuing: list[Item] = []
+        for row, parent in zip(rows, parents):
+            shard = self.shards[parent.shard]
+            if row.get(ERROR):
+                self._dead_letter(Item(row, parent.shard, 0, parent.attempts), self.ops[i], str(row[ERROR]), pending_delta=0)
+            elif row.get(DROP):
+                self._write(shard, row, dropped=True)
+            else:
+                row.pop(DROP, None)
+                row.pop(ERROR, None)
+                if last:
+                    self._write(shard, row, dropped=False)
+                else:
+                    item = Item(row, parent.shard, row_bytes(row))
+                    out_bytes += item.nbytes
+                    continuing.append(item)
+                    shard.pending += 1
+        for item in unit.items:
+            self.shards[item.shard].pending -= 1
+            if item.row[ID] not in seen:
+                self._dead_letter(item, self.ops[i], "operator returned no row for this item (rows must be marked, never dropped)",
+                                  pending_delta=0)
+        for item in continuing:
+            self.queues[i + 1].push(item)
+        c.items_in += len(unit.items)
+        c.items_out += n
+        alpha = 0.2
+        c.growth_items = (1 - alpha) * c.growth_items + alpha * max(n / max(1, len(unit.items)), 0.05)
+        if continuing:
+            c.growth_bytes = (1 - alpha) * c.growth_bytes + alpha * max(out_bytes / max(1, in_bytes), 0.05)
+        for shard_id in {it.shard for it in unit.items}:
+            self._maybe_commit(self.shards[shard_id])
+
+    def _write(self, shard: Shard, row: dict[str, Any], dropped: bool) -> None:
+        shard.rows.append(row)
+        if dropped:
+            shard.dropped += 1
+            self.rows_dropped += 1
+        shard.written += 1
+        self.rows_written += 1
+        self.completions.append((time.time(), 1))
+        if len(shard.rows) >= _PART_ROWS:
+            self._flush(shard)
+
+    def _dead_letter(self, item: Item, operator: str, error: str, pending_delta: int = -1) -> None:
+        shard = self.shards[item.shard]
+        source = item.row.get(SOURCE_ID)
+        shard.dead_rows.append({"id": item.row[ID], "source_id": None if source is None else str(source), "shard": item.shard,
+                                "operator": operator, "error": error[:2000], "attempts": max(1, item.attempts)})
+        shard.dead += 1
+        shard.pending += pending_delta
+        self.rows_dead += 1
+        self.completions.append((time.time(), 1))
+        if pending_delta:
+            self._maybe_commit(shard)
+
+    def _flush(self, shard: Shard) -> None:
+        rows, dead = shard.rows, shard.dead_rows
+        shard.rows, shard.dead_rows = [], []
+        if rows or dead:
+            shard.writes.append(asyncio.ensure_future(asyncio.to_thread(self.sink.write_part, shard.shard_id, rows, dead)))
+
+    def _maybe_commit(self, shard: Shard) -> None:
+        if shard.closed and shard.pending == 0 and not shard.done and not shard.committing:
+            shard.committing = True
+            self._flush(shard)
+            self._spawn(self._commit(shard))
+
+    async def _commit(self, shard: Shard) -> None:
+        await asyncio.gather(*shard.writes)
+        shard.writes = []
+        await asyncio.to_thread(self.sink.commit, shard.shard_id)
+        shard.done = True
+        shard.committing = False
+        self._wake.set()
+
+    def _check_finished(self) -> None:
+        if self.finished or not self.input_closed:
+            return
+        if all(s.done for s in self.shards.values()) and all(len(q) == 0 for q in self.queues):
+            self.finished = True
+            self.finished_at = time.time()
+            self._done.set()
+
+    # ------------------------------------------------------------------ observation
+    async def state(self) -> RunnerState:
+        """A snapshot of the pipeline (see ``state.RunnerState``)."""
+        return self._state()
+
+    def _state(self) -> RunnerState:
+        now = time.time()
+        ops = []
+        for i, pool in enumerate(self.pools):
+            replicas = pool.snapshot(now)
+            warm = [r for r in replicas if r.warm and not r.draining]
+            c = self.counters[i]
+            ops.append(OperatorState(self.ops[i], replicas, self.queues[i].n_items, self.queues[i].n_bytes, c.items_in, c.items_out,
+                                     pool.config_epoch, sum(r.busy_fraction for r in warm) / len(warm) if warm else 0.0, c.errors, c.ooms))
+        wall = self._wall()
+        done = self.rows_written + self.rows_dead
+        return RunnerState(self.spec.name, tuple(ops), self.items_in, self.rows_written, self.rows_dead, self.rows_dropped,
+                           self.rows_written, self.input_closed, self.finished, wall, done / wall if wall > 0 else 0.0,
+                           self.cluster_cpus, self.cluster_gpus, self.reconfigurations, self.ooms, self.error)
+
+    def _wall(self) -> float:
+        if not self.started_at:
+            return 0.0
+        return (self.finished_at or time.time()) - self.started_at
+
+    async def samples(self, since: int = 0) -> SamplePage:
+        """BatchSamples with sequence number > ``since`` (oldest first, up to ``sample_buffer`` kept)."""
+        picked = tuple(s for seq, s in self.samples_buf if seq > since)
+        return SamplePage(picked, self.sample_seq)
+
+    def _rate(self, start: float, end: float) -> float:
+        if end <= start:
+            return 0.0
+        return sum(n for t, n in self.completions if start <= t < end) / (end - start)
+
+    def summary(self) -> dict[str, Any]:
+        """The state plus apply reports and rolling-update dips (JSON-ready)."""
+        state = self._state().to_dict()
+        state["apply_reports"] = [r.to_dict() for r in self.apply_reports]
+        rolling = [r.dip for r in self.apply_reports if any(s["kind"] == StepKind.RETIRE.value for s in r.steps_done)
+                   and any(s["kind"] == StepKind.START.value for s in r.steps_done)]
+        state["rolling_update_dip"] = max(rolling) if rolling else 0.0
+        state["out_dir"] = str(self.out_dir)
+        return state
+
+    # ------------------------------------------------------------------ control
+    async def apply(self, change: Plan | Transition) -> ApplyReport:
+        """Apply a Plan (rolling steps derived by ``plan_transition``) or a Transition (steps in order)."""
+        async with self._apply_lock:
+            if self.finished:
+                return ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error="the run has finished")
+            if isinstance(change, Plan):
+                transition = plan_transition(self._state(), change)
+            elif isinstance(change, Transition):
+                transition = change
+                self._check_transition(transition)
+            else:
+                raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
+            if transition.decision == Decision.WAIT or not transition.steps:
+                return ApplyReport((), 0.0, 0.0, 0.0, 0.0, reason=transition.reason or "nothing to do")
+            t0 = time.time()
+            window = min(self.settings.dip_window_s, max(t0 - self.started_at, 1e-6))
+            before = self._rate(t0 - window, t0)
+            done: list[dict[str, Any]] = []
+            error = ""
+            for step in transition.steps:
+                s0 = time.time()
+                try:
+                    ids = await self._do_step(step)
+                except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped
+                    error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
+                    break
+                done.append({**step.to_dict(), "replicas": ids, "seconds": time.time() - s0})
+            t1 = time.time()
+            during = self._rate(t0, t1) if t1 - t0 >= 0.5 else self._rate(t1 - 0.5, t1)
+            dip = max(0.0, 1.0 - during / before) if before > 0 else 0.0
+            self.reconfigurations += 1
+            report = ApplyReport(tuple(done), t1 - t0, before, during, dip, ok=not error, error=error, reason=transition.reason)
+            self.apply_reports.append(report)
+            self._wake.set()
+            return report
+
+    def _check_transition(self, transition: Transition) -> None:
+        for step in transition.steps:
+            if step.operator not in self.ops:
+                raise RuntimeConfigError(f"transition step names unknown operator {step.operator!r}; operators are {self.ops}")
+            if step.count < 1:
+                raise RuntimeConfigError(f"transition step for {step.operator!r} has count {step.count}; use count >= 1")
+            if step.config.gpus > self.cluster_gpus:
+                raise RuntimeConfigError(f"operator {step.operator!r}: gpus={step.config.gpus} exceeds the cluster's {self.cluster_gpus:g} GPUs")
+        if transition.plan is not None:
+            check_plan(transition.plan, self._state())
+
+    async def _do_step(self, step: TransitionStep) -> list[str]:
+        i = self.ops.index(step.operator)
+        pool = self.pools[i]
+        if step.kind in (StepKind.START, StepKind.CANARY):
+            records = pool.start(step.config, step.count, canary=step.kind == StepKind.CANARY)
+            for r in records:
+                self._watch_start(i, r, replace=False)
+            try:
+                await asyncio.wait_for(asyncio.gather(*[r.ready for r in records]), self.settings.warm_timeout_s)
+            except (asyncio.TimeoutError, ray.exceptions.RayError) as exc:
+                for r in records:
+                    if not r.warm:
+                        pool.forget(r)
+                raise RuntimeError(f"new replicas did not become warm within {self.settings.warm_timeout_s:g}s "
+                                   f"(not enough free resources?): {exc}") from exc
+            self._wake.set()
+            return [r.replica_id for r in records]
+        canary = step.kind == StepKind.END_CANARY
+        victims = pool.choose_retire(step.config, step.count, canary=canary)
+        if canary and not victims:
+            victims = pool.active(canary=True)[: step.count]
+        if len(victims) < step.count:
+            raise RuntimeConfigError(f"operator {step.operator!r}: asked to retire {step.count} replica(s) of {step.config.label()} "
+                                     f"but only {len(victims)} run with that config")
+        if not canary and len(pool.active(canary=False)) - len(victims) < 1:
+            raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica; start new ones first")
+        pool.begin_drain(victims)
+        await asyncio.gather(*[pool.retire(v) for v in victims])
+        return [v.replica_id for v in victims]
+
+
+def _take(source: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    rows = []
+    for row in source:
+        rows.append(row)
+        if len(rows) >= n:
+            break
+    return rows
+
+
+def _halves(unit: Unit) -> list[Unit]:
+    mid = len(unit.items) // 2
+    return [Unit(unit.items[:mid]), Unit(unit.items[mid:])]
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _parent(row: dict[str, Any], by_id: dict[str, Item]) -> Item:
+    """The input item an output row came from: same id, an id prefix (splitter), or ``source_id``."""
+    rid = row[ID]
+    if rid in by_id:
+        return by_id[rid]
+    prefix = rid
+    while "/" in prefix:
+        prefix = prefix.rsplit("/", 1)[0]
+        if prefix in by_id:
+            return by_id[prefix]
+    source = row.get(SOURCE_ID)
+    if source is not None and str(source) in by_id:
+        return by_id[str(source)]
+    raise ValueError(f"output row {rid!r} matches no input row of its batch: keep ids, or derive child ids as '<parent>/<k>'")
+
+
+RunnerActor = ray.remote(num_cpus=0, max_restarts=0)(PipelineRunner)
