@@ -142,8 +142,8 @@ class OpCounters:
     ooms: int = 0
     reserved_items: int = 0
     reserved_bytes: int = 0
-    growth_items: float = 1.0
-    growth_bytes: float = 1.0
+    growth_items: float = 2.0  # conservative until measured
+    growth_bytes: float = 2.0
     start_failures: int = 0
 
 
@@ -186,6 +186,7 @@ class PipelineRunner:
         self._tasks: set[asyncio.Task] = set()
         self._devices: list[Any] = []
         self._linger_armed = False
+        self._row_bytes = 256.0  # running estimate of input row bytes, to size source reads
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> dict[str, Any]:
@@ -297,7 +298,8 @@ class PipelineRunner:
     async def _wait_room(self) -> int:
         q = self.queues[0]
         while True:
-            room = self.settings.queue_max_items - q.n_items if q.n_bytes < self.settings.queue_max_bytes else 0
+            room = min(self.settings.queue_max_items - q.n_items,
+                       int((self.settings.queue_max_bytes - q.n_bytes) / max(1.0, self._row_bytes)))
             if room > 0 or q.n_items == 0:
                 return max(1, room)
             self._room.clear()
@@ -316,7 +318,9 @@ class PipelineRunner:
         shard.items_in += 1
         shard.pending += 1
         self.items_in += 1
-        self.queues[0].push(Item(row, shard.shard_id, row_bytes(row)))
+        item = Item(row, shard.shard_id, row_bytes(row))
+        self._row_bytes = _track(self._row_bytes, item.nbytes)
+        self.queues[0].push(item)
 
     def _close_shard(self, shard: Shard) -> None:
         shard.closed = True
@@ -330,15 +334,20 @@ class PipelineRunner:
             raise RuntimeError("this runner reads its PipelineSpec source; start it with external_input=True to feed shards")
         if self.input_closed:
             raise RuntimeError("input is closed: no more shards can be added")
+        missing = [k for k, row in enumerate(rows) if row.get(ID) is None]
+        if missing:
+            raise ValueError(f"shard {shard_id!r}: rows {missing[:5]} have no {ID!r}; every input row needs a unique id")
         old = self.shards.get(shard_id)
         if old is not None and not old.done:
             raise RuntimeError(f"shard {shard_id!r} is still running; wait for it before re-running it")
         shard = self._new_shard(shard_id)
         await asyncio.to_thread(self.sink.discard, shard_id)
-        for start in range(0, len(rows), 256):
-            await self._wait_room()
-            for row in rows[start:start + 256]:
+        start = 0
+        while start < len(rows):
+            room = min(await self._wait_room(), 256)
+            for row in rows[start:start + room]:
                 self._admit(row, shard)
+            start += room
             self._wake.set()
         self._close_shard(shard)
         self._wake.set()
@@ -538,10 +547,9 @@ class PipelineRunner:
             self.queues[i + 1].push(item)
         c.items_in += len(unit.items)
         c.items_out += n
-        alpha = 0.2
-        c.growth_items = (1 - alpha) * c.growth_items + alpha * max(n / max(1, len(unit.items)), 0.05)
+        c.growth_items = _track(c.growth_items, n / max(1, len(unit.items)))
         if continuing:
-            c.growth_bytes = (1 - alpha) * c.growth_bytes + alpha * max(out_bytes / max(1, in_bytes), 0.05)
+            c.growth_bytes = _track(c.growth_bytes, out_bytes / max(1, in_bytes))
         for shard_id in {it.shard for it in unit.items}:
             self._maybe_commit(self.shards[shard_id])
 
@@ -727,6 +735,11 @@ def _take(source: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:
         if len(rows) >= n:
             break
     return rows
+
+
+def _track(estimate: float, observed: float) -> float:
+    """A conservative growth estimate: jumps up to a larger observation, decays slowly down."""
+    return max(observed, 0.9 * estimate + 0.1 * observed, 0.05)
 
 
 def _halves(unit: Unit) -> list[Unit]:
