@@ -1,0 +1,59 @@
+"""The document-curation flow on Ray (prefect-ray): every input item is accounted for, the run is
+followed by a progress artifact and summarised by a table artifact, and re-running it into the
+same output location writes no duplicate rows."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from trident_flows.flows.document_curation import document_curation
+from trident_flows.runtime.sink import read_ids
+
+pytestmark = [pytest.mark.prefect, pytest.mark.ray]
+
+
+def _artifacts(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+
+
+def _task_runs(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+
+
+@pytest.mark.models
+def test_document_curation_accounts_for_every_item_and_reruns_idempotently(prefect_harness, ray_cluster, tmp_path):
+    out = tmp_path / "curated"
+    settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "curation-test"}
+    state = document_curation(pipeline=settings, return_state=True)
+    assert state.is_completed(), state.message
+    summary = state.result()
+    assert summary["items_in"] == 8 and summary["shards"] == 3
+    assert summary["kept"] + summary["near_duplicates"] + summary["filtered"] + summary["dead_lettered"] == 8
+    assert summary["near_duplicates"] >= 1  # the synthetic corpus holds near-duplicates (10%)
+    assert summary["duplicate_ids"] == 0
+    data, dead = read_ids(out)
+    assert len(data) + len(dead) == 8 and len(set(data) | set(dead)) == 8
+
+    flow_run_id = state.state_details.flow_run_id
+    shard_runs = [t for t in _task_runs(flow_run_id) if t.name.startswith("curate shard-")]
+    assert sorted(t.name for t in shard_runs) == ["curate shard-00000", "curate shard-00001", "curate shard-00002"]
+    assert all(t.state.is_completed() for t in shard_runs)
+    artifacts = {a.key: a for a in _artifacts(flow_run_id)}
+    assert artifacts["curation-curation-test-progress"].data == 100.0
+    table = artifacts["curation-curation-test-summary"].data
+    assert "kept" in table and "near-duplicates removed" in table
+
+    again = document_curation(pipeline=settings)
+    assert again["duplicate_ids"] == 0
+    data2, dead2 = read_ids(out)
+    assert sorted(data2) == sorted(data) and sorted(dead2) == sorted(dead)
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in (out / "data").glob("*.parquet")) == len(data)

@@ -1,0 +1,133 @@
+"""The ``document-curation`` flow: run a curation pipeline on Ray, one task run per input shard.
+
+Contract:
+- Connects to the Ray cluster of the ``RayClusterBlock`` (or starts a local node), starts the
+  pipeline runner as a named actor there (so the ``trident-sidecar`` flow can find it), cuts the
+  input into shards and runs each shard as a task run on Ray through prefect-ray's
+  ``RayTaskRunner``, with retries. Ray workers get ``PREFECT_API_URL`` through their runtime
+  environment, so their task runs report to the flow's server.
+- Outputs are idempotent per shard: re-running the flow (or a shard) into the same output
+  location replaces that shard's partition, never duplicating rows.
+- A progress artifact follows the run (share of input items accounted for); a table artifact
+  summarises kept / near-duplicates / filtered / dead-lettered items and throughput. The flow
+  returns the summary as a dict.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect_ray.context import remote_options
+
+from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock
+from trident_flows.flows.prefect_env import worker_env
+from trident_flows.pipelines import build_pipeline
+from trident_flows.runtime.launch import start_runner
+from trident_flows.tasks.curation import curate_shard, plan_shards, summarise
+
+
+def _artifact_key(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def _wait_some(pending: list[Any], timeout_s: float) -> tuple[list[Any], list[Any]]:
+    """Wait up to ``timeout_s`` for some shard task runs on Ray; return (done, still pending)."""
+    ready, _ = ray.wait([f.wrapped_future for f in pending], num_returns=1, timeout=timeout_s)
+    ready_ids = {r.hex() for r in ready}
+    done = [f for f in pending if f.wrapped_future.hex() in ready_ids]
+    for future in done:
+        future.wait()
+    return done, [f for f in pending if f.wrapped_future.hex() not in ready_ids]
+
+
+def _remove_stale_shards(out_dir: Path, shard_ids: set[str]) -> list[Path]:
+    """Delete committed partitions of shards this run does not have (an earlier run cut its input
+    into more shards), so the output location holds exactly this run's shards."""
+    stale = [p for sub in ("data", "dead_letter") for p in sorted((out_dir / sub).glob("shard=*.parquet"))
+             if p.stem.removeprefix("shard=") not in shard_ids]
+    for path in stale:
+        path.unlink()
+    return stale
+
+
+def _release_shared_state(spec: Any) -> None:
+    """Remove what a pipeline keeps in the cluster beyond its runner (the documents dedup index)."""
+    if spec.name == "documents":
+        from trident_flows.pipelines.doc_dedup import release_index
+        from trident_flows.pipelines.documents import dedup_index_name
+
+        release_index(dedup_index_name(spec))
+
+
+def _progress(runner: Any, items_in: int) -> tuple[float, str]:
+    state = ray.get(runner.state.remote())
+    done = state.items_written + state.items_dead_lettered
+    return (100.0 * done / items_in if items_in else 100.0,
+            f"{done}/{items_in} items accounted for ({state.items_written} written, {state.items_dead_lettered} dead-lettered), "
+            f"{state.throughput:.1f} items/s")
+
+
+@flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard.")
+def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 2,
+                      shard_timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node)."""
+    logger = get_run_logger()
+    cluster = cluster or RayClusterBlock()
+    env = worker_env()
+    connection = cluster.connect(env_vars=env)
+    logger.info("Ray cluster %s (namespace %s, %s)", connection.address, connection.namespace,
+                "started for this run" if connection.started_by_us else "already connected")
+    out_dir = Path(pipeline.output_location).resolve()
+    spec = build_pipeline(pipeline.pipeline, **pipeline.build_options(work_dir=out_dir.parent / f".{out_dir.name}-inputs"))
+    shards = plan_shards(spec.source(), pipeline.shard_size)
+    items_in = sum(len(s.rows) for s in shards)
+    logger.info("pipeline %s: %d items in %d shards of up to %d", spec.name, items_in, len(shards), pipeline.shard_size)
+
+    stale = _remove_stale_shards(out_dir, {s.shard_id for s in shards})
+    if stale:
+        logger.info("removed %d partitions of an earlier run's shards that this run does not have", len(stale))
+    key = _artifact_key(f"curation-{pipeline.runner_name}")
+    progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
+    start = time.monotonic()
+    runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=connection.namespace, external_input=True)
+    try:
+        with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
+            pending: list[Any] = []
+            finished: list[Any] = []
+            for shard in shards:
+                while len(pending) >= max_parallel_shards:
+                    done, pending = _wait_some(pending, 2.0)
+                    finished.extend(done)
+                    update_progress_artifact(progress_id, *_progress(runner, items_in))
+                pending.append(ray_runner.submit(curate_shard, parameters={
+                    "runner_name": pipeline.runner_name, "namespace": connection.namespace, "shard_id": shard.shard_id,
+                    "rows": [dict(r) for r in shard.rows], "timeout_s": shard_timeout_s}))
+            while pending:
+                done, pending = _wait_some(pending, 2.0)
+                finished.extend(done)
+                update_progress_artifact(progress_id, *_progress(runner, items_in))
+            for future in finished:
+                future.result()  # raises if a shard failed after its retries
+        ray.get(runner.close_input.remote())
+        while not ray.get(runner.state.remote()).finished:
+            time.sleep(0.2)
+        wall_s = time.monotonic() - start
+        update_progress_artifact(progress_id, *_progress(runner, items_in))
+    finally:
+        ray.get(runner.stop.remote())
+        ray.kill(runner)
+        _release_shared_state(spec)
+    summary = summarise(str(out_dir), items_in, len(shards), wall_s)
+    create_table_artifact(summary.table(), key=f"{key}-summary",
+                          description=f"{spec.name} into {out_dir}: kept, removed, dead-lettered items and throughput")
+    logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.1f items/s",
+                summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
+                summary.throughput_items_per_s)
+    if connection.started_by_us:
+        ray.shutdown()
+    return summary.to_dict()

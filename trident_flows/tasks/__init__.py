@@ -1,0 +1,1 @@
+"""Prefect task functions used by the flows in ``trident_flows.flows``."""

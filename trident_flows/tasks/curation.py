@@ -1,0 +1,127 @@
+"""Task functions of the ``document-curation`` flow: cut the input into shards, feed one shard to
+the pipeline runner and wait until it is committed, and summarise the committed output.
+
+Contract:
+- A shard is named by its position in the input order (``shard-00000``, ``shard-00001``, ...).
+  The runner's sink writes one partition per shard id and replaces it when the same id is
+  committed again, so a retried task run or a re-run of the whole flow never duplicates rows.
+- ``curate_shard`` is idempotent: it asks the runner whether the shard is already done before
+  (re-)adding it, and fails (so Prefect retries it) if the shard is not done within its timeout.
+- ``summarise`` reads the committed outputs back: kept, near-duplicate, quality-filtered and
+  dead-lettered items, duplicate ids (must be 0) and throughput.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pyarrow.parquet as pq
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from trident_flows.runtime.spec import DROP, ID
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A slice of the input: its id and rows (each row has a unique ``id``)."""
+
+    shard_id: str
+    rows: tuple[Mapping[str, Any], ...]
+
+
+def plan_shards(rows: Iterable[Mapping[str, Any]], shard_size: int) -> list[Shard]:
+    """Cut the input rows into shards of ``shard_size`` rows named by position."""
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    rows = list(rows)
+    return [Shard(f"shard-{k // shard_size:05d}", tuple(rows[k:k + shard_size])) for k in range(0, len(rows), shard_size)]
+
+
+@task(name="curate-shard", task_run_name="curate {shard_id}", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def curate_shard(runner_name: str, namespace: str, shard_id: str, rows: list[dict[str, Any]], timeout_s: float = 3600.0,
+                 poll_s: float = 0.25) -> dict[str, Any]:
+    """Hand one shard to the named pipeline runner and wait until its partition is committed.
+
+    A shard the runner already finished is not re-run; one it is still running is waited for
+    (a retry after a timeout); an unknown one is added."""
+    import ray
+
+    from trident_flows.runtime.launch import find_runner
+
+    runner = find_runner(runner_name, namespace)
+    if _status(runner, shard_id) is None:
+        ray.get(runner.add_shard.remote(shard_id, rows))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _status(runner, shard_id)
+        if status is not None and status.done:
+            return status.to_dict()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"shard {shard_id} of runner {runner_name!r} not done after {timeout_s:.0f} s: "
+                               f"{status.to_dict() if status else 'unknown to the runner'}")
+        time.sleep(poll_s)
+
+
+def _status(runner: Any, shard_id: str) -> Any:
+    """The runner's ShardStatus of ``shard_id``, or None when the runner does not know it."""
+    import ray
+
+    try:
+        return ray.get(runner.shard_status.remote(shard_id))
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, KeyError):
+            return None
+        raise
+
+
+@dataclass(frozen=True)
+class CurationSummary:
+    """What one curation run produced, read back from its committed output."""
+
+    items_in: int
+    kept: int
+    near_duplicates: int
+    filtered: int
+    dead_lettered: int
+    duplicate_ids: int
+    shards: int
+    wall_s: float
+    throughput_items_per_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> list[dict[str, Any]]:
+        """Rows for a Prefect table artifact."""
+        labels = {"items_in": "input items", "kept": "kept", "near_duplicates": "near-duplicates removed",
+                  "filtered": "filtered (quality, language, ...)", "dead_lettered": "dead-lettered (bad input)",
+                  "duplicate_ids": "duplicate ids in output (must be 0)", "shards": "shards",
+                  "wall_s": "wall time (s)", "throughput_items_per_s": "throughput (items/s)"}
+        return [{"figure": labels[k], "value": round(v, 2) if isinstance(v, float) else v} for k, v in self.to_dict().items()]
+
+
+def _drop_reasons(out_dir: Path) -> list[str]:
+    reasons: list[str] = []
+    for path in sorted((out_dir / "data").glob("shard=*.parquet")):
+        table = pq.read_table(path)
+        if DROP in table.column_names:
+            reasons.extend(r for r in table.column(DROP).to_pylist() if r)
+    return reasons
+
+
+@task(name="summarise-output", cache_policy=NO_CACHE)
+def summarise(out_dir: str, items_in: int, shards: int, wall_s: float) -> CurationSummary:
+    """Count the committed output: every input item is kept, dropped (with a reason) or dead-lettered."""
+    from trident_flows.runtime.sink import account
+
+    acc = account(Path(out_dir))
+    reasons = _drop_reasons(Path(out_dir))
+    near_dups = sum(1 for r in reasons if r.startswith("duplicate"))
+    return CurationSummary(items_in=items_in, kept=acc.items_written - acc.items_dropped, near_duplicates=near_dups,
+                           filtered=acc.items_dropped - near_dups, dead_lettered=acc.items_dead_lettered,
+                           duplicate_ids=acc.duplicate_ids, shards=shards, wall_s=wall_s,
+                           throughput_items_per_s=items_in / wall_s if wall_s > 0 else 0.0)
