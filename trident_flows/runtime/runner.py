@@ -190,8 +190,8 @@ class PipelineRunner:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> dict[str, Any]:
-        """Create devices and the initial replicas, wait until one replica per operator is warm,
-        then stream. Returns the replica ids per operator."""
+        """Create devices and the initial replicas, wait until they are warm (a replica that
+        fails its cold start is replaced), then stream. Returns the replica ids per operator."""
         if self.started_at:
             raise RuntimeError("runner already started")
         self.started_at = time.time()
@@ -200,9 +200,17 @@ class PipelineRunner:
             await asyncio.gather(*[d.info.remote() for d in self._devices])
             for pool in self.pools:
                 pool.devices = self._devices
+        initial = []
         for i, op in enumerate(self.spec.operators):
             for record in self.pools[i].start(op.config, op.replicas):
                 self._watch_start(i, record)
+                initial.append(record)
+        try:
+            await asyncio.wait_for(asyncio.gather(*[r.ready for r in initial], return_exceptions=True), self.settings.warm_timeout_s)
+        except asyncio.TimeoutError:
+            self._fail(f"replicas not warm after {self.settings.warm_timeout_s:g}s (not enough free resources in the cluster?)")
+            await self._shutdown()
+            raise RuntimeConfigError(self.error) from None
         self._spawn(self._pump())
         self._spawn(self._meter())
         if not self.external_input:
