@@ -1,0 +1,166 @@
+"""OperatorModel and anomaly filtering on known-truth synthetic operators (no Ray)."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from trident_flows.runtime.costmodel import DeviceCost
+from trident_flows.scheduler.anomaly import Reason
+from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.types import BatchSample, OpConfig, Outcome
+
+MIB = 2**20
+OP = SimOperator("parse", {"cpu": DeviceCost(per_batch_s=0.05, per_item_s=0.004, per_unit_s={"pages": 0.006}, resident_bytes=200 * MIB,
+                                             per_item_bytes=2 * MIB, per_unit_bytes={"pages": MIB // 2})}, contention=0.1)
+SHORT = Regime("short", {"pages": 3.0})
+A = OpConfig.make(batch_size=16)
+B = OpConfig.make(batch_size=32)
+QUIET = Anomalies(spike_prob=0.0, burst_prob=0.0)
+
+
+def _truth(run, held):
+    return np.array([abs(h.predicted - run.true_throughput(h.window.indices)) / run.true_throughput(h.window.indices) for h in held])
+
+
+def test_spikes_are_filtered_counted_and_mape_stays_under_five_percent():
+    run = simulate(OP, [Phase(A, 4, 300), Phase(B, 2, 300)], [(SHORT, 1000)], anomalies=Anomalies(spike_prob=0.05, burst_prob=0.0), seed=3)
+    model = OperatorModel("parse")
+    report = model.fit(run.samples)
+    assert report.fitted and report.mape is not None and report.mape < 0.05
+    assert _truth(run, report.held_out).mean() < 0.05
+    spikes = set(np.flatnonzero(run.anomaly == "spike"))
+    caught = {f.index for f in report.filtered if f.reason in (Reason.SPIKE, Reason.RESIDUAL)}
+    assert len(spikes & caught) >= 0.8 * len(spikes)
+    assert report.filtered_counts.get("spike", 0) + report.filtered_counts.get("residual", 0) == len(caught)
+    # nothing silently lost: every sample is fitted on, held out, or filtered with a reason
+    held = {i for h in report.held_out for i in h.window.indices}
+    filtered = {f.index for f in report.filtered}
+    parts = [set(report.fitted_on), held, filtered, set(report.subsampled)]
+    assert set().union(*parts) == set(range(len(run.samples)))
+    assert sum(len(p) for p in parts) == len(run.samples)
+
+
+def test_sustainable_throughput_counts_busy_time_not_idle_gaps():
+    # starved replicas (idle gaps between batches) still have the capacity of their busy time
+    run = simulate(OP, [Phase(A, 2, 200)], [(SHORT, 1000)], anomalies=QUIET, seed=4, starvation_s=0.5)
+    model = OperatorModel("parse")
+    model.fit(run.samples)
+    truth = OP.true_throughput(A, 2, {"pages": 3.0})
+    wall_rate = sum(s.items_in for s in run.samples) / (max(s.end for s in run.samples) - min(s.start for s in run.samples))
+    assert wall_rate < 0.6 * truth
+    assert model.throughput(A, 2, {"pages": 3.0}).mean == pytest.approx(truth, rel=0.05)
+
+
+def test_overlapping_batches_in_flight_are_not_double_counted():
+    # one replica runs two 10-item batches at once, each busy for 1 s: it sustains 20 items/s, not 10
+    samples = []
+    for k in range(40):
+        t = 100.0 + k
+        for j in range(2):
+            samples.append(BatchSample("parse", "r0", A, t, t + 1.0, 1.0, 10, 10, {"pages": 30.0}, 10 * MIB, inflight=2))
+    model = OperatorModel("parse")
+    assert model.fit(samples).fitted
+    assert model.throughput(A, 1, {"pages": 3.0}).mean == pytest.approx(20.0, rel=0.02)
+
+
+def test_capacity_curve_shows_diminishing_returns_of_contending_replicas():
+    phases = [Phase(A, r, 150) for r in (1, 2, 4, 8)]
+    run = simulate(OP, phases, [(SHORT, 1000)], anomalies=QUIET, seed=5)
+    model = OperatorModel("parse")
+    model.fit(run.samples)
+    curve = model.capacity_curve(A, 8, {"pages": 3.0})
+    means = np.array([p.mean for p in curve])
+    assert np.all(np.diff(means) > 0)
+    per_replica = means / np.arange(1, 9)
+    assert per_replica[-1] < 0.7 * per_replica[0]
+    for r in (1, 2, 4, 8):
+        assert means[r - 1] == pytest.approx(OP.true_throughput(A, r, {"pages": 3.0}), rel=0.06)
+        assert model.per_replica(A, r, {"pages": 3.0}).mean == pytest.approx(means[r - 1] / r)
+
+
+def test_memory_prediction_brackets_the_truth_and_widens_when_extrapolating():
+    run = simulate(OP, [Phase(A, 2, 150), Phase(B, 2, 150)], [(SHORT, 1000)], anomalies=QUIET, seed=6)
+    model = OperatorModel("parse")
+    model.fit(run.samples)
+    for cfg in (A, B):
+        truth = OP.costs["cpu"].peak_bytes(cfg.batch_size, {"pages": 3.0 * cfg.batch_size})
+        pred = model.memory(cfg, {"pages": 3.0})
+        assert pred.mean == pytest.approx(truth, rel=0.05)
+        assert model.memory_upper(cfg, 3.0) >= truth
+    far = model.memory(OpConfig.make(batch_size=128), {"pages": 3.0})
+    assert far.std > 2 * model.memory(B, {"pages": 3.0}).std
+
+
+def test_old_config_epoch_samples_are_dropped_when_superseded_and_downweighted_otherwise():
+    fast = SimOperator("parse", OP.costs, contention=0.0)
+    slow = SimOperator("parse", {"cpu": DeviceCost(per_batch_s=0.1, per_item_s=0.008, per_unit_s={"pages": 0.012})}, contention=0.0)
+    old_a = simulate(fast, [Phase(A, 2, 150)], [(SHORT, 1000)], anomalies=QUIET, seed=7).samples
+    old_b = simulate(fast, [Phase(B, 2, 150)], [(SHORT, 1000)], anomalies=QUIET, seed=8, start=2000.0).samples
+    new_a = [replace(s, config_epoch=1)
+             for s in simulate(slow, [Phase(A, 2, 150)], [(SHORT, 1000)], anomalies=QUIET, seed=9, start=5000.0).samples]
+    model = OperatorModel("parse")
+    report = model.fit(old_a + old_b + new_a)
+    superseded = {f.index for f in report.filtered if f.reason == Reason.SUPERSEDED}
+    assert superseded == set(range(len(old_a)))          # same config re-measured: the old epoch stops steering
+    assert report.downweighted > 0                       # config B, not re-measured: kept, down-weighted
+    assert model.throughput(A, 2, {"pages": 3.0}).mean == pytest.approx(slow.true_throughput(A, 2, {"pages": 3.0}), rel=0.06)
+    assert model.throughput(B, 2, {"pages": 3.0}).mean == pytest.approx(fast.true_throughput(B, 2, {"pages": 3.0}), rel=0.15)
+    stale = OperatorModel("parse", max_epoch_age=0).fit(old_a + old_b + new_a)
+    assert stale.filtered_counts["stale_epoch"] == len(old_b)
+
+
+def _flat(n: int, **changes) -> list[BatchSample]:
+    base = dict(operator="parse", replica_id="r0", config=A, busy_s=0.5, items_in=16, items_out=16, features={"pages": 48.0},
+                peak_host_mem_bytes=300 * MIB)
+    base.update(changes)
+    return [BatchSample(start=10.0 + k, end=10.5 + k, **base) for k in range(n)]
+
+
+def test_degenerate_windows_give_a_clear_state_not_a_crash():
+    model = OperatorModel("parse")
+    with pytest.raises(NoModelError, match="never called"):
+        model.throughput(A, 1)
+    empty = model.fit([])
+    assert empty.status == "no_model" and not model.ready
+    with pytest.raises(NoModelError, match="no usable ok samples"):
+        model.throughput(A, 1)
+    one = model.fit(_flat(1))
+    assert one.status == "no_model" and "need >= 2" in one.reason
+    same = model.fit(_flat(30))
+    assert same.fitted
+    pred = model.throughput(A, 1)
+    assert pred.mean == pytest.approx(32.0, rel=0.01) and math.isfinite(pred.std)
+    assert model.memory(A).mean == pytest.approx(300 * MIB, rel=0.01)
+
+
+def test_bad_values_are_set_aside_with_the_field_named():
+    bad = _flat(20)
+    bad[3] = _flat(1, busy_s=float("nan"))[0]
+    bad[5] = _flat(1, features={"pages": float("inf")})[0]
+    bad[7] = _flat(1, outcome=Outcome.OOM, error="CUDA out of memory")[0]
+    report = OperatorModel("parse").fit(bad)
+    details = {f.index: (f.reason, f.detail) for f in report.filtered}
+    assert details[3][0] == Reason.INVALID and "busy_s" in details[3][1]
+    assert details[5][0] == Reason.INVALID and "features['pages']" in details[5][1]
+    assert details[7][0] == Reason.OUTCOME and report.ooms == (A,)
+    assert report.fitted
+
+
+def test_prediction_inputs_are_checked():
+    model = OperatorModel("parse")
+    model.fit(_flat(30))
+    with pytest.raises(ValueError, match=r"features\['pages'\]=nan"):
+        model.throughput(A, 1, {"pages": float("nan")})
+    with pytest.raises(ValueError, match="features lack"):
+        model.throughput(A, 1, {"scanned": 1.0})
+    with pytest.raises(ValueError, match="replicas must be >= 1"):
+        model.throughput(A, 0)
+    with pytest.raises(NoModelError, match="device 'gpu'"):
+        model.throughput(OpConfig.make("gpu", batch_size=16), 1)
+    with pytest.raises(NoModelError, match="device 'gpu'"):
+        model.memory(OpConfig.make("gpu", batch_size=16))
+    with pytest.raises(ValueError, match="belongs to operator 'ocr'"):
+        model.fit(_flat(3, operator="ocr"))

@@ -1,0 +1,136 @@
+"""Two-stage anomaly filtering of an operator's batch samples (DESIGN.md section 5, observe).
+
+Contract:
+- Nothing is silently lost: every sample kept out of a fit becomes a ``Filtered`` value
+  (index into the caller's sample list, ``Reason``, human-readable detail), and
+  ``count_reasons`` tallies them for the ``FitReport``.
+- ``validate_sample`` checks one raw sample and names the bad field (non-finite times,
+  ``busy_s`` <= 0 or longer than ``end - start``, ``items_in`` < 1, non-finite features);
+  ``Reason.INVALID`` samples never reach numpy or scikit-learn.
+- Stage 1, ``robust_filter``: per configuration group and in time order, the log time per
+  item of each batch is compared with the rolling median of its neighbours; a batch more
+  than ``k`` scaled MADs away is a transient spike (GC pause, a neighbour's burst, a
+  straggler batch). The rolling window keeps the test local, so a regime switch (which
+  moves the median) is not mistaken for a run of spikes. A floor on the MAD keeps
+  all-identical samples from flagging each other over rounding noise.
+- Stage 2, ``loo_outliers``: after a first Gaussian-process fit, the closed-form
+  leave-one-out residual of every training point is standardised by its leave-one-out
+  predictive std; points beyond ``k`` standard deviations *and* a minimum relative error
+  are residual outliers (e.g. a whole window slowed by a burst the first stage missed).
+  Leave-one-out matters: a flexible GP can bend through an outlier it was fitted on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy.linalg import cho_solve
+
+from trident_flows.scheduler.types import BatchSample
+
+MAD_TO_SIGMA = 1.4826
+
+
+class Reason(str, Enum):
+    """Why a sample was kept out of a fit."""
+
+    INVALID = "invalid"            # a field is NaN/inf/negative/inconsistent
+    OUTCOME = "outcome"            # the batch ended in error or OOM: no throughput to learn from
+    SPIKE = "spike"                # stage 1: transient outlier against its neighbours
+    RESIDUAL = "residual"          # stage 2: outlier against the first fit
+    SUPERSEDED = "superseded"      # older config epoch; the same config and replica count were re-measured since
+    STALE_EPOCH = "stale_epoch"    # taken too many config epochs ago
+
+
+@dataclass(frozen=True)
+class Filtered:
+    """One sample set aside: its index in the list passed to ``fit``, the reason and a detail."""
+
+    index: int
+    reason: Reason
+    detail: str = ""
+
+
+def validate_sample(sample: BatchSample) -> str | None:
+    """Return ``None`` for a usable sample, else a message naming the bad field."""
+    for name in ("start", "end", "busy_s"):
+        value = getattr(sample, name)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{name}={value!r} is not a finite number"
+    if sample.busy_s <= 0:
+        return f"busy_s={sample.busy_s!r} must be > 0"
+    if sample.end < sample.start:
+        return f"end={sample.end!r} is before start={sample.start!r}"
+    if sample.busy_s > (sample.end - sample.start) * (1 + 1e-6) + 1e-9:
+        return f"busy_s={sample.busy_s!r} exceeds end - start={sample.end - sample.start!r}"
+    if not isinstance(sample.items_in, int) or sample.items_in < 1:
+        return f"items_in={sample.items_in!r} must be an integer >= 1"
+    for name, value in sample.features.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"features[{name!r}]={value!r} must be a finite number >= 0"
+    for name in ("peak_host_mem_bytes", "peak_device_mem_bytes"):
+        value = getattr(sample, name)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"{name}={value!r} must be a finite number >= 0"
+    return None
+
+
+def robust_filter(values: np.ndarray, groups: np.ndarray, order: np.ndarray, *, window: int = 21, k: float = 4.0,
+                  min_mad: float = 0.02, min_group: int = 5) -> np.ndarray:
+    """Stage 1: flag transient outliers of ``values`` (e.g. log seconds per item).
+
+    ``groups`` labels each value's configuration group; ``order`` is a sort key (time).
+    Within each group of at least ``min_group`` values, a value is flagged when it is more
+    than ``k`` scaled MADs from the median of the centred rolling ``window`` around it
+    (reflected at the ends). ``min_mad`` is the smallest MAD used (same unit as values).
+    Returns a boolean mask, True = outlier.
+    """
+    values = np.asarray(values, dtype=float)
+    flagged = np.zeros(values.shape[0], dtype=bool)
+    half = max(1, window // 2)
+    for group in np.unique(groups):
+        idx = np.flatnonzero(groups == group)
+        if idx.size < min_group:
+            continue
+        idx = idx[np.argsort(order[idx], kind="stable")]
+        v = values[idx]
+        h = min(half, v.size - 1)
+        padded = np.pad(v, h, mode="reflect")
+        windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1)
+        med = np.median(windows, axis=1)
+        mad = np.median(np.abs(windows - med[:, None]), axis=1)
+        scale = np.maximum(mad, min_mad) * MAD_TO_SIGMA
+        flagged[idx] = np.abs(v - med) > k * scale
+    return flagged
+
+
+def loo_outliers(L: np.ndarray, alpha: np.ndarray, y_scale: float, *, k: float = 3.5, min_abs: float = math.log(1.05)) -> np.ndarray:
+    """Stage 2: flag training points whose leave-one-out residual is an outlier.
+
+    ``L`` is the lower Cholesky factor of the GP's training covariance and ``alpha`` its
+    ``K^-1 y`` (scikit-learn's ``L_`` and ``alpha_``, in normalised target units);
+    ``y_scale`` converts a normalised residual back to target units. A point is flagged
+    when |LOO residual| > ``k`` LOO standard deviations and > ``min_abs`` in target units.
+    """
+    n = L.shape[0]
+    k_inv_diag = np.diag(cho_solve((L, True), np.eye(n)))
+    a = np.asarray(alpha).reshape(n)
+    residual = a / k_inv_diag
+    z = a / np.sqrt(k_inv_diag)
+    return (np.abs(z) > k) & (np.abs(residual) * y_scale > min_abs)
+
+
+def count_reasons(filtered: Iterable[Filtered]) -> dict[str, int]:
+    """Number of filtered samples per reason, e.g. ``{"spike": 12, "invalid": 1}``."""
+    return dict(Counter(f.reason.value for f in filtered))
+
+
+def group_codes(keys: Sequence[object]) -> np.ndarray:
+    """Integer code per key (equal keys share a code), in first-seen order."""
+    table: dict[object, int] = {}
+    return np.array([table.setdefault(key, len(table)) for key in keys], dtype=int)

@@ -1,0 +1,656 @@
+"""Per-operator models of sustainable throughput and peak memory (DESIGN.md section 5, observe).
+
+Contract:
+- ``OperatorModel(operator).fit(samples)`` fits on a window of that operator's
+  ``BatchSample`` values and returns a ``FitReport``; every sample left out is listed in it
+  with its reason (``anomaly.Filtered``), none is silently lost. Bad input never crashes
+  inside scikit-learn: invalid samples are set aside with a message naming the field, and
+  too little data gives ``status="no_model"`` (predictions then raise ``NoModelError``).
+- ``throughput(config, replicas, features) -> Prediction(mean, std)`` is the sustainable
+  throughput of the whole operator (all ``replicas`` replicas with ``config``) in items/s;
+  ``per_replica`` is the same divided by ``replicas``; ``capacity_curve`` lists the
+  prediction for 1..n replicas (concave when replicas contend, for the placement MILP).
+  ``memory(config, features) -> Prediction`` is the peak memory of one replica in bytes
+  (host memory for ``device="cpu"``, device memory otherwise); ``memory_upper(config, k)``
+  is ``mean + k*std`` for the OOM guard of the optimiser. ``features`` are per-item
+  workload features (e.g. pages per item); ``None`` means the current workload
+  (``current_features``: the item-weighted mean of the most recent windows).
+- A device no sample of the window ran on has no prediction: ``NoModelError`` (a model of
+  "cpu" cannot guess "gpu"; the optimiser must canary it).
+
+How throughput is measured ("sustainable", not the burst of one batch):
+  samples of one (config, config_epoch) group are cut, in completion order, into windows
+  of ``bin_size`` batches. A replica's busy interval for a batch is ``[end - busy_s, end]``;
+  the union of those intervals per replica is the time the replica was really busy, so
+  batches in flight at once (``inflight`` > 1, overlapping intervals) are not double
+  counted and idle gaps (a starved replica) do not lower the figure. Per-replica rate =
+  items / union busy seconds, summed over the window's replicas; replicas = distinct
+  replicas of the group active during the window. Operator throughput = replicas x rate.
+
+Model (deliberate design, to keep fit + predict of a 2,000-sample window well under 100 ms):
+- Aggregation: windows of ``bin_size = max(4, ceil(n * (1 - 1/holdout_every) / max_gp_points))``
+  batches, so every batch counts and about ``max_gp_points`` windows train the GP (2,000
+  samples -> windows of 16). Every ``holdout_every``-th window (time order) is held out when
+  there are >= 2 * holdout_every, and its mean absolute percentage error is the reported
+  ``mape``. Should many small config groups still make more than ``max_gp_points`` training
+  windows, the recent half and a stride sample of older ones are kept and the rest listed
+  in ``FitReport.subsampled`` (so no sample goes unaccounted). Kernel
+  hyperparameters are tuned by L-BFGS-B (bounded iterations: ``cold_iterations``, or
+  ``warm_iterations`` when starting from the previous fit's optimum) on an evenly spaced
+  subset of ``optimise_points`` windows; the GP is then conditioned exactly on all of them.
+- Inputs (standardised): device one-hot (when several devices), log2 batch size,
+  log1p cpus/gpus per replica, log2 replicas, numeric knobs (log2 when positive),
+  categorical knobs one-hot, log1p per-item workload features.
+- Target: log per-replica rate (positive, multiplicative noise). A weighted ridge
+  regression on the inputs is the GP's prior mean (so extrapolation in batch size, replicas
+  and features follows a log-linear trend, and with no evidence of contention throughput
+  scales linearly in replicas); a GaussianProcessRegressor with Constant*Matern(2.5, ARD)
+  + WhiteKernel (bounded hyperparameters, normalised target) models the residual. The
+  optimiser starts from the previous fit's hyperparameters (warm start).
+- ``Prediction.mean`` is the log-normal median ``exp(mu)``, ``std`` the log-normal std.
+- Memory: scikit-learn ``BayesianRidge`` per device on the physical basis of the cost
+  model (peak = resident + a*items + sum_f b_f*feature_sum_f + knob terms), fitted on the ok
+  batches (memory outliers are real risk, so they are not filtered; above
+  ``max_memory_samples`` an even stride plus the 20 highest peaks); its predictive std
+  includes parameter uncertainty, and a batch size outside the observed range widens it by
+  ``memory_extrapolation * mean * |log(batch / nearest observed batch)|`` (no OOM-safety
+  claim beyond the evidence).
+
+Sample invalidation after a configuration change (``config_epoch``): samples are
+*dropped* when the operator has re-measured the same OpConfig with the same number of
+replicas in the current epoch (``Reason.SUPERSEDED``: fresh evidence of a point replaces
+stale evidence of it) or when
+they are more than ``max_epoch_age`` epochs old (``Reason.STALE_EPOCH``); otherwise samples
+of older epochs are *down-weighted*: their windows carry extra noise variance
+``stale_noise * age`` in the GP and weight ``1 / (1 + age)`` in the prior mean. Why: a
+change alters the conditions an operator runs in (co-located replicas, caches, memory
+pressure), so old figures must not steer predictions where fresh ones exist; but they are
+still the only evidence about configs (and replica counts) not run since, which the
+optimiser and the placement MILP's capacity curves need.
+Memory samples are not invalidated (peak memory is a property of the config itself).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from copy import copy
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Sequence
+
+import numpy as np
+from scipy.optimize import minimize
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
+from sklearn.linear_model import BayesianRidge
+from threadpoolctl import threadpool_limits
+
+from trident_flows.scheduler.anomaly import (Filtered, Reason, count_reasons, group_codes, loo_outliers, robust_filter,
+                                             validate_sample)
+from trident_flows.scheduler.types import CPU, BatchSample, OpConfig, Outcome
+
+
+class NoModelError(RuntimeError):
+    """A prediction was asked of a model that has no data for it (not fitted, unseen device)."""
+
+
+class Prediction(NamedTuple):
+    """A prediction with its uncertainty; ``upper(k)`` is ``mean + k * std``."""
+
+    mean: float
+    std: float
+
+    def upper(self, k: float = 2.0) -> float:
+        return self.mean + k * self.std
+
+
+@dataclass(frozen=True)
+class Window:
+    """One aggregated window of batches of one (config, config_epoch) group."""
+
+    indices: tuple[int, ...]
+    config: OpConfig
+    epoch: int
+    replicas: int
+    start: float
+    end: float
+    items: int
+    busy_s: float
+    per_replica_rate: float
+    features: Mapping[str, float]
+    utilisation: float
+
+    @property
+    def throughput(self) -> float:
+        """Measured sustainable throughput of the operator in this window (items/s)."""
+        return self.replicas * self.per_replica_rate
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A window kept out of the fit, with the model's prediction for it."""
+
+    window: Window
+    predicted: float
+    std: float
+
+    @property
+    def ape(self) -> float:
+        return abs(self.predicted - self.window.throughput) / self.window.throughput
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What one ``fit`` did. ``fitted_on``: indices (into the list passed to ``fit``) of the
+    samples that steer the throughput model; ``filtered``: every sample set aside and why;
+    ``held_out``: the windows kept out to measure ``mape``; ``subsampled``: samples of
+    training windows beyond the GP's point cap. These four partition the input."""
+
+    operator: str
+    status: str                      # "fitted" | "no_model"
+    reason: str
+    n_samples: int
+    fitted_on: tuple[int, ...]
+    filtered: tuple[Filtered, ...]
+    filtered_counts: Mapping[str, int]
+    downweighted: int
+    windows: int
+    bin_size: int
+    subsampled: tuple[int, ...]
+    held_out: tuple[HeldOut, ...]
+    mape: float | None
+    memory_samples: int
+    current_epoch: int
+    current_features: Mapping[str, float]
+    ooms: tuple[OpConfig, ...]
+    kernel: str
+    fit_ms: float
+
+    @property
+    def fitted(self) -> bool:
+        return self.status == "fitted"
+
+
+@dataclass(frozen=True)
+class _Encoder:
+    """Turns (config, replicas, per-item features) into the model's numeric inputs."""
+
+    devices: tuple[str, ...]
+    numeric_knobs: tuple[tuple[str, bool], ...]          # (name, log2)
+    categorical_knobs: tuple[tuple[str, tuple[str, ...]], ...]
+    features: tuple[str, ...]
+
+    @classmethod
+    def build(cls, configs: Sequence[OpConfig], features: Sequence[str]) -> "_Encoder":
+        devices = tuple(sorted({c.device for c in configs}))
+        values: dict[str, set] = {}
+        for c in configs:
+            for name, value in c.knobs:
+                values.setdefault(name, set()).add(value)
+        numeric, categorical = [], []
+        for name in sorted(values):
+            vals = values[name]
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                numeric.append((name, all(v > 0 for v in vals)))
+            else:
+                categorical.append((name, tuple(sorted(str(v) for v in vals))))
+        return cls(devices, tuple(numeric), tuple(categorical), tuple(features))
+
+    def config_row(self, c: OpConfig) -> list[float]:
+        row = [float(c.device == d) for d in self.devices] if len(self.devices) > 1 else []
+        row += [math.log2(c.batch_size), math.log1p(c.cpus), math.log1p(c.gpus)]
+        knobs = c.knob_dict
+        for name, log in self.numeric_knobs:
+            value = knobs.get(name, 0)
+            if isinstance(value, str) or not math.isfinite(float(value)):
+                raise ValueError(f"knob {name!r}={value!r}: the model learned it as a number; pass a finite number")
+            row.append(math.log2(value) if log and value > 0 else float(value))
+        for name, choices in self.categorical_knobs:
+            row += [float(str(knobs.get(name)) == ch) for ch in choices]
+        return row
+
+    def encode(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> np.ndarray:
+        rows = {}
+        base = np.array([rows.setdefault(c, self.config_row(c)) for c in configs], dtype=float).reshape(len(configs), -1)
+        return np.column_stack([base, np.log2(np.maximum(replicas, 1.0)), np.log1p(feats)])
+
+
+@dataclass(frozen=True)
+class _ThroughputFit:
+    encoder: _Encoder
+    x_mean: np.ndarray
+    x_scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    gp: GaussianProcessRegressor
+
+
+@dataclass(frozen=True)
+class _MemoryFit:
+    model: BayesianRidge
+    knobs: tuple[str, ...]
+    features: tuple[str, ...]
+    col_scale: np.ndarray
+    batch_range: tuple[int, int]
+
+
+_MIB = float(2**20)
+
+
+class OperatorModel:
+    """Anomaly-filtered GP models of one operator (see the module docstring)."""
+
+    def __init__(self, operator: str, *, max_gp_points: int = 100, holdout_every: int = 5,
+                 max_epoch_age: int = 3, stale_noise: float = 0.25, spike_k: float = 4.0, residual_k: float = 3.5,
+                 current_windows: int = 5, optimise_points: int = 50, cold_iterations: int = 60, warm_iterations: int = 12,
+                 memory_extrapolation: float = 0.25, max_memory_samples: int = 600) -> None:
+        if not operator:
+            raise ValueError("operator name must be a non-empty string")
+        self.operator = operator
+        self.max_gp_points = max_gp_points
+        self.holdout_every = holdout_every
+        self.max_epoch_age = max_epoch_age
+        self.stale_noise = stale_noise
+        self.spike_k = spike_k
+        self.residual_k = residual_k
+        self.current_windows = current_windows
+        self.optimise_points = optimise_points
+        self.cold_iterations = cold_iterations
+        self.warm_iterations = warm_iterations
+        self.memory_extrapolation = memory_extrapolation
+        self.max_memory_samples = max_memory_samples
+        self.report: FitReport | None = None
+        self._tp: _ThroughputFit | None = None
+        self._mem: dict[str, _MemoryFit] = {}
+        self._kernel: Kernel | None = None
+
+    # ----------------------------------------------------------------- state
+    @property
+    def ready(self) -> bool:
+        """True once a throughput model exists."""
+        return self._tp is not None
+
+    @property
+    def fitted_on(self) -> tuple[int, ...]:
+        return self.report.fitted_on if self.report else ()
+
+    @property
+    def mape(self) -> float | None:
+        return self.report.mape if self.report else None
+
+    @property
+    def current_features(self) -> dict[str, float]:
+        return dict(self.report.current_features) if self.report else {}
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self._tp.encoder.features if self._tp else ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self._tp.encoder.devices if self._tp else ()
+
+    def snapshot(self) -> "OperatorModel":
+        """A copy sharing the (immutable) fitted state; later fits of ``self`` do not change it."""
+        return copy(self)
+
+    # ------------------------------------------------------------------- fit
+    def fit(self, samples: Sequence[BatchSample], current_epoch: int | None = None) -> FitReport:
+        """Fit both models on ``samples`` (one operator's sliding window, any order).
+
+        ``current_epoch`` is the operator's config epoch now (default: the newest in the window).
+        BLAS runs single-threaded here: the matrices are small, and the scheduler shares its
+        cores with the pipeline.
+        """
+        with threadpool_limits(1):
+            return self._fit(samples, current_epoch)
+
+    def _fit(self, samples: Sequence[BatchSample], current_epoch: int | None) -> FitReport:
+        t0 = time.perf_counter()
+        filtered: list[Filtered] = []
+        ok: list[int] = []
+        mem_ok: list[int] = []
+        ooms: set[OpConfig] = set()
+        for i, s in enumerate(samples):
+            if not isinstance(s, BatchSample):
+                raise TypeError(f"samples[{i}] is a {type(s).__name__}, expected BatchSample")
+            if s.operator != self.operator:
+                raise ValueError(f"samples[{i}] belongs to operator {s.operator!r}, this model is for {self.operator!r}")
+            problem = validate_sample(s)
+            if problem is not None:
+                filtered.append(Filtered(i, Reason.INVALID, problem))
+            elif s.outcome != Outcome.OK:
+                filtered.append(Filtered(i, Reason.OUTCOME, f"outcome={s.outcome.value}" + (f": {s.error}" if s.error else "")))
+                if s.outcome == Outcome.OOM:
+                    ooms.add(s.config)
+            else:
+                ok.append(i)
+                if (s.peak_host_mem_bytes if s.config.device == CPU else s.peak_device_mem_bytes) > 0:
+                    mem_ok.append(i)
+        epoch = max((samples[i].config_epoch for i in ok), default=0) if current_epoch is None else current_epoch
+
+        self._mem = self._fit_memory(samples, mem_ok)
+        ok, age = self._invalidate(samples, ok, epoch, filtered)
+        common = dict(operator=self.operator, n_samples=len(samples), memory_samples=len(mem_ok), current_epoch=epoch,
+                      ooms=tuple(sorted(ooms, key=OpConfig.label)))
+        if not ok:
+            return self._no_model(common, filtered, "no usable ok samples in the window", t0)
+
+        feature_names = tuple(sorted({f for i in ok for f in samples[i].features}))
+        items = np.array([samples[i].items_in for i in ok], dtype=float)
+        busy = np.array([samples[i].busy_s for i in ok], dtype=float)
+        end = np.array([samples[i].end for i in ok], dtype=float)
+        groups = group_codes([(samples[i].config, samples[i].config_epoch) for i in ok])
+
+        spikes = robust_filter(np.log(busy / items), groups, end, k=self.spike_k)
+        for j in np.flatnonzero(spikes):
+            filtered.append(Filtered(ok[j], Reason.SPIKE, f"busy_s={busy[j]:.4g} for {int(items[j])} items is a transient outlier"))
+        keep = np.flatnonzero(~spikes)
+        ok = [ok[j] for j in keep]
+        groups = groups[keep]
+        windows, bin_size = self._windows(samples, ok, groups, feature_names, filtered)
+        if len(windows) < 2:
+            return self._no_model(common, filtered, f"{len(ok)} usable sample(s) make {len(windows)} window(s); need >= 2", t0)
+
+        windows.sort(key=lambda w: w.end)
+        held = [w for k, w in enumerate(windows) if len(windows) >= 2 * self.holdout_every and k % self.holdout_every == 2]
+        train = [w for k, w in enumerate(windows) if not (len(windows) >= 2 * self.holdout_every and k % self.holdout_every == 2)]
+        train, dropped = self._subsample(train)
+        encoder = _Encoder.build([w.config for w in windows], feature_names)
+        X = encoder.encode([w.config for w in train], np.array([w.replicas for w in train], float), _feature_matrix(train, feature_names))
+        y = np.log([w.per_replica_rate for w in train])
+        ages = np.array([age[(w.config, w.epoch)] for w in train], dtype=float)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fit = self._fit_gp(encoder, X, y, ages, self._start_kernel(X.shape[1]), optimise=True)
+            outliers = loo_outliers(fit.gp.L_, fit.gp.alpha_, float(np.atleast_1d(fit.gp._y_train_std)[0]), k=self.residual_k)
+            if outliers.any() and (~outliers).sum() >= 2:
+                for w in (train[j] for j in np.flatnonzero(outliers)):
+                    filtered += [Filtered(i, Reason.RESIDUAL, f"window ending {w.end:.3f} is an outlier against the first fit") for i in w.indices]
+                keep = ~outliers
+                train = [w for w, k in zip(train, keep) if k]
+                fit = self._fit_gp(encoder, X[keep], y[keep], ages[keep], fit.gp.kernel_, optimise=False)
+        self._tp = fit
+        self._kernel = fit.gp.kernel_
+
+        held_out = ()
+        if held:
+            mean, std = self._predict_log([w.config for w in held], np.array([w.replicas for w in held], float), _feature_matrix(held, feature_names))
+            held_out = tuple(HeldOut(w, *_lognormal(m, s, w.replicas)) for w, m, s in zip(held, mean, std))
+        mape = float(np.mean([h.ape for h in held_out])) if held_out else None
+        recent = windows[-self.current_windows:]
+        tot = sum(w.items for w in recent)
+        current = {f: sum(w.features[f] * w.items for w in recent) / tot for f in feature_names}
+        report = FitReport(status="fitted", reason=f"{len(train)} training windows of {bin_size} batches", fitted_on=tuple(sorted(i for w in train for i in w.indices)),
+                           filtered=tuple(filtered), filtered_counts=count_reasons(filtered), downweighted=sum(len(w.indices) for w in train if age[(w.config, w.epoch)] > 0),
+                           windows=len(train), bin_size=bin_size, subsampled=tuple(sorted(i for w in dropped for i in w.indices)), held_out=held_out, mape=mape, current_features=current,
+                           kernel=str(fit.gp.kernel_), fit_ms=(time.perf_counter() - t0) * 1e3, **common)
+        self.report = report
+        return report
+
+    def _no_model(self, common: dict, filtered: list[Filtered], reason: str, t0: float) -> FitReport:
+        self._tp = None
+        self.report = FitReport(status="no_model", reason=reason, fitted_on=(), filtered=tuple(filtered), filtered_counts=count_reasons(filtered),
+                                downweighted=0, windows=0, bin_size=0, subsampled=(), held_out=(), mape=None, current_features={}, kernel="",
+                                fit_ms=(time.perf_counter() - t0) * 1e3, **common)
+        return self.report
+
+    def _invalidate(self, samples: Sequence[BatchSample], ok: list[int], epoch: int, filtered: list[Filtered]) -> tuple[list[int], dict]:
+        """Apply the config-epoch rule; return the surviving indices and each (config, epoch) group's age."""
+        replicas: dict[tuple[OpConfig, int], set[str]] = {}
+        for i in ok:
+            replicas.setdefault((samples[i].config, samples[i].config_epoch), set()).add(samples[i].replica_id)
+        fresh = {(c, len(r)) for (c, e), r in replicas.items() if e >= epoch}
+        kept, age = [], {}
+        for i in ok:
+            s = samples[i]
+            a = max(0, epoch - s.config_epoch)
+            n = len(replicas[(s.config, s.config_epoch)])
+            if a > 0 and (s.config, n) in fresh:
+                filtered.append(Filtered(i, Reason.SUPERSEDED, f"config_epoch {s.config_epoch} < {epoch} and {s.config.label()} x{n} was re-measured since"))
+            elif a > self.max_epoch_age:
+                filtered.append(Filtered(i, Reason.STALE_EPOCH, f"config_epoch {s.config_epoch} is {a} epochs old (max {self.max_epoch_age})"))
+            else:
+                kept.append(i)
+                age[(s.config, s.config_epoch)] = a
+        return kept, age
+
+    def _windows(self, samples: Sequence[BatchSample], ok: list[int], groups: np.ndarray, feature_names: tuple[str, ...],
+                 filtered: list[Filtered]) -> tuple[list[Window], int]:
+        n = len(ok)
+        bin_size = max(4, math.ceil(n * (1 - 1 / self.holdout_every) / self.max_gp_points)) if n >= 16 else max(1, n // 4)
+        end = np.array([samples[i].end for i in ok])
+        busy = np.array([samples[i].busy_s for i in ok])
+        first = end - busy
+        replica = group_codes([samples[i].replica_id for i in ok])
+        # busy time each batch adds to its replica's union of busy intervals
+        contrib = np.zeros(n)
+        for g in np.unique(groups):
+            for r in np.unique(replica[groups == g]):
+                idx = np.flatnonzero((groups == g) & (replica == r))
+                idx = idx[np.argsort(first[idx], kind="stable")]
+                prev_end = np.concatenate([[-np.inf], np.maximum.accumulate(end[idx])[:-1]])
+                contrib[idx] = np.maximum(0.0, end[idx] - np.maximum(first[idx], prev_end))
+        windows = []
+        for g in np.unique(groups):
+            idx = np.flatnonzero(groups == g)
+            idx = idx[np.argsort(end[idx], kind="stable")]
+            spans = {r: (first[idx[replica[idx] == r]].min(), end[idx[replica[idx] == r]].max()) for r in np.unique(replica[idx])}
+            cuts = list(range(0, idx.size, bin_size))
+            if len(cuts) > 1 and idx.size - cuts[-1] < max(1, bin_size // 2):
+                cuts.pop()
+            for a, b in zip(cuts, cuts[1:] + [idx.size]):
+                part = idx[a:b]
+                busy_total = float(contrib[part].sum())
+                items = sum(samples[ok[j]].items_in for j in part)
+                if busy_total <= 0:
+                    filtered += [Filtered(ok[j], Reason.INVALID, "busy interval lies inside another batch's of the same replica") for j in part]
+                    continue
+                w0, w1 = float(first[part].min()), float(end[part].max())
+                reps = sum(1 for lo, hi in spans.values() if lo < w1 and hi > w0) or 1
+                s0 = samples[ok[part[0]]]
+                feats = {f: sum(samples[ok[j]].features.get(f, 0.0) for j in part) / items for f in feature_names}
+                windows.append(Window(tuple(ok[j] for j in part), s0.config, s0.config_epoch, reps, w0, w1, items, busy_total,
+                                      items / busy_total, feats, min(1.0, busy_total / (reps * max(w1 - w0, 1e-9)))))
+        return windows, bin_size
+
+    def _subsample(self, train: list[Window]) -> tuple[list[Window], list[Window]]:
+        """At most ``max_gp_points`` windows: the recent half and a stride sample of older ones; and the rest."""
+        if len(train) <= self.max_gp_points:
+            return train, []
+        recent = self.max_gp_points // 2
+        old = train[:-recent]
+        pick = set(np.linspace(0, len(old) - 1, self.max_gp_points - recent).round().astype(int).tolist())
+        return [w for k, w in enumerate(old) if k in pick] + train[-recent:], [w for k, w in enumerate(old) if k not in pick]
+
+    def _start_kernel(self, d: int) -> Kernel:
+        """The previous fit's kernel when the inputs match (warm start), else a fresh bounded one."""
+        if self._kernel is not None and _kernel_dims(self._kernel) == d:
+            return self._kernel
+        return (ConstantKernel(0.5, (1e-3, 1e2)) * Matern(length_scale=np.full(d, 2.0), length_scale_bounds=(5e-2, 1e3), nu=2.5)
+                + WhiteKernel(0.05, (1e-5, 1.0)))
+
+    def _fit_gp(self, encoder: _Encoder, X: np.ndarray, y: np.ndarray, ages: np.ndarray, kernel: Kernel, optimise: bool) -> _ThroughputFit:
+        x_mean = X.mean(axis=0)
+        x_scale = X.std(axis=0)
+        x_scale[x_scale < 1e-9] = 1.0
+        Z = (X - x_mean) / x_scale
+        weights = 1.0 / (1.0 + ages)
+        # weighted ridge prior mean (intercept unpenalised)
+        wz_mean = np.average(Z, axis=0, weights=weights)
+        wy_mean = float(np.average(y, weights=weights))
+        Zc, yc = Z - wz_mean, y - wy_mean
+        A = (Zc * weights[:, None]).T @ Zc + 1.0 * np.eye(Z.shape[1])
+        coef = np.linalg.solve(A, (Zc * weights[:, None]).T @ yc)
+        intercept = wy_mean - float(wz_mean @ coef)
+        resid = y - (Z @ coef + intercept)
+        alpha = 1e-8 + self.stale_noise * ages
+        if optimise:
+            # hyperparameters on an evenly spaced subset (O(n^2 d) per L-BFGS step), then one exact fit on all
+            sub = np.unique(np.linspace(0, len(y) - 1, min(len(y), self.optimise_points)).round().astype(int))
+            iterations = self.warm_iterations if kernel is self._kernel else self.cold_iterations
+            tuned = GaussianProcessRegressor(kernel=kernel, alpha=alpha[sub], normalize_y=True, optimizer=_lbfgs(iterations))
+            kernel = tuned.fit(Z[sub], resid[sub]).kernel_
+        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, optimizer=None)
+        gp.fit(Z, resid)
+        return _ThroughputFit(encoder, x_mean, x_scale, coef, intercept, gp)
+
+    def _fit_memory(self, samples: Sequence[BatchSample], idx: list[int]) -> dict[str, _MemoryFit]:
+        fits: dict[str, _MemoryFit] = {}
+        by_device: dict[str, list[int]] = {}
+        for i in idx:
+            by_device.setdefault(samples[i].config.device, []).append(i)
+        for device, ids in by_device.items():
+            if len(ids) < 2:
+                continue
+            if len(ids) > self.max_memory_samples:
+                # an even stride over the window plus its highest peaks (OOM safety leans on the peaks)
+                peak = np.array([samples[i].peak_host_mem_bytes if device == CPU else samples[i].peak_device_mem_bytes for i in ids])
+                pick = set(np.linspace(0, len(ids) - 1, self.max_memory_samples).round().astype(int)) | set(np.argsort(peak)[-20:])
+                ids = [ids[k] for k in sorted(pick)]
+            feats = tuple(sorted({f for i in ids for f in samples[i].features}))
+            knobs = tuple(sorted({k for i in ids for k, v in samples[i].config.knobs if isinstance(v, (int, float))}))
+            knob_rows = {c: _knob_values(c, knobs) for c in {samples[i].config for i in ids}}
+            B = np.array([[float(samples[i].items_in)] + [samples[i].features.get(f, 0.0) for f in feats] + knob_rows[samples[i].config]
+                          for i in ids], dtype=float)
+            scale = np.abs(B).max(axis=0)
+            scale[scale == 0] = 1.0
+            y = np.array([(samples[i].peak_host_mem_bytes if device == CPU else samples[i].peak_device_mem_bytes) for i in ids], float) / _MIB
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = BayesianRidge(fit_intercept=True).fit(B / scale, y)
+            sizes = [samples[i].config.batch_size for i in ids]
+            fits[device] = _MemoryFit(model, knobs, feats, scale, (min(sizes), max(sizes)))
+        return fits
+
+    # --------------------------------------------------------------- predict
+    def _check_features(self, features: Mapping[str, float] | None, names: Sequence[str]) -> dict[str, float]:
+        if features is None:
+            return self.current_features
+        missing = [f for f in names if f not in features]
+        if missing:
+            raise ValueError(f"operator {self.operator!r}: features lack {missing}; pass per-item values for {list(names)} (or None for the current workload)")
+        out = {}
+        for f in names:
+            v = features[f]
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"operator {self.operator!r}: features[{f!r}]={v!r} must be a finite number >= 0")
+            out[f] = float(v)
+        return out
+
+    def _require(self, configs: Sequence[OpConfig]) -> _ThroughputFit:
+        if self._tp is None:
+            why = self.report.reason if self.report else "fit() was never called"
+            raise NoModelError(f"operator {self.operator!r} has no throughput model yet ({why})")
+        for c in configs:
+            if c.device not in self._tp.encoder.devices:
+                raise NoModelError(f"operator {self.operator!r} has no throughput samples on device {c.device!r} "
+                                   f"(seen: {list(self._tp.encoder.devices)}); run a canary replica on it first")
+        return self._tp
+
+    def _predict_log(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        fit = self._require(configs)
+        Z = (fit.encoder.encode(configs, replicas, feats) - fit.x_mean) / fit.x_scale
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mu, std = fit.gp.predict(Z, return_std=True)
+        return Z @ fit.coef + fit.intercept + mu, std
+
+    def predict_many(self, configs: Sequence[OpConfig], replicas: Sequence[int] | int = 1,
+                     features: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised ``throughput``: arrays of mean and std (items/s, whole operator), one per config."""
+        reps = np.broadcast_to(np.asarray(replicas, dtype=float), (len(configs),)).copy()
+        if (reps < 1).any():
+            raise ValueError(f"operator {self.operator!r}: replicas must be >= 1, got {replicas!r}")
+        fit = self._require(configs)
+        f = self._check_features(features, fit.encoder.features)
+        feats = np.tile([f[n] for n in fit.encoder.features], (len(configs), 1)).reshape(len(configs), len(fit.encoder.features))
+        mu, s = self._predict_log(configs, reps, feats)
+        mean, std = _lognormal(mu, s, reps)
+        return np.asarray(mean), np.asarray(std)
+
+    def throughput(self, config: OpConfig, replicas: int = 1, features: Mapping[str, float] | None = None) -> Prediction:
+        """Sustainable throughput of ``replicas`` replicas of ``config`` together, items/s."""
+        mean, std = self.predict_many([config], replicas, features)
+        return Prediction(float(mean[0]), float(std[0]))
+
+    def per_replica(self, config: OpConfig, replicas: int = 1, features: Mapping[str, float] | None = None) -> Prediction:
+        """Throughput of one replica when ``replicas`` run together, items/s."""
+        t = self.throughput(config, replicas, features)
+        return Prediction(t.mean / replicas, t.std / replicas)
+
+    def capacity_curve(self, config: OpConfig, max_replicas: int, features: Mapping[str, float] | None = None) -> tuple[Prediction, ...]:
+        """``throughput(config, r)`` for r = 1..max_replicas (the MILP's piecewise-linear capacity)."""
+        if max_replicas < 1:
+            raise ValueError(f"max_replicas must be >= 1, got {max_replicas}")
+        mean, std = self.predict_many([config] * max_replicas, np.arange(1, max_replicas + 1), features)
+        return tuple(Prediction(float(m), float(s)) for m, s in zip(mean, std))
+
+    def memory(self, config: OpConfig, features: Mapping[str, float] | None = None) -> Prediction:
+        """Peak memory of one replica of ``config`` in bytes (host for cpu, device otherwise)."""
+        fit = self._mem.get(config.device)
+        if fit is None:
+            why = "fit() was never called" if self.report is None else f"no ok samples with memory on device {config.device!r} (seen: {sorted(self._mem)})"
+            raise NoModelError(f"operator {self.operator!r} has no memory model for device {config.device!r}: {why}")
+        f = self._check_features(features, fit.features) if features is not None else {n: self.current_features.get(n, 0.0) for n in fit.features}
+        row = np.array(_memory_row(config.batch_size, {n: v * config.batch_size for n, v in f.items()}, config, fit.features, fit.knobs)) / fit.col_scale
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mean, std = fit.model.predict(row[None, :], return_std=True)
+        mean, std = float(mean[0]), float(std[0])
+        lo, hi = fit.batch_range
+        outside = max(math.log(lo / config.batch_size), math.log(config.batch_size / hi), 0.0)
+        std += abs(mean) * outside * self.memory_extrapolation
+        return Prediction(max(mean, 0.0) * _MIB, std * _MIB)
+
+    def memory_upper(self, config: OpConfig, k: float = 2.0, features: Mapping[str, float] | None = None) -> float:
+        """``mean + k * std`` of the peak memory of one replica, bytes (the optimiser's OOM guard)."""
+        return self.memory(config, features).upper(k)
+
+    def log_residual(self, sample: BatchSample, replicas: int) -> float:
+        """log(observed rate of one batch) - log(predicted per-replica rate), for change-point tests."""
+        problem = validate_sample(sample)
+        if problem is not None:
+            raise ValueError(f"operator {self.operator!r}: sample from {sample.replica_id!r} is invalid: {problem}")
+        fit = self._require([sample.config])
+        feats = np.array([[sample.features.get(f, 0.0) / sample.items_in for f in fit.encoder.features]]).reshape(1, -1)
+        mu, _ = self._predict_log([sample.config], np.array([float(replicas)]), feats)
+        return math.log(sample.items_in / sample.busy_s) - float(mu[0])
+
+
+def _lbfgs(maxiter: int):
+    """L-BFGS-B on the log marginal likelihood with a bounded number of iterations."""
+    def optimise(obj_func, initial_theta, bounds):
+        result = minimize(obj_func, initial_theta, method="L-BFGS-B", jac=True, bounds=bounds, options={"maxiter": maxiter})
+        return result.x, result.fun
+    return optimise
+
+
+def _feature_matrix(windows: Sequence[Window], names: Sequence[str]) -> np.ndarray:
+    return np.array([[w.features[f] for f in names] for w in windows], dtype=float).reshape(len(windows), len(names))
+
+
+def _lognormal(mu, s, replicas):
+    """Median and std of ``replicas * exp(N(mu, s^2))``."""
+    median = np.exp(mu) * replicas
+    return median, median * np.sqrt(np.expm1(np.square(s)))
+
+
+def _kernel_dims(kernel: Kernel) -> int:
+    for value in kernel.get_params().values():
+        if isinstance(value, Matern):
+            return np.atleast_1d(value.length_scale).size
+    return -1
+
+
+def _knob_values(config: OpConfig, knobs: Sequence[str]) -> list[float]:
+    values = config.knob_dict
+    return [float(values.get(k, 0.0)) for k in knobs]
+
+
+def _memory_row(items: float, feature_sums: Mapping[str, float], config: OpConfig, feats: Sequence[str], knobs: Sequence[str]) -> list[float]:
+    return [float(items)] + [float(feature_sums.get(f, 0.0)) for f in feats] + _knob_values(config, knobs)

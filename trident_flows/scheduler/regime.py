@@ -1,0 +1,298 @@
+"""Regime detection for one operator (DESIGN.md section 5, regime).
+
+Contract:
+- ``RegimeDetector.update(sample, residual)`` consumes the operator's samples in completion
+  order and returns ``None`` or a frozen ``RegimeChange`` (old and new regime id, kind,
+  whether the new regime was seen before, the estimated change point, the evidence and a
+  reason). Applying a change (refit, recall a remembered model) is the caller's step.
+- Which regime the input is in: online leader clustering of the per-item workload features
+  of each batch (``features / items_in``, then ``log1p``, divided by an optional per-feature
+  scale). A sample within ``radius`` of a regime's centroid belongs to it; the current
+  regime changes when ``confirm`` of the last ``vote_window`` samples belong to another
+  regime, or are novel and close together (a new regime is created from their mean).
+  Regime ids are stable for the detector's life, so a recurring regime gets its old id
+  (``recurring=True``): scikit-learn's online clusterers (Birch) may renumber clusters.
+- Whether the operator behaves differently: a two-sided CUSUM on throughput residuals
+  (``OperatorModel.log_residual``), standardised by a reference median and a MAD-based
+  sigma calibrated on ``calibration`` residuals after every reset (or given to
+  ``recalibrate`` after a refit). Each step uses the median of the last three standardised
+  residuals, clipped at ``clip``: isolated spikes (the anomaly filter's business) cannot
+  raise an alarm, a sustained shift of d sigma does within about ``1 + h / (min(d, clip) - k)``
+  samples. An alarm is also required to *persist*: the median of the last ``persist``
+  standardised residuals must be beyond ``2k`` and the shift at least ``min_shift`` (log
+  units; smaller shifts are below the model's accuracy and not worth re-planning); a CUSUM
+  excursion whose cause is already over (a neighbour's burst of a few batches) is counted in
+  ``transients`` and reset. So a hidden change is reported after about ``persist / 2 + 1``
+  samples. With k=0.5, h=8 the false-alarm run length on Gaussian noise is far beyond 10^5.
+- Stragglers: with R replicas, batches of the old regime still complete after the first
+  ones of the new regime, so for ``dwell`` samples after a switch, votes for the regime just
+  left do not switch back.
+- On a CUSUM alarm the samples since the estimated change point decide the kind: their
+  mean features in another regime -> ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL``
+  (same workload, different behaviour: ``old == new``; the caller should drop samples
+  before ``change_point`` and refit). After any change the residual baseline recalibrates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
+from trident_flows.scheduler.types import BatchSample
+
+
+class ChangeKind(str, Enum):
+    FEATURES = "features"    # the workload moved to another (or a new) feature regime
+    RESIDUAL = "residual"    # same workload features, the operator's throughput shifted
+
+
+@dataclass(frozen=True)
+class RegimeChange:
+    """A detected regime change of one operator; ``at_sample`` and ``change_point`` count
+    samples given to ``update`` (0-based)."""
+
+    operator: str
+    old: int | None
+    new: int
+    kind: ChangeKind
+    recurring: bool
+    at_sample: int
+    change_point: int
+    evidence: Mapping[str, float]
+    reason: str
+
+
+@dataclass
+class Regime:
+    """One workload regime: its centroid in the detector's feature space and how many samples built it."""
+
+    id: int
+    centroid: np.ndarray
+    count: int = 0
+    first_seen: int = 0
+    last_seen: int = 0
+
+
+@dataclass
+class _Cusum:
+    reference: float = 0.0
+    sigma: float = 1.0
+    calibration: list[float] = field(default_factory=list)
+    recent: deque = field(default_factory=lambda: deque(maxlen=3))
+    history: deque = field(default_factory=lambda: deque(maxlen=256))   # (sample number, standardised residual)
+    up: float = 0.0
+    down: float = 0.0
+    up_start: int = 0
+    down_start: int = 0
+
+
+
+class RegimeDetector:
+    """Online feature clustering plus a CUSUM change-point test, for one operator."""
+
+    def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
+                 radius: float = 0.5, vote_window: int = 5, confirm: int = 3, calibration: int = 30, cusum_k: float = 0.5,
+                 cusum_h: float = 8.0, clip: float = 3.0, persist: int = 20, min_shift: float = 0.1, dwell: int = 10,
+                 min_sigma: float = 0.01, centroid_memory: int = 200) -> None:
+        if confirm > vote_window or confirm < 1:
+            raise ValueError(f"confirm must be in 1..vote_window ({vote_window}), got {confirm}")
+        if radius <= 0 or cusum_h <= 0 or calibration < 3:
+            raise ValueError("radius and cusum_h must be > 0 and calibration >= 3")
+        self.operator = operator
+        self.features: tuple[str, ...] | None = tuple(features) if features is not None else None
+        self.scales = dict(scales or {})
+        self.radius = radius
+        self.vote_window = vote_window
+        self.confirm = confirm
+        self.calibration = calibration
+        self.k = cusum_k
+        self.h = cusum_h
+        self.clip = clip
+        self.persist = persist
+        self.min_shift = min_shift
+        self.dwell = dwell
+        self._previous: int | None = None
+        self._switched_at = -10**9
+        self.transients = 0
+        self.min_sigma = min_sigma
+        self.centroid_memory = centroid_memory
+        self.regimes: dict[int, Regime] = {}
+        self.current: int | None = None
+        self.n = 0
+        self.changes: list[RegimeChange] = []
+        self._votes: deque = deque(maxlen=vote_window)          # (label or None, vector)
+        self._history: deque = deque(maxlen=256)                 # (sample number, vector)
+        self._cusum = _Cusum()
+        self._cal_left = calibration
+
+    # ---------------------------------------------------------------- features
+    def vector(self, sample: BatchSample) -> np.ndarray:
+        """The sample's point in regime space: log1p(per-item feature) / scale."""
+        if self.features is None:
+            self.features = tuple(sorted(sample.features))
+        if sample.items_in < 1:
+            raise ValueError(f"operator {self.operator!r}: sample from {sample.replica_id!r} has items_in={sample.items_in}; need >= 1")
+        out = []
+        for f in self.features:
+            v = sample.features.get(f, 0.0)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"operator {self.operator!r}: sample from {sample.replica_id!r} has features[{f!r}]={v!r}; need a finite number >= 0")
+            out.append(math.log1p(v / sample.items_in) / self.scales.get(f, 1.0))
+        return np.array(out)
+
+    def classify(self, vector: np.ndarray) -> tuple[int | None, float]:
+        """Nearest regime within ``radius`` (or None) and the distance to the nearest regime."""
+        if not self.regimes:
+            return None, math.inf
+        ids = list(self.regimes)
+        d = np.linalg.norm(np.array([self.regimes[i].centroid for i in ids]) - vector, axis=1)
+        j = int(np.argmin(d))
+        return (ids[j] if d[j] <= self.radius else None), float(d[j])
+
+    # ---------------------------------------------------------------- residuals
+    @property
+    def calm(self) -> bool:
+        """True when the residual baseline is calibrated and neither CUSUM side is building up
+        (a safe moment to swap the residual model and ``recalibrate``)."""
+        return self._cal_left == 0 and max(self._cusum.up, self._cusum.down) < 2.0 * self.k + 1.0
+
+    def reset_baseline(self) -> None:
+        """Forget the residual reference; the next ``calibration`` residuals calibrate it (e.g. after a config change)."""
+        self._cusum = _Cusum()
+        self._cal_left = self.calibration
+
+    def recalibrate(self, residuals: Sequence[float]) -> None:
+        """Set the residual reference from residuals of recent samples under a new model (e.g. after a refit)."""
+        r = np.asarray([x for x in residuals if x is not None and math.isfinite(x)], dtype=float)
+        if r.size < 3:
+            self.reset_baseline()
+            return
+        self._cusum = _Cusum()
+        self._set_reference(r)
+
+    def _set_reference(self, r: np.ndarray) -> None:
+        med = float(np.median(r))
+        self._cusum.reference = med
+        self._cusum.sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(r - med))), self.min_sigma)
+        self._cusum.up_start = self._cusum.down_start = self.n
+        self._cal_left = 0
+
+    def _cusum_step(self, residual: float) -> tuple[float, int] | None:
+        c = self._cusum
+        if self._cal_left > 0:
+            c.calibration.append(residual)
+            self._cal_left -= 1
+            if self._cal_left == 0:
+                self._set_reference(np.array(c.calibration))
+                c.calibration = []
+            return None
+        raw = (residual - c.reference) / c.sigma
+        c.recent.append(raw)
+        c.history.append((self.n, raw))
+        z = float(np.clip(np.median(c.recent), -self.clip, self.clip))
+        if c.up == 0.0:
+            c.up_start = self.n
+        if c.down == 0.0:
+            c.down_start = self.n
+        c.up = max(0.0, c.up + z - self.k)
+        c.down = max(0.0, c.down - z - self.k)
+        if max(c.up, c.down) <= self.h:
+            return None
+        window = [z for _, z in list(c.history)[-self.persist:]]
+        level = float(np.median(window)) if len(window) >= self.persist else 0.0
+        needed = max(2 * self.k, self.min_shift / c.sigma)
+        if c.up > self.h and level >= needed:
+            return c.up, c.up_start
+        if c.down > self.h and level <= -needed:
+            return -c.down, c.down_start
+        if abs(float(np.median(window[-5:]))) < self.k:
+            # the shift is already over: a transient (a neighbour's burst), not a regime
+            c.up = c.down = 0.0
+            self.transients += 1
+        return None
+
+    # ---------------------------------------------------------------- update
+    def update(self, sample: BatchSample, residual: float | None = None) -> RegimeChange | None:
+        """Consume one sample (and its throughput residual, if a model exists)."""
+        x = self.vector(sample)
+        label, dist = self.classify(x)
+        self._votes.append((label, x))
+        self._history.append((self.n, x))
+        change = None
+        if residual is not None and math.isfinite(residual):
+            alarm = self._cusum_step(residual)
+            if alarm is not None:
+                change = self._on_alarm(*alarm)
+        if change is None:
+            change = self._on_votes(dist)
+        if change is None and label is not None and label == self.current:
+            reg = self.regimes[label]
+            reg.count += 1
+            reg.centroid += (x - reg.centroid) / min(reg.count, self.centroid_memory)
+            reg.last_seen = self.n
+        self.n += 1
+        if change is not None:
+            self.changes.append(change)
+        return change
+
+    def _new_regime(self, centroid: np.ndarray) -> int:
+        rid = len(self.regimes)
+        self.regimes[rid] = Regime(rid, centroid.copy(), 1, self.n, self.n)
+        return rid
+
+    def _switch(self, new: int, kind: ChangeKind, change_point: int, evidence: dict, reason: str, recurring: bool) -> RegimeChange | None:
+        old = self.current
+        self.current = new
+        self._previous, self._switched_at = old, self.n
+        self.regimes[new].last_seen = self.n
+        self._votes.clear()
+        self.reset_baseline()
+        if old is None:
+            return None  # the first regime is an initialisation, not a change
+        return RegimeChange(self.operator, old, new, kind, recurring, self.n, change_point, evidence, reason)
+
+    def _on_votes(self, dist: float) -> RegimeChange | None:
+        labels = [lab for lab, _ in self._votes]
+        novel = [x for lab, x in self._votes if lab is None]
+        stragglers = self._previous if self.n - self._switched_at < self.dwell else None
+        if len(novel) >= self.confirm:
+            centre = np.mean(novel, axis=0)
+            if max(np.linalg.norm(x - centre) for x in novel) <= self.radius:
+                label, _ = self.classify(centre)
+                recurring = label is not None
+                rid = label if recurring else self._new_regime(centre)
+                if rid != self.current and rid != stragglers:
+                    return self._switch(rid, ChangeKind.FEATURES, self.n - len(novel) + 1,
+                                        {"votes": float(len(novel)), "distance": float(dist)},
+                                        f"{len(novel)} of the last {len(labels)} samples have features of {'regime ' + str(rid) if recurring else 'a new regime ' + str(rid)}",
+                                        recurring)
+        for rid in set(lab for lab in labels if lab is not None and lab != self.current and lab != stragglers):
+            votes = labels.count(rid)
+            if votes >= self.confirm:
+                return self._switch(rid, ChangeKind.FEATURES, self.n - votes + 1, {"votes": float(votes), "distance": float(dist)},
+                                    f"{votes} of the last {len(labels)} samples have features of regime {rid}", True)
+        return None
+
+    def _on_alarm(self, stat: float, start: int) -> RegimeChange | None:
+        shift = self._cusum.sigma * float(np.median([z for n, z in self._cusum.history if n >= start] or [0.0]))
+        since = [x for n, x in self._history if n >= start] or [self._history[-1][1]]
+        centre = np.mean(since, axis=0)
+        label, dist = self.classify(centre)
+        evidence = {"cusum": float(stat), "threshold": self.h, "sigma": self._cusum.sigma, "shift_log": shift, "samples_since": float(len(since))}
+        if self.current is not None and label == self.current:
+            self.reset_baseline()
+            self._votes.clear()
+            change = RegimeChange(self.operator, self.current, self.current, ChangeKind.RESIDUAL, True, self.n, start, evidence,
+                                  f"throughput residual shifted by {math.expm1(shift):+.0%} (CUSUM {abs(stat):.1f} > {self.h}) with unchanged workload features")
+            return change
+        recurring = label is not None
+        rid = label if recurring else self._new_regime(centre)
+        return self._switch(rid, ChangeKind.FEATURES, start, {**evidence, "distance": dist},
+                            f"throughput residual shifted by {math.expm1(shift):+.0%} and the features since sample {start} are "
+                            f"{'those of regime ' + str(rid) if recurring else 'a new regime ' + str(rid)}", recurring)
