@@ -1,0 +1,121 @@
+"""Regime detection (feature clustering + CUSUM on residuals) and regime memory, on synthetic streams (no Ray)."""
+
+import numpy as np
+import pytest
+
+from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from trident_flows.runtime.costmodel import DeviceCost
+from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
+from trident_flows.scheduler.regime_memory import RegimeMemory
+from trident_flows.scheduler.types import BatchSample, OpConfig
+
+CFG = OpConfig.make(batch_size=16)
+
+
+def _stream(rng, regimes, items=16, spread=0.1):
+    """Samples whose per-item features follow ``regimes``: a list of (pages per item, count)."""
+    out, t = [], 0.0
+    for pages, n in regimes:
+        for _ in range(n):
+            p = pages * items * rng.lognormal(0, spread)
+            out.append(BatchSample("ocr", "r0", CFG, t, t + 1.0, 1.0, items, items, {"pages": p}))
+            t += 1.0
+    return out
+
+
+def _run(detector, samples, residuals=None):
+    changes = []
+    for n, s in enumerate(samples):
+        change = detector.update(s, None if residuals is None else float(residuals[n]))
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def test_feature_regime_switch_is_detected_within_a_few_samples():
+    rng = np.random.default_rng(0)
+    det = RegimeDetector("ocr", ("pages",))
+    changes = _run(det, _stream(rng, [(3.0, 200), (40.0, 200)]))
+    assert len(changes) == 1
+    c = changes[0]
+    assert c.kind == ChangeKind.FEATURES and c.old == 0 and c.new == 1 and not c.recurring
+    assert 200 <= c.at_sample <= 200 + 5
+    assert "new regime 1" in c.reason and c.evidence["votes"] >= 3
+
+
+def test_stationary_noise_with_spikes_raises_no_alarm_over_a_long_run():
+    rng = np.random.default_rng(1)
+    n = 6000
+    residuals = rng.normal(0.0, 0.05, n)
+    spikes = rng.random(n) < 0.03
+    residuals[spikes] -= rng.uniform(0.7, 1.8, spikes.sum())      # GC pauses, stragglers
+    det = RegimeDetector("ocr", ("pages",))
+    assert _run(det, _stream(rng, [(3.0, n)], spread=0.3), residuals) == []
+    assert det.current == 0 and len(det.regimes) == 1
+
+
+def test_hidden_throughput_shift_is_detected_from_residuals_but_a_short_burst_is_not():
+    rng = np.random.default_rng(2)
+    residuals = rng.normal(0.0, 0.05, 600)
+    residuals[150:156] -= 0.5                                     # a neighbour's burst of 6 batches
+    residuals[400:] -= 0.4                                        # a lasting slowdown no feature shows
+    det = RegimeDetector("ocr", ("pages",))
+    changes = _run(det, _stream(rng, [(3.0, 600)]), residuals)
+    assert len(changes) == 1 and det.transients >= 1
+    c = changes[0]
+    assert c.kind == ChangeKind.RESIDUAL and c.old == c.new == 0
+    assert 400 <= c.at_sample <= 400 + 15 and abs(c.change_point - 400) <= 5
+    assert c.evidence["shift_log"] == pytest.approx(-0.4, abs=0.1)
+
+
+def test_recurring_regime_is_recognised_as_the_same_regime():
+    rng = np.random.default_rng(3)
+    det = RegimeDetector("ocr", ("pages",))
+    changes = _run(det, _stream(rng, [(3.0, 100), (40.0, 100), (3.0, 100), (40.0, 100), (12.0, 100)]))
+    assert [(c.old, c.new, c.recurring) for c in changes] == [(0, 1, False), (1, 0, True), (0, 1, True), (1, 2, False)]
+    assert len(det.regimes) == 3
+
+
+def test_detector_names_a_bad_feature():
+    det = RegimeDetector("ocr", ("pages",))
+    bad = BatchSample("ocr", "r7", CFG, 0.0, 1.0, 1.0, 16, 16, {"pages": float("nan")})
+    with pytest.raises(ValueError, match=r"r7.*features\['pages'\]=nan"):
+        det.update(bad)
+    with pytest.raises(ValueError, match="confirm"):
+        RegimeDetector("ocr", confirm=9, vote_window=5)
+
+
+def test_regime_memory_serves_a_snapshot_that_later_fits_do_not_change():
+    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.0)
+    quiet = Anomalies(spike_prob=0.0, burst_prob=0.0)
+    short = simulate(op, [Phase(CFG, 2, 120)], [(Regime("short", {"pages": 3.0}), 1000)], anomalies=quiet, seed=1).samples
+    long = simulate(op, [Phase(CFG, 2, 120)], [(Regime("long", {"pages": 40.0}), 1000)], anomalies=quiet, seed=2).samples
+    memory = RegimeMemory()
+    model = OperatorModel("ocr")
+    model.fit(short)
+    before = model.throughput(CFG, 2, {"pages": 3.0})
+    memory.remember(0, "ocr", model=model, best_config=CFG, best_throughput=before.mean)
+    model.fit(long)                                   # the live model moves on to another regime
+    assert model.current_features["pages"] > 30
+    record = memory.visit(0, "ocr")
+    assert record.visits == 2 and record.best_config == CFG
+    assert record.model.throughput(CFG, 2, {"pages": 3.0}) == before
+    assert record.model.current_features["pages"] == pytest.approx(3.0, rel=0.15)
+    assert memory.recall(1, "ocr") is None and memory.regimes("ocr") == [0]
+    with pytest.raises(ValueError, match="no fit to remember"):
+        memory.remember(1, "ocr", model=OperatorModel("ocr"))
+
+
+def test_model_residuals_reveal_a_hidden_slowdown_end_to_end():
+    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.0)
+    normal, slow = Regime("normal", {"pages": 5.0}), Regime("noisy-neighbour", {"pages": 5.0}, slowdown=1.5)
+    run = simulate(op, [Phase(CFG, 2, 700)], [(normal, 400), (slow, 300)], anomalies=Anomalies(spike_prob=0.03, burst_prob=0.0), seed=4)
+    model = OperatorModel("ocr")
+    assert model.fit(run.samples[:300]).fitted
+    det = RegimeDetector("ocr", ("pages",))
+    det.recalibrate([model.log_residual(s, 2) for s in run.samples[200:300]])
+    changes = _run(det, run.samples, [model.log_residual(s, 2) for s in run.samples])
+    switch = run.switches[0][0]
+    assert [c.kind for c in changes] == [ChangeKind.RESIDUAL]
+    assert switch <= changes[0].at_sample <= switch + 15
