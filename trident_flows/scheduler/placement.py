@@ -1,0 +1,446 @@
+"""Placement MILP: replicas x OpConfig x device x node class for every operator (DESIGN.md
+section 5, "placement").
+
+Contract:
+- ``solve_placement(demands, cluster, current=None, solver="cbc"|"highs", time_limit_s=...)``
+  returns a ``PlacementResult`` whose ``plan`` (a ``types.Plan``) maximises the pipeline
+  throughput ``T`` (input items/s): ``max T`` s.t. for every operator the summed capacity
+  of its replicas >= ``work_per_item * T``; ``plan_placement`` returns just the ``Plan``.
+- Variables are integers per (operator, option, node class): identical nodes form one
+  class, so the model does not grow with the node count. Per class: CPUs, GPUs (effective
+  fractions, see ``placement_eval.effective_gpus``), host memory, host<->device bandwidth
+  (bytes/item x items/s). Per operator: min/max replicas, allowed classes. Concave
+  throughput curves are the minimum of their segments' lines (no extra binaries).
+- Every solution is packed onto individual nodes and GPUs (``placement_eval.pack_class``);
+  if fragmentation leaves replicas unplaced, the class's aggregate capacity is reduced by
+  what did not fit and the MILP is solved again (at most ``MAX_REPAIRS`` times), so a
+  returned plan always fits node by node.
+- Switching cost is handled by "solve, then decide" (``transition_cost.plan_transition``):
+  the MILP only carries a tie-break (worth < 1e-6 of T) that prefers keeping the current
+  replicas, then using fewer resources, among plans of equal throughput. Pricing cold
+  starts inside the MILP would need the regime duration and the rollout order (which
+  replicas can start before others retire), which are not linear in the variables; the
+  transition planner prices the exact step sequence instead.
+- Bad input raises ``PlacementError`` naming the operator and resource (e.g. an operator
+  that fits no device, or minimum replicas that do not fit the cluster), never a solver
+  status code. A time limit returns the best plan found with its status and gap.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import pulp
+
+from trident_flows.scheduler.placement_eval import (
+    Key,
+    _place_on_node,
+    class_capacity,
+    effective_gpus,
+    ineligibility,
+    no_fit_message,
+    operator_capacity,
+    pack_cluster,
+    throughput_of,
+    usage_vector,
+)
+from trident_flows.scheduler.placement_types import CurrentPlacement, GiB, OperatorDemand
+from trident_flows.scheduler.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
+
+MAX_REPAIRS = 5
+SOLVERS = ("highs", "cbc")
+DEFAULT_SOLVER = "highs" if pulp.HiGHS().available() else "cbc"
+GAP_REL = 1e-4
+_KEEP_WEIGHT = 1e-6
+_BW_UNIT = 1e9  # bandwidth in GB/s inside the model
+
+
+class PlacementError(ValueError):
+    """The placement problem has no solution; the message names the operator/resource."""
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    """A solved placement: the plan, its replica counts, and how the solve went.
+
+    ``status`` is "optimal" or "time_limit" (best plan found, optimality not proven);
+    ``gap`` the relative gap between the best bound and the plan's objective (0 when
+    optimal); ``repairs`` how many re-solves node-level packing needed."""
+
+    plan: Plan
+    counts: tuple[tuple[Key, int], ...]
+    throughput: float
+    status: str
+    gap: float
+    solver: str
+    build_ms: float
+    solve_ms: float
+    total_ms: float
+    repairs: int
+    bottlenecks: tuple[str, ...]
+
+    @property
+    def count_map(self) -> dict[Key, int]:
+        return dict(self.counts)
+
+
+def _per_node_fit(option_vec: tuple[float, float, float], nc: NodeClass) -> int:
+    mem = float(nc.host_memory_bytes) if nc.host_memory_bytes else math.inf
+    return _place_on_node((float(nc.cpus), mem, (1.0,) * nc.gpus), option_vec, 10**9)[1]
+
+
+def _current_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement | None,
+                    eligible: dict[Key, int]) -> dict[Key, int]:
+    """Current replicas as MILP keys; groups whose config is not an option are left out."""
+    counts: dict[Key, int] = {}
+    if current is None:
+        return counts
+    for d in demands:
+        for g in current.for_operator(d.name):
+            k = d.option_index(g.config)
+            if k is None:
+                continue
+            c = g.node_class or next((nc.name for nc in cluster.node_classes if (d.name, k, nc.name) in eligible), None)
+            if c is not None:
+                counts[(d.name, k, c)] = counts.get((d.name, k, c), 0) + g.replicas
+    return counts
+
+
+def _validate(demands: Sequence[OperatorDemand], cluster: ClusterSpec, solver: str) -> None:
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    names = [d.name for d in demands]
+    if not demands:
+        raise ValueError("demands is empty: give one OperatorDemand per pipeline operator")
+    if len(set(names)) != len(names):
+        raise ValueError(f"operator names must be unique, got {names}")
+    known = {nc.name for nc in cluster.node_classes}
+    for d in demands:
+        for restriction in [d.node_classes] + [o.node_classes for o in d.options]:
+            unknown = set(restriction or ()) - known
+            if unknown:
+                raise ValueError(f"operator {d.name!r} names unknown node classes {sorted(unknown)}; the cluster has {sorted(known)}")
+
+
+def _diagnose_infeasible(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int]) -> str:
+    """Name the resource the operators' minimum replicas over-subscribe."""
+    totals = [sum(class_capacity(nc)[i] for nc in cluster.node_classes) for i in range(3)]
+    need = [0.0, 0.0, 0.0]
+    for d in demands:
+        vecs = [usage_vector(d.options[k], cluster.node_class(c)) for (op, k, c) in eligible if op == d.name]
+        for i in range(3):
+            need[i] += d.min_replicas * min(v[i] for v in vecs)
+    units = [("CPUs", lambda v: f"{v:g}"), ("GPUs", lambda v: f"{v:g}"), ("host memory", lambda v: f"{v / GiB:.3g} GiB")]
+    for i, (name, fmt) in enumerate(units):
+        if need[i] > totals[i] + 1e-9:
+            return (f"the cluster cannot host min_replicas of every operator: they need at least {fmt(need[i])} {name}, "
+                    f"the cluster has {fmt(totals[i])}; lower min_replicas, choose smaller configs or add nodes")
+    return ("the operators' minimum replicas do not fit together on the nodes (CPU, GPU and memory per node combined); "
+            "lower min_replicas, allow more node classes or add nodes")
+
+
+def _describe(groups: dict[tuple[str, str], int]) -> str:
+    return ", ".join(f"{n} x {label} on {c}" for (label, c), n in sorted(groups.items()) if n) or "none"
+
+
+def _operator_reason(d: OperatorDemand, cluster: ClusterSpec, new: dict[Key, int], cur: dict[Key, int] | None,
+                     throughput: float) -> str:
+    cap = operator_capacity(d, new) / d.work_per_item
+    headroom = cap / throughput - 1 if throughput > 0 else math.inf
+    head = "bottleneck" if headroom <= 1e-6 else f"headroom {headroom:.0%}"
+    label = lambda k: d.options[k].config.label()  # noqa: E731
+    new_g = {(label(k), c): n for (op, k, c), n in new.items() if op == d.name and n}
+    raised = [f"gpus {d.options[k].config.gpus:g}->{effective_gpus(d.options[k], cluster.node_class(c)):.3g} on {c} so "
+              f"{d.options[k].device_mem_bytes / GiB:.3g} GiB per replica fits one GPU"
+              for (op, k, c), n in new.items() if op == d.name and n and effective_gpus(d.options[k], cluster.node_class(c)) > d.options[k].config.gpus]
+    note = f" ({'; '.join(raised)})" if raised else ""
+    if cur is None:
+        return f"{head}: {_describe(new_g)}{note}"
+    cur_g = {(label(k), c): n for (op, k, c), n in cur.items() if op == d.name and n}
+    if cur_g == new_g:
+        return f"unchanged ({head})"
+    changes = []
+    for key in sorted(set(new_g) | set(cur_g)):
+        delta = new_g.get(key, 0) - cur_g.get(key, 0)
+        if delta:
+            changes.append(f"{delta:+d} replica{'s' if abs(delta) != 1 else ''} {key[0]} on {key[1]}")
+    return f"{head}: {', '.join(changes)}{note}"
+
+
+class _WarmHiGHS(pulp.HiGHS):
+    """PuLP's in-process HiGHS, given a MIP start (PuLP passes none to it)."""
+
+    def __init__(self, start: dict[pulp.LpVariable, int], **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.start = start
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        if self.start and self.mip:
+            import numpy as np
+
+            idx = np.array([v.index for v in self.start], dtype=np.int32)
+            lp.solverModel.setSolution(len(idx), idx, np.array(list(self.start.values()), dtype=np.float64))
+        lp.solverModel.run()
+
+
+def _solver_cmd(solver: str, time_limit_s: float, threads: int, start: dict[pulp.LpVariable, int]) -> pulp.LpSolver:
+    if solver == "highs":
+        return _WarmHiGHS(start, msg=False, timeLimit=time_limit_s, gapRel=GAP_REL, threads=threads if threads > 1 else None)
+    # CBC given threads=1 runs its parallel mode with one worker and waits on it: pass threads only above 1.
+    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=GAP_REL, threads=threads if threads > 1 else None,
+                             warmStart=bool(start))
+
+
+def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement | None = None, *,
+                    solver: str = DEFAULT_SOLVER, time_limit_s: float = 1.0, threads: int = 1) -> PlacementResult:
+    """Solve the placement MILP; see the module docstring. ``time_limit_s`` bounds the whole
+    call (all solves); at the limit the best plan found is returned with its status and gap.
+    Raises ``PlacementError``."""
+    t0 = time.perf_counter()
+    demands = list(demands)
+    _validate(demands, cluster, solver)
+    eligible: dict[Key, int] = {}  # key -> upper bound on replicas
+    for d in demands:
+        for k, opt in enumerate(d.options):
+            for nc in cluster.node_classes:
+                if ineligibility(d, opt, nc) is None:
+                    ub = nc.count * _per_node_fit(usage_vector(opt, nc), nc)
+                    if d.max_replicas is not None:
+                        ub = min(ub, d.max_replicas)
+                    if ub > 0:
+                        eligible[(d.name, k, nc.name)] = ub
+        if not any(key[0] == d.name for key in eligible):
+            raise PlacementError(no_fit_message(d, cluster))
+    cur = _current_counts(demands, cluster, current, eligible) if current is not None else None
+    reductions: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
+    build_ms = solve_ms = 0.0
+    for repair in range(MAX_REPAIRS + 1):
+        tb = time.perf_counter()
+        prob, x, cap_vars = _build(demands, cluster, eligible, cur or {}, reductions)
+        ts = time.perf_counter()
+        build_ms += (ts - tb) * 1e3
+        relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions)
+        remaining = max(0.05, time_limit_s - (time.perf_counter() - t0))
+        prob.solve(_solver_cmd(solver, remaining, threads, start))
+        if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+            if prob.status == pulp.LpStatusInfeasible:
+                raise PlacementError(_diagnose_infeasible(demands, cluster, eligible))
+            raise PlacementError(f"no feasible placement found within time_limit_s={time_limit_s} "
+                                 f"(solver {solver}: {pulp.LpStatus[prob.status]}); raise time_limit_s")
+        counts = {key: int(round(var.value() or 0)) for key, var in x.items()}
+        counts = {key: n for key, n in counts.items() if n > 0}
+        left = pack_cluster(demands, cluster, counts)
+        if not left:
+            break
+        if repair == MAX_REPAIRS:
+            raise PlacementError(f"could not pack the plan onto individual nodes after {MAX_REPAIRS} repairs: "
+                                 f"{sum(left.values())} replicas of {sorted({k[0] for k in left})} do not fit; "
+                                 "node resources are too fragmented for these replica sizes")
+        for (op, k, c), n in left.items():  # shrink the class by what did not fit (faster on later repairs)
+            vec = usage_vector(next(d for d in demands if d.name == op).options[k], cluster.node_class(c))
+            for i in range(3):
+                reductions[c][i] += vec[i] * n * (repair + 1)
+    status, gap = _status_gap(prob, solver, relaxed_bound)
+    counts = _trim(demands, cluster, counts, cur or {})
+    throughput = throughput_of(demands, cluster, counts)
+    bottlenecks = tuple(d.name for d in demands if operator_capacity(d, counts) / d.work_per_item <= throughput * (1 + 1e-6))
+    ops = []
+    for d in demands:
+        groups = tuple(
+            ReplicaGroup(d.options[k].config.with_changes(gpus=effective_gpus(d.options[k], cluster.node_class(c)))
+                         if d.options[k].config.gpus > 0 else d.options[k].config, n, c)
+            for (op, k, c), n in sorted(counts.items()) if op == d.name)
+        ops.append(OperatorPlan(d.name, groups, _operator_reason(d, cluster, counts, cur, throughput)))
+    total_ms = (time.perf_counter() - t0) * 1e3
+    plan = Plan(tuple(ops), throughput,
+                f"T={throughput:.4g} input items/s, bottleneck {', '.join(bottlenecks) or '-'}; {status} "
+                f"({solver}, {total_ms:.0f} ms, gap {gap:.2g}{f', {repair} packing repairs' if repair else ''})")
+    return PlacementResult(plan, tuple(sorted(counts.items())), throughput, status, gap, solver, build_ms, solve_ms, total_ms,
+                           repair, bottlenecks)
+
+
+def plan_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement | None = None,
+                   **kwargs: object) -> Plan:
+    """``solve_placement(...).plan``."""
+    return solve_placement(demands, cluster, current, **kwargs).plan  # type: ignore[arg-type]
+
+
+def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int], cur: dict[Key, int],
+           reductions: dict[str, list[float]]) -> tuple[pulp.LpProblem, dict[Key, pulp.LpVariable], dict]:
+    prob = pulp.LpProblem("placement", pulp.LpMaximize)
+    T = prob.add_variable("T", lowBound=0)
+    x = {key: prob.add_variable(f"x_{i}", lowBound=0, upBound=ub, cat=pulp.LpInteger) for i, (key, ub) in enumerate(eligible.items())}
+    by_name = {d.name: d for d in demands}
+    caps: dict[tuple[str, int], pulp.LpVariable] = {}
+    bw_terms: dict[str, list] = {nc.name: [] for nc in cluster.node_classes}
+    for d in demands:
+        op_caps = []
+        for k, opt in enumerate(d.options):
+            keys = [key for key in x if key[0] == d.name and key[1] == k]
+            if not keys:
+                continue
+            cap = caps[(d.name, k)] = prob.add_variable(f"cap_{len(caps)}", lowBound=0)
+            n = pulp.lpSum(x[key] for key in keys)
+            for j, (a, s) in enumerate(opt.segments()):
+                prob += cap <= a + s * n, f"curve_{len(caps)}_{j}"
+            bw_keys = [key for key in keys if opt.bandwidth_bytes_per_item > 0 and cluster.node_class(key[2]).host_device_bandwidth_bps > 0]
+            if bw_keys:
+                parts = []
+                for key in keys:
+                    if key in bw_keys:
+                        cc = prob.add_variable(f"capc_{len(caps)}_{key[2]}", lowBound=0)
+                        prob += cc <= opt.rate_per_replica * x[key]
+                        bw_terms[key[2]].append(opt.bandwidth_bytes_per_item / _BW_UNIT * cc)
+                        parts.append(cc)
+                    else:
+                        parts.append(opt.rate_per_replica * x[key])
+                prob += cap <= pulp.lpSum(parts)
+            op_caps.append(cap)
+        prob += pulp.lpSum(op_caps) >= d.work_per_item * T, f"work_{d.name}"
+        reps = pulp.lpSum(x[key] for key in x if key[0] == d.name)
+        prob += reps >= d.min_replicas, f"min_{d.name}"
+        if d.max_replicas is not None:
+            prob += reps <= d.max_replicas, f"max_{d.name}"
+    for nc in cluster.node_classes:
+        capacity = class_capacity(nc)
+        keys = [key for key in x if key[2] == nc.name]
+        vecs = {key: usage_vector(by_name[key[0]].options[key[1]], nc) for key in keys}
+        for i, res in enumerate(("cpus", "gpus", "mem")):
+            unit = GiB if res == "mem" else 1.0  # memory in GiB keeps the matrix well scaled
+            terms = [vecs[key][i] / unit * x[key] for key in keys if vecs[key][i] > 0]
+            if terms and math.isfinite(capacity[i]):
+                prob += pulp.lpSum(terms) <= (capacity[i] - reductions[nc.name][i]) / unit, f"{res}_{nc.name}"
+        if bw_terms[nc.name]:
+            prob += pulp.lpSum(bw_terms[nc.name]) <= nc.host_device_bandwidth_bps / _BW_UNIT * nc.count, f"bw_{nc.name}"
+    t_scale = _throughput_bound(demands, eligible)
+    objective = (1.0 / t_scale) * T
+    kept = [key for key in cur if key in x]
+    if kept:
+        total_cur = sum(cur[key] for key in kept)
+        keep_vars = []
+        for i, key in enumerate(kept):
+            kv = prob.add_variable(f"keep_{i}", lowBound=0, upBound=cur[key])
+            prob += kv <= x[key]
+            keep_vars.append(kv)
+        objective += (_KEEP_WEIGHT / total_cur) * pulp.lpSum(keep_vars)
+    prob += objective
+    return prob, x, caps
+
+
+def _throughput_bound(demands: Sequence[OperatorDemand], eligible: dict[Key, int]) -> float:
+    """An upper bound on T (each operator alone with all its replica bounds), used to scale the objective."""
+    bound = math.inf
+    for d in demands:
+        per_option: dict[int, int] = {}
+        for (op, k, _), ub in eligible.items():
+            if op == d.name:
+                per_option[k] = per_option.get(k, 0) + ub
+        bound = min(bound, sum(d.options[k].rate_at(n) for k, n in per_option.items()) / d.work_per_item)
+    return bound if 0 < bound < math.inf else 1.0
+
+
+def _trim(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[Key, int], cur: dict[Key, int]) -> dict[Key, int]:
+    """Drop replicas that do not raise throughput: a non-bottleneck operator keeps only the
+    replicas it needs for ``work_per_item * T`` (new replicas go first, current ones last)."""
+    target = throughput_of(demands, cluster, counts)
+    trimmed = dict(counts)
+    for d in demands:
+        keys = sorted((key for key in trimmed if key[0] == d.name), key=lambda key: (cur.get(key, 0) >= trimmed[key], key))
+        before = {key: trimmed[key] for key in keys}
+        for key in keys:
+            while trimmed[key] > 0 and sum(trimmed[k] for k in keys) > d.min_replicas:
+                trimmed[key] -= 1
+                if operator_capacity(d, trimmed) < d.work_per_item * target * (1 + 1e-9):
+                    trimmed[key] += 1
+                    break
+        if trimmed != counts and throughput_of(demands, cluster, trimmed) < target * (1 - 1e-9):
+            trimmed.update(before)  # bandwidth made those replicas necessary after all
+    return {key: n for key, n in trimmed.items() if n > 0}
+
+
+def _heuristic_start(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], demands: Sequence[OperatorDemand],
+                     cluster: ClusterSpec, eligible: dict[Key, int], reductions: dict[str, list[float]]
+                     ) -> tuple[float | None, dict[pulp.LpVariable, int]]:
+    """A MIP start: solve the LP relaxation, round replicas down, then greedily add a
+    replica to the bottleneck operator (best marginal items/s per resource share) while one
+    fits. Returns (LP relaxation objective = a bound, start values of the x variables);
+    a good start lets the solver stop at the root instead of searching for incumbents."""
+    lp_solver = pulp.HiGHS(msg=False, mip=False) if pulp.HiGHS().available() else pulp.PULP_CBC_CMD(msg=False, mip=False)
+    prob.solve(lp_solver)
+    if prob.status != pulp.LpStatusOptimal:
+        return None, {}
+    bound = pulp.value(prob.objective)
+    counts = {key: int(math.floor((var.value() or 0.0) + 1e-6)) for key, var in x.items()}
+    by_name = {d.name: d for d in demands}
+    free = {nc.name: [class_capacity(nc)[i] - reductions[nc.name][i] for i in range(3)] for nc in cluster.node_classes}
+    vecs = {key: usage_vector(by_name[key[0]].options[key[1]], cluster.node_class(key[2])) for key in x}
+    for key, n in counts.items():
+        for i in range(3):
+            free[key[2]][i] -= vecs[key][i] * n
+    totals = [max(sum(class_capacity(nc)[i] for nc in cluster.node_classes), 1e-9) for i in range(3)]
+    keys_of = {d.name: [key for key in x if key[0] == d.name] for d in demands}
+
+    def option_n(op: str, k: int) -> int:
+        return sum(n for key, n in counts.items() if key[0] == op and key[1] == k)
+
+    def capacity(d: OperatorDemand) -> float:
+        return sum(opt.rate_at(option_n(d.name, k)) for k, opt in enumerate(d.options))
+
+    def best_addition(d: OperatorDemand) -> Key | None:
+        best, best_score = None, 0.0
+        for key in keys_of[d.name]:
+            vec = vecs[key]
+            if counts[key] >= eligible[key] or any(vec[i] > free[key[2]][i] + 1e-9 for i in range(3)):
+                continue
+            opt = d.options[key[1]]
+            n = option_n(d.name, key[1])
+            gain = opt.rate_at(n + 1) - opt.rate_at(n)
+            share = sum(vec[i] / totals[i] for i in range(3) if math.isfinite(totals[i]))
+            score = gain / max(share, 1e-12)
+            if score > best_score:
+                best, best_score = key, score
+        return best
+
+    def add(key: Key) -> None:
+        counts[key] += 1
+        for i in range(3):
+            free[key[2]][i] -= vecs[key][i]
+
+    for d in demands:
+        while sum(counts[key] for key in keys_of[d.name]) < d.min_replicas and (key := best_addition(d)) is not None:
+            add(key)
+    caps = {d.name: capacity(d) for d in demands}
+    for _ in range(100_000):  # raise the bottleneck until it cannot grow
+        d = min(demands, key=lambda d: caps[d.name] / d.work_per_item)
+        if d.max_replicas is not None and sum(counts[k] for k in keys_of[d.name]) >= d.max_replicas:
+            break
+        key = best_addition(d)
+        if key is None:
+            break
+        add(key)
+        caps[d.name] = capacity(d)
+    if any(sum(counts[k] for k in keys_of[d.name]) < d.min_replicas for d in demands):
+        return bound, {}
+    for var in prob.variables():
+        var.varValue = None  # continuous values are recomputed by the solver from the integer start
+    for key, n in counts.items():
+        x[key].setInitialValue(n)
+    return bound, {x[key]: n for key, n in counts.items()}
+
+
+def _status_gap(prob: pulp.LpProblem, solver: str, relaxed_bound: float | None) -> tuple[str, float]:
+    """("optimal" | "time_limit", relative gap between the best bound and the objective).
+    HiGHS reports its own bound; CBC does not through PuLP, so its LP relaxation's is used."""
+    obj = pulp.value(prob.objective) or 0.0
+    if solver == "highs":
+        import highspy
+
+        optimal = prob.solverModel.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        gap = prob.solverModel.getInfo().mip_gap
+        return ("optimal" if optimal else "time_limit"), (0.0 if not math.isfinite(gap) else max(0.0, gap))
+    if prob.sol_status == pulp.LpSolutionOptimal:
+        return "optimal", 0.0
+    return "time_limit", max(0.0, (relaxed_bound - obj) / abs(relaxed_bound)) if relaxed_bound else 0.0

@@ -1,0 +1,253 @@
+"""The resource and throughput model of a placement, shared by the MILP, the transition
+planner and the exhaustive-search check (DESIGN.md section 5, "placement").
+
+Contract (pure functions, no solver state):
+- A placement is ``Counts``: ``(operator, option index, node class) -> replicas``.
+- ``effective_gpus``: the GPU fraction a replica must request so that Ray's per-GPU
+  fraction accounting also keeps device memory within one GPU: a fractional replica
+  needing ``m`` bytes on a GPU of ``M`` bytes takes ``f = max(gpus, m / M)`` and requests
+  ``1 / floor(1 / f)``, so replicas sharing a GPU can never exceed its memory and the
+  aggregate GPU count equals what per-GPU packing of one kind of replica achieves.
+- ``ineligibility``: why an option cannot run on a node class (``None`` if it can).
+- ``class_usage`` / ``class_capacity``: aggregate CPU, GPU, host-memory use and totals per
+  class (the MILP's linear constraints).
+- ``pack_class``: first-fit-decreasing of a class's replicas onto its individual nodes
+  and GPUs; what does not fit is returned. Aggregate sums alone are not sound (a node's
+  CPUs can be stranded next to a full GPU), so every plan is checked with it.
+- ``throughput_of``: the pipeline throughput (input items/s) a placement sustains:
+  ``max T`` s.t. each operator's capacity >= work_per_item * T, capacities from the
+  concave curves and capped by host<->device bandwidth per class (an LP when bandwidth
+  binds, a closed form otherwise).
+- Resource fields of a ``NodeClass`` that are 0 (host memory, bandwidth) are "not
+  modelled": they do not constrain.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
+from trident_flows.scheduler.types import CPU, ClusterSpec, NodeClass
+
+Key = tuple[str, int, str]
+Counts = Mapping[Key, int]
+_EPS = 1e-9
+RESOURCES = ("cpus", "gpus", "host_mem")
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.3g} GiB"
+
+
+def effective_gpus(option: PlacementOption, node_class: NodeClass) -> float:
+    """GPUs one replica of ``option`` requests on ``node_class`` (see module docstring):
+    a fractional replica needing fraction ``f = max(gpus, device memory / GPU memory)``
+    requests ``1 / floor(1 / f)``, i.e. the share of the GPU it really takes when as many
+    as fit share one GPU, so aggregate GPU sums match per-GPU packing."""
+    g = option.config.gpus
+    if option.config.device == CPU or g <= 0:
+        return 0.0
+    if g >= 1 or node_class.gpu_memory_bytes <= 0:
+        return float(g)
+    f = max(g, option.device_mem_bytes / node_class.gpu_memory_bytes)
+    per_gpu = math.floor(1.0 / f + 1e-9)
+    return 1.0 / per_gpu if per_gpu >= 1 else math.inf
+
+
+def ineligibility(demand: OperatorDemand, option: PlacementOption, node_class: NodeClass) -> str | None:
+    """Why ``option`` of ``demand`` cannot run on ``node_class``; ``None`` when it can."""
+    cfg = option.config
+    if not demand.allows(option, node_class.name):
+        return f"not allowed on node class {node_class.name!r}"
+    if cfg.device != CPU:
+        if node_class.gpus <= 0 or node_class.accelerator != cfg.device:
+            return f"needs a {cfg.device} device"
+        if option.device_mem_bytes > node_class.gpu_memory_bytes:
+            return f"needs {_gib(option.device_mem_bytes)} GPU memory"
+        if cfg.gpus > 1 and cfg.gpus != int(cfg.gpus):
+            return f"gpus={cfg.gpus} is over 1 but not a whole number (Ray needs whole GPUs above 1)"
+        if effective_gpus(option, node_class) > node_class.gpus + _EPS:
+            return f"needs {cfg.gpus:g} GPUs on one node"
+    if cfg.cpus > node_class.cpus + _EPS:
+        return f"needs {cfg.cpus:g} CPUs per replica"
+    if node_class.host_memory_bytes and option.host_mem_bytes > node_class.host_memory_bytes:
+        return f"needs {_gib(option.host_mem_bytes)} host memory per replica"
+    return None
+
+
+def no_fit_message(demand: OperatorDemand, cluster: ClusterSpec) -> str:
+    """The error for an operator none of whose options fits any node class."""
+    gpu_classes = [n for n in cluster.node_classes if n.gpus > 0]
+    largest_gpu = max((n.gpu_memory_bytes for n in gpu_classes), default=0)
+    parts = []
+    for opt in demand.options:
+        reasons = sorted({r for nc in cluster.node_classes if (r := ineligibility(demand, opt, nc))})
+        label = opt.config.label()
+        if any("GPU memory" in r for r in reasons) and largest_gpu:
+            parts.append(f"{label} needs {_gib(opt.device_mem_bytes)} GPU memory, largest GPU has {_gib(largest_gpu)}")
+        elif any(r.startswith("needs a ") for r in reasons) and not gpu_classes:
+            parts.append(f"{label} needs a {opt.config.device} device, the cluster has none")
+        elif any("CPUs per replica" in r for r in reasons):
+            parts.append(f"{label} needs {opt.config.cpus:g} CPUs per replica, largest node has "
+                         f"{max(n.cpus for n in cluster.node_classes):g}")
+        elif any("host memory" in r for r in reasons):
+            parts.append(f"{label} needs {_gib(opt.host_mem_bytes)} host memory per replica, largest node has "
+                         f"{_gib(max(n.host_memory_bytes for n in cluster.node_classes))}")
+        else:
+            parts.append(f"{label}: " + "; ".join(reasons))
+    return f"operator {demand.name!r} fits no device: " + "; ".join(parts)
+
+
+def usage_vector(option: PlacementOption, node_class: NodeClass) -> tuple[float, float, float]:
+    """(cpus, gpus, host memory bytes) one replica of ``option`` holds on ``node_class``."""
+    return (option.config.cpus, effective_gpus(option, node_class), float(option.host_mem_bytes))
+
+
+def class_capacity(node_class: NodeClass) -> tuple[float, float, float]:
+    """Aggregate (cpus, gpus, host memory) of a class; ``inf`` for unmodelled host memory."""
+    mem = node_class.host_memory_bytes * node_class.count if node_class.host_memory_bytes else math.inf
+    return (node_class.cpus * node_class.count, float(node_class.gpus * node_class.count), float(mem))
+
+
+def class_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> dict[str, list[float]]:
+    """Aggregate (cpus, gpus, host memory) in use per node class."""
+    by_name = {d.name: d for d in demands}
+    use = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
+    for (op, k, c), n in counts.items():
+        if n:
+            vec = usage_vector(by_name[op].options[k], cluster.node_class(c))
+            for i in range(3):
+                use[c][i] += vec[i] * n
+    return use
+
+
+def _place_on_node(state: tuple, item: tuple[float, float, float], want: int) -> tuple[tuple, int]:
+    """Put up to ``want`` replicas of ``item`` on one node; returns (new state, placed)."""
+    cpu_free, mem_free, gpu_free = state
+    cpus, g, mem = item
+    k = want
+    if cpus > 0:
+        k = min(k, int((cpu_free + _EPS) // cpus))
+    if mem > 0:
+        k = min(k, int((mem_free + _EPS) // mem))
+    if g <= 0 or k <= 0:
+        return ((cpu_free - k * cpus, mem_free - k * mem, gpu_free), max(k, 0))
+    free = list(gpu_free)
+    placed = 0
+    if g >= 1:
+        whole = [i for i, f in enumerate(free) if f >= 1 - _EPS]
+        placed = min(k, len(whole) // int(g))
+        for i in whole[: placed * int(g)]:
+            free[i] = 0.0
+    else:
+        for i, f in enumerate(free):
+            fit = min(k - placed, int((f + _EPS) // g))
+            free[i] = f - fit * g
+            placed += fit
+            if placed == k:
+                break
+    return ((cpu_free - placed * cpus, mem_free - placed * mem, tuple(free)), placed)
+
+
+def pack_class(node_class: NodeClass, items: Mapping[Key, tuple[int, tuple[float, float, float]]]) -> dict[Key, int]:
+    """First-fit-decreasing of ``items`` (key -> (replicas, usage vector)) onto the class's
+    nodes and their GPUs; returns the replicas that did not fit (empty when all fit).
+    Identical node states are kept as one group, so the cost does not grow with ``count``."""
+    mem_cap = float(node_class.host_memory_bytes) if node_class.host_memory_bytes else math.inf
+    groups: list[list] = [[(float(node_class.cpus), mem_cap, (1.0,) * node_class.gpus), node_class.count]]
+
+    def size(vec: tuple[float, float, float]) -> float:
+        return max(vec[0] / node_class.cpus, vec[1] / max(node_class.gpus, 1),
+                   vec[2] / mem_cap if math.isfinite(mem_cap) else 0.0)
+
+    left: dict[Key, int] = {}
+    for key, (count, vec) in sorted(items.items(), key=lambda kv: -size(kv[1][1])):
+        remaining = count
+        i = 0
+        while remaining > 0 and i < len(groups):
+            state, n = groups[i]
+            new_state, k = _place_on_node(state, vec, remaining)
+            if k == 0:
+                i += 1
+                continue
+            full = min(n, remaining // k)  # k <= remaining, so at least one node takes k
+            groups[i:i + 1] = [[new_state, full]] + ([[state, n - full]] if n > full else [])
+            remaining -= full * k
+            i += 1
+        if remaining:
+            left[key] = remaining
+    return left
+
+
+def pack_cluster(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> dict[Key, int]:
+    """``pack_class`` for every class: the replicas of ``counts`` that fit on no node."""
+    by_name = {d.name: d for d in demands}
+    left: dict[Key, int] = {}
+    for nc in cluster.node_classes:
+        items = {key: (n, usage_vector(by_name[key[0]].options[key[1]], nc)) for key, n in counts.items() if key[2] == nc.name and n > 0}
+        left.update(pack_class(nc, items))
+    return left
+
+
+def operator_capacity(demand: OperatorDemand, counts: Counts) -> float:
+    """Items/s of ``demand``'s replicas in ``counts`` ignoring bandwidth limits."""
+    per_option: dict[int, int] = {}
+    for (op, k, _), n in counts.items():
+        if op == demand.name:
+            per_option[k] = per_option.get(k, 0) + n
+    return sum(demand.options[k].rate_at(n) for k, n in per_option.items())
+
+
+def _bandwidth_bound(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> bool:
+    by_name = {d.name: d for d in demands}
+    return any(n > 0 and by_name[op].options[k].bandwidth_bytes_per_item > 0 and cluster.node_class(c).host_device_bandwidth_bps > 0
+               for (op, k, c), n in counts.items())
+
+
+def throughput_of(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> float:
+    """Pipeline throughput (input items/s) sustained by the placement ``counts``."""
+    if not _bandwidth_bound(demands, cluster, counts):
+        return min(operator_capacity(d, counts) / d.work_per_item for d in demands)
+    from scipy.optimize import linprog
+
+    by_name = {d.name: d for d in demands}
+    keys = [key for key, n in counts.items() if n > 0]
+    nvar = 1 + len(keys)  # T, then capacity per (op, option, class)
+    a_ub: list[np.ndarray] = []
+    b_ub: list[float] = []
+    bounds = [(0, None)] + [(0, by_name[op].options[k].rate_per_replica * counts[(op, k, c)]) for op, k, c in keys]
+    option_keys: dict[tuple[str, int], list[int]] = {}
+    for j, (op, k, _) in enumerate(keys, start=1):
+        option_keys.setdefault((op, k), []).append(j)
+    for (op, k), idx in option_keys.items():  # an option's classes together stay under its curve
+        row = np.zeros(nvar)
+        row[idx] = 1.0
+        a_ub.append(row)
+        b_ub.append(by_name[op].options[k].rate_at(sum(counts[keys[j - 1]] for j in idx)))
+    for d in demands:  # work * T <= capacity
+        row = np.zeros(nvar)
+        row[0] = d.work_per_item
+        for j, (op, _, _) in enumerate(keys, start=1):
+            if op == d.name:
+                row[j] = -1.0
+        a_ub.append(row)
+        b_ub.append(0.0)
+    for nc in cluster.node_classes:
+        if nc.host_device_bandwidth_bps <= 0:
+            continue
+        row = np.zeros(nvar)
+        for j, (op, k, c) in enumerate(keys, start=1):
+            if c == nc.name:
+                row[j] = by_name[op].options[k].bandwidth_bytes_per_item
+        if row.any():
+            a_ub.append(row)
+            b_ub.append(nc.host_device_bandwidth_bps * nc.count)
+    cost = np.zeros(nvar)
+    cost[0] = -1.0
+    res = linprog(cost, A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=bounds, method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"throughput LP failed: {res.message}")
+    return float(res.x[0])

@@ -1,0 +1,212 @@
+"""From the current placement to a plan: ordered rolling steps, priced, with the decision to
+roll out or wait (DESIGN.md section 5, "placement"; issue 6 part 3).
+
+Contract (pure functions; applying a ``Transition`` is the runtime's job):
+- ``plan_transition(demands, cluster, current, plan, regime_duration_s)`` returns a
+  ``types.Transition`` whose steps START new replicas first and RETIRE old ones once the
+  operator's replacements are warm, bottleneck operators first, so capacity stays as high
+  as possible. Each START fits the free CPUs, GPUs and host memory of its node class at that
+  point; when a class is too full to start before retiring, the planner retires just enough
+  replicas there first (never an operator's last one while another choice exists) and
+  says so in the step and transition reasons.
+- Pricing: the rollout is simulated phase by phase (a START phase lasts the longest cold
+  start of its replicas, during which they add nothing; a RETIRE phase lasts the longest
+  drain, during which draining replicas take no new work). Items over the regime are
+  ``sum(T_phase * duration) + T_new * (rest of the regime)`` against ``T_now * duration``
+  when waiting. ``expected_gain`` = ``T_new - T_now`` (input items/s); the cost is the
+  items lost against an instant switch; ``cold_start_cost_s`` the replica-seconds spent
+  warming up and draining. ROLL_OUT when the gain over the regime exceeds
+  ``benefit_ratio`` x the cost (and the rollout beats waiting), else WAIT; both with reasons.
+- ``step_usage`` replays the steps and returns each class's resource use after every
+  step, for callers (and tests) that check limits hold throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from trident_flows.scheduler.placement_eval import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
+from trident_flows.scheduler.placement_types import CurrentPlacement, OperatorDemand
+from trident_flows.scheduler.types import ClusterSpec, Decision, OpConfig, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+
+_RES_NAMES = ("CPUs", "GPUs", "host memory")
+
+
+def placement_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, groups_of: dict[str, Sequence[ReplicaGroup]],
+                     what: str) -> tuple[dict[Key, int], dict[Key, OpConfig]]:
+    """Replica groups as (operator, option, class) counts, with the config each key runs.
+    A group whose config is no option of its operator raises ``ValueError``."""
+    counts: dict[Key, int] = {}
+    configs: dict[Key, OpConfig] = {}
+    for d in demands:
+        for g in groups_of.get(d.name, ()):
+            if g.replicas == 0:
+                continue
+            k = d.option_index(g.config)
+            if k is None:
+                raise ValueError(f"operator {d.name!r}: {what} config {g.config.label()} is not among its options; "
+                                 "add it as a PlacementOption so the transition can price it")
+            c = g.node_class or next((nc.name for nc in cluster.node_classes if ineligibility(d, d.options[k], nc) is None), None)
+            if c is None:
+                raise ValueError(f"operator {d.name!r}: {what} config {g.config.label()} fits no node class")
+            counts[(d.name, k, c)] = counts.get((d.name, k, c), 0) + g.replicas
+            configs[(d.name, k, c)] = g.config
+    return counts, configs
+
+
+def _usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, key: Key) -> tuple[float, float, float]:
+    d = next(d for d in demands if d.name == key[0])
+    return usage_vector(d.options[key[1]], cluster.node_class(key[2]))
+
+
+def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement, plan: Plan,
+                    regime_duration_s: float, *, benefit_ratio: float = 1.0) -> Transition:
+    """Order and price the change from ``current`` to ``plan``; see the module docstring."""
+    if not (regime_duration_s >= 0 and math.isfinite(regime_duration_s)):
+        raise ValueError(f"regime_duration_s must be a finite number >= 0, got {regime_duration_s!r}")
+    demands = list(demands)
+    by_name = {d.name: d for d in demands}
+    cur, cur_cfg = placement_counts(demands, cluster, {op: gs for op, gs in current.groups}, "current")
+    new, new_cfg = placement_counts(demands, cluster, {o.operator: o.groups for o in plan.operators}, "planned")
+    t_now = throughput_of(demands, cluster, cur) if all(any(k[0] == d.name for k in cur) for d in demands) else 0.0
+    t_new = throughput_of(demands, cluster, new)
+    starts = {k: new.get(k, 0) - cur.get(k, 0) for k in new if new.get(k, 0) > cur.get(k, 0)}
+    retires = {k: cur[k] - new.get(k, 0) for k in cur if cur[k] > new.get(k, 0)}
+    if not starts and not retires:
+        return Transition((), Decision.WAIT, "the plan equals the current placement", 0.0, 0.0, plan)
+
+    capacity = {nc.name: class_capacity(nc) for nc in cluster.node_classes}
+    used = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
+    for key, n in cur.items():
+        vec = _usage(demands, cluster, key)
+        for i in range(3):
+            used[key[2]][i] += vec[i] * n
+    active = dict(cur)
+    order = sorted(demands, key=lambda d: operator_capacity(d, cur) / d.work_per_item)  # bottleneck first
+    steps: list[TransitionStep] = []
+    phases: list[tuple[float, float]] = []  # (seconds, pipeline throughput during them)
+    interleaved: list[str] = []
+
+    def fits(key: Key) -> int:
+        vec = _usage(demands, cluster, key)
+        room = [capacity[key[2]][i] - used[key[2]][i] for i in range(3)]
+        return min((int((room[i] + 1e-9) // vec[i]) if vec[i] > 0 else starts[key]) for i in range(3))
+
+    def retire(key: Key, n: int, reason: str) -> None:
+        vec = _usage(demands, cluster, key)
+        for i in range(3):
+            used[key[2]][i] -= vec[i] * n
+        active[key] -= n
+        retires[key] -= n
+        steps.append(TransitionStep(StepKind.RETIRE, key[0], cur_cfg[key], n, key[2], reason))
+
+    for _ in range(10_000):
+        if not starts and not retires:
+            break
+        started: list[tuple[Key, int]] = []
+        for d in order:
+            for key in sorted(k for k in starts if k[0] == d.name):
+                n = min(starts[key], max(0, fits(key)))
+                if n <= 0:
+                    continue
+                vec = _usage(demands, cluster, key)
+                for i in range(3):
+                    used[key[2]][i] += vec[i] * n
+                starts[key] -= n
+                started.append((key, n))
+                head = "bottleneck first" if d is order[0] else "start before retiring"
+                steps.append(TransitionStep(StepKind.START, key[0], new_cfg[key], n, key[2], f"{head}: {plan.for_operator(key[0]).reason}"))
+        starts = {k: n for k, n in starts.items() if n > 0}
+        if started:
+            phases.append((max(by_name[k[0]].options[k[1]].cold_start_s for k, _ in started), throughput_of(demands, cluster, active)))
+            for key, n in started:
+                active[key] = active.get(key, 0) + n
+        ready = [k for k in retires if retires[k] > 0 and not any(s[0] == k[0] for s in starts)]
+        if ready:
+            draining = dict(active)
+            for key in ready:
+                draining[key] -= retires[key]
+            t_drain = throughput_of(demands, cluster, draining) if all(any(v > 0 and k[0] == d.name for k, v in draining.items()) for d in demands) else 0.0
+            phases.append((max(by_name[k[0]].options[k[1]].drain_s for k in ready), t_drain))
+            for key in ready:
+                retire(key, retires[key], "replacements are warm" if any(s[0][0] == key[0] for s in started) or key[0] in {k[0] for k in new_cfg if new.get(k, 0) > cur.get(k, 0)}
+                       else "scale down after the others have started")
+        retires = {k: n for k, n in retires.items() if n > 0}
+        if not started and not ready and starts:
+            blocked = next(k for d in order for k in sorted(starts) if k[0] == d.name)
+            candidates = sorted((k for k in retires if k[2] == blocked[2]),
+                                key=lambda k: (sum(v for kk, v in active.items() if kk[0] == k[0]) - retires[k] < 1,
+                                               -operator_capacity(by_name[k[0]], active) / by_name[k[0]].work_per_item))
+            if not candidates:
+                candidates = sorted(retires)
+            if not candidates:
+                raise RuntimeError(f"cannot order the transition: {blocked[0]!r} cannot start on {blocked[2]!r} and nothing is left to retire")
+            before = dict(active)
+            key = candidates[0]
+            n = 0
+            while retires.get(key, 0) - n > 0 and fits(blocked) < 1:
+                vec = _usage(demands, cluster, key)
+                for i in range(3):
+                    used[key[2]][i] -= vec[i]
+                n += 1
+            for i in range(3):  # undo the probe; ``retire`` books it
+                used[key[2]][i] += _usage(demands, cluster, key)[i] * n
+            short = [ _RES_NAMES[i] for i in range(3) if _usage(demands, cluster, blocked)[i] > capacity[blocked[2]][i] - used[blocked[2]][i] + 1e-9]
+            note = (f"{blocked[2]} lacks {', '.join(short) or 'room'} to start {blocked[0]} before retiring: "
+                    f"retiring {n} x {cur_cfg[key].label()} of {key[0]} first")
+            interleaved.append(note)
+            after = dict(before)
+            after[key] -= n
+            t_gap = throughput_of(demands, cluster, after) if all(any(v > 0 and k[0] == d.name for k, v in after.items()) for d in demands) else 0.0
+            phases.append((by_name[key[0]].options[key[1]].drain_s, t_gap))
+            retire(key, n, f"interleaved: {note}")
+            retires = {k: v for k, v in retires.items() if v > 0}
+    else:
+        raise RuntimeError("transition ordering did not converge")
+
+    started_total = sum(s.count for s in steps if s.kind == StepKind.START)
+    cap_s = sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].cold_start_s
+                for s in steps if s.kind == StepKind.START)
+    cap_s += sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].drain_s
+                 for s in steps if s.kind == StepKind.RETIRE)
+    left = regime_duration_s
+    items_roll = 0.0
+    for seconds, t in phases:
+        dt = min(seconds, left)
+        items_roll += t * dt
+        left -= dt
+    items_roll += t_new * left
+    items_wait = t_now * regime_duration_s
+    gain_items = (t_new - t_now) * regime_duration_s
+    cost_items = max(0.0, gain_items - (items_roll - items_wait))
+    rollout_s = sum(s for s, _ in phases)
+    detail = (f"T {t_now:.4g} -> {t_new:.4g} input items/s over a {regime_duration_s:.0f} s regime: gain {gain_items:.0f} items, "
+              f"cost {cost_items:.0f} items ({started_total} replicas starting, {cap_s:.0f} replica-s of cold start and drain, "
+              f"rollout {rollout_s:.0f} s)")
+    if interleaved:
+        detail += "; resources too tight to start everything before retiring, interleaved: " + "; ".join(interleaved)
+    if t_new > t_now and gain_items > benefit_ratio * cost_items and items_roll > items_wait:
+        return Transition(tuple(steps), Decision.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan)
+    why = "no throughput gain" if t_new <= t_now else "the gain does not pay for the switch"
+    return Transition(tuple(steps), Decision.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan)
+
+
+def step_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement,
+               transition: Transition) -> list[dict[str, tuple[float, float, float]]]:
+    """Per class (CPUs, GPUs, host memory bytes) in use after each step of ``transition``
+    (a START holds its resources from the moment it starts; a RETIRE frees them)."""
+    cur, _ = placement_counts(demands, cluster, {op: gs for op, gs in current.groups}, "current")
+    used = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
+    for key, n in cur.items():
+        for i, v in enumerate(_usage(demands, cluster, key)):
+            used[key[2]][i] += v * n
+    out = []
+    by_name = {d.name: d for d in demands}
+    for step in transition.steps:
+        k = by_name[step.operator].option_index(step.config)
+        sign = 1 if step.kind == StepKind.START else -1
+        for i, v in enumerate(_usage(demands, cluster, (step.operator, k, step.node_class))):
+            used[step.node_class][i] += sign * v * step.count
+        out.append({c: tuple(u) for c, u in used.items()})
+    return out
