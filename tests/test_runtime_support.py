@@ -52,3 +52,28 @@ def assert_exactly_once(spec, out_dir: Path) -> tuple[list[str], list[str]]:
     assert not set(data) & set(dead), "ids both written and dead-lettered"
     assert sorted(data + dead) == sorted(input_ids(spec))
     return data, dead
+
+
+def docs_test_profile() -> PipelineProfile:
+    """A documents-shaped test cost model (six operators, embed on cpu and gpu), millisecond batches."""
+    cpu = lambda per_item, **kw: {"cpu": DeviceCost(per_item_s=per_item, **kw)}  # noqa: E731
+    return PipelineProfile(
+        name="documents-test",
+        operators=(
+            OperatorCost("parse", cpu(0.0005, per_unit_s={"pages": 0.0002}), features=("pages",)),
+            OperatorCost("ocr", cpu(0.0001, per_unit_s={"scanned_pages": 0.002}), features=("scanned_pages",)),
+            OperatorCost("langid", cpu(0.0002)),
+            OperatorCost("quality", cpu(0.0002), selectivity=0.9),
+            OperatorCost("dedup", cpu(0.0003), selectivity=0.95),
+            OperatorCost("embed", {"cpu": DeviceCost(per_item_s=0.003),
+                                   "gpu": DeviceCost(per_batch_s=0.002, per_item_s=0.0002, resident_bytes=90 * MIB, per_item_bytes=MIB)}),
+        ),
+        workloads={"short": {"pages": 2.0, "scanned_pages": 0.0, "chars": 3000.0},
+                   "long": {"pages": 25.0, "scanned_pages": 3.0, "chars": 60000.0},
+                   "scans": {"pages": 4.0, "scanned_pages": 3.5, "chars": 2000.0}},
+    )
+
+
+def build(*, synth: int | None = None, seed: int = 0, regimes: str | None = None, **_):
+    """A pipeline-registry entry for the CLI test (``trident_flows.pipelines`` contract)."""
+    return small_pipeline(synth or 50, regimes=regimes or "short:30,long:20")
