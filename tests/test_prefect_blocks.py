@@ -40,11 +40,11 @@ def test_ray_cluster_refuses(fields, message):
 
 
 def test_trident_settings_normalises_policy():
-    assert TridentSettingsBlock(policy=" DS2 ").policy == "ds2"
+    assert TridentSettingsBlock(policy=" Static ").policy == "static"
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"policy": "fastest"}, "choose one of static, ds2, threshold, trident"),
+    ({"policy": "fastest"}, "is not available: choose one of .*static"),
     ({"tick_interval_s": 0}, "greater than 0"),
     ({"memory_safety_margin": 0.95}, "less than 0.9"),
     ({"memory_safety_margin": -0.1}, "greater than or equal to 0"),
@@ -76,8 +76,8 @@ def test_pipeline_settings_refuses(fields, message):
 
 def test_blocks_round_trip_through_the_api(prefect_harness):
     RayClusterBlock(num_cpus=4, num_gpus=1).save("test-local", overwrite=True)
-    TridentSettingsBlock(policy="threshold", tick_interval_s=2).save("test-trident", overwrite=True)
+    TridentSettingsBlock(policy="static", tick_interval_s=2).save("test-trident", overwrite=True)
     PipelineSettingsBlock(pipeline="emulated-docs", synth=40, shard_size=10).save("test-pipeline", overwrite=True)
     assert RayClusterBlock.load("test-local").num_gpus == 1
-    assert TridentSettingsBlock.load("test-trident").policy == "threshold"
+    assert TridentSettingsBlock.load("test-trident").policy == "static"
     assert PipelineSettingsBlock.load("test-pipeline").shard_size == 10

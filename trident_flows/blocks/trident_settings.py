@@ -1,7 +1,6 @@
 """``TridentSettingsBlock``: how the Trident sidecar schedules a running pipeline.
 
-Contract: names the scheduling policy (resolved through ``trident_flows.scheduler.policies``
-when the sidecar runs), the tick interval, the memory safety margin every proposed
+Contract: names the scheduling policy (one registered in ``trident_flows.scheduler.policies``), the tick interval, the memory safety margin every proposed
 configuration must keep free, and the resource budgets the scheduler may spend. Invalid values
 are refused at construction with a message naming the field and what to change.
 """
@@ -13,8 +12,6 @@ from typing import Optional
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator
 
-KNOWN_POLICIES = ("static", "ds2", "threshold", "trident")
-
 
 class TridentSettingsBlock(Block):
     """Scheduling settings of the Trident sidecar: policy, tick interval, OOM safety margin, budgets."""
@@ -23,7 +20,7 @@ class TridentSettingsBlock(Block):
     _block_type_slug = "trident-settings"
     _description = "Policy, tick interval, memory safety margin and resource budgets of the Trident sidecar."
 
-    policy: str = Field(default="trident", description=f"Scheduling policy: one of {', '.join(KNOWN_POLICIES)}.")
+    policy: str = Field(default="trident", description="Scheduling policy: trident (the adaptive controller) or a baseline: static, ds2, threshold.")
     tick_interval_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between two ticks of a long-running sidecar.")
     memory_safety_margin: float = Field(
         default=0.15, ge=0.0, lt=0.9,
@@ -37,7 +34,9 @@ class TridentSettingsBlock(Block):
     @field_validator("policy")
     @classmethod
     def _check_policy(cls, value: str) -> str:
+        from trident_flows.scheduler.policies import POLICIES, available_policies
+
         name = value.strip().lower()
-        if name not in KNOWN_POLICIES:
-            raise ValueError(f"policy={value!r} is unknown: choose one of {', '.join(KNOWN_POLICIES)}")
+        if name not in POLICIES:
+            raise ValueError(f"policy={value!r} is not available: choose one of {', '.join(available_policies())}")
         return name

@@ -11,12 +11,13 @@ Contract:
 - Every tick publishes a table artifact (key ``trident-plan-<runner>``) with each operator's
   configuration before and after and the reason for every change; an applied plan also emits
   the Prefect event ``trident.plan.applied`` with the plan and the rollout report.
-- When the runner is gone or finished, the detached state actor is removed.
+- When the runner is gone or finished, the sidecar's memory actor is removed.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Optional
 
 import ray
@@ -25,8 +26,8 @@ from prefect.artifacts import create_table_artifact
 from prefect.events import emit_event
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
-from trident_flows.tasks.sidecar import apply_plan, decide, observe_pipeline, plan_rows, pull_samples
-from trident_flows.tasks.sidecar_state import forget_sidecar_state, sidecar_state
+from trident_flows.tasks.sidecar import apply_plan, decide, memory_key, observe_pipeline, plan_rows, pull_samples
+from trident_flows.tasks.sidecar_state import forget_memory, load_memory, save_memory
 
 PLAN_APPLIED = "trident.plan.applied"
 
@@ -46,22 +47,31 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock) -> d
     logger = get_run_logger()
     found = observe_pipeline(runner_name, namespace)
     if found is None:
-        forget_sidecar_state(runner_name, namespace)
+        forget_memory(runner_name, namespace)
         return {"status": "no-pipeline"}
     rid, state = found
     if state.finished:
-        forget_sidecar_state(runner_name, namespace)
+        forget_memory(runner_name, namespace)
         return {"status": "finished", "items_written": state.items_written}
     options = policy_options(settings)
-    since = ray.get(sidecar_state(runner_name, namespace).cursor.remote(rid, settings.policy, options, state))
+    key = memory_key(rid, settings.policy, options)
+    memory = load_memory(runner_name, namespace)
+    since = memory.cursor if memory is not None and memory.key == key else 0
     page = pull_samples(runner_name, namespace, since)
     plan, report, note = None, None, ""
     if len(page.samples) < settings.min_samples:
         note = f"waiting for samples: {len(page.samples)} new, a decision needs {settings.min_samples}"
     else:
-        plan = decide(runner_name, namespace, rid, settings.policy, options, state, page)
+        plan, memory = decide(runner_name, namespace, key, settings.policy, options, state, page, memory)
         if plan is not None:
-            report = apply_plan(runner_name, namespace, plan)
+            rollout = apply_plan(runner_name, namespace, plan, return_state=True)
+            if rollout.is_completed():
+                report = rollout.result()
+                if report.ok and report.steps_done:
+                    memory = replace(memory, plans_applied=memory.plans_applied + 1)
+            else:
+                note = f"the runner refused the plan: {rollout.message}"
+        save_memory(runner_name, namespace, memory)
     rows = plan_rows(state, plan, report, note)
     applied = report is not None and report.ok and bool(report.steps_done)
     headline = (plan.reason if plan is not None else note or f"policy {settings.policy!r} kept the current configuration")
@@ -75,7 +85,8 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock) -> d
         logger.info("applied plan: %s (%d steps, dip %.0f%%)", plan.reason, len(report.steps_done), 100 * report.dip)
     else:
         logger.info("no change: %s", report.reason if report is not None and report.ok else (report.error if report else headline))
-    return {"status": "applied" if applied else ("failed" if report is not None and not report.ok else "unchanged"),
+    failed = (report is not None and not report.ok) or (plan is not None and report is None)
+    return {"status": "applied" if applied else ("failed" if failed else "unchanged"),
             "reason": headline, "samples": len(page.samples), "throughput": state.throughput,
             "plan": plan.to_dict() if plan is not None else None, "report": report.to_dict() if report is not None else None}
 

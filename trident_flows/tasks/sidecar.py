@@ -5,9 +5,12 @@ Contract:
 - ``observe_pipeline`` finds the runner by name in the Ray cluster and returns its state (or
   None when no such runner runs); ``pull_samples`` returns the batch samples since the
   sidecar's cursor; ``decide`` runs the configured policy (fit models, detect the regime,
-  optimise, solve the placement: whatever the policy does) inside the sidecar's detached
-  state actor and returns a ``Plan`` or None; ``apply_plan`` hands the plan to the runner,
-  which rolls it out, and returns its ``ApplyReport``.
+  optimise, solve the placement: whatever the policy does) and returns a ``Plan`` or None
+  with the sidecar's updated memory; ``apply_plan`` hands the plan to the runner, which rolls
+  it out, and returns its ``ApplyReport``.
+- The policy is built once per runner and policy settings with ``make_policy(name, spec=the
+  runner's PipelineSpec, cluster=the cluster capped by the CPU/GPU budgets, **options)``; it
+  lives on between ticks (and between flow runs) in the sidecar's memory.
 - ``plan_rows`` is a pure function: one table row per operator with what it ran before, what
   the plan asks for, the change and the plan's reason for it.
 """
@@ -20,8 +23,8 @@ import ray
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from trident_flows.scheduler.types import Plan
-from trident_flows.tasks.sidecar_state import sidecar_state
+from trident_flows.scheduler.types import ClusterSpec, Plan
+from trident_flows.tasks.sidecar_state import SidecarMemory
 
 
 def _runner(runner_name: str, namespace: str) -> Any | None:
@@ -56,11 +59,33 @@ def pull_samples(runner_name: str, namespace: str, since: int) -> Any:
     return ray.get(runner.samples.remote(since))
 
 
+def memory_key(rid: str, policy: str, options: dict[str, Any]) -> str:
+    """Which runner and policy settings a memory belongs to (a change starts the policy afresh)."""
+    return f"{rid}|{policy}|{sorted(options.items())}"
+
+
+def _new_policy(runner_name: str, namespace: str, policy: str, options: dict[str, Any], state: Any) -> Any:
+    from trident_flows.scheduler.policies import make_policy
+
+    runner = _runner(runner_name, namespace)
+    if runner is None:
+        raise RuntimeError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
+    spec = ray.get(runner.__ray_call__.remote(lambda r: r.spec))
+    cpus = min(state.cluster_cpus, options.get("cpu_budget") or state.cluster_cpus)
+    gpu_budget = options.get("gpu_budget")
+    gpus = state.cluster_gpus if gpu_budget is None else min(state.cluster_gpus, gpu_budget)
+    return make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus)), **options)
+
+
 @task(name="fit-and-decide", cache_policy=NO_CACHE)
-def decide(runner_name: str, namespace: str, rid: str, policy: str, options: dict[str, Any], state: Any, page: Any) -> Optional[Plan]:
-    """Run the policy on the state and the new samples (in the sidecar's state actor)."""
-    actor = sidecar_state(runner_name, namespace)
-    return ray.get(actor.decide.remote(rid, policy, options, state, page.samples, page.next))
+def decide(runner_name: str, namespace: str, key: str, policy: str, options: dict[str, Any], state: Any, page: Any,
+           memory: Optional[SidecarMemory]) -> tuple[Optional[Plan], SidecarMemory]:
+    """Run the policy on the state and the new samples; return its plan and the updated memory."""
+    if memory is None or memory.key != key:
+        memory = SidecarMemory.fresh(key, _new_policy(runner_name, namespace, policy, options, state))
+    controller = memory.policy()
+    plan = controller.decide(state, list(page.samples))
+    return plan, memory.after_tick(controller, page.next)
 
 
 @task(name="roll-out", cache_policy=NO_CACHE)
@@ -69,10 +94,7 @@ def apply_plan(runner_name: str, namespace: str, plan: Plan) -> Any:
     runner = _runner(runner_name, namespace)
     if runner is None:
         raise RuntimeError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
-    report = ray.get(runner.apply.remote(plan))
-    if report.ok and report.steps_done:
-        ray.get(sidecar_state(runner_name, namespace).plan_applied.remote())
-    return report
+    return ray.get(runner.apply.remote(plan))
 
 
 def _current(state: Any, operator: str) -> str:
@@ -99,6 +121,8 @@ def plan_rows(state: Any, plan: Optional[Plan], report: Any = None, note: str = 
     if report is not None:
         outcome = (f"applied {len(report.steps_done)} step(s) in {report.seconds:.1f}s, dip {report.dip:.0%}" if report.ok
                    else f"apply failed: {report.error}") if report.steps_done or not report.ok else f"not rolled out: {report.reason}"
+    if report is None and note:
+        outcome = note
     rows = []
     for op_plan in plan.operators:
         before, planned = _current(state, op_plan.operator), _planned(op_plan)

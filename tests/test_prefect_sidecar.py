@@ -1,0 +1,125 @@
+"""The trident-sidecar flow against a running emulated pipeline on the shared Ray cluster: it finds
+the runner by name, pulls samples, decides, rolls the plan out, publishes the plan with its
+reasons as a table artifact and emits ``trident.plan.applied``; its memory survives between
+flow runs (scheduled mode) and a long run ticks until the pipeline finishes."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import ray
+
+from trident_flows.blocks import TridentSettingsBlock
+from trident_flows.flows.trident_sidecar import PLAN_APPLIED, trident_sidecar
+from trident_flows.runtime.launch import start_runner
+from trident_flows.runtime.state import RunnerSettings
+from trident_flows.scheduler import policies
+from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup
+from trident_flows.tasks.sidecar_state import load_memory
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from test_runtime_support import small_pipeline  # noqa: E402
+
+pytestmark = [pytest.mark.prefect, pytest.mark.ray]
+NAMESPACE = "trident-tests"
+
+
+class GrowBusiest:
+    """Test policy: once, give the busiest operator one more replica of its current config."""
+
+    name = "grow-busiest"
+
+    def __init__(self, **_options):
+        self.done = False
+
+    def decide(self, state, samples):
+        if self.done:
+            return None
+        self.done = True
+        op = max(state.operators, key=lambda o: (o.busy_fraction, o.queue_items))
+        (config, count), = op.configs().items()
+        return Plan((OperatorPlan(op.name, (ReplicaGroup(config, count + 1),), reason=f"{op.name} is the busiest operator"),),
+                    reason=f"grow {op.name}")
+
+
+@pytest.fixture
+def grow_policy(monkeypatch):
+    monkeypatch.setitem(policies.POLICIES, "grow-busiest", f"{__name__}:GrowBusiest")
+    return TridentSettingsBlock(policy="grow-busiest", min_samples=1, tick_interval_s=0.2)
+
+
+def _start(name, n):
+    spec = small_pipeline(n, time_scale=8.0)
+    runner = start_runner(spec, f"/tmp/{name}", name=name, namespace=NAMESPACE, settings=RunnerSettings(shard_items=64))
+    deadline = time.monotonic() + 60
+    while not ray.get(runner.samples.remote(0)).samples:
+        assert time.monotonic() < deadline, "the pipeline produced no batch samples"
+        time.sleep(0.2)
+    return runner
+
+
+def _stop(runner):
+    ray.get(runner.stop.remote())
+    ray.kill(runner)
+
+
+def _read_back(flow_run_id, runner_name):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]), key=ArtifactFilterKey(any_=[f"trident-plan-{runner_name}"])))
+        deadline = time.monotonic() + 30
+        while True:  # events are persisted asynchronously by the server
+            events = client.read_events(EventFilter(event=EventNameFilter(name=[PLAN_APPLIED]),
+                                                    resource=EventResourceFilter(id=[f"trident.pipeline.{NAMESPACE}.{runner_name}"])), limit=50)
+            if events.events or time.monotonic() > deadline:
+                return artifacts, events.events
+            time.sleep(0.5)
+
+
+def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, grow_policy):
+    runner = _start("sidecar-apply", 1500)
+    try:
+        before = {o.name: len(o.active) for o in ray.get(runner.state.remote()).operators}
+        state = trident_sidecar(trident=grow_policy, runner_name="sidecar-apply", return_state=True)
+        assert state.is_completed(), state.message
+        result = state.result()
+        assert result["status"] == "applied" and result["ticks"] == 1 and result["plans_applied"] == 1
+        grown = result["last"]["plan"]["operators"][0]["operator"]
+        after = {o.name: len(o.active) for o in ray.get(runner.state.remote()).operators}
+        assert after[grown] == before[grown] + 1
+
+        artifacts, events = _read_back(state.state_details.flow_run_id, "sidecar-apply")
+        assert len(artifacts) == 1
+        table = artifacts[0].data
+        assert f"{grown} is the busiest operator" in table and "applied 1 step(s)" in table
+        assert len(events) == 1
+        assert events[0].payload["plan"]["operators"][0]["operator"] == grown
+        assert events[0].payload["report"]["ok"] is True
+
+        memory = load_memory("sidecar-apply", NAMESPACE)
+        assert memory.ticks == 1 and memory.plans_applied == 1 and memory.cursor > 0
+        second = trident_sidecar(trident=grow_policy, runner_name="sidecar-apply")  # the next scheduled run
+        assert second["status"] == "unchanged"  # the policy's state (done=True) came back from the cluster
+        assert load_memory("sidecar-apply", NAMESPACE).ticks == 2
+    finally:
+        _stop(runner)
+    assert trident_sidecar(trident=grow_policy, runner_name="sidecar-apply")["status"] == "no-pipeline"
+    assert load_memory("sidecar-apply", NAMESPACE) is None  # the memory of a gone pipeline is dropped
+
+
+def test_sidecar_long_run_ticks_until_the_pipeline_finishes(prefect_harness, ray_cluster, grow_policy):
+    runner = _start("sidecar-long", 600)
+    try:
+        result = trident_sidecar(trident=grow_policy, runner_name="sidecar-long", until_finished=True)
+        final = ray.get(runner.state.remote())
+    finally:
+        _stop(runner)
+    assert result["status"] == "finished" and result["ticks"] >= 2 and result["plans_applied"] == 1
+    assert final.finished and final.items_written + final.items_dead_lettered == 600
+    assert load_memory("sidecar-long", NAMESPACE) is None
