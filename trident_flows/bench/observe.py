@@ -1,8 +1,8 @@
 """Benchmark "observe": accuracy and cost of the observation layer on known-truth samples.
 
 Contract: ``run(quick) -> BenchResult`` (registered as "observe"). Two simulated operators
-(``bench.sample_sim``: a CPU parser and an OCR stage that moves between GPU and CPU) run
-through configuration phases and a cycling workload-regime schedule (short docs, long
+(``bench.sample_sim``: a CPU parser and an OCR stage that moves between GPU and CPU; two
+seeds each in the full run) run through configuration phases and a cycling workload-regime schedule (short docs, long
 docs, scans, a hidden slowdown no feature shows), with injected spikes and bursts. Each
 operator's samples are replayed in completion order through the loop a controller runs:
 ``RegimeDetector.update`` on every sample (residuals from a model snapshot), a refit of
@@ -15,9 +15,12 @@ Summary (plain numbers):
 - ``detection_delay_samples``: median, over the true regime switches, of samples of the new
   regime consumed until the change is reported (switches missed are listed in raw).
 - ``false_alarms``: reported changes matching no true switch (config changes included).
-- ``fit_predict_ms_p95``: p95 wall time of fit + predict (capacity curves of 12 candidate
+- ``fit_predict_ms_p95``: p95 time of fit + predict (capacity curves of 12 candidate
   configs x 8 replicas, memory of each) on full 2,000-sample windows sliding by 50 samples
-  (one model per operator, so every fit but the first starts warm; CPU time in raw).
+  (one model per operator, so every fit but the first starts warm). Measured as the CPU
+  time of the calling thread (``time.process_time``; the fit is single-threaded), because
+  wall time on a machine shared with other jobs measures their load, not this code; wall
+  time p50/p95 and the cold first fit are in ``raw.fit_predict_ms``.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _candidates(run: SimRun) -> list[OpConfig]:
     return (seen + extra)[:12]
 
 
-def _replay(run: SimRun, refit_every: int, seed: int) -> dict:
+def _replay(run: SimRun, refit_every: int) -> dict:
     """The controller's observation loop over one operator's samples; returns its measurements."""
     op = run.op.name
     model, residual_model = OperatorModel(op), None
@@ -209,7 +212,7 @@ def _figure(runs: dict[str, SimRun], results: dict[str, dict], timings: dict[str
         ax.plot(x, [h["truth"] for h in pts], "-", color="black", lw=0.8, label="true sustainable throughput")
         for n, (idx, old, new) in enumerate(run.switches):
             ax.axvline(idx, color="tab:green", ls="--", lw=1, label="true regime switch" if n == 0 else None)
-            ax.text(idx, ax.get_ylim()[1] if n else 0, f" {new}", color="tab:green", fontsize=7, va="top")
+            ax.text(idx, 0.98, f" {new}", color="tab:green", fontsize=7, va="top", transform=ax.get_xaxis_transform())
         for n, c in enumerate(results[op]["changes"]):
             ax.axvline(c["index"], color="tab:red", lw=1.2, alpha=0.8, label="detected change" if n == 0 else None)
         phase_starts = np.flatnonzero(np.diff(run.phase)) + 1
@@ -219,7 +222,7 @@ def _figure(runs: dict[str, SimRun], results: dict[str, dict], timings: dict[str
         ax.set_title(f"{op}: sustainable throughput, held-out windows vs truth")
         ax.set_xlabel("sample (completion order)")
         ax.set_ylabel("items/s")
-        ax.legend(fontsize=7, loc="upper right", ncol=3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=6, frameon=False)
     ax = axes[-1]
     for op in runs:
         fits = timings[op]
@@ -237,17 +240,18 @@ def _figure(runs: dict[str, SimRun], results: dict[str, dict], timings: dict[str
 def run(quick: bool = False) -> BenchResult:
     scale = 0.5 if quick else 1.0
     refit_every = 100
-    ops = {"parse": (PARSE, 11), "ocr": (OCR, 12)}
-    runs = {name: simulate(op, _phases(name, scale), _schedule(scale), anomalies=Anomalies(), seed=seed) for name, (op, seed) in ops.items()}
+    seeds = (11,) if quick else (11, 21)
+    runs = {f"{name}-s{seed}": simulate(op, _phases(name, scale), _schedule(scale), anomalies=Anomalies(), seed=seed + k)
+            for seed in seeds for k, (name, op) in enumerate((("parse", PARSE), ("ocr", OCR)))}
     t0 = time.perf_counter()
-    results = {name: _replay(r, refit_every, seed=ops[name][1]) for name, r in runs.items()}
+    results = {name: _replay(r, refit_every) for name, r in runs.items()}
     replay_s = time.perf_counter() - t0
 
     apes = [abs(h["predicted"] - h["truth"]) / h["truth"] for res in results.values() for h in res["held"]]
     scored = {name: _score_detection(runs[name], res["changes"]) for name, res in results.items()}
     delays = [d for sc in scored.values() for d in sc["delays"]]
     false_alarms = sum(len(sc["false_alarms"]) for sc in scored.values())
-    timings = {name: _time_fits(r, 12 if quick else 40) for name, r in runs.items()}
+    timings = {name: _time_fits(r, 12 if quick else 30) for name, r in runs.items()}
     full = [f for t in timings.values() for f in t]
     wall = np.array([f["wall_ms"] for f in full])
     cpu = np.array([f["cpu_ms"] for f in full])
@@ -256,10 +260,10 @@ def run(quick: bool = False) -> BenchResult:
         "mape": float(np.mean(apes)) if apes else math.nan,
         "detection_delay_samples": float(np.median(delays)) if delays else math.nan,
         "false_alarms": int(false_alarms),
-        "fit_predict_ms_p95": float(np.percentile(wall, 95)) if wall.size else math.nan,
+        "fit_predict_ms_p95": float(np.percentile(cpu, 95)) if cpu.size else math.nan,
     }
     raw = {
-        "config": {"quick": quick, "window": WINDOW, "refit_every": refit_every, "samples": {n: len(r.samples) for n, r in runs.items()}},
+        "config": {"quick": quick, "seeds": seeds, "window": WINDOW, "refit_every": refit_every, "samples": {n: len(r.samples) for n, r in runs.items()}},
         "mape_median": float(np.median(apes)) if apes else None,
         "mape_p90": float(np.percentile(apes, 90)) if apes else None,
         "held_out_windows": len(apes),
@@ -267,7 +271,7 @@ def run(quick: bool = False) -> BenchResult:
                           "transients_ignored": results[n]["transients"]}
                       for n, sc in scored.items()},
         "detection_delay_max": max(delays) if delays else None,
-        "fit_predict_ms": {"wall_median": float(np.median(wall)) if wall.size else None, "wall_p95": summary["fit_predict_ms_p95"],
+        "fit_predict_ms": {"wall_median": float(np.median(wall)) if wall.size else None, "wall_p95": float(np.percentile(wall, 95)) if wall.size else None,
                            "cpu_median": float(np.median(cpu)) if cpu.size else None,
                            "cpu_p95": float(np.percentile(cpu, 95)) if cpu.size else None, "fits": int(wall.size),
                            "warm_wall_p95": float(np.percentile(warm, 95)) if warm.size else None,
@@ -282,6 +286,6 @@ def run(quick: bool = False) -> BenchResult:
     targets = {"mape": Target("<=", 0.05), "detection_delay_samples": Target("<=", 10), "false_alarms": Target("<=", 1),
                "fit_predict_ms_p95": Target("<=", 100.0)}
     notes = ("Known-truth simulation (bench/sample_sim.py): two operators, 6 config phases each, regimes short/long/scans/"
-             "hidden-slowdown cycling with recurrences, ~3% spikes and short bursts injected. Timing is wall clock on a shared "
-             "2-core machine; CPU time is in raw.fit_predict_ms.")
-    return BenchResult("observe", summary, targets, raw, _figure(runs, results, timings), notes)
+             "hidden-slowdown cycling with recurrences, ~3% spikes and short bursts injected. fit_predict_ms_p95 is CPU time "
+             "of the (single-threaded) fit + predict; wall clock on this shared machine is in raw.fit_predict_ms.")
+    return BenchResult("observe", summary, targets, raw, _figure({n: r for n, r in runs.items() if n.endswith(f"-s{seeds[0]}")}, results, timings), notes)

@@ -56,13 +56,18 @@ Model (deliberate design, to keep fit + predict of a 2,000-sample window well un
   ``memory_extrapolation * mean * |log(batch / nearest observed batch)|`` (no OOM-safety
   claim beyond the evidence).
 
+Anomalies (``scheduler.anomaly``): stage 1 drops transient spikes per (config, epoch)
+group before windowing (rolling median/MAD of log seconds per item); stage 2 drops training
+windows whose leave-one-out residual under the first GP fit is an outlier, then conditions
+the GP again (same hyperparameters) without them. Both are listed in ``FitReport.filtered``.
+
 Sample invalidation after a configuration change (``config_epoch``): samples are
 *dropped* when the operator has re-measured the same OpConfig with the same number of
 replicas in the current epoch (``Reason.SUPERSEDED``: fresh evidence of a point replaces
-stale evidence of it) or when
-they are more than ``max_epoch_age`` epochs old (``Reason.STALE_EPOCH``); otherwise samples
-of older epochs are *down-weighted*: their windows carry extra noise variance
-``stale_noise * age`` in the GP and weight ``1 / (1 + age)`` in the prior mean. Why: a
+stale evidence of it) or when they are more than ``max_epoch_age`` epochs old
+(``Reason.STALE_EPOCH``); otherwise samples of older epochs are *down-weighted*: their
+windows carry extra noise variance ``stale_noise * age`` (in units of the normalised
+target's variance) in the GP and weight ``1 / (1 + age)`` in the prior mean. Why: a
 change alters the conditions an operator runs in (co-located replicas, caches, memory
 pressure), so old figures must not steer predictions where fresh ones exist; but they are
 still the only evidence about configs (and replica counts) not run since, which the
@@ -76,7 +81,7 @@ import math
 import time
 import warnings
 from copy import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -313,12 +318,15 @@ class OperatorModel:
         ok: list[int] = []
         mem_ok: list[int] = []
         ooms: set[OpConfig] = set()
+        cfg_code: dict[OpConfig, int] = {}
         for i, s in enumerate(samples):
             if not isinstance(s, BatchSample):
                 raise TypeError(f"samples[{i}] is a {type(s).__name__}, expected BatchSample")
             if s.operator != self.operator:
                 raise ValueError(f"samples[{i}] belongs to operator {s.operator!r}, this model is for {self.operator!r}")
-            problem = validate_sample(s)
+        valid = _quick_valid(samples)
+        for i, s in enumerate(samples):
+            problem = None if valid[i] else validate_sample(s)
             if problem is not None:
                 filtered.append(Filtered(i, Reason.INVALID, problem))
             elif s.outcome != Outcome.OK:
@@ -342,7 +350,7 @@ class OperatorModel:
         items = np.array([samples[i].items_in for i in ok], dtype=float)
         busy = np.array([samples[i].busy_s for i in ok], dtype=float)
         end = np.array([samples[i].end for i in ok], dtype=float)
-        groups = group_codes([(samples[i].config, samples[i].config_epoch) for i in ok])
+        groups = group_codes([(cfg_code.setdefault(samples[i].config, len(cfg_code)), samples[i].config_epoch) for i in ok])
 
         spikes = robust_filter(np.log(busy / items), groups, end, k=self.spike_k)
         for j in np.flatnonzero(spikes):
@@ -598,10 +606,10 @@ class OperatorModel:
             raise NoModelError(f"operator {self.operator!r} has no memory model for device {config.device!r}: {why}")
         f = self._check_features(features, fit.features) if features is not None else {n: self.current_features.get(n, 0.0) for n in fit.features}
         row = np.array(_memory_row(config.batch_size, {n: v * config.batch_size for n, v in f.items()}, config, fit.features, fit.knobs)) / fit.col_scale
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            mean, std = fit.model.predict(row[None, :], return_std=True)
-        mean, std = float(mean[0]), float(std[0])
+        m = fit.model   # BayesianRidge's predictive mean and std (as its predict(return_std=True)), without per-call validation
+        mean = float(row @ m.coef_ + m.intercept_)
+        centred = row - m.X_offset_
+        std = math.sqrt(float(centred @ m.sigma_ @ centred) + 1.0 / m.alpha_)
         lo, hi = fit.batch_range
         outside = max(math.log(lo / config.batch_size), math.log(config.batch_size / hi), 0.0)
         std += abs(mean) * outside * self.memory_extrapolation
@@ -620,6 +628,20 @@ class OperatorModel:
         feats = np.array([[sample.features.get(f, 0.0) / sample.items_in for f in fit.encoder.features]]).reshape(1, -1)
         mu, _ = self._predict_log([sample.config], np.array([float(replicas)]), feats)
         return math.log(sample.items_in / sample.busy_s) - float(mu[0])
+
+
+def _quick_valid(samples: Sequence[BatchSample]) -> np.ndarray:
+    """Vectorised version of ``validate_sample`` for the common case: True where the sample is surely valid
+    (the rest go through ``validate_sample``, which names the bad field)."""
+    try:
+        a = np.array([(s.start, s.end, s.busy_s, s.items_in, s.peak_host_mem_bytes, s.peak_device_mem_bytes,
+                       sum(s.features.values()) if s.features else 0.0, min(s.features.values(), default=0.0),
+                       float(type(s.items_in) is int)) for s in samples], dtype=float).reshape(len(samples), 9)
+    except (TypeError, ValueError):
+        return np.zeros(len(samples), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return (np.isfinite(a).all(axis=1) & (a[:, 2] > 0) & (a[:, 1] >= a[:, 0]) & (a[:, 2] <= (a[:, 1] - a[:, 0]) * (1 + 1e-6) + 1e-9)
+                & (a[:, 3] >= 1) & (a[:, 4] >= 0) & (a[:, 5] >= 0) & (a[:, 7] >= 0) & (a[:, 8] == 1))
 
 
 def _lbfgs(maxiter: int):
