@@ -14,6 +14,7 @@ Contract:
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Protocol, Sequence
 
@@ -84,11 +85,9 @@ _LOCAL_LOCK = threading.Lock()
 
 
 def _ray_ready() -> bool:
-    try:
-        import ray
-    except ImportError:
-        return False
-    return ray.is_initialized()
+    """Whether this process is connected to Ray (without importing Ray when nothing has)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def shared_index(name: str, threshold: float, num_perm: int) -> IndexHandle:
