@@ -13,6 +13,7 @@ submission to written output, cold starts included for both. Headline: ``ratio_v
 
 from __future__ import annotations
 
+import logging
 import shutil
 import statistics
 import tempfile
@@ -24,7 +25,7 @@ from typing import Any
 import ray
 
 from trident_flows.bench.report import BenchResult, Target
-from trident_flows.pipelines.emulated import EmulatedOperator, Stage, emulated_pipeline, regime_plan
+from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.runtime.launch import start_runner
 from trident_flows.runtime.sink import account
@@ -142,6 +143,7 @@ def run(quick: bool = False) -> BenchResult:
         ray.init(num_cpus=CLUSTER_CPUS, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="trident-overhead-"))
     runtime_tp: list[float] = []
     ray_data_tp: list[float] = []

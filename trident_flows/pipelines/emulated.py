@@ -63,6 +63,7 @@ class EmulatedOperator:
         self.feature_names = tuple(self.op_cost.features) or tuple(sorted({f for d in self.op_cost.devices.values()
                                                                            for f in (*d.per_unit_s, *d.per_unit_bytes)}))
         self.last_device_peak_bytes = 0
+        self.last_host_bytes = 0
         self.device = None
         self.holder = ""
         time.sleep(self.cost.cold_start_s * self.time_scale)
@@ -105,9 +106,10 @@ class EmulatedOperator:
         if self.device is not None:
             self.last_device_peak_bytes = self._device_call(self.device.run.remote(self.holder, work_bytes, seconds))
         else:
-            scratch = np.ones(min(work_bytes, self.host_memory_cap), dtype=np.uint8) if work_bytes else None
+            # hold the batch's working set in host memory (capped) while the work runs
+            working_set = np.ones(min(work_bytes, self.host_memory_cap), dtype=np.uint8) if work_bytes else None
             time.sleep(seconds)
-            del scratch
+            self.last_host_bytes = 0 if working_set is None else working_set.nbytes
         return self._mark(batch, ids, keep)
 
     def _mark(self, batch: Batch, ids: list[str], keep: np.ndarray) -> Batch:

@@ -167,7 +167,7 @@ class PipelineRunner:
         self.shards: dict[str, Shard] = {}
         self.samples_buf: collections.deque = collections.deque(maxlen=settings.sample_buffer)
         self.sample_seq = 0
-        self.completions: collections.deque = collections.deque()
+        self.completions: collections.deque = collections.deque()  # [bucket start, rows done] in 0.1 s buckets
         self.items_in = self.rows_written = self.rows_dropped = self.rows_dead = 0
         self.ooms = 0
         self.reconfigurations = 0
@@ -568,7 +568,7 @@ class PipelineRunner:
             self.rows_dropped += 1
         shard.written += 1
         self.rows_written += 1
-        self.completions.append((time.time(), 1))
+        self._completed()
         if len(shard.rows) >= _PART_ROWS:
             self._flush(shard)
 
@@ -580,9 +580,16 @@ class PipelineRunner:
         shard.dead += 1
         shard.pending += pending_delta
         self.rows_dead += 1
-        self.completions.append((time.time(), 1))
+        self._completed()
         if pending_delta:
             self._maybe_commit(shard)
+
+    def _completed(self) -> None:
+        bucket = int(time.time() * 10) / 10
+        if self.completions and self.completions[-1][0] == bucket:
+            self.completions[-1][1] += 1
+        else:
+            self.completions.append([bucket, 1])
 
     def _flush(self, shard: Shard) -> None:
         rows, dead = shard.rows, shard.dead_rows
@@ -636,6 +643,10 @@ class PipelineRunner:
         if not self.started_at:
             return 0.0
         return (self.finished_at or time.time()) - self.started_at
+
+    async def pipeline_spec(self) -> PipelineSpec:
+        """The PipelineSpec this runner runs (operators, config spaces), e.g. for a policy in another process."""
+        return self.spec
 
     async def samples(self, since: int = 0) -> SamplePage:
         """BatchSamples with sequence number > ``since`` (oldest first, up to ``sample_buffer`` kept)."""

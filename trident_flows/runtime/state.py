@@ -48,7 +48,7 @@ class RunnerSettings:
     linger_s: float = 0.05
     warm_timeout_s: float = 300.0
     device_memory_bytes: int = 16 * 2**30
-    sample_buffer: int = 20000
+    sample_buffer: int = 10000
     dip_window_s: float = 10.0
 
     def __post_init__(self) -> None:
