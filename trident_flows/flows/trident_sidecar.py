@@ -8,8 +8,9 @@ Contract:
   run; the policy's state and the sample cursor live in a detached Ray actor between runs), or
   as one long run (``until_finished=True``: ticks every ``tick_interval_s`` until the pipeline
   finishes or ``max_ticks`` is reached).
-- Every tick publishes a table artifact (key ``trident-plan-<runner>``) with each operator's
-  configuration before and after and the reason for every change; an applied plan also emits
+- Every tick that decides publishes a table artifact (key ``trident-plan-<runner>``) with each
+  operator's configuration before and after and the reason for every change (a scheduled run
+  publishes one even when it only waits for samples); an applied plan also emits
   the Prefect event ``trident.plan.applied`` with the plan and the rollout report.
 - When the runner is gone or finished, the sidecar's memory actor is removed.
 """
@@ -42,8 +43,9 @@ def _artifact_key(runner_name: str) -> str:
     return "trident-plan-" + "".join(c if c.isalnum() else "-" for c in runner_name.lower()).strip("-")
 
 
-def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock) -> dict[str, Any]:
-    """One observe -> pull -> decide -> roll-out tick; returns what happened."""
+def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock, publish_waiting: bool = True) -> dict[str, Any]:
+    """One observe -> pull -> decide -> roll-out tick; returns what happened. A tick that only
+    waits for samples publishes no artifact unless ``publish_waiting``."""
     logger = get_run_logger()
     found = observe_pipeline(runner_name, namespace)
     if found is None:
@@ -59,7 +61,8 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock) -> d
     since = memory.cursor if memory is not None and memory.key == key else 0
     page = pull_samples(runner_name, namespace, since)
     plan, report, note = None, None, ""
-    if len(page.samples) < settings.min_samples:
+    waiting = len(page.samples) < settings.min_samples
+    if waiting:
         note = f"waiting for samples: {len(page.samples)} new, a decision needs {settings.min_samples}"
     else:
         plan, memory = decide(runner_name, namespace, key, settings.policy, options, state, page, memory)
@@ -75,9 +78,10 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock) -> d
     rows = plan_rows(state, plan, report, note)
     applied = report is not None and report.ok and bool(report.steps_done)
     headline = (plan.reason if plan is not None else note or f"policy {settings.policy!r} kept the current configuration")
-    create_table_artifact(rows, key=_artifact_key(runner_name),
-                          description=f"Trident plan for {state.pipeline} ({settings.policy}): {headline}; "
-                                      f"{state.throughput:.1f} items/s over {len(page.samples)} new samples")
+    if not waiting or publish_waiting:
+        create_table_artifact(rows, key=_artifact_key(runner_name),
+                              description=f"Trident plan for {state.pipeline} ({settings.policy}): {headline}; "
+                                          f"{state.throughput:.1f} items/s over {len(page.samples)} new samples")
     if applied:
         emit_event(PLAN_APPLIED, resource={"prefect.resource.id": f"trident.pipeline.{namespace}.{runner_name}",
                                            "prefect.resource.name": runner_name, "trident.pipeline": state.pipeline},
@@ -102,7 +106,7 @@ def trident_sidecar(cluster: Optional[RayClusterBlock] = None, trident: Optional
     ticks: list[dict[str, Any]] = []
     try:
         while True:
-            result = _tick(runner_name, connection.namespace, settings)
+            result = _tick(runner_name, connection.namespace, settings, publish_waiting=not until_finished)
             if result["status"] in ("no-pipeline", "finished"):
                 logger.info("pipeline runner %r in namespace %r: %s", runner_name, connection.namespace, result["status"])
                 break
