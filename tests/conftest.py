@@ -22,7 +22,7 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=TEST_CPUS, num_gpus=TEST_GPUS, object_store_memory=256 * 2**20, include_dashboard=False,
+        ray.init("local", num_cpus=TEST_CPUS, num_gpus=TEST_GPUS, object_store_memory=256 * 2**20, include_dashboard=False,
                  namespace="trident-tests", log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()

@@ -140,7 +140,7 @@ def run(quick: bool = False) -> BenchResult:
     spec = build_spec(profile, n, time_scale)
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=CLUSTER_CPUS, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init("local", num_cpus=CLUSTER_CPUS, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)

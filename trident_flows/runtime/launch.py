@@ -208,7 +208,7 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
+        ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     try:
         spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
