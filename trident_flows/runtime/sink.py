@@ -56,6 +56,10 @@ def _plain(value: Any) -> Any:
 def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
     """Rows to an Arrow table; a column whose values Arrow cannot type together is stored as JSON text."""
     plain = [{k: _plain(v) for k, v in row.items()} for row in rows]
+    # Union of the rows' keys: from_pylist alone keeps only the first row's columns, which loses the
+    # later operators' columns of kept rows when a part starts with a row dropped earlier.
+    union = list(dict.fromkeys(k for row in plain for k in row))
+    plain = [{k: row.get(k) for k in union} for row in plain]
     try:
         return pa.Table.from_pylist(plain)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
