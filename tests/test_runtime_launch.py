@@ -50,8 +50,7 @@ def test_emulated_docs_runs_exactly_once(ray_cluster, tmp_path):
 
 def test_unknown_policies_are_refused_listing_the_available_ones():
     assert make_policy("static").decide(None, []) is None
-    with pytest.raises(ValueError, match=r"'trident' is planned but not built yet.*available policies: static"):
-        make_policy("trident")
+    assert make_policy("trident").name == "trident" and make_policy("ds2").name == "ds2" and make_policy("threshold").name == "threshold"
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         make_policy("nope")
 

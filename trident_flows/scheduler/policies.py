@@ -7,7 +7,8 @@ Contract:
   its reason (``Plan.reason`` and per-operator ``OperatorPlan.reason``). Applying the plan
   is the caller's separate step (``PipelineRunner.apply``).
 - ``decide_once(policy, state, samples)`` wraps one call into a frozen ``PolicyDecision``
-  (time, policy, plan or None, reason), the record the control loop logs.
+  (time, policy, plan or None, reason), the record the control loop logs; a policy that keeps
+  a ``last_record`` (e.g. Trident's ``TickRecord``) has it added as ``detail``.
 - ``make_policy(name, **options)`` builds a registered policy; ``POLICIES`` maps a name to
   ``"module:factory"``, imported lazily. Factories are called with keyword options (the
   control loop passes ``spec=`` the PipelineSpec and ``cluster=`` a ClusterSpec); a factory
@@ -26,8 +27,11 @@ from trident_flows.scheduler.types import BatchSample, Plan
 
 POLICIES: dict[str, str] = {
     "static": "trident_flows.scheduler.policies:StaticPolicy",
+    "ds2": "trident_flows.scheduler.ds2:DS2Policy",
+    "threshold": "trident_flows.scheduler.threshold:ThresholdPolicy",
+    "trident": "trident_flows.scheduler.trident_policy:TridentPolicy",
 }
-PLANNED = ("ds2", "threshold", "trident")
+PLANNED: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -45,9 +49,13 @@ class PolicyDecision:
     policy: str
     plan: Plan | None
     reason: str
+    detail: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "policy": self.policy, "reason": self.reason, "plan": self.plan.to_dict() if self.plan else None}
+        data = {"at": self.at, "policy": self.policy, "reason": self.reason, "plan": self.plan.to_dict() if self.plan else None}
+        if self.detail is not None:
+            data["detail"] = self.detail
+        return data
 
 
 class StaticPolicy:
@@ -65,7 +73,8 @@ class StaticPolicy:
 def decide_once(policy: Policy, state: RunnerState, samples: Sequence[BatchSample]) -> PolicyDecision:
     plan = policy.decide(state, samples)
     reason = (plan.reason or "plan without a reason") if plan is not None else "no change"
-    return PolicyDecision(time.time(), policy.name, plan, reason)
+    record = getattr(policy, "last_record", None)
+    return PolicyDecision(time.time(), policy.name, plan, reason, record.to_dict() if hasattr(record, "to_dict") else None)
 
 
 def available_policies() -> list[str]:

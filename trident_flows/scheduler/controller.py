@@ -1,0 +1,104 @@
+"""The Trident controller at the I/O edge: one ``tick()`` against a pipeline runner handle.
+
+Contract:
+- ``Controller(runner, policy=None, *, spec=None, cluster=None, decision_log=None)`` works on a
+  runner actor handle from any process of the cluster (``launch.find_runner(name)``): each
+  ``tick()`` calls ``runner.state()`` and ``runner.samples(cursor)``, asks the policy (a
+  ``TridentPolicy`` unless another object with ``tick(state, samples) -> TickRecord`` is given;
+  the policy is built from the runner's own PipelineSpec when no spec is passed) and,
+  when the record carries a plan, calls ``runner.apply(plan)``. The decision logic stays pure
+  in the policy; this class only moves data between it and the runner.
+- Every tick returns its frozen ``TickRecord`` and appends it to ``decision_log`` (JSON lines),
+  with the apply report (or the refusal) under ``"apply"``.
+- It survives failures: a runner call that fails or a policy that raises gives a record with
+  action "error" and the message; the current plan stays, the sample cursor only moves when the
+  samples were handed to the policy, and the next tick tries again.
+- ``run(tick_s, max_ticks)`` ticks until the run finishes (or ``max_ticks``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from trident_flows.scheduler.decision_log import DecisionLog, TickRecord
+from trident_flows.scheduler.trident_policy import TridentPolicy
+from trident_flows.scheduler.types import ClusterSpec
+
+
+class Controller:
+    """Ticks a Trident policy against a runner handle (see the module docstring)."""
+
+    def __init__(self, runner: Any, policy: Any | None = None, *, spec: Any | None = None, cluster: ClusterSpec | None = None,
+                 decision_log: Path | str | None = None, call_timeout_s: float = 120.0, **policy_options: Any) -> None:
+        self.runner = runner
+        self._policy = policy
+        self._spec = spec
+        self._cluster = cluster
+        self._options = policy_options
+        self.log = DecisionLog(decision_log) if decision_log else None
+        self.call_timeout_s = call_timeout_s
+        self.cursor = 0
+        self.ticks = 0
+        self.applied = 0
+        self.finished = False
+        self.records: list[TickRecord] = []
+
+    @property
+    def policy(self) -> Any:
+        """The policy, built on first use from the runner's pipeline spec and cluster when not given."""
+        if self._policy is None:
+            spec = self._spec
+            if spec is None:
+                spec = ray.get(self.runner.__ray_call__.remote(lambda r: r.spec), timeout=self.call_timeout_s)
+            cluster = self._cluster
+            if cluster is None:
+                state = ray.get(self.runner.state.remote(), timeout=self.call_timeout_s)
+                cluster = ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+            self._policy = TridentPolicy(spec, cluster, **self._options)
+        return self._policy
+
+    def _error(self, message: str) -> TickRecord:
+        return TickRecord(self.ticks, time.time(), "error", f"kept the current plan: {message}", error=message)
+
+    def tick(self) -> TickRecord:
+        """One tick: state + new samples -> policy -> apply (see the module docstring)."""
+        self.ticks += 1
+        extra: dict[str, Any] = {}
+        try:
+            state = ray.get(self.runner.state.remote(), timeout=self.call_timeout_s)
+            page = ray.get(self.runner.samples.remote(self.cursor), timeout=self.call_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the runner may be busy or gone; try again next tick
+            return self._finish(self._error(f"runner call failed: {type(exc).__name__}: {exc}"), extra)
+        if state.finished:
+            self.finished = True
+        try:
+            record = self.policy.tick(state, list(page.samples))
+        except Exception as exc:  # noqa: BLE001 - a failing policy must not stop the controller
+            return self._finish(self._error(f"policy failed: {type(exc).__name__}: {exc}"), extra)
+        self.cursor = page.next
+        if record.plan is not None and not state.finished:
+            try:
+                report = ray.get(self.runner.apply.remote(record.plan), timeout=self.call_timeout_s * 5)
+                extra["apply"] = report.to_dict()
+                self.applied += int(report.ok and bool(report.steps_done))
+            except Exception as exc:  # noqa: BLE001 - a refused plan is logged; the pipeline keeps its configuration
+                extra["apply_error"] = f"{type(exc).__name__}: {exc}"
+        return self._finish(record, extra)
+
+    def _finish(self, record: TickRecord, extra: dict[str, Any]) -> TickRecord:
+        self.records.append(record)
+        if self.log is not None:
+            self.log.write({**record.to_dict(), **extra})
+        return record
+
+    def run(self, tick_s: float = 2.0, max_ticks: int | None = None) -> list[TickRecord]:
+        """Tick every ``tick_s`` seconds until the run finishes (or ``max_ticks`` ticks)."""
+        while not self.finished and (max_ticks is None or self.ticks < max_ticks):
+            self.tick()
+            if not self.finished:
+                time.sleep(tick_s)
+        return self.records

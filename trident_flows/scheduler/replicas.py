@@ -1,0 +1,91 @@
+"""Reading replica counts out of a ``RunnerState`` and writing "scale this operator" plans.
+
+Contract (pure functions, shared by the baseline policies and the Trident controller):
+- ``serving_groups(op)`` is what an operator runs now: one ``ReplicaGroup`` per config among
+  its non-draining, non-canary replicas (warm or starting).
+- ``main_config(op, spec)`` is the config a rate-based policy scales: the most common serving
+  config (ties: the pipeline spec's initial config, then the label).
+- ``scaled_plan(op, target, reason)`` is the ``OperatorPlan`` that gives ``op`` ``target``
+  replicas of its main config (other serving configs are kept; when scaling down the main
+  config goes first). Canaries are carried over so a plan never ends one by accident.
+- ``replica_limits(name, spec)`` is ``(min_replicas, max_replicas)`` from the pipeline spec
+  (``(1, 64)`` when no spec is known).
+- ``free_resources(state)`` is ``(cpus, gpus)`` not held by any replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trident_flows.runtime.state import OperatorState, RunnerState
+from trident_flows.scheduler.types import OpConfig, OperatorPlan, ReplicaGroup
+
+
+def serving_groups(op: OperatorState) -> tuple[ReplicaGroup, ...]:
+    """Non-draining, non-canary replicas of ``op`` as one group per config (sorted by label)."""
+    counts = op.configs(include_canary=False)
+    return tuple(ReplicaGroup(c, n) for c, n in sorted(counts.items(), key=lambda kv: kv[0].label()))
+
+
+def canary_config(op: OperatorState) -> OpConfig | None:
+    """The config of the operator's running canary, if any."""
+    for r in op.active:
+        if r.canary:
+            return r.config
+    return None
+
+
+def replica_limits(name: str, spec: Any | None) -> tuple[int, int]:
+    """(min_replicas, max_replicas) of operator ``name`` from the pipeline spec."""
+    if spec is None:
+        return 1, 64
+    try:
+        op = spec.operator(name)
+    except (KeyError, ValueError):
+        return 1, 64
+    return int(op.min_replicas), int(op.max_replicas)
+
+
+def main_config(op: OperatorState, spec: Any | None = None) -> OpConfig | None:
+    """The most common serving config of ``op`` (None when it runs no replica)."""
+    counts = op.configs(include_canary=False)
+    if not counts:
+        return None
+    initial = None
+    if spec is not None:
+        try:
+            initial = spec.operator(op.name).config
+        except (KeyError, ValueError):
+            initial = None
+    return max(counts, key=lambda c: (counts[c], c == initial, c.label()))
+
+
+def scaled_plan(op: OperatorState, target: int, reason: str, spec: Any | None = None) -> OperatorPlan:
+    """``op`` with ``target`` replicas in all: the main config absorbs the change (see module docstring)."""
+    if target < 1:
+        raise ValueError(f"operator {op.name!r}: target replicas must be >= 1, got {target}")
+    counts = dict(op.configs(include_canary=False))
+    main = main_config(op, spec)
+    if main is None:
+        raise ValueError(f"operator {op.name!r} runs no replica to scale; give it a config first")
+    others = sum(n for c, n in counts.items() if c != main)
+    if target > others:
+        counts[main] = target - others
+    else:  # scaling below the other configs: keep `target` of them, largest groups first
+        counts = {main: 0}
+        left = target
+        for c, n in sorted(op.configs(include_canary=False).items(), key=lambda kv: (-kv[1], kv[0].label())):
+            if c == main:
+                continue
+            keep = min(n, left)
+            counts[c] = keep
+            left -= keep
+        if left > 0:
+            counts[main] = left
+    groups = tuple(ReplicaGroup(c, n) for c, n in sorted(counts.items(), key=lambda kv: kv[0].label()) if n > 0)
+    return OperatorPlan(op.name, groups, reason, canary_config(op))
+
+
+def free_resources(state: RunnerState) -> tuple[float, float]:
+    """(cpus, gpus) of the cluster that no replica holds."""
+    return state.cluster_cpus - state.used_cpus, state.cluster_gpus - state.used_gpus

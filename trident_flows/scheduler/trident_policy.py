@@ -1,0 +1,659 @@
+"""The Trident decision logic: one tick = observe -> regime -> optimize -> placement -> transition -> verify.
+
+Contract:
+- ``TridentPolicy(spec, cluster, ...)`` implements the ``Policy`` protocol. ``tick(state, samples)``
+  is a function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since the
+  last tick (plus the policy's own memory of earlier ticks) and returns a frozen ``TickRecord``
+  whose ``plan`` is the change to apply (``None``: keep the current configuration); ``decide``
+  returns just that plan. It makes no runner call: applying the plan is the caller's step, and
+  the next ``state`` shows whether it was applied.
+- observe: the samples go to a sliding window per operator and its ``OperatorModel`` is refitted
+  (samples of older config epochs are invalidated by the model itself).
+- regime: each sample, with its throughput residual under the current model, goes to the
+  operator's ``RegimeDetector``. On a residual change the window keeps only samples since the
+  change point. On a change to a regime seen before, the remembered model and best config
+  (``RegimeMemory``) are served at once. Every fitted model is remembered under its regime.
+- optimize: a ``ConfigOptimizer`` per (operator, regime) is told measurements of the configs
+  that run (every ``tell_every`` batches) and the OOMs. When a proposal differs from what runs
+  and the free CPUs/GPUs fit one more replica, it is tried on a canary replica
+  (``OperatorPlan.canary``) and judged by ``canary.decide``; an accepted config becomes a
+  candidate of the placement. A config that ran out of memory, or whose memory upper bound
+  (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
+  operator running such a config is moved off it at once (safety comes before gain).
+- placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
+  best, the regime's remembered best) with capacity curves from the model's predictions
+  (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
+  (``placement.solve_placement``) runs on the cluster minus one CPU kept free for canaries.
+- transition: ``transition_cost.plan_transition`` prices the rolling change against the
+  expected regime duration (mean of past regime lengths, capped by the expected rest of the
+  run); a plan is rolled out when it decides ROLL_OUT and the predicted gain is at least
+  ``min_gain`` of the current predicted throughput; otherwise the record says WAIT and why.
+- verify: after a rollout, once the plan is in place, the measured pipeline throughput of the
+  next ``verify_ticks`` ticks is compared with the prediction; when it falls short by more than
+  ``tolerance`` and is also below the throughput before the change, the previous placement is
+  restored (a "rollback" with the figures as reason) and that plan is not proposed again in
+  this regime; short of the prediction but not worse than before, the plan is kept and the
+  shortfall recorded. New placements wait until the verification ends.
+- failures: every step runs guarded; an exception (solver error, a model that cannot fit, ...)
+  is recorded in the tick's ``error``, the current plan is kept (no plan this tick) and the
+  next tick starts afresh. No samples yet means "waiting for samples".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+from trident_flows.runtime.state import RunnerState
+from trident_flows.scheduler import canary as canary_protocol
+from trident_flows.scheduler.constraint import MemoryBudget, per_item
+from trident_flows.scheduler.decision_log import TickRecord
+from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
+from trident_flows.scheduler.placement import DEFAULT_SOLVER, solve_placement
+from trident_flows.scheduler.placement_inputs import concave_curve, current_placement, work_per_item
+from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
+from trident_flows.scheduler.regime_memory import RegimeMemory
+from trident_flows.scheduler.replicas import canary_config, free_resources, replica_limits, serving_groups
+from trident_flows.scheduler.transition_cost import plan_transition
+from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan
+
+_STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
+
+
+@dataclass
+class _Canary:
+    config: OpConfig
+    started_s: float
+    reason: str
+    candidate: list = field(default_factory=list)
+    incumbent: list = field(default_factory=list)
+
+
+@dataclass
+class _Operator:
+    """What the policy keeps about one operator between ticks."""
+
+    name: str
+    model: OperatorModel
+    detector: RegimeDetector
+    window: deque
+    fed: int = 0
+    restored: bool = False
+    optimizers: dict = field(default_factory=dict)
+    to_tell: dict = field(default_factory=dict)
+    canary: _Canary | None = None
+    accepted: set = field(default_factory=set)
+    unsafe: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    """A rolled-out plan under verification."""
+
+    plan: Plan
+    predicted: float
+    before: float
+    previous: dict
+    regime_key: tuple
+    ticks_waiting: int = 0
+    ticks_in_place: int = 0
+    measured: list = field(default_factory=list)
+
+
+class TridentPolicy:
+    """The Trident controller's decision logic (see the module docstring)."""
+
+    name = "trident"
+
+    def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
+                 k: float = 2.0, min_gain: float = 0.05, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
+                 regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
+                 canary_timeout_s: float = 60.0, tell_every: int = 16, window: int = 1200, solver: str = DEFAULT_SOLVER,
+                 time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
+                 cpu_budget: float | None = None, gpu_budget: float | None = None, **_options: Any) -> None:
+        if not 0 <= memory_safety_margin < 1:
+            raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
+        if not 0 < tolerance < 1:
+            raise ValueError(f"trident: tolerance must be in (0, 1), got {tolerance}")
+        if verify_ticks < 1 or apply_grace_ticks < 1:
+            raise ValueError("trident: verify_ticks and apply_grace_ticks must be >= 1")
+        if min_gain < 0 or regime_duration_s <= 0:
+            raise ValueError("trident: min_gain must be >= 0 and regime_duration_s > 0")
+        self.spec = spec
+        self.cluster = cluster
+        self.margin = memory_safety_margin
+        self.k = k
+        self.min_gain = min_gain
+        self.tolerance = tolerance
+        self.verify_ticks = verify_ticks
+        self.apply_grace_ticks = apply_grace_ticks
+        self.regime_duration_s = regime_duration_s
+        self.canaries = canaries
+        self.canary_policy = canary_policy or canary_protocol.CanaryPolicy(max_window_s=30.0)
+        self.canary_timeout_s = canary_timeout_s
+        self.tell_every = tell_every
+        self.window = window
+        self.solver = solver
+        self.time_limit_s = time_limit_s
+        self.seed = seed
+        self.solve = solve
+        self.records: deque[TickRecord] = deque(maxlen=max_records)
+        self.last_record: TickRecord | None = None
+        self.memory = RegimeMemory()
+        self._ops: dict[str, _Operator] = {}
+        self._previous: RunnerState | None = None
+        self._pending: _Pending | None = None
+        self._rejected: set = set()
+        self._regime_started: dict[str, float] = {}
+        self._regime_lengths: list[float] = []
+        self._tick = 0
+        self._recent: deque[float] = deque(maxlen=3)
+        self._cpu_budget = cpu_budget
+        self._gpu_budget = gpu_budget
+
+    # ------------------------------------------------------------------ the Policy protocol
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+        return self.tick(state, samples).plan
+
+    # ------------------------------------------------------------------ one tick
+    def tick(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
+        """One observe -> regime -> optimize -> verify -> placement -> transition tick."""
+        t_start = time.perf_counter()
+        self._tick += 1
+        timings: dict[str, float] = {}
+        errors: list[str] = []
+        events: list[str] = []
+        measured = self._measure(state)
+        pipeline_t = next(iter(measured.values()), 0.0)
+        self._recent.append(pipeline_t)
+
+        def step(name: str, fn: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn()
+            except Exception as exc:  # noqa: BLE001 - a failed step is recorded; the current plan stays
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                return None
+            finally:
+                timings[name] = (time.perf_counter() - t0) * 1e3
+
+        new = step("observe", lambda: self._observe(state, samples)) or {}
+        step("regime", lambda: self._regime(state, new, events))
+        canary_ops = step("optimize", lambda: self._optimize(state, new, events)) or {}
+        verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
+        verification, rollback = verdict
+        action, reason, plan, predicted = "none", "", None, 0.0
+        if rollback is not None:
+            action, plan, reason = "rollback", rollback, rollback.reason
+        elif not any(o.model.ready for o in self._ops.values()):
+            reason = "waiting for samples: no operator has a model yet"
+        elif self._pending is not None:
+            reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
+        else:
+            solved = step("placement", lambda: self._placement(state))
+            if solved is not None:
+                decided = step("transition", lambda: self._transition(state, *solved))
+                if decided is not None:
+                    action, reason, plan, predicted = decided
+        if canary_ops:
+            plan = self._with_canaries(state, plan, canary_ops)
+            if action in ("none", "wait"):
+                action = "canary"
+                reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {reason})" if reason else "")
+        if errors and plan is None and action in ("none", "wait"):
+            action = "error"
+            reason = "kept the current plan after a failed step: " + "; ".join(errors)
+        if action == "roll_out" and plan is not None:
+            before = sorted(self._recent)[len(self._recent) // 2]
+            self._pending = _Pending(plan, predicted, before, self._previous_groups(state, plan), self._regime_key())
+        self._previous = state
+        timings["total"] = (time.perf_counter() - t_start) * 1e3
+        record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
+                            {n: o.detector.current for n, o in self._ops.items()}, tuple(events), plan, predicted,
+                            verification, "; ".join(errors), timings)
+        self.records.append(record)
+        self.last_record = record
+        return record
+
+    # ------------------------------------------------------------------ observe
+    def _measure(self, state: RunnerState) -> dict[str, float]:
+        """Items/s each operator completed since the last tick (since the start on the first)."""
+        prev = self._previous
+        out = {}
+        for k, op in enumerate(state.operators):
+            if prev is not None and len(prev.operators) == len(state.operators) and state.wall_s > prev.wall_s:
+                out[op.name] = (op.items_in - prev.operators[k].items_in) / (state.wall_s - prev.wall_s)
+            else:
+                out[op.name] = op.items_in / state.wall_s if state.wall_s > 0 else 0.0
+        return out
+
+    def _operator(self, name: str) -> _Operator:
+        if name not in self._ops:
+            self._ops[name] = _Operator(name, OperatorModel(name), RegimeDetector(name), deque(maxlen=self.window))
+        return self._ops[name]
+
+    def _observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> dict[str, list[BatchSample]]:
+        known = {op.name for op in state.operators}
+        new: dict[str, list[BatchSample]] = {}
+        for s in samples:
+            if isinstance(s, BatchSample) and s.operator in known and s.items_in >= 1:
+                new.setdefault(s.operator, []).append(s)
+        for name in known:
+            self._operator(name)
+        failed = []
+        for name, batch in new.items():
+            op = self._ops[name]
+            for s in batch:
+                op.window.append((op.fed, s))  # op.fed = the sample's index in the regime detector
+                op.fed += 1
+            if op.restored:
+                op.restored = False  # the remembered model serves this tick; refit from the next one
+                continue
+            try:
+                op.model.fit([s for _, s in op.window], current_epoch=state.operator(name).config_epoch)
+            except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
+                failed.append(f"{name}: {type(exc).__name__}: {exc}")
+        if failed:
+            raise RuntimeError("model fit failed for " + "; ".join(failed))
+        return new
+
+    # ------------------------------------------------------------------ regime
+    def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[str]) -> None:
+        for name, batch in new.items():
+            op = self._ops[name]
+            replicas = max(1, sum(state.operator(name).configs().values()))
+            for s in batch:
+                residual = None
+                if op.model.ready and s.outcome == Outcome.OK and s.busy_s > 0 and s.items_in > 0:
+                    try:
+                        residual = op.model.log_residual(s, replicas)
+                    except (NoModelError, ValueError):
+                        residual = None
+                change = op.detector.update(s, residual)
+                if change is None:
+                    if op.detector.current is not None and name not in self._regime_started:
+                        self._regime_started[name] = state.wall_s
+                    continue
+                events.append(f"{name}: regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}")
+                started = self._regime_started.get(name)
+                if started is not None and change.kind == ChangeKind.FEATURES:
+                    self._regime_lengths.append(max(0.0, state.wall_s - started))
+                self._regime_started[name] = state.wall_s
+                if change.kind == ChangeKind.RESIDUAL:
+                    # same workload, new behaviour: only samples since the change point describe it
+                    keep = [(seq, x) for seq, x in op.window if seq >= change.change_point]
+                    op.window = deque(keep, maxlen=self.window)
+                    events.append(f"{name}: dropped samples before the change point; refit on {len(keep)}")
+                    continue
+                record = self.memory.visit(change.new, name) if change.recurring else None
+                if record is not None and record.model is not None:
+                    op.model = record.model.snapshot()
+                    op.restored = True
+                    events.append(f"{name}: regime {change.new} seen before: serving its remembered model"
+                                  + (f" and best config {record.best_config.label()}" if record.best_config else ""))
+        for name, op in self._ops.items():
+            if op.model.ready and op.detector.current is not None:
+                best = self._optimizer(name).best() if self._spec_space(name) is not None else None
+                self.memory.remember(op.detector.current, name, model=op.model, best_config=best)
+
+    def _regime_key(self) -> tuple:
+        return tuple(sorted((n, o.detector.current) for n, o in self._ops.items()))
+
+    def _expected_regime_s(self, state: RunnerState, throughput: float) -> float:
+        lengths = [x for x in self._regime_lengths if x > 0]
+        expected = sum(lengths) / len(lengths) if lengths else self.regime_duration_s
+        total = getattr(self.spec, "items", None)
+        if total and throughput > 0 and not state.input_closed:
+            expected = min(expected, max(1.0, (total - state.operators[0].items_in) / throughput))
+        return expected
+
+    # ------------------------------------------------------------------ optimize
+    def _spec_space(self, name: str) -> ConfigSpace | None:
+        if self.spec is None:
+            return None
+        try:
+            space = self.spec.operator(name).space
+        except (KeyError, ValueError):
+            return None
+        gpus = self.cluster.total_gpus if self.cluster is not None else 0
+        devices = tuple(d for d in space.devices if d == CPU or gpus > 0)
+        return replace(space, devices=devices) if devices else None
+
+    def _budget(self) -> MemoryBudget:
+        cluster = self.cluster or ClusterSpec.single_node(16, 0)
+        node = max(cluster.node_classes, key=lambda n: n.cpus)
+        host = node.host_memory_bytes / max(1.0, node.cpus) if node.host_memory_bytes else 4 * 2**30
+        gpu_nodes = [n for n in cluster.node_classes if n.gpus > 0]
+        gpu = min(n.gpu_memory_bytes for n in gpu_nodes) if gpu_nodes else None
+        return MemoryBudget(cpu_bytes=int(host), gpu_bytes=int(gpu) if gpu else None)
+
+    def _limit(self, config: OpConfig) -> float:
+        return self._budget().limit(config.device, self.margin)
+
+    def _optimizer(self, name: str) -> ConfigOptimizer:
+        op = self._ops[name]
+        regime = op.detector.current
+        if regime not in op.optimizers:
+            space = self._spec_space(name)
+            if space is None:
+                raise ValueError(f"operator {name!r}: no config space known (the policy needs the pipeline spec)")
+            incumbent = self.spec.operator(name).config
+            opt = ConfigOptimizer(space, self._budget(), operator=name, safety_margin=self.margin, k=self.k, seed=self.seed,
+                                  max_evals=None, incumbent=incumbent if incumbent.device in space.devices else None)
+            previous = next((o for r, o in op.optimizers.items() if o is not None), None)
+            if previous is not None:
+                opt.warm_start(previous.observations)
+            op.optimizers[regime] = opt
+        return op.optimizers[regime]
+
+    def _memory_bound(self, name: str, config: OpConfig) -> float | None:
+        """Upper bound of one replica's peak memory (bytes) at the worst recent workload; None when unknown."""
+        op = self._ops[name]
+        try:
+            worst = self._optimizer(name).worst_features() if self._spec_space(name) is not None else {}
+        except ValueError:
+            worst = {}
+        try:
+            return op.model.memory_upper(config, self.k, worst or None)
+        except (NoModelError, ValueError):
+            try:
+                return op.model.memory_upper(config, self.k)
+            except (NoModelError, ValueError):
+                return None
+
+    def _is_unsafe(self, name: str, config: OpConfig) -> str | None:
+        op = self._ops[name]
+        for bad, why in op.unsafe.items():
+            if bad.device == config.device and bad.knobs == config.knobs and config.batch_size >= bad.batch_size:
+                return why
+        bound = self._memory_bound(name, config)
+        if bound is not None and bound > self._limit(config):
+            return f"memory upper bound {bound / 2**20:.0f} MiB > limit {self._limit(config) / 2**20:.0f} MiB"
+        return None
+
+    def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[str]) -> dict[str, OperatorPlan]:
+        canaries: dict[str, OperatorPlan] = {}
+        free_cpus, free_gpus = free_resources(state)
+        for name, batch in new.items():
+            op = self._ops[name]
+            for s in batch:
+                if s.outcome == Outcome.OOM and s.config not in op.unsafe:
+                    op.unsafe[s.config] = f"{s.config.label()} ran out of memory"
+                    events.append(f"{name}: {s.config.label()} ran out of memory: it and larger batches are unsafe")
+                    space = self._spec_space(name)
+                    if space is not None and s.config.device in space.devices and space.batch_size_min <= s.config.batch_size <= space.batch_size_max:
+                        self._optimizer(name).tell_oom(s.config, per_item(s.features, s.items_in))
+        for name, op in self._ops.items():
+            space = self._spec_space(name)
+            if space is None:
+                continue
+            opt = self._optimizer(name)
+            state_op = state.operator(name)
+            canary_ids = {r.replica_id for r in state_op.active if r.canary}
+            for s in new.get(name, []):
+                opt.observe_features(per_item(s.features, s.items_in))
+                if s.outcome == Outcome.OK and s.replica_id not in canary_ids and s.config.device in space.devices:
+                    op.to_tell.setdefault(s.config, []).append(s)
+            for config, batch in list(op.to_tell.items()):
+                if len(batch) >= self.tell_every:
+                    m = canary_protocol.measure(batch)
+                    if m.throughput > 0 and m.peak_memory > 0 and space.batch_size_min <= config.batch_size <= space.batch_size_max:
+                        opt.tell(config, m.throughput, m.peak_memory, m.features)
+                    op.to_tell[config] = []
+            if op.canary is not None:
+                plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events)
+                if plan is not None:
+                    canaries[name] = plan
+            elif self.canaries and not canaries and op.model.ready and self._pending is None:
+                plan = self._start_canary(state, name, opt, free_cpus, free_gpus, events)
+                if plan is not None:
+                    canaries[name] = plan
+                    free_cpus -= op.canary.config.cpus
+                    free_gpus -= op.canary.config.gpus
+        return canaries
+
+    def _start_canary(self, state: RunnerState, name: str, opt: ConfigOptimizer, free_cpus: float, free_gpus: float,
+                      events: list[str]) -> OperatorPlan | None:
+        op = self._ops[name]
+        try:
+            proposal = opt.ask()
+        except NoSafeConfigError as exc:
+            events.append(f"{name}: {exc}")
+            return None
+        if proposal is None:
+            return None
+        config = proposal.config
+        serving = state.operator(name).configs()
+        if config in serving or config in op.accepted or self._is_unsafe(name, config):
+            return None
+        if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
+            return None
+        if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self._limit(config):
+            return None
+        op.canary = _Canary(config, state.wall_s, proposal.reason)
+        reason = f"canary {config.label()} for {name}: {proposal.reason}"
+        events.append(reason)
+        return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
+
+    def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[str]) -> OperatorPlan | None:
+        op = self._ops[name]
+        c = op.canary
+        for s in batch:
+            if s.replica_id in canary_ids and s.config == c.config:
+                c.candidate.append(s)
+            elif s.replica_id not in canary_ids:
+                c.incumbent.append(s)
+        elapsed = state.wall_s - c.started_s
+        running = canary_config(state.operator(name)) == c.config
+        if not c.candidate and not running:
+            if elapsed < self.canary_timeout_s:
+                return None
+            op.canary = None
+            events.append(f"{name}: canary {c.config.label()} never ran (not started within {self.canary_timeout_s:g}s); abandoned")
+            return None
+        if not c.candidate:
+            return None
+        decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.canary_policy,
+                                          memory_limit=self._limit(c.config))
+        if decision.verdict == canary_protocol.Verdict.MEASURE:
+            return None
+        m = canary_protocol.measure(c.candidate)
+        opt = self._optimizer(name)
+        if m.oom:
+            op.unsafe[c.config] = f"canary {c.config.label()} ran out of memory"
+        elif m.throughput > 0 and m.peak_memory > 0:
+            opt.tell(c.config, m.throughput, m.peak_memory, m.features)
+        if decision.verdict == canary_protocol.Verdict.ACCEPT:
+            op.accepted.add(c.config)
+        op.canary = None
+        reason = f"canary {c.config.label()} of {name} {decision.verdict.value}ed: {decision.reason}"
+        events.append(reason)
+        return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
+
+    def _with_canaries(self, state: RunnerState, plan: Plan | None, canaries: dict[str, OperatorPlan]) -> Plan:
+        if plan is None:
+            return Plan(tuple(canaries.values()), 0.0, "; ".join(o.reason for o in canaries.values()))
+        ops = []
+        for o in plan.operators:
+            if o.operator in canaries:
+                ops.append(replace(o, canary=canaries[o.operator].canary))
+            else:  # keep a canary that is still being measured
+                ops.append(replace(o, canary=canary_config(state.operator(o.operator)) if self._ops[o.operator].canary else None))
+        named = {o.operator for o in ops}
+        ops += [o for n, o in canaries.items() if n not in named]
+        return replace(plan, operators=tuple(ops))
+
+    # ------------------------------------------------------------------ verify
+    def _previous_groups(self, state: RunnerState, plan: Plan) -> dict[str, tuple]:
+        return {o.operator: serving_groups(state.operator(o.operator)) for o in plan.operators}
+
+    def _in_place(self, state: RunnerState, plan: Plan) -> bool:
+        for o in plan.operators:
+            target: dict[OpConfig, int] = {}
+            for g in o.groups:
+                if g.replicas:
+                    target[g.config] = target.get(g.config, 0) + g.replicas
+            op = state.operator(o.operator)
+            if op.configs() != target or any(not r.warm for r in op.active):
+                return False
+        return True
+
+    def _verify(self, state: RunnerState, measured: float) -> tuple[str, Plan | None]:
+        p = self._pending
+        if p is None:
+            return "", None
+        if state.input_closed:
+            self._pending = None
+            return "verification ended: the input is finished, the tail's throughput says nothing about the plan", None
+        if not self._in_place(state, p.plan):
+            p.ticks_waiting += 1
+            if p.ticks_waiting > self.apply_grace_ticks:
+                self._pending = None
+                return f"the plan was not in place after {self.apply_grace_ticks} ticks (refused or failed): dropped", None
+            return "waiting for the plan to be in place", None
+        p.ticks_in_place += 1
+        if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
+            return "plan in place; measuring from the next tick", None
+        p.measured.append(measured)
+        values = sorted(p.measured)
+        if len(values) < self.verify_ticks:
+            return f"measuring ({len(values)}/{self.verify_ticks}): {measured:.4g} items/s", None
+        self._pending = None
+        got = values[len(values) // 2]
+        floor = (1 - self.tolerance) * p.predicted
+        if got >= floor:
+            return f"verified: measured {got:.4g} items/s >= {1 - self.tolerance:.0%} of predicted {p.predicted:.4g}", None
+        if got >= (1 - self.tolerance) * p.before:
+            return (f"short of the prediction: measured {got:.4g} < {1 - self.tolerance:.0%} of predicted {p.predicted:.4g} items/s, "
+                    f"but not worse than before ({p.before:.4g}): kept"), None
+        self._rejected.add((p.regime_key, _signature(p.plan)))
+        ops = tuple(OperatorPlan(name, groups, f"rollback: measured {got:.4g} items/s < {1 - self.tolerance:.0%} of predicted "
+                                 f"{p.predicted:.4g} and below {p.before:.4g} before the change", canary_config(state.operator(name)))
+                    for name, groups in p.previous.items() if groups)
+        reason = (f"rollback: after the rollout the pipeline measured {got:.4g} items/s, short of the predicted {p.predicted:.4g} "
+                  f"by more than {self.tolerance:.0%} and below the {p.before:.4g} items/s before it; restoring the previous placement")
+        return reason, Plan(ops, p.before, reason)
+
+    # ------------------------------------------------------------------ placement
+    def _cluster_for_placement(self, state: RunnerState) -> ClusterSpec:
+        cluster = self.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        if not self.canaries:
+            return cluster
+        classes = list(cluster.node_classes)
+        big = max(range(len(classes)), key=lambda i: classes[i].cpus)
+        nc = classes[big]
+        if nc.cpus * nc.count - 1 >= len(state.operators) and nc.count == 1:
+            classes[big] = NodeClass(nc.name, nc.count, nc.cpus - 1, nc.gpus, nc.gpu_memory_bytes, nc.host_memory_bytes,
+                                     nc.host_device_bandwidth_bps, nc.accelerator)
+        return ClusterSpec(tuple(classes))
+
+    def _candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
+        op = self._ops[name]
+        serving = list(state.operator(name).configs())
+        cands: list[OpConfig] = list(serving)
+        extra: list[OpConfig] = list(op.accepted)
+        space = self._spec_space(name)
+        if space is not None:
+            best = self._optimizer(name).best()
+            if best is not None:
+                extra.append(best)
+        record = self.memory.recall(op.detector.current, name) if op.detector.current is not None else None
+        if record is not None and record.best_config is not None:
+            extra.append(record.best_config)
+        notes = []
+        for c in serving:
+            why = self._is_unsafe(name, c)
+            if why is not None and c.batch_size > 1:
+                smaller = c.with_changes(batch_size=max(1, c.batch_size // 2))
+                extra.append(smaller)
+                notes.append(f"{name}: {c.label()} is unsafe ({why}); candidate {smaller.label()}")
+        for c in extra:
+            if c not in cands:
+                cands.append(c)
+        return cands, notes
+
+    def _placement(self, state: RunnerState):
+        cluster = self._cluster_for_placement(state)
+        work = work_per_item(state, self._previous)
+        demands, forced, notes = [], [], []
+        for op_state in state.operators:
+            name = op_state.name
+            op = self._ops[name]
+            if not op.model.ready:
+                raise NoModelError(f"operator {name!r} has no throughput model yet ({op.model.report.reason if op.model.report else 'no samples'})")
+            lo, hi = replica_limits(name, self.spec)
+            cands, cand_notes = self._candidates(state, name)
+            notes += cand_notes
+            options = []
+            for config in cands:
+                unsafe = self._is_unsafe(name, config)
+                serving = config in op_state.configs()
+                if unsafe is not None:
+                    if serving:
+                        forced.append(f"{name} runs {config.label()}: {unsafe}")
+                    continue
+                cap = min(hi, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else hi)
+                if config.gpus > 0:
+                    cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
+                if cap < 1:
+                    continue
+                try:
+                    mean, _std = op.model.predict_many([config] * cap, list(range(1, cap + 1)))
+                    curve = concave_curve([float(x) for x in mean])
+                except (NoModelError, ValueError):
+                    continue
+                bound = self._memory_bound(name, config) or 0.0
+                is_cpu = config.device == CPU
+                options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
+                                               device_mem_bytes=0 if is_cpu else int(bound), cold_start_s=2.0, drain_s=1.0))
+            if not options:
+                raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
+            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
+        result = self.solve(demands, cluster, current_placement(state), solver=self.solver, time_limit_s=self.time_limit_s)
+        return demands, cluster, result, forced, notes
+
+    # ------------------------------------------------------------------ transition
+    def _transition(self, state: RunnerState, demands, cluster, result, forced, notes):
+        plan = result.plan
+        current = current_placement(state)
+        expected = self._expected_regime_s(state, max(result.throughput, 1e-9))
+        changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
+        if not changed:
+            return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput
+        plan = replace(plan, operators=tuple(changed))
+        if (self._regime_key(), _signature(plan)) in self._rejected:
+            return "wait", f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})", None, result.throughput
+        if forced:
+            return ("roll_out", "memory safety: " + "; ".join(forced) + f"; new placement {plan.reason}", plan, result.throughput)
+        try:
+            transition = plan_transition(demands, cluster, current, result.plan, expected)
+        except ValueError as exc:
+            return "wait", f"cannot price the change ({exc}); keeping the current placement", None, result.throughput
+        t_now = result.throughput - transition.expected_gain
+        gain = transition.expected_gain / t_now if t_now > 0 else math.inf
+        if transition.decision != Decision.ROLL_OUT:
+            return "wait", f"{transition.reason} ({plan.reason})", None, result.throughput
+        if gain < self.min_gain:
+            return "wait", (f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
+                            f"{self.min_gain:.0%}: keeping the current placement"), None, result.throughput
+        head = f"predicted {t_now:.4g} -> {result.throughput:.4g} input items/s ({gain:+.1%}); {transition.reason}"
+        if notes:
+            head += "; " + "; ".join(notes)
+        return "roll_out", f"{head}; {plan.reason}", replace(plan, reason=f"{head}; {plan.reason}"), result.throughput
+
+
+def _counts(groups) -> list[tuple[OpConfig, int]]:
+    out: dict[OpConfig, int] = {}
+    for g in groups:
+        if g.replicas:
+            out[g.config] = out.get(g.config, 0) + g.replicas
+    return sorted(out.items(), key=lambda kv: kv[0].label())
+
+
+def _signature(plan: Plan) -> frozenset:
+    return frozenset((o.operator, c, n) for o in plan.operators for c, n in _counts(o.groups))
