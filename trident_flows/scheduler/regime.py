@@ -21,8 +21,8 @@ Contract:
   samples. An alarm is also required to *persist*: the median of the last ``persist``
   standardised residuals must be beyond ``2k`` and the shift at least ``min_shift`` (log
   units; smaller shifts are below the model's accuracy and not worth re-planning); a CUSUM
-  excursion whose cause is already over (a neighbour's burst of a few batches) is counted in
-  ``transients`` and reset. So a hidden change is reported after about ``persist / 2 + 1``
+  excursion whose cause is already over (a neighbour's burst shorter than about ``persist / 2``
+  batches) is counted in ``transients`` and reset. So a hidden change is reported after about ``persist / 2 + 1``
   samples. With k=0.5, h=8 the false-alarm run length on Gaussian noise is far beyond 10^5.
 - Stragglers: with R replicas, batches of the old regime still complete after the first
   ones of the new regime, so for ``dwell`` samples after a switch, votes for the regime just
@@ -98,7 +98,7 @@ class RegimeDetector:
 
     def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
                  radius: float = 0.5, vote_window: int = 5, confirm: int = 3, calibration: int = 30, cusum_k: float = 0.5,
-                 cusum_h: float = 8.0, clip: float = 3.0, persist: int = 20, min_shift: float = 0.1, dwell: int = 10,
+                 cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, min_shift: float = 0.1, dwell: int = 10,
                  min_sigma: float = 0.01, centroid_memory: int = 200) -> None:
         if confirm > vote_window or confirm < 1:
             raise ValueError(f"confirm must be in 1..vote_window ({vote_window}), got {confirm}")
