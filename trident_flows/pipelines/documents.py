@@ -138,12 +138,22 @@ class ParsePdf:
 
     @staticmethod
     def workload_features(batch: Batch) -> dict[str, float]:
-        """``pages`` once parsed, and the file ``bytes`` (known before parsing)."""
-        if "bytes" in batch:
-            size = _live_sum(batch, "bytes")
-        else:
-            size = float(sum(os.path.getsize(p) for p in batch.get("path", []) if os.path.exists(str(p))))
-        return {"pages": _live_sum(batch, "pages"), "bytes": size}
+        """``pages`` and file ``bytes`` of the batch; on an input batch (the runtime's call) pages
+        are counted by opening each file (unreadable files count 0)."""
+        if "pages" in batch:
+            return {"pages": _live_sum(batch, "pages"), "bytes": _live_sum(batch, "bytes")}
+        import pypdfium2 as pdfium
+
+        pages = size = 0.0
+        for path in batch.get("path", []):
+            try:
+                size += os.path.getsize(str(path))
+                pdf = pdfium.PdfDocument(str(path))
+                pages += len(pdf)
+                pdf.close()
+            except Exception:  # unreadable: parse will dead-letter it
+                continue
+        return {"pages": pages, "bytes": size}
 
 
 def _pdf_error(exc: Exception) -> str:

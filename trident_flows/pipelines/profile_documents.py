@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,9 +138,9 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
                 with _PeakRss() as peak:
                     base = peak.peak
                     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
-                    result = op(batch)
+                    op(batch)
                     wall, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
-                features = op.workload_features(result)
+                features = op.workload_features(batch)  # on the input batch, as the runtime's replicas do
                 samples.append({"regime": regime, "batch_size": size, "items": size, "features": features, "wall_s": wall,
                                 "cpu_s": cpu, "peak_bytes": max(0, peak.peak - base)})
     info = {"name": name, "device": getattr(op, "device", "cpu") if device != "cpu" else "cpu", "cold_start_s": cold_start_s,
@@ -248,8 +249,9 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
             costs, notes = {}, []
             for device in devices:
                 console.print(f"measuring {name} on {device} ...")
-                with ctx.Pool(1) as pool:
-                    info = pool.apply(_measure, (name, device, inputs[name], settings.batch_sizes[name], settings.long_cap, settings.repeats))
+                with ProcessPoolExecutor(1, mp_context=ctx) as pool:  # a fresh process per operator and device
+                    info = pool.submit(_measure, name, device, inputs[name], settings.batch_sizes[name], settings.long_cap,
+                                       settings.repeats).result()
                 costs[device], quality[f"{name}/{device}"] = _cost(info, FEATURES[name])
                 if device == "gpu" and info["device"] != "cuda":
                     raise RuntimeError("CUDA was reported available but the embed operator did not run on it")
