@@ -102,6 +102,7 @@ class _Pending:
     regime_key: tuple
     ticks_waiting: int = 0
     ticks_in_place: int = 0
+    regime_changed: bool = False
     measured: list = field(default_factory=list)
 
 
@@ -184,6 +185,12 @@ class TridentPolicy:
 
         new = step("observe", lambda: self._observe(state, samples)) or {}
         step("regime", lambda: self._regime(state, new, events))
+        if any(" -> " in e and "(features)" in e for e in events):
+            # throughput before a regime change says nothing about a plan made after it
+            self._recent.clear()
+            self._recent.append(pipeline_t)
+            if self._pending is not None:
+                self._pending.regime_changed = True
         canary_ops = step("optimize", lambda: self._optimize(state, new, events)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
         verification, rollback = verdict
@@ -507,6 +514,9 @@ class TridentPolicy:
         p = self._pending
         if p is None:
             return "", None
+        if p.regime_changed:
+            self._pending = None
+            return "verification ended: the workload regime changed meanwhile; the next placement judges the plan afresh", None
         if state.input_closed:
             self._pending = None
             return "verification ended: the input is finished, the tail's throughput says nothing about the plan", None

@@ -1,0 +1,205 @@
+"""The Trident controller: pure ticks on a simulated runner (no Ray), and closed loops on the real runtime.
+
+The simulated runner (``SimRunner``) is a test fixture: operators whose per-item cost follows a
+regime schedule of workload features, batches reported as ``BatchSample``s, and plans applied at
+once. It lets the decision logic be checked tick by tick, deterministically, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.scheduler.decision_log import DecisionLog
+from trident_flows.scheduler.placement import PlacementError, solve_placement
+from trident_flows.scheduler.policies import decide_once, make_policy
+from trident_flows.scheduler.trident_policy import TridentPolicy
+from trident_flows.scheduler.types import BatchSample, ClusterSpec, OpConfig, Plan
+
+MIB = 2**20
+B8 = OpConfig.make("cpu", batch_size=8)
+
+
+@dataclass
+class SimOp:
+    """One simulated operator: seconds per item = ``per_item * feature`` (+ ``per_batch`` per batch)."""
+
+    name: str
+    feature: str
+    per_item: float
+    per_batch: float = 0.005
+    contention: Callable[[int], float] = lambda n: 1.0  # noqa: E731 - rate factor with n replicas
+    replicas: list = field(default_factory=list)       # [replica_id, config, canary]
+    epoch: int = 0
+    items_in: float = 0.0
+
+
+class SimRunner:
+    """A deterministic stand-in for the runner (see the module docstring)."""
+
+    def __init__(self, ops: list[SimOp], schedule: list[tuple[float, dict[str, float]]], cpus: float = 8, replicas: int = 2,
+                 seed: int = 0) -> None:
+        self.ops = ops
+        self.schedule = schedule
+        self.cpus = cpus
+        self.t = 0.0
+        self.rng = np.random.default_rng(seed)
+        self.ids = 0
+        for op in ops:
+            for _ in range(replicas):
+                op.replicas.append([self._id(op), B8, False])
+        self.samples: list[BatchSample] = []
+        self.applied: list[Plan] = []
+
+    def _id(self, op: SimOp) -> str:
+        self.ids += 1
+        return f"{op.name}-{self.ids}"
+
+    def features(self) -> dict[str, float]:
+        for until, feats in self.schedule:
+            if self.t < until:
+                return feats
+        return self.schedule[-1][1]
+
+    def busy(self, op: SimOp, config: OpConfig) -> float:
+        n = sum(1 for r in op.replicas if not r[2])
+        return (op.per_batch + config.batch_size * op.per_item * self.features()[op.feature]) / op.contention(n)
+
+    def advance(self, dt: float) -> list[BatchSample]:
+        caps = {op.name: sum(r[1].batch_size / self.busy(op, r[1]) for r in op.replicas) for op in self.ops}
+        rate = min(caps.values())
+        new = []
+        for op in self.ops:
+            op.items_in += rate * dt
+            for rid, config, _canary in op.replicas:
+                share = (config.batch_size / self.busy(op, config)) / caps[op.name]
+                batches = max(1, int(round(rate * dt * share / config.batch_size)))
+                for k in range(batches):
+                    busy = self.busy(op, config) * float(self.rng.uniform(0.97, 1.03))
+                    end = self.t + dt * (k + 1) / batches
+                    feats = {op.feature: self.features()[op.feature] * config.batch_size}
+                    new.append(BatchSample(op.name, rid, config, end - busy, end, busy, config.batch_size, config.batch_size, feats,
+                                           peak_host_mem_bytes=int(200 * MIB + config.batch_size * MIB), config_epoch=op.epoch))
+        self.t += dt
+        self.samples += new
+        return new
+
+    def state(self) -> RunnerState:
+        ops = tuple(OperatorState(op.name, tuple(ReplicaState(rid, rid, c, True, False, canary, 1, 0.9, 10, op.epoch)
+                                                 for rid, c, canary in op.replicas), 0, 0, int(op.items_in), int(op.items_in),
+                                  op.epoch, 0.9, 0, 0) for op in self.ops)
+        done = int(self.ops[-1].items_in)
+        return RunnerState("sim", ops, int(self.ops[0].items_in), done, 0, 0, done, False, False, self.t, done / max(self.t, 1e-9),
+                           self.cpus, 0.0, len(self.applied), 0)
+
+    def apply(self, plan: Plan) -> None:
+        self.applied.append(plan)
+        for o in plan.operators:
+            op = next(x for x in self.ops if x.name == o.operator)
+            before = sorted((c.label(), canary) for _, c, canary in op.replicas)
+            keep = [r for r in op.replicas if r[2] and r[1] == o.canary]
+            serving = [r for r in op.replicas if not r[2]]
+            new = []
+            for g in o.groups:
+                have = [r for r in serving if r[1] == g.config and r not in new]
+                new += have[: g.replicas] + [[self._id(op), g.config, False] for _ in range(max(0, g.replicas - len(have)))]
+            if o.canary is not None and not keep:
+                keep = [[self._id(op), o.canary, True]]
+            op.replicas = new + keep
+            if sorted((c.label(), canary) for _, c, canary in op.replicas) != before:
+                op.epoch += 1
+
+    def replicas(self, name: str) -> int:
+        return sum(1 for r in next(x for x in self.ops if x.name == name).replicas if not r[2])
+
+
+def run_ticks(runner: SimRunner, policy: TridentPolicy, ticks: int, dt: float = 2.0) -> list:
+    records = []
+    for _ in range(ticks):
+        new = runner.advance(dt)
+        record = policy.tick(runner.state(), new)
+        records.append(record)
+        if record.plan is not None:
+            runner.apply(record.plan)
+    return records
+
+
+def two_ops(**kw) -> list[SimOp]:
+    return [SimOp("a", "x", 0.01, **kw.get("a", {})), SimOp("b", "y", 0.01, **kw.get("b", {}))]
+
+
+CLUSTER8 = ClusterSpec.single_node(8, 0)
+
+
+# ------------------------------------------------------------------ pure ticks
+def test_trident_moves_replicas_to_the_new_bottleneck_within_a_few_ticks():
+    runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False)
+    first = run_ticks(runner, policy, 12)
+    assert runner.replicas("a") > runner.replicas("b"), [r.reason for r in first if r.plan]
+    rollouts = [r for r in first if r.action == "roll_out"]
+    assert rollouts and "bottleneck a" in rollouts[0].reason
+    assert all(set(r.timings_ms) >= {"observe", "regime", "optimize", "total"} for r in first)
+    second = run_ticks(runner, policy, 12)
+    assert runner.replicas("b") > runner.replicas("a"), [(r.action, r.reason) for r in second]
+    moved = next(k for k, r in enumerate(second) if r.action == "roll_out" and any(o.operator == "b" for o in r.plan.operators))
+    assert moved <= 6
+    assert any("regime" in e for r in second for e in r.events)
+    assert runner.state().throughput > 0
+
+
+def test_trident_rolls_back_a_plan_that_measures_worse_than_before():
+    # b is the bottleneck, but more than two replicas of b contend: the model cannot know that before trying.
+    contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
+    runner = SimRunner(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    records = run_ticks(runner, policy, 14)
+    actions = [r.action for r in records]
+    assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason, r.verification) for r in records]
+    rollback = records[actions.index("rollback")]
+    assert "short of the predicted" in rollback.reason and "restoring the previous placement" in rollback.reason
+    assert rollback.plan.for_operator("b").replicas == 2
+    assert runner.replicas("b") <= 3  # it did not keep a placement that measured worse
+
+
+def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise PlacementError("injected solver failure")
+        return solve_placement(*args, **kwargs)
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, solve=flaky)
+    waiting = policy.tick(runner.state(), [])
+    assert waiting.action == "none" and "waiting for samples" in waiting.reason and waiting.plan is None
+    records = run_ticks(runner, policy, 4)
+    failed = next(r for r in records if r.error)
+    assert failed.action == "error" and failed.plan is None and "injected solver failure" in failed.error
+    assert "kept the current plan" in failed.reason
+    assert any(r.action == "roll_out" for r in records[records.index(failed) + 1:])
+    log = DecisionLog(tmp_path / "d.jsonl")
+    for r in records:
+        log.write(r)
+    lines = log.read()
+    assert [line["action"] for line in lines] == [r.action for r in records] and lines[0]["timings_ms"]["total"] > 0
+
+
+def test_trident_is_a_registered_policy_and_logs_its_tick_record():
+    policy = make_policy("trident", spec=None, cluster=CLUSTER8, canaries=False)
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    decision = None
+    for _ in range(6):
+        decision = decide_once(policy, runner.state(), runner.advance(2.0))
+        if decision.plan is not None:
+            runner.apply(decision.plan)
+            break
+    assert decision is not None and decision.plan is not None
+    assert decision.to_dict()["detail"]["action"] == "roll_out" and decision.reason.startswith("predicted")
