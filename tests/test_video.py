@@ -133,5 +133,6 @@ def test_sink_rows_are_compact_and_embedded(curated):
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     assert written.description.str.contains("second").all()
     assert ((written.safety_score >= 0) & (written.safety_score <= 1)).all() and (written.motion > 0).all()
-    assert features["decode"]["pixels"] > features["text_detect"]["pixels"] > 0
-    assert features["dedup_frames"]["frames"] >= features["text_detect"]["frames"] > 0
+    assert features["decode"]["pixels"] > features["scenes"]["sampled_pixels"] > features["text_detect"]["kept_pixels"] > 0
+    assert features["scenes"]["sampled_frames"] == features["dedup_frames"]["clip_frames"] >= features["text_detect"]["kept_frames"] > 0
+    assert features["motion"]["clip_s"] == pytest.approx(features["decode"]["duration_s"])

@@ -9,11 +9,12 @@ Contract:
   (the input batch included), median over repeats.
 - It fits ``costmodel.DeviceCost`` by non-negative least squares: seconds (process CPU seconds:
   the machine may be shared, and wall time then includes waiting for a core) against
-  ``[1, items, feature]`` and batch bytes against ``[items, feature]``, with one workload feature
-  per operator (``FEATURE``), and records each fit's weighted absolute percentage error (WAPE).
-- ``profile.workloads[regime]``: per source video, the mean ``pixels`` / ``frames`` /
-  ``duration_s`` seen by ``decode``, ``clips_per_video``, and ``<op>.<feature>`` = mean feature
-  per item entering that operator.
+  ``[1, items, features]`` and batch bytes against ``[items, features]``, with the workload
+  features of ``FEATURES`` per operator, and records each fit's weighted absolute percentage error (WAPE).
+- ``profile.workloads[regime]``: each operator's workload features (``video.py`` names them by
+  level: ``pixels`` / ``frames`` / ``duration_s`` of a source video, ``sampled_*`` of its sampled
+  frames, ``clip_*`` / ``kept_*`` / ``safety_frames`` of a clip) as the mean per item entering
+  that operator; clips per video per regime go to ``measured_on["clips_per_video"]``.
 - GPU entries of the model operators (``text_detect``, ``safety``, ``embed``) are NOT measured
   (this machine has no GPU). They are derived: the measured model-forward CPU seconds divided by
   ``GPU_FORWARD_SPEEDUP`` (an assumption) plus the measured host-side seconds; resident bytes =
@@ -42,9 +43,18 @@ from trident_flows.runtime.costmodel import PROFILE_DIR, DeviceCost, OperatorCos
 from trident_flows.scheduler.types import OpConfig
 
 REGIMES = ("small", "hd", "long")
-# The one workload feature each operator's cost is fitted on (plus items and a per-batch constant).
-FEATURE = {"decode": "pixels", "scenes": "pixels", "motion": "frames", "dedup_frames": "frames", "text_detect": "pixels",
-           "safety": "frames", "embed": "frames"}
+# The workload features each operator's cost is fitted on: (seconds features, memory features), besides
+# items and, for seconds, a per-batch constant. Decode time follows the decoded source pixels, its memory
+# the sampled frames it returns (the video's length); safety holds its input frames and classifies a few.
+FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "decode": (("pixels",), ("duration_s",)),
+    "scenes": (("sampled_pixels",), ("sampled_pixels",)),
+    "motion": (("clip_frames",), ("clip_pixels",)),
+    "dedup_frames": (("clip_frames",), ("clip_pixels",)),
+    "text_detect": (("kept_pixels",), ("kept_pixels",)),
+    "safety": (("safety_frames",), ("safety_frames", "kept_pixels")),
+    "embed": (("kept_frames",), ("kept_frames",)),
+}
 MODEL_OPS = ("text_detect", "safety", "embed")
 # Frames per model call a GPU replica uses by default (video.TextDetect: 1 on CPU, 32 on GPU).
 GPU_FRAMES_PER_CALL = {"text_detect": 32}
@@ -134,6 +144,8 @@ def worker(op_name: str, config_json: str, inputs_path: str, result_path: str, r
     from trident_flows.scheduler.types import OpConfig
 
     spec = next(s for s in operator_specs() if s.name == op_name)
+    with open(inputs_path, "rb") as fh:
+        cases = pickle.load(fh)  # pickled batches, loaded before the baseline so they are not counted as resident
     proc = psutil.Process()
     base = proc.memory_info().rss
     start = time.perf_counter()
@@ -145,8 +157,6 @@ def worker(op_name: str, config_json: str, inputs_path: str, result_path: str, r
     elif hasattr(op, "model"):
         op.model = timer = _TimedModel(op.model)
     points = []
-    with open(inputs_path, "rb") as fh:
-        cases = pickle.load(fh)
     # warm-up on the smallest case: lazy imports and first-call allocations belong to the resident set
     op(pickle.loads(min(cases, key=lambda c: len(c["batch"]))["batch"]))
     resident = proc.memory_info().rss - base
@@ -164,7 +174,7 @@ def worker(op_name: str, config_json: str, inputs_path: str, result_path: str, r
             runs.append({"wall_s": wall, "cpu_s": cpu, "peak_bytes": max(0, peak.peak - before),
                          "forward_s": (timer.seconds - forward0) if timer else 0.0, "items_out": len(out["id"])})
             del batch, out
-        points.append({"regime": case["regime"], "batch_size": case["batch_size"], "items": len(pickle.loads(case["batch"])["id"]),
+        points.append({"regime": case["regime"], "batch_size": case["batch_size"], "items": case["items"],
                        "features": features, "wall_s": statistics.median(r["wall_s"] for r in runs),
                        "cpu_s": statistics.median(r["cpu_s"] for r in runs), "forward_s": statistics.median(r["forward_s"] for r in runs),
                        "peak_bytes": max(r["peak_bytes"] for r in runs), "items_out": runs[0]["items_out"]})
@@ -205,7 +215,7 @@ def _cases(stage_rows: list[dict[str, Any]], batch_sizes: tuple[int, ...]) -> li
             continue
         for b in batch_sizes:
             chosen = [dict(pool[(j * 7 + b) % len(pool)], id=f"{pool[(j * 7 + b) % len(pool)]['id']}#{j}") for j in range(b)]
-            cases.append({"regime": regime, "batch_size": b, "batch": pickle.dumps(rows_to_batch(chosen))})
+            cases.append({"regime": regime, "batch_size": b, "items": len(chosen), "batch": pickle.dumps(rows_to_batch(chosen))})
     return cases
 
 
@@ -222,47 +232,51 @@ def _wape(pred: np.ndarray, actual: np.ndarray) -> float:
     return float(np.abs(pred - actual).sum() / max(np.abs(actual).sum(), 1e-12))
 
 
-def fit(points: list[dict[str, Any]], feature: str, key: str = "cpu_s") -> tuple[dict[str, float], float, float]:
-    """NNLS fit of seconds ``key`` on [1, items, feature] and of peak bytes on [items, feature].
+def fit(points: list[dict[str, Any]], features: tuple[tuple[str, ...], tuple[str, ...]], key: str = "cpu_s"
+        ) -> tuple[dict[str, Any], float, float]:
+    """NNLS fit of seconds ``key`` on [1, items, *seconds features] and of peak bytes on [items, *memory features].
 
     Returns the coefficients and the WAPE of both fits on the measured points.
     """
+    time_f, mem_f = features
     items = np.array([p["items"] for p in points], float)
-    feat = np.array([p["features"].get(feature, 0.0) for p in points], float)
+    col = lambda f: np.array([p["features"].get(f, 0.0) for p in points], float)  # noqa: E731
     secs = np.array([p[key] for p in points], float)
     mem = np.array([p["peak_bytes"] for p in points], float)
-    s = _nnls(np.column_stack([np.ones_like(items), items, feat]), secs)
-    m = _nnls(np.column_stack([items, feat]), mem)
-    coef = {"per_batch_s": s[0], "per_item_s": s[1], "per_unit_s": s[2], "per_item_bytes": m[0], "per_unit_bytes": m[1]}
-    pred_s = s[0] + s[1] * items + s[2] * feat
-    pred_m = m[0] * items + m[1] * feat
-    return coef, _wape(pred_s, secs), _wape(pred_m, mem)
+    xs = np.column_stack([np.ones_like(items), items, *(col(f) for f in time_f)])
+    xm = np.column_stack([items, *(col(f) for f in mem_f)])
+    s, m = _nnls(xs, secs), _nnls(xm, mem)
+    coef = {"per_batch_s": float(s[0]), "per_item_s": float(s[1]), "per_unit_s": {f: float(c) for f, c in zip(time_f, s[2:])},
+            "per_item_bytes": float(m[0]), "per_unit_bytes": {f: float(c) for f, c in zip(mem_f, m[1:])}}
+    return coef, _wape(xs @ s, secs), _wape(xm @ m, mem)
 
 
-def _device_cost(coef: dict[str, float], feature: str, resident: int, cold: float) -> DeviceCost:
-    return DeviceCost(per_batch_s=float(coef["per_batch_s"]), per_item_s=float(coef["per_item_s"]),
-                      per_unit_s={feature: float(coef["per_unit_s"])}, resident_bytes=int(resident),
-                      per_item_bytes=int(coef["per_item_bytes"]), per_unit_bytes={feature: float(coef["per_unit_bytes"])},
-                      cold_start_s=float(cold))
+def _device_cost(coef: dict[str, Any], resident: int, cold: float) -> DeviceCost:
+    return DeviceCost(per_batch_s=coef["per_batch_s"], per_item_s=coef["per_item_s"], per_unit_s=dict(coef["per_unit_s"]),
+                      resident_bytes=int(resident), per_item_bytes=int(coef["per_item_bytes"]),
+                      per_unit_bytes=dict(coef["per_unit_bytes"]), cold_start_s=float(cold))
 
 
-def _gpu_cost(points: list[dict[str, Any]], batched: list[dict[str, Any]], feature: str, model_bytes: int, cold: float) -> DeviceCost:
+def _gpu_cost(points: list[dict[str, Any]], batched: list[dict[str, Any]], features: tuple[tuple[str, ...], tuple[str, ...]],
+              model_bytes: int, cold: float) -> DeviceCost:
     """Derived (not measured) GPU cost.
 
     Seconds: the CPU seconds of each batch split into model forward and host work by the measured
     forward share of its wall time; forward / ``GPU_FORWARD_SPEEDUP`` + host. Bytes: the working set
-    measured with the GPU's frames-per-call (``batched``); resident: the model file size.
+    measured with the GPU's frames per model call (``batched``); resident: the model file size.
     """
     split = []
     for p in points:
         share = min(1.0, p["forward_s"] / p["wall_s"]) if p["wall_s"] > 0 else 0.0
         split.append(dict(p, fwd_cpu_s=p["cpu_s"] * share, host_cpu_s=p["cpu_s"] * (1 - share)))
-    host, _, _ = fit(split, feature, "host_cpu_s")
-    fwd, _, _ = fit(split, feature, "fwd_cpu_s")
-    mem, _, _ = fit(batched, feature)
-    gpu = {k: host[k] + fwd[k] / GPU_FORWARD_SPEEDUP for k in ("per_batch_s", "per_item_s", "per_unit_s")}
-    gpu.update(per_item_bytes=mem["per_item_bytes"], per_unit_bytes=mem["per_unit_bytes"])
-    return _device_cost(gpu, feature, model_bytes, cold)
+    host, _, _ = fit(split, features, "host_cpu_s")
+    fwd, _, _ = fit(split, features, "fwd_cpu_s")
+    mem, _, _ = fit(batched, features)
+    gpu = {"per_batch_s": host["per_batch_s"] + fwd["per_batch_s"] / GPU_FORWARD_SPEEDUP,
+           "per_item_s": host["per_item_s"] + fwd["per_item_s"] / GPU_FORWARD_SPEEDUP,
+           "per_unit_s": {f: host["per_unit_s"][f] + fwd["per_unit_s"][f] / GPU_FORWARD_SPEEDUP for f in features[0]},
+           "per_item_bytes": mem["per_item_bytes"], "per_unit_bytes": mem["per_unit_bytes"]}
+    return _device_cost(gpu, model_bytes, cold)
 
 
 def _measure(op: str, config: OpConfig, cases: list[dict[str, Any]], repeats: int, tmp: Path) -> dict[str, Any]:
@@ -293,11 +307,11 @@ def _machine() -> dict[str, Any]:
 
 def main(*, quick: bool, out: Path | None, console: Any) -> Path:
     """Profile every video operator; write the cost-model JSON; return its path."""
-    from trident_flows.pipelines.synth_video import generate
+    from trident_flows.pipelines.synth_video import DEFAULT_CACHE, generate
     from trident_flows.pipelines.video import operator_specs
 
     per_regime, batch_sizes, repeats = (2, (1, 3), 1) if quick else (4, (1, 2, 4), 2)
-    work = Path(os.environ.get("TRIDENT_FLOWS_WORK", ".trident-work")) / f"profile-video-{per_regime}"
+    work = Path(os.environ.get("TRIDENT_FLOWS_WORK", DEFAULT_CACHE.parent)) / f"profile-video-{per_regime}"
     schedule = ",".join(f"{r}:{per_regime}" for r in REGIMES)
     manifest = generate(work, n=per_regime * len(REGIMES), regimes=schedule, broken=0.0, seed=2026)
     regime_of = dict(zip(manifest.id, manifest.regime))
@@ -309,14 +323,14 @@ def main(*, quick: bool, out: Path | None, console: Any) -> Path:
     ops, fits, raw = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="trident-profile-") as tmp:
         for spec in operator_specs():
-            feature = FEATURE[spec.name]
+            features = FEATURES[spec.name]
             t0 = time.perf_counter()
             cases = _cases(stages[spec.name], batch_sizes)
             res = _measure(spec.name, spec.config, cases, repeats, Path(tmp))
-            coef, mape_s, mape_m = fit(res["points"], feature)
-            devices = {"cpu": _device_cost(coef, feature, res["resident_bytes"], res["cold_start_s"])}
+            coef, mape_s, mape_m = fit(res["points"], features)
+            devices = {"cpu": _device_cost(coef, res["resident_bytes"], res["cold_start_s"])}
             notes = (f"cpu: measured on this machine with {spec.config.label()} (1 CPU thread); seconds = process CPU seconds "
-                     f"(the machine is shared, wall time includes waiting for a core); NNLS fit on [1, items, {feature}] over "
+                     f"(the machine is shared, wall time includes waiting for a core); NNLS fit of seconds on [1, items, {', '.join(features[0])}] and bytes on [items, {', '.join(features[1])}] over "
                      f"{len(res['points'])} batches (regimes {'/'.join(REGIMES)} x batch sizes {batch_sizes}); "
                      f"seconds WAPE {mape_s:.0%}, memory WAPE {mape_m:.0%}.")
             raw[spec.name] = {"cpu": res}
@@ -326,46 +340,49 @@ def main(*, quick: bool, out: Path | None, console: Any) -> Path:
                 if frames_per_call is not None and spec.config.knob("infer_frames") != frames_per_call:
                     batched = _measure(spec.name, spec.config.with_changes(infer_frames=frames_per_call), cases, 1, Path(tmp))
                     raw[spec.name]["cpu_gpu_batching"] = batched
-                devices["gpu"] = _gpu_cost(res["points"], batched["points"], feature, model_bytes[spec.name], res["cold_start_s"])
+                devices["gpu"] = _gpu_cost(res["points"], batched["points"], features, model_bytes[spec.name], res["cold_start_s"])
                 notes += (f" gpu: DERIVED, NOT MEASURED (no GPU here): measured model-forward CPU seconds / {GPU_FORWARD_SPEEDUP:g} "
                           f"(assumed speed-up) + measured host-side CPU seconds; resident_bytes = model file size "
                           f"({model_bytes[spec.name]} B; CUDA context not included); batch bytes = working set measured on CPU "
                           f"with the GPU's frames per model call ({frames_per_call or 'whole batch'}).")
             in_items = sum(p["items"] for p in res["points"])
             selectivity = sum(p["items_out"] for p in res["points"]) / max(1, in_items)
-            ops.append(OperatorCost(spec.name, devices, selectivity=round(selectivity, 4), features=(feature,), notes=notes))
+            ops.append(OperatorCost(spec.name, devices, selectivity=round(selectivity, 4), features=tuple(dict.fromkeys(features[0] + features[1])), notes=notes))
             fits[spec.name] = {"seconds_wape": round(mape_s, 4), "memory_wape": round(mape_m, 4)}
             console.print(f"  {spec.name:13s} cold {res['cold_start_s']:.2f}s resident {res['resident_bytes'] / 2**20:.0f} MiB  "
-                          f"s = {coef['per_batch_s']:.3g} + {coef['per_item_s']:.3g}*items + {coef['per_unit_s']:.3g}*{feature}  "
+                          f"s = {coef['per_batch_s']:.3g} + {coef['per_item_s']:.3g}*items + "
+                          + " + ".join(f"{c:.3g}*{f}" for f, c in coef["per_unit_s"].items()) + "  "
                           f"(WAPE {mape_s:.0%}, mem WAPE {mape_m:.0%})  [{time.perf_counter() - t0:.0f} s]")
-    workloads = _workloads(stages, manifest, instances)
+    workloads = _workloads(stages, instances)
     measured_on = {**_machine(), "quick": quick, "repeats": repeats, "batch_sizes": list(batch_sizes), "corpus": schedule,
-                   "gpu_forward_speedup_assumed": GPU_FORWARD_SPEEDUP, "fit": fits, "raw": raw}
+                   "gpu_forward_speedup_assumed": GPU_FORWARD_SPEEDUP, "fit": fits, "clips_per_video": _clips_per_video(stages), "raw": raw}
     profile = PipelineProfile("video", tuple(ops), measured_on, workloads)
     return profile.save(out or PROFILE_DIR / "video.json")
 
 
-def _workloads(stages: dict[str, list[dict[str, Any]]], manifest: Any, instances: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per regime: decode features per source video, clips per video, and each operator's mean feature per item."""
+def _workloads(stages: dict[str, list[dict[str, Any]]], instances: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per regime, every operator's workload features as a mean per item entering that operator.
+
+    Feature names say what the item is (video / clip), so the values are per source video for
+    ``decode`` and ``scenes`` and per clip after the split; one emulated row can carry them all.
+    """
     from trident_flows.runtime.spec import rows_to_batch
 
     out: dict[str, dict[str, float]] = {}
     for regime in REGIMES:
-        videos = int((manifest.regime == regime).sum())
-        if not videos:
-            continue
         entry: dict[str, float] = {}
         for name, rows in stages.items():
             mine = [{k: v for k, v in r.items() if k != "_regime"} for r in rows if r["_regime"] == regime]
-            if not mine:
-                continue
-            for f, v in instances[name].workload_features(rows_to_batch(mine)).items():
-                entry[f"{name}.{f}"] = v / len(mine)
-                if name == "decode":
-                    entry[f] = v / videos
-        entry["clips_per_video"] = sum(1 for r in stages["motion"] if r["_regime"] == regime) / videos
-        out[regime] = entry
+            for f, v in (instances[name].workload_features(rows_to_batch(mine)).items() if mine else ()):
+                entry.setdefault(f, v / len(mine))
+        if entry:
+            out[regime] = entry
     return out
+
+
+def _clips_per_video(stages: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    videos = {r: sum(1 for x in stages["scenes"] if x["_regime"] == r) for r in REGIMES}
+    return {r: sum(1 for x in stages["motion"] if x["_regime"] == r) / videos[r] for r in REGIMES if videos[r]}
 
 
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "worker":

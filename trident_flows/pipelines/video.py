@@ -29,9 +29,13 @@ Contract (operator shape and row marks as in ``trident_flows.runtime.spec``):
   frame columns, so the sink writes one compact row per clip.
 - Model operators run onnxruntime / torch on CUDA when ``config.device == "gpu"`` and CUDA is
   present; otherwise on CPU (logged once). ONNX sessions use ``config.cpus`` threads.
-- ``workload_features(batch)``: ``pixels``, ``frames``, ``duration_s`` summed over the live rows
-  (for ``decode``: of the source files, probed from their headers; for the others: of the
-  sampled frames the row carries).
+- ``workload_features(batch)``, summed over the live rows, named by what the item is so that one
+  stream of rows can carry them all (the emulated pipeline does): ``decode``: ``pixels``,
+  ``frames``, ``duration_s`` of the source files (probed from their headers); ``scenes``:
+  ``sampled_frames`` / ``sampled_pixels`` of a video's sampled frames; ``motion`` /
+  ``dedup_frames``: ``clip_frames`` / ``clip_pixels`` / ``clip_s`` of a clip; ``text_detect`` /
+  ``safety`` / ``embed``: ``kept_frames`` / ``kept_pixels`` / ``clip_s`` after dedup, and
+  ``safety_frames`` (the frames ``safety`` classifies).
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ def _ensure_marks(batch: Batch) -> Batch:
     return batch
 
 
-def _frame_features(batch: Batch) -> dict[str, float]:
+def _frame_features(batch: Batch, level: str) -> dict[str, float]:
+    """``{level}_frames``, ``{level}_pixels`` (and ``clip_s`` for clips) summed over the live rows' frames."""
     live = ~_marks(batch)
     frames = pixels = duration = 0.0
     for i in np.flatnonzero(live):
@@ -94,9 +99,10 @@ def _frame_features(batch: Batch) -> dict[str, float]:
         pixels += float(f.shape[0] * f.shape[1] * f.shape[2]) if len(f) else 0.0
         if "clip_end_s" in batch:
             duration += float(batch["clip_end_s"][i]) - float(batch["clip_start_s"][i])
-        elif "duration_s" in batch:
-            duration += float(batch["duration_s"][i])
-    return {"pixels": pixels, "frames": frames, "duration_s": duration}
+    out = {f"{level}_frames": frames, f"{level}_pixels": pixels}
+    if level != "sampled":
+        out["clip_s"] = duration
+    return out
 
 
 def _providers(config: OpConfig, op: str) -> list[str]:
@@ -270,7 +276,9 @@ class Scenes:
                              "frames": frames[a:b], "frame_times": times[a:b]})
         return _rows_to_batch(rows, batch)
 
-    workload_features = staticmethod(_frame_features)
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return _frame_features(batch, "sampled")
 
 
 def _rows_to_batch(rows: list[dict[str, Any]], like: Batch) -> Batch:
@@ -309,13 +317,15 @@ class Motion:
             rates.append(float(np.linalg.norm(flow, axis=2).mean()) / size[0] / dt)
         return float(np.mean(rates))
 
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return _frame_features(batch, "clip")
+
     def __call__(self, batch: Batch) -> Batch:
         batch = _ensure_marks(dict(batch))
         marked = _marks(batch)
         batch["motion"] = np.array([0.0 if marked[i] else self.score(batch["frames"][i], batch["frame_times"][i]) for i in range(batch_len(batch))])
         return batch
-
-    workload_features = staticmethod(_frame_features)
 
 
 class DedupFrames:
@@ -351,7 +361,9 @@ class DedupFrames:
         batch["frames_kept"] = np.asarray([len(f) for f in frames], dtype=np.int64)
         return batch
 
-    workload_features = staticmethod(_frame_features)
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return _frame_features(batch, "clip")
 
 
 def _shape_groups(frames: list[tuple[int, np.ndarray]], limit: int) -> Iterator[list[tuple[int, np.ndarray]]]:
@@ -409,7 +421,9 @@ class TextDetect:
                                         for i in range(batch_len(batch))])
         return batch
 
-    workload_features = staticmethod(_frame_features)
+    @staticmethod
+    def workload_features(batch: Batch) -> dict[str, float]:
+        return _frame_features(batch, "kept")
 
 
 class Safety:
@@ -449,9 +463,9 @@ class Safety:
         return batch
 
     def workload_features(self, batch: Batch) -> dict[str, float]:
-        feats = _frame_features(batch)
+        feats = _frame_features(batch, "kept")
         live = ~_marks(batch)
-        feats["frames"] = float(sum(min(len(batch["frames"][i]), self.frames_per_clip) for i in np.flatnonzero(live)))
+        feats["safety_frames"] = float(sum(min(len(batch["frames"][i]), self.frames_per_clip) for i in np.flatnonzero(live)))
         return feats
 
 
@@ -525,7 +539,7 @@ class Embed:
 
     @staticmethod
     def workload_features(batch: Batch) -> dict[str, float]:
-        return _frame_features(batch)
+        return _frame_features(batch, "kept")
 
 
 # ----------------------------------------------------------------------------- pipeline
