@@ -134,7 +134,7 @@ def _figure(raw: dict[str, Any]) -> Any:
 
 
 def run(quick: bool = False) -> BenchResult:
-    n, repeats, target = (400, 2, 150.0) if quick else (2000, 5, 150.0)
+    n, repeats, target = (200, 2, 40.0) if quick else (2000, 5, 40.0)
     profile, source_note = _profile()
     time_scale = _time_scale(profile, n, target)
     spec = build_spec(profile, n, time_scale)

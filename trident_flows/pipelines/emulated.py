@@ -115,10 +115,9 @@ class EmulatedOperator:
     def _mark(self, batch: Batch, ids: list[str], keep: np.ndarray) -> Batch:
         out = dict(batch)
         n = len(ids)
-        drop = np.empty(n, dtype=object)
-        drop[:] = list(batch[DROP]) if DROP in batch else [None] * n
-        error = np.empty(n, dtype=object)
-        error[:] = list(batch[ERROR]) if ERROR in batch else [None] * n
+        # unmarked rows carry "" (not None) so the columns stay strings under Ray Data too
+        drop = np.array(["" if v is None else str(v) for v in batch[DROP]] if DROP in batch else [""] * n, dtype=object)
+        error = np.array(["" if v is None else str(v) for v in batch[ERROR]] if ERROR in batch else [""] * n, dtype=object)
         selectivity = self.op_cost.selectivity
         for k, rid in enumerate(ids):
             if not keep[k]:
