@@ -107,15 +107,20 @@ def test_regime_memory_serves_a_snapshot_that_later_fits_do_not_change():
         memory.remember(1, "ocr", model=OperatorModel("ocr"))
 
 
-def test_model_residuals_reveal_a_hidden_slowdown_end_to_end():
-    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.0)
+def test_observe_with_a_refitting_model_and_a_config_change_flags_only_the_hidden_slowdown():
+    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.05)
     normal, slow = Regime("normal", {"pages": 5.0}), Regime("noisy-neighbour", {"pages": 5.0}, slowdown=1.5)
-    run = simulate(op, [Phase(CFG, 2, 700)], [(normal, 400), (slow, 300)], anomalies=Anomalies(spike_prob=0.03, burst_prob=0.0), seed=4)
+    phases = [Phase(CFG, 2, 350), Phase(OpConfig.make(batch_size=32), 3, 350)]          # config epoch 0 -> 1 at batch 350
+    run = simulate(op, phases, [(normal, 500), (slow, 200)], anomalies=Anomalies(spike_prob=0.03, burst_prob=0.0), seed=4)
     model = OperatorModel("ocr")
-    assert model.fit(run.samples[:300]).fitted
     det = RegimeDetector("ocr", ("pages",))
-    det.recalibrate([model.log_residual(s, 2) for s in run.samples[200:300]])
-    changes = _run(det, run.samples, [model.log_residual(s, 2) for s in run.samples])
+    changes = []
+    for i, s in enumerate(run.samples):
+        change = det.observe(s, model, int(run.replicas[i]))
+        if change is not None:
+            changes.append(change)
+        if (i + 1) % 50 == 0:
+            model.fit(run.samples[max(0, i - 399):i + 1])   # the live model moves on every 50 samples
     switch = run.switches[0][0]
     assert [c.kind for c in changes] == [ChangeKind.RESIDUAL]
     assert switch <= changes[0].at_sample <= switch + 20

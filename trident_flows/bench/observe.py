@@ -5,7 +5,7 @@ Contract: ``run(quick) -> BenchResult`` (registered as "observe"). Two simulated
 seeds each in the full run) run through configuration phases and a cycling workload-regime schedule (short docs, long
 docs, scans, a hidden slowdown no feature shows), with injected spikes and bursts. Each
 operator's samples are replayed in completion order through the loop a controller runs:
-``RegimeDetector.update`` on every sample (residuals from a model snapshot), a refit of
+``RegimeDetector.observe`` on every sample (residuals under a snapshot of the model), a refit of
 ``OperatorModel`` on the last 2,000 samples every ``refit_every`` samples, regime memory
 updated at every refit and recalled when a regime recurs.
 
@@ -33,11 +33,11 @@ import numpy as np
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun, simulate
 from trident_flows.runtime.costmodel import DeviceCost
-from trident_flows.scheduler.anomaly import Reason, validate_sample
-from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.anomaly import Reason
+from trident_flows.scheduler.observe import OperatorModel
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.scheduler.types import OpConfig, Outcome
+from trident_flows.scheduler.types import OpConfig
 
 WINDOW = 2000
 MIB = 2**20
@@ -86,24 +86,16 @@ def _candidates(run: SimRun) -> list[OpConfig]:
 def _replay(run: SimRun, refit_every: int) -> dict:
     """The controller's observation loop over one operator's samples; returns its measurements."""
     op = run.op.name
-    model, residual_model = OperatorModel(op), None
+    model = OperatorModel(op)
     detector = RegimeDetector(op, ("pages", "scanned_pages"))
     memory = RegimeMemory()
     samples = run.samples
     candidates = _candidates(run)
-    window_start = since = 0
+    window_start = 0
     changes, held, fits, served = [], [], [], []
     for i, s in enumerate(samples):
-        if i > 0 and run.phase[i] != run.phase[i - 1]:
-            detector.reset_baseline()          # a config change: residual levels move, recalibrate
-            since = i
-        residual = None
-        if residual_model is not None and s.outcome == Outcome.OK and validate_sample(s) is None:
-            try:
-                residual = residual_model.log_residual(s, int(run.replicas[i]))
-            except NoModelError:
-                residual = None                # a device the residual model never saw
-        change = detector.update(s, residual)
+        # residuals under a snapshot of the live model, re-based when a refit is taken (RegimeDetector.observe)
+        change = detector.observe(s, model, int(run.replicas[i]))
         if change is not None:
             changes.append({"index": i, "old": change.old, "new": change.new, "kind": change.kind.value, "recurring": change.recurring,
                             "change_point": change.change_point, "reason": change.reason})
@@ -112,7 +104,6 @@ def _replay(run: SimRun, refit_every: int) -> dict:
             record = memory.visit(change.new, op) if change.recurring and change.new != change.old else None
             if record is not None and record.model is not None:
                 served.append(i)               # a remembered model (and best config) is served at once
-            residual_model, since = None, i
         if (i + 1) % refit_every == 0 or i == len(samples) - 1:
             lo = max(window_start, i + 1 - WINDOW)
             window = samples[lo:i + 1]
@@ -135,12 +126,6 @@ def _replay(run: SimRun, refit_every: int) -> dict:
                              "predicted": h.predicted, "std": h.std, "truth": run.true_throughput(idx), "measured": h.window.throughput})
             if model.ready and detector.current is not None:
                 memory.remember(detector.current, op, model=model)
-                recent = [k for k in range(max(lo, since, i - 99), i + 1)
-                          if samples[k].outcome == Outcome.OK and samples[k].config.device in model.devices]
-                if (residual_model is None or detector.calm) and len(recent) >= 20:
-                    # swap the residual model only when nothing is building up, and re-base on its residuals
-                    residual_model = model.snapshot()
-                    detector.recalibrate([model.log_residual(samples[k], int(run.replicas[k])) for k in recent])
     return {"changes": changes, "held": held, "fits": fits, "served": served, "regimes": len(detector.regimes), "transients": detector.transients,
             "anomalies": {"spike": int((run.anomaly == "spike").sum()), "burst": int((run.anomaly == "burst").sum())}}
 

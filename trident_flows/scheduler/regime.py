@@ -27,6 +27,13 @@ Contract:
 - Stragglers: with R replicas, batches of the old regime still complete after the first
   ones of the new regime, so for ``dwell`` samples after a switch, votes for the regime just
   left do not switch back.
+- Residual levels are only comparable under one model. ``observe(sample, model, replicas)``
+  does the bookkeeping: it computes residuals under a *snapshot* of the caller's live
+  ``OperatorModel`` and takes a newer fit only when the CUSUM is calm (or not yet
+  calibrated), re-basing on the
+  residuals of up to ``rebase_samples`` recent samples (since the last change) under it; so
+  a refit every tick never looks like a shift. A sample with a higher ``config_epoch`` than
+  seen before (a configuration change) re-baselines the residual test by itself.
 - On a CUSUM alarm the samples since the estimated change point decide the kind: their
   mean features in another regime -> ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL``
   (same workload, different behaviour: ``old == new``; the caller should drop samples
@@ -44,7 +51,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
-from trident_flows.scheduler.types import BatchSample
+from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.types import BatchSample, Outcome
 
 
 class ChangeKind(str, Enum):
@@ -99,7 +107,7 @@ class RegimeDetector:
     def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
                  radius: float = 0.5, vote_window: int = 5, confirm: int = 3, calibration: int = 30, cusum_k: float = 0.5,
                  cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, min_shift: float = 0.1, dwell: int = 10,
-                 min_sigma: float = 0.01, centroid_memory: int = 200) -> None:
+                 min_sigma: float = 0.01, centroid_memory: int = 200, rebase_samples: int = 100) -> None:
         if confirm > vote_window or confirm < 1:
             raise ValueError(f"confirm must be in 1..vote_window ({vote_window}), got {confirm}")
         if radius <= 0 or cusum_h <= 0 or calibration < 3:
@@ -119,6 +127,11 @@ class RegimeDetector:
         self.dwell = dwell
         self._previous: int | None = None
         self._switched_at = -10**9
+        self._since = 0                      # sample number of the last change / config change
+        self._epoch: int | None = None
+        self._residual_model: OperatorModel | None = None
+        self._residual_report = None
+        self._recent: deque = deque(maxlen=rebase_samples)  # (sample number, sample, replicas)
         self.transients = 0
         self.min_sigma = min_sigma
         self.centroid_memory = centroid_memory
@@ -182,6 +195,9 @@ class RegimeDetector:
         self._cusum.sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(r - med))), self.min_sigma)
         self._cusum.up_start = self._cusum.down_start = self.n
         self._cal_left = 0
+        # the calibration residuals are history under this reference: the persistence test need not wait for new ones
+        tail = r[-self.persist:]
+        self._cusum.history.extend((self.n - len(tail) + k, (x - med) / self._cusum.sigma) for k, x in enumerate(tail))
 
     def _cusum_step(self, residual: float) -> tuple[float, int] | None:
         c = self._cusum
@@ -218,9 +234,28 @@ class RegimeDetector:
         return None
 
     # ---------------------------------------------------------------- update
+    def observe(self, sample: BatchSample, model: OperatorModel | None, replicas: int) -> RegimeChange | None:
+        """``update`` with the residual of ``sample`` under a snapshot of ``model`` (see the module docstring)."""
+        self._recent.append((self.n, sample, replicas))
+        settled = self._residual_model is not None and self._cal_left == 0
+        if model is not None and model.ready and model.report is not self._residual_report and (not settled or self.calm):
+            recent = [(s, r) for n, s, r in self._recent if n >= self._since]
+            residuals = [_residual(model, s, r) for s, r in recent]
+            residuals = [r for r in residuals if r is not None]
+            if len(residuals) >= min(20, self._recent.maxlen):
+                self._residual_model, self._residual_report = model.snapshot(), model.report
+                self.recalibrate(residuals)
+        residual = _residual(self._residual_model, sample, replicas) if self._residual_model is not None else None
+        return self.update(sample, residual)
+
     def update(self, sample: BatchSample, residual: float | None = None) -> RegimeChange | None:
         """Consume one sample (and its throughput residual, if a model exists)."""
         x = self.vector(sample)
+        if self._epoch is None or sample.config_epoch > self._epoch:
+            if self._epoch is not None:
+                self.reset_baseline()        # a configuration change moves residual levels
+                self._since = self.n
+            self._epoch = sample.config_epoch
         label, dist = self.classify(x)
         self._votes.append((label, x))
         self._history.append((self.n, x))
@@ -250,6 +285,7 @@ class RegimeDetector:
         old = self.current
         self.current = new
         self._previous, self._switched_at = old, self.n
+        self._since = self.n
         self.regimes[new].last_seen = self.n
         self._votes.clear()
         self.reset_baseline()
@@ -288,6 +324,7 @@ class RegimeDetector:
         if self.current is not None and label == self.current:
             self.reset_baseline()
             self._votes.clear()
+            self._since = self.n
             change = RegimeChange(self.operator, self.current, self.current, ChangeKind.RESIDUAL, True, self.n, start, evidence,
                                   f"throughput residual shifted by {math.expm1(shift):+.0%} (CUSUM {abs(stat):.1f} > {self.h}) with unchanged workload features")
             return change
@@ -296,3 +333,13 @@ class RegimeDetector:
         return self._switch(rid, ChangeKind.FEATURES, start, {**evidence, "distance": dist},
                             f"throughput residual shifted by {math.expm1(shift):+.0%} and the features since sample {start} are "
                             f"{'those of regime ' + str(rid) if recurring else 'a new regime ' + str(rid)}", recurring)
+
+
+def _residual(model: OperatorModel, sample: BatchSample, replicas: int) -> float | None:
+    """The sample's log throughput residual under ``model``, or None where it has none (error/OOM batch, unseen device)."""
+    if sample.outcome != Outcome.OK:
+        return None
+    try:
+        return model.log_residual(sample, replicas)
+    except (NoModelError, ValueError):
+        return None
