@@ -79,3 +79,43 @@ run_command(pipeline="rt-test", out=Path({str(tmp_path / 'out')!r}), policy="sta
     assert summary["operators"]["parse"]["replicas"] == 1 and "busy_fraction" in summary["operators"]["parse"]
     assert (tmp_path / "d.jsonl").exists()
     assert "items_written" in proc.stdout
+
+
+def test_emulated_docs_loads_the_committed_documents_profile():
+    spec = emulated_docs.build(synth=30, seed=2)
+    assert spec.name == "emulated-docs" and spec.items == 30
+    assert [o.name for o in spec.operators] == list(emulated_docs.OPERATORS)
+    rows = list(spec.source())
+    assert [r["regime"] for r in rows][:15] == ["short"] * 15 and {"pages", "scanned_pages", "chars"} <= set(rows[0])
+
+
+class _ScaleParseOnce:
+    """A test policy: after the first samples arrive, ask for a second parse replica (once)."""
+
+    name = "scale-once"
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def decide(self, state, samples):
+        from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup
+
+        if self.done or not samples:
+            return None
+        self.done = True
+        parse = state.operator("parse")
+        config = next(iter(parse.configs()))
+        return Plan((OperatorPlan("parse", (ReplicaGroup(config, 2),), reason="parse is busiest"),), reason="scale parse")
+
+
+def test_control_loop_applies_a_policy_plan_through_the_runner_calls(ray_cluster, tmp_path):
+    from test_runtime_support import small_pipeline
+
+    spec = small_pipeline(300, time_scale=6.0, regimes="short:300")
+    log = tmp_path / "decisions.jsonl"
+    summary = run_pipeline(spec, tmp_path / "out", policy=_ScaleParseOnce(), tick_s=0.3, decision_log=log)
+    assert summary.decisions == 1 and summary.reconfigurations == 1 and summary.operators["parse"]["replicas"] == 2
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 1 and records[0]["reason"] == "scale parse" and records[0]["apply"]["ok"]
+    assert [s["kind"] for s in records[0]["apply"]["steps_done"]] == ["start"]
+    assert summary.items_missing == 0 and summary.duplicate_ids == 0

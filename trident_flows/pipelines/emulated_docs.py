@@ -31,7 +31,8 @@ GPU_OPERATORS = ("embed",)
 
 def default_regimes(profile: PipelineProfile, n: int) -> str:
     """``n`` items split over the profile's regimes by ``DEFAULT_SHARES`` (equal shares for others)."""
-    names = list(profile.workloads) or ["default"]
+    known = list(profile.workloads) or ["default"]
+    names = [r for r in DEFAULT_SHARES if r in known] + [r for r in known if r not in DEFAULT_SHARES]
     weights = [DEFAULT_SHARES.get(r, 1) for r in names]
     counts = [n * w // sum(weights) for w in weights]
     counts[0] += n - sum(counts)
