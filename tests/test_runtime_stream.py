@@ -9,7 +9,7 @@ import ray
 
 from test_runtime_support import MIB, assert_exactly_once, input_ids, small_pipeline
 from trident_flows.runtime.launch import find_runner, run_pipeline, start_runner
-from trident_flows.runtime.sink import account
+from trident_flows.runtime.sink import account, read_ids
 from trident_flows.runtime.state import RunnerSettings
 from trident_flows.scheduler.types import Outcome
 
@@ -127,3 +127,24 @@ def test_slow_last_operator_keeps_queues_under_the_byte_bound(ray_cluster, tmp_p
     assert peak["embed"] > bound / 3, f"the slow operator's queue filled up to its bound: {peak}"
     assert_exactly_once(spec, tmp_path)
     assert input_ids(spec)
+
+
+def test_splitter_children_are_written_once_and_account_for_their_source(ray_cluster, tmp_path):
+    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+    from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+    from trident_flows.scheduler.types import OpConfig
+
+    profile = PipelineProfile("split-test", (
+        OperatorCost("decode", {"cpu": DeviceCost(per_item_s=0.001)}),
+        OperatorCost("scenes", {"cpu": DeviceCost(per_item_s=0.001)}, selectivity=2.5),
+        OperatorCost("embed", {"cpu": DeviceCost(per_item_s=0.001)}),
+    ))
+    child = "item-0000003/1"
+    stages = [Stage("decode", OpConfig.make("cpu", batch_size=4)), Stage("scenes", OpConfig.make("cpu", batch_size=4)),
+              Stage("embed", OpConfig.make("cpu", batch_size=8), params={"fail_ids": (child,)})]
+    spec = emulated_pipeline(profile, stages, items=40)
+    summary = run_pipeline(spec, tmp_path)
+    data, dead = read_ids(tmp_path)
+    assert dead == [child] and len(data) == len(set(data)) and 80 <= len(data) + len(dead) <= 120
+    assert all(i.rsplit("/", 1)[0] in set(input_ids(spec)) for i in data + dead)
+    assert summary.items_written == 40 and summary.items_missing == 0 and summary.duplicate_ids == 0
