@@ -29,6 +29,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -172,7 +173,7 @@ def _bounce(x: float, limit: int) -> int:
     return int(2 * limit - x if x > limit else x)
 
 
-def render_frames(plan: VideoPlan):
+def render_frames(plan: VideoPlan) -> Iterator[np.ndarray]:
     """Yield the RGB frames of ``plan`` (a generator, so long videos never sit in memory)."""
     import cv2
 
@@ -206,8 +207,9 @@ def render_frames(plan: VideoPlan):
             yield frame
 
 
-def encode(plan: VideoPlan, frames=None) -> bytes:
-    """Encode ``plan`` as an h264 MP4 (ultrafast preset, single-threaded, so deterministic)."""
+def encode(plan: VideoPlan, frames: Iterable[np.ndarray] | None = None) -> bytes:
+    """Encode ``plan`` (or the given ``frames`` at its size and rate) as an h264 MP4 (ultrafast preset,
+    single-threaded, so deterministic)."""
     import av
 
     buf = io.BytesIO()
