@@ -11,10 +11,13 @@ Contract:
   fractions, see ``placement_eval.effective_gpus``), host memory, host<->device bandwidth
   (bytes/item x items/s). Per operator: min/max replicas, allowed classes. Concave
   throughput curves are the minimum of their segments' lines (no extra binaries).
+- Solve path: LP relaxation (a bound) -> rounded-down replicas raised bottleneck-first by
+  a greedy (``_Greedy``) -> if that is within ``GAP_REL`` of the bound it is the answer,
+  otherwise it is the MIP start of the MILP (HiGHS in-process by default, CBC optional).
 - Every solution is packed onto individual nodes and GPUs (``placement_eval.pack_class``);
-  if fragmentation leaves replicas unplaced, the class's aggregate capacity is reduced by
-  what did not fit and the MILP is solved again (at most ``MAX_REPAIRS`` times), so a
-  returned plan always fits node by node.
+  if fragmentation leaves replicas unplaced, they are dropped, the class's aggregate
+  capacity is reduced by them and the greedy refills (at most ``MAX_REPAIRS`` times), so a
+  returned plan always fits node by node; the gap is then reported against the LP bound.
 - Switching cost is handled by "solve, then decide" (``transition_cost.plan_transition``):
   the MILP only carries a tie-break (worth < 1e-6 of T) that prefers keeping the current
   replicas, then using fewer resources, among plans of equal throughput. Pricing cold
@@ -30,13 +33,16 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import pulp
 
 from trident_flows.scheduler.placement_eval import (
+    SPLIT_SEP,
     Key,
+    base_class,
     _place_on_node,
     class_capacity,
     effective_gpus,
@@ -51,9 +57,10 @@ from trident_flows.scheduler.placement_types import CurrentPlacement, GiB, Opera
 from trident_flows.scheduler.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
 
 MAX_REPAIRS = 5
+SPLIT_MAX_NODES = 4
 SOLVERS = ("highs", "cbc")
 DEFAULT_SOLVER = "highs" if pulp.HiGHS().available() else "cbc"
-GAP_REL = 1e-4
+GAP_REL = 5e-3  # plans within 0.5% of the best bound count as optimal (well inside the throughput models' error)
 _KEEP_WEIGHT = 1e-6
 _BW_UNIT = 1e9  # bandwidth in GB/s inside the model
 
@@ -92,18 +99,36 @@ def _per_node_fit(option_vec: tuple[float, float, float], nc: NodeClass) -> int:
     return _place_on_node((float(nc.cpus), mem, (1.0,) * nc.gpus), option_vec, 10**9)[1]
 
 
-def _current_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement | None,
-                    eligible: dict[Key, int]) -> dict[Key, int]:
-    """Current replicas as MILP keys; groups whose config is not an option are left out."""
+def _split_small_classes(cluster: ClusterSpec) -> ClusterSpec:
+    """Classes of at most ``SPLIT_MAX_NODES`` nodes become one class per node, so per-node
+    limits are exact where aggregation would lose most; large classes stay aggregated."""
+    classes = []
+    for nc in cluster.node_classes:
+        if 1 < nc.count <= SPLIT_MAX_NODES:
+            classes += [replace(nc, name=f"{nc.name}{SPLIT_SEP}{i}", count=1) for i in range(nc.count)]
+        else:
+            classes.append(nc)
+    return ClusterSpec(tuple(classes))
+
+
+def _merge(counts: dict[Key, int]) -> dict[Key, int]:
+    """Counts of per-node model classes summed back onto their node classes."""
+    merged: dict[Key, int] = {}
+    for (op, k, c), n in counts.items():
+        merged[(op, k, base_class(c))] = merged.get((op, k, base_class(c)), 0) + n
+    return merged
+
+
+def _current_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement) -> dict[Key, int]:
+    """Current replicas as (operator, option, node class) counts; groups whose config is
+    not an option are left out."""
     counts: dict[Key, int] = {}
-    if current is None:
-        return counts
     for d in demands:
         for g in current.for_operator(d.name):
             k = d.option_index(g.config)
             if k is None:
                 continue
-            c = g.node_class or next((nc.name for nc in cluster.node_classes if (d.name, k, nc.name) in eligible), None)
+            c = g.node_class or next((nc.name for nc in cluster.node_classes if ineligibility(d, d.options[k], nc) is None), None)
             if c is not None:
                 counts[(d.name, k, c)] = counts.get((d.name, k, c), 0) + g.replicas
     return counts
@@ -190,8 +215,10 @@ def _solver_cmd(solver: str, time_limit_s: float, threads: int, start: dict[pulp
     if solver == "highs":
         return _WarmHiGHS(start, msg=False, timeLimit=time_limit_s, gapRel=GAP_REL, threads=threads if threads > 1 else None)
     # CBC given threads=1 runs its parallel mode with one worker and waits on it: pass threads only above 1.
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=GAP_REL, threads=threads if threads > 1 else None,
-                             warmStart=bool(start))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # PuLP 3.3 deprecates its bundled-CBC class name
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=GAP_REL, threads=threads if threads > 1 else None,
+                                 warmStart=bool(start))
 
 
 def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement | None = None, *,
@@ -202,6 +229,8 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     t0 = time.perf_counter()
     demands = list(demands)
     _validate(demands, cluster, solver)
+    cur = _current_counts(demands, cluster, current) if current is not None else None
+    original, cluster = cluster, _split_small_classes(cluster)
     eligible: dict[Key, int] = {}  # key -> upper bound on replicas
     for d in demands:
         for k, opt in enumerate(d.options):
@@ -213,18 +242,25 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                     if ub > 0:
                         eligible[(d.name, k, nc.name)] = ub
         if not any(key[0] == d.name for key in eligible):
-            raise PlacementError(no_fit_message(d, cluster))
-    cur = _current_counts(demands, cluster, current, eligible) if current is not None else None
+            raise PlacementError(no_fit_message(d, original))
     reductions: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
     build_ms = solve_ms = 0.0
-    for repair in range(MAX_REPAIRS + 1):
-        tb = time.perf_counter()
-        prob, x, cap_vars = _build(demands, cluster, eligible, cur or {}, reductions)
-        ts = time.perf_counter()
-        build_ms += (ts - tb) * 1e3
-        relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions)
+    tb = time.perf_counter()
+    prob, x, _ = _build(demands, cluster, eligible, cur or {}, reductions)
+    ts = time.perf_counter()
+    build_ms += (ts - tb) * 1e3
+    relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions)
+    t_scale = _throughput_bound(demands, eligible)
+    start_counts = {key: n for key, n in start.items() if n > 0}
+    t_start = throughput_of(demands, cluster, start_counts) if start_counts else 0.0
+    if relaxed_bound and t_start / t_scale >= (1 - GAP_REL) * relaxed_bound:
+        counts = start_counts  # the heuristic is within GAP_REL of the LP bound: no search needed
+        status, gap = "optimal", max(0.0, 1 - t_start / t_scale / relaxed_bound)
+    else:
+        for key, n in start.items():
+            x[key].setInitialValue(n)
         remaining = max(0.05, time_limit_s - (time.perf_counter() - t0))
-        prob.solve(_solver_cmd(solver, remaining, threads, start))
+        prob.solve(_solver_cmd(solver, remaining, threads, {x[key]: n for key, n in start.items()}))
         if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
             if prob.status == pulp.LpStatusInfeasible:
                 raise PlacementError(_diagnose_infeasible(demands, cluster, eligible))
@@ -232,19 +268,30 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                                  f"(solver {solver}: {pulp.LpStatus[prob.status]}); raise time_limit_s")
         counts = {key: int(round(var.value() or 0)) for key, var in x.items()}
         counts = {key: n for key, n in counts.items() if n > 0}
-        left = pack_cluster(demands, cluster, counts)
-        if not left:
-            break
-        if repair == MAX_REPAIRS:
+        status, gap = _status_gap(prob, solver, relaxed_bound)
+    solve_ms += (time.perf_counter() - ts) * 1e3
+    repair = 0
+    while left := pack_cluster(demands, cluster, counts):
+        # Fragmentation: drop what did not fit, shrink the class by it, and refill greedily.
+        repair += 1
+        if repair > MAX_REPAIRS:
             raise PlacementError(f"could not pack the plan onto individual nodes after {MAX_REPAIRS} repairs: "
                                  f"{sum(left.values())} replicas of {sorted({k[0] for k in left})} do not fit; "
                                  "node resources are too fragmented for these replica sizes")
-        for (op, k, c), n in left.items():  # shrink the class by what did not fit (faster on later repairs)
-            vec = usage_vector(next(d for d in demands if d.name == op).options[k], cluster.node_class(c))
+        for key, n in left.items():
+            counts[key] -= n
+            vec = usage_vector(next(d for d in demands if d.name == key[0]).options[key[1]], cluster.node_class(key[2]))
             for i in range(3):
-                reductions[c][i] += vec[i] * n * (repair + 1)
-    status, gap = _status_gap(prob, solver, relaxed_bound)
-    counts = _trim(demands, cluster, counts, cur or {})
+                reductions[key[2]][i] += vec[i] * n
+        greedy = _Greedy(demands, cluster, eligible, reductions, {key: counts.get(key, 0) for key in eligible})
+        if not greedy.run():
+            raise PlacementError("the operators' minimum replicas do not pack onto individual nodes (CPU, GPU and memory "
+                                 "per node combined); lower min_replicas, choose smaller configs or add nodes")
+        counts = {key: n for key, n in greedy.counts.items() if n > 0}
+    if repair and relaxed_bound:
+        gap = max(gap, 1 - throughput_of(demands, cluster, counts) / t_scale / relaxed_bound)
+    counts = _merge(_trim(demands, cluster, counts, cur or {}))
+    cluster = original
     throughput = throughput_of(demands, cluster, counts)
     bottlenecks = tuple(d.name for d in demands if operator_capacity(d, counts) / d.work_per_item <= throughput * (1 + 1e-6))
     ops = []
@@ -317,15 +364,20 @@ def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: di
             prob += pulp.lpSum(bw_terms[nc.name]) <= nc.host_device_bandwidth_bps / _BW_UNIT * nc.count, f"bw_{nc.name}"
     t_scale = _throughput_bound(demands, eligible)
     objective = (1.0 / t_scale) * T
-    kept = [key for key in cur if key in x]
+    kept = {key: [xk for xk in x if xk[:2] == key[:2] and base_class(xk[2]) == key[2]] for key in cur}
+    kept = {key: xs for key, xs in kept.items() if xs}
     if kept:
         total_cur = sum(cur[key] for key in kept)
         keep_vars = []
-        for i, key in enumerate(kept):
+        for i, (key, xs) in enumerate(kept.items()):
             kv = prob.add_variable(f"keep_{i}", lowBound=0, upBound=cur[key])
-            prob += kv <= x[key]
+            prob += kv <= pulp.lpSum(x[xk] for xk in xs)
             keep_vars.append(kv)
         objective += (_KEEP_WEIGHT / total_cur) * pulp.lpSum(keep_vars)
+    for nc, nxt in zip(cluster.node_classes, cluster.node_classes[1:]):  # identical split nodes: fill in order
+        if SPLIT_SEP in nc.name and base_class(nc.name) == base_class(nxt.name):
+            use = lambda c: pulp.lpSum(usage_vector(by_name[k[0]].options[k[1]], nc)[0] * x[k] for k in x if k[2] == c)  # noqa: E731
+            prob += use(nc.name) >= use(nxt.name), f"order_{nxt.name}"
     prob += objective
     return prob, x, caps
 
@@ -348,7 +400,7 @@ def _trim(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[
     target = throughput_of(demands, cluster, counts)
     trimmed = dict(counts)
     for d in demands:
-        keys = sorted((key for key in trimmed if key[0] == d.name), key=lambda key: (cur.get(key, 0) >= trimmed[key], key))
+        keys = sorted((key for key in trimmed if key[0] == d.name), key=lambda key: (cur.get((key[0], key[1], base_class(key[2])), 0) > 0, key))
         before = {key: trimmed[key] for key in keys}
         for key in keys:
             while trimmed[key] > 0 and sum(trimmed[k] for k in keys) > d.min_replicas:
@@ -363,72 +415,128 @@ def _trim(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[
 
 def _heuristic_start(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], demands: Sequence[OperatorDemand],
                      cluster: ClusterSpec, eligible: dict[Key, int], reductions: dict[str, list[float]]
-                     ) -> tuple[float | None, dict[pulp.LpVariable, int]]:
-    """A MIP start: solve the LP relaxation, round replicas down, then greedily add a
-    replica to the bottleneck operator (best marginal items/s per resource share) while one
-    fits. Returns (LP relaxation objective = a bound, start values of the x variables);
-    a good start lets the solver stop at the root instead of searching for incumbents."""
+                     ) -> tuple[float | None, dict[Key, int]]:
+    """A MIP start: solve the LP relaxation, round replicas down, then raise the bottleneck
+    operator one replica at a time, taking room from operators with headroom when its class
+    is full (``_Greedy``). Returns (LP relaxation objective = a bound, replica counts); a
+    start within ``GAP_REL`` of the bound is returned as the plan, otherwise it is the
+    solver's MIP start, which lets it stop near the root."""
     lp_solver = pulp.HiGHS(msg=False, mip=False) if pulp.HiGHS().available() else pulp.PULP_CBC_CMD(msg=False, mip=False)
     prob.solve(lp_solver)
     if prob.status != pulp.LpStatusOptimal:
         return None, {}
     bound = pulp.value(prob.objective)
-    counts = {key: int(math.floor((var.value() or 0.0) + 1e-6)) for key, var in x.items()}
-    by_name = {d.name: d for d in demands}
-    free = {nc.name: [class_capacity(nc)[i] - reductions[nc.name][i] for i in range(3)] for nc in cluster.node_classes}
-    vecs = {key: usage_vector(by_name[key[0]].options[key[1]], cluster.node_class(key[2])) for key in x}
-    for key, n in counts.items():
+    greedy = _Greedy(demands, cluster, eligible, reductions, {key: int(math.floor((var.value() or 0.0) + 1e-6)) for key, var in x.items()})
+    if not greedy.run():
+        return bound, {}
+    for var in prob.variables():
+        var.varValue = None  # continuous values are recomputed by the solver from the integer start
+    return bound, dict(greedy.counts)
+
+
+class _Greedy:
+    """Integer replica counts improved by bottleneck-first moves (aggregate class resources)."""
+
+    def __init__(self, demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int],
+                 reductions: dict[str, list[float]], counts: dict[Key, int]) -> None:
+        self.demands = {d.name: d for d in demands}
+        self.eligible = eligible
+        self.counts = counts
+        by_name = self.demands
+        self.vecs = {key: usage_vector(by_name[key[0]].options[key[1]], cluster.node_class(key[2])) for key in eligible}
+        self.free = {nc.name: [class_capacity(nc)[i] - reductions[nc.name][i] for i in range(3)] for nc in cluster.node_classes}
+        self.n_opt: dict[tuple[str, int], int] = {}
+        for key, n in counts.items():
+            self.n_opt[key[:2]] = self.n_opt.get(key[:2], 0) + n
+            for i in range(3):
+                self.free[key[2]][i] -= self.vecs[key][i] * n
+        totals = [sum(class_capacity(nc)[i] for nc in cluster.node_classes) for i in range(3)]
+        self.share = {key: sum(v / t for v, t in zip(vec, totals) if t > 0 and math.isfinite(t)) for key, vec in self.vecs.items()}
+        self.keys_of = {name: [key for key in eligible if key[0] == name] for name in by_name}
+        self.by_class = {nc.name: [key for key in eligible if key[2] == nc.name] for nc in cluster.node_classes}
+        self.replicas = {name: sum(counts[k] for k in keys) for name, keys in self.keys_of.items()}
+        self.level = {name: self._capacity(name) / d.work_per_item for name, d in by_name.items()}
+
+    def _capacity(self, name: str, change: dict[Key, int] | None = None) -> float:
+        d = self.demands[name]
+        total = 0.0
+        for k, opt in enumerate(d.options):
+            n = self.n_opt.get((name, k), 0) + sum(v for key, v in (change or {}).items() if key[0] == name and key[1] == k)
+            total += opt.rate_at(n)
+        return total
+
+    def _apply(self, key: Key, delta: int) -> None:
+        self.counts[key] += delta
+        self.n_opt[key[:2]] = self.n_opt.get(key[:2], 0) + delta
+        self.replicas[key[0]] += delta
         for i in range(3):
-            free[key[2]][i] -= vecs[key][i] * n
-    totals = [max(sum(class_capacity(nc)[i] for nc in cluster.node_classes), 1e-9) for i in range(3)]
-    keys_of = {d.name: [key for key in x if key[0] == d.name] for d in demands}
+            self.free[key[2]][i] -= self.vecs[key][i] * delta
+        self.level[key[0]] = self._capacity(key[0]) / self.demands[key[0]].work_per_item
 
-    def option_n(op: str, k: int) -> int:
-        return sum(n for key, n in counts.items() if key[0] == op and key[1] == k)
+    def _fits(self, key: Key) -> bool:
+        return self.counts[key] < self.eligible[key] and all(self.vecs[key][i] <= self.free[key[2]][i] + 1e-9 for i in range(3))
 
-    def capacity(d: OperatorDemand) -> float:
-        return sum(opt.rate_at(option_n(d.name, k)) for k, opt in enumerate(d.options))
-
-    def best_addition(d: OperatorDemand) -> Key | None:
+    def _best_addition(self, name: str) -> Key | None:
         best, best_score = None, 0.0
-        for key in keys_of[d.name]:
-            vec = vecs[key]
-            if counts[key] >= eligible[key] or any(vec[i] > free[key[2]][i] + 1e-9 for i in range(3)):
+        for key in self.keys_of[name]:
+            if not self._fits(key):
                 continue
-            opt = d.options[key[1]]
-            n = option_n(d.name, key[1])
-            gain = opt.rate_at(n + 1) - opt.rate_at(n)
-            share = sum(vec[i] / totals[i] for i in range(3) if math.isfinite(totals[i]))
-            score = gain / max(share, 1e-12)
+            gain = self._capacity(name, {key: 1}) - self._capacity(name)
+            score = gain / max(self.share[key], 1e-12)
             if score > best_score:
                 best, best_score = key, score
         return best
 
-    def add(key: Key) -> None:
-        counts[key] += 1
-        for i in range(3):
-            free[key[2]][i] -= vecs[key][i]
+    def _best_swap(self, name: str) -> tuple[Key, Key, int] | None:
+        """Add one replica of ``name`` by retiring ``m`` replicas of a donor with headroom in the same class."""
+        now = min(self.level.values())
+        best, best_t = None, now
+        for key in self.keys_of[name]:
+            if self.counts[key] >= self.eligible[key]:
+                continue
+            vec, free = self.vecs[key], self.free[key[2]]
+            deficit = [vec[i] - free[i] for i in range(3)]
+            new_level = self._capacity(name, {key: 1}) / self.demands[name].work_per_item
+            for donor in self.by_class[key[2]]:
+                if donor[0] == name or self.counts[donor] == 0:
+                    continue
+                dvec = self.vecs[donor]
+                if any(deficit[i] > 1e-9 and dvec[i] <= 0 for i in range(3)):
+                    continue
+                m = max([math.ceil((deficit[i] - 1e-9) / dvec[i]) for i in range(3) if deficit[i] > 1e-9] or [0])
+                donor_op = self.demands[donor[0]]
+                if m == 0 or m > self.counts[donor] or self.replicas[donor[0]] - m < donor_op.min_replicas:
+                    continue
+                donor_level = self._capacity(donor[0], {donor: -m}) / donor_op.work_per_item
+                t = min([new_level, donor_level] + [lv for op, lv in self.level.items() if op not in (name, donor[0])])
+                if t > best_t * (1 + 1e-9):
+                    best, best_t = (key, donor, m), t
+        return best
 
-    for d in demands:
-        while sum(counts[key] for key in keys_of[d.name]) < d.min_replicas and (key := best_addition(d)) is not None:
-            add(key)
-    caps = {d.name: capacity(d) for d in demands}
-    for _ in range(100_000):  # raise the bottleneck until it cannot grow
-        d = min(demands, key=lambda d: caps[d.name] / d.work_per_item)
-        if d.max_replicas is not None and sum(counts[k] for k in keys_of[d.name]) >= d.max_replicas:
-            break
-        key = best_addition(d)
-        if key is None:
-            break
-        add(key)
-        caps[d.name] = capacity(d)
-    if any(sum(counts[k] for k in keys_of[d.name]) < d.min_replicas for d in demands):
-        return bound, {}
-    for var in prob.variables():
-        var.varValue = None  # continuous values are recomputed by the solver from the integer start
-    for key, n in counts.items():
-        x[key].setInitialValue(n)
-    return bound, {x[key]: n for key, n in counts.items()}
+    def run(self) -> bool:
+        """Reach min replicas, then raise the bottleneck while it can rise; False if min replicas do not fit."""
+        for name, d in self.demands.items():
+            while self.replicas[name] < d.min_replicas:
+                key = self._best_addition(name)
+                if key is None:
+                    return False
+                self._apply(key, 1)
+        for _ in range(20_000):
+            name = min(self.level, key=self.level.get)
+            d = self.demands[name]
+            if d.max_replicas is not None and self.replicas[name] >= d.max_replicas:
+                break
+            key = self._best_addition(name)
+            if key is not None:
+                self._apply(key, 1)
+                continue
+            swap = self._best_swap(name)
+            if swap is None:
+                break
+            add, donor, m = swap
+            self._apply(donor, -m)
+            self._apply(add, 1)
+        return True
 
 
 def _status_gap(prob: pulp.LpProblem, solver: str, relaxed_bound: float | None) -> tuple[str, float]:

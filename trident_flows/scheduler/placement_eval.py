@@ -11,8 +11,8 @@ Contract (pure functions, no solver state):
 - ``ineligibility``: why an option cannot run on a node class (``None`` if it can).
 - ``class_usage`` / ``class_capacity``: aggregate CPU, GPU, host-memory use and totals per
   class (the MILP's linear constraints).
-- ``pack_class``: first-fit-decreasing of a class's replicas onto its individual nodes
-  and GPUs; what does not fit is returned. Aggregate sums alone are not sound (a node's
+- ``pack_class``: packs a class's replicas onto its individual nodes and GPUs (even
+  spread, or first-fit decreasing); what does not fit is returned. Aggregate sums alone are not sound (a node's
   CPUs can be stranded next to a full GPU), so every plan is checked with it.
 - ``throughput_of``: the pipeline throughput (input items/s) a placement sustains:
   ``max T`` s.t. each operator's capacity >= work_per_item * T, capacities from the
@@ -28,11 +28,13 @@ import math
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy.optimize import linprog  # imported here: its first import takes seconds, not the first solve
 
 from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
 from trident_flows.scheduler.types import CPU, ClusterSpec, NodeClass
 
 Key = tuple[str, int, str]
+SPLIT_SEP = "#node"  # a small class modelled node by node: "gpu#node0", "gpu#node1", ...
 Counts = Mapping[Key, int]
 _EPS = 1e-9
 RESOURCES = ("cpus", "gpus", "host_mem")
@@ -40,6 +42,11 @@ RESOURCES = ("cpus", "gpus", "host_mem")
 
 def _gib(n: float) -> str:
     return f"{n / GiB:.3g} GiB"
+
+
+def base_class(name: str) -> str:
+    """The node class a per-node model class belongs to (``"gpu#node1"`` -> ``"gpu"``)."""
+    return name.split(SPLIT_SEP, 1)[0]
 
 
 def effective_gpus(option: PlacementOption, node_class: NodeClass) -> float:
@@ -60,7 +67,7 @@ def effective_gpus(option: PlacementOption, node_class: NodeClass) -> float:
 def ineligibility(demand: OperatorDemand, option: PlacementOption, node_class: NodeClass) -> str | None:
     """Why ``option`` of ``demand`` cannot run on ``node_class``; ``None`` when it can."""
     cfg = option.config
-    if not demand.allows(option, node_class.name):
+    if not demand.allows(option, base_class(node_class.name)):
         return f"not allowed on node class {node_class.name!r}"
     if cfg.device != CPU:
         if node_class.gpus <= 0 or node_class.accelerator != cfg.device:
@@ -153,18 +160,28 @@ def _place_on_node(state: tuple, item: tuple[float, float, float], want: int) ->
 
 
 def pack_class(node_class: NodeClass, items: Mapping[Key, tuple[int, tuple[float, float, float]]]) -> dict[Key, int]:
-    """First-fit-decreasing of ``items`` (key -> (replicas, usage vector)) onto the class's
-    nodes and their GPUs; returns the replicas that did not fit (empty when all fit).
-    Identical node states are kept as one group, so the cost does not grow with ``count``."""
+    """Pack ``items`` (key -> (replicas, usage vector)) onto the class's individual nodes
+    and their GPUs; returns the replicas that did not fit (empty when all fit). Two
+    heuristics are tried (an even spread, then first-fit decreasing); the better one counts."""
+    left = _spread(node_class, items)
+    if not left:
+        return left
+    other = _first_fit(node_class, items)
+    return other if sum(other.values()) < sum(left.values()) else left
+
+
+def _first_fit(node_class: NodeClass, items: Mapping[Key, tuple[int, tuple[float, float, float]]]) -> dict[Key, int]:
+    """First-fit decreasing: GPU replicas first (largest fraction first, which packs
+    divisible fractions such as 1, 1/2, 1/4 perfectly), then the rest by size; each kind
+    fills nodes in order."""
     mem_cap = float(node_class.host_memory_bytes) if node_class.host_memory_bytes else math.inf
     groups: list[list] = [[(float(node_class.cpus), mem_cap, (1.0,) * node_class.gpus), node_class.count]]
 
     def size(vec: tuple[float, float, float]) -> float:
-        return max(vec[0] / node_class.cpus, vec[1] / max(node_class.gpus, 1),
-                   vec[2] / mem_cap if math.isfinite(mem_cap) else 0.0)
+        return max(vec[0] / node_class.cpus, vec[1] / max(node_class.gpus, 1), vec[2] / mem_cap if math.isfinite(mem_cap) else 0.0)
 
     left: dict[Key, int] = {}
-    for key, (count, vec) in sorted(items.items(), key=lambda kv: -size(kv[1][1])):
+    for key, (count, vec) in sorted(items.items(), key=lambda kv: (-kv[1][1][1], -size(kv[1][1]))):
         remaining = count
         i = 0
         while remaining > 0 and i < len(groups):
@@ -179,6 +196,63 @@ def pack_class(node_class: NodeClass, items: Mapping[Key, tuple[int, tuple[float
             i += 1
         if remaining:
             left[key] = remaining
+    return left
+
+
+def _spread(node_class: NodeClass, items: Mapping[Key, tuple[int, tuple[float, float, float]]]) -> dict[Key, int]:
+    """Largest replicas first, each kind is spread evenly over the nodes (the least loaded
+    nodes take the remainder), which keeps every node's mix close to the class average
+    that the MILP's aggregate constraints see; what a node cannot take then goes first-fit
+    to any node with room. Identical node states are kept as one group, so the cost does
+    not grow with ``count``."""
+    mem_cap = float(node_class.host_memory_bytes) if node_class.host_memory_bytes else math.inf
+    n_gpus = max(node_class.gpus, 1)
+
+    def size(vec: tuple[float, float, float]) -> float:
+        return max(vec[0] / node_class.cpus, vec[1] / n_gpus, vec[2] / mem_cap if math.isfinite(mem_cap) else 0.0)
+
+    def load(state: tuple) -> float:
+        cpu_free, mem_free, gpu_free = state
+        mem = (mem_cap - mem_free) / mem_cap if math.isfinite(mem_cap) else 0.0
+        return (node_class.cpus - cpu_free) / node_class.cpus + mem + (node_class.gpus - sum(gpu_free)) / n_gpus
+
+    groups: dict[tuple, int] = {(float(node_class.cpus), mem_cap, (1.0,) * node_class.gpus): node_class.count}
+    left: dict[Key, int] = {}
+    for key, (count, vec) in sorted(items.items(), key=lambda kv: -size(kv[1][1])):
+        q, extra = divmod(count, node_class.count)
+        spread: dict[tuple, int] = {}
+        overflow = 0
+        for state, n in sorted(groups.items(), key=lambda sn: load(sn[0])):
+            more = min(extra, n)
+            extra -= more
+            for nodes, want in ((more, q + 1), (n - more, q)):
+                if nodes:
+                    new_state, placed = _place_on_node(state, vec, want)
+                    overflow += (want - placed) * nodes
+                    spread[new_state] = spread.get(new_state, 0) + nodes
+        groups = spread
+        for state in sorted(groups, key=load):  # first fit of what the even spread could not place
+            if not overflow:
+                break
+            n = groups[state]
+            new_state, k = _place_on_node(state, vec, overflow)
+            if k == 0:
+                continue
+            full = min(n, overflow // k)
+            groups[state] -= full
+            if not groups[state]:
+                del groups[state]
+            groups[new_state] = groups.get(new_state, 0) + full
+            overflow -= full * k
+            if 0 < overflow < k and state in groups:  # one more node takes the rest
+                rest_state, k2 = _place_on_node(state, vec, overflow)
+                groups[state] -= 1
+                if not groups[state]:
+                    del groups[state]
+                groups[rest_state] = groups.get(rest_state, 0) + 1
+                overflow -= k2
+        if overflow:
+            left[key] = overflow
     return left
 
 
@@ -211,8 +285,6 @@ def throughput_of(demands: Sequence[OperatorDemand], cluster: ClusterSpec, count
     """Pipeline throughput (input items/s) sustained by the placement ``counts``."""
     if not _bandwidth_bound(demands, cluster, counts):
         return min(operator_capacity(d, counts) / d.work_per_item for d in demands)
-    from scipy.optimize import linprog
-
     by_name = {d.name: d for d in demands}
     keys = [key for key, n in counts.items() if n > 0]
     nvar = 1 + len(keys)  # T, then capacity per (op, option, class)
