@@ -136,3 +136,12 @@ def test_sink_rows_are_compact_and_embedded(curated):
     assert features["decode"]["pixels"] > features["scenes"]["sampled_pixels"] > features["text_detect"]["kept_pixels"] > 0
     assert features["scenes"]["sampled_frames"] == features["dedup_frames"]["clip_frames"] >= features["text_detect"]["kept_frames"] > 0
     assert features["motion"]["clip_s"] == pytest.approx(features["decode"]["duration_s"])
+
+
+def test_build_names_what_is_wrong_with_its_input(tmp_path):
+    with pytest.raises(ValueError, match="is not a directory"):
+        build(input=tmp_path / "missing")
+    with pytest.raises(ValueError, match="no video files"):
+        build(input=tmp_path)
+    with pytest.raises(ValueError, match="--synth N"):
+        build()
