@@ -203,3 +203,92 @@ def test_trident_is_a_registered_policy_and_logs_its_tick_record():
             break
     assert decision is not None and decision.plan is not None
     assert decision.to_dict()["detail"]["action"] == "roll_out" and decision.reason.startswith("predicted")
+
+
+# ------------------------------------------------------------------ closed loops on the real runtime
+def _two_stage_profile():
+    from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+
+    return PipelineProfile(
+        name="ctl-test",
+        operators=(OperatorCost("a", {"cpu": DeviceCost(per_batch_s=0.002, per_unit_s={"x": 0.012})}, features=("x",)),
+                   OperatorCost("b", {"cpu": DeviceCost(per_batch_s=0.002, per_unit_s={"y": 0.012})}, features=("y",))),
+        workloads={"a_heavy": {"x": 4.0, "y": 0.5}, "b_heavy": {"x": 0.5, "y": 4.0}},
+    )
+
+
+def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster, tmp_path):
+    import time
+
+    import ray
+
+    from test_runtime_support import assert_exactly_once
+    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+    from trident_flows.runtime.launch import start_runner
+    from trident_flows.scheduler.controller import Controller
+
+    stages = [Stage("a", B8, 2), Stage("b", B8, 2)]
+    spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=1400, regimes="a_heavy:500,b_heavy:900")
+    handle = start_runner(spec, tmp_path / "out", name="ctl-move-runner")
+    controller = Controller(handle, spec=spec, cluster=ClusterSpec.single_node(8, 0), decision_log=tmp_path / "d.jsonl",
+                            verify_ticks=2)
+    try:
+        deadline = time.time() + 240
+        while not controller.finished and time.time() < deadline:
+            controller.tick()
+            time.sleep(0.7)
+        final = ray.get(handle.state.remote())
+    finally:
+        ray.get(handle.stop.remote())
+        ray.kill(handle)
+    records = controller.records
+    assert final.finished and final.error == ""
+    assert_exactly_once(spec, tmp_path / "out")
+    changed = [k for k, r in enumerate(records) if any(e.startswith("b: regime") for e in r.events)]
+    assert changed, "the regime change of b was not detected"
+    timeline = [(r.tick, r.action, r.reason[:160], r.events) for r in records]
+    to_b = [k for k, r in enumerate(records) if k >= changed[0] and r.action == "roll_out"
+            and any(o.operator == "b" and o.replicas > 2 for o in r.plan.operators)]
+    assert to_b and to_b[0] - changed[0] <= 10, timeline
+    assert sum(final.operator("b").configs().values()) > sum(final.operator("a").configs().values()), timeline
+    lines = DecisionLog(tmp_path / "d.jsonl").read()
+    assert len(lines) == len(records) and any("apply" in line for line in lines)
+
+
+def _spike_profile():
+    from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+
+    return PipelineProfile(
+        name="ctl-spike",
+        operators=(OperatorCost("prep", {"cpu": DeviceCost(per_batch_s=0.002, per_item_s=0.004)}),
+                   OperatorCost("embed", {"gpu": DeviceCost(per_batch_s=0.01, per_item_s=0.02, resident_bytes=100 * MIB,
+                                                            per_unit_bytes={"pixels": MIB})}, features=("pixels",))),
+        workloads={"normal": {"pixels": 4.0}, "spike": {"pixels": 20.0}},
+    )
+
+
+def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_ooms(ray_cluster, tmp_path):
+    from test_runtime_support import assert_exactly_once
+    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+    from trident_flows.runtime.launch import run_pipeline
+    from trident_flows.runtime.state import RunnerSettings
+    from trident_flows.scheduler.policies import StaticPolicy
+
+    settings = RunnerSettings(device_memory_bytes=2**30)
+    regimes = "normal:100,spike:400,normal:200"
+
+    def spec(batch: int):
+        stages = [Stage("prep", OpConfig.make("cpu", batch_size=8), 2), Stage("embed", OpConfig.make("gpu", batch_size=batch), 1)]
+        return emulated_pipeline(_spike_profile(), stages, name="ctl-spike", items=700, regimes=regimes)
+
+    static_spec = spec(64)
+    static = run_pipeline(static_spec, tmp_path / "static", settings=settings, policy=StaticPolicy(), tick_s=0.5)
+    assert static.ooms > 0 and static.items_missing == 0
+    assert_exactly_once(static_spec, tmp_path / "static")
+
+    trident_spec = spec(16)
+    policy = TridentPolicy(trident_spec, ClusterSpec.single_node(8, 2, gpu_memory_bytes=2**30))
+    summary = run_pipeline(trident_spec, tmp_path / "trident", settings=settings, policy=policy, tick_s=0.5)
+    assert summary.ooms == 0 and summary.items_missing == 0 and summary.duplicate_ids == 0
+    assert_exactly_once(trident_spec, tmp_path / "trident")
+    assert any(r.plan is not None for r in policy.records)
