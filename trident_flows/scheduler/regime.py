@@ -1,7 +1,8 @@
 """Regime detection for one operator (DESIGN.md section 5, regime).
 
 Contract:
-- ``RegimeDetector.update(sample, residual)`` consumes the operator's samples in completion
+- ``RegimeDetector.observe(sample, model, replicas)`` (or the lower-level
+  ``update(sample, residual)``) consumes the operator's samples in completion
   order and returns ``None`` or a frozen ``RegimeChange`` (old and new regime id, kind,
   whether the new regime was seen before, the estimated change point, the evidence and a
   reason). Applying a change (refit, recall a remembered model) is the caller's step.
@@ -21,18 +22,18 @@ Contract:
   samples. An alarm is also required to *persist*: the median of the last ``persist``
   standardised residuals must be beyond ``2k`` and the shift at least ``min_shift`` (log
   units; smaller shifts are below the model's accuracy and not worth re-planning); a CUSUM
-  excursion whose cause is already over (a neighbour's burst shorter than about ``persist / 2``
-  batches) is counted in ``transients`` and reset. So a hidden change is reported after about ``persist / 2 + 1``
-  samples. With k=0.5, h=8 the false-alarm run length on Gaussian noise is far beyond 10^5.
+  excursion whose cause is already over (a neighbour's burst shorter than about
+  ``persist / 2`` batches) is counted in ``transients`` and reset. So a hidden change is
+  reported after about ``persist / 2 + 1`` samples. With k=0.5, h=8 the false-alarm run
+  length on Gaussian noise is far beyond 10^5.
 - Stragglers: with R replicas, batches of the old regime still complete after the first
   ones of the new regime, so for ``dwell`` samples after a switch, votes for the regime just
   left do not switch back.
 - Residual levels are only comparable under one model. ``observe(sample, model, replicas)``
   does the bookkeeping: it computes residuals under a *snapshot* of the caller's live
   ``OperatorModel`` and takes a newer fit only when the CUSUM is calm (or not yet
-  calibrated), re-basing on the
-  residuals of up to ``rebase_samples`` recent samples (since the last change) under it; so
-  a refit every tick never looks like a shift. A sample with a higher ``config_epoch`` than
+  calibrated), re-basing on the residuals of up to ``rebase_samples`` recent samples (since
+  the last change) under it; so a refit every tick never looks like a shift. A sample with a higher ``config_epoch`` than
   seen before (a configuration change) re-baselines the residual test by itself.
 - On a CUSUM alarm the samples since the estimated change point decide the kind: their
   mean features in another regime -> ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL``
