@@ -1,0 +1,181 @@
+"""OOM-safe Bayesian optimisation (scheduler/optimize.py, constraint.py, canary.py): fast, no Ray."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
+from trident_flows.scheduler.constraint import MemoryBudget
+from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError, Observation, Rollback
+from trident_flows.scheduler.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
+
+GiB = 2**30
+
+
+class Synthetic:
+    """A CPU operator with known curves: memory = resident + batch * size * per_item (+ a cliff)."""
+
+    def __init__(self, resident: float = 0.5 * GiB, per_item: float = 40e6, budget: float = 4 * GiB, cliff: int | None = None) -> None:
+        self.resident, self.per_item, self.budget, self.cliff = resident, per_item, budget, cliff
+        self.space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256,
+                                 knobs=(KnobSpace("prefetch", "int", 1, 4),))
+
+    def memory(self, config: OpConfig, size: float = 1.0) -> float:
+        jump = 2.0 if self.cliff is not None and config.batch_size >= self.cliff else 1.0
+        return self.resident + config.batch_size * size * self.per_item * (1 + 0.1 * config.knob("prefetch")) * jump
+
+    def throughput(self, config: OpConfig) -> float:
+        return config.batch_size / (0.05 + 0.01 * config.batch_size) * (1 + 0.05 * config.knob("prefetch"))
+
+    def optimiser(self, **kwargs) -> ConfigOptimizer:
+        return ConfigOptimizer(self.space, MemoryBudget(cpu_bytes=int(self.budget)), operator="ocr", seed=0, **kwargs)
+
+    def tell(self, opt: ConfigOptimizer, config: OpConfig, size: float = 1.0) -> Rollback | None:
+        peak = self.memory(config, size)
+        if peak > self.budget:
+            return opt.tell_oom(config, {"pages": size})
+        opt.tell(config, self.throughput(config), peak, {"pages": size}, resident_memory=self.resident)
+        return None
+
+
+def test_safe_expansion_starts_from_the_smallest_batch():
+    op = Synthetic()
+    opt = op.optimiser()
+    first = opt.ask()
+    assert first is not None and first.kind == "seed"
+    assert first.config == op.space.config("cpu", 1, prefetch=1)
+    op.tell(opt, first.config)
+    second = opt.ask()
+    assert second is not None and second.config.batch_size <= opt.growth * first.config.batch_size
+    assert second.memory_upper_bound <= second.memory_limit
+
+
+def test_no_proposal_exceeds_the_budget_once_two_samples_are_near_the_frontier():
+    op = Synthetic(budget=3 * GiB)  # frontier near batch 55 (prefetch=1)
+    opt = op.optimiser(max_evals=None)
+    for batch in (1, 40, 48):
+        op.tell(opt, op.space.config("cpu", batch, prefetch=1))
+    for _ in range(8):
+        proposal = opt.ask()
+        if proposal is None:
+            break
+        assert op.memory(proposal.config) <= op.budget, proposal.reason
+        assert proposal.memory_upper_bound <= op.budget * 0.9
+        op.tell(opt, proposal.config)
+    assert not any(o.oom for o in opt.observations)
+    assert opt.best() is not None and op.memory(opt.best()) <= op.budget * 0.9
+
+
+def test_an_oom_marks_the_region_unsafe_and_rolls_back_to_the_incumbent():
+    op = Synthetic(budget=3 * GiB, cliff=32)
+    opt = op.optimiser(max_evals=None)
+    for batch in (1, 4, 16):
+        op.tell(opt, op.space.config("cpu", batch, prefetch=1))
+    failed = op.space.config("cpu", 32, prefetch=1)
+    rollback = op.tell(opt, failed)
+    assert isinstance(rollback, Rollback)
+    assert rollback.failed == failed and rollback.to == opt.best()
+    assert rollback.to is not None and rollback.to.batch_size < 32
+    assert "out of memory" in rollback.reason and "rolling back" in rollback.reason
+    for _ in range(6):
+        proposal = opt.ask()
+        if proposal is None:
+            break
+        c = proposal.config
+        assert not (c.knobs == failed.knobs and c.batch_size >= failed.batch_size), f"proposed {c.label()} inside the OOM region"
+        op.tell(opt, c)
+
+
+def test_memory_grows_with_the_workload_and_the_check_uses_the_worst_recent_items():
+    op = Synthetic(budget=3 * GiB)
+    opt = op.optimiser(max_evals=None)
+    for batch in (1, 8, 32):
+        op.tell(opt, op.space.config("cpu", batch, prefetch=1))
+    before = opt.ask()
+    for _ in range(20):  # larger documents arrive: 2.5x the pages per item
+        opt.observe_features({"pages": 2.5})
+    after = opt.ask()
+    assert opt.worst_features()["pages"] == pytest.approx(2.5)
+    assert before is not None and after is not None
+    assert after.memory_upper_bound <= after.memory_limit
+    assert op.memory(after.config, size=2.5) <= op.budget
+    assert op.memory(opt.best(), size=2.5) <= op.budget * 0.9
+
+
+def test_no_safe_point_gives_a_clear_error_not_a_loop():
+    op = Synthetic(resident=5 * GiB, budget=4 * GiB)  # even batch 1 does not fit
+    opt = op.optimiser()
+    seed = opt.ask()
+    assert seed is not None and seed.kind == "seed"
+    rollback = op.tell(opt, seed.config)
+    assert rollback is not None and rollback.to is None
+    with pytest.raises(NoSafeConfigError, match=r"operator 'ocr'.*device 'cpu'.*budget 4 GiB"):
+        opt.ask()
+
+
+def test_a_budget_under_the_smallest_measured_config_gives_a_clear_error():
+    op = Synthetic(resident=3.8 * GiB, budget=4 * GiB)  # fits, but not within the 10% safety margin
+    opt = op.optimiser()
+    op.tell(opt, opt.ask().config)
+    with pytest.raises(NoSafeConfigError, match=r"smallest config cpu/b1/prefetch=1 measured"):
+        opt.ask()
+
+
+def test_a_device_without_a_budget_is_named():
+    space = ConfigSpace(devices=("cpu", "gpu"), batch_size_min=1, batch_size_max=8)
+    with pytest.raises(ValueError, match="gpu_bytes"):
+        ConfigOptimizer(space, MemoryBudget(cpu_bytes=GiB))
+
+
+def test_warm_start_reproduces_the_previous_best_immediately():
+    op = Synthetic(budget=3 * GiB)
+    first = op.optimiser()
+    for _ in range(6):
+        proposal = first.ask()
+        if proposal is None:
+            break
+        op.tell(first, proposal.config)
+    replay = [Observation.from_dict(o.to_dict()) for o in first.observations]
+    second = op.optimiser()
+    second.warm_start(replay)
+    assert second.best() == first.best() and second.best() is not None
+    nxt = second.ask()
+    assert nxt is None or nxt.kind != "seed"
+
+
+def _batches(config: OpConfig, rates: list[float], peak: int = GiB) -> list[BatchSample]:
+    return [BatchSample("ocr", "r", config, float(i), float(i) + 1.0, config.batch_size / r, config.batch_size, config.batch_size,
+                        {"pages": 3.0 * config.batch_size}, peak_host_mem_bytes=peak) for i, r in enumerate(rates)]
+
+
+def test_canary_accepts_a_clearly_better_candidate_and_rejects_a_worse_one():
+    old, new = OpConfig.make(batch_size=8), OpConfig.make(batch_size=16)
+    incumbent = _batches(old, [100, 102, 98, 101, 99, 100])
+    better = decide(_batches(new, [130, 128, 132, 131, 129]), incumbent, elapsed_s=10)
+    worse = decide(_batches(new, [80, 82, 79, 81, 80]), incumbent, elapsed_s=10)
+    assert better.verdict == Verdict.ACCEPT and better.gain == pytest.approx(0.3, abs=0.02) and "better" in better.reason
+    assert worse.verdict == Verdict.REJECT and worse.gain < 0
+
+
+def test_canary_keeps_measuring_while_noisy_and_stops_at_the_window_end():
+    old, new = OpConfig.make(batch_size=8), OpConfig.make(batch_size=16)
+    incumbent = _batches(old, [100, 60, 140, 90, 110])
+    noisy = _batches(new, [150, 70, 130, 80, 120])
+    assert decide(noisy, incumbent, elapsed_s=5).verdict == Verdict.MEASURE
+    assert decide(noisy[:2], incumbent, elapsed_s=1).verdict == Verdict.MEASURE  # under min_batches
+    ended = decide(noisy, incumbent, elapsed_s=200, policy=CanaryPolicy(max_window_s=120))
+    assert ended.verdict == Verdict.REJECT and "window ended" in ended.reason
+
+
+def test_canary_rejects_an_oom_and_measure_condenses_the_window():
+    config = OpConfig.make(batch_size=4)
+    window = _batches(config, [40, 42, 41], peak=2 * GiB)
+    window.append(BatchSample("ocr", "r", config, 9.0, 9.5, 0.5, 4, 0, {"pages": 40.0}, peak_host_mem_bytes=3 * GiB, outcome=Outcome.OOM))
+    assert decide(window, [], elapsed_s=3).verdict == Verdict.REJECT
+    m = measure(window)
+    assert m.oom and m.features == {"pages": 10.0}
+    ok = measure(window[:3])
+    assert not ok.oom and ok.peak_memory == 2 * GiB and ok.throughput == pytest.approx(3 * 4 / sum(4 / r for r in (40, 42, 41)))
+    assert math.isclose(ok.features["pages"], 3.0)

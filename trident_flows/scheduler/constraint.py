@@ -1,0 +1,285 @@
+"""The memory constraint of one operator: what its peak memory will be, and where it is safe.
+
+Contract:
+- ``MemoryBudget`` is the memory one replica may use: host memory for ``device="cpu"``
+  replicas, device memory for accelerator replicas. ``limit(device, margin)`` is the budget
+  shrunk by the safety margin; the optimiser keeps every proposal's memory upper bound under it.
+- ``MemoryModel`` models the peak memory of ONE device's replicas as ``R + W``: R is the
+  resident part (the smallest resident memory reported, i.e. a warm replica before its first
+  batch; 0 when never reported) and W the working set of a batch. log W is a Gaussian process
+  (scikit-learn) over the config encoding (log batch size, knobs); the per-item workload
+  features enter through its prior mean ``theta + log(batch_size * prod_f feature_f)``: a working
+  set proportional to the batch's work, ``theta`` the largest working set per unit of work
+  measured. For ``W = per_item * work`` (plus anything sublinear) that extrapolation is an upper
+  bound, so far from data the model errs on the high side; the GP learns the residual near
+  measurements. Without R the whole peak is treated as working set: from a seed using more than
+  half the limit, doubling the batch is then never predicted safe, so report resident memory
+  where the runtime knows it. ``predict`` gives mean and std of log W, ``upper`` gives
+  ``R + exp(mean + k * std)`` bytes and ``p_feasible`` the probability of staying under a limit.
+- An OOM is a censored measurement: it enters the model as "memory >= budget" (the budget
+  value itself), and ``OomRegion`` marks the OOM'd config and every larger batch with the
+  same device and knobs as unsafe.
+- ``FeatureWindow`` keeps the recently seen per-item features; ``worst()`` is a high
+  quantile of each, the workload the safety check assumes (memory grows with input size).
+- Features are PER ITEM: a batch's summed features divided by its items (``per_item``).
+  A candidate with a larger batch is checked at the same per-item quantile, which is
+  conservative: the mean of more items varies less.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy.stats import norm
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+from trident_flows.scheduler.types import CPU, ConfigSpace, KnobSpace, OpConfig
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Bytes one replica may use: ``cpu_bytes`` of host memory for CPU replicas, ``gpu_bytes``
+    of device memory for accelerator replicas (``None``: that kind of replica is not allowed)."""
+
+    cpu_bytes: int | None = None
+    gpu_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_bytes", "gpu_bytes"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"MemoryBudget.{name} must be a positive number of bytes or None, got {value!r}")
+
+    def for_device(self, device: str) -> float:
+        """The budget of a replica on ``device``; ``ValueError`` naming the field when unset."""
+        field_name = "cpu_bytes" if device == CPU else "gpu_bytes"
+        value = getattr(self, field_name)
+        if value is None:
+            raise ValueError(f"MemoryBudget has no {field_name}, but the config space includes device {device!r}: "
+                             f"set MemoryBudget({field_name}=...) or remove {device!r} from ConfigSpace.devices")
+        return float(value)
+
+    def limit(self, device: str, margin: float) -> float:
+        """The budget shrunk by the safety margin: ``budget * (1 - margin)``."""
+        return self.for_device(device) * (1.0 - margin)
+
+
+def per_item(features: Mapping[str, float], items: int) -> dict[str, float]:
+    """A batch's summed features divided by its item count (the per-item features models use)."""
+    n = max(int(items), 1)
+    return {k: float(v) / n for k, v in features.items()}
+
+
+class FeatureWindow:
+    """The last ``size`` per-item feature vectors; ``worst()`` is their per-feature ``quantile``."""
+
+    def __init__(self, quantile: float = 0.95, size: int = 256) -> None:
+        if not 0.5 <= quantile <= 1.0:
+            raise ValueError(f"feature quantile must be in [0.5, 1], got {quantile}")
+        if size < 1:
+            raise ValueError(f"feature window size must be >= 1, got {size}")
+        self.quantile = quantile
+        self._rows: deque[dict[str, float]] = deque(maxlen=size)
+
+    def add(self, features: Mapping[str, float]) -> None:
+        if features:
+            self._rows.append({k: float(v) for k, v in features.items()})
+
+    def worst(self) -> dict[str, float]:
+        names = sorted({k for row in self._rows for k in row})
+        return {k: float(np.quantile([row.get(k, 0.0) for row in self._rows], self.quantile, method="higher")) for k in names}
+
+
+class ConfigEncoder:
+    """Numeric coordinates of an OpConfig within its space: batch size on a log scale in [0, 1],
+    numeric knobs in [0, 1] (log scale where the knob says so), categorical knobs one-hot."""
+
+    def __init__(self, space: ConfigSpace) -> None:
+        self.space = space
+
+    def batch_coord(self, batch_size: int) -> float:
+        lo, hi = math.log(self.space.batch_size_min), math.log(self.space.batch_size_max)
+        return 0.0 if hi == lo else (math.log(batch_size) - lo) / (hi - lo)
+
+    @staticmethod
+    def knob_value(knob: KnobSpace, config: OpConfig):
+        """The config's value of ``knob``; a config without it has the knob's default (low end / first choice)."""
+        value = config.knob(knob.name)
+        if value is None:
+            return knob.choices[0] if knob.kind == "categorical" else knob.low
+        return value
+
+    @staticmethod
+    def _unit(knob: KnobSpace, value: float) -> float:
+        lo, hi, v = float(knob.low), float(knob.high), float(value)
+        if knob.log and lo > 0:
+            lo, hi, v = math.log(lo), math.log(hi), math.log(max(v, 1e-300))
+        return 0.0 if hi == lo else (v - lo) / (hi - lo)
+
+    def knob_vector(self, config: OpConfig) -> list[float]:
+        out: list[float] = []
+        for knob in self.space.knobs:
+            value = self.knob_value(knob, config)
+            if knob.kind == "categorical":
+                out.extend(1.0 if str(value) == str(c) else 0.0 for c in knob.choices)
+            else:
+                out.append(self._unit(knob, value))
+        return out
+
+    def knob_steps(self, a: OpConfig, b: OpConfig) -> tuple[float, int]:
+        """(largest numeric knob distance in [0, 1], number of categorical knobs that differ)."""
+        numeric, categorical = 0.0, 0
+        for knob in self.space.knobs:
+            va, vb = self.knob_value(knob, a), self.knob_value(knob, b)
+            if knob.kind == "categorical":
+                categorical += str(va) != str(vb)
+            else:
+                numeric = max(numeric, abs(self._unit(knob, va) - self._unit(knob, vb)))
+        return numeric, categorical
+
+    def seed(self, device: str) -> OpConfig:
+        """The smallest configuration of ``device``: smallest batch, numeric knobs at their low end,
+        categorical knobs at their first choice (list the lightest choice first)."""
+        knobs = {k.name: (k.choices[0] if k.kind == "categorical" else (int(k.low) if k.kind == "int" else float(k.low)))
+                 for k in self.space.knobs}
+        return self.space.config(device, self.space.batch_size_min, **knobs)
+
+
+@dataclass(frozen=True)
+class OomRegion:
+    """Unsafe for good (in this regime): ``device`` with ``knobs`` at batch size >= ``batch_size``."""
+
+    device: str
+    knobs: tuple
+    batch_size: int
+
+    @classmethod
+    def above(cls, config: OpConfig) -> "OomRegion":
+        return cls(config.device, config.knobs, config.batch_size)
+
+    def contains(self, config: OpConfig) -> bool:
+        return config.device == self.device and config.knobs == self.knobs and config.batch_size >= self.batch_size
+
+
+class MemoryModel:
+    """GP of log peak memory of one device's replicas (see the module docstring)."""
+
+    #: bounds of the residual's prior std in log units (0.15 = a factor of 1.16); the lower bound keeps a
+    #: few similar measurements from making the model overconfident far from them.
+    MIN_AMPLITUDE = 0.15
+    MAX_AMPLITUDE = 0.5
+
+    def __init__(self, space: ConfigSpace, device: str, seed: int = 0) -> None:
+        self.encoder = ConfigEncoder(space)
+        self.device = device
+        self.seed = seed
+        self._configs: list[OpConfig] = []
+        self._features: list[dict[str, float]] = []
+        self._peaks: list[float] = []
+        self._residents: list[float] = []
+        self._gp: GaussianProcessRegressor | None = None
+        self._names: tuple[str, ...] = ()
+        self._floor: dict[str, float] = {}
+        self._theta = 0.0
+
+    def __len__(self) -> int:
+        return len(self._peaks)
+
+    @property
+    def resident(self) -> float:
+        """The smallest resident memory reported on this device (0 when none was reported)."""
+        return min(self._residents, default=0.0)
+
+    def add(self, config: OpConfig, features: Mapping[str, float], peak_bytes: float, resident_bytes: float | None = None) -> None:
+        """Record one measurement (or, for an OOM, the budget as a lower bound of the true peak).
+        ``resident_bytes``: memory of the warm replica before its first batch, when known."""
+        if config.device != self.device:
+            raise ValueError(f"memory model of device {self.device!r} was given a {config.device!r} config")
+        if not peak_bytes > 0:
+            raise ValueError(f"peak memory of {config.label()} must be > 0 bytes, got {peak_bytes!r}")
+        if resident_bytes is not None:
+            if not 0 <= resident_bytes <= peak_bytes:
+                raise ValueError(f"resident memory of {config.label()} must be in [0, peak {peak_bytes:.0f}] bytes, got {resident_bytes!r}")
+            self._residents.append(float(resident_bytes))
+        self._configs.append(config)
+        self._features.append(dict(features))
+        self._peaks.append(float(peak_bytes))
+        self._gp = None
+
+    def _size(self, config: OpConfig, features: Mapping[str, float]) -> float:
+        """Work units of a batch for the prior: batch size times the product of its per-item features,
+        each floored at a tenth of the largest value measured (so a feature that is often 0 does not
+        make every other workload look infinitely larger)."""
+        return config.batch_size * math.prod(max(float(features.get(n, 0.0)), self._floor[n]) for n in self._names)
+
+    def _prior(self, configs: Sequence[OpConfig], features: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """``theta + log(size)``: the log working set grows in proportion to the batch's work."""
+        return np.array([self._theta + math.log(self._size(c, f)) for c, f in zip(configs, features)])
+
+    def _working(self) -> np.ndarray:
+        """Measured working sets (peak minus resident), floored at 1% of the peak against noise."""
+        peaks = np.array(self._peaks)
+        return np.maximum(peaks - self.resident, 0.01 * peaks)
+
+    def _inputs(self, configs: Sequence[OpConfig]) -> np.ndarray:
+        return np.array([[self.encoder.batch_coord(c.batch_size)] + self.encoder.knob_vector(c) for c in configs], dtype=float)
+
+    def _fit(self) -> None:
+        self._names = tuple(sorted({n for f in self._features for n in f}))
+        self._floor = {n: max(0.1 * max(float(f.get(n, 0.0)) for f in self._features), 1e-12) for n in self._names}
+        # theta: the largest working set per unit of work measured (an upper envelope), so that the
+        # prior, and the GP far from data, extrapolate from the most memory-hungry measurement.
+        log_work = np.log(self._working())
+        self._theta = max(w - math.log(self._size(c, f)) for c, f, w in zip(self._configs, self._features, log_work))
+        x = self._inputs(self._configs)
+        resid = log_work - self._prior(self._configs, self._features)
+        kernel = (ConstantKernel(0.3**2, (self.MIN_AMPLITUDE**2, self.MAX_AMPLITUDE**2))
+                  * Matern(length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=(0.2, 5.0), nu=2.5)
+                  + WhiteKernel(1e-3, (1e-4, 0.05)))
+        gp = GaussianProcessRegressor(kernel=kernel, normalize_y=False, n_restarts_optimizer=0, random_state=self.seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            gp.fit(x, resid)
+        self._gp = gp
+
+    def predict(self, configs: Sequence[OpConfig], features: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of the log WORKING SET (peak minus resident) of each config under the per-item
+        ``features``; an ``inf`` mean without any measurement (nothing is known to fit)."""
+        if not self._peaks:
+            return np.full(len(configs), math.inf), np.full(len(configs), self.MAX_AMPLITUDE)
+        if self._gp is None:
+            self._fit()
+        assert self._gp is not None
+        feats = [features] * len(configs)
+        mean, std = self._gp.predict(self._inputs(configs), return_std=True)
+        return mean + self._prior(configs, feats), std
+
+    def expected(self, configs: Sequence[OpConfig], features: Mapping[str, float]) -> np.ndarray:
+        """Predicted peak memory in bytes (resident plus the GP's median working set)."""
+        mean, _ = self.predict(configs, features)
+        return self.resident + np.exp(mean)
+
+    def upper(self, configs: Sequence[OpConfig], features: Mapping[str, float], k: float) -> np.ndarray:
+        """Upper bound of peak memory in bytes: ``resident + exp(mean + k * std)``."""
+        mean, std = self.predict(configs, features)
+        return self.resident + np.exp(mean + k * std)
+
+    def p_feasible(self, configs: Sequence[OpConfig], features: Mapping[str, float], limit_bytes: float) -> np.ndarray:
+        """Probability that each config's peak memory stays under ``limit_bytes``."""
+        room = limit_bytes - self.resident
+        if room <= 0:
+            return np.zeros(len(configs))
+        mean, std = self.predict(configs, features)
+        return norm.cdf((math.log(room) - mean) / np.maximum(std, 1e-9))
+
+
+def blocked(config: OpConfig, regions: Iterable[OomRegion]) -> bool:
+    """Whether ``config`` lies in any OOM region."""
+    return any(r.contains(config) for r in regions)
