@@ -292,3 +292,32 @@ def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_oom
     assert summary.ooms == 0 and summary.items_missing == 0 and summary.duplicate_ids == 0
     assert_exactly_once(trident_spec, tmp_path / "trident")
     assert any(r.plan is not None for r in policy.records)
+
+
+class _Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return self.fn(*args)
+
+
+class _DeadRunner:
+    """A handle whose every call fails, like a runner that is gone or unreachable."""
+
+    def __getattr__(self, name):
+        def fail(*_args):
+            raise ConnectionError(f"runner unreachable ({name})")
+        return _Method(fail)
+
+
+def test_controller_survives_a_failing_runner_call_and_logs_it(tmp_path):
+    from trident_flows.scheduler.controller import Controller
+
+    policy = TridentPolicy(None, CLUSTER8)
+    controller = Controller(_DeadRunner(), policy, decision_log=tmp_path / "d.jsonl")
+    first, second = controller.tick(), controller.tick()
+    assert first.action == second.action == "error" and "runner unreachable (state)" in first.error
+    assert "kept the current plan" in first.reason and first.plan is None
+    assert controller.cursor == 0 and not controller.finished and controller.ticks == 2
+    assert [line["action"] for line in DecisionLog(tmp_path / "d.jsonl").read()] == ["error", "error"]
