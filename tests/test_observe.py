@@ -164,3 +164,14 @@ def test_prediction_inputs_are_checked():
         model.memory(OpConfig.make("gpu", batch_size=16))
     with pytest.raises(ValueError, match="belongs to operator 'ocr'"):
         model.fit(_flat(3, operator="ocr"))
+
+
+def test_an_unseen_categorical_knob_value_has_no_prediction():
+    small, large = OpConfig.make(batch_size=16, model="small"), OpConfig.make(batch_size=16, model="large")
+    samples = _flat(20, config=small) + [replace(s, start=s.start + 100, end=s.end + 100, busy_s=0.25, config=large) for s in _flat(20)]
+    model = OperatorModel("parse")
+    assert model.fit(samples).fitted
+    assert model.throughput(large, 1).mean == pytest.approx(64.0, rel=0.02)
+    assert model.throughput(small, 1).mean == pytest.approx(32.0, rel=0.02)
+    with pytest.raises(NoModelError, match="model='tiny'"):
+        model.throughput(OpConfig.make(batch_size=16, model="tiny"), 1)

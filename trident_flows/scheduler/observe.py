@@ -15,8 +15,10 @@ Contract:
   is ``mean + k*std`` for the OOM guard of the optimiser. ``features`` are per-item
   workload features (e.g. pages per item); ``None`` means the current workload
   (``current_features``: the item-weighted mean of the most recent windows).
-- A device no sample of the window ran on has no prediction: ``NoModelError`` (a model of
-  "cpu" cannot guess "gpu"; the optimiser must canary it).
+- A device (or a value of a categorical knob) no sample of the window ran with has no
+  throughput prediction: ``NoModelError`` (a model of "cpu" cannot guess "gpu"; the optimiser
+  must canary it). Numeric knobs, batch sizes and replica counts are inter/extrapolated,
+  with the uncertainty growing away from the data.
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
@@ -200,7 +202,8 @@ class _Encoder:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
                 numeric.append((name, all(v > 0 for v in vals)))
             else:
-                categorical.append((name, tuple(sorted(str(v) for v in vals))))
+                seen = {str(v) for v in vals} | ({"None"} if any(name not in c.knob_dict for c in configs) else set())
+                categorical.append((name, tuple(sorted(seen))))
         return cls(devices, tuple(numeric), tuple(categorical), tuple(features))
 
     def config_row(self, c: OpConfig) -> list[float]:
@@ -558,6 +561,10 @@ class OperatorModel:
             if c.device not in self._tp.encoder.devices:
                 raise NoModelError(f"operator {self.operator!r} has no throughput samples on device {c.device!r} "
                                    f"(seen: {list(self._tp.encoder.devices)}); run a canary replica on it first")
+            for name, choices in self._tp.encoder.categorical_knobs:
+                if str(c.knob(name)) not in choices:
+                    raise NoModelError(f"operator {self.operator!r} has no throughput samples with knob {name}={c.knob(name)!r} "
+                                       f"(seen: {list(choices)}); run a canary replica with it first")
         return self._tp
 
     def _predict_log(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
