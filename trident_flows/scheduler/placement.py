@@ -2,7 +2,7 @@
 section 5, "placement").
 
 Contract:
-- ``solve_placement(demands, cluster, current=None, solver="cbc"|"highs", time_limit_s=...)``
+- ``solve_placement(demands, cluster, current=None, solver="highs"|"cbc", time_limit_s=1.0)``
   returns a ``PlacementResult`` whose ``plan`` (a ``types.Plan``) maximises the pipeline
   throughput ``T`` (input items/s): ``max T`` s.t. for every operator the summed capacity
   of its replicas >= ``work_per_item * T``; ``plan_placement`` returns just the ``Plan``.
@@ -18,12 +18,16 @@ Contract:
   if fragmentation leaves replicas unplaced, they are dropped, the class's aggregate
   capacity is reduced by them and the greedy refills (at most ``MAX_REPAIRS`` times), so a
   returned plan always fits node by node; the gap is then reported against the LP bound.
+- After solving, replicas that do not raise throughput are trimmed (non-bottleneck
+  operators keep only what ``work_per_item * T`` needs, current replicas last).
 - Switching cost is handled by "solve, then decide" (``transition_cost.plan_transition``):
   the MILP only carries a tie-break (worth < 1e-6 of T) that prefers keeping the current
-  replicas, then using fewer resources, among plans of equal throughput. Pricing cold
-  starts inside the MILP would need the regime duration and the rollout order (which
-  replicas can start before others retire), which are not linear in the variables; the
-  transition planner prices the exact step sequence instead.
+  replicas among plans of equal throughput. Pricing cold starts inside the MILP would need
+  the regime duration and the rollout order (which replicas can start before others
+  retire), which are not linear in the variables; the transition planner prices the exact
+  step sequence instead, and WAITs when a plan's gain does not pay for its moves.
+- ``status`` "optimal" means within ``GAP_REL`` (0.5%) of the best bound; "time_limit" means
+  the best plan found when ``time_limit_s`` ran out, with its gap.
 - Bad input raises ``PlacementError`` naming the operator and resource (e.g. an operator
   that fits no device, or minimum replicas that do not fit the cluster), never a solver
   status code. A time limit returns the best plan found with its status and gap.
@@ -100,11 +104,14 @@ def _per_node_fit(option_vec: tuple[float, float, float], nc: NodeClass) -> int:
 
 
 def _split_small_classes(cluster: ClusterSpec) -> ClusterSpec:
-    """Classes of at most ``SPLIT_MAX_NODES`` nodes become one class per node, so per-node
-    limits are exact where aggregation would lose most; large classes stay aggregated."""
+    """In a cluster of at most ``SPLIT_MAX_NODES`` nodes every node becomes its own class,
+    so per-node limits are exact where aggregation loses most (measured: splitting the
+    classes of a 16-node cluster makes the MILP slower and its time-limited plans worse)."""
+    if sum(nc.count for nc in cluster.node_classes) > SPLIT_MAX_NODES:
+        return cluster
     classes = []
     for nc in cluster.node_classes:
-        if 1 < nc.count <= SPLIT_MAX_NODES:
+        if nc.count > 1:
             classes += [replace(nc, name=f"{nc.name}{SPLIT_SEP}{i}", count=1) for i in range(nc.count)]
         else:
             classes.append(nc)
@@ -435,7 +442,9 @@ def _heuristic_start(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], demand
 
 
 class _Greedy:
-    """Integer replica counts improved by bottleneck-first moves (aggregate class resources)."""
+    """Integer replica counts improved by bottleneck-first moves over aggregate class
+    resources: CPUs, GPUs, host memory and host<->device bandwidth (a replica counted at
+    its full single-replica rate, which is conservative)."""
 
     def __init__(self, demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int],
                  reductions: dict[str, list[float]], counts: dict[Key, int]) -> None:
@@ -443,19 +452,27 @@ class _Greedy:
         self.eligible = eligible
         self.counts = counts
         by_name = self.demands
-        self.vecs = {key: usage_vector(by_name[key[0]].options[key[1]], cluster.node_class(key[2])) for key in eligible}
-        self.free = {nc.name: [class_capacity(nc)[i] - reductions[nc.name][i] for i in range(3)] for nc in cluster.node_classes}
+        self.vecs = {key: usage_vector(by_name[key[0]].options[key[1]], cluster.node_class(key[2])) + (self._bandwidth(key, cluster),)
+                     for key in eligible}
+        self.free = {nc.name: [class_capacity(nc)[i] - reductions[nc.name][i] for i in range(3)]
+                     + [nc.host_device_bandwidth_bps * nc.count if nc.host_device_bandwidth_bps > 0 else math.inf]
+                     for nc in cluster.node_classes}
         self.n_opt: dict[tuple[str, int], int] = {}
         for key, n in counts.items():
             self.n_opt[key[:2]] = self.n_opt.get(key[:2], 0) + n
-            for i in range(3):
+            for i in range(4):
                 self.free[key[2]][i] -= self.vecs[key][i] * n
         totals = [sum(class_capacity(nc)[i] for nc in cluster.node_classes) for i in range(3)]
+        totals.append(sum(nc.host_device_bandwidth_bps * nc.count for nc in cluster.node_classes))
         self.share = {key: sum(v / t for v, t in zip(vec, totals) if t > 0 and math.isfinite(t)) for key, vec in self.vecs.items()}
         self.keys_of = {name: [key for key in eligible if key[0] == name] for name in by_name}
         self.by_class = {nc.name: [key for key in eligible if key[2] == nc.name] for nc in cluster.node_classes}
         self.replicas = {name: sum(counts[k] for k in keys) for name, keys in self.keys_of.items()}
         self.level = {name: self._capacity(name) / d.work_per_item for name, d in by_name.items()}
+
+    def _bandwidth(self, key: Key, cluster: ClusterSpec) -> float:
+        opt = self.demands[key[0]].options[key[1]]
+        return opt.bandwidth_bytes_per_item * opt.rate_per_replica if cluster.node_class(key[2]).host_device_bandwidth_bps > 0 else 0.0
 
     def _capacity(self, name: str, change: dict[Key, int] | None = None) -> float:
         d = self.demands[name]
@@ -469,12 +486,12 @@ class _Greedy:
         self.counts[key] += delta
         self.n_opt[key[:2]] = self.n_opt.get(key[:2], 0) + delta
         self.replicas[key[0]] += delta
-        for i in range(3):
+        for i in range(4):
             self.free[key[2]][i] -= self.vecs[key][i] * delta
         self.level[key[0]] = self._capacity(key[0]) / self.demands[key[0]].work_per_item
 
     def _fits(self, key: Key) -> bool:
-        return self.counts[key] < self.eligible[key] and all(self.vecs[key][i] <= self.free[key[2]][i] + 1e-9 for i in range(3))
+        return self.counts[key] < self.eligible[key] and all(self.vecs[key][i] <= self.free[key[2]][i] + 1e-9 for i in range(4))
 
     def _best_addition(self, name: str) -> Key | None:
         best, best_score = None, 0.0
@@ -495,15 +512,15 @@ class _Greedy:
             if self.counts[key] >= self.eligible[key]:
                 continue
             vec, free = self.vecs[key], self.free[key[2]]
-            deficit = [vec[i] - free[i] for i in range(3)]
+            deficit = [vec[i] - free[i] for i in range(4)]
             new_level = self._capacity(name, {key: 1}) / self.demands[name].work_per_item
             for donor in self.by_class[key[2]]:
                 if donor[0] == name or self.counts[donor] == 0:
                     continue
                 dvec = self.vecs[donor]
-                if any(deficit[i] > 1e-9 and dvec[i] <= 0 for i in range(3)):
+                if any(deficit[i] > 1e-9 and dvec[i] <= 0 for i in range(4)):
                     continue
-                m = max([math.ceil((deficit[i] - 1e-9) / dvec[i]) for i in range(3) if deficit[i] > 1e-9] or [0])
+                m = max([math.ceil((deficit[i] - 1e-9) / dvec[i]) for i in range(4) if deficit[i] > 1e-9] or [0])
                 donor_op = self.demands[donor[0]]
                 if m == 0 or m > self.counts[donor] or self.replicas[donor[0]] - m < donor_op.min_replicas:
                     continue
@@ -541,14 +558,17 @@ class _Greedy:
 
 def _status_gap(prob: pulp.LpProblem, solver: str, relaxed_bound: float | None) -> tuple[str, float]:
     """("optimal" | "time_limit", relative gap between the best bound and the objective).
-    HiGHS reports its own bound; CBC does not through PuLP, so its LP relaxation's is used."""
+    The bound is the better of the solver's own (HiGHS reports it; CBC does not through
+    PuLP) and the LP relaxation's."""
     obj = pulp.value(prob.objective) or 0.0
+    lp_gap = max(0.0, (relaxed_bound - obj) / abs(relaxed_bound)) if relaxed_bound else math.inf
     if solver == "highs":
         import highspy
 
         optimal = prob.solverModel.getModelStatus() == highspy.HighsModelStatus.kOptimal
         gap = prob.solverModel.getInfo().mip_gap
-        return ("optimal" if optimal else "time_limit"), (0.0 if not math.isfinite(gap) else max(0.0, gap))
+        gap = min(lp_gap, max(0.0, gap) if math.isfinite(gap) else math.inf)
+        return ("optimal" if optimal else "time_limit"), (gap if math.isfinite(gap) else math.nan)
     if prob.sol_status == pulp.LpSolutionOptimal:
         return "optimal", 0.0
-    return "time_limit", max(0.0, (relaxed_bound - obj) / abs(relaxed_bound)) if relaxed_bound else 0.0
+    return "time_limit", lp_gap if math.isfinite(lp_gap) else math.nan
