@@ -102,6 +102,8 @@ def test_fractional_gpus_pack_by_fraction_and_device_memory():
     (g,) = res.plan.for_operator("embed").groups
     assert g.config.gpus == pytest.approx(0.5)  # requested from Ray so two can never share a GPU with a third
     assert "gpus 0.25->0.5" in res.plan.for_operator("embed").reason
+    running = CurrentPlacement.from_plan(res.plan)  # the raised fraction still maps to its option
+    assert plan_transition([parse(100.0), embed(heavy)], node(8, 1), running, res.plan, 3600).steps == ()
 
 
 def test_node_classes_aggregate_and_plans_pack_node_by_node():
@@ -195,3 +197,17 @@ def test_throughput_of_matches_plan():
     demands, cluster, _, _ = _scenario()
     res = solve_placement(demands, cluster)
     assert throughput_of(demands, cluster, res.count_map) == pytest.approx(res.plan.predicted_throughput)
+
+
+def test_time_limit_returns_a_feasible_plan_with_status_and_gap():
+    from trident_flows.bench.placement import make_cluster, make_demands
+    from trident_flows.scheduler.placement_eval import pack_cluster
+
+    demands, cluster = make_demands(10, seed=9), make_cluster(16)
+    res = solve_placement(demands, cluster, time_limit_s=0.01)
+    assert res.status in ("optimal", "time_limit")
+    assert 0.0 <= res.gap < 0.1
+    assert res.plan.reason and f"gap {res.gap:.2g}" in res.plan.reason
+    assert all(res.plan.for_operator(d.name).replicas >= 1 for d in demands)
+    assert not pack_cluster(demands, cluster, res.count_map)  # fits node by node
+    assert throughput_of(demands, cluster, res.count_map) == pytest.approx(res.throughput)

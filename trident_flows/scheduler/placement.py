@@ -256,7 +256,7 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     prob, x, _ = _build(demands, cluster, eligible, cur or {}, reductions)
     ts = time.perf_counter()
     build_ms += (ts - tb) * 1e3
-    relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions)
+    relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions, cur or {})
     t_scale = _throughput_bound(demands, eligible)
     start_counts = {key: n for key, n in start.items() if n > 0}
     t_start = throughput_of(demands, cluster, start_counts) if start_counts else 0.0
@@ -421,24 +421,34 @@ def _trim(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[
 
 
 def _heuristic_start(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], demands: Sequence[OperatorDemand],
-                     cluster: ClusterSpec, eligible: dict[Key, int], reductions: dict[str, list[float]]
-                     ) -> tuple[float | None, dict[Key, int]]:
+                     cluster: ClusterSpec, eligible: dict[Key, int], reductions: dict[str, list[float]],
+                     cur: dict[Key, int]) -> tuple[float | None, dict[Key, int]]:
     """A MIP start: solve the LP relaxation, round replicas down, then raise the bottleneck
     operator one replica at a time, taking room from operators with headroom when its class
-    is full (``_Greedy``). Returns (LP relaxation objective = a bound, replica counts); a
-    start within ``GAP_REL`` of the bound is returned as the plan, otherwise it is the
-    solver's MIP start, which lets it stop near the root."""
+    is full (``_Greedy``). The same greedy also starts from the current placement (when it
+    fits); that one wins ties, so an unchanged situation gives an unchanged plan. Returns
+    (LP relaxation objective = a bound, replica counts); a start within ``GAP_REL`` of the
+    bound is returned as the plan, otherwise it is the solver's MIP start."""
     lp_solver = pulp.HiGHS(msg=False, mip=False) if pulp.HiGHS().available() else pulp.PULP_CBC_CMD(msg=False, mip=False)
     prob.solve(lp_solver)
     if prob.status != pulp.LpStatusOptimal:
         return None, {}
     bound = pulp.value(prob.objective)
-    greedy = _Greedy(demands, cluster, eligible, reductions, {key: int(math.floor((var.value() or 0.0) + 1e-6)) for key, var in x.items()})
-    if not greedy.run():
-        return bound, {}
+    starts = [{key: int(math.floor((var.value() or 0.0) + 1e-6)) for key, var in x.items()}]
     for var in prob.variables():
-        var.varValue = None  # continuous values are recomputed by the solver from the integer start
-    return bound, dict(greedy.counts)
+        var.varValue = None  # the MILP recomputes continuous values from the integer start
+    if cur and all(key in eligible for key in cur):
+        starts.insert(0, {key: cur.get(key, 0) for key in eligible})
+    best, best_t = {}, -1.0
+    for counts in starts:
+        greedy = _Greedy(demands, cluster, eligible, reductions, counts)
+        if any(f < -1e-9 for free in greedy.free.values() for f in free) or not greedy.run():
+            continue  # the current placement does not fit this model (or min replicas cannot be reached)
+        placed = {key: n for key, n in greedy.counts.items() if n > 0}
+        t = throughput_of(demands, cluster, placed)
+        if t > best_t * (1 + 1e-9):
+            best, best_t = dict(greedy.counts), t
+    return bound, best
 
 
 class _Greedy:
