@@ -53,7 +53,7 @@ class ReplicaRecord:
         alive = now - self.warm_at if self.warm else 0.0
         busy = min(1.0, self.busy_s / alive) if alive > 0 else 0.0
         return ReplicaState(self.replica_id, self.actor_name, self.config, self.warm, self.draining, self.canary, self.inflight,
-                            busy, self.batches, self.epoch)
+                            busy, self.batches, self.epoch, self.cold_start_s)
 
 
 class OperatorPool:

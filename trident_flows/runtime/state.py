@@ -71,7 +71,8 @@ class RunnerSettings:
 
 @dataclass(frozen=True)
 class ReplicaState:
-    """One replica: ``busy_fraction`` is busy seconds / seconds alive (since warm)."""
+    """One replica: ``busy_fraction`` is busy seconds / seconds alive (since warm); ``cold_start_s``
+    how long its cold start took (0 until it is warm)."""
 
     replica_id: str
     actor_name: str
@@ -83,6 +84,7 @@ class ReplicaState:
     busy_fraction: float
     batches: int
     config_epoch: int
+    cold_start_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -17,16 +17,20 @@ Contract:
   that run (every ``tell_every`` batches) and the OOMs. When a proposal differs from what runs
   and the free CPUs/GPUs fit one more replica, it is tried on a canary replica
   (``OperatorPlan.canary``) and judged by ``canary.decide``; an accepted config becomes a
-  candidate of the placement. A config that ran out of memory, or whose memory upper bound
+  candidate of the placement. Canaries start only once the placement has settled (its last
+  solve found nothing worth rolling out) and no rollout is being verified, one per tick. A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
   operator running such a config is moved off it at once (safety comes before gain).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
-  (``placement.solve_placement``) runs on the cluster minus one CPU kept free for canaries.
+  (``placement.solve_placement``) runs on the cluster minus what running canaries hold and,
+  with canaries on, one CPU kept free for the next canary.
 - transition: ``transition_cost.plan_transition`` prices the rolling change against the
-  expected regime duration (mean of past regime lengths, capped by the expected rest of the
-  run); a plan is rolled out when it decides ROLL_OUT and the predicted gain is at least
+  expected regime duration (mean of past regime lengths, capped by the rest of the run at the
+  measured throughput when the spec knows its item count), with each option's cold start the
+  longest one measured for that operator and device (``ReplicaState.cold_start_s``;
+  ``default_cold_start_s`` before any) and its drain two median batches; a plan is rolled out when it decides ROLL_OUT and the predicted gain is at least
   ``min_gain`` of the current predicted throughput; otherwise the record says WAIT and why.
 - verify: after a rollout, once the plan is in place, the measured pipeline throughput of the
   next ``verify_ticks`` ticks is compared with the prediction; when it falls short by more than
@@ -114,7 +118,7 @@ class TridentPolicy:
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
                  k: float = 2.0, min_gain: float = 0.05, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
-                 canary_timeout_s: float = 60.0, tell_every: int = 16, window: int = 1200, solver: str = DEFAULT_SOLVER,
+                 canary_timeout_s: float = 60.0, tell_every: int = 16, default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  cpu_budget: float | None = None, gpu_budget: float | None = None, **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
@@ -138,6 +142,8 @@ class TridentPolicy:
         self.canary_policy = canary_policy or canary_protocol.CanaryPolicy(max_window_s=30.0)
         self.canary_timeout_s = canary_timeout_s
         self.tell_every = tell_every
+        self.default_cold_start_s = default_cold_start_s
+        self._cold: dict[tuple[str, str], float] = {}
         self.window = window
         self.solver = solver
         self.time_limit_s = time_limit_s
@@ -154,6 +160,7 @@ class TridentPolicy:
         self._regime_lengths: list[float] = []
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=3)
+        self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._cpu_budget = cpu_budget
         self._gpu_budget = gpu_budget
 
@@ -183,6 +190,7 @@ class TridentPolicy:
             finally:
                 timings[name] = (time.perf_counter() - t0) * 1e3
 
+        self._track_cold_starts(state)
         new = step("observe", lambda: self._observe(state, samples)) or {}
         step("regime", lambda: self._regime(state, new, events))
         if any(" -> " in e and "(features)" in e for e in events):
@@ -207,6 +215,7 @@ class TridentPolicy:
                 decided = step("transition", lambda: self._transition(state, *solved))
                 if decided is not None:
                     action, reason, plan, predicted = decided
+                    self._settled = action in ("none", "wait")
         if canary_ops:
             plan = self._with_canaries(state, plan, canary_ops)
             if action in ("none", "wait"):
@@ -238,6 +247,25 @@ class TridentPolicy:
             else:
                 out[op.name] = op.items_in / state.wall_s if state.wall_s > 0 else 0.0
         return out
+
+    def _track_cold_starts(self, state: RunnerState) -> None:
+        """The longest cold start measured per (operator, device): what starting another replica costs."""
+        for op in state.operators:
+            for r in op.replicas:
+                if r.cold_start_s > 0:
+                    key = (op.name, r.config.device)
+                    self._cold[key] = max(self._cold.get(key, 0.0), r.cold_start_s)
+
+    def _cold_start(self, name: str, device: str) -> float:
+        if (name, device) in self._cold:
+            return self._cold[(name, device)]
+        known = [v for (n, _d), v in self._cold.items() if n == name]
+        return max(known) if known else self.default_cold_start_s
+
+    def _drain(self, name: str) -> float:
+        """Seconds a retiring replica needs to finish its in-flight batches (two median batches)."""
+        busy = sorted(s.busy_s for _, s in list(self._ops[name].window)[-64:])
+        return 2.0 * busy[len(busy) // 2] if busy else 1.0
 
     def _operator(self, name: str) -> _Operator:
         if name not in self._ops:
@@ -416,7 +444,7 @@ class TridentPolicy:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events)
                 if plan is not None:
                     canaries[name] = plan
-            elif self.canaries and not canaries and op.model.ready and self._pending is None:
+            elif self.canaries and not canaries and op.model.ready and self._pending is None and self._settled:
                 plan = self._start_canary(state, name, opt, free_cpus, free_gpus, events)
                 if plan is not None:
                     canaries[name] = plan
@@ -551,15 +579,20 @@ class TridentPolicy:
 
     # ------------------------------------------------------------------ placement
     def _cluster_for_placement(self, state: RunnerState) -> ClusterSpec:
+        """The cluster minus what running canaries hold and, with canaries on, one CPU kept free for the next one."""
         cluster = self.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
-        if not self.canaries:
+        held = [r.config for op in state.operators for r in op.active if r.canary]
+        cpus = sum(c.cpus for c in held) + (1.0 if self.canaries else 0.0)
+        gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
+        if cpus == 0 and gpus == 0:
             return cluster
         classes = list(cluster.node_classes)
-        big = max(range(len(classes)), key=lambda i: classes[i].cpus)
+        big = max(range(len(classes)), key=lambda i: classes[i].cpus * classes[i].count)
         nc = classes[big]
-        if nc.cpus * nc.count - 1 >= len(state.operators) and nc.count == 1:
-            classes[big] = NodeClass(nc.name, nc.count, nc.cpus - 1, nc.gpus, nc.gpu_memory_bytes, nc.host_memory_bytes,
-                                     nc.host_device_bandwidth_bps, nc.accelerator)
+        if nc.count != 1 or nc.cpus - cpus < len(state.operators) or nc.gpus - gpus < 0:
+            return cluster
+        classes[big] = NodeClass(nc.name, nc.count, nc.cpus - cpus, nc.gpus - gpus, nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0,
+                                 nc.host_memory_bytes, nc.host_device_bandwidth_bps, nc.accelerator)
         return ClusterSpec(tuple(classes))
 
     def _candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
@@ -620,7 +653,8 @@ class TridentPolicy:
                 bound = self._memory_bound(name, config) or 0.0
                 is_cpu = config.device == CPU
                 options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
-                                               device_mem_bytes=0 if is_cpu else int(bound), cold_start_s=2.0, drain_s=1.0))
+                                               device_mem_bytes=0 if is_cpu else int(bound),
+                                               cold_start_s=self._cold_start(name, config.device), drain_s=self._drain(name)))
             if not options:
                 raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
             demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
@@ -631,7 +665,7 @@ class TridentPolicy:
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes):
         plan = result.plan
         current = current_placement(state)
-        expected = self._expected_regime_s(state, max(result.throughput, 1e-9))
+        expected = self._expected_regime_s(state, self._recent[-1] if self._recent else result.throughput)
         changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
         if not changed:
             return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput
