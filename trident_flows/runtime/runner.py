@@ -425,7 +425,7 @@ class PipelineRunner:
                 unit = q.take(size)
                 if i == 0:
                     self._room.set()
-                self._spawn(self._run_batch(i, replica, unit))
+                self._launch(i, replica, unit)
         if linger_needed and not self._linger_armed:
             self._linger_armed = True
 
@@ -434,14 +434,20 @@ class PipelineRunner:
                 self._wake.set()
             asyncio.get_running_loop().call_later(self.settings.linger_s, fire)
 
-    async def _run_batch(self, i: int, replica: ReplicaRecord, unit: Unit) -> None:
-        c, pool = self.counters[i], self.pools[i]
-        n_items, n_bytes = len(unit.items), sum(it.nbytes for it in unit.items)
-        reserve_items, reserve_bytes = int(n_items * c.growth_items + 0.999), int(n_bytes * c.growth_bytes)
+    def _launch(self, i: int, replica: ReplicaRecord, unit: Unit) -> None:
+        """Account the batch on the replica and the downstream reservation *now* (before the task
+        runs), so the next ``pick()`` in the same dispatch round sees it."""
+        c = self.counters[i]
+        reserve_items = int(len(unit.items) * c.growth_items + 0.999)
+        reserve_bytes = int(sum(it.nbytes for it in unit.items) * c.growth_bytes)
         c.reserved_items += reserve_items
         c.reserved_bytes += reserve_bytes
         replica.inflight += 1
         replica.idle.clear()
+        self._spawn(self._run_batch(i, replica, unit, reserve_items, reserve_bytes))
+
+    async def _run_batch(self, i: int, replica: ReplicaRecord, unit: Unit, reserve_items: int, reserve_bytes: int) -> None:
+        c, pool = self.counters[i], self.pools[i]
         try:
             batch = rows_to_batch([it.row for it in unit.items])
             try:
