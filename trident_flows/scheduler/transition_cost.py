@@ -93,6 +93,14 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
         room = [capacity[key[2]][i] - used[key[2]][i] for i in range(3)]
         return min((int((room[i] + 1e-9) // vec[i]) if vec[i] > 0 else starts[key]) for i in range(3))
 
+    growing = {k[0] for k in starts}
+
+    def pipeline_t(counts: dict[Key, int]) -> float:
+        """Pipeline throughput with ``counts`` serving (0 while an operator has no replica)."""
+        if any(not any(n > 0 and k[0] == d.name for k, n in counts.items()) for d in demands):
+            return 0.0
+        return throughput_of(demands, cluster, {k: n for k, n in counts.items() if n > 0})
+
     def retire(key: Key, n: int, reason: str) -> None:
         vec = _usage(demands, cluster, key)
         for i in range(3):
@@ -115,51 +123,41 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                     used[key[2]][i] += vec[i] * n
                 starts[key] -= n
                 started.append((key, n))
-                head = "bottleneck first" if d is order[0] else "start before retiring"
+                head = "current bottleneck first" if d is order[0] else "start before retiring"
                 steps.append(TransitionStep(StepKind.START, key[0], new_cfg[key], n, key[2], f"{head}: {plan.for_operator(key[0]).reason}"))
         starts = {k: n for k, n in starts.items() if n > 0}
         if started:
-            phases.append((max(by_name[k[0]].options[k[1]].cold_start_s for k, _ in started), throughput_of(demands, cluster, active)))
+            phases.append((max(by_name[k[0]].options[k[1]].cold_start_s for k, _ in started), pipeline_t(active)))
             for key, n in started:
                 active[key] = active.get(key, 0) + n
         ready = [k for k in retires if retires[k] > 0 and not any(s[0] == k[0] for s in starts)]
-        if ready:
+        if ready:  # operators whose new replicas are all warm (or that only shrink) drain the old ones
             draining = dict(active)
             for key in ready:
                 draining[key] -= retires[key]
-            t_drain = throughput_of(demands, cluster, draining) if all(any(v > 0 and k[0] == d.name for k, v in draining.items()) for d in demands) else 0.0
-            phases.append((max(by_name[k[0]].options[k[1]].drain_s for k in ready), t_drain))
+            phases.append((max(by_name[k[0]].options[k[1]].drain_s for k in ready), pipeline_t(draining)))
             for key in ready:
-                retire(key, retires[key], "replacements are warm" if any(s[0][0] == key[0] for s in started) or key[0] in {k[0] for k in new_cfg if new.get(k, 0) > cur.get(k, 0)}
-                       else "scale down after the others have started")
+                retire(key, retires[key], "its replacements are warm" if key[0] in growing else "scale down once the others have started")
         retires = {k: n for k, n in retires.items() if n > 0}
         if not started and not ready and starts:
             blocked = next(k for d in order for k in sorted(starts) if k[0] == d.name)
-            candidates = sorted((k for k in retires if k[2] == blocked[2]),
-                                key=lambda k: (sum(v for kk, v in active.items() if kk[0] == k[0]) - retires[k] < 1,
-                                               -operator_capacity(by_name[k[0]], active) / by_name[k[0]].work_per_item))
-            if not candidates:
-                candidates = sorted(retires)
-            if not candidates:
-                raise RuntimeError(f"cannot order the transition: {blocked[0]!r} cannot start on {blocked[2]!r} and nothing is left to retire")
-            before = dict(active)
-            key = candidates[0]
-            n = 0
-            while retires.get(key, 0) - n > 0 and fits(blocked) < 1:
-                vec = _usage(demands, cluster, key)
-                for i in range(3):
-                    used[key[2]][i] -= vec[i]
-                n += 1
-            for i in range(3):  # undo the probe; ``retire`` books it
-                used[key[2]][i] += _usage(demands, cluster, key)[i] * n
-            short = [ _RES_NAMES[i] for i in range(3) if _usage(demands, cluster, blocked)[i] > capacity[blocked[2]][i] - used[blocked[2]][i] + 1e-9]
-            note = (f"{blocked[2]} lacks {', '.join(short) or 'room'} to start {blocked[0]} before retiring: "
+            need = _usage(demands, cluster, blocked)
+            short = [i for i in range(3) if need[i] > capacity[blocked[2]][i] - used[blocked[2]][i] + 1e-9]
+            helpful = [k for k in retires if k[2] == blocked[2] and any(_usage(demands, cluster, k)[i] > 0 for i in short)]
+            if not helpful:
+                raise RuntimeError(f"cannot order the transition: {blocked[0]!r} cannot start on {blocked[2]!r} and nothing there is left to retire")
+            # Prefer a retirement that leaves its operator a replica, then the operator with the most headroom.
+            key = min(helpful, key=lambda k: (sum(v for kk, v in active.items() if kk[0] == k[0]) - retires[k] < 1,
+                                              -operator_capacity(by_name[k[0]], active) / by_name[k[0]].work_per_item))
+            vec = _usage(demands, cluster, key)
+            n = min(retires[key], max(math.ceil((need[i] - (capacity[key[2]][i] - used[key[2]][i]) - 1e-9) / vec[i])
+                                      for i in short if vec[i] > 0))
+            note = (f"{blocked[2]} lacks {', '.join(_RES_NAMES[i] for i in short)} to start {blocked[0]} before retiring: "
                     f"retiring {n} x {cur_cfg[key].label()} of {key[0]} first")
             interleaved.append(note)
-            after = dict(before)
+            after = dict(active)
             after[key] -= n
-            t_gap = throughput_of(demands, cluster, after) if all(any(v > 0 and k[0] == d.name for k, v in after.items()) for d in demands) else 0.0
-            phases.append((by_name[key[0]].options[key[1]].drain_s, t_gap))
+            phases.append((by_name[key[0]].options[key[1]].drain_s, pipeline_t(after)))
             retire(key, n, f"interleaved: {note}")
             retires = {k: v for k, v in retires.items() if v > 0}
     else:
