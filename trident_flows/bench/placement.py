@@ -165,7 +165,7 @@ def run(quick: bool) -> BenchResult:
     op_counts = (5, 10) if quick else OP_COUNTS
     timings: list[dict] = []
     for solver in ("highs", "cbc"):
-        _time_solve(make_demands(3, 0), make_cluster(8), solver)  # warm imports (scipy, highspy) and the solver binary
+        _time_solve(make_demands(3, 0), make_cluster(8), solver)  # warm imports and the CBC binary
     for n_ops in op_counts:
         for nodes in node_counts:
             cluster = make_cluster(nodes)

@@ -16,8 +16,8 @@ Contract (pure functions, no solver state):
   CPUs can be stranded next to a full GPU), so every plan is checked with it.
 - ``throughput_of``: the pipeline throughput (input items/s) a placement sustains:
   ``max T`` s.t. each operator's capacity >= work_per_item * T, capacities from the
-  concave curves and capped by host<->device bandwidth per class (an LP when bandwidth
-  binds, a closed form otherwise).
+  concave curves and capped by host<->device bandwidth per class (an LP solved with
+  highspy when bandwidth binds, a closed form otherwise).
 - Resource fields of a ``NodeClass`` that are 0 (host memory, bandwidth) are "not
   modelled": they do not constrain.
 """
@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+import highspy
 import numpy as np
-from scipy.optimize import linprog  # imported here: its first import takes seconds, not the first solve
 
 from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
 from trident_flows.scheduler.types import CPU, ClusterSpec, NodeClass
@@ -287,39 +287,34 @@ def throughput_of(demands: Sequence[OperatorDemand], cluster: ClusterSpec, count
         return min(operator_capacity(d, counts) / d.work_per_item for d in demands)
     by_name = {d.name: d for d in demands}
     keys = [key for key, n in counts.items() if n > 0]
-    nvar = 1 + len(keys)  # T, then capacity per (op, option, class)
-    a_ub: list[np.ndarray] = []
-    b_ub: list[float] = []
-    bounds = [(0, None)] + [(0, by_name[op].options[k].rate_per_replica * counts[(op, k, c)]) for op, k, c in keys]
+    nvar = 1 + len(keys)  # T, then capacity per (op, option, class), each under its replicas' full rate
+    upper = np.array([highspy.kHighsInf] + [by_name[op].options[k].rate_per_replica * counts[(op, k, c)] for op, k, c in keys])
+    rows: list[tuple[dict[int, float], float]] = []  # (coefficients, upper bound) of "row <= bound"
     option_keys: dict[tuple[str, int], list[int]] = {}
     for j, (op, k, _) in enumerate(keys, start=1):
         option_keys.setdefault((op, k), []).append(j)
     for (op, k), idx in option_keys.items():  # an option's classes together stay under its curve
-        row = np.zeros(nvar)
-        row[idx] = 1.0
-        a_ub.append(row)
-        b_ub.append(by_name[op].options[k].rate_at(sum(counts[keys[j - 1]] for j in idx)))
+        rows.append(({j: 1.0 for j in idx}, by_name[op].options[k].rate_at(sum(counts[keys[j - 1]] for j in idx))))
     for d in demands:  # work * T <= capacity
-        row = np.zeros(nvar)
-        row[0] = d.work_per_item
-        for j, (op, _, _) in enumerate(keys, start=1):
-            if op == d.name:
-                row[j] = -1.0
-        a_ub.append(row)
-        b_ub.append(0.0)
+        row = {0: d.work_per_item}
+        row.update({j: -1.0 for j, (op, _, _) in enumerate(keys, start=1) if op == d.name})
+        rows.append((row, 0.0))
     for nc in cluster.node_classes:
-        if nc.host_device_bandwidth_bps <= 0:
-            continue
-        row = np.zeros(nvar)
-        for j, (op, k, c) in enumerate(keys, start=1):
-            if c == nc.name:
-                row[j] = by_name[op].options[k].bandwidth_bytes_per_item
-        if row.any():
-            a_ub.append(row)
-            b_ub.append(nc.host_device_bandwidth_bps * nc.count)
+        if nc.host_device_bandwidth_bps > 0:
+            row = {j: by_name[op].options[k].bandwidth_bytes_per_item / 1e9 for j, (op, k, c) in enumerate(keys, start=1)
+                   if c == nc.name and by_name[op].options[k].bandwidth_bytes_per_item > 0}
+            if row:
+                rows.append((row, nc.host_device_bandwidth_bps / 1e9 * nc.count))
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
     cost = np.zeros(nvar)
     cost[0] = -1.0
-    res = linprog(cost, A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=bounds, method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"throughput LP failed: {res.message}")
-    return float(res.x[0])
+    h.addCols(nvar, cost, np.zeros(nvar), upper, 0, np.array([], dtype=np.int32), np.array([], dtype=np.int32), np.array([]))
+    starts = np.cumsum([0] + [len(r) for r, _ in rows[:-1]]).astype(np.int32)
+    index = np.array([j for r, _ in rows for j in r], dtype=np.int32)
+    value = np.array([v for r, _ in rows for v in r.values()])
+    h.addRows(len(rows), np.full(len(rows), -highspy.kHighsInf), np.array([b for _, b in rows]), len(index), starts, index, value)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"throughput LP failed: {h.modelStatusToString(h.getModelStatus())}")
+    return float(h.getSolution().col_value[0])
