@@ -321,3 +321,13 @@ def test_controller_survives_a_failing_runner_call_and_logs_it(tmp_path):
     assert "kept the current plan" in first.reason and first.plan is None
     assert controller.cursor == 0 and not controller.finished and controller.ticks == 2
     assert [line["action"] for line in DecisionLog(tmp_path / "d.jsonl").read()] == ["error", "error"]
+
+
+def test_max_changes_caps_the_operators_one_plan_changes():
+    runner = SimRunner(two_ops() + [SimOp("c", "x", 0.002)], [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, max_changes=1)
+    records = run_ticks(runner, policy, 3)
+    plans = [r.plan for r in records if r.plan is not None]
+    assert plans and all(len(p.operators) == 1 for p in plans) and "max_changes=1" in plans[0].reason
+    with pytest.raises(ValueError, match="max_changes"):
+        TridentPolicy(max_changes=-1)

@@ -121,7 +121,7 @@ def ds2_decision(state: RunnerState, samples: Sequence[BatchSample], *, spec: An
                 lo = mid
             else:
                 hi = mid
-        capped = f"; source rate {source:.4g} needs more than the cluster's {state.cluster_cpus:g} CPUs / {state.cluster_gpus:g} GPUs, capped at {lo:.4g}"
+        capped = f"; {source:.4g} items/s needs more than the cluster's {state.cluster_cpus:g} CPUs / {state.cluster_gpus:g} GPUs, capped"
         source = lo
         targets = _targets(order, rates, source, limits)
     ops, required, parts = [], source, []
@@ -137,8 +137,8 @@ def ds2_decision(state: RunnerState, samples: Sequence[BatchSample], *, spec: An
     for name in order:
         predicted = min(predicted, targets[name] * rates[name].processing_rate / work)
         work *= rates[name].selectivity
-    src = "given source rate" if source_rate is not None and not capped else "source rate (first operator's true capacity)" if not capped else "source rate"
-    reason = f"DS2 step from {src} {source:.4g} items/s: " + ", ".join(parts) + capped
+    origin = "given" if source_rate is not None else "the first operator's true capacity"
+    reason = f"DS2 step at source rate {source:.4g} items/s ({origin}{capped}): " + ", ".join(parts)
     plan = Plan(tuple(ops), predicted, reason) if ops else None
     return DS2Decision(targets, rates, source, plan, reason if ops else "DS2 targets equal the current parallelism")
 

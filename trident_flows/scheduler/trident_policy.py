@@ -38,6 +38,9 @@ Contract:
   restored (a "rollback" with the figures as reason) and that plan is not proposed again in
   this regime; short of the prediction but not worse than before, the plan is kept and the
   shortfall recorded. New placements wait until the verification ends.
+- ``max_changes`` (the Prefect sidecar's ``max_reconfigurations_per_tick``) caps the operators
+  one plan changes: the most saturated ones first, as long as the cluster's CPUs/GPUs hold.
+  (The sidecar's CPU/GPU budgets arrive already applied to ``cluster``.)
 - failures: every step runs guarded; an exception (solver error, a model that cannot fit, ...)
   is recorded in the tick's ``error``, the current plan is kept (no plan this tick) and the
   next tick starts afresh. No samples yet means "waiting for samples".
@@ -120,7 +123,7 @@ class TridentPolicy:
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
                  canary_timeout_s: float = 60.0, tell_every: int = 16, default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
-                 cpu_budget: float | None = None, gpu_budget: float | None = None, **_options: Any) -> None:
+                 max_changes: int | None = None, **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if not 0 < tolerance < 1:
@@ -161,8 +164,9 @@ class TridentPolicy:
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=3)
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
-        self._cpu_budget = cpu_budget
-        self._gpu_budget = gpu_budget
+        if max_changes is not None and max_changes < 0:
+            raise ValueError(f"trident: max_changes must be >= 0 or None, got {max_changes}")
+        self.max_changes = max_changes
 
     # ------------------------------------------------------------------ the Policy protocol
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
@@ -669,7 +673,13 @@ class TridentPolicy:
         changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
         if not changed:
             return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput
-        plan = replace(plan, operators=tuple(changed))
+        limited = ""
+        if self.max_changes is not None and len(changed) > self.max_changes:
+            changed = self._limit_changes(state, changed)
+            limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.max_changes})"
+            if not changed:
+                return "wait", f"the MILP's plan changes operators but max_changes={self.max_changes} allows none ({plan.reason})", None, result.throughput
+        plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
         if (self._regime_key(), _signature(plan)) in self._rejected:
             return "wait", f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})", None, result.throughput
         if forced:
@@ -689,6 +699,23 @@ class TridentPolicy:
         if notes:
             head += "; " + "; ".join(notes)
         return "roll_out", f"{head}; {plan.reason}", replace(plan, reason=f"{head}; {plan.reason}"), result.throughput
+
+
+    def _limit_changes(self, state: RunnerState, changed: list[OperatorPlan]) -> list[OperatorPlan]:
+        """At most ``max_changes`` operator plans, most saturated operators first, keeping the cluster's CPUs/GPUs."""
+        used_cpus, used_gpus = state.used_cpus, state.used_gpus
+        kept = []
+        for o in sorted(changed, key=lambda o: -state.operator(o.operator).busy_fraction):
+            if len(kept) == self.max_changes:
+                break
+            old = state.operator(o.operator).configs()
+            d_cpus = sum(g.config.cpus * g.replicas for g in o.groups) - sum(c.cpus * n for c, n in old.items())
+            d_gpus = sum(g.config.gpus * g.replicas for g in o.groups) - sum(c.gpus * n for c, n in old.items())
+            if used_cpus + d_cpus <= state.cluster_cpus + 1e-9 and used_gpus + d_gpus <= state.cluster_gpus + 1e-9:
+                kept.append(o)
+                used_cpus += d_cpus
+                used_gpus += d_gpus
+        return kept
 
 
 def _counts(groups) -> list[tuple[OpConfig, int]]:
