@@ -9,8 +9,8 @@ Contract (pure functions, no solver state):
   ``1 / floor(1 / f)``, so replicas sharing a GPU can never exceed its memory and the
   aggregate GPU count equals what per-GPU packing of one kind of replica achieves.
 - ``ineligibility``: why an option cannot run on a node class (``None`` if it can).
-- ``class_usage`` / ``class_capacity``: aggregate CPU, GPU, host-memory use and totals per
-  class (the MILP's linear constraints).
+- ``usage_vector`` / ``class_capacity``: a replica's (CPUs, GPUs, host memory) and a
+  class's totals (the MILP's linear constraints).
 - ``pack_class``: packs a class's replicas onto its individual nodes and GPUs (even
   spread, or first-fit decreasing); what does not fit is returned. Aggregate sums alone are not sound (a node's
   CPUs can be stranded next to a full GPU), so every plan is checked with it.
@@ -37,7 +37,6 @@ Key = tuple[str, int, str]
 SPLIT_SEP = "#node"  # a small class modelled node by node: "gpu#node0", "gpu#node1", ...
 Counts = Mapping[Key, int]
 _EPS = 1e-9
-RESOURCES = ("cpus", "gpus", "host_mem")
 
 
 def _gib(n: float) -> str:
@@ -117,18 +116,6 @@ def class_capacity(node_class: NodeClass) -> tuple[float, float, float]:
     """Aggregate (cpus, gpus, host memory) of a class; ``inf`` for unmodelled host memory."""
     mem = node_class.host_memory_bytes * node_class.count if node_class.host_memory_bytes else math.inf
     return (node_class.cpus * node_class.count, float(node_class.gpus * node_class.count), float(mem))
-
-
-def class_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> dict[str, list[float]]:
-    """Aggregate (cpus, gpus, host memory) in use per node class."""
-    by_name = {d.name: d for d in demands}
-    use = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
-    for (op, k, c), n in counts.items():
-        if n:
-            vec = usage_vector(by_name[op].options[k], cluster.node_class(c))
-            for i in range(3):
-                use[c][i] += vec[i] * n
-    return use
 
 
 def _place_on_node(state: tuple, item: tuple[float, float, float], want: int) -> tuple[tuple, int]:
