@@ -209,8 +209,9 @@ class TridentPolicy:
         action, reason, plan, predicted = "none", "", None, 0.0
         if rollback is not None:
             action, plan, reason = "rollback", rollback, rollback.reason
-        elif not any(o.model.ready for o in self._ops.values()):
-            reason = "waiting for samples: no operator has a model yet"
+        elif not self._ops or not all(o.model.ready for o in self._ops.values()):
+            missing = sorted(n for n, o in self._ops.items() if not o.model.ready)
+            reason = f"waiting for samples: no throughput model yet for {', '.join(missing) or 'any operator'}"
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
         else:
