@@ -123,10 +123,16 @@ def test_a_budget_under_the_smallest_measured_config_gives_a_clear_error():
         opt.ask()
 
 
-def test_a_device_without_a_budget_is_named():
+def test_bad_input_names_the_field():
     space = ConfigSpace(devices=("cpu", "gpu"), batch_size_min=1, batch_size_max=8)
     with pytest.raises(ValueError, match="gpu_bytes"):
         ConfigOptimizer(space, MemoryBudget(cpu_bytes=GiB))
+    op = Synthetic()
+    opt = op.optimiser()
+    with pytest.raises(ValueError, match="knob prefetch=9, outside 1..4"):
+        opt.tell(op.space.config("cpu", 2, prefetch=9), 10.0, GiB)
+    with pytest.raises(ValueError, match="batch_size 512, outside"):
+        opt.tell_oom(op.space.config("cpu", 512, prefetch=1))
 
 
 def test_warm_start_reproduces_the_previous_best_immediately():

@@ -10,19 +10,25 @@ Contract:
   (``gpu_weight``, default 4: one accelerator costs as much as four CPUs), subject to
   peak memory <= budget * (1 - safety_margin), host memory for CPU replicas and device
   memory for accelerator replicas (``MemoryBudget``).
-- Safety (``constraint.py``): a per-device GP of peak memory gives an upper bound
-  ``exp(mean + k * std)`` at the worst recent workload (a high quantile of the per-item
-  features seen lately); a candidate is eligible only when that bound is under the limit AND
+- Safety (``constraint.py``): a per-device memory model (resident part + a GP of the log
+  working set) gives an upper bound ``resident + exp(mean + k * std)`` at the worst recent
+  workload (the ``feature_quantile`` of the per-item features of the last ``feature_window``
+  batches seen, told or passed to ``observe_features``); a candidate is eligible only when that bound is under the limit AND
   it is near an already-measured safe config (same device; numeric knobs within
   ``knob_radius``; batch size at most ``growth`` times the safe one's, or one categorical knob
   changed at no larger batch). A device with no safe measurement is entered only at its
   seed: smallest batch, numeric knobs at their low end, categorical knobs at their first choice.
-- Among eligible candidates (a fixed grid over the space), the one with the largest
-  expected improvement (``skopt.acquisition.gaussian_ei`` on the skopt surrogate of
-  ``-log(objective)``) is proposed; unmeasured device seeds come first. ``ask`` returns
-  ``None`` when nothing is left worth trying (expected gain under ``min_expected_gain``, no
-  eligible candidate, or ``max_evals`` reached); ``status`` says which. ``ask`` does not
-  change state: calling it twice gives the same proposal.
+- Order of proposals over a fixed candidate grid (batch sizes 4 per doubling, knob grids):
+  (1) the seed of every device; (2) safe expansion: the batch of each device grows (by up to
+  ``growth``) from its best config while throughput keeps growing, the memory frontier is not
+  reached and even linear growth could beat the best config so far; (3) the candidate with the
+  largest constrained expected improvement (``skopt.acquisition.gaussian_ei`` on the skopt GP
+  surrogate of ``-log(objective)``, times P(memory under the limit)) anywhere in the space: it
+  is proposed when it is in the safe set, otherwise the safe candidate closest to it is.
+  ``ask`` returns ``None`` when nothing is left worth trying (constrained expected gain under
+  ``min_expected_gain``, no eligible candidate, or ``max_evals`` reached); ``status`` says
+  which. ``ask`` does not change state: calling it twice gives the same proposal; measured
+  configs are not proposed again.
 - ``tell_oom(config)`` records a constraint violation: the config and every larger batch
   with the same device and knobs become unsafe for good (in this optimiser, i.e. this regime),
   the memory model learns "memory >= budget" there, and the returned ``Rollback`` names the
@@ -141,8 +147,8 @@ class ConfigOptimizer:
 
     def __init__(self, space: ConfigSpace, budget: MemoryBudget, *, operator: str = "operator", safety_margin: float = 0.1,
                  k: float = 2.0, seed: int = 0, gpu_weight: float = DEFAULT_GPU_WEIGHT, growth: float = 4.0,
-                 knob_radius: float = 0.34, feature_quantile: float = 0.95, feature_window: int = 256,
-                 min_expected_gain: float = 0.005, max_evals: int | None = 40, incumbent: OpConfig | None = None) -> None:
+                 knob_radius: float = 0.34, feature_quantile: float = 0.95, feature_window: int = 64,
+                 min_expected_gain: float = 0.002, max_evals: int | None = 40, incumbent: OpConfig | None = None) -> None:
         if not 0.0 <= safety_margin < 1.0:
             raise ValueError(f"operator {operator!r}: safety_margin must be in [0, 1), got {safety_margin}")
         if k < 0:
@@ -233,6 +239,15 @@ class ConfigOptimizer:
         if not self.space.batch_size_min <= config.batch_size <= self.space.batch_size_max:
             raise ValueError(f"operator {self.operator!r}: config {config.label()} has batch_size {config.batch_size}, outside "
                              f"the space's {self.space.batch_size_min}..{self.space.batch_size_max}")
+        for knob in self.space.knobs:
+            value = self._encoder.knob_value(knob, config)
+            if knob.kind == "categorical":
+                if str(value) not in {str(c) for c in knob.choices}:
+                    raise ValueError(f"operator {self.operator!r}: config {config.label()} has knob {knob.name}={value!r}, "
+                                     f"not one of {list(knob.choices)}")
+            elif isinstance(value, (str, bool)) or not knob.low <= value <= knob.high:
+                raise ValueError(f"operator {self.operator!r}: config {config.label()} has knob {knob.name}={value!r}, "
+                                 f"outside {knob.low}..{knob.high}")
 
     # ----- state ------------------------------------------------------------------------------
     @property
@@ -421,7 +436,7 @@ class ConfigOptimizer:
                         f"memory bound {eligible[pick] / 2**30:.3g} GiB = {eligible[pick] / limit:.0%} of the safe limit")
 
     def _exploration_step(self, eligible: Mapping[int, float]) -> tuple[int, str] | None:
-        """The next batch-size step of the first device whose range is unexplored, or ``None``.
+        """The next batch-size step of the most promising device whose range is unexplored, or ``None``.
 
         Throughput per replica usually grows with batch size until it saturates, which a surrogate
         fitted on small batches cannot foresee. A device counts as explored once its best measured
@@ -435,6 +450,7 @@ class ConfigOptimizer:
             return None
         overall = max(value.values())
         worst = self.worst_features()
+        options: list[tuple[float, int, str]] = []
         for device in self.space.devices:
             safe = [c for c in value if c.device == device]
             if not safe:
@@ -447,13 +463,15 @@ class ConfigOptimizer:
             # to the batch: a device that cannot beat the best even so is not worth exploring.
             reach = [c for c in self._candidates if c.device == device and c.knobs == best.knobs and c.batch_size > top]
             fits = [c.batch_size for c, m in zip(reach, self._memory[device].expected(reach, worst)) if m <= self.limits[device]] if reach else []
-            if value[best] * max(fits, default=top) / top <= overall:
-                continue
+            potential = value[best] * max(fits, default=top) / top
             steps = [i for i in eligible if self._candidates[i].device == device and self._candidates[i].batch_size > top]
-            if steps:
+            if potential > overall and steps:
                 pick = min(steps, key=lambda i: (sum(self._encoder.knob_steps(self._candidates[i], best)), -self._candidates[i].batch_size))
-                return pick, f" (exploring {device}: batch sizes above {top} not measured yet)"
-        return None
+                options.append((potential, pick, f" (exploring {device}: batch sizes above {top} not measured yet)"))
+        if not options:
+            return None
+        _, pick, why = max(options)  # the device with the most potential first
+        return pick, why
 
     def _distance(self, i: int, j: int) -> float:
         return float(np.linalg.norm(self._cand_enc[i] - self._cand_enc[j]))
