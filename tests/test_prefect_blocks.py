@@ -81,3 +81,11 @@ def test_blocks_round_trip_through_the_api(prefect_harness):
     assert RayClusterBlock.load("test-local").num_gpus == 1
     assert TridentSettingsBlock.load("test-trident").policy == "static"
     assert PipelineSettingsBlock.load("test-pipeline").shard_size == 10
+
+
+def test_ray_cluster_connect_fails_fast_without_a_cluster():
+    from trident_flows.prefect_server import free_port
+
+    block = RayClusterBlock(address=f"127.0.0.1:{free_port()}", connect_timeout_s=1)
+    with pytest.raises(ConnectionError, match="no Ray cluster answers at address='127.0.0.1:.*fix the RayClusterBlock's address"):
+        block.check_reachable()

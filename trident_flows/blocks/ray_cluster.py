@@ -5,7 +5,8 @@ Contract:
 - ``address`` empty: ``connect()`` starts a *new* local Ray node (``ray.init("local", ...)``)
   with ``num_cpus`` logical CPUs, ``num_gpus`` logical GPUs and ``object_store_mb``.
   It never uses ``address="auto"``, which could attach to somebody else's cluster.
-- ``address`` set: ``connect()`` joins that cluster. A head started with ``ray start --head``
+- ``address`` set: ``connect()`` joins that cluster, after checking within ``connect_timeout_s``
+  that something listens there (``ray.init`` itself would retry for minutes). A head started with ``ray start --head``
   in Ray 2.60 uses token authentication (``RAY_AUTH_MODE=token``): put the cluster's token
   (``ray get-auth-token``) into ``auth_token`` or export ``RAY_AUTH_TOKEN`` yourself.
 - ``connect()`` reuses a Ray connection this process already holds and reports whether it
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -54,6 +56,7 @@ class RayClusterBlock(Block):
     num_gpus: float = Field(default=0.0, ge=0, description="Logical GPUs of the local node (may exceed the physical ones for emulation).")
     object_store_mb: Optional[int] = Field(default=None, ge=100, description="Object store size of the local node in MiB (empty: Ray's default).")
     namespace: str = Field(default="trident", min_length=1, description="Ray namespace the pipeline runner and the sidecar share.")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="How long connect() waits for the cluster's address to answer.")
     auth_token: Optional[SecretStr] = Field(
         default=None,
         description="Token of a cluster started with RAY_AUTH_MODE=token (`ray get-auth-token`); empty: use RAY_AUTH_TOKEN / ~/.ray/auth_token.",
@@ -102,12 +105,24 @@ class RayClusterBlock(Block):
             os.environ["RAY_AUTH_MODE"] = "token"
             os.environ["RAY_AUTH_TOKEN"] = self.auth_token.get_secret_value()
 
+    def check_reachable(self) -> None:
+        """Raise ``ConnectionError`` naming the address when no process listens there."""
+        if not self.address:
+            return
+        host, _, port = self.address.removeprefix("ray://").rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=self.connect_timeout_s).close()
+        except OSError as exc:
+            raise ConnectionError(f"no Ray cluster answers at address={self.address!r} ({exc}): start one there "
+                                  "(e.g. `RAY_AUTH_MODE=token ray start --head --port 6379`) or fix the RayClusterBlock's address") from exc
+
     def connect(self, env_vars: Mapping[str, str] | None = None) -> RayConnection:
         """Join the cluster (or start the local node) unless this process is already connected."""
         import ray
 
         started = False
         if not ray.is_initialized():
+            self.check_reachable()
             self._export_auth()
             ray.init(self.ray_address, **self.init_kwargs(env_vars))
             started = True

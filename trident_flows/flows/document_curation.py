@@ -125,7 +125,7 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     summary = summarise(str(out_dir), items_in, len(shards), wall_s)
     create_table_artifact(summary.table(), key=f"{key}-summary",
                           description=f"{spec.name} into {out_dir}: kept, removed, dead-lettered items and throughput")
-    logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.1f items/s",
+    logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.3g items/s",
                 summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
                 summary.throughput_items_per_s)
     if connection.started_by_us:
