@@ -253,7 +253,7 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     reductions: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
     build_ms = solve_ms = 0.0
     tb = time.perf_counter()
-    prob, x, _ = _build(demands, cluster, eligible, cur or {}, reductions)
+    prob, x = _build(demands, cluster, eligible, cur or {}, reductions)
     ts = time.perf_counter()
     build_ms += (ts - tb) * 1e3
     relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions, cur or {})
@@ -323,70 +323,75 @@ def plan_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, curr
 
 
 def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int], cur: dict[Key, int],
-           reductions: dict[str, list[float]]) -> tuple[pulp.LpProblem, dict[Key, pulp.LpVariable], dict]:
+           reductions: dict[str, list[float]]) -> tuple[pulp.LpProblem, dict[Key, pulp.LpVariable]]:
+    """The MILP of the module docstring (rows are built from coefficient lists: PuLP's
+    operator overloading copies expressions and dominated build time)."""
     prob = pulp.LpProblem("placement", pulp.LpMaximize)
+
+    def row(terms: list[tuple[pulp.LpVariable, float]], sense: int, rhs: float, name: str) -> None:
+        prob.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms), sense, rhs=rhs), name)
+
+    le, ge = pulp.LpConstraintLE, pulp.LpConstraintGE
     T = prob.add_variable("T", lowBound=0)
     x = {key: prob.add_variable(f"x_{i}", lowBound=0, upBound=ub, cat=pulp.LpInteger) for i, (key, ub) in enumerate(eligible.items())}
     by_name = {d.name: d for d in demands}
-    caps: dict[tuple[str, int], pulp.LpVariable] = {}
-    bw_terms: dict[str, list] = {nc.name: [] for nc in cluster.node_classes}
+    bw_terms: dict[str, list[tuple[pulp.LpVariable, float]]] = {nc.name: [] for nc in cluster.node_classes}
+    n_caps = 0
     for d in demands:
         op_caps = []
         for k, opt in enumerate(d.options):
             keys = [key for key in x if key[0] == d.name and key[1] == k]
             if not keys:
                 continue
-            cap = caps[(d.name, k)] = prob.add_variable(f"cap_{len(caps)}", lowBound=0)
-            n = pulp.lpSum(x[key] for key in keys)
-            for j, (a, s) in enumerate(opt.segments()):
-                prob += cap <= a + s * n, f"curve_{len(caps)}_{j}"
+            n_caps += 1
+            cap = prob.add_variable(f"cap_{n_caps}", lowBound=0)
+            for j, (a, slope) in enumerate(opt.segments()):  # cap <= a + slope * replicas
+                row([(cap, 1.0)] + [(x[key], -slope) for key in keys], le, a, f"curve_{n_caps}_{j}")
             bw_keys = [key for key in keys if opt.bandwidth_bytes_per_item > 0 and cluster.node_class(key[2]).host_device_bandwidth_bps > 0]
-            if bw_keys:
-                parts = []
+            if bw_keys:  # capacity on a bandwidth-limited class is its own variable, counted against the class
+                parts = [(cap, 1.0)]
                 for key in keys:
                     if key in bw_keys:
-                        cc = prob.add_variable(f"capc_{len(caps)}_{key[2]}", lowBound=0)
-                        prob += cc <= opt.rate_per_replica * x[key]
-                        bw_terms[key[2]].append(opt.bandwidth_bytes_per_item / _BW_UNIT * cc)
-                        parts.append(cc)
+                        cc = prob.add_variable(f"capc_{n_caps}_{key[2]}", lowBound=0)
+                        row([(cc, 1.0), (x[key], -opt.rate_per_replica)], le, 0.0, f"capc_{n_caps}_{key[2]}")
+                        bw_terms[key[2]].append((cc, opt.bandwidth_bytes_per_item / _BW_UNIT))
+                        parts.append((cc, -1.0))
                     else:
-                        parts.append(opt.rate_per_replica * x[key])
-                prob += cap <= pulp.lpSum(parts)
+                        parts.append((x[key], -opt.rate_per_replica))
+                row(parts, le, 0.0, f"capsplit_{n_caps}")
             op_caps.append(cap)
-        prob += pulp.lpSum(op_caps) >= d.work_per_item * T, f"work_{d.name}"
-        reps = pulp.lpSum(x[key] for key in x if key[0] == d.name)
-        prob += reps >= d.min_replicas, f"min_{d.name}"
+        row([(c, 1.0) for c in op_caps] + [(T, -d.work_per_item)], ge, 0.0, f"work_{d.name}")
+        reps = [(x[key], 1.0) for key in x if key[0] == d.name]
+        row(reps, ge, d.min_replicas, f"min_{d.name}")
         if d.max_replicas is not None:
-            prob += reps <= d.max_replicas, f"max_{d.name}"
+            row(reps, le, d.max_replicas, f"max_{d.name}")
     for nc in cluster.node_classes:
         capacity = class_capacity(nc)
         keys = [key for key in x if key[2] == nc.name]
         vecs = {key: usage_vector(by_name[key[0]].options[key[1]], nc) for key in keys}
         for i, res in enumerate(("cpus", "gpus", "mem")):
             unit = GiB if res == "mem" else 1.0  # memory in GiB keeps the matrix well scaled
-            terms = [vecs[key][i] / unit * x[key] for key in keys if vecs[key][i] > 0]
+            terms = [(x[key], vecs[key][i] / unit) for key in keys if vecs[key][i] > 0]
             if terms and math.isfinite(capacity[i]):
-                prob += pulp.lpSum(terms) <= (capacity[i] - reductions[nc.name][i]) / unit, f"{res}_{nc.name}"
+                row(terms, le, (capacity[i] - reductions[nc.name][i]) / unit, f"{res}_{nc.name}")
         if bw_terms[nc.name]:
-            prob += pulp.lpSum(bw_terms[nc.name]) <= nc.host_device_bandwidth_bps / _BW_UNIT * nc.count, f"bw_{nc.name}"
-    t_scale = _throughput_bound(demands, eligible)
-    objective = (1.0 / t_scale) * T
+            row(bw_terms[nc.name], le, nc.host_device_bandwidth_bps / _BW_UNIT * nc.count, f"bw_{nc.name}")
+    objective = [(T, 1.0 / _throughput_bound(demands, eligible))]
     kept = {key: [xk for xk in x if xk[:2] == key[:2] and base_class(xk[2]) == key[2]] for key in cur}
     kept = {key: xs for key, xs in kept.items() if xs}
-    if kept:
+    if kept:  # tie-break: keep current replicas
         total_cur = sum(cur[key] for key in kept)
-        keep_vars = []
         for i, (key, xs) in enumerate(kept.items()):
             kv = prob.add_variable(f"keep_{i}", lowBound=0, upBound=cur[key])
-            prob += kv <= pulp.lpSum(x[xk] for xk in xs)
-            keep_vars.append(kv)
-        objective += (_KEEP_WEIGHT / total_cur) * pulp.lpSum(keep_vars)
+            row([(kv, 1.0)] + [(x[xk], -1.0) for xk in xs], le, 0.0, f"keep_{i}")
+            objective.append((kv, _KEEP_WEIGHT / total_cur))
     for nc, nxt in zip(cluster.node_classes, cluster.node_classes[1:]):  # identical split nodes: fill in order
         if SPLIT_SEP in nc.name and base_class(nc.name) == base_class(nxt.name):
-            use = lambda c: pulp.lpSum(usage_vector(by_name[k[0]].options[k[1]], nc)[0] * x[k] for k in x if k[2] == c)  # noqa: E731
-            prob += use(nc.name) >= use(nxt.name), f"order_{nxt.name}"
-    prob += objective
-    return prob, x, caps
+            cpus = {k: by_name[k[0]].options[k[1]].config.cpus for k in x}
+            row([(x[k], cpus[k]) for k in x if k[2] == nc.name] + [(x[k], -cpus[k]) for k in x if k[2] == nxt.name], ge, 0.0,
+                f"order_{nxt.name}")
+    prob.setObjective(pulp.LpAffineExpression(objective))
+    return prob, x
 
 
 def _throughput_bound(demands: Sequence[OperatorDemand], eligible: dict[Key, int]) -> float:

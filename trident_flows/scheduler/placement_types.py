@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Mapping
 
 from trident_flows.scheduler.types import CPU, OpConfig, Plan, ReplicaGroup
@@ -105,8 +106,8 @@ class PlacementOption:
         n, r = self.throughput_curve[0]
         return r / n
 
-    def segments(self) -> tuple[tuple[float, float], ...]:
-        """The curve as lines ``(intercept, slope)``; the curve is their pointwise minimum."""
+    @cached_property
+    def _lines(self) -> tuple[tuple[float, float], ...]:
         lines, prev_n, prev_r = [], 0, 0.0
         for n, r in self.throughput_curve:
             slope = (r - prev_r) / (n - prev_n)
@@ -114,11 +115,15 @@ class PlacementOption:
             prev_n, prev_r = n, r
         return tuple(lines)
 
+    def segments(self) -> tuple[tuple[float, float], ...]:
+        """The curve as lines ``(intercept, slope)``; the curve is their pointwise minimum."""
+        return self._lines
+
     def rate_at(self, replicas: float) -> float:
         """Total items/s of ``replicas`` replicas (0 for none)."""
         if replicas <= 0:
             return 0.0
-        return min(a + s * replicas for a, s in self.segments())
+        return min(a + s * replicas for a, s in self._lines)
 
 
 @dataclass(frozen=True)
