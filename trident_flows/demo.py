@@ -155,13 +155,13 @@ def render(result: DemoResult, console: Console) -> None:
     table = Table(title="trident-flows demo: document curation")
     table.add_column("figure")
     table.add_column("value", justify="right")
+    reasons = ", ".join(f"{k}: {v}" for k, v in result.dead_letter_reasons.items())
     rows = [
         ("documents in", result.documents_in),
         ("kept (embedded)", result.kept),
         ("near-duplicates removed", result.duplicates),
         ("low quality removed", result.low_quality),
-        ("dead-lettered (unreadable)", f"{result.dead_lettered}" + (f"  ({', '.join(f'{k}: {v}' for k, v in result.dead_letter_reasons.items())})"
-                                                                     if result.dead_letter_reasons else "")),
+        ("dead-lettered (unreadable)", f"{result.dead_lettered}" + (f"  ({reasons})" if reasons else "")),
         ("pages parsed", result.pages),
         ("pages OCR'd", result.pages_ocrd),
         ("wall time", f"{result.wall_s:.1f} s"),

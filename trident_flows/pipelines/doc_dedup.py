@@ -51,14 +51,15 @@ class LshIndex:
                 if len(values) != self.num_perm:
                     raise ValueError(f"dedup index expects {self.num_perm} minhash values, got {len(values)} for {key!r}")
                 if key not in self._answers:
-                    candidates = sorted(c for c in self._lsh.query(MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME))
+                    signature = MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME)
+                    candidates = sorted(c for c in self._lsh.query(signature)
                                         if float(np.mean(self._hashes[c] == values)) >= self.threshold)
                     if candidates:
                         self._answers[key] = candidates[0]
                     else:
                         self._answers[key] = ""
                         self._hashes[key] = values
-                        self._lsh.insert(key, MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME))
+                        self._lsh.insert(key, signature)
                 out.append(self._answers[key])
         return out
 
