@@ -332,3 +332,24 @@ def test_max_changes_caps_the_operators_one_plan_changes():
     assert plans and all(len(p.operators) == 1 for p in plans) and "max_changes=1" in plans[0].reason
     with pytest.raises(ValueError, match="max_changes"):
         TridentPolicy(max_changes=-1)
+
+
+def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+    from trident_flows.scheduler.types import ConfigSpace
+
+    # a pays 80 ms per batch: larger batches are much better per replica; only a canary can show it
+    ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
+    runner = SimRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    start = runner.state()
+    policy = TridentPolicy(spec, CLUSTER8)
+    records = run_ticks(runner, policy, 22)
+    accepted = [e for r in records for e in r.events if e.startswith("canary cpu/b") and " of a accepted" in e]
+    assert accepted, [(r.action, r.reason[:120]) for r in records]
+    serving = [c for _, c, canary in runner.ops[0].replicas if not canary]
+    assert serving and max(c.batch_size for c in serving) > 8
+    caps = {op.name: sum(c.batch_size / runner.busy(op, c) for _, c, canary in op.replicas if not canary) for op in runner.ops}
+    assert min(caps.values()) > 1.5 * (2 * 8 / runner.busy(ops[0], B8)), caps
+    assert start.reconfigurations == 0 and len(runner.applied) >= 3

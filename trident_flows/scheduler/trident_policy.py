@@ -18,7 +18,9 @@ Contract:
   and the free CPUs/GPUs fit one more replica, it is tried on a canary replica
   (``OperatorPlan.canary``) and judged by ``canary.decide``; an accepted config becomes a
   candidate of the placement. Canaries start only once the placement has settled (its last
-  solve found nothing worth rolling out) and no rollout is being verified, one per tick. A config that ran out of memory, or whose memory upper bound
+  solve found nothing worth rolling out) and no rollout is being verified, one per tick, and
+  not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
+  drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
   operator running such a config is moved off it at once (safety comes before gain).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
@@ -121,7 +123,8 @@ class TridentPolicy:
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
                  k: float = 2.0, min_gain: float = 0.05, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
-                 canary_timeout_s: float = 60.0, tell_every: int = 16, default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
+                 canary_timeout_s: float = 60.0, canary_max_batch_s: float = 10.0, tell_every: int = 16,
+                 default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  max_changes: int | None = None, **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
@@ -144,6 +147,8 @@ class TridentPolicy:
         self.canaries = canaries
         self.canary_policy = canary_policy or canary_protocol.CanaryPolicy(max_window_s=30.0)
         self.canary_timeout_s = canary_timeout_s
+        self.canary_max_batch_s = canary_max_batch_s
+        self._refused_canaries: set = set()
         self.tell_every = tell_every
         self.default_cold_start_s = default_cold_start_s
         self._cold: dict[tuple[str, str], float] = {}
@@ -474,6 +479,16 @@ class TridentPolicy:
         if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
             return None
         if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self._limit(config):
+            return None
+        try:
+            rate = op.model.per_replica(config, max(1, sum(serving.values()))).mean
+        except (NoModelError, ValueError):
+            rate = 0.0
+        if rate > 0 and config.batch_size / rate > self.canary_max_batch_s:
+            if (name, config) not in self._refused_canaries:
+                self._refused_canaries.add((name, config))
+                events.append(f"{name}: no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
+                              f"(> canary_max_batch_s={self.canary_max_batch_s:g}); draining it would stall the rollouts")
             return None
         op.canary = _Canary(config, state.wall_s, proposal.reason)
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
