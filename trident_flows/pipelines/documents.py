@@ -409,6 +409,7 @@ class EmbedChunks:
     def __init__(self, config: OpConfig, *, chunk_words: int = 128, **params: Any) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         import torch
         from sentence_transformers import SentenceTransformer
 

