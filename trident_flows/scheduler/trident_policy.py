@@ -18,7 +18,9 @@ Contract:
   and the free CPUs/GPUs fit one more replica, it is tried on a canary replica
   (``OperatorPlan.canary``) and judged by ``canary.decide``; an accepted config becomes a
   candidate of the placement. Canaries start only once the placement has settled (its last
-  solve found nothing worth rolling out) and no rollout is being verified, one per tick, and
+  solve found nothing worth rolling out) and no rollout is being verified, one per tick, only
+  for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
+  nothing; one that gets no batch within ``canary_timeout_s`` is abandoned), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
@@ -123,7 +125,7 @@ class TridentPolicy:
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
                  k: float = 2.0, min_gain: float = 0.05, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
-                 canary_timeout_s: float = 60.0, canary_max_batch_s: float = 10.0, tell_every: int = 16,
+                 canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  max_changes: int | None = None, **_options: Any) -> None:
@@ -148,6 +150,7 @@ class TridentPolicy:
         self.canary_policy = canary_policy or canary_protocol.CanaryPolicy(max_window_s=30.0)
         self.canary_timeout_s = canary_timeout_s
         self.canary_max_batch_s = canary_max_batch_s
+        self.canary_min_busy = canary_min_busy
         self._refused_canaries: set = set()
         self.tell_every = tell_every
         self.default_cold_start_s = default_cold_start_s
@@ -454,7 +457,8 @@ class TridentPolicy:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events)
                 if plan is not None:
                     canaries[name] = plan
-            elif self.canaries and not canaries and op.model.ready and self._pending is None and self._settled:
+            elif (self.canaries and not canaries and op.model.ready and self._pending is None and self._settled
+                  and state_op.busy_fraction >= self.canary_min_busy):
                 plan = self._start_canary(state, name, opt, free_cpus, free_gpus, events)
                 if plan is not None:
                     canaries[name] = plan
@@ -505,14 +509,14 @@ class TridentPolicy:
                 c.incumbent.append(s)
         elapsed = state.wall_s - c.started_s
         running = canary_config(state.operator(name)) == c.config
-        if not c.candidate and not running:
+        if not c.candidate:
             if elapsed < self.canary_timeout_s:
                 return None
             op.canary = None
-            events.append(f"{name}: canary {c.config.label()} never ran (not started within {self.canary_timeout_s:g}s); abandoned")
-            return None
-        if not c.candidate:
-            return None
+            why = "got no batch (the operator is starved)" if running else "never became warm"
+            reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.canary_timeout_s:g}"
+            events.append(reason)
+            return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
         decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.canary_policy,
                                           memory_limit=self._limit(c.config))
         if decision.verdict == canary_protocol.Verdict.MEASURE:
