@@ -508,14 +508,16 @@ class _Greedy:
     def _fits(self, key: Key) -> bool:
         return self.counts[key] < self.eligible[key] and all(self.vecs[key][i] <= self.free[key[2]][i] + 1e-9 for i in range(4))
 
-    def _best_addition(self, name: str) -> Key | None:
-        best, best_score = None, 0.0
+    def _best_addition(self, name: str, cheapest: bool = False) -> Key | None:
+        """The replica to add to ``name``: most items/s per resource share, or (``cheapest``,
+        for minimum replicas) the smallest resource share."""
+        best, best_score = None, -math.inf
         for key in self.keys_of[name]:
             if not self._fits(key):
                 continue
             gain = self._capacity(name, {key: 1}) - self._capacity(name)
-            score = gain / max(self.share[key], 1e-12)
-            if score > best_score:
+            score = -self.share[key] + 1e-12 * gain if cheapest else gain / max(self.share[key], 1e-12)
+            if score > best_score and (cheapest or gain > 0):
                 best, best_score = key, score
         return best
 
@@ -545,29 +547,67 @@ class _Greedy:
                     best, best_t = (key, donor, m), t
         return best
 
-    def run(self) -> bool:
-        """Reach min replicas, then raise the bottleneck while it can rise; False if min replicas do not fit."""
-        for name, d in self.demands.items():
-            while self.replicas[name] < d.min_replicas:
-                key = self._best_addition(name)
-                if key is None:
-                    return False
-                self._apply(key, 1)
+    def _raise_bottleneck(self) -> None:
         for _ in range(20_000):
             name = min(self.level, key=self.level.get)
             d = self.demands[name]
             if d.max_replicas is not None and self.replicas[name] >= d.max_replicas:
-                break
+                return
             key = self._best_addition(name)
             if key is not None:
                 self._apply(key, 1)
                 continue
             swap = self._best_swap(name)
             if swap is None:
-                break
+                return
             add, donor, m = swap
             self._apply(donor, -m)
             self._apply(add, 1)
+
+    def _compact(self) -> bool:
+        """Re-provision each operator with headroom as the cheapest single (option, class)
+        group that still carries the current throughput; True if any resources were freed."""
+        target = min(self.level.values())
+        changed = False
+        for name, d in self.demands.items():
+            if self.level[name] <= target * (1 + 1e-9):
+                continue
+            need = d.work_per_item * target
+            held = {k: self.counts[k] for k in self.keys_of[name] if self.counts[k]}
+            cost = sum(self.share[k] * n for k, n in held.items())
+            for k, n in held.items():
+                self._apply(k, -n)
+            best, best_cost = None, cost - 1e-12
+            for key in self.keys_of[name]:
+                opt = d.options[key[1]]
+                most = min(self.eligible[key], d.max_replicas or self.eligible[key])
+                if opt.rate_at(most) < need:
+                    continue
+                lo, hi = max(1, d.min_replicas), most  # fewest replicas reaching ``need``
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    lo, hi = (lo, mid) if opt.rate_at(mid) >= need else (mid + 1, hi)
+                if self.share[key] * lo < best_cost and all(self.vecs[key][i] * lo <= self.free[key[2]][i] + 1e-9 for i in range(4)):
+                    best, best_cost = (key, lo), self.share[key] * lo
+            for k, n in ({best[0]: best[1]} if best else held).items():
+                self._apply(k, n)
+            changed = changed or best is not None
+        return changed
+
+    def run(self) -> bool:
+        """Reach min replicas, then alternately raise the bottleneck and compact the
+        operators with headroom; False if min replicas do not fit."""
+        for name, d in self.demands.items():
+            while self.replicas[name] < d.min_replicas:
+                key = self._best_addition(name, cheapest=True)
+                if key is None:
+                    return False
+                self._apply(key, 1)
+        for _ in range(10):
+            self._raise_bottleneck()
+            if not self._compact():
+                break
+        self._raise_bottleneck()
         return True
 
 
