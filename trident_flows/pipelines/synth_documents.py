@@ -12,8 +12,9 @@ Contract of ``generate(out, n=, regimes=, duplicates=, broken=, seed=)``:
   documents follow the schedule in order. When the counts do not sum to ``n`` they are
   scaled proportionally to ``n``.
 - ``duplicates`` is the share of near-duplicates (an earlier document of the same regime
-  with 1-3 words of each born-digital page replaced), ``broken`` the share of broken files, cycling through
-  truncated, not-a-PDF and password-encrypted. About 8% of short documents are low quality
+  with 1-3 words of each born-digital page replaced; scanned pages re-scanned with new
+  noise), ``broken`` the share of broken files, cycling through truncated, not-a-PDF and
+  password-encrypted. About 8% of short documents are low quality
   (too short, repetitive, or mostly symbols). ``kind`` says which: "ok",
   "duplicate-of:<id>", "broken:<reason>" or "low-quality:<reason>".
 - Deterministic by ``seed``: the same arguments give byte-identical files.
