@@ -84,10 +84,11 @@ def _plan_artifact_id(flow_run_id: str) -> str:
                                                                          type=ArtifactFilterType(any_=["table"])),
                                           sort=ArtifactSort.CREATED_DESC)
         plans = [a for a in artifacts if (a.key or "").startswith("trident-plan-")]
-        applied = [a for a in plans if "applied" in str(a.data)]
     if not plans:
         raise RuntimeError(f"flow run {flow_run_id} has no trident-plan artifact: is it a trident-sidecar run?")
-    return str((applied or plans)[0].id)
+    # the applied plan that changed the most operators (the latest among equals); else the latest plan
+    best = max(plans, key=lambda a: ("applied" in str(a.data), str(a.data).count('"change": "yes"'), a.created))
+    return str(best.id)
 
 
 def screenshot(url: str, out: Path, window: str) -> None:
@@ -108,17 +109,20 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "prefect-ui.png")
     parser.add_argument("--flow-run-id", help="An existing trident-sidecar flow run (default: record one).")
     parser.add_argument("--port", type=int, default=4200, help="Port of the local Prefect server.")
+    parser.add_argument("--state-dir", type=Path, default=REPO / ".prefect-demo", help="Pid file and database of a server started here.")
     parser.add_argument("--policy", default="trident", help="Policy of the recorded sidecar run.")
     parser.add_argument("--pipeline", default="emulated-docs", help="Pipeline of the recorded curation run.")
-    parser.add_argument("--synth", type=int, default=600, help="Inputs of the recorded curation run.")
-    parser.add_argument("--shard-size", type=int, default=150)
+    parser.add_argument("--synth", type=int, default=200, help="Inputs of the recorded curation run.")
+    parser.add_argument("--shard-size", type=int, default=50)
     parser.add_argument("--tick-s", type=float, default=2.0)
-    parser.add_argument("--cpus", type=int, default=8, help="Logical CPUs of the local Ray node.")
+    parser.add_argument("--cpus", type=int, default=12, help="Logical CPUs of the local Ray node.")
     parser.add_argument("--gpus", type=int, default=2, help="Logical GPUs of the local Ray node.")
-    parser.add_argument("--window", default="1600,1000", help="Browser window size, WIDTH,HEIGHT.")
+    parser.add_argument("--window", default="1920,1000", help="Browser window size, WIDTH,HEIGHT.")
+    parser.add_argument("--page", choices=("artifact", "flow-run"), default="artifact",
+                        help="The plan artifact's page (with its flow run) or the flow run's artifacts tab.")
     args = parser.parse_args()
 
-    info = ensure_server(port=args.port, state_dir=REPO / ".prefect-demo")
+    info = ensure_server(port=args.port, state_dir=args.state_dir)
     try:
         with connected(info):
             if args.flow_run_id:
@@ -126,10 +130,12 @@ def main() -> None:
             else:
                 flow_run_id, artifact_id = record_sidecar_run(args, info.url)
         print(f"sidecar flow run: {info.flow_run_url(flow_run_id)}")
-        screenshot(f"{info.ui_url}/artifacts/artifact/{artifact_id}", args.out, args.window)
+        page = (f"{info.ui_url}/artifacts/artifact/{artifact_id}" if args.page == "artifact"
+                else f"{info.flow_run_url(flow_run_id)}?tab=Artifacts")
+        screenshot(page, args.out, args.window)
     finally:
         if info.started_by_us:
-            stop_server(REPO / ".prefect-demo")
+            stop_server(args.state_dir)
 
 
 if __name__ == "__main__":

@@ -57,3 +57,15 @@ def test_document_curation_accounts_for_every_item_and_reruns_idempotently(prefe
     data2, dead2 = read_ids(out)
     assert sorted(data2) == sorted(data) and sorted(dead2) == sorted(dead)
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in (out / "data").glob("*.parquet")) == len(data)
+
+
+def test_ray_workers_get_the_api_url_and_a_missing_server_is_refused():
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from trident_flows.flows.prefect_env import PrefectServerRequired, worker_env
+
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
+        assert worker_env()["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):
+        with pytest.raises(PrefectServerRequired, match="PREFECT_API_URL is not set.*export PREFECT_API_URL="):
+            worker_env()

@@ -113,13 +113,23 @@ def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, g
     assert load_memory("sidecar-apply", NAMESPACE) is None  # the memory of a gone pipeline is dropped
 
 
-def test_sidecar_long_run_ticks_until_the_pipeline_finishes(prefect_harness, ray_cluster, grow_policy):
+def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_finishes(prefect_harness, ray_cluster):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
     runner = _start("sidecar-long", 600)
     try:
-        result = trident_sidecar(trident=grow_policy, runner_name="sidecar-long", until_finished=True)
+        state = trident_sidecar(trident=TridentSettingsBlock(policy="trident", tick_interval_s=0.5, min_samples=4),
+                                runner_name="sidecar-long", until_finished=True, return_state=True)
         final = ray.get(runner.state.remote())
     finally:
         _stop(runner)
-    assert result["status"] == "finished" and result["ticks"] >= 2 and result["plans_applied"] == 1
-    assert final.finished and final.items_written + final.items_dead_lettered == 600
+    assert state.is_completed(), state.message
+    result = state.result()
+    assert result["status"] == "finished" and result["ticks"] >= 2
+    assert final.finished and final.items_written + final.items_dead_lettered == 600 and not final.error
+    with get_client(sync_client=True) as client:  # every deciding tick published the controller's plan or its reason
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    assert artifacts and all(a.key == "trident-plan-sidecar-long" and a.description.startswith("Trident plan for rt-test (trident)")
+                             for a in artifacts)
     assert load_memory("sidecar-long", NAMESPACE) is None

@@ -28,7 +28,7 @@ from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline
 from trident_flows.runtime.launch import start_runner
-from trident_flows.tasks.curation import curate_shard, plan_shards, summarise
+from trident_flows.tasks.curation import CurationSummary, curate_shard, plan_shards, summarise
 
 
 def _artifact_key(name: str) -> str:
@@ -73,7 +73,7 @@ def _progress(runner: Any, items_in: int) -> tuple[float, str]:
 
 
 @flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard.")
-def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 2,
+def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 3,
                       shard_timeout_s: float = 3600.0) -> dict[str, Any]:
     """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node)."""
     logger = get_run_logger()
@@ -82,6 +82,18 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     connection = cluster.connect(env_vars=env)
     logger.info("Ray cluster %s (namespace %s, %s)", connection.address, connection.namespace,
                 "started for this run" if connection.started_by_us else "already connected")
+    try:
+        summary = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s)
+    finally:
+        if connection.started_by_us:
+            ray.shutdown()
+    return summary.to_dict()
+
+
+def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace: str, env: dict[str, str], max_parallel_shards: int,
+            shard_timeout_s: float) -> CurationSummary:
+    """The body of ``document_curation`` once connected to Ray."""
+    logger = get_run_logger()
     out_dir = Path(pipeline.output_location).resolve()
     spec = build_pipeline(pipeline.pipeline, **pipeline.build_options(work_dir=out_dir.parent / f".{out_dir.name}-inputs"))
     shards = plan_shards(spec.source(), pipeline.shard_size)
@@ -94,7 +106,7 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     key = _artifact_key(f"curation-{pipeline.runner_name}")
     progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
     start = time.monotonic()
-    runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=connection.namespace, external_input=True)
+    runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=namespace, external_input=True)
     try:
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
             pending: list[Any] = []
@@ -105,7 +117,7 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
                     finished.extend(done)
                     update_progress_artifact(progress_id, *_progress(runner, items_in))
                 pending.append(ray_runner.submit(curate_shard, parameters={
-                    "runner_name": pipeline.runner_name, "namespace": connection.namespace, "shard_id": shard.shard_id,
+                    "runner_name": pipeline.runner_name, "namespace": namespace, "shard_id": shard.shard_id,
                     "rows": [dict(r) for r in shard.rows], "timeout_s": shard_timeout_s}))
             while pending:
                 done, pending = _wait_some(pending, 2.0)
@@ -114,8 +126,10 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
             for future in finished:
                 future.result()  # raises if a shard failed after its retries
         ray.get(runner.close_input.remote())
-        while not ray.get(runner.state.remote()).finished:
+        while not (final := ray.get(runner.state.remote())).finished:
             time.sleep(0.2)
+        if final.error:
+            raise RuntimeError(f"pipeline {spec.name} failed: {final.error}")
         wall_s = time.monotonic() - start
         update_progress_artifact(progress_id, *_progress(runner, items_in))
     finally:
@@ -128,6 +142,4 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.3g items/s",
                 summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
                 summary.throughput_items_per_s)
-    if connection.started_by_us:
-        ray.shutdown()
-    return summary.to_dict()
+    return summary

@@ -6,7 +6,8 @@ Contract:
   The runner's sink writes one partition per shard id and replaces it when the same id is
   committed again, so a retried task run or a re-run of the whole flow never duplicates rows.
 - ``curate_shard`` is idempotent: it asks the runner whether the shard is already done before
-  (re-)adding it, and fails (so Prefect retries it) if the shard is not done within its timeout.
+  (re-)adding it, and fails (so Prefect retries it) if the shard is not done within its timeout
+  or the runner reports a failure.
 - ``summarise`` reads the committed outputs back: kept, near-duplicate, quality-filtered and
   dead-lettered items, duplicate ids (must be 0) and throughput.
 """
@@ -23,6 +24,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from trident_flows.runtime.spec import DROP, ID
+
+
+# ``_drop`` reasons of near-duplicates: the documents pipeline's dedup operator
+# ("duplicate-of:<id>") and its emulated stand-in ("dedup:filtered").
+NEAR_DUPLICATE_MARKS = ("duplicate-of:", "dedup:")
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ def curate_shard(runner_name: str, namespace: str, shard_id: str, rows: list[dic
         status = _status(runner, shard_id)
         if status is not None and status.done:
             return status.to_dict()
+        failure = ray.get(runner.state.remote()).error
+        if failure:
+            raise RuntimeError(f"runner {runner_name!r} failed while shard {shard_id} was running: {failure}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"shard {shard_id} of runner {runner_name!r} not done after {timeout_s:.0f} s: "
                                f"{status.to_dict() if status else 'unknown to the runner'}")
@@ -120,7 +129,7 @@ def summarise(out_dir: str, items_in: int, shards: int, wall_s: float) -> Curati
 
     acc = account(Path(out_dir))
     reasons = _drop_reasons(Path(out_dir))
-    near_dups = sum(1 for r in reasons if r.startswith("duplicate"))
+    near_dups = sum(1 for r in reasons if r.startswith(NEAR_DUPLICATE_MARKS))
     return CurationSummary(items_in=items_in, kept=acc.items_written - acc.items_dropped, near_duplicates=near_dups,
                            filtered=acc.items_dropped - near_dups, dead_lettered=acc.items_dead_lettered,
                            duplicate_ids=acc.duplicate_ids, shards=shards, wall_s=wall_s,
