@@ -124,6 +124,7 @@ def _figure(raw: dict[str, Any]) -> Any:
     reps = range(1, len(raw["runtime_items_per_s"]) + 1)
     ax.plot(reps, raw["runtime_items_per_s"], "o-", label="trident-flows runtime")
     ax.plot(reps, raw["ray_data_items_per_s"], "s--", label="plain Ray Data")
+    ax.set_xticks(list(reps))
     ax.set_xlabel("repeat")
     ax.set_ylabel("items / s (wall, incl. cold start)")
     ax.set_title(f"Same emulated pipeline, same static config ({raw['items']} items)")

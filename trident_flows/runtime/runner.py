@@ -541,6 +541,7 @@ class PipelineRunner:
             if row.get(ERROR):
                 self._dead_letter(Item(row, parent.shard, 0, parent.attempts), self.ops[i], str(row[ERROR]), pending_delta=0)
             elif row.get(DROP):
+                row.pop(ERROR, None)
                 self._write(shard, row, dropped=True)
             else:
                 row.pop(DROP, None)
