@@ -135,6 +135,19 @@ def test_bad_input_names_the_field():
         opt.tell_oom(op.space.config("cpu", 512, prefetch=1))
 
 
+def test_an_incumbent_told_many_times_is_one_evaluation():
+    op = Synthetic()
+    opt = op.optimiser(max_evals=2)
+    incumbent = op.space.config("cpu", 1, prefetch=1)
+    for _ in range(5):
+        op.tell(opt, incumbent)
+    assert len(opt.observations) == 5
+    proposal = opt.ask()
+    assert proposal is not None and proposal.config != incumbent
+    op.tell(opt, proposal.config)
+    assert opt.ask() is None and "max_evals=2" in opt.status
+
+
 def test_warm_start_reproduces_the_previous_best_immediately():
     op = Synthetic(budget=3 * GiB)
     first = op.optimiser()

@@ -175,6 +175,8 @@ class MemoryModel:
     #: few similar measurements from making the model overconfident far from them.
     MIN_AMPLITUDE = 0.15
     MAX_AMPLITUDE = 0.5
+    #: measurements kept per config (the highest peaks), so a config told often stays one small group
+    ROWS_PER_CONFIG = 8
 
     def __init__(self, space: ConfigSpace, device: str, seed: int = 0) -> None:
         self.encoder = ConfigEncoder(space)
@@ -211,6 +213,11 @@ class MemoryModel:
         self._configs.append(config)
         self._features.append(dict(features))
         self._peaks.append(float(peak_bytes))
+        rows = [i for i, c in enumerate(self._configs) if c == config]
+        if len(rows) > self.ROWS_PER_CONFIG:  # keep the fit small: drop this config's lowest peak
+            drop = min(rows, key=self._peaks.__getitem__)
+            for column in (self._configs, self._features, self._peaks):
+                del column[drop]
         self._gp = None
 
     def _size(self, config: OpConfig, features: Mapping[str, float]) -> float:

@@ -26,7 +26,7 @@ Contract:
   surrogate of ``-log(objective)``, times P(memory under the limit)) anywhere in the space: it
   is proposed when it is in the safe set, otherwise the safe candidate closest to it is.
   ``ask`` returns ``None`` when nothing is left worth trying (constrained expected gain under
-  ``min_expected_gain``, no eligible candidate, or ``max_evals`` reached); ``status`` says
+  ``min_expected_gain``, no eligible candidate, or ``max_evals`` distinct configs measured); ``status`` says
   which. ``ask`` does not change state: calling it twice gives the same proposal; measured
   configs are not proposed again.
 - ``tell_oom(config)`` records a constraint violation: the config and every larger batch
@@ -170,7 +170,7 @@ class ConfigOptimizer:
         self._regions: list[OomRegion] = []
         self._dims, self._dim_keys = self._dimensions()
         self._skopt = surrogate_optimizer(self._dims, seed, n_initial_points=1) if self._dims else None
-        self._pending: list[tuple[list[Any], float]] = []
+        self._dirty = False
         self._candidates = self._grid(np.random.default_rng(seed))
         self._cand_x = self._skopt.space.transform([self._point(c) for c in self._candidates]) if self._skopt else None
         self._cand_enc = np.array([[self._encoder.batch_coord(c.batch_size)] + self._encoder.knob_vector(c) for c in self._candidates])
@@ -296,8 +296,7 @@ class ConfigOptimizer:
         self._features.add(features)
         self._memory[config.device].add(config, features, peak_memory, resident_memory)
         self._observations.append(Observation(config, float(throughput), float(peak_memory), features, False, resident_memory))
-        y = -math.log(max(objective(config, throughput, self.gpu_weight), 1e-12))
-        self._pending.append((self._point(config), y))
+        self._dirty = True
 
     def tell_oom(self, config: OpConfig, features: Mapping[str, float] | None = None) -> Rollback:
         """Record an OOM of ``config``: it and every larger batch with the same device and knobs are
@@ -352,14 +351,21 @@ class ConfigOptimizer:
         return False
 
     def _model(self):
+        """The skopt surrogate of ``-log(objective)``, refitted on the mean of each measured config
+        (a config told many times, e.g. an incumbent, is one point, not many)."""
         if self._skopt is None:
             return None
-        if self._pending:
-            xs, ys = zip(*self._pending)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self._skopt.tell(list(xs), list(ys))
-            self._pending.clear()
+        if self._dirty:
+            ys: dict[OpConfig, list[float]] = {}
+            for o in self._observations:
+                if not o.oom:
+                    ys.setdefault(o.config, []).append(-math.log(max(objective(o.config, o.throughput, self.gpu_weight), 1e-12)))
+            self._skopt = surrogate_optimizer(self._dims, self.seed, n_initial_points=1)
+            if ys:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._skopt.tell([self._point(c) for c in ys], [float(np.mean(v)) for v in ys.values()])
+            self._dirty = False
         return self._skopt.models[-1] if self._skopt.models else None
 
     def _no_safe_error(self, reasons: Mapping[str, str]) -> NoSafeConfigError:
@@ -371,8 +377,8 @@ class ConfigOptimizer:
     def ask(self) -> Proposal | None:
         """The next config to try on a canary, or ``None`` (see ``status``). Raises ``NoSafeConfigError``
         when no device has a safe starting point."""
-        if self.max_evals is not None and len(self._observations) >= self.max_evals:
-            self.status = f"stopped: max_evals={self.max_evals} evaluations done"
+        if self.max_evals is not None and len({o.config for o in self._observations}) >= self.max_evals:
+            self.status = f"stopped: max_evals={self.max_evals} configs evaluated"
             return None
         closed = {d: why for d in self.space.devices if (why := self._device_closed(d)) is not None}
         if len(closed) == len(self.space.devices):
