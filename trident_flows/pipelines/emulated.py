@@ -14,7 +14,10 @@ Contract:
 - ``synthetic_rows(workloads, n, regimes, seed)`` is a deterministic stream of input rows
   whose per-item workload features follow a regime schedule such as
   ``"short:500,long:200,scans:300"``; per item a feature is Gamma-distributed around the
-  regime's mean (``PipelineProfile.workloads``).
+  regime's mean (``PipelineProfile.workloads``). ``memory_spikes=((start, count, factor), ...)``
+  gives items ``start .. start+count-1`` a ``memory_scale`` column of ``factor`` (1.0 for the
+  others): their working-set bytes on every operator are multiplied by it, their seconds are
+  not (a memory spike, e.g. very large images inside an otherwise ordinary document).
 - ``emulated_pipeline(profile, stages, ...)`` builds a whole ``PipelineSpec``.
 """
 
@@ -31,6 +34,9 @@ import numpy as np
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, Batch, OperatorSpec, PipelineSpec
 from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, OpConfig
+
+
+MEMORY_SCALE = "memory_scale"
 
 
 def _unit(name: str, key: str) -> float:
@@ -51,7 +57,8 @@ class EmulatedOperator:
     """An operator whose cost and memory come from a cost model (see the module docstring)."""
 
     def __init__(self, config: OpConfig, *, name: str, cost: Mapping[str, Any], time_scale: float = 1.0,
-                 fail_ids: tuple[str, ...] = (), error_ids: tuple[str, ...] = (), host_memory_cap_bytes: int = 64 * 2**20) -> None:
+                 fail_ids: tuple[str, ...] = (), error_ids: tuple[str, ...] = (), host_memory_cap_bytes: int = 64 * 2**20,
+                 device: Any = None) -> None:
         self.config = config
         self.name = name
         self.op_cost = _operator_cost(name, cost)
@@ -72,7 +79,9 @@ class EmulatedOperator:
 
             from trident_flows.runtime import devices
 
-            self.device = devices.current_device()
+            # ``device``: an emulated-device handle for schedulers that place GPU work themselves
+            # (cosmos-xenna does not use Ray's GPU assignment); by default the one Ray assigned
+            self.device = device if device is not None else devices.current_device()
             self.holder = ray.get_runtime_context().get_actor_id() or f"pid-{id(self)}"
             self._device_call(self.device.hold.remote(self.holder, self.cost.resident_bytes))
 
@@ -102,7 +111,7 @@ class EmulatedOperator:
         items = int(keep.sum())
         features = self.workload_features(batch)
         seconds = self.cost.seconds(items, features) * self.time_scale if items else 0.0
-        work_bytes = self.cost.batch_bytes(items, features)
+        work_bytes = self._work_bytes(batch, keep, items, features)
         if self.device is not None:
             self.last_device_peak_bytes = self._device_call(self.device.run.remote(self.holder, work_bytes, seconds))
         else:
@@ -111,6 +120,17 @@ class EmulatedOperator:
             time.sleep(seconds)
             self.last_host_bytes = 0 if working_set is None else working_set.nbytes
         return self._mark(batch, ids, keep)
+
+    def _work_bytes(self, batch: Batch, keep: np.ndarray, items: int, features: dict[str, float]) -> int:
+        """Working-set bytes of the batch's unmarked rows, each scaled by its ``memory_scale``."""
+        if MEMORY_SCALE not in batch:
+            return self.cost.batch_bytes(items, features)
+        scale = np.asarray(batch[MEMORY_SCALE], dtype=float)[keep]
+        per_row = np.full(len(scale), float(self.cost.per_item_bytes))
+        for f, c in self.cost.per_unit_bytes.items():
+            if f in batch:
+                per_row += c * np.asarray(batch[f], dtype=float)[keep]
+        return int((scale * per_row).sum())
 
     def _mark(self, batch: Batch, ids: list[str], keep: np.ndarray) -> Batch:
         out = dict(batch)
@@ -215,8 +235,13 @@ def regime_plan(workloads: Mapping[str, Mapping[str, float]], n: int | None, reg
 
 
 def synthetic_rows(workloads: Mapping[str, Mapping[str, float]], n: int | None = None, regimes: str | None = None,
-                   seed: int = 0, shape: float = 4.0) -> Iterator[dict[str, Any]]:
-    """Deterministic input rows ``{id, regime, <features>}`` following the regime schedule."""
+                   seed: int = 0, shape: float = 4.0,
+                   memory_spikes: tuple[tuple[int, int, float], ...] = ()) -> Iterator[dict[str, Any]]:
+    """Deterministic input rows ``{id, regime, <features>}`` following the regime schedule
+    (plus ``memory_scale`` when ``memory_spikes`` are given, see the module docstring)."""
+    for start, count, factor in memory_spikes:
+        if start < 0 or count < 1 or not factor > 0:
+            raise ValueError(f"bad memory spike {(start, count, factor)!r}: write (start >= 0, count >= 1, factor > 0)")
     rng = np.random.default_rng(seed)
     k = 0
     for regime, count in regime_plan(workloads, n, regimes):
@@ -225,6 +250,8 @@ def synthetic_rows(workloads: Mapping[str, Mapping[str, float]], n: int | None =
             row: dict[str, Any] = {ID: f"item-{k:07d}", "regime": regime}
             for f, mean in means.items():
                 row[f] = round(float(rng.gamma(shape, mean / shape)), 3) if mean > 0 else 0.0
+            if memory_spikes:
+                row[MEMORY_SCALE] = next((float(x) for s, c, x in memory_spikes if s <= k < s + c), 1.0)
             yield row
             k += 1
 
@@ -247,7 +274,8 @@ def config_space(op: OperatorCost, batch_size_max: int = 64) -> ConfigSpace:
 
 
 def emulated_pipeline(profile: PipelineProfile, stages: list[Stage] | tuple[Stage, ...], *, name: str | None = None,
-                      items: int | None = None, regimes: str | None = None, seed: int = 0, time_scale: float = 1.0) -> PipelineSpec:
+                      items: int | None = None, regimes: str | None = None, seed: int = 0, time_scale: float = 1.0,
+                      memory_spikes: tuple[tuple[int, int, float], ...] = ()) -> PipelineSpec:
     """A PipelineSpec of emulated operators fed by ``synthetic_rows`` (see the module docstring)."""
     specs = []
     for st in stages:
@@ -258,5 +286,5 @@ def emulated_pipeline(profile: PipelineProfile, stages: list[Stage] | tuple[Stag
                                   min_replicas=1, max_replicas=max(st.max_replicas, st.replicas)))
     workloads = {k: dict(v) for k, v in profile.workloads.items()}
     total = items if items is not None else sum(c for _, c in regime_plan(workloads, None, regimes))
-    source = functools.partial(synthetic_rows, workloads, total, regimes, seed)
+    source = functools.partial(synthetic_rows, workloads, total, regimes, seed, memory_spikes=tuple(memory_spikes))
     return PipelineSpec(name or f"emulated-{profile.name}", tuple(specs), source, total)
