@@ -1,0 +1,155 @@
+"""Static configurations of an emulated pipeline, searched on its cost model.
+
+Contract:
+- A ``StaticConfig`` is one config and a replica count per operator (what a hand-tuned static
+  deployment, a plain Ray Data job or a fixed xenna stage spec would run), with the throughput
+  the cost model predicts for it on the workload it was tuned on.
+- ``predict_throughput(profile, assignment, features)``: input items/s of the pipeline, the
+  minimum over operators of (replicas x items per second of one replica) / (share of input
+  items that reach the operator), one replica's speed coming from ``DeviceCost.seconds`` on a
+  batch of ``batch_size`` items with the per-item ``features``.
+- ``search_static(profile, features, cpus=, gpus=, ...)`` returns the configuration with the
+  best predicted throughput: every device / GPU replica count / batch size choice of the
+  operators that have an accelerator cost model (a batch whose predicted peak memory, at
+  ``memory_features``, exceeds the device is excluded), and for each the remaining CPUs
+  given one at a time to the operator with the lowest capacity (water-filling, exact for this
+  min-of-ratios objective with integer replicas). Ties go to the smaller batch.
+- ``largest_batch(profile, operator, features, device_memory_bytes, batches)``: the largest
+  candidate batch whose predicted peak memory fits the device ("max batch size" hand-tuning).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from trident_flows.pipelines.emulated import Stage
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
+
+
+@dataclass(frozen=True)
+class StaticConfig:
+    """One config and replica count per operator, in pipeline order, and its predicted items/s."""
+
+    assignment: tuple[tuple[str, OpConfig, int], ...]
+    predicted_items_per_s: float
+
+    def stages(self) -> list[Stage]:
+        return [Stage(name, config, replicas) for name, config, replicas in self.assignment]
+
+    def as_dict(self) -> dict[str, tuple[OpConfig, int]]:
+        return {name: (config, replicas) for name, config, replicas in self.assignment}
+
+    def label(self) -> str:
+        return ", ".join(f"{n} {r}x{c.label()}" for n, c, r in self.assignment)
+
+    def plan(self, reason: str) -> Plan:
+        """This configuration as a Plan (what the oracle applies at a regime boundary)."""
+        ops = tuple(OperatorPlan(n, (ReplicaGroup(c, r),), reason) for n, c, r in self.assignment)
+        return Plan(ops, self.predicted_items_per_s, reason)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"predicted_items_per_s": self.predicted_items_per_s,
+                "operators": {n: {"config": c.to_dict(), "replicas": r} for n, c, r in self.assignment}}
+
+
+def _reach(profile: PipelineProfile) -> dict[str, float]:
+    """Share of input items that reach each operator (product of upstream selectivities)."""
+    out, share = {}, 1.0
+    for op in profile.operators:
+        out[op.name] = share
+        share *= op.selectivity
+    return out
+
+
+def replica_rate(profile: PipelineProfile, name: str, config: OpConfig, features: Mapping[str, float]) -> float:
+    """Items per second of one replica with ``config`` on items with these mean ``features``."""
+    b = config.batch_size
+    seconds = profile.operator(name).device(config.device).seconds(b, {f: v * b for f, v in features.items()})
+    return b / seconds if seconds > 0 else float("inf")
+
+
+def predict_throughput(profile: PipelineProfile, assignment: Mapping[str, tuple[OpConfig, int]], features: Mapping[str, float]) -> float:
+    """Predicted input items/s of the pipeline (see the module docstring)."""
+    reach = _reach(profile)
+    caps = []
+    for name, (config, replicas) in assignment.items():
+        rate = replica_rate(profile, name, config, features) * replicas
+        caps.append(rate / reach[name] if reach[name] > 0 else float("inf"))
+    return min(caps) if caps else 0.0
+
+
+def peak_bytes(profile: PipelineProfile, name: str, config: OpConfig, features: Mapping[str, float]) -> int:
+    b = config.batch_size
+    return profile.operator(name).device(config.device).peak_bytes(b, {f: v * b for f, v in features.items()})
+
+
+def largest_batch(profile: PipelineProfile, name: str, features: Mapping[str, float], device_memory_bytes: int,
+                  batches: Sequence[int], device: str = GPU) -> int:
+    """The largest of ``batches`` whose predicted peak memory fits the device (the smallest if none does)."""
+    fitting = [b for b in sorted(batches) if peak_bytes(profile, name, OpConfig.make(device, batch_size=b), features) <= device_memory_bytes]
+    return fitting[-1] if fitting else min(batches)
+
+
+def _water_fill(profile: PipelineProfile, fixed: dict[str, tuple[OpConfig, int]], cpu_ops: Sequence[str], cpu_batch: int,
+                cpus_left: float, features: Mapping[str, float]) -> dict[str, tuple[OpConfig, int]] | None:
+    if cpus_left < len(cpu_ops):
+        return None
+    reach = _reach(profile)
+    config = OpConfig.make(CPU, batch_size=cpu_batch)
+    rate = {o: replica_rate(profile, o, config, features) / reach[o] for o in cpu_ops}
+    replicas = {o: 1 for o in cpu_ops}
+    for _ in range(int(cpus_left) - len(cpu_ops)):
+        worst = min(cpu_ops, key=lambda o: rate[o] * replicas[o])
+        replicas[worst] += 1
+    return {**fixed, **{o: (config, replicas[o]) for o in cpu_ops}}
+
+
+def search_static(profile: PipelineProfile, features: Mapping[str, float], *, cpus: int, gpus: int, device_memory_bytes: int,
+                  gpu_batches: Sequence[int] = (8, 16, 32, 64), cpu_batch: int = 8,
+                  memory_features: Mapping[str, float] | None = None) -> StaticConfig:
+    """The static configuration with the best predicted throughput (see the module docstring)."""
+    names = [op.name for op in profile.operators]
+    accel = [n for n in names if GPU in profile.operator(n).devices and gpus > 0]
+    mem_features = memory_features if memory_features is not None else features
+    # options per accelerator-capable operator: (config, replicas) on the GPU, or None = on CPU like the rest
+    options: list[list[tuple[OpConfig, int] | None]] = []
+    for n in accel:
+        opts: list[tuple[OpConfig, int] | None] = [None] if CPU in profile.operator(n).devices else []
+        for b in sorted(gpu_batches):
+            config = OpConfig.make(GPU, batch_size=b)
+            if peak_bytes(profile, n, config, mem_features) > device_memory_bytes:
+                continue
+            opts += [(config, g) for g in range(1, gpus + 1)]
+        if not opts:
+            raise ValueError(f"operator {n!r}: no batch size in {list(gpu_batches)} fits {device_memory_bytes} device bytes and it has "
+                             "no CPU cost model; lower the batch sizes or raise device memory")
+        options.append(opts)
+    best: StaticConfig | None = None
+    best_key: tuple[float, int] | None = None
+
+    def visit(k: int, fixed: dict[str, tuple[OpConfig, int]], gpus_used: int) -> None:
+        nonlocal best, best_key
+        if k == len(accel):
+            cpu_ops = [n for n in names if n not in fixed]
+            cpus_left = cpus - sum(c.cpus * r for c, r in fixed.values())
+            full = _water_fill(profile, fixed, cpu_ops, cpu_batch, cpus_left, features)
+            if full is None:
+                return
+            tp = predict_throughput(profile, full, features)
+            key = (round(tp, 9), -sum(c.batch_size for c, _ in full.values()))
+            if best_key is None or key > best_key:
+                best_key = key
+                best = StaticConfig(tuple((n, *full[n]) for n in names), tp)
+            return
+        for opt in options[k]:
+            if opt is None:
+                visit(k + 1, fixed, gpus_used)
+            elif gpus_used + opt[1] <= gpus:
+                visit(k + 1, {**fixed, accel[k]: opt}, gpus_used + opt[1])
+
+    visit(0, {}, 0)
+    if best is None:
+        raise ValueError(f"no static configuration of {names} fits {cpus} CPUs and {gpus} GPUs (each operator needs a replica)")
+    return best
