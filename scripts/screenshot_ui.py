@@ -1,4 +1,4 @@
-"""Screenshot the Prefect UI page of a trident-sidecar flow run showing its plan artifact.
+"""Screenshot the Prefect UI page of a trident-sidecar flow run's plan artifact.
 
 Usage (from the repository root):
     .venv/bin/python scripts/screenshot_ui.py                      # record a run, then screenshot it
@@ -118,8 +118,6 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=12, help="Logical CPUs of the local Ray node.")
     parser.add_argument("--gpus", type=int, default=2, help="Logical GPUs of the local Ray node.")
     parser.add_argument("--window", default="1920,1000", help="Browser window size, WIDTH,HEIGHT.")
-    parser.add_argument("--page", choices=("artifact", "flow-run"), default="artifact",
-                        help="The plan artifact's page (with its flow run) or the flow run's artifacts tab.")
     args = parser.parse_args()
 
     info = ensure_server(port=args.port, state_dir=args.state_dir)
@@ -130,9 +128,9 @@ def main() -> None:
             else:
                 flow_run_id, artifact_id = record_sidecar_run(args, info.url)
         print(f"sidecar flow run: {info.flow_run_url(flow_run_id)}")
-        page = (f"{info.ui_url}/artifacts/artifact/{artifact_id}" if args.page == "artifact"
-                else f"{info.flow_run_url(flow_run_id)}?tab=Artifacts")
-        screenshot(page, args.out, args.window)
+        # the artifact's page shows the plan table next to its flow run (the run page's
+        # Artifacts tab cannot be opened by URL and shows cards without the table)
+        screenshot(f"{info.ui_url}/artifacts/artifact/{artifact_id}", args.out, args.window)
     finally:
         if info.started_by_us:
             stop_server(args.state_dir)
