@@ -14,15 +14,11 @@ artifact page into ``--out``. A server this script started is stopped at the end
 from __future__ import annotations
 
 import argparse
-import contextvars
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -33,45 +29,28 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 
 
-def record_sidecar_run(args: argparse.Namespace, api_url: str) -> tuple[str, str]:
-    """Run document-curation with the sidecar beside it; return (sidecar flow run id, plan artifact id)."""
+def record_sidecar_run(args: argparse.Namespace, api_url: str) -> str:
+    """Run document-curation with the sidecar beside it; return the sidecar's flow run id."""
     import ray
 
-    from trident_flows.flows.document_curation import document_curation
-    from trident_flows.flows.trident_sidecar import trident_sidecar
-    from trident_flows.runtime.launch import find_runner
+    from trident_flows.blocks import PipelineSettingsBlock, TridentSettingsBlock
+    from trident_flows.flows.with_sidecar import curate_with_sidecar
 
+    work = Path(tempfile.mkdtemp(prefix="trident-screenshot-"))
+    pipeline = PipelineSettingsBlock(pipeline=args.pipeline, synth=args.synth, output_location=str(work / "out"),
+                                     shard_size=args.shard_size, runner_name="screenshot-runner")
     ray.init("local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, namespace="trident", log_to_driver=False,
              configure_logging=False, runtime_env={"env_vars": {"PREFECT_API_URL": api_url}})
-    outcome: dict[str, Any] = {}
-    work = Path(tempfile.mkdtemp(prefix="trident-screenshot-"))
-    pipeline = {"pipeline": args.pipeline, "synth": args.synth, "output_location": str(work / "out"), "shard_size": args.shard_size,
-                "runner_name": "screenshot-runner"}
-
-    def curate() -> None:
-        outcome["curation"] = document_curation(pipeline=pipeline, return_state=True)
-
-    # Prefect settings (the API URL) live in context variables, which a new thread does not inherit.
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(curate,), name="document-curation")
-    thread.start()
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                find_runner("screenshot-runner", "trident")
-                break
-            except LookupError:
-                if not thread.is_alive() or time.monotonic() > deadline:
-                    raise RuntimeError(f"the document-curation run never started its runner: {outcome.get('curation')}")
-                time.sleep(0.5)
-        state = trident_sidecar(trident={"policy": args.policy, "tick_interval_s": args.tick_s, "min_samples": 4},
-                                runner_name="screenshot-runner", until_finished=True, return_state=True)
+        run = curate_with_sidecar(pipeline, TridentSettingsBlock(policy=args.policy, tick_interval_s=args.tick_s, min_samples=4))
     finally:
-        thread.join()
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"sidecar: {state.result()['ticks']} ticks, {state.result()['plans_applied']} plans applied")
-    return str(state.state_details.flow_run_id), _plan_artifact_id(str(state.state_details.flow_run_id))
+    if run.sidecar is None:
+        raise RuntimeError(f"the document-curation run never started its runner: {run.curation}")
+    result = run.sidecar.result()
+    print(f"sidecar: {result['ticks']} ticks, {result['plans_applied']} plans applied")
+    return str(run.sidecar.state_details.flow_run_id)
 
 
 def _plan_artifact_id(flow_run_id: str) -> str:
@@ -123,10 +102,8 @@ def main() -> None:
     info = ensure_server(port=args.port, state_dir=args.state_dir)
     try:
         with connected(info):
-            if args.flow_run_id:
-                flow_run_id, artifact_id = args.flow_run_id, _plan_artifact_id(args.flow_run_id)
-            else:
-                flow_run_id, artifact_id = record_sidecar_run(args, info.url)
+            flow_run_id = args.flow_run_id or record_sidecar_run(args, info.url)
+            artifact_id = _plan_artifact_id(flow_run_id)
         print(f"sidecar flow run: {info.flow_run_url(flow_run_id)}")
         # the artifact's page shows the plan table next to its flow run (the run page's
         # Artifacts tab cannot be opened by URL and shows cards without the table)
