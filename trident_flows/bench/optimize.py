@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -210,7 +211,9 @@ def run_skopt(op: SynthOperator, n_evals: int, seed: int, optimum: float) -> tup
     evals: list[Evaluation] = []
     ys: list[float] = []
     for _ in range(n_evals):
-        point = opt.ask()
+        with warnings.catch_warnings():  # skopt warns when its acquisition repeats a point and it draws a random one
+            warnings.simplefilter("ignore", UserWarning)
+            point = opt.ask()
         config = _decode(op, point)
         samples, oom = canary_window(op, config, rng, lambda f: None)
         if oom:

@@ -107,6 +107,7 @@ class Observation:
 @dataclass(frozen=True)
 class Proposal:
     """A config to try on a canary replica, with what the models expect of it and why it was chosen.
+    ``predicted_throughput`` (items/s per replica) is ``nan`` before any measurement;
     ``memory_upper_bound`` is ``inf`` for a seed on a device with no memory measurement yet.
     ``kind``: "seed" (first config of a device), "expand" (a larger batch than any safe one near it)
     or "exploit" (inside the measured safe region)."""
