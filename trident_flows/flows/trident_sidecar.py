@@ -65,8 +65,10 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock, publ
     if waiting:
         note = f"waiting for samples: {len(page.samples)} new, a decision needs {settings.min_samples}"
     else:
-        plan, memory = decide(runner_name, namespace, key, settings.policy, options, state, page, memory)
-        if plan is not None:
+        plan, reason, memory = decide(runner_name, namespace, key, settings.policy, options, state, page, memory)
+        if plan is None:
+            note = f"policy {settings.policy!r} kept the current configuration" + (f": {reason}" if reason else "")
+        else:
             rollout = apply_plan(runner_name, namespace, plan, return_state=True)
             if rollout.is_completed():
                 report = rollout.result()
@@ -77,7 +79,7 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock, publ
         save_memory(runner_name, namespace, memory)
     rows = plan_rows(state, plan, report, note)
     applied = report is not None and report.ok and bool(report.steps_done)
-    headline = (plan.reason if plan is not None else note or f"policy {settings.policy!r} kept the current configuration")
+    headline = plan.reason if plan is not None else note
     if not waiting or publish_waiting:
         create_table_artifact(rows, key=_artifact_key(runner_name),
                               description=f"Trident plan for {state.pipeline} ({settings.policy}): {headline}; "
@@ -87,6 +89,8 @@ def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock, publ
                                            "prefect.resource.name": runner_name, "trident.pipeline": state.pipeline},
                    payload={"policy": settings.policy, "plan": plan.to_dict(), "report": report.to_dict(), "changes": rows})
         logger.info("applied plan: %s (%d steps, dip %.0f%%)", plan.reason, len(report.steps_done), 100 * report.dip)
+    elif waiting:
+        logger.debug("no decision: %s", note)
     else:
         logger.info("no change: %s", report.reason if report is not None and report.ok else (report.error if report else headline))
     failed = (report is not None and not report.ok) or (plan is not None and report is None)

@@ -77,15 +77,25 @@ def _new_policy(runner_name: str, namespace: str, policy: str, options: dict[str
     return make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus)), **options)
 
 
+def decision_reason(policy: Any) -> str:
+    """Why the policy's last decision was what it was, when the policy records it (the Trident
+    controller's ``last_record``, the baselines' ``last``); "" otherwise."""
+    for attr in ("last_record", "last"):
+        reason = getattr(getattr(policy, attr, None), "reason", "")
+        if reason:
+            return str(reason)
+    return ""
+
+
 @task(name="fit-and-decide", cache_policy=NO_CACHE)
 def decide(runner_name: str, namespace: str, key: str, policy: str, options: dict[str, Any], state: Any, page: Any,
-           memory: Optional[SidecarMemory]) -> tuple[Optional[Plan], SidecarMemory]:
-    """Run the policy on the state and the new samples; return its plan and the updated memory."""
+           memory: Optional[SidecarMemory]) -> tuple[Optional[Plan], str, SidecarMemory]:
+    """Run the policy on the state and the new samples; return its plan, its reason and the updated memory."""
     if memory is None or memory.key != key:
         memory = SidecarMemory.fresh(key, _new_policy(runner_name, namespace, policy, options, state))
     controller = memory.policy()
     plan = controller.decide(state, list(page.samples))
-    return plan, memory.after_tick(controller, page.next)
+    return plan, decision_reason(controller), memory.after_tick(controller, page.next)
 
 
 @task(name="roll-out", cache_policy=NO_CACHE)
