@@ -7,6 +7,10 @@ Contract:
   bar; Parquet output under ``demo-output/run``) -> ``report()`` (counts read back from the
   Parquet output and a rich table). Each step is a separate function so a caller (e.g. a
   Prefect flow recording the run) can wrap them.
+- By default the run is recorded in Prefect: ``run_demo_flow()`` runs it as the
+  ``document-curation`` flow with the ``trident-sidecar`` flow scheduling it, on a local Prefect
+  server (``prefect_server.ensure_server``), and prints both flow-run links; ``--no-prefect``
+  uses ``run_demo()`` instead.
 - ``python -m trident_flows.demo --stop`` stops what a demo left running (the local Prefect
   server it may have started; see ``prefect_server.stop_server``) and nothing else.
 """
@@ -121,6 +125,43 @@ def run_demo(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tupl
     return summary, policy_name
 
 
+def run_demo_flow(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tuple[Any, str]:
+    """The same run as Prefect flow runs on a local Prefect server (started when none runs, left
+    running for the UI; ``--stop`` stops it): ``document-curation`` with ``trident-sidecar``
+    scheduling it. Prints both flow-run links; returns (figures for ``report``, policy name)."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from trident_flows.blocks import PipelineSettingsBlock, TridentSettingsBlock
+    from trident_flows.flows.with_sidecar import curate_with_sidecar
+    from trident_flows.prefect_server import connected, ensure_server
+
+    os.environ["OMP_THREAD_LIMIT"] = "1"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    info = ensure_server()
+    console.print(f"Prefect UI: {info.ui_url}" + ("" if info.started_by_us else " (a server that was already running)"))
+    policy_name = best_policy()
+    pipeline = PipelineSettingsBlock(pipeline="documents", input_location=str(corpus), output_location=str(out), shard_size=10,
+                                     runner_name="trident-demo")
+    with connected(info):
+        ray.init("local", num_cpus=max(8, os.cpu_count() or 1), num_gpus=_cuda_devices(), namespace="trident-demo",
+                 include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PREFECT_API_URL": info.url}})
+        try:
+            console.print(f"running flows document-curation + trident-sidecar (policy {policy_name!r}) on a local Ray node")
+            run = curate_with_sidecar(pipeline, TridentSettingsBlock(policy=policy_name, tick_interval_s=2.0))
+        finally:
+            ray.shutdown()
+    console.print(f"document-curation flow run: {info.flow_run_url(run.curation.state_details.flow_run_id)}")
+    if run.sidecar is not None:
+        console.print(f"trident-sidecar flow run:   {info.flow_run_url(run.sidecar.state_details.flow_run_id)}")
+    if not run.curation.is_completed():
+        raise SystemExit(f"the demo run failed: {run.curation.message}")
+    figures = run.curation.result()
+    return SimpleNamespace(items_in=figures["items_in"], wall_s=figures["wall_s"]), policy_name
+
+
 def _cuda_devices() -> int:
     try:
         import torch
@@ -185,6 +226,7 @@ def stop(console: Console) -> None:
 def main(argv: list[str] | None = None) -> DemoResult | None:
     parser = argparse.ArgumentParser(prog="python -m trident_flows.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--stop", action="store_true", help="stop what a previous demo left running, then exit")
+    parser.add_argument("--no-prefect", action="store_true", help="run the pipeline directly, without Prefect flow runs")
     args = parser.parse_args(argv)
     console = Console()
     if args.stop:
@@ -192,7 +234,7 @@ def main(argv: list[str] | None = None) -> DemoResult | None:
         return None
     check_system()
     corpus = make_corpus(console)
-    summary, policy = run_demo(console, corpus)
+    summary, policy = run_demo(console, corpus) if args.no_prefect else run_demo_flow(console, corpus)
     result = report(summary, policy)
     render(result, console)
     return result
