@@ -34,7 +34,10 @@ Contract:
   expected regime duration (mean of past regime lengths, capped by the rest of the run at the
   measured throughput when the spec knows its item count), with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
-  ``default_cold_start_s`` before any) and its drain two median batches; a plan is rolled out when it decides ROLL_OUT and the predicted gain is at least
+  ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
+  when the pricing decides ROLL_OUT (items gained over the regime at least ``benefit_ratio``
+  times the items the switch costs: 2 by default, as measured cold starts leave out the
+  replica actor's own start-up) and the predicted gain is at least
   ``min_gain`` of the current predicted throughput; otherwise the record says WAIT and why.
 - verify: after a rollout, once the plan is in place, the measured pipeline throughput of the
   next ``verify_ticks`` ticks is compared with the prediction; when it falls short by more than
@@ -123,7 +126,7 @@ class TridentPolicy:
     name = "trident"
 
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
-                 k: float = 2.0, min_gain: float = 0.05, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
+                 k: float = 2.0, min_gain: float = 0.05, benefit_ratio: float = 2.0, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
@@ -142,6 +145,7 @@ class TridentPolicy:
         self.margin = memory_safety_margin
         self.k = k
         self.min_gain = min_gain
+        self.benefit_ratio = benefit_ratio
         self.tolerance = tolerance
         self.verify_ticks = verify_ticks
         self.apply_grace_ticks = apply_grace_ticks
@@ -705,7 +709,7 @@ class TridentPolicy:
         if forced:
             return ("roll_out", "memory safety: " + "; ".join(forced) + f"; new placement {plan.reason}", plan, result.throughput)
         try:
-            transition = plan_transition(demands, cluster, current, result.plan, expected)
+            transition = plan_transition(demands, cluster, current, result.plan, expected, benefit_ratio=self.benefit_ratio)
         except ValueError as exc:
             return "wait", f"cannot price the change ({exc}); keeping the current placement", None, result.throughput
         t_now = result.throughput - transition.expected_gain
