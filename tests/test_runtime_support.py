@@ -16,7 +16,7 @@ from trident_flows.scheduler.types import OpConfig
 MIB = 2**20
 
 
-def test_profile() -> PipelineProfile:
+def tiny_profile() -> PipelineProfile:
     return PipelineProfile(
         name="rt-test",
         operators=(
@@ -38,7 +38,7 @@ def small_pipeline(n: int = 200, *, embed_device: str = "cpu", embed_batch: int 
     stages = [Stage("parse", OpConfig.make("cpu", batch_size=8), replicas, stage_params.get("parse", {})),
               Stage("filter", OpConfig.make("cpu", batch_size=16), 1, stage_params.get("filter", {})),
               Stage("embed", embed_cfg, 1, stage_params.get("embed", {}))]
-    return emulated_pipeline(test_profile(), stages, name="rt-test", items=n, regimes=regimes, time_scale=time_scale)
+    return emulated_pipeline(tiny_profile(), stages, name="rt-test", items=n, regimes=regimes, time_scale=time_scale)
 
 
 def input_ids(spec) -> list[str]:
