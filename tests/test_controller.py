@@ -7,7 +7,6 @@ once. It lets the decision logic be checked tick by tick, deterministically, in 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 

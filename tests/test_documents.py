@@ -128,7 +128,7 @@ def test_synth_is_deterministic_by_seed(tmp_path):
     args = dict(n=3, regimes="short:2,scans:1", duplicates=0.0, broken=0.0)
     a = generate(tmp_path / "a", seed=7, **args)
     b = generate(tmp_path / "b", seed=7, **args)
-    c = generate(tmp_path / "c", seed=8, **args)
+    generate(tmp_path / "c", seed=8, **args)
     pd.testing.assert_frame_equal(a, b)
     for name in a.path:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -33,7 +33,7 @@ from skopt.space import Categorical, Integer
 
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
-from trident_flows.scheduler.constraint import MemoryBudget, per_item
+from trident_flows.scheduler.constraint import MemoryBudget
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError, objective, surrogate_optimizer
 from trident_flows.scheduler.types import CPU, GPU, BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from trident_flows.runtime.spec import DROP, ID
+from trident_flows.runtime.spec import DROP
 
 
 # ``_drop`` reasons of near-duplicates: the documents pipeline's dedup operator
