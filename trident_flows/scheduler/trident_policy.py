@@ -320,13 +320,9 @@ class TridentPolicy:
             op = self._ops[name]
             replicas = max(1, sum(state.operator(name).configs().values()))
             for s in batch:
-                residual = None
-                if op.model.ready and s.outcome == Outcome.OK and s.busy_s > 0 and s.items_in > 0:
-                    try:
-                        residual = op.model.log_residual(s, replicas)
-                    except (NoModelError, ValueError):
-                        residual = None
-                change = op.detector.update(s, residual)
+                # observe() scores residuals under a snapshot of the model that it swaps only while the
+                # test is calm: residuals of a model refitted every tick would jump between fits.
+                change = op.detector.observe(s, op.model, replicas)
                 if change is None:
                     if op.detector.current is not None and name not in self._regime_started:
                         self._regime_started[name] = state.wall_s
