@@ -53,7 +53,7 @@ class Controller:
         if self._policy is None:
             spec = self._spec
             if spec is None:
-                spec = ray.get(self.runner.__ray_call__.remote(lambda r: r.spec), timeout=self.call_timeout_s)
+                spec = ray.get(self.runner.pipeline_spec.remote(), timeout=self.call_timeout_s)
             cluster = self._cluster
             if cluster is None:
                 state = ray.get(self.runner.state.remote(), timeout=self.call_timeout_s)

@@ -70,7 +70,7 @@ def _new_policy(runner_name: str, namespace: str, policy: str, options: dict[str
     runner = _runner(runner_name, namespace)
     if runner is None:
         raise RuntimeError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
-    spec = ray.get(runner.__ray_call__.remote(lambda r: r.spec))
+    spec = ray.get(runner.pipeline_spec.remote())
     cpus = min(state.cluster_cpus, options.get("cpu_budget") or state.cluster_cpus)
     gpu_budget = options.get("gpu_budget")
     gpus = state.cluster_gpus if gpu_budget is None else min(state.cluster_gpus, gpu_budget)
