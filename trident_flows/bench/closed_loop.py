@@ -59,7 +59,7 @@ from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OpConfig, Plan
 
 CPUS, GPUS = 16, 2
-DEVICE_MEMORY = 16 * 2**30
+DEVICE_MEMORY = 8 * 2**30
 GPU_BATCHES = (8, 16, 32, 64, 128)
 CPU_BATCH = 4
 SPIKE_FACTOR = 5.0
@@ -206,7 +206,7 @@ class RunRecord:
     reconfigurations: int | None = None
     tick_ms: list[float] = field(default_factory=list)
     timeline: list[tuple[float, int]] = field(default_factory=list)   # (seconds, items completed)
-    head: list[tuple[float, int]] = field(default_factory=list)       # (seconds, items taken by the first operator)
+    tail: list[tuple[float, int]] = field(default_factory=list)       # (seconds, items taken by the last operator)
     replicas: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     error: str = ""
 
@@ -262,7 +262,7 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
             state: RunnerState = ray.get(handle.state.remote())
             t = time.perf_counter() - t0
             record.timeline.append((round(t, 3), state.items_written + state.items_dead_lettered))
-            record.head.append((round(t, 3), state.operators[0].items_in))
+            record.tail.append((round(t, 3), state.operators[-1].items_in))
             for op in state.operators:
                 record.replicas.setdefault(op.name, []).append((round(t, 3), len(op.active)))
             if summary["finished"]:
@@ -456,19 +456,20 @@ def _since_first_output(run: RunRecord) -> list[tuple[float, int]]:
     return [(t - t0, n) for t, n in run.timeline if t >= t0]
 
 
-def _regime_spans(run: RunRecord, blocks: Sequence[tuple[str, int, int]]) -> list[tuple[str, float, float]]:
-    """When the run's first operator took the first and the last item of each block."""
+def _regime_spans(run: RunRecord, blocks: Sequence[tuple[str, int, int]], reach: float) -> list[tuple[str, float, float]]:
+    """About when the run's last operator worked on each block: its items taken / ``reach`` (the share of
+    input items that get past the upstream filters) read as a position in the input stream."""
     t0 = run.startup_s or 0.0
-    t = np.array([p[0] - t0 for p in run.head])
-    n = np.array([p[1] for p in run.head], dtype=float)
-    n = np.maximum.accumulate(n)
+    t = np.array([p[0] - t0 for p in run.tail])
+    n = np.maximum.accumulate(np.array([p[1] for p in run.tail], dtype=float)) / reach
     return [(r, float(np.interp(s, n, t)), float(np.interp(e, n, t))) for r, s, e in blocks]
 
 
 COLORS = {"short": "#dbe9f6", "long": "#fde4c8", "scans": "#e0f0d9"}
 
 
-def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Workload, summary: Mapping[str, Any]) -> Any:
+def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Workload, summary: Mapping[str, Any],
+           reach: float = 1.0) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -479,8 +480,8 @@ def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Wor
     trident = _median_run(main, "trident")
     for ax, records, title in ((axes[0][0], main, "regimes"), (axes[1][0], spikes, "memory spikes (5x per item, inside the long block)")):
         ref = _median_run(records, "trident")
-        if ref is not None and ref.head:
-            for regime, a, b in _regime_spans(ref, workload.blocks()):
+        if ref is not None and ref.tail:
+            for regime, a, b in _regime_spans(ref, workload.blocks(), reach):
                 ax.axvspan(a, b, color=COLORS.get(regime, "#eeeeee"), alpha=0.8, lw=0)
                 ax.text((a + b) / 2, 1.0, regime, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
         for system in dict.fromkeys(r.system for r in records):
@@ -490,7 +491,7 @@ def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Wor
             x, y = _rate(_since_first_output(run), bin_s)
             extra = f", {run.ooms} OOMs" if run.ooms else ""
             ax.plot(x, y, lw=2.2 if system == "trident" else 1.2, label=f"{system} ({run.items_per_s:.1f}/s{extra})")
-        ax.set_title(f"{title}: completed items/s ({bin_s:g} s bins, median repeat);\nshaded: regime entering trident's first operator",
+        ax.set_title(f"{title}: completed items/s ({bin_s:g} s bins, median repeat);\nshaded: regime at trident's last operator (approx.)",
                      fontsize=9)
         ax.set_xlabel("seconds since the run's first output")
         ax.set_ylabel("items/s")
@@ -567,7 +568,8 @@ def run(quick: bool = False, *, systems: Sequence[str] = SYSTEMS, spike_systems:
         "versions": {"ray": ray.__version__, "cosmos_xenna": _xenna_version()},
     }
     notes = _notes(summary, raw)
-    return BenchResult("closed-loop", summary, targets, raw, figure(main, spikes, main_wl, summary), notes)
+    reach = float(np.prod([op.selectivity for op in profile.operators[:-1]]))
+    return BenchResult("closed-loop", summary, targets, raw, figure(main, spikes, main_wl, summary, reach), notes)
 
 
 def _xenna_version() -> str | None:
