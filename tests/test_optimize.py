@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
@@ -35,8 +36,8 @@ class Synthetic:
     def tell(self, opt: ConfigOptimizer, config: OpConfig, size: float = 1.0) -> Rollback | None:
         peak = self.memory(config, size)
         if peak > self.budget:
-            return opt.tell_oom(config, {"pages": size})
-        opt.tell(config, self.throughput(config), peak, {"pages": size}, resident_memory=self.resident)
+            return opt.tell_oom(config, {"pages": size}, items=config.batch_size)
+        opt.tell(config, self.throughput(config), peak, {"pages": size}, resident_memory=self.resident, items=config.batch_size)
         return None
 
 
@@ -102,6 +103,32 @@ def test_memory_grows_with_the_workload_and_the_check_uses_the_worst_recent_item
     assert after.memory_upper_bound <= after.memory_limit
     assert op.memory(after.config, size=2.5) <= op.budget
     assert op.memory(opt.best(), size=2.5) <= op.budget * 0.9
+
+
+def test_a_large_batch_is_checked_at_a_tighter_worst_case_and_growing_items_still_block_it():
+    rng = np.random.default_rng(0)
+    op = Synthetic(budget=3 * GiB)
+    opt = op.optimiser(max_evals=None)
+    for batch in (1, 8, 32):
+        op.tell(opt, op.space.config("cpu", batch, prefetch=1), size=math.exp(0.5**2 / 2))
+    for batch in (1, 2, 4, 8, 16, 32) * 8:  # lognormal(0, 0.5) pages per item, seen as batch means
+        opt.observe_features({"pages": float(rng.lognormal(0.0, 0.5, batch).mean())}, items=batch)
+
+    def true_q95(batch: int) -> float:
+        return float(np.quantile(rng.lognormal(0.0, 0.5, (4000, batch)).mean(axis=1), 0.95))
+
+    small, large = opt.worst_features(2)["pages"], opt.worst_features(128)["pages"]
+    assert large < small  # the mean of 128 items varies less than that of 2
+    assert large >= true_q95(128) and small >= 0.95 * true_q95(2)  # still a high quantile of the batch mean
+    fits = [b for b in range(1, 257) if op.memory(op.space.config("cpu", b, prefetch=1), opt.worst_features(b)["pages"]) <= 0.9 * op.budget]
+    largest = op.space.config("cpu", max(fits), prefetch=1)
+    for step in range(16):  # the documents grow to 3 pages per item
+        opt.observe_features({"pages": 1.0 + 2.0 * (step + 1) / 16}, items=32)
+    assert opt.worst_features(largest.batch_size)["pages"] >= 3.0
+    assert op.memory(largest, 3.0) > op.budget  # the batch that fitted before would now run out of memory...
+    proposal = opt.ask()  # ...and is not proposed: what is proposed fits today's items
+    assert proposal is not None and proposal.config.batch_size < largest.batch_size
+    assert op.memory(proposal.config, 3.0) <= 0.9 * op.budget
 
 
 def test_no_safe_point_gives_a_clear_error_not_a_loop():
@@ -194,7 +221,7 @@ def test_canary_rejects_an_oom_and_measure_condenses_the_window():
     window.append(BatchSample("ocr", "r", config, 9.0, 9.5, 0.5, 4, 0, {"pages": 40.0}, peak_host_mem_bytes=3 * GiB, outcome=Outcome.OOM))
     assert decide(window, [], elapsed_s=3).verdict == Verdict.REJECT
     m = measure(window)
-    assert m.oom and m.features == {"pages": 10.0}
+    assert m.oom and m.features == {"pages": 10.0} and m.items == 4
     ok = measure(window[:3])
     assert not ok.oom and ok.peak_memory == 2 * GiB and ok.throughput == pytest.approx(3 * 4 / sum(4 / r for r in (40, 42, 41)))
     assert math.isclose(ok.features["pages"], 3.0)

@@ -3,7 +3,8 @@
 Contract: ``run(quick) -> BenchResult``. Many synthetic operators with known throughput and
 memory curves are tuned by three methods, side by side, with the same operators, seeds and
 evaluation budget:
-- ``trident``: ``scheduler.optimize.ConfigOptimizer`` (memory GP, safe expansion, OOM regions);
+- ``trident``: ``scheduler.optimize.ConfigOptimizer`` (memory GP, safe expansion, OOM regions),
+  told every batch's per-item features with the batch's item count (``observe_features``);
 - ``skopt_unconstrained``: the same skopt GP/EI optimiser with 5 random initial points, told
   the objective, and on an OOM a penalty worse than anything seen (how one uses ``gp_minimize``
   without a constraint model);
@@ -147,15 +148,16 @@ class Evaluation:
 
 
 def canary_window(op: SynthOperator, config: OpConfig, rng: np.random.Generator,
-                  on_features: Callable[[dict[str, float]], None]) -> tuple[list[BatchSample], bool]:
-    """Run batches of ``config`` until the canary protocol stops measuring; returns (batches, oom)."""
+                  on_features: Callable[[dict[str, float], int], None]) -> tuple[list[BatchSample], bool]:
+    """Run batches of ``config`` until the canary protocol stops measuring; returns (batches, oom).
+    ``on_features`` gets each batch's per-item features and its item count."""
     samples: list[BatchSample] = []
     clock = 0.0
     budget = op.curves[config.device].budget
     while True:
         sizes = rng.lognormal(0.0, op.size_sigma, config.batch_size)
         f = float(sizes.mean())
-        on_features({"size": f})
+        on_features({"size": f}, config.batch_size)
         peak = int(float(op.memory(config, f)) * (1 + abs(rng.normal(0, 0.01))))
         busy = float(op.seconds(config, f)) * float(rng.lognormal(0.0, op.noise))
         oom = peak > budget
@@ -184,10 +186,10 @@ def run_trident(op: SynthOperator, n_evals: int, seed: int, optimum: float) -> t
             samples, oom = canary_window(op, proposal.config, rng, opt.observe_features)
             m = measure(samples)
             if oom:
-                opt.tell_oom(proposal.config, m.features)
+                opt.tell_oom(proposal.config, m.features, m.items)
             else:
                 resident = op.curves[proposal.config.device].resident * (1 + abs(rng.normal(0, 0.01)))
-                opt.tell(proposal.config, m.throughput, m.peak_memory, m.features, resident_memory=resident)
+                opt.tell(proposal.config, m.throughput, m.peak_memory, m.features, resident_memory=resident, items=m.items)
             evals.append(_record(op, proposal.config, samples, oom, optimum))
     except NoSafeConfigError as err:
         return evals, f"error: {err}"
@@ -215,7 +217,7 @@ def run_skopt(op: SynthOperator, n_evals: int, seed: int, optimum: float) -> tup
             warnings.simplefilter("ignore", UserWarning)
             point = opt.ask()
         config = _decode(op, point)
-        samples, oom = canary_window(op, config, rng, lambda f: None)
+        samples, oom = canary_window(op, config, rng, lambda f, n: None)
         if oom:
             y = max(ys, default=0.0) + 1.0
         else:
@@ -233,7 +235,7 @@ def run_random(op: SynthOperator, n_evals: int, seed: int, optimum: float) -> tu
     for _ in range(n_evals):
         config = op.space.config(str(pick.choice(op.space.devices)), int(round(math.exp(pick.uniform(0, math.log(BATCH_MAX))))),
                                  prefetch=int(pick.integers(1, 9)), precision=str(pick.choice(["fp16", "fp32"])))
-        samples, oom = canary_window(op, config, rng, lambda f: None)
+        samples, oom = canary_window(op, config, rng, lambda f, n: None)
         evals.append(_record(op, config, samples, oom, optimum))
     return evals, "budget used"
 

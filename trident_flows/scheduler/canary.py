@@ -18,7 +18,7 @@ Contract:
   candidate is ACCEPTED once precisely measured or at the end of the window.
 - ``measure(candidate)`` condenses the canary's batches into what the optimiser is told
   (``ConfigOptimizer.tell``): items/s per replica, peak memory of the replica's device, and the
-  per-item features of the batch that peaked.
+  per-item features of the batch that peaked with its item count (``items``).
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class Measurement:
     features: Mapping[str, float] = field(default_factory=dict)
     batches: int = 0
     oom: bool = False
+    items: int | None = None  # items the features were averaged over (the peak batch's items_in)
 
 
 def _peak(sample: BatchSample) -> int:
@@ -102,7 +103,8 @@ def _rates(samples: Sequence[BatchSample], gpu_weight: float) -> np.ndarray:
 
 def measure(candidate: Sequence[BatchSample]) -> Measurement:
     """Items/s of the replica (items over busy seconds of its OK batches), the largest peak memory
-    of its device, and the per-item features of the batch with that peak; ``oom`` if any batch OOM'd."""
+    of its device, and the per-item features (and item count) of the batch with that peak; ``oom``
+    if any batch OOM'd."""
     if not candidate:
         raise ValueError("measure() needs at least one batch of the canary replica")
     ok = [s for s in candidate if s.outcome == Outcome.OK and s.busy_s > 0]
@@ -110,7 +112,8 @@ def measure(candidate: Sequence[BatchSample]) -> Measurement:
     throughput = sum(s.items_in for s in ok) / busy if busy > 0 else 0.0
     oom = [s for s in candidate if s.outcome == Outcome.OOM]
     peak_batch = oom[0] if oom else max(candidate, key=_peak)
-    return Measurement(throughput, float(_peak(peak_batch)), per_item(peak_batch.features, peak_batch.items_in), len(candidate), bool(oom))
+    return Measurement(throughput, float(_peak(peak_batch)), per_item(peak_batch.features, peak_batch.items_in), len(candidate), bool(oom),
+                       max(int(peak_batch.items_in), 1))
 
 
 def _half_width(values: np.ndarray, confidence: float) -> float:

@@ -19,11 +19,21 @@ Contract:
 - An OOM is a censored measurement: it enters the model as "memory >= budget" (the budget
   value itself), and ``OomRegion`` marks the OOM'd config and every larger batch with the
   same device and knobs as unsafe.
-- ``FeatureWindow`` keeps the recently seen per-item features; ``worst()`` is a high
-  quantile of each, the workload the safety check assumes (memory grows with input size).
 - Features are PER ITEM: a batch's summed features divided by its items (``per_item``).
-  A candidate with a larger batch is checked at the same per-item quantile, which is
-  conservative: the mean of more items varies less.
+- ``FeatureWindow`` keeps the recently seen per-item features with, when known, the number of
+  items each was averaged over; ``worst(batch_size)`` is the per-item workload the safety check
+  assumes for a batch of that size (memory grows with input size). A batch's memory follows the
+  SUM of its items' features, so its per-item mean varies like ``sd / sqrt(batch_size)``: from
+  rows with item counts the window estimates the per-item mean ``mu`` (item-weighted) and the
+  per-item variance ``s2 = sum n_i (x_i - mu)^2 / (rows - 1)`` (batch means of different sizes
+  give it), and ``worst(b)`` is the ``quantile`` of a batch mean with mean ``c`` and variance
+  ``s2 * (1/b + 1/N)``, taken from the lognormal with those moments (right-skewed like sizes; the
+  normal when ``c <= 0``). The centre ``c`` is the larger of ``mu`` and the item-weighted mean of
+  the last ``RECENT`` rows, ``N`` the items behind it (its own uncertainty), so a workload whose
+  items grow is checked at its recent level, and the drift also widens ``s2``. A large batch is
+  thus checked against a tighter worst case than a small one. Rows without an item count (or
+  all rows while fewer than 2 are counted) give no per-item spread: their ``quantile`` counts at
+  face value for every batch size (no tightening), and ``worst`` is the larger of both.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ import math
 import warnings
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 from scipy.stats import norm
@@ -71,6 +81,10 @@ class MemoryBudget:
         return self.for_device(device) * (1.0 - margin)
 
 
+#: per-item features: one mapping for every config, or one per config
+Features = Union[Mapping[str, float], Sequence[Mapping[str, float]]]
+
+
 def per_item(features: Mapping[str, float], items: int) -> dict[str, float]:
     """A batch's summed features divided by its item count (the per-item features models use)."""
     n = max(int(items), 1)
@@ -78,23 +92,55 @@ def per_item(features: Mapping[str, float], items: int) -> dict[str, float]:
 
 
 class FeatureWindow:
-    """The last ``size`` per-item feature vectors; ``worst()`` is their per-feature ``quantile``."""
+    """The last ``size`` per-item feature vectors (with their item counts); ``worst(batch_size)``
+    is the per-feature ``quantile`` of a batch's per-item mean (see the module docstring)."""
+
+    #: rows whose mean is the centre when it is above the whole window's (a growing workload)
+    RECENT = 8
 
     def __init__(self, quantile: float = 0.95, size: int = 256) -> None:
-        if not 0.5 <= quantile <= 1.0:
-            raise ValueError(f"feature quantile must be in [0.5, 1], got {quantile}")
+        if not 0.5 <= quantile < 1.0:
+            raise ValueError(f"feature_quantile must be in [0.5, 1), got {quantile}")
         if size < 1:
             raise ValueError(f"feature window size must be >= 1, got {size}")
         self.quantile = quantile
-        self._rows: deque[dict[str, float]] = deque(maxlen=size)
+        self._z = float(norm.ppf(quantile))
+        self._rows: deque[tuple[dict[str, float], int | None]] = deque(maxlen=size)
 
-    def add(self, features: Mapping[str, float]) -> None:
+    def add(self, features: Mapping[str, float], items: int | None = None) -> None:
+        """Add per-item ``features`` averaged over ``items`` items (``None``: unknown)."""
+        if items is not None and items < 1:
+            raise ValueError(f"features must be averaged over >= 1 items, got items={items!r}")
         if features:
-            self._rows.append({k: float(v) for k, v in features.items()})
+            self._rows.append(({k: float(v) for k, v in features.items()}, None if items is None else int(items)))
 
-    def worst(self) -> dict[str, float]:
-        names = sorted({k for row in self._rows for k in row})
-        return {k: float(np.quantile([row.get(k, 0.0) for row in self._rows], self.quantile, method="higher")) for k in names}
+    def worst(self, batch_size: int = 1) -> dict[str, float]:
+        """Per feature, the ``quantile`` of the per-item mean of a batch of ``batch_size`` items."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        names = sorted({k for row, _ in self._rows for k in row})
+        return {k: self._worst_one(k, batch_size) for k in names}
+
+    def _worst_one(self, name: str, batch_size: int) -> float:
+        counted = [(row.get(name, 0.0), n) for row, n in self._rows if n is not None]
+        # rows at face value: those without an item count, or all rows while fewer than 2 are counted
+        face = [row.get(name, 0.0) for row, n in self._rows if n is None or len(counted) < 2]
+        bounds = [float(np.quantile(face, self.quantile, method="higher"))] if face else []
+        if len(counted) >= 2:
+            x = np.array([v for v, _ in counted])
+            w = np.array([n for _, n in counted], dtype=float)
+            mu = float(np.sum(w * x) / w.sum())
+            s2_item = float(np.sum(w * (x - mu) ** 2)) / (len(x) - 1)
+            recent_x, recent_w = x[-self.RECENT:], w[-self.RECENT:]
+            recent = float(np.sum(recent_w * recent_x) / recent_w.sum())
+            centre, n_centre = (recent, recent_w.sum()) if recent > mu else (mu, w.sum())
+            var = s2_item * (1.0 / batch_size + 1.0 / n_centre)
+            if centre > 0:  # lognormal with this mean and variance (sizes are right-skewed)
+                s2 = math.log1p(var / centre**2)
+                bounds.append(math.exp(math.log(centre) - s2 / 2 + self._z * math.sqrt(s2)))
+            else:
+                bounds.append(centre + self._z * math.sqrt(var))
+        return max(bounds)
 
 
 class ConfigEncoder:
@@ -256,29 +302,32 @@ class MemoryModel:
             gp.fit(x, resid)
         self._gp = gp
 
-    def predict(self, configs: Sequence[OpConfig], features: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, configs: Sequence[OpConfig], features: Features) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of the log WORKING SET (peak minus resident) of each config under the per-item
-        ``features``; an ``inf`` mean without any measurement (nothing is known to fit)."""
+        ``features`` (one mapping for all configs, or one per config); an ``inf`` mean without any
+        measurement (nothing is known to fit)."""
         if not self._peaks:
             return np.full(len(configs), math.inf), np.full(len(configs), self.MAX_AMPLITUDE)
         if self._gp is None:
             self._fit()
         assert self._gp is not None
-        feats = [features] * len(configs)
+        feats = [features] * len(configs) if isinstance(features, Mapping) else list(features)
+        if len(feats) != len(configs):
+            raise ValueError(f"memory model got {len(feats)} feature mappings for {len(configs)} configs")
         mean, std = self._gp.predict(self._inputs(configs), return_std=True)
         return mean + self._prior(configs, feats), std
 
-    def expected(self, configs: Sequence[OpConfig], features: Mapping[str, float]) -> np.ndarray:
+    def expected(self, configs: Sequence[OpConfig], features: Features) -> np.ndarray:
         """Predicted peak memory in bytes (resident plus the GP's median working set)."""
         mean, _ = self.predict(configs, features)
         return self.resident + np.exp(mean)
 
-    def upper(self, configs: Sequence[OpConfig], features: Mapping[str, float], k: float) -> np.ndarray:
+    def upper(self, configs: Sequence[OpConfig], features: Features, k: float) -> np.ndarray:
         """Upper bound of peak memory in bytes: ``resident + exp(mean + k * std)``."""
         mean, std = self.predict(configs, features)
         return self.resident + np.exp(mean + k * std)
 
-    def p_feasible(self, configs: Sequence[OpConfig], features: Mapping[str, float], limit_bytes: float) -> np.ndarray:
+    def p_feasible(self, configs: Sequence[OpConfig], features: Features, limit_bytes: float) -> np.ndarray:
         """Probability that each config's peak memory stays under ``limit_bytes``."""
         room = limit_bytes - self.resident
         if room <= 0:

@@ -12,8 +12,12 @@ Contract:
   memory for accelerator replicas (``MemoryBudget``).
 - Safety (``constraint.py``): a per-device memory model (resident part + a GP of the log
   working set) gives an upper bound ``resident + exp(mean + k * std)`` at the worst recent
-  workload (the ``feature_quantile`` of the per-item features of the last ``feature_window``
-  batches seen, told or passed to ``observe_features``); a candidate is eligible only when that bound is under the limit AND
+  workload FOR THE CANDIDATE'S BATCH SIZE (``FeatureWindow.worst``: the ``feature_quantile``
+  of a batch's per-item mean, estimated from the per-item features of the last
+  ``feature_window`` batches seen, told or passed to ``observe_features``, with the item
+  count each was averaged over; a larger batch averages more items, so its worst case is
+  tighter; features given without an item count are taken at face value for every batch
+  size); a candidate is eligible only when that bound is under the limit AND
   it is near an already-measured safe config (same device; numeric knobs within
   ``knob_radius``; batch size at most ``growth`` times the safe one's, or one categorical knob
   changed at no larger batch). A device with no safe measurement is entered only at its
@@ -84,7 +88,8 @@ class Observation:
     """One evaluated config: items/s per replica, peak memory in bytes (host memory for CPU
     replicas, device memory for accelerator replicas), per-item workload features, and whether
     it ran out of memory (then ``throughput`` is 0 and ``peak_memory`` the budget it exceeded);
-    ``resident_memory``: bytes the warm replica held before its first batch, when known."""
+    ``resident_memory``: bytes the warm replica held before its first batch, when known;
+    ``items``: how many items ``features`` were averaged over, when known."""
 
     config: OpConfig
     throughput: float
@@ -92,16 +97,18 @@ class Observation:
     features: Mapping[str, float] = field(default_factory=dict)
     oom: bool = False
     resident_memory: float | None = None
+    items: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config.to_dict(), "throughput": self.throughput, "peak_memory": self.peak_memory,
-                "features": dict(self.features), "oom": self.oom, "resident_memory": self.resident_memory}
+                "features": dict(self.features), "oom": self.oom, "resident_memory": self.resident_memory, "items": self.items}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Observation":
         return cls(OpConfig.from_dict(data["config"]), float(data["throughput"]), float(data["peak_memory"]),
                    dict(data.get("features", {})), bool(data.get("oom", False)),
-                   None if data.get("resident_memory") is None else float(data["resident_memory"]))
+                   None if data.get("resident_memory") is None else float(data["resident_memory"]),
+                   None if data.get("items") is None else int(data["items"]))
 
 
 @dataclass(frozen=True)
@@ -255,13 +262,20 @@ class ConfigOptimizer:
     def observations(self) -> tuple[Observation, ...]:
         return tuple(self._observations)
 
-    def worst_features(self) -> dict[str, float]:
-        """The per-item workload the safety check assumes: a high quantile of recent features."""
-        return self._features.worst()
+    def worst_features(self, batch_size: int = 1) -> dict[str, float]:
+        """The per-item workload the safety check assumes for a batch of ``batch_size`` items: a high
+        quantile of its per-item mean under the recent features (``FeatureWindow.worst``)."""
+        return self._features.worst(batch_size)
 
-    def observe_features(self, features: Mapping[str, float]) -> None:
-        """Add per-item features seen on any replica (they move the worst-case workload)."""
-        self._features.add(features)
+    def _worst_for(self, configs: Sequence[OpConfig]) -> list[dict[str, float]]:
+        """``worst_features`` of each config's batch size."""
+        by_batch = {b: self._features.worst(b) for b in {c.batch_size for c in configs}}
+        return [by_batch[c.batch_size] for c in configs]
+
+    def observe_features(self, features: Mapping[str, float], items: int | None = None) -> None:
+        """Add per-item features seen on any replica, averaged over ``items`` items when known
+        (they move the worst-case workload; with ``items`` a large batch's worst case is tighter)."""
+        self._features.add(features, items)
 
     def _is_safe(self, obs: Observation) -> bool:
         return not obs.oom and obs.peak_memory <= self.limits[obs.config.device] and not blocked(obs.config, self._regions)
@@ -283,31 +297,33 @@ class ConfigOptimizer:
 
     # ----- tell -------------------------------------------------------------------------------
     def tell(self, config: OpConfig, throughput: float, peak_memory: float, features: Mapping[str, float] | None = None,
-             resident_memory: float | None = None) -> None:
+             resident_memory: float | None = None, items: int | None = None) -> None:
         """Record a measurement: items/s of one replica, peak memory in bytes (host for CPU replicas,
         device memory for accelerators), the per-item features of the batch that peaked, and (when the
         runtime knows it) the replica's resident memory before its first batch, which lets the memory
-        model tell model weights from the per-batch working set."""
+        model tell model weights from the per-batch working set. ``items``: how many items the
+        features were averaged over (the peak batch's items), when known."""
         self._check_in_space(config)
         if not (math.isfinite(throughput) and throughput >= 0):
             raise ValueError(f"operator {self.operator!r}: throughput of {config.label()} must be a finite number >= 0, got {throughput!r}")
         if not (math.isfinite(peak_memory) and peak_memory > 0):
             raise ValueError(f"operator {self.operator!r}: peak_memory of {config.label()} must be > 0 bytes, got {peak_memory!r}")
         features = dict(features or {})
-        self._features.add(features)
+        self._features.add(features, items)
         self._memory[config.device].add(config, features, peak_memory, resident_memory)
-        self._observations.append(Observation(config, float(throughput), float(peak_memory), features, False, resident_memory))
+        self._observations.append(Observation(config, float(throughput), float(peak_memory), features, False, resident_memory, items))
         self._dirty = True
 
-    def tell_oom(self, config: OpConfig, features: Mapping[str, float] | None = None) -> Rollback:
+    def tell_oom(self, config: OpConfig, features: Mapping[str, float] | None = None, items: int | None = None) -> Rollback:
         """Record an OOM of ``config``: it and every larger batch with the same device and knobs are
-        unsafe from now on. Returns the rollback decision (see ``Rollback``)."""
+        unsafe from now on (``features``/``items`` as in ``tell``). Returns the rollback decision
+        (see ``Rollback``)."""
         self._check_in_space(config)
         features = dict(features or {})
         budget = self.budget.for_device(config.device)
-        self._features.add(features)
+        self._features.add(features, items)
         self._memory[config.device].add(config, features, budget)
-        self._observations.append(Observation(config, 0.0, budget, features, True))
+        self._observations.append(Observation(config, 0.0, budget, features, True, items=items))
         self._regions.append(OomRegion.above(config))
         unsafe = f"{config.label()} ran out of memory (budget {budget / 2**30:.3g} GiB); batch >= {config.batch_size} with these knobs is now unsafe"
         target = self.best()
@@ -321,22 +337,21 @@ class ConfigOptimizer:
         """Replay earlier observations of this operator (e.g. from a regime's memory)."""
         for obs in observations:
             if obs.oom:
-                self.tell_oom(obs.config, obs.features)
+                self.tell_oom(obs.config, obs.features, obs.items)
             else:
-                self.tell(obs.config, obs.throughput, obs.peak_memory, obs.features, obs.resident_memory)
+                self.tell(obs.config, obs.throughput, obs.peak_memory, obs.features, obs.resident_memory, obs.items)
 
     # ----- best / ask -------------------------------------------------------------------------
     def best(self) -> OpConfig | None:
         """The best safe MEASURED config (mean objective over its measurements): not OOM'd, measured
-        under the limit, and predicted under the limit at today's worst-case workload. ``None`` if none."""
+        under the limit, and predicted under the limit at today's worst-case workload for its batch size. ``None`` if none."""
         by_config: dict[OpConfig, list[float]] = {}
         for obs in self._observations:
             if self._is_safe(obs):
                 by_config.setdefault(obs.config, []).append(objective(obs.config, obs.throughput, self.gpu_weight))
-        worst = self.worst_features()
         ranked = sorted(by_config.items(), key=lambda item: -float(np.mean(item[1])))
         for config, _ in ranked:
-            if float(self._memory[config.device].expected([config], worst)[0]) <= self.limits[config.device]:
+            if float(self._memory[config.device].expected([config], self.worst_features(config.batch_size))[0]) <= self.limits[config.device]:
                 return config
         return None
 
@@ -384,12 +399,11 @@ class ConfigOptimizer:
         closed = {d: why for d in self.space.devices if (why := self._device_closed(d)) is not None}
         if len(closed) == len(self.space.devices):
             raise self._no_safe_error(closed)
-        worst = self.worst_features()
         measured = {o.config for o in self._observations}
         for device in self.space.devices:  # every open device is entered at its seed first
             seed = self._encoder.seed(device)
             if device not in closed and not self._safe_points(device) and seed not in measured:
-                upper = float(self._memory[device].upper([seed], worst, self.k)[0]) if len(self._memory[device]) else math.inf
+                upper = float(self._memory[device].upper([seed], self._worst_for([seed]), self.k)[0]) if len(self._memory[device]) else math.inf
                 predicted = self._predict([seed])
                 self.status = f"proposed {seed.label()}"
                 return Proposal(seed, predicted[0] if predicted else math.nan, upper, self.limits[device], "seed",
@@ -402,7 +416,8 @@ class ConfigOptimizer:
             safe = self._safe_points(device)
             idx = [i for i in open_idx.tolist() if self._candidates[i].device == device and self._near_safe(self._candidates[i], safe)]
             if idx:
-                upper = self._memory[device].upper([self._candidates[i] for i in idx], worst, self.k)
+                configs = [self._candidates[i] for i in idx]
+                upper = self._memory[device].upper(configs, self._worst_for(configs), self.k)
                 eligible.update((i, float(u)) for i, u in zip(idx, upper) if u <= self.limits[device])
         if not eligible:
             self.status = "stopped: no unmeasured candidate is both near a safe config and under the memory limit"
@@ -419,7 +434,8 @@ class ConfigOptimizer:
         for device in self.space.devices:
             on = np.array([self._candidates[i].device == device for i in open_idx])
             if on.any():
-                eic[on] *= self._memory[device].p_feasible([self._candidates[i] for i in open_idx[on]], worst, self.limits[device])
+                configs = [self._candidates[i] for i in open_idx[on]]
+                eic[on] *= self._memory[device].p_feasible(configs, self._worst_for(configs), self.limits[device])
         gain = dict(zip(open_idx.tolist(), eic.tolist()))
         t = int(np.argmax(eic))
         target = int(open_idx[t])
@@ -456,7 +472,6 @@ class ConfigOptimizer:
         if not value:
             return None
         overall = max(value.values())
-        worst = self.worst_features()
         options: list[tuple[float, int, str]] = []
         for device in self.space.devices:
             safe = [c for c in value if c.device == device]
@@ -469,7 +484,7 @@ class ConfigOptimizer:
             # A batch takes no less time than a smaller one, so items/s grows at most in proportion
             # to the batch: a device that cannot beat the best even so is not worth exploring.
             reach = [c for c in self._candidates if c.device == device and c.knobs == best.knobs and c.batch_size > top]
-            fits = [c.batch_size for c, m in zip(reach, self._memory[device].expected(reach, worst)) if m <= self.limits[device]] if reach else []
+            fits = [c.batch_size for c, m in zip(reach, self._memory[device].expected(reach, self._worst_for(reach))) if m <= self.limits[device]] if reach else []
             potential = value[best] * max(fits, default=top) / top
             steps = [i for i in eligible if self._candidates[i].device == device and self._candidates[i].batch_size > top]
             if potential > overall and steps:
