@@ -1,6 +1,7 @@
 """The core value types: validation messages, hashing and JSON round trips."""
 
 import json
+import pickle
 
 import pytest
 
@@ -37,3 +38,11 @@ def test_batch_sample_and_plan_round_trip_through_json():
 def test_cluster_spec_totals():
     spec = ClusterSpec.single_node(cpus=16, gpus=2)
     assert spec.total_cpus == 16 and spec.total_gpus == 2
+
+
+def test_opconfig_hash_is_cached_but_never_pickled():
+    a = OpConfig.make("gpu", batch_size=8, fps=2)
+    assert hash(a) == hash(OpConfig.make("gpu", batch_size=8, fps=2))
+    clone = pickle.loads(pickle.dumps(a))
+    assert "_hash" not in clone.__dict__  # another process would compute its own string hashes
+    assert clone == a and {a: 1}[clone] == 1

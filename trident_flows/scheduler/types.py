@@ -64,6 +64,19 @@ class OpConfig:
         if self.cpus == 0 and self.gpus == 0:
             raise ValueError("a replica must hold some resource: set cpus > 0 or gpus > 0")
 
+    def __hash__(self) -> int:
+        # Configs key many dicts in the scheduler's hot loops (thousands of lookups per model fit):
+        # compute the hash once. It is left out of the pickled state (``__getstate__``) because
+        # string hashes differ between processes.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.device, self.batch_size, self.cpus, self.gpus, self.knobs))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @classmethod
     def make(cls, device: str = CPU, batch_size: int = 1, cpus: float = 1.0, gpus: float | None = None, **knobs: KnobValue) -> "OpConfig":
         """Convenience constructor: ``gpus`` defaults to 1 for an accelerator device, 0 for cpu."""
