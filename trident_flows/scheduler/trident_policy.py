@@ -435,7 +435,7 @@ class TridentPolicy:
                     events.append(f"{name}: {s.config.label()} ran out of memory: it and larger batches are unsafe")
                     space = self._spec_space(name)
                     if space is not None and s.config.device in space.devices and space.batch_size_min <= s.config.batch_size <= space.batch_size_max:
-                        self._optimizer(name).tell_oom(s.config, per_item(s.features, s.items_in))
+                        self._optimizer(name).tell_oom(s.config, per_item(s.features, s.items_in), items=s.items_in)
         for name, op in self._ops.items():
             space = self._spec_space(name)
             if space is None:
@@ -444,14 +444,14 @@ class TridentPolicy:
             state_op = state.operator(name)
             canary_ids = {r.replica_id for r in state_op.active if r.canary}
             for s in new.get(name, []):
-                opt.observe_features(per_item(s.features, s.items_in))
+                opt.observe_features(per_item(s.features, s.items_in), items=s.items_in)
                 if s.outcome == Outcome.OK and s.replica_id not in canary_ids and s.config.device in space.devices:
                     op.to_tell.setdefault(s.config, []).append(s)
             for config, batch in list(op.to_tell.items()):
                 if len(batch) >= self.tell_every:
                     m = canary_protocol.measure(batch)
                     if m.throughput > 0 and m.peak_memory > 0 and space.batch_size_min <= config.batch_size <= space.batch_size_max:
-                        opt.tell(config, m.throughput, m.peak_memory, m.features)
+                        opt.tell(config, m.throughput, m.peak_memory, m.features, items=m.items)
                     op.to_tell[config] = []
             if op.canary is not None:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events)
@@ -526,7 +526,7 @@ class TridentPolicy:
         if m.oom:
             op.unsafe[c.config] = f"canary {c.config.label()} ran out of memory"
         elif m.throughput > 0 and m.peak_memory > 0:
-            opt.tell(c.config, m.throughput, m.peak_memory, m.features)
+            opt.tell(c.config, m.throughput, m.peak_memory, m.features, items=m.items)
         if decision.verdict == canary_protocol.Verdict.ACCEPT:
             op.accepted.add(c.config)
         op.canary = None
