@@ -51,12 +51,12 @@ from trident_flows.pipelines.emulated import emulated_pipeline, regime_plan, syn
 from trident_flows.runtime import devices
 from trident_flows.runtime.control import ControlLoop
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.runtime.launch import start_runner
+from trident_flows.runtime.launch import start_runner, stop_runner
 from trident_flows.runtime.sink import read_ids
 from trident_flows.runtime.spec import ID, PipelineSpec
 from trident_flows.runtime.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OpConfig, Plan
+from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, Plan
 
 CPUS, GPUS = 16, 2
 DEVICE_MEMORY = 8 * 2**30
@@ -270,12 +270,7 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
         wall = time.perf_counter() - t0
         busy = _device_busy_s(f"{name}-device", NAMESPACE)
     finally:
-        if loop is not None:
-            loop.stop()
-        try:
-            ray.get(handle.stop.remote(), timeout=60)
-        finally:
-            ray.kill(handle)
+        stop_runner(handle, loop)
     data_ids, dead_ids = read_ids(out)
     lost = items_lost((r[ID] for r in spec.source()), data_ids, dead_ids)
     # first output: the first poll that saw one, less half a poll interval (the end is exact: wait() returns at once)

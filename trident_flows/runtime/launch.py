@@ -135,6 +135,16 @@ def _operator_figures(state: RunnerState) -> dict[str, dict[str, Any]]:
     return figures
 
 
+def stop_runner(handle: Any, loop: ControlLoop | None = None, timeout_s: float = 60.0) -> None:
+    """Stop the control loop (if any), let the runner stop cleanly, then kill its actor."""
+    if loop is not None:
+        loop.stop()
+    try:
+        ray.get(handle.stop.remote(), timeout=timeout_s)
+    finally:
+        ray.kill(handle)
+
+
 def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
                  name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5) -> RunSummary:
@@ -159,12 +169,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
                 break
         final_state: RunnerState = ray.get(handle.state.remote())
     finally:
-        if loop is not None:
-            loop.stop()
-        try:
-            ray.get(handle.stop.remote(), timeout=60)
-        finally:
-            ray.kill(handle)
+        stop_runner(handle, loop)
     acc = account(out)
     return RunSummary(
         pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=final_state.items_in,
