@@ -106,7 +106,7 @@ class RegimeDetector:
     """Online feature clustering plus a CUSUM change-point test, for one operator."""
 
     def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
-                 radius: float = 0.5, vote_window: int = 5, confirm: int = 3, calibration: int = 30, cusum_k: float = 0.5,
+                 radius: float = 0.8, vote_window: int = 5, confirm: int = 3, calibration: int = 30, cusum_k: float = 0.5,
                  cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, min_shift: float = 0.1, dwell: int = 10,
                  min_sigma: float = 0.01, centroid_memory: int = 200, rebase_samples: int = 100) -> None:
         if confirm > vote_window or confirm < 1:
