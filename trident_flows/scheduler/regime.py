@@ -8,9 +8,13 @@ Contract:
   reason). Applying a change (refit, recall a remembered model) is the caller's step.
 - Which regime the input is in: online leader clustering of the per-item workload features
   of each batch (``features / items_in``, then ``log1p``, divided by an optional per-feature
-  scale). A sample within ``radius`` of a regime's centroid belongs to it; the current
+  scale). A sample within the radius of a regime's centroid belongs to it; the current
   regime changes when ``confirm`` of the last ``vote_window`` samples belong to another
   regime, or are novel and close together (a new regime is created from their mean).
+  The radius is ``radius`` or, when the stream is noisier, ``noise_z`` times the RMS distance of
+  recent samples to the current centroid (an EWMA over every sample, each clipped at three
+  radii): batches of a few items (or of clips cut from one video) scatter far more than
+  batches of many, and a fixed radius turned that scatter into spurious regimes.
   Regime ids are stable for the detector's life, so a recurring regime gets its old id
   (``recurring=True``): scikit-learn's online clusterers (Birch) may renumber clusters.
 - Whether the operator behaves differently: a two-sided CUSUM on throughput residuals
@@ -106,9 +110,10 @@ class RegimeDetector:
     """Online feature clustering plus a CUSUM change-point test, for one operator."""
 
     def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
-                 radius: float = 0.8, vote_window: int = 5, confirm: int = 3, calibration: int = 30, cusum_k: float = 0.5,
+                 radius: float = 0.8, vote_window: int = 8, confirm: int = 6, calibration: int = 30, cusum_k: float = 0.5,
                  cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, min_shift: float = 0.1, dwell: int = 10,
-                 min_sigma: float = 0.01, centroid_memory: int = 200, rebase_samples: int = 100) -> None:
+                 min_sigma: float = 0.01, centroid_memory: int = 200, rebase_samples: int = 100, noise_z: float = 2.0,
+                 noise_memory: int = 100) -> None:
         if confirm > vote_window or confirm < 1:
             raise ValueError(f"confirm must be in 1..vote_window ({vote_window}), got {confirm}")
         if radius <= 0 or cusum_h <= 0 or calibration < 3:
@@ -136,6 +141,10 @@ class RegimeDetector:
         self.transients = 0
         self.min_sigma = min_sigma
         self.centroid_memory = centroid_memory
+        self.noise_z = noise_z
+        self.noise_memory = noise_memory
+        self._noise_ms = 0.0                 # EWMA of squared distances to the current centroid
+        self._noise_n = 0
         self.regimes: dict[int, Regime] = {}
         self.current: int | None = None
         self.n = 0
@@ -160,14 +169,29 @@ class RegimeDetector:
             out.append(math.log1p(v / sample.items_in) / self.scales.get(f, 1.0))
         return np.array(out)
 
+    @property
+    def effective_radius(self) -> float:
+        """``radius``, or ``noise_z`` x the RMS scatter of recent samples when that is larger."""
+        if self._noise_n < 10:
+            return self.radius
+        return max(self.radius, self.noise_z * math.sqrt(self._noise_ms))
+
+    def _track_noise(self, vector: np.ndarray) -> None:
+        if self.current is None:
+            return
+        d2 = float(np.sum((vector - self.regimes[self.current].centroid) ** 2))
+        d2 = min(d2, (3 * self.effective_radius) ** 2)
+        self._noise_n += 1
+        self._noise_ms += (d2 - self._noise_ms) / min(self._noise_n, self.noise_memory)
+
     def classify(self, vector: np.ndarray) -> tuple[int | None, float]:
-        """Nearest regime within ``radius`` (or None) and the distance to the nearest regime."""
+        """Nearest regime within the effective radius (or None) and the distance to the nearest regime."""
         if not self.regimes:
             return None, math.inf
         ids = list(self.regimes)
         d = np.linalg.norm(np.array([self.regimes[i].centroid for i in ids]) - vector, axis=1)
         j = int(np.argmin(d))
-        return (ids[j] if d[j] <= self.radius else None), float(d[j])
+        return (ids[j] if d[j] <= self.effective_radius else None), float(d[j])
 
     # ---------------------------------------------------------------- residuals
     @property
@@ -267,6 +291,8 @@ class RegimeDetector:
                 change = self._on_alarm(*alarm)
         if change is None:
             change = self._on_votes(dist)
+        if change is None:
+            self._track_noise(x)
         if change is None and label is not None and label == self.current:
             reg = self.regimes[label]
             reg.count += 1
@@ -300,7 +326,7 @@ class RegimeDetector:
         stragglers = self._previous if self.n - self._switched_at < self.dwell else None
         if len(novel) >= self.confirm:
             centre = np.mean(novel, axis=0)
-            if max(np.linalg.norm(x - centre) for x in novel) <= self.radius:
+            if max(np.linalg.norm(x - centre) for x in novel) <= self.effective_radius:
                 label, _ = self.classify(centre)
                 recurring = label is not None
                 rid = label if recurring else self._new_regime(centre)

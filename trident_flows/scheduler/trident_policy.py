@@ -8,7 +8,10 @@ Contract:
   returns just that plan. It makes no runner call: applying the plan is the caller's step, and
   the next ``state`` shows whether it was applied.
 - observe: the samples go to a sliding window per operator and its ``OperatorModel`` is refitted
-  (samples of older config epochs are invalidated by the model itself).
+  once ``refit_min_samples`` new samples have arrived since its last fit, at once when its
+  config epoch changed or its window was cut at a change point (samples of older config epochs
+  are invalidated by the model itself). A fit costs tens of milliseconds per operator; refitting
+  every operator on every tick made the tick the controller's largest cost.
 - regime: each sample, with its throughput residual under the current model, goes to the
   operator's ``RegimeDetector``. On a residual change the window keeps only samples since the
   change point. On a change to a regime seen before, the remembered model and best config
@@ -103,6 +106,8 @@ class _Operator:
     canary: _Canary | None = None
     accepted: set = field(default_factory=set)
     unsafe: dict = field(default_factory=dict)
+    unfitted: int = 0                  # samples since the last fit
+    fitted_epoch: int | None = None    # the config epoch of the last fit (None: refit at the next samples)
 
 
 @dataclass
@@ -131,7 +136,7 @@ class TridentPolicy:
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
-                 max_changes: int | None = None, **_options: Any) -> None:
+                 max_changes: int | None = None, refit_min_samples: int = 8, **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if not 0 < tolerance < 1:
@@ -179,6 +184,9 @@ class TridentPolicy:
         if max_changes is not None and max_changes < 0:
             raise ValueError(f"trident: max_changes must be >= 0 or None, got {max_changes}")
         self.max_changes = max_changes
+        if refit_min_samples < 1:
+            raise ValueError(f"trident: refit_min_samples must be >= 1, got {refit_min_samples}")
+        self.refit_min_samples = refit_min_samples
 
     # ------------------------------------------------------------------ the Policy protocol
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
@@ -303,11 +311,16 @@ class TridentPolicy:
             for s in batch:
                 op.window.append((op.fed, s))  # op.fed = the sample's index in the regime detector
                 op.fed += 1
+            op.unfitted += len(batch)
             if op.restored:
                 op.restored = False  # the remembered model serves this tick; refit from the next one
                 continue
+            epoch = state.operator(name).config_epoch
+            if op.model.ready and op.fitted_epoch == epoch and op.unfitted < self.refit_min_samples:
+                continue
             try:
-                op.model.fit([s for _, s in op.window], current_epoch=state.operator(name).config_epoch)
+                op.model.fit([s for _, s in op.window], current_epoch=epoch)
+                op.unfitted, op.fitted_epoch = 0, epoch
             except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
                 failed.append(f"{name}: {type(exc).__name__}: {exc}")
         if failed:
@@ -336,6 +349,7 @@ class TridentPolicy:
                     # same workload, new behaviour: only samples since the change point describe it
                     keep = [(seq, x) for seq, x in op.window if seq >= change.change_point]
                     op.window = deque(keep, maxlen=self.window)
+                    op.fitted_epoch = None  # refit on the kept samples at the next ones
                     events.append(f"{name}: dropped samples before the change point; refit on {len(keep)}")
                     continue
                 record = self.memory.visit(change.new, name) if change.recurring else None
