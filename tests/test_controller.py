@@ -91,7 +91,8 @@ class SimRunner:
     def state(self) -> RunnerState:
         ops = tuple(OperatorState(op.name, tuple(ReplicaState(rid, rid, c, True, False, canary, 1, 0.9, 10, op.epoch)
                                                  for rid, c, canary in op.replicas), 0, 0, int(op.items_in), int(op.items_in),
-                                  op.epoch, 0.9, 0, 0) for op in self.ops)
+                                  op.epoch, 0.9, 0, 0, int(op.items_in) if k < len(self.ops) - 1 else 0)
+                    for k, op in enumerate(self.ops))
         done = int(self.ops[-1].items_in)
         return RunnerState("sim", ops, int(self.ops[0].items_in), done, 0, 0, done, False, False, self.t, done / max(self.t, 1e-9),
                            self.cpus, 0.0, len(self.applied), 0)

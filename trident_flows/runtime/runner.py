@@ -138,6 +138,7 @@ class Shard:
 class OpCounters:
     items_in: int = 0
     items_out: int = 0
+    items_forwarded: int = 0
     errors: int = 0
     ooms: int = 0
     reserved_items: int = 0
@@ -562,6 +563,7 @@ class PipelineRunner:
             self.queues[i + 1].push(item)
         c.items_in += len(unit.items)
         c.items_out += n
+        c.items_forwarded += len(continuing)
         c.growth_items = _track(c.growth_items, n / max(1, len(unit.items)))
         if continuing:
             c.growth_bytes = _track(c.growth_bytes, out_bytes / max(1, in_bytes))
@@ -639,7 +641,8 @@ class PipelineRunner:
             warm = [r for r in replicas if r.warm and not r.draining]
             c = self.counters[i]
             ops.append(OperatorState(self.ops[i], replicas, self.queues[i].n_items, self.queues[i].n_bytes, c.items_in, c.items_out,
-                                     pool.config_epoch, sum(r.busy_fraction for r in warm) / len(warm) if warm else 0.0, c.errors, c.ooms))
+                                     pool.config_epoch, sum(r.busy_fraction for r in warm) / len(warm) if warm else 0.0, c.errors, c.ooms,
+                                     c.items_forwarded))
         wall = self._wall()
         done = self.rows_written + self.rows_dead
         return RunnerState(self.spec.name, tuple(ops), self.items_in, self.rows_written, self.rows_dead, self.rows_dropped,

@@ -95,7 +95,8 @@ class ReplicaState:
 @dataclass(frozen=True)
 class OperatorState:
     """One operator's pool and input queue. ``items_in`` counts items sent to replicas and
-    completed; ``items_out`` rows it returned (after splitting/filter marks)."""
+    completed; ``items_out`` rows it returned (after splitting/filter marks); ``items_forwarded``
+    the rows it passed on to the next operator (not filtered, not failed; 0 for the last one)."""
 
     name: str
     replicas: tuple[ReplicaState, ...]
@@ -107,6 +108,7 @@ class OperatorState:
     busy_fraction: float
     errors: int
     ooms: int
+    items_forwarded: int = 0
 
     @property
     def active(self) -> tuple[ReplicaState, ...]:

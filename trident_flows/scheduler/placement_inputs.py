@@ -4,9 +4,13 @@ Contract (pure functions):
 - ``concave_curve(totals)`` turns predicted totals for 1..n replicas into ``PlacementOption``
   breakpoints (1, 2, 4, ..., n): per-replica gains are clipped so they never grow (concave) and
   never go below 0 (non-decreasing); the result under-estimates rather than over-promises.
-- ``work_per_item(state, previous)`` is, per operator, the items it receives per pipeline input
-  item: the ratio of its completed input items to the first operator's, over the interval since
-  ``previous`` when both moved, else since the start (1.0 before anything was measured).
+- ``work_per_item(state, history)`` is, per operator, the items it receives per pipeline input
+  item: the product, over the operators before it, of each one's rows forwarded per item taken
+  (its own splits and filters). Each factor comes from one operator's own counters, so pipeline
+  lag (items still queued between operators) cannot distort it; it is taken over the most recent
+  interval of ``history`` (earlier states, oldest first) in which that operator took at least
+  ``min_items`` items, else since the start, and is 1.0 before anything was measured. Comparing
+  two operators' ``items_in`` instead swung the estimate several-fold from tick to tick.
 - ``current_placement(state)`` is what serves now (canaries excluded) as a ``CurrentPlacement``.
 """
 
@@ -39,20 +43,21 @@ def concave_curve(totals: Sequence[float]) -> tuple[tuple[int, float], ...]:
     return tuple(points)
 
 
-def work_per_item(state: RunnerState, previous: RunnerState | None = None) -> dict[str, float]:
+def work_per_item(state: RunnerState, history: Sequence[RunnerState] = (), min_items: int = 20) -> dict[str, float]:
     """Items each operator receives per pipeline input item (see the module docstring)."""
-    ops = state.operators
-    out = {}
-    d0 = ops[0].items_in - (previous.operators[0].items_in if previous is not None else 0)
-    for k, op in enumerate(ops):
-        ratio = None
-        if previous is not None and d0 > 0:
-            d = op.items_in - previous.operators[k].items_in
-            if d > 0:
-                ratio = d / d0
-        if ratio is None and ops[0].items_in > 0 and op.items_in > 0:
-            ratio = op.items_in / ops[0].items_in
-        out[op.name] = max(_MIN_WORK, ratio if ratio is not None else 1.0)
+    out, work = {}, 1.0
+    for k, op in enumerate(state.operators):
+        out[op.name] = max(_MIN_WORK, work)
+        taken, forwarded = op.items_in, op.items_forwarded
+        for old in reversed(history):
+            if len(old.operators) != len(state.operators):
+                continue
+            before = old.operators[k]
+            if op.items_in - before.items_in >= min_items:
+                taken, forwarded = op.items_in - before.items_in, op.items_forwarded - before.items_forwarded
+                break
+        if taken > 0:
+            work *= forwarded / taken
     return out
 
 

@@ -174,6 +174,7 @@ class TridentPolicy:
         self.memory = RegimeMemory()
         self._ops: dict[str, _Operator] = {}
         self._previous: RunnerState | None = None
+        self._history: deque[RunnerState] = deque(maxlen=30)  # earlier ticks' states, for work_per_item
         self._pending: _Pending | None = None
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
@@ -253,6 +254,7 @@ class TridentPolicy:
             before = sorted(self._recent)[len(self._recent) // 2]
             self._pending = _Pending(plan, predicted, before, self._previous_groups(state, plan), self._regime_key())
         self._previous = state
+        self._history.append(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
                             {n: o.detector.current for n, o in self._ops.items()}, tuple(events), plan, predicted,
@@ -660,7 +662,7 @@ class TridentPolicy:
 
     def _placement(self, state: RunnerState):
         cluster = self._cluster_for_placement(state)
-        work = work_per_item(state, self._previous)
+        work = work_per_item(state, tuple(self._history))
         demands, forced, notes = [], [], []
         for op_state in state.operators:
             name = op_state.name
