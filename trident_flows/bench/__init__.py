@@ -8,4 +8,5 @@ BENCHMARKS: dict[str, str] = {
     "optimize": "trident_flows.bench.optimize",
     "placement": "trident_flows.bench.placement",
     "closed-loop": "trident_flows.bench.closed_loop",
+    "closed-loop-video": "trident_flows.bench.closed_loop_video",
 }

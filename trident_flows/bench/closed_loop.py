@@ -1,16 +1,20 @@
 """Benchmark ``closed-loop``: Trident against static, per-regime-oracle, DS2, threshold, plain Ray
-Data autoscaling and cosmos-xenna, side by side on the emulated document pipeline.
+Data autoscaling and cosmos-xenna, side by side on an emulated pipeline.
 
-Contract of ``run(quick) -> BenchResult``:
-- Workload: the emulated document pipeline (parse -> ocr -> langid -> quality -> dedup -> embed,
-  cost models from the committed ``profiles/documents.json``) on one logical node of 16 CPUs
-  + 2 emulated GPUs (``DEVICE_MEMORY`` each), fed a seeded stream whose regime schedule goes
-  short born-digital -> long reports -> scans -> short (``Workload``). Variant ``spikes``: the
-  same stream with a run of long reports whose memory per item is 5x (``memory_spikes``).
+Contract of ``run(quick, pipeline="documents") -> BenchResult`` (``closed_loop_video`` runs
+``pipeline="video"`` as the benchmark ``closed-loop-video``):
+- Workload (``PIPELINES``): the emulated document pipeline (parse -> ocr -> langid -> quality ->
+  dedup -> embed, cost models from the committed ``profiles/documents.json``; schedule short
+  born-digital -> long reports -> scans -> short) or the emulated video pipeline (decode ->
+  scenes -> motion -> dedup_frames -> text_detect -> safety -> embed from ``profiles/video.json``;
+  small -> hd -> long -> small), on one logical node of 16 CPUs + 2 emulated GPUs
+  (``DEVICE_MEMORY`` each), fed a seeded stream (``Workload``). Variant ``spikes``: the same
+  stream with the middle 80% of the spike regime's first block at 5x memory per item
+  (``memory_spikes``).
 - Systems, each on the same items and seed, interleaved round-robin within each repeat:
   ``static-avg`` (``static_search.search_static`` on the mean features of a random 10% sample
   of the stream: the cost model's prediction, not a trial run), ``static-large`` (the same
-  replicas, embed at the largest batch that fits the device for the mean item of every regime
+  replicas, GPU operators at the largest batch that fits the device for the mean item of every regime
   the profile knows: the hand-tuned "max batch size"), ``oracle`` (knows the schedule: when
   the first operator reaches a regime boundary it applies that regime's best static
   configuration from the same search), ``ds2``,
@@ -22,10 +26,13 @@ Contract of ``run(quick) -> BenchResult``:
   is left out, the cold starts of reconfigurations are in.
 - Per run: throughput, accelerator busy fraction (emulated kernel seconds / (GPUs x wall)),
   OOMs, items lost (``items_lost``: input ids - output ids - dead-letter ids), reconfigurations,
-  controller milliseconds per tick (policies that keep ``records``). Medians over repeats.
+  controller milliseconds per tick and per tick step, and the ticks that acted or saw a regime
+  change with their reasons (policies that keep ``records``). Medians over repeats.
 - Summary: ``speedup_vs_static_avg``, ``speedup_vs_ray_data``, ``speedup_vs_xenna``,
   ``ratio_to_oracle`` (trident's median throughput over the other's, regimes variant),
-  ``trident_ooms`` and ``trident_items_lost`` (all trident runs, both variants), ``tick_ms_p95``.
+  ``trident_ooms`` and ``trident_items_lost`` (all trident runs, both variants), ``tick_ms_p95``,
+  and ``oracle_headroom_model`` (``model_headroom``: what switching to each regime's best static
+  config for free would gain over static-avg by the cost model: the ceiling the workload leaves).
   A system that could not run has ``None`` figures and its error in ``raw``.
 """
 
@@ -46,7 +53,7 @@ import numpy as np
 import ray
 
 from trident_flows.bench.report import BenchResult, Target
-from trident_flows.bench.static_search import StaticConfig, largest_batch, search_static
+from trident_flows.bench.static_search import StaticConfig, largest_batch, predict_throughput, search_static
 from trident_flows.pipelines.emulated import emulated_pipeline, regime_plan, synthetic_rows
 from trident_flows.runtime import devices
 from trident_flows.runtime.control import ControlLoop
@@ -103,14 +110,39 @@ class Workload:
                                  time_scale=self.time_scale, memory_spikes=self.memory_spikes)
 
 
-def workloads(quick: bool) -> tuple[Workload, Workload]:
-    """The regimes workload and its memory-spike variant (spikes: the middle 80% of the long block)."""
-    if quick:
-        regimes, scale = "short:240,long:24,scans:16,short:240", 0.25
-    else:
-        regimes, scale = "short:600,long:60,scans:40,short:600", 0.25
+@dataclass(frozen=True)
+class BenchPipeline:
+    """Which emulated pipeline a closed-loop run uses: its profile, its regime schedule (full and
+    quick), the time scale, and the regime whose middle 80% gets the memory spikes."""
+
+    profile: str
+    label: str
+    regimes: str
+    quick_regimes: str
+    time_scale: float
+    quick_time_scale: float
+    spike_regime: str
+    colors: Mapping[str, str]
+
+
+# Counts chosen so each block lasts about as long as the others (10-20 s) under static-avg at time scale 1:
+# a block has to outlast detection (a few batches), a tick and a cold start for any adaptation to pay.
+PIPELINES: dict[str, BenchPipeline] = {
+    "documents": BenchPipeline("documents", "emulated document pipeline (parse, OCR, langid, quality, dedup, embed)",
+                               "short:600,long:60,scans:40,short:600", "short:240,long:24,scans:16,short:240", 1.0, 0.25, "long",
+                               {"short": "#dbe9f6", "long": "#fde4c8", "scans": "#e0f0d9"}),
+    "video": BenchPipeline("video", "emulated video pipeline (decode, scenes, motion, dedup_frames, text_detect, safety, embed)",
+                           "small:150,hd:150,long:30,small:150", "small:60,hd:60,long:12,small:60", 1.0, 0.25, "long",
+                           {"small": "#dbe9f6", "long": "#fde4c8", "hd": "#e0f0d9"}),
+}
+
+
+def workloads(quick: bool, pipeline: BenchPipeline = PIPELINES["documents"]) -> tuple[Workload, Workload]:
+    """The regimes workload and its memory-spike variant (spikes: the middle 80% of the spike regime's first block)."""
+    regimes = pipeline.quick_regimes if quick else pipeline.regimes
+    scale = pipeline.quick_time_scale if quick else pipeline.time_scale
     base = Workload("regimes", regimes, seed=11, time_scale=scale)
-    _, start, end = next(b for b in base.blocks() if b[0] == "long")
+    _, start, end = next(b for b in base.blocks() if b[0] == pipeline.spike_regime)
     tenth = (end - start) // 10
     return base, Workload("spikes", regimes, seed=11, time_scale=scale, memory_spikes=((start + tenth, 8 * tenth, SPIKE_FACTOR),))
 
@@ -152,9 +184,34 @@ def tune(profile: PipelineProfile, workload: Workload, sample_fraction: float = 
     return Tuning(avg, StaticConfig(assignment, avg.predicted_items_per_s), per_regime, len(sample), features, large, cpus, gpus)
 
 
+def model_headroom(profile: PipelineProfile, workload: Workload, tuning: Tuning) -> dict[str, Any]:
+    """What any adaptive scheduler could gain on this stream, by the cost model the emulator runs:
+    the stream's predicted throughput (items / sum over blocks of block items / predicted items/s)
+    of static-avg and of the per-regime configs switched for free at every boundary. Their ratio
+    bounds a scheduler's speed-up over static-avg within the searched space (whole-GPU replicas,
+    one config per operator), before any cold start."""
+    rows = workload.rows(profile)
+    names = sorted({f for m in profile.workloads.values() for f in m})
+    blocks, t_avg, t_oracle = [], 0.0, 0.0
+    for regime, start, end in workload.blocks():
+        features = mean_features(rows[start:end], names)
+        avg = predict_throughput(profile, tuning.static_avg.as_dict(), features)
+        best = predict_throughput(profile, tuning.per_regime[regime].as_dict(), features)
+        blocks.append({"regime": regime, "items": end - start, "static_avg_items_per_s": avg, "oracle_items_per_s": best})
+        t_avg += (end - start) / avg
+        t_oracle += (end - start) / best
+    return {"static_avg_items_per_s": workload.items / t_avg, "oracle_items_per_s": workload.items / t_oracle,
+            "ratio": t_avg / t_oracle, "blocks": blocks}
+
+
+def source_ids(ids: Iterable[str]) -> set[str]:
+    """Input ids of output rows: an emulated split names a child ``{input id}/{k}``."""
+    return {str(x).split("/", 1)[0] for x in ids}
+
+
 def items_lost(input_ids: Iterable[str], output_ids: Iterable[str], dead_ids: Iterable[str]) -> list[str]:
-    """Input ids that are neither in the output nor in the dead-letter table, sorted."""
-    return sorted(set(map(str, input_ids)) - set(map(str, output_ids)) - set(map(str, dead_ids)))
+    """Input ids that are neither in the output nor in the dead-letter table (by input id), sorted."""
+    return sorted(set(map(str, input_ids)) - source_ids(output_ids) - source_ids(dead_ids))
 
 
 # ---------------------------------------------------------------------------- the oracle
@@ -205,6 +262,8 @@ class RunRecord:
     dead_lettered: int | None = None
     reconfigurations: int | None = None
     tick_ms: list[float] = field(default_factory=list)
+    tick_steps_ms: dict[str, float] = field(default_factory=dict)  # median milliseconds per tick step
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # the policy's ticks that changed or refused something
     timeline: list[tuple[float, int]] = field(default_factory=list)   # (seconds, items completed)
     tail: list[tuple[float, int]] = field(default_factory=list)       # (seconds, items taken by the last operator)
     replicas: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
@@ -253,7 +312,7 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     """Run ``spec`` on this runtime (with ``policy`` in the control loop, if any) and fill ``record``."""
     name = f"cl-{system}-{uuid.uuid4().hex[:6]}"
     settings = RunnerSettings(device_memory_bytes=DEVICE_MEMORY)
-    t0 = time.perf_counter()
+    t0, t_wall0 = time.perf_counter(), time.time()
     handle = start_runner(spec, out, name=name, namespace=NAMESPACE, settings=settings)
     loop = ControlLoop(handle, policy, TICK_S).start() if policy is not None else None
     try:
@@ -277,8 +336,13 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     first = next((t - poll_s / 2 for t, n in record.timeline if n > 0), None)
     _finish(record, spec.items, wall, first, busy, _ray_gpus())
     record.ooms, record.reconfigurations = state.ooms, state.reconfigurations
-    record.items_lost, record.lost_ids, record.dead_lettered = len(lost), lost, len(set(dead_ids))
+    record.items_lost, record.lost_ids, record.dead_lettered = len(lost), lost, len(source_ids(dead_ids))
     record.tick_ms = [float(r.timings_ms.get("total", 0.0)) for r in getattr(policy, "records", [])]
+    steps = [r.timings_ms for r in getattr(policy, "records", [])]
+    record.tick_steps_ms = {k: round(float(np.median([t.get(k, 0.0) for t in steps])), 2) for k in (steps[-1] if steps else {})}
+    record.decisions = [{"t": round(r.at - t_wall0, 2), "action": r.action, "reason": r.reason[:400], "events": list(r.events)[:5],
+                         "predicted": round(r.predicted_throughput, 3), "measured": round(r.pipeline_throughput, 3)}
+                        for r in getattr(policy, "records", []) if r.action != "none" or r.events]
     record.error = state.error
     return record
 
@@ -460,11 +524,8 @@ def _regime_spans(run: RunRecord, blocks: Sequence[tuple[str, int, int]], reach:
     return [(r, float(np.interp(s, n, t)), float(np.interp(e, n, t))) for r, s, e in blocks]
 
 
-COLORS = {"short": "#dbe9f6", "long": "#fde4c8", "scans": "#e0f0d9"}
-
-
 def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Workload, summary: Mapping[str, Any],
-           reach: float = 1.0) -> Any:
+           reach: float = 1.0, colors: Mapping[str, str] | None = None, title: str = "") -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -477,7 +538,7 @@ def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Wor
         ref = _median_run(records, "trident")
         if ref is not None and ref.tail:
             for regime, a, b in _regime_spans(ref, workload.blocks(), reach):
-                ax.axvspan(a, b, color=COLORS.get(regime, "#eeeeee"), alpha=0.8, lw=0)
+                ax.axvspan(a, b, color=(colors or {}).get(regime, "#eeeeee"), alpha=0.8, lw=0)
                 ax.text((a + b) / 2, 1.0, regime, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=8)
         for system in dict.fromkeys(r.system for r in records):
             run = _median_run(records, system)
@@ -512,7 +573,8 @@ def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Wor
     ax.set_xticks(range(len(names)), names, rotation=30, fontsize=8)
     ax.set_ylabel("items/s (median of repeats)")
     fmt = {k: ("n/a" if v is None else f"{v:.2f}x") for k, v in summary.items()}
-    ax.set_title(f"regimes: median throughput (first to last output). trident vs static-avg {fmt['speedup_vs_static_avg']}, "
+    fmt.setdefault("oracle_headroom_model", "n/a")
+    ax.set_title(f"{title}regimes: median throughput (first to last output). trident vs static-avg {fmt['speedup_vs_static_avg']}, "
                  f"Ray Data {fmt['speedup_vs_ray_data']},\nxenna {fmt['speedup_vs_xenna']}, oracle {fmt['ratio_to_oracle']}", fontsize=9)
     del bars
     fig.tight_layout()
@@ -520,11 +582,15 @@ def figure(main: Sequence[RunRecord], spikes: Sequence[RunRecord], workload: Wor
 
 
 # ---------------------------------------------------------------------------- entry point
-def run(quick: bool = False, *, systems: Sequence[str] = SYSTEMS, spike_systems: Sequence[str] = SPIKE_SYSTEMS,
-        repeats: int | None = None, log: Any = print) -> BenchResult:
-    """The benchmark (see the module docstring); ``quick``: a smaller stream, one repeat."""
-    profile = PipelineProfile.load("documents")
-    main_wl, spike_wl = workloads(quick)
+def run(quick: bool = False, *, pipeline: str = "documents", systems: Sequence[str] = SYSTEMS,
+        spike_systems: Sequence[str] = SPIKE_SYSTEMS, repeats: int | None = None, log: Any = print) -> BenchResult:
+    """The benchmark on ``pipeline`` (a key of ``PIPELINES``; see the module docstring); ``quick``:
+    a smaller stream at a quarter of the time scale, one repeat."""
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown closed-loop pipeline {pipeline!r}; choose one of {sorted(PIPELINES)}")
+    bench = PIPELINES[pipeline]
+    profile = PipelineProfile.load(bench.profile)
+    main_wl, spike_wl = workloads(quick, bench)
     repeats = repeats if repeats is not None else (1 if quick else 2)
     tuning = tune(profile, main_wl)
     started = not ray.is_initialized()
@@ -545,6 +611,8 @@ def run(quick: bool = False, *, systems: Sequence[str] = SYSTEMS, spike_systems:
         if started:
             ray.shutdown()
     summary = summarise(main, spikes)
+    headroom = model_headroom(profile, main_wl, tuning)
+    summary["oracle_headroom_model"] = headroom["ratio"]
     targets = {"speedup_vs_static_avg": Target(">=", 1.8), "speedup_vs_ray_data": Target(">=", 1.3), "speedup_vs_xenna": Target(">=", 1.2),
                "ratio_to_oracle": Target(">=", 0.9), "trident_ooms": Target("==", 0), "trident_items_lost": Target("==", 0),
                "tick_ms_p95": Target("<=", TICK_S * 1000)}
@@ -557,14 +625,17 @@ def run(quick: bool = False, *, systems: Sequence[str] = SYSTEMS, spike_systems:
                    "per_regime": {r: c.to_dict() for r, c in tuning.per_regime.items()}, "sample_items": tuning.sample_items,
                    "sample_mean_features": dict(tuning.sample_features), "large_batch": tuning.large_batch,
                    "method": "cost-model prediction on the mean features of a seeded random 10% sample of the stream"},
-        "repeats": repeats, "bench_seconds": time.perf_counter() - t_start,
+        "pipeline": pipeline, "model_headroom": headroom, "repeats": repeats, "bench_seconds": time.perf_counter() - t_start,
         "per_system": per_system(main), "per_system_spikes": per_system(spikes),
         "runs": [r.to_dict() for r in (*main, *spikes)],
         "versions": {"ray": ray.__version__, "cosmos_xenna": _xenna_version()},
     }
-    notes = _notes(summary, raw)
+    notes = _notes(bench, raw)
+    # the last operator's items taken per input item: upstream filters (< 1) and splits (> 1)
     reach = float(np.prod([op.selectivity for op in profile.operators[:-1]]))
-    return BenchResult("closed-loop", summary, targets, raw, figure(main, spikes, main_wl, summary, reach), notes)
+    name = "closed-loop" if pipeline == "documents" else f"closed-loop-{pipeline}"
+    fig = figure(main, spikes, main_wl, summary, reach, bench.colors, f"{pipeline}: ")
+    return BenchResult(name, summary, targets, raw, fig, notes)
 
 
 def _xenna_version() -> str | None:
@@ -576,14 +647,18 @@ def _xenna_version() -> str | None:
         return None
 
 
-def _notes(summary: Mapping[str, Any], raw: Mapping[str, Any]) -> str:
+def _notes(bench: BenchPipeline, raw: Mapping[str, Any]) -> str:
     errors = {s: v["errors"] for s, v in raw["per_system"].items() if v["errors"]}
-    return (f"Emulated document pipeline (measured documents profile; embed GPU cost derived from CPU, see the profile) on one "
-            f"logical node of {CPUS} CPUs + {GPUS} emulated GPUs hosted by this machine's cores; time scale "
-            f"{raw['workloads']['regimes']['time_scale']}. Throughput = items / (last output - first output): the initial cold start "
-            f"is excluded (raw: startup_s, items_per_s_total), reconfiguration cold starts are not; median of {raw['repeats']} "
-            f"interleaved repeats. Static configs from the cost model on a 10% sample "
-            f"(static-avg: {raw['tuning']['static_avg']['operators']['embed']['config']['batch_size']} embed batch; static-large: "
-            f"{raw['tuning']['large_batch']}). Ray Data: ActorPoolStrategy(min 1, max, initial = static-avg). xenna: streaming, "
-            f"autoscaler every {XENNA_AUTOSCALE_S:g} s over a {XENNA_WINDOW_S:g} s window (its defaults, 180 s, never fire in a run this short). "
+    gpu_batches = {n: o["config"]["batch_size"] for n, o in raw["tuning"]["static_avg"]["operators"].items() if o["config"]["device"] == GPU}
+    headroom = raw["model_headroom"]
+    return (f"{bench.label[0].upper()}{bench.label[1:]}, cost models from the measured {bench.profile} profile (GPU entries derived "
+            f"from CPU, see the profile), on one logical node of {CPUS} CPUs + {GPUS} emulated GPUs hosted by this machine's "
+            f"cores; time scale {raw['workloads']['regimes']['time_scale']}. Throughput = input items / (last output - first "
+            f"output): the initial cold start is excluded (raw: startup_s, items_per_s_total), reconfiguration cold starts are "
+            f"not; median of {raw['repeats']} interleaved repeats. Static configs from the cost model on a 10% sample "
+            f"(static-avg GPU batches: {gpu_batches or 'none'}; static-large: {raw['tuning']['large_batch']}). Model headroom: "
+            f"the per-regime configs switched for free would reach {headroom['ratio']:.3f}x static-avg by the cost model "
+            f"({headroom['oracle_items_per_s']:.2f} vs {headroom['static_avg_items_per_s']:.2f} items/s at time scale 1). "
+            f"Ray Data: ActorPoolStrategy(min 1, max, initial = static-avg). xenna: streaming, autoscaler every "
+            f"{XENNA_AUTOSCALE_S:g} s over a {XENNA_WINDOW_S:g} s window (its defaults, 180 s, never fire in a run this short). "
             f"Errors: {errors or 'none'}.")
