@@ -219,7 +219,8 @@ def run(quick: bool) -> BenchResult:
         targets={"p95_ms_16x10": Target("<=", 200.0), "p95_ms_256_nodes": Target("<=", 1000.0), "max_gap_small": Target("<=", 0.0)},
         raw={"cells": cells, "timings": timings, "small": small, "seeds": seeds},
         figure=_figure(cells, op_counts, node_counts),
-        notes=(f"End-to-end solve_placement times (build + LP bound + greedy start + MILP + node packing + plan) with "
+        notes=(f"End-to-end solve_placement times (build + LP bound + greedy start + whole-replica bound + MILP + node "
+               f"packing + plan) with "
                f"time_limit_s={TIME_LIMIT_S} and GAP_REL={GAP_REL}; HiGHS (default, in-process) and CBC (subprocess) side by "
                "side on the same seeded instances; p95 over seeds; headline keys are HiGHS wall-clock (cpu_ms adds "
                "process + solver-subprocess CPU time, which excludes waiting for the shared cores). reported gap: "
