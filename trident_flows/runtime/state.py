@@ -72,7 +72,8 @@ class RunnerSettings:
 @dataclass(frozen=True)
 class ReplicaState:
     """One replica: ``busy_fraction`` is busy seconds / seconds alive (since warm); ``cold_start_s``
-    how long its cold start took (0 until it is warm)."""
+    how long its cold start took, from the request to warm: scheduling, process start and the
+    operator's constructor (0 until it is warm)."""
 
     replica_id: str
     actor_name: str

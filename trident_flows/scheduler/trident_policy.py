@@ -41,7 +41,8 @@ Contract:
   when the pricing decides ROLL_OUT (items gained over the regime at least ``benefit_ratio``
   times the items the switch costs: 2 by default, as measured cold starts leave out the
   replica actor's own start-up) and the predicted gain is at least
-  ``min_gain`` of the current predicted throughput; otherwise the record says WAIT and why.
+  ``min_gain`` of the current predicted throughput (10% by default: smaller predicted gains are
+  within the live models' error and chasing them costs cold starts); otherwise the record says WAIT and why.
 - verify: after a rollout, once the plan is in place, the measured pipeline throughput of the
   next ``verify_ticks`` ticks is compared with the prediction; when it falls short by more than
   ``tolerance`` and is also below the throughput before the change, the previous placement is
@@ -131,7 +132,7 @@ class TridentPolicy:
     name = "trident"
 
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
-                 k: float = 2.0, min_gain: float = 0.05, benefit_ratio: float = 2.0, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
+                 k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
