@@ -92,20 +92,41 @@ def test_memory_spikes_scale_bytes_of_the_marked_items_only():
     assert op._work_bytes(batch, np.ones(3, dtype=bool), 3, {"x": float(batch["x"].sum())}) == int(expected)
 
 
-def _state(head_items_in, configs):
-    ops = [SimpleNamespace(name=n, items_in=head_items_in if k == 0 else 0, configs=lambda c=c: dict(c)) for k, (n, c) in enumerate(configs.items())]
+def _state(counts, configs):
+    """A runner state: ``counts`` maps an operator to (items taken, rows forwarded)."""
+    ops = [SimpleNamespace(name=n, items_in=counts[n][0], items_forwarded=counts[n][1], configs=lambda c=c: dict(c))
+           for n, c in configs.items()]
     return SimpleNamespace(operators=ops, operator=lambda name: next(o for o in ops if o.name == name))
 
 
-def test_oracle_applies_the_regime_config_once_the_head_reaches_its_block():
+def test_oracle_switches_each_operator_when_the_new_block_reaches_it():
     cpu4, gpu8 = OpConfig.make("cpu", batch_size=4), OpConfig.make("gpu", batch_size=8)
     first = StaticConfig((("a", cpu4, 3), ("b", gpu8, 1)), 10.0)
     second = StaticConfig((("a", cpu4, 1), ("b", gpu8, 2)), 5.0)
-    oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, "a")
-    assert oracle.decide(_state(50, {"a": {cpu4: 3}, "b": {gpu8: 1}}), []) is None
-    plan = oracle.decide(_state(120, {"a": {cpu4: 3}, "b": {gpu8: 1}}), [])
-    assert plan is not None and plan.for_operator("b").replicas == 2 and "scans" in plan.reason
-    assert oracle.decide(_state(120, {"a": {cpu4: 1}, "b": {gpu8: 2}}), []) is None
+    oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, cpus=8, gpus=2)
+    running = {"a": {cpu4: 3}, "b": {gpu8: 1}}
+    assert oracle.decide(_state({"a": (50, 50), "b": (40, 0)}, running), []) is None
+    # the head is in the scans block, b has taken 60 of the 120 rows a passed on: b is still at item ~60
+    plan = oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running), [])
+    assert plan is not None and [o.operator for o in plan.operators] == ["a"] and plan.for_operator("a").replicas == 1
+    assert "scans" in plan.reason
+    # once b's input is in the scans block too, b gets its second replica
+    plan = oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 1}}), [])
+    assert plan is not None and [o.operator for o in plan.operators] == ["b"] and plan.for_operator("b").replicas == 2
+    assert oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 2}}), []) is None
+
+
+def test_oracle_waits_while_a_growing_operator_does_not_fit_beside_the_others():
+    cpu4 = OpConfig.make("cpu", batch_size=4)
+    first = StaticConfig((("a", cpu4, 2), ("b", cpu4, 6)), 10.0)
+    second = StaticConfig((("a", cpu4, 6), ("b", cpu4, 2)), 5.0)
+    oracle = OraclePolicy([("x", 0, 10), ("y", 10, 20)], {"x": first, "y": second}, cpus=8, gpus=0)
+    running = {"a": {cpu4: 2}, "b": {cpu4: 6}}
+    # a is in block y and wants 6 replicas, but b (still in x) holds 6 of the 8 CPUs: nothing changes yet
+    assert oracle.decide(_state({"a": (12, 12), "b": (8, 0)}, running), []) is None
+    # b reaches y too: both switch, together they fit
+    plan = oracle.decide(_state({"a": (14, 14), "b": (12, 0)}, running), [])
+    assert plan is not None and {o.operator: o.replicas for o in plan.operators} == {"a": 6, "b": 2}
 
 
 def test_tuning_on_the_documents_profile_gives_static_large_a_bigger_embed_batch():

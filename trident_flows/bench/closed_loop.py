@@ -15,9 +15,9 @@ Contract of ``run(quick, pipeline="documents") -> BenchResult`` (``closed_loop_v
   ``static-avg`` (``static_search.search_static`` on the mean features of a random 10% sample
   of the stream: the cost model's prediction, not a trial run), ``static-large`` (the same
   replicas, GPU operators at the largest batch that fits the device for the mean item of every regime
-  the profile knows: the hand-tuned "max batch size"), ``oracle`` (knows the schedule: when
-  the first operator reaches a regime boundary it applies that regime's best static
-  configuration from the same search), ``ds2``,
+  the profile knows: the hand-tuned "max batch size"), ``oracle`` (knows the schedule: each
+  operator switches to its regime's best static configuration from the same search when the
+  block reaches it, ``OraclePolicy``), ``ds2``,
   ``threshold``, ``trident`` (the policy registry, the runtime's control loop every
   ``TICK_S``, starting from static-avg), ``ray-data`` (``map_batches`` chain with
   ``ActorPoolStrategy(min_size=1, max_size, initial_size=static-avg replicas)``) and ``xenna``
@@ -63,7 +63,7 @@ from trident_flows.runtime.sink import read_ids
 from trident_flows.runtime.spec import ID, PipelineSpec
 from trident_flows.runtime.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, Plan
+from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 CPUS, GPUS = 16, 2
 DEVICE_MEMORY = 8 * 2**30
@@ -216,30 +216,75 @@ def items_lost(input_ids: Iterable[str], output_ids: Iterable[str], dead_ids: It
 
 # ---------------------------------------------------------------------------- the oracle
 class OraclePolicy:
-    """Knows the regime schedule: when the first operator has taken the first item of a block,
-    the pipeline should run that regime's best static configuration (a plan if it does not)."""
+    """Knows the regime schedule: every operator runs the best static configuration of the regime
+    its own input is in. An operator's position in the input stream comes from the runner's
+    counters: the head's items taken, then for each later operator the share of the rows
+    delivered to it that it has taken, applied to the position of the operator before it (so a
+    downstream operator switches when the new block reaches it, not when it enters the pipeline).
+    A mix of configurations that does not fit the cluster waits: only the operators whose new
+    configuration holds no more than the current one switch until the rest fit."""
 
     name = "oracle"
 
-    def __init__(self, blocks: Sequence[tuple[str, int, int]], configs: Mapping[str, StaticConfig], head: str) -> None:
+    def __init__(self, blocks: Sequence[tuple[str, int, int]], configs: Mapping[str, StaticConfig], cpus: float, gpus: float) -> None:
         self.blocks = list(blocks)
-        self.configs = dict(configs)
-        self.head = head
+        self.configs = {r: c.as_dict() for r, c in configs.items()}
+        self.labels = {r: c.label() for r, c in configs.items()}
+        self.predicted = {r: c.predicted_items_per_s for r, c in configs.items()}
+        self.cpus, self.gpus = cpus, gpus
 
-    def regime_at(self, item: int) -> str:
+    def regime_at(self, item: float) -> str:
         for regime, start, end in self.blocks:
             if start <= item < end:
                 return regime
         return self.blocks[-1][0]
 
+    @staticmethod
+    def positions(state: RunnerState) -> dict[str, float]:
+        """Each operator's estimated position (input items) in the stream (see the class docstring)."""
+        out: dict[str, float] = {}
+        position, delivered = 0.0, None
+        for op in state.operators:
+            if delivered is None:
+                position = float(op.items_in)
+            elif delivered > 0:
+                position *= min(1.0, op.items_in / delivered)
+            else:
+                position = 0.0
+            out[op.name] = position
+            delivered = op.items_forwarded
+        return out
+
+    @staticmethod
+    def _use(groups: Mapping[OpConfig, int]) -> tuple[float, float]:
+        return sum(c.cpus * n for c, n in groups.items()), sum(c.gpus * n for c, n in groups.items())
+
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
-        seen = state.operator(self.head).items_in
-        regime = self.regime_at(seen)
-        target = self.configs[regime]
+        positions = self.positions(state)
         current = {op.name: op.configs() for op in state.operators}
-        if all(current.get(n) == {c: r} for n, c, r in target.assignment):
+        target: dict[str, tuple[str, OpConfig, int]] = {}
+        for op in state.operators:
+            regime = self.regime_at(positions[op.name])
+            config, replicas = self.configs[regime][op.name]
+            target[op.name] = (regime, config, replicas)
+        changing = [n for n, (_, c, r) in target.items() if current[n] != {c: r}]
+        if not changing:
             return None
-        return target.plan(f"oracle: regime {regime!r} reached {self.head} at item {seen}; its best static config is {target.label()}")
+        final = {n: ({c: r} if n in changing else current[n]) for n, (_, c, r) in target.items()}
+        cpus = sum(self._use(g)[0] for g in final.values())
+        gpus = sum(self._use(g)[1] for g in final.values())
+        if cpus > self.cpus + 1e-9 or gpus > self.gpus + 1e-9:
+            changing = [n for n in changing if all(a <= b + 1e-9 for a, b in zip(self._use(final[n]), self._use(current[n])))]
+            if not changing:
+                return None
+        ops = []
+        for n in changing:
+            regime, config, replicas = target[n]
+            ops.append(OperatorPlan(n, (ReplicaGroup(config, replicas),),
+                                    f"oracle: {n} is at input item ~{positions[n]:.0f}, regime {regime!r}: its best static config "
+                                    f"{self.labels[regime]}"))
+        head_regime = target[state.operators[0].name][0]
+        return Plan(tuple(ops), self.predicted[head_regime], "; ".join(o.reason for o in ops))
 
 
 # ---------------------------------------------------------------------------- one run
@@ -304,7 +349,7 @@ def _make_policy(system: str, spec: PipelineSpec, tuning: Tuning, workload: Work
     if system in ("static-avg", "static-large"):
         return None
     if system == "oracle":
-        return OraclePolicy(workload.blocks(), tuning.per_regime, spec.operators[0].name)
+        return OraclePolicy(workload.blocks(), tuning.per_regime, tuning.cpus, tuning.gpus)
     return make_policy(system, spec=spec, cluster=ClusterSpec.single_node(tuning.cpus, tuning.gpus, gpu_memory_bytes=DEVICE_MEMORY))
 
 
