@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
-from trident_flows.scheduler.constraint import MemoryBudget
+from trident_flows.scheduler.constraint import MemoryBudget, MemoryModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError, Observation, Rollback
 from trident_flows.scheduler.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 
@@ -49,8 +49,10 @@ def test_safe_expansion_starts_from_the_smallest_batch():
     assert first.config == op.space.config("cpu", 1, prefetch=1)
     op.tell(opt, first.config)
     second = opt.ask()
-    assert second is not None and second.config.batch_size <= opt.growth * first.config.batch_size
+    assert second is not None and second.config.batch_size <= opt.headroom_growth * first.config.batch_size
     assert second.memory_upper_bound <= second.memory_limit
+    if second.config.batch_size > opt.growth * first.config.batch_size:  # a long step: room for its working set to double
+        assert op.resident + 2 * (second.memory_upper_bound - op.resident) <= second.memory_limit
 
 
 def test_no_proposal_exceeds_the_budget_once_two_samples_are_near_the_frontier():
@@ -225,3 +227,104 @@ def test_canary_rejects_an_oom_and_measure_condenses_the_window():
     ok = measure(window[:3])
     assert not ok.oom and ok.peak_memory == 2 * GiB and ok.throughput == pytest.approx(3 * 4 / sum(4 / r for r in (40, 42, 41)))
     assert math.isclose(ok.features["pages"], 3.0)
+
+
+def test_a_long_batch_step_only_where_the_working_set_could_double():
+    roomy = Synthetic(budget=40 * GiB)  # the working set of batch 16 is far under the limit
+    opt = roomy.optimiser(max_evals=None)
+    roomy.tell(opt, opt.ask().config)
+    step = opt.ask()
+    assert step is not None and step.config.batch_size > opt.growth  # longer than growth x the seed's batch 1
+    resident = roomy.resident
+    assert resident + 2 * (step.memory_upper_bound - resident) <= step.memory_limit
+    tight = Synthetic(budget=3 * GiB)  # frontier near batch 55: from batch 8 a 16x step could not double
+    opt = tight.optimiser(max_evals=None)
+    for batch in (1, 2, 4, 8):
+        tight.tell(opt, tight.space.config("cpu", batch, prefetch=1))
+    step = opt.ask()
+    assert step is not None and step.config.batch_size <= opt.growth * 8
+
+
+def test_a_precision_never_measured_is_tried_only_with_room_for_its_memory_to_double():
+    """fp32 needs twice the working set of fp16; measured only in fp16 up to near the frontier, a smooth
+    memory model would carry fp16's memory over to fp32 at the same batch and run out of memory."""
+    space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256,
+                        knobs=(KnobSpace("precision", "categorical", choices=("fp16", "fp32")),))
+    resident, per_item, budget = 0.5 * GiB, 40e6, 3 * GiB
+
+    def memory(config: OpConfig) -> float:
+        return resident + config.batch_size * per_item * (2.0 if config.knob("precision") == "fp32" else 1.0)
+
+    opt = ConfigOptimizer(space, MemoryBudget(cpu_bytes=budget), operator="ocr", seed=0, max_evals=None)
+    for batch in (1, 4, 16, 32, 48, 56):
+        c = space.config("cpu", batch, precision="fp16")
+        opt.tell(c, batch / (0.05 + 0.01 * batch), memory(c), {"pages": 1.0}, resident_memory=resident, items=batch)
+    fp32 = []
+    for _ in range(8):
+        proposal = opt.ask()
+        if proposal is None:
+            break
+        c = proposal.config
+        if c.knob("precision") == "fp32" and not any(o.config.knob("precision") == "fp32" for o in opt.observations):
+            assert resident + 2 * (proposal.memory_upper_bound - resident) <= 0.9 * budget, proposal.reason
+            fp32.append(c)
+        assert memory(c) <= budget, proposal.reason
+        opt.tell(c, c.batch_size / (0.05 + 0.005 * c.batch_size), memory(c), {"pages": 1.0}, resident_memory=resident, items=c.batch_size)
+    assert fp32, "fp32 (faster per item here) was never tried"
+
+
+def test_after_an_out_of_memory_larger_batches_need_room_to_double():
+    op = Synthetic(budget=3 * GiB, cliff=40)  # memory doubles from batch 40: no smooth model foresees it
+    opt = op.optimiser(max_evals=None)
+    for batch in (1, 4, 16, 32):
+        op.tell(opt, op.space.config("cpu", batch, prefetch=1))
+    assert op.tell(opt, op.space.config("cpu", 48, prefetch=1)) is not None  # the jump: out of memory
+    for _ in range(6):
+        proposal = opt.ask()
+        if proposal is None:
+            break
+        c = proposal.config
+        largest = max((o.config.batch_size for o in opt.observations if not o.oom and o.config.knobs == c.knobs), default=0)
+        if c.batch_size > largest:
+            assert op.resident + 2 * (proposal.memory_upper_bound - op.resident) <= 0.9 * op.budget, proposal.reason
+        assert op.memory(c) <= op.budget, proposal.reason
+        op.tell(opt, c)
+
+
+def test_a_device_whose_working_set_is_lost_in_its_resident_jitter_is_still_explored():
+    """A GPU holding 5 GiB of weights: at batch 1 its 8 MB working set is smaller than the peak's jitter,
+    so the memory per item measured there is many times too high; the device is explored all the same."""
+    space = ConfigSpace(devices=("cpu", "gpu"), batch_size_min=1, batch_size_max=256)
+    resident, per_item, budget = 5 * GiB, 8e6, 8 * GiB
+    opt = ConfigOptimizer(space, MemoryBudget(cpu_bytes=4 * GiB, gpu_bytes=budget), operator="embed", seed=0, max_evals=None)
+
+    def cpu(batch: int) -> None:  # saturates at batch 16: explored once batch 64 is measured
+        opt.tell(space.config("cpu", batch), min(batch, 16) * 2.0, 0.3 * GiB + batch * 4e6, {"pages": 1.0}, resident_memory=0.3 * GiB, items=batch)
+
+    for batch in (1, 4, 16, 64):
+        cpu(batch)
+    jitter = 1.015  # +1.5% of the peak: a working set of 85 MB instead of 8 MB
+    opt.tell(space.config("gpu", 1), 1.0, (resident + per_item) * jitter, {"pages": 1.0}, resident_memory=resident, items=1)
+    assert not opt._memory["gpu"].informative()
+    proposal = opt.ask()
+    assert proposal is not None and proposal.config.device == "gpu" and proposal.config.batch_size > 1, proposal.reason
+    assert resident + proposal.config.batch_size * per_item <= 0.9 * budget
+
+
+def test_the_memory_bound_next_to_measured_configs_does_not_add_their_jitter_again():
+    """Peaks jitter by a few percent between batches; a measured peak is already the largest of its
+    window, so the bound at a config measured three times stays within 1% of its largest peak."""
+    space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256, knobs=(KnobSpace("prefetch", "int", 1, 4),))
+    model = MemoryModel(space, "cpu", seed=0)
+    rng = np.random.default_rng(0)
+    resident, per_item = GiB, 40e6
+    peaks: dict[int, list[float]] = {}
+    for batch in (4, 8, 16, 24, 32, 40, 48):
+        for _ in range(3):
+            peaks.setdefault(batch, []).append((resident + batch * per_item) * (1 + abs(rng.normal(0, 0.02))))
+            model.add(space.config("cpu", batch, prefetch=1), {"pages": 1.0}, peaks[batch][-1], resident)
+    config = space.config("cpu", 48, prefetch=1)
+    largest = max(peaks[48])
+    upper = float(model.upper([config], {"pages": 1.0}, 2.0)[0])
+    assert largest <= upper <= 1.01 * largest
+    assert model.informative()

@@ -16,6 +16,13 @@ Contract:
   half the limit, doubling the batch is then never predicted safe, so report resident memory
   where the runtime knows it. ``predict`` gives mean and std of log W, ``upper`` gives
   ``R + exp(mean + k * std)`` bytes and ``p_feasible`` the probability of staying under a limit.
+  The std is the GP's LATENT std (its fitted white noise left out): a measured peak is already
+  the largest of a canary window's batches, so the jitter between batches is in the data, and
+  adding it again would keep every config near the frontier out of reach however often its
+  neighbours were measured. ``informative()`` says whether any working set is at least
+  ``INFORMATIVE_SHARE`` of its peak; below that (a large resident part, e.g. model weights on
+  an accelerator, and a small batch) the working set is within the peak's jitter and the
+  memory per unit of work is not known yet.
 - An OOM is a censored measurement: it enters the model as "memory >= budget" (the budget
   value itself), and ``OomRegion`` marks the OOM'd config and every larger batch with the
   same device and knobs as unsafe.
@@ -223,6 +230,8 @@ class MemoryModel:
     MAX_AMPLITUDE = 0.5
     #: measurements kept per config (the highest peaks), so a config told often stays one small group
     ROWS_PER_CONFIG = 8
+    #: a working set under this share of its peak is within the peak's jitter (resident memory dominates)
+    INFORMATIVE_SHARE = 0.1
 
     def __init__(self, space: ConfigSpace, device: str, seed: int = 0) -> None:
         self.encoder = ConfigEncoder(space)
@@ -244,6 +253,12 @@ class MemoryModel:
     def resident(self) -> float:
         """The smallest resident memory reported on this device (0 when none was reported)."""
         return min(self._residents, default=0.0)
+
+    def informative(self) -> bool:
+        """Whether any measurement's working set is at least ``INFORMATIVE_SHARE`` of its peak, i.e. the
+        memory per unit of work was measured, not guessed from a working set lost in the peak's jitter."""
+        peaks = np.array(self._peaks)
+        return bool(len(peaks)) and bool(np.any(peaks - self.resident >= self.INFORMATIVE_SHARE * peaks))
 
     def add(self, config: OpConfig, features: Mapping[str, float], peak_bytes: float, resident_bytes: float | None = None) -> None:
         """Record one measurement (or, for an OOM, the budget as a lower bound of the true peak).
@@ -305,7 +320,8 @@ class MemoryModel:
     def predict(self, configs: Sequence[OpConfig], features: Features) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of the log WORKING SET (peak minus resident) of each config under the per-item
         ``features`` (one mapping for all configs, or one per config); an ``inf`` mean without any
-        measurement (nothing is known to fit)."""
+        measurement (nothing is known to fit). The std is the GP's latent std, without its fitted
+        measurement noise (see the module docstring)."""
         if not self._peaks:
             return np.full(len(configs), math.inf), np.full(len(configs), self.MAX_AMPLITUDE)
         if self._gp is None:
@@ -315,7 +331,10 @@ class MemoryModel:
         if len(feats) != len(configs):
             raise ValueError(f"memory model got {len(feats)} feature mappings for {len(configs)} configs")
         mean, std = self._gp.predict(self._inputs(configs), return_std=True)
-        return mean + self._prior(configs, feats), std
+        # the latent std: the fitted white noise is left out, since a measured peak is already the
+        # largest of its canary window's batches (its jitter is in the data, not to be added again)
+        latent = np.sqrt(np.maximum(std**2 - self._gp.kernel_.k2.noise_level, 0.0))
+        return mean + self._prior(configs, feats), latent
 
     def expected(self, configs: Sequence[OpConfig], features: Features) -> np.ndarray:
         """Predicted peak memory in bytes (resident plus the GP's median working set)."""

@@ -20,15 +20,27 @@ Contract:
   size); a candidate is eligible only when that bound is under the limit AND
   it is near an already-measured safe config (same device; numeric knobs within
   ``knob_radius``; batch size at most ``growth`` times the safe one's, or one categorical knob
-  changed at no larger batch). A device with no safe measurement is entered only at its
+  changed at no larger batch). A longer batch step, up to ``headroom_growth`` times a safe
+  batch, a categorical knob value never measured safe on the device (the memory model has not
+  seen its effect, and a smooth model carries the measured values' memory over to it), and,
+  on a device that ran out of memory before, a batch larger than any measured safe with the
+  same knobs, are eligible only where the upper bound leaves room for the working set to
+  double (``resident + 2 * (bound - resident) <= limit``). A device with no safe measurement is entered only at its
   seed: smallest batch, numeric knobs at their low end, categorical knobs at their first choice.
-- Order of proposals over a fixed candidate grid (batch sizes 4 per doubling, knob grids):
-  (1) the seed of every device; (2) safe expansion: the batch of each device grows (by up to
-  ``growth``) from its best config while throughput keeps growing, the memory frontier is not
-  reached and even linear growth could beat the best config so far; (3) the candidate with the
+- Order of proposals over a fixed candidate grid (batch sizes 8 per doubling, so a frontier
+  optimum is not missed by a coarse grid; knob grids):
+  (1) the seed of every device; (2) safe expansion: the batch of each device grows (by the
+  largest eligible step) from its best config while throughput keeps growing, the memory frontier is not
+  reached and even linear growth could beat the best config so far (up to the largest batch
+  while the device's working sets are all within its peaks' jitter, ``MemoryModel.informative``:
+  where its memory runs out is not known yet); (3) the candidate with the
   largest constrained expected improvement (``skopt.acquisition.gaussian_ei`` on the skopt GP
   surrogate of ``-log(objective)``, times P(memory under the limit)) anywhere in the space: it
-  is proposed when it is in the safe set, otherwise the safe candidate closest to it is.
+  is proposed when it is in the safe set; otherwise the safe candidate closest to it, when
+  that is closer to it than every safe measurement (a step toward it), else the safe
+  candidate with the largest constrained expected improvement when that is at least
+  ``min_expected_gain``, else the safe candidate closest to it (refining the memory model
+  next to it).
   ``ask`` returns ``None`` when nothing is left worth trying (constrained expected gain under
   ``min_expected_gain``, no eligible candidate, or ``max_evals`` distinct configs measured); ``status`` says
   which. ``ask`` does not change state: calling it twice gives the same proposal; measured
@@ -65,7 +77,7 @@ from trident_flows.scheduler.types import ConfigSpace, KnobValue, OpConfig
 
 DEFAULT_GPU_WEIGHT = 4.0
 _MAX_CANDIDATES = 3000
-_BATCH_STEPS_PER_DOUBLING = 4
+_BATCH_STEPS_PER_DOUBLING = 8
 _KNOB_GRID = 9
 
 
@@ -154,7 +166,7 @@ class ConfigOptimizer:
     """OOM-safe Bayesian optimiser of one operator's config (see the module docstring)."""
 
     def __init__(self, space: ConfigSpace, budget: MemoryBudget, *, operator: str = "operator", safety_margin: float = 0.1,
-                 k: float = 2.0, seed: int = 0, gpu_weight: float = DEFAULT_GPU_WEIGHT, growth: float = 4.0,
+                 k: float = 2.0, seed: int = 0, gpu_weight: float = DEFAULT_GPU_WEIGHT, growth: float = 4.0, headroom_growth: float = 16.0,
                  knob_radius: float = 0.34, feature_quantile: float = 0.95, feature_window: int = 64,
                  min_expected_gain: float = 0.002, max_evals: int | None = 40, incumbent: OpConfig | None = None) -> None:
         if not 0.0 <= safety_margin < 1.0:
@@ -163,11 +175,13 @@ class ConfigOptimizer:
             raise ValueError(f"operator {operator!r}: k (std multiplier of the memory bound) must be >= 0, got {k}")
         if growth <= 1.0:
             raise ValueError(f"operator {operator!r}: growth must be > 1 (factor of safe batch-size expansion), got {growth}")
+        if headroom_growth < growth:
+            raise ValueError(f"operator {operator!r}: headroom_growth must be >= growth ({growth}), got {headroom_growth}")
         if gpu_weight < 0:
             raise ValueError(f"operator {operator!r}: gpu_weight must be >= 0, got {gpu_weight}")
         self.space, self.budget, self.operator = space, budget, operator
         self.safety_margin, self.k, self.seed = safety_margin, k, seed
-        self.gpu_weight, self.growth, self.knob_radius = gpu_weight, growth, knob_radius
+        self.gpu_weight, self.growth, self.headroom_growth, self.knob_radius = gpu_weight, growth, headroom_growth, knob_radius
         self.min_expected_gain, self.max_evals, self.incumbent = min_expected_gain, max_evals, incumbent
         self.limits = {d: budget.limit(d, safety_margin) for d in space.devices}  # ValueError names a missing budget
         self.status = "not asked yet"
@@ -355,12 +369,25 @@ class ConfigOptimizer:
                 return config
         return None
 
-    def _near_safe(self, config: OpConfig, safe: Sequence[OpConfig]) -> bool:
+    def _needs_room(self, config: OpConfig, safe: Sequence[OpConfig], surprised: bool) -> bool:
+        """Whether ``config`` may only be tried with room for its working set to double: it has a
+        categorical knob value never measured safe on its device (the memory model has not seen its
+        effect, and a smooth model would carry the measured values' memory over to it), or its device
+        ran out of memory before (a jump no measurement foretold) and its batch is larger than any
+        measured safe with its knobs."""
+        for knob in self.space.knobs:
+            if knob.kind == "categorical":
+                value = str(self._encoder.knob_value(knob, config))
+                if all(str(self._encoder.knob_value(knob, s)) != value for s in safe):
+                    return True
+        return surprised and config.batch_size > max((s.batch_size for s in safe if s.knobs == config.knobs), default=0)
+
+    def _near_safe(self, config: OpConfig, safe: Sequence[OpConfig], growth: float) -> bool:
         for s in safe:
             numeric, categorical = self._encoder.knob_steps(config, s)
             if numeric > self.knob_radius + 1e-9:
                 continue
-            if categorical == 0 and config.batch_size <= self.growth * s.batch_size:
+            if categorical == 0 and config.batch_size <= growth * s.batch_size:
                 return True
             if categorical == 1 and config.batch_size <= s.batch_size:
                 return True
@@ -414,11 +441,18 @@ class ConfigOptimizer:
         eligible: dict[int, float] = {}
         for device in self.space.devices:
             safe = self._safe_points(device)
-            idx = [i for i in open_idx.tolist() if self._candidates[i].device == device and self._near_safe(self._candidates[i], safe)]
+            on = [i for i in open_idx.tolist() if self._candidates[i].device == device]
+            near = {i for i in on if self._near_safe(self._candidates[i], safe, self.growth)}
+            idx = [i for i in on if i in near or self._near_safe(self._candidates[i], safe, self.headroom_growth)]
             if idx:
                 configs = [self._candidates[i] for i in idx]
                 upper = self._memory[device].upper(configs, self._worst_for(configs), self.k)
-                eligible.update((i, float(u)) for i, u in zip(idx, upper) if u <= self.limits[device])
+                # a longer step (up to headroom_growth), or a step into what the memory model cannot
+                # foresee (``_needs_room``), only where the working set could double and still fit
+                roomy = (self.limits[device] + self._memory[device].resident) / 2
+                surprised = any(o.oom and o.config.device == device for o in self._observations)
+                eligible.update((i, float(u)) for i, u, c in zip(idx, upper, configs)
+                                if u <= (self.limits[device] if i in near and not self._needs_room(c, safe, surprised) else roomy))
         if not eligible:
             self.status = "stopped: no unmeasured candidate is both near a safe config and under the memory limit"
             return None
@@ -442,9 +476,20 @@ class ConfigOptimizer:
         if explore is not None:
             pick, toward = explore
         elif eic[t] >= self.min_expected_gain:
-            same = [i for i in eligible if self._candidates[i].device == self._candidates[target].device]
-            pick = target if target in eligible else min(same or list(eligible), key=lambda i: (round(self._distance(i, target), 9), -gain[i]))
-            toward = "" if pick == target else f" toward {self._candidates[target].label()} (expected gain {eic[t]:.3g}, not yet known safe)"
+            pick, toward = target, ""
+            if target not in eligible:
+                # a safe step toward the target, if one gets closer to it than every safe measurement
+                # (else stepping "toward" it only re-measures the region it is already known to be beyond)
+                device = self._candidates[target].device
+                reached = min((self._gap(s, target) for s in self._safe_points(device)), default=math.inf)
+                closer = [i for i in eligible if self._candidates[i].device == device and self._distance(i, target) < reached - 1e-9]
+                best_safe = max(eligible, key=gain.__getitem__)
+                if not closer and gain[best_safe] >= self.min_expected_gain:
+                    pick = best_safe
+                else:  # no safe candidate worth it on its own: refine the memory model next to the target
+                    same = closer or [i for i in eligible if self._candidates[i].device == device] or list(eligible)
+                    pick = min(same, key=lambda i: (round(self._distance(i, target), 9), -gain[i]))
+                    toward = f" toward {self._candidates[target].label()} (expected gain {eic[t]:.3g}, not yet known safe)"
         else:
             self.status = f"converged: largest expected gain {eic[t]:.2g} (log objective) < min_expected_gain {self.min_expected_gain}"
             return None
@@ -484,7 +529,10 @@ class ConfigOptimizer:
             # A batch takes no less time than a smaller one, so items/s grows at most in proportion
             # to the batch: a device that cannot beat the best even so is not worth exploring.
             reach = [c for c in self._candidates if c.device == device and c.knobs == best.knobs and c.batch_size > top]
-            fits = [c.batch_size for c, m in zip(reach, self._memory[device].expected(reach, self._worst_for(reach))) if m <= self.limits[device]] if reach else []
+            if self._memory[device].informative():
+                fits = [c.batch_size for c, m in zip(reach, self._memory[device].expected(reach, self._worst_for(reach))) if m <= self.limits[device]] if reach else []
+            else:  # the working set so far is lost in the peak's jitter: where memory runs out is unknown
+                fits = [c.batch_size for c in reach]
             potential = value[best] * max(fits, default=top) / top
             steps = [i for i in eligible if self._candidates[i].device == device and self._candidates[i].batch_size > top]
             if potential > overall and steps:
@@ -497,6 +545,11 @@ class ConfigOptimizer:
 
     def _distance(self, i: int, j: int) -> float:
         return float(np.linalg.norm(self._cand_enc[i] - self._cand_enc[j]))
+
+    def _gap(self, config: OpConfig, j: int) -> float:
+        """Distance of any config to candidate ``j`` (in the same encoding as ``_distance``)."""
+        enc = np.array([self._encoder.batch_coord(config.batch_size)] + self._encoder.knob_vector(config))
+        return float(np.linalg.norm(enc - self._cand_enc[j]))
 
     def _predict(self, configs: Sequence[OpConfig]) -> list[float]:
         """Predicted items/s per replica of each config (empty when nothing was measured yet)."""
