@@ -313,7 +313,7 @@ def test_a_device_whose_working_set_is_lost_in_its_resident_jitter_is_still_expl
 
 def test_the_memory_bound_next_to_measured_configs_does_not_add_their_jitter_again():
     """Peaks jitter by a few percent between batches; a measured peak is already the largest of its
-    window, so the bound at a config measured three times stays within 1% of its largest peak."""
+    window, so the bound at a config measured three times stays within 2% of its largest peak."""
     space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256, knobs=(KnobSpace("prefetch", "int", 1, 4),))
     model = MemoryModel(space, "cpu", seed=0)
     rng = np.random.default_rng(0)
@@ -326,5 +326,5 @@ def test_the_memory_bound_next_to_measured_configs_does_not_add_their_jitter_aga
     config = space.config("cpu", 48, prefetch=1)
     largest = max(peaks[48])
     upper = float(model.upper([config], {"pages": 1.0}, 2.0)[0])
-    assert largest <= upper <= 1.01 * largest
+    assert largest <= upper <= 1.02 * largest
     assert model.informative()

@@ -12,17 +12,20 @@ Contract:
   set proportional to the batch's work, ``theta`` the largest working set per unit of work
   measured. For ``W = per_item * work`` (plus anything sublinear) that extrapolation is an upper
   bound, so far from data the model errs on the high side; the GP learns the residual near
-  measurements. Without R the whole peak is treated as working set: from a seed using more than
+  measurements. Peaks jitter between batches by about ``PEAK_JITTER`` of the peak: ``theta``
+  comes only from "informative" measurements, whose working set is at least
+  ``INFORMATIVE_SHARE`` of their peak (from all while there is none), and each row enters the GP
+  with its own noise ``(PEAK_JITTER / share)**2`` (at most ``MAX_ROW_NOISE``), so a working set
+  lost in a large resident peak (model weights on an accelerator, a small batch) neither
+  inflates ``theta`` many times over nor pins the fit. Without R the whole peak is treated as working set: from a seed using more than
   half the limit, doubling the batch is then never predicted safe, so report resident memory
   where the runtime knows it. ``predict`` gives mean and std of log W, ``upper`` gives
   ``R + exp(mean + k * std)`` bytes and ``p_feasible`` the probability of staying under a limit.
   The std is the GP's LATENT std (its fitted white noise left out): a measured peak is already
   the largest of a canary window's batches, so the jitter between batches is in the data, and
   adding it again would keep every config near the frontier out of reach however often its
-  neighbours were measured. ``informative()`` says whether any working set is at least
-  ``INFORMATIVE_SHARE`` of its peak; below that (a large resident part, e.g. model weights on
-  an accelerator, and a small batch) the working set is within the peak's jitter and the
-  memory per unit of work is not known yet.
+  neighbours were measured. ``informative()`` says whether any measurement is informative;
+  until one is, the memory per unit of work is not known yet.
 - An OOM is a censored measurement: it enters the model as "memory >= budget" (the budget
   value itself), and ``OomRegion`` marks the OOM'd config and every larger batch with the
   same device and knobs as unsafe.
@@ -232,6 +235,10 @@ class MemoryModel:
     ROWS_PER_CONFIG = 8
     #: a working set under this share of its peak is within the peak's jitter (resident memory dominates)
     INFORMATIVE_SHARE = 0.1
+    #: peaks of equal batches differ by about this share of the peak (allocator and measurement jitter)
+    PEAK_JITTER = 0.02
+    #: cap of a row's own noise variance (log units), so even a jittery row anchors the fit near it
+    MAX_ROW_NOISE = 0.25
 
     def __init__(self, space: ConfigSpace, device: str, seed: int = 0) -> None:
         self.encoder = ConfigEncoder(space)
@@ -304,14 +311,24 @@ class MemoryModel:
         self._floor = {n: max(0.1 * max(float(f.get(n, 0.0)) for f in self._features), 1e-12) for n in self._names}
         # theta: the largest working set per unit of work measured (an upper envelope), so that the
         # prior, and the GP far from data, extrapolate from the most memory-hungry measurement.
-        log_work = np.log(self._working())
-        self._theta = max(w - math.log(self._size(c, f)) for c, f, w in zip(self._configs, self._features, log_work))
+        # Only measurements whose working set stands out of the peak's jitter take part (all of them
+        # while none does): a working set of a few percent of a large resident peak is mostly jitter,
+        # and its ratio to the work would overstate the memory per unit of work many times over.
+        working = self._working()
+        log_work = np.log(working)
+        share = working / np.array(self._peaks)
+        rows = np.flatnonzero(share >= self.INFORMATIVE_SHARE)
+        rows = rows if len(rows) else np.arange(len(share))
+        self._theta = max(log_work[i] - math.log(self._size(self._configs[i], self._features[i])) for i in rows)
         x = self._inputs(self._configs)
         resid = log_work - self._prior(self._configs, self._features)
         kernel = (ConstantKernel(0.3**2, (self.MIN_AMPLITUDE**2, self.MAX_AMPLITUDE**2))
                   * Matern(length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=(0.2, 5.0), nu=2.5)
                   + WhiteKernel(1e-3, (1e-4, 0.05)))
-        gp = GaussianProcessRegressor(kernel=kernel, normalize_y=False, n_restarts_optimizer=0, random_state=self.seed)
+        # each row's own noise in log units: the peak's jitter relative to its working set, so a working
+        # set lost in a large resident peak hardly moves the fit (but still anchors it near its config)
+        alpha = np.minimum((self.PEAK_JITTER / share) ** 2, self.MAX_ROW_NOISE)
+        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=False, n_restarts_optimizer=0, random_state=self.seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             gp.fit(x, resid)
