@@ -353,3 +353,41 @@ def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
     caps = {op.name: sum(c.batch_size / runner.busy(op, c) for _, c, canary in op.replicas if not canary) for op in runner.ops}
     assert min(caps.values()) > 1.5 * (2 * 8 / runner.busy(ops[0], B8)), caps
     assert start.reconfigurations == 0 and len(runner.applied) >= 3
+
+
+class _FixedModel:
+    """A model that predicts ``per_replica`` items/s for each replica, whatever the workload."""
+
+    def __init__(self, per_replica: float) -> None:
+        self.per_replica = per_replica
+
+    def predict_many(self, configs, replicas=1, features=None):
+        reps = np.broadcast_to(np.asarray(replicas, dtype=float), (len(configs),))
+        return reps * self.per_replica, reps * 0.0
+
+
+def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2) -> RunnerState:
+    config = OpConfig.make("cpu", batch_size=4)
+    reps = tuple(ReplicaState(f"r{k}", f"r{k}", config, True, False, False, 1, 1.0, 10, 1) for k in range(replicas))
+    op = OperatorState("ocr", reps, queue, 0, items_in, items_in, 1, 1.0, 0, 0, 0)
+    return RunnerState("sim", (op,), items_in, 0, 0, 0, 0, False, False, wall_s, 0.0, 8.0, 0.0, 0, 0)
+
+
+def test_a_saturated_operator_whose_model_over_predicts_gets_its_capacity_scaled_to_the_measurement():
+    policy = TridentPolicy(saturation_s=8.0, stale_ratio=1.5)
+    policy._operator("ocr").model = _FixedModel(5.0)  # the model of a cheap regime: 10 items/s on 2 replicas
+    for t in range(0, 10, 2):  # a queue all along, but only 1 item/s taken: the workload got expensive
+        policy._history.append(_queued_state(float(t), t, queue=40))
+    now = _queued_state(10.0, 10, queue=40)
+    notes: list[str] = []
+    assert policy._stale_scale(now, now.operators[0], notes) == pytest.approx(0.1)
+    assert "scaled by 0.10" in notes[0]
+    # the queue ran dry inside the window: the operator was not saturated, its model stands
+    policy._history[2] = _queued_state(4.0, 4, queue=0)
+    assert policy._stale_scale(now, now.operators[0], []) == 1.0
+    # measured close to the prediction: no correction
+    policy._history.clear()
+    for t in range(0, 10, 2):
+        policy._history.append(_queued_state(float(t), 8 * t, queue=40))
+    now = _queued_state(10.0, 80, queue=40)
+    assert policy._stale_scale(now, now.operators[0], []) == 1.0

@@ -33,6 +33,13 @@ Contract:
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
   (``placement.solve_placement``) runs on the cluster minus what running canaries hold and,
   with canaries on, one CPU kept free for the next canary.
+- stale models: an operator whose input queue stayed non-empty over the last ``saturation_s``
+  seconds ran at its capacity, so what it took in that time is its measured capacity (less
+  than one batch per replica when it finished nothing). When that is under ``1 / stale_ratio``
+  of what its model predicts for the replicas it runs, the model describes a workload that has
+  passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
+  few batches to refit soon): its capacity curves are scaled down to the measurement until it
+  refits, and the note says so. Without this, such an operator stayed starved for a minute.
 - transition: ``transition_cost.plan_transition`` prices the rolling change against the
   expected regime duration (mean of past regime lengths, capped by the rest of the run at the
   measured throughput when the spec knows its item count), with each option's cold start the
@@ -137,7 +144,8 @@ class TridentPolicy:
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
-                 max_changes: int | None = None, refit_min_samples: int = 8, **_options: Any) -> None:
+                 max_changes: int | None = None, refit_min_samples: int = 8, saturation_s: float = 8.0, stale_ratio: float = 1.5,
+                 **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if not 0 < tolerance < 1:
@@ -189,6 +197,10 @@ class TridentPolicy:
         if refit_min_samples < 1:
             raise ValueError(f"trident: refit_min_samples must be >= 1, got {refit_min_samples}")
         self.refit_min_samples = refit_min_samples
+        if saturation_s <= 0 or stale_ratio < 1:
+            raise ValueError(f"trident: saturation_s must be > 0 and stale_ratio >= 1, got {saturation_s}, {stale_ratio}")
+        self.saturation_s = saturation_s
+        self.stale_ratio = stale_ratio
 
     # ------------------------------------------------------------------ the Policy protocol
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
@@ -673,6 +685,7 @@ class TridentPolicy:
             lo, hi = replica_limits(name, self.spec)
             cands, cand_notes = self._candidates(state, name)
             notes += cand_notes
+            scale = self._stale_scale(state, op_state, notes)
             options = []
             for config in cands:
                 unsafe = self._is_unsafe(name, config)
@@ -688,7 +701,7 @@ class TridentPolicy:
                     continue
                 try:
                     mean, _std = op.model.predict_many([config] * cap, list(range(1, cap + 1)))
-                    curve = concave_curve([float(x) for x in mean])
+                    curve = concave_curve([float(x) * scale for x in mean])
                 except (NoModelError, ValueError):
                     continue
                 bound = self._memory_bound(name, config) or 0.0
@@ -701,6 +714,38 @@ class TridentPolicy:
             demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
         result = self.solve(demands, cluster, current_placement(state), solver=self.solver, time_limit_s=self.time_limit_s)
         return demands, cluster, result, forced, notes
+
+    def _stale_scale(self, state: RunnerState, op_state: Any, notes: list[str]) -> float:
+        """1.0, or measured / predicted capacity of a saturated operator whose model over-predicts
+        by more than ``stale_ratio`` (see the module docstring)."""
+        start = None
+        for old in reversed(self._history):
+            if len(old.operators) != len(state.operators):
+                return 1.0
+            before = old.operator(op_state.name)
+            if before.queue_items == 0:
+                return 1.0  # the queue ran dry inside the window: not saturated
+            start = old
+            if state.wall_s - old.wall_s >= self.saturation_s:
+                break
+        if start is None or op_state.queue_items == 0 or state.wall_s - start.wall_s < self.saturation_s:
+            return 1.0
+        serving = op_state.configs()
+        if not serving:
+            return 1.0
+        dt = state.wall_s - start.wall_s
+        taken = op_state.items_in - start.operator(op_state.name).items_in
+        replicas = sum(serving.values())
+        measured = taken / dt if taken > 0 else sum(c.batch_size * n for c, n in serving.items()) / dt
+        try:
+            predicted = sum(float(self._ops[op_state.name].model.predict_many([c], n)[0][0]) for c, n in serving.items())
+        except (NoModelError, ValueError):
+            return 1.0
+        if predicted <= 0 or measured * self.stale_ratio >= predicted:
+            return 1.0
+        notes.append(f"{op_state.name}: queue non-empty for {dt:.0f} s, it took {measured:.3g} items/s on {replicas} replica(s) "
+                     f"where its model predicts {predicted:.3g}: capacities scaled by {measured / predicted:.2f} until it refits")
+        return measured / predicted
 
     # ------------------------------------------------------------------ transition
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes):
