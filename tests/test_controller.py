@@ -366,9 +366,9 @@ class _FixedModel:
         return reps * self.per_replica, reps * 0.0
 
 
-def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2) -> RunnerState:
+def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, inflight: int = 1) -> RunnerState:
     config = OpConfig.make("cpu", batch_size=4)
-    reps = tuple(ReplicaState(f"r{k}", f"r{k}", config, True, False, False, 1, 1.0, 10, 1) for k in range(replicas))
+    reps = tuple(ReplicaState(f"r{k}", f"r{k}", config, True, False, False, inflight, 1.0, 10, 1) for k in range(replicas))
     op = OperatorState("ocr", reps, queue, 0, items_in, items_in, 1, 1.0, 0, 0, 0)
     return RunnerState("sim", (op,), items_in, 0, 0, 0, 0, False, False, wall_s, 0.0, 8.0, 0.0, 0, 0)
 
@@ -384,6 +384,9 @@ def test_a_saturated_operator_whose_model_over_predicts_gets_its_capacity_scaled
     assert "scaled by 0.10" in notes[0]
     # the queue ran dry inside the window: the operator was not saturated, its model stands
     policy._history[2] = _queued_state(4.0, 4, queue=0)
+    assert policy._stale_scale(now, now.operators[0], []) == 1.0
+    # work waiting but idle replicas (blocked by a full downstream queue): not saturated
+    policy._history[2] = _queued_state(4.0, 4, queue=40, inflight=0)
     assert policy._stale_scale(now, now.operators[0], []) == 1.0
     # measured close to the prediction: no correction
     policy._history.clear()

@@ -33,9 +33,11 @@ Contract:
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
   (``placement.solve_placement``) runs on the cluster minus what running canaries hold and,
   with canaries on, one CPU kept free for the next canary.
-- stale models: an operator whose input queue stayed non-empty over the last ``saturation_s``
-  seconds ran at its capacity, so what it took in that time is its measured capacity (less
-  than one batch per replica when it finished nothing). When that is under ``1 / stale_ratio``
+- stale models: an operator whose input queue stayed non-empty and whose serving replicas all
+  held a batch over the last ``saturation_s`` seconds (sampled at each tick) ran at its
+  capacity, so what it took in that time is its measured capacity (less than one batch per
+  replica when it finished nothing; an operator blocked by a full downstream queue has idle
+  replicas and is not counted). When that is under ``1 / stale_ratio``
   of what its model predicts for the replicas it runs, the model describes a workload that has
   passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
   few batches to refit soon): its capacity curves are scaled down to the measurement until it
@@ -723,12 +725,12 @@ class TridentPolicy:
             if len(old.operators) != len(state.operators):
                 return 1.0
             before = old.operator(op_state.name)
-            if before.queue_items == 0:
-                return 1.0  # the queue ran dry inside the window: not saturated
+            if not _saturated(before):
+                return 1.0  # idle replicas or a dry queue inside the window: not running at capacity
             start = old
             if state.wall_s - old.wall_s >= self.saturation_s:
                 break
-        if start is None or op_state.queue_items == 0 or state.wall_s - start.wall_s < self.saturation_s:
+        if start is None or not _saturated(op_state) or state.wall_s - start.wall_s < self.saturation_s:
             return 1.0
         serving = op_state.configs()
         if not serving:
@@ -798,6 +800,13 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
+
+
+def _saturated(op: Any) -> bool:
+    """Work waiting and every serving replica holding a batch (an operator blocked by a full
+    downstream queue has work waiting but idle replicas)."""
+    serving = [r for r in op.active if not r.canary]
+    return op.queue_items > 0 and bool(serving) and all(r.inflight > 0 for r in serving)
 
 
 def _counts(groups) -> list[tuple[OpConfig, int]]:
