@@ -63,6 +63,7 @@ from trident_flows.runtime.sink import read_ids
 from trident_flows.runtime.spec import ID, PipelineSpec
 from trident_flows.runtime.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
+from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 CPUS, GPUS = 16, 2
@@ -255,10 +256,6 @@ class OraclePolicy:
             delivered = op.items_forwarded
         return out
 
-    @staticmethod
-    def _use(groups: Mapping[OpConfig, int]) -> tuple[float, float]:
-        return sum(c.cpus * n for c, n in groups.items()), sum(c.gpus * n for c, n in groups.items())
-
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         positions = self.positions(state)
         current = {op.name: op.configs() for op in state.operators}
@@ -271,10 +268,10 @@ class OraclePolicy:
         if not changing:
             return None
         final = {n: ({c: r} if n in changing else current[n]) for n, (_, c, r) in target.items()}
-        cpus = sum(self._use(g)[0] for g in final.values())
-        gpus = sum(self._use(g)[1] for g in final.values())
+        cpus = sum(held(g)[0] for g in final.values())
+        gpus = sum(held(g)[1] for g in final.values())
         if cpus > self.cpus + 1e-9 or gpus > self.gpus + 1e-9:
-            changing = [n for n in changing if all(a <= b + 1e-9 for a, b in zip(self._use(final[n]), self._use(current[n])))]
+            changing = [n for n in changing if all(a <= b + 1e-9 for a, b in zip(held(final[n]), held(current[n])))]
             if not changing:
                 return None
         ops = []
@@ -331,18 +328,23 @@ def _ray_gpus() -> int:
     return int(ray.cluster_resources().get("GPU", 0))
 
 
+def _busy_s(handles: Sequence[Any]) -> float:
+    """Kernel seconds run so far on these emulated devices, together."""
+    return sum(float(i["busy_s"]) for i in ray.get([h.info.remote() for h in handles]))
+
+
 def _device_busy_s(prefix: str, namespace: str | None) -> float:
-    total = 0.0
+    """``_busy_s`` of the devices a runner created under ``prefix`` (found by name)."""
+    handles = []
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
         for gpu in range(int(node.get("Resources", {}).get("GPU", 0))):
             try:
-                handle = ray.get_actor(devices.device_name(prefix, node["NodeID"], gpu), namespace=namespace)
+                handles.append(ray.get_actor(devices.device_name(prefix, node["NodeID"], gpu), namespace=namespace))
             except ValueError:
                 continue
-            total += float(ray.get(handle.info.remote())["busy_s"])
-    return total
+    return _busy_s(handles)
 
 
 def _make_policy(system: str, spec: PipelineSpec, tuning: Tuning, workload: Workload) -> Any:
@@ -428,7 +430,7 @@ def run_ray_data(spec: PipelineSpec, record: RunRecord) -> RunRecord:
             ids.extend(str(x) for x in batch[ID])
             record.timeline.append((round(time.perf_counter() - t0, 3), len(ids)))
         wall = time.perf_counter() - t0
-        busy = sum(float(i["busy_s"]) for i in ray.get([d.info.remote() for d in devs]))
+        busy = _busy_s(devs)
     finally:
         for d in devs:
             ray.kill(d)
@@ -447,7 +449,7 @@ def run_xenna_record(spec: PipelineSpec, record: RunRecord) -> RunRecord:
     try:
         result = run_xenna(spec, device_prefix=prefix, device_namespace=NAMESPACE, autoscale_interval_s=XENNA_AUTOSCALE_S,
                            window_s=XENNA_WINDOW_S)
-        busy = sum(float(i["busy_s"]) for i in ray.get([d.info.remote() for d in devs]))
+        busy = _busy_s(devs)
     finally:
         for d in devs:
             ray.kill(d)

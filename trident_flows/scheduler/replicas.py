@@ -11,11 +11,12 @@ Contract (pure functions, shared by the baseline policies and the Trident contro
 - ``replica_limits(name, spec)`` is ``(min_replicas, max_replicas)`` from the pipeline spec
   (``(1, 64)`` when no spec is known).
 - ``free_resources(state)`` is ``(cpus, gpus)`` not held by any replica.
+- ``held(counts)`` is ``(cpus, gpus)`` held by ``counts[config]`` replicas of each config.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from trident_flows.runtime.state import OperatorState, RunnerState
 from trident_flows.scheduler.types import OpConfig, OperatorPlan, ReplicaGroup
@@ -89,3 +90,8 @@ def scaled_plan(op: OperatorState, target: int, reason: str, spec: Any | None = 
 def free_resources(state: RunnerState) -> tuple[float, float]:
     """(cpus, gpus) of the cluster that no replica holds."""
     return state.cluster_cpus - state.used_cpus, state.cluster_gpus - state.used_gpus
+
+
+def held(counts: Mapping[OpConfig, int]) -> tuple[float, float]:
+    """(cpus, gpus) held by ``counts[config]`` replicas of each config."""
+    return sum(c.cpus * n for c, n in counts.items()), sum(c.gpus * n for c, n in counts.items())

@@ -85,7 +85,7 @@ from trident_flows.scheduler.placement_inputs import concave_curve, current_plac
 from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.scheduler.replicas import canary_config, free_resources, replica_limits, serving_groups
+from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.transition_cost import plan_transition
 from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan
 
@@ -184,8 +184,7 @@ class TridentPolicy:
         self.last_record: TickRecord | None = None
         self.memory = RegimeMemory()
         self._ops: dict[str, _Operator] = {}
-        self._previous: RunnerState | None = None
-        self._history: deque[RunnerState] = deque(maxlen=30)  # earlier ticks' states, for work_per_item
+        self._history: deque[RunnerState] = deque(maxlen=30)  # earlier ticks' states, oldest first
         self._pending: _Pending | None = None
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
@@ -268,7 +267,6 @@ class TridentPolicy:
         if action == "roll_out" and plan is not None:
             before = sorted(self._recent)[len(self._recent) // 2]
             self._pending = _Pending(plan, predicted, before, self._previous_groups(state, plan), self._regime_key())
-        self._previous = state
         self._history.append(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
@@ -281,7 +279,7 @@ class TridentPolicy:
     # ------------------------------------------------------------------ observe
     def _measure(self, state: RunnerState) -> dict[str, float]:
         """Items/s each operator completed since the last tick (since the start on the first)."""
-        prev = self._previous
+        prev = self._history[-1] if self._history else None
         out = {}
         for k, op in enumerate(state.operators):
             if prev is not None and len(prev.operators) == len(state.operators) and state.wall_s > prev.wall_s:
@@ -792,9 +790,9 @@ class TridentPolicy:
         for o in sorted(changed, key=lambda o: -state.operator(o.operator).busy_fraction):
             if len(kept) == self.max_changes:
                 break
-            old = state.operator(o.operator).configs()
-            d_cpus = sum(g.config.cpus * g.replicas for g in o.groups) - sum(c.cpus * n for c, n in old.items())
-            d_gpus = sum(g.config.gpus * g.replicas for g in o.groups) - sum(c.gpus * n for c, n in old.items())
+            new_cpus, new_gpus = held(dict(_counts(o.groups)))
+            old_cpus, old_gpus = held(state.operator(o.operator).configs())
+            d_cpus, d_gpus = new_cpus - old_cpus, new_gpus - old_gpus
             if used_cpus + d_cpus <= state.cluster_cpus + 1e-9 and used_gpus + d_gpus <= state.cluster_gpus + 1e-9:
                 kept.append(o)
                 used_cpus += d_cpus
