@@ -1,4 +1,4 @@
-"""Benchmarks by name (DESIGN.md section 8). Each entry names a module with
+"""Benchmarks by name. Each entry names a module with
 ``run(quick: bool) -> BenchResult``; ``trident_flows.bench.report.write_report`` writes
 ``DIR/NAME.json`` and ``DIR/NAME.png``."""
 

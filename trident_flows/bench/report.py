@@ -1,4 +1,4 @@
-"""Benchmark reports: one JSON and one PNG per benchmark (DESIGN.md section 8).
+"""Benchmark reports: one JSON and one PNG per benchmark (conventions in docs/architecture.md).
 
 Contract: a benchmark module returns a ``BenchResult``; ``write_report`` writes
 ``DIR/NAME.json`` with ``summary`` (headline figures, plain numbers), ``targets`` (goal per

@@ -1,4 +1,4 @@
-"""Calibrated cost models of operators, the data behind emulated operators (DESIGN.md section 4).
+"""Calibrated cost models of operators, the data behind emulated operators (see docs/architecture.md).
 
 Contract:
 - A ``PipelineProfile`` is what ``trident-flows profile NAME`` measures on the real

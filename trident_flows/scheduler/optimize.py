@@ -1,4 +1,4 @@
-"""Memory-constrained Bayesian optimisation of one operator's OpConfig (DESIGN.md section 5, "optimize").
+"""Memory-constrained Bayesian optimisation of one operator's OpConfig.
 
 Contract:
 - ``ConfigOptimizer(space, budget, ...)`` searches the operator's ``ConfigSpace`` (devices,

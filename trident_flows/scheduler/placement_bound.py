@@ -1,5 +1,5 @@
 """An upper bound on the placement MILP's throughput that sees integer replicas
-(DESIGN.md section 5, "placement"; used by ``placement.solve_placement``).
+(used by ``placement.solve_placement``).
 
 Contract:
 - ``rounding_bound(demands, prices, budget, eligible, t_lo, t_hi)`` returns ``U <= t_hi`` with

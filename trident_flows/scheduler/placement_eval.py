@@ -1,5 +1,5 @@
 """The resource and throughput model of a placement, shared by the MILP, the transition
-planner and the exhaustive-search check (DESIGN.md section 5, "placement").
+planner and the exhaustive-search check.
 
 Contract (pure functions, no solver state):
 - A placement is ``Counts``: ``(operator, option index, node class) -> replicas``.

@@ -1,4 +1,4 @@
-"""Inputs of the placement MILP (DESIGN.md section 5, "placement").
+"""Inputs of the placement MILP.
 
 Contract:
 - ``PlacementOption``: one way to run an operator (an ``OpConfig``) with its predicted
