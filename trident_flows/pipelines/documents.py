@@ -534,7 +534,7 @@ def synth_corpus(work_dir: Path, n: int, seed: int, regimes: str | None) -> Path
     return directory
 
 
-def operator_specs(index_name: str) -> tuple[OperatorSpec, ...]:
+def operator_specs(index_name: str = "unnamed") -> tuple[OperatorSpec, ...]:
     """The six operators with their initial configs and search spaces (execution knobs only:
     quality knobs are constructor params, see ``trident_flows.pipelines.quality``)."""
     cpu_only = ((CPU, (1.0, 0.0)),)

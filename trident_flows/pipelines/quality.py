@@ -28,6 +28,10 @@ Contract:
 - ``audit_column(operator, knob)`` = ``"cfg_<operator>_<knob>"``; ``stamp(batch, operator,
   values, rows)`` writes one such column per value on the given rows (``None`` on the others), so
   every output row records the quality configuration it was produced with.
+- ``check_settings(pipeline, quality, tune)`` validates settings by pipeline name before anything
+  is built (the Prefect block does, at construction).
+- ``refuse_quality(pipeline, quality, tune)``: a pipeline without quality knobs (the emulated
+  ones) refuses settings for them instead of ignoring them.
 - ``tunable_quality(spec)`` lists ``"operator.knob"`` of the tunable quality knobs of a spec and
   ``output_note(spec)`` says, in one line, that outputs can then differ by configuration ("" when
   none is tunable).
@@ -211,6 +215,27 @@ def apply_quality(pipeline: str, specs: Sequence[OperatorSpec], quality: Mapping
         configs[spec.name] = configs[spec.name].with_changes(**{knob.name: start})
         params[spec.name][TUNABLE] = tuple(sorted({*params[spec.name].get(TUNABLE, ()), knob.name}))
     return tuple(dataclasses.replace(s, params=params[s.name], space=spaces[s.name], config=configs[s.name]) for s in specs)
+
+
+def check_settings(pipeline: str, quality: Mapping[str, Any] | None, tune: Mapping[str, Any] | None) -> None:
+    """Validate quality settings for the pipeline called ``pipeline`` (raises ``ValueError`` saying what to change)."""
+    import importlib
+
+    from trident_flows.pipelines import PIPELINES
+
+    module = importlib.import_module(PIPELINES[pipeline])
+    if hasattr(module, "operator_specs"):
+        apply_quality(pipeline, module.operator_specs(), quality, tune)
+    else:
+        refuse_quality(pipeline, quality, tune)
+
+
+def refuse_quality(pipeline: str, quality: Mapping[str, Any] | None, tune: Mapping[str, Any] | None) -> None:
+    """Refuse quality settings for a pipeline whose operators have no quality knobs."""
+    given = [*(quality or {}), *(tune or {})]
+    if given:
+        raise ValueError(f"pipeline {pipeline!r} has no quality knobs (its operators are emulated from cost models, their output "
+                         f"is fixed); drop --quality/--tune {', '.join(given)}")
 
 
 def parse_settings(items: Iterable[str], option: str) -> dict[str, str]:
