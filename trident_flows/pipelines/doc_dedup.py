@@ -15,6 +15,12 @@ Contract:
   run cannot take back a row it has written, so the pipeline applies the revisions to its
   committed output once the run ends (``documents.finish_run``). Answers are remembered: a
   retried batch gets each id's current answer.
+- What can still differ between two runs over the same documents: nothing in the output once
+  ``finish_run`` has run. Before it (while a run is going, or when a run dies before its end) a
+  document whose smaller-id near-duplicate has not arrived yet is in the output as kept; it was
+  embedded for nothing, and if embedding it failed it sits in the dead-letter table rather than
+  being marked a duplicate (the one way the dead letters can differ). The rule is pairwise: in a
+  chain a ~ b ~ c with a !~ c, c is a duplicate of b although b is itself a duplicate of a.
 - ``shared_index(name, threshold, num_perm)`` returns a handle on the index called ``name``:
   a named, detached Ray actor (``num_cpus=0``) when Ray is initialised, so replicas in any
   process of the cluster share it; otherwise an in-process registry entry (unit tests, one
