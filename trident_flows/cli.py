@@ -73,11 +73,14 @@ def run(
                                             "(outputs then differ by configuration; each row records its values)."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary."""
-    from trident_flows.pipelines.quality import parse_settings
+    from trident_flows.pipelines import PIPELINES
+    from trident_flows.pipelines.quality import check_settings, parse_settings
     from trident_flows.runtime.launch import run_command
 
-    try:
+    try:  # refuse bad quality settings before a Ray node starts
         settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
+        if pipeline in PIPELINES:
+            check_settings(pipeline, settings["quality"], settings["tune"])
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
