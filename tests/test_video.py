@@ -26,11 +26,11 @@ def corpus(tmp_path_factory):
 def curated(corpus, tmp_path_factory):
     """Every operator of the pipeline, chained in this process (no Ray)."""
     out, manifest = corpus
-    spec = build(input=out, seed=3, work_dir=tmp_path_factory.mktemp("work"))
+    spec = build(input=out, seed=3, work_dir=tmp_path_factory.mktemp("work"), quality={"decode.sample_fps": SAMPLE_FPS})
     batch = rows_to_batch(spec.source())
     features = {}
     for op in spec.operators:
-        instance = op.build(op.config.with_changes(sample_fps=SAMPLE_FPS) if op.name == "decode" else None)
+        instance = op.build()
         features[op.name] = instance.workload_features(batch)
         batch = instance(batch)
     return manifest, pd.DataFrame({k: list(v) for k, v in batch.items()}), features

@@ -68,12 +68,25 @@ def run(
     summary_json: Optional[Path] = typer.Option(None, help="Write the run summary as JSON here."),
     tick_s: float = typer.Option(2.0, min=0.1, help="Controller tick interval in seconds (adaptive policies)."),
     decision_log: Optional[Path] = typer.Option(None, help="Write the controller's decisions as JSON lines here."),
+    quality: list[str] = typer.Option([], help="Set a quality knob (changes the output; no policy changes it), e.g. --quality ocr.dpi=200."),
+    tune: list[str] = typer.Option([], help="Let policies vary a quality knob within a range, e.g. --tune ocr.dpi=100..300 "
+                                            "(outputs then differ by configuration; each row records its values)."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary."""
+    from trident_flows.pipelines import PIPELINES
+    from trident_flows.pipelines.quality import check_settings, parse_settings
     from trident_flows.runtime.launch import run_command
 
+    try:  # refuse bad quality settings before a Ray node starts
+        settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
+        if pipeline in PIPELINES:
+            check_settings(pipeline, settings["quality"], settings["tune"])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
     run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
-                gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console)
+                gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console,
+                quality=settings["quality"], tune=settings["tune"])
 
 
 @app.command("profile")

@@ -3,14 +3,18 @@ in shards of what size, and the name its runner is found by.
 
 Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES``; input and output
 locations are local directories (a path or a ``file://`` URL); without an input location the
-pipeline generates ``synth`` synthetic inputs. Invalid values are refused at construction with
-a message naming the field and what to change.
+pipeline generates ``synth`` synthetic inputs. ``quality`` holds the user's quality knob settings
+(what the output is: ``{"ocr.dpi": 200}``; no scheduling policy changes them) and ``tune`` the
+quality knobs a policy may vary, each with its range (``{"ocr.dpi": "100..300"}``; outputs then
+differ by configuration and each row records its values); see
+``trident_flows.pipelines.quality``. Invalid values are refused at construction with a message
+naming the field and what to change.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
@@ -44,6 +48,12 @@ class PipelineSettingsBlock(Block):
     regimes: Optional[str] = Field(default=None, description="Regime schedule for synthetic inputs, e.g. 'short:20,long:10,scans:10'.")
     seed: int = Field(default=0, description="Random seed of synthetic inputs.")
     runner_name: str = Field(default="trident-runner", min_length=1, description="Name the pipeline runner registers under in the Ray cluster; the sidecar finds it by this name.")
+    quality: dict[str, Union[int, float, str]] = Field(
+        default_factory=dict, description="Quality knob settings OPERATOR.KNOB -> value, e.g. {'ocr.dpi': 200}: they decide what the "
+                                          "output is, and no scheduling policy changes them.")
+    tune: dict[str, str] = Field(
+        default_factory=dict, description="Quality knobs a policy may vary, OPERATOR.KNOB -> range 'LOW..HIGH' (or 'a|b'), e.g. "
+                                          "{'ocr.dpi': '100..300'}; outputs then differ by configuration, each row records its values.")
 
     @field_validator("pipeline")
     @classmethod
@@ -69,9 +79,12 @@ class PipelineSettingsBlock(Block):
     def _check_source(self) -> "PipelineSettingsBlock":
         if self.input_location is None and self.synth is None and not self.pipeline.startswith("emulated"):
             raise ValueError(f"pipeline {self.pipeline!r} needs an input: set input_location to a directory, or synth to a number of synthetic inputs")
+        from trident_flows.pipelines.quality import check_settings
+
+        check_settings(self.pipeline, self.quality, self.tune)
         return self
 
     def build_options(self, work_dir: Path) -> dict[str, Any]:
         """Keyword options for ``trident_flows.pipelines.build_pipeline``."""
         return {"input": Path(self.input_location) if self.input_location else None, "synth": self.synth,
-                "seed": self.seed, "regimes": self.regimes, "work_dir": work_dir}
+                "seed": self.seed, "regimes": self.regimes, "work_dir": work_dir, "quality": dict(self.quality), "tune": dict(self.tune)}

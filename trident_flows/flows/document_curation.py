@@ -26,7 +26,8 @@ from prefect_ray.context import remote_options
 
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock
 from trident_flows.flows.prefect_env import worker_env
-from trident_flows.pipelines import build_pipeline
+from trident_flows.pipelines import build_pipeline, finish_pipeline
+from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime.launch import start_runner
 from trident_flows.tasks.curation import CurationSummary, curate_shard, plan_shards, summarise
 
@@ -99,6 +100,8 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     shards = plan_shards(spec.source(), pipeline.shard_size)
     items_in = sum(len(s.rows) for s in shards)
     logger.info("pipeline %s: %d items in %d shards of up to %d", spec.name, items_in, len(shards), pipeline.shard_size)
+    if output_note(spec):
+        logger.warning("%s", output_note(spec))
 
     stale = _remove_stale_shards(out_dir, {s.shard_id for s in shards})
     if stale:
@@ -130,6 +133,7 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
             time.sleep(0.2)
         if final.error:
             raise RuntimeError(f"pipeline {spec.name} failed: {final.error}")
+        finish_pipeline(spec, out_dir)  # e.g. near-duplicates found out of order, settled in the committed output
         wall_s = time.monotonic() - start
         update_progress_artifact(progress_id, *_progress(runner, items_in))
     finally:

@@ -3,13 +3,20 @@
 Contract of ``build``: keyword-only options ``input`` (a directory of inputs, or None),
 ``synth`` (generate this many synthetic inputs when no input is given), ``seed``,
 ``regimes`` (a regime schedule string such as "short:200,long:100,scans:100", or None for
-the pipeline's default) and ``work_dir`` (where generated inputs may be cached). Modules are
-imported lazily so that an emulated pipeline runs without the ``models`` extra installed.
+the pipeline's default), ``work_dir`` (where generated inputs may be cached), ``quality`` and
+``tune`` (quality knob settings and tunable ranges, ``trident_flows.pipelines.quality``; a
+pipeline without quality knobs refuses them). Modules are imported lazily so that an emulated
+pipeline runs without the ``models`` extra installed.
+
+A module may also define ``finish_run(spec, out_dir) -> dict``: what must happen to a run's
+committed output once the run has ended (the documents pipeline settles near-duplicates found
+out of order); ``finish_pipeline(spec, out_dir)`` calls it, and returns ``{}`` for the others.
 """
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 from trident_flows.runtime.spec import PipelineSpec
@@ -27,3 +34,11 @@ def build_pipeline(name: str, **options: Any) -> PipelineSpec:
         raise ValueError(f"unknown pipeline {name!r}; choose one of {sorted(PIPELINES)}")
     module = importlib.import_module(PIPELINES[name])
     return module.build(**options)
+
+
+def finish_pipeline(spec: PipelineSpec, out_dir: Path | str) -> dict[str, Any]:
+    """Run the pipeline module's ``finish_run`` on a finished run's output (see the module docstring)."""
+    if spec.name not in PIPELINES:
+        return {}
+    finish = getattr(importlib.import_module(PIPELINES[spec.name]), "finish_run", None)
+    return dict(finish(spec, Path(out_dir))) if finish is not None else {}

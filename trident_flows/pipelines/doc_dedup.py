@@ -1,11 +1,26 @@
 """The near-duplicate index shared by every replica of the dedup operator.
 
 Contract:
-- ``LshIndex.check_and_insert(items)`` takes ``(id, minhash values)`` pairs and, for each
-  in order, atomically answers "" (an original: it is inserted) or the id of an earlier
-  original whose estimated Jaccard similarity is >= the threshold (a duplicate: it is not
-  inserted). First writer wins; among several matching originals the smallest id wins.
-  The answer for an id is remembered, so a retried batch gets the same answers (idempotent).
+- The rule, a function of the set of documents that reach dedup and not of their order: a
+  document is a near-duplicate of the smallest id (string order) among the documents with a
+  *smaller* id whose verified estimated Jaccard similarity to it is >= the threshold (candidates
+  from MinHash LSH, which is symmetric and deterministic); without one it is kept. So the kept
+  document of a cluster is its smallest id, and which replica or batch saw a document first
+  does not matter.
+- ``LshIndex.check_and_insert(items)`` takes ``(id, minhash values)`` pairs and, for each in
+  order, atomically inserts the document (duplicates too) and answers by the rule over the
+  documents seen so far: "" (kept) or the id it duplicates. A document's answer can only change
+  when a smaller-id match arrives later; the index then revises it (kept -> duplicate, or to a
+  smaller original) and ``revisions()`` returns every revised ``{id: final answer}``. A streaming
+  run cannot take back a row it has written, so the pipeline applies the revisions to its
+  committed output once the run ends (``documents.finish_run``). Answers are remembered: a
+  retried batch gets each id's current answer.
+- What can still differ between two runs over the same documents: nothing in the output once
+  ``finish_run`` has run. Before it (while a run is going, or when a run dies before its end) a
+  document whose smaller-id near-duplicate has not arrived yet is in the output as kept; it was
+  embedded for nothing, and if embedding it failed it sits in the dead-letter table rather than
+  being marked a duplicate (the one way the dead letters can differ). The rule is pairwise: in a
+  chain a ~ b ~ c with a !~ c, c is a duplicate of b although b is itself a duplicate of a.
 - ``shared_index(name, threshold, num_perm)`` returns a handle on the index called ``name``:
   a named, detached Ray actor (``num_cpus=0``) when Ray is initialised, so replicas in any
   process of the cluster share it; otherwise an in-process registry entry (unit tests, one
@@ -39,6 +54,7 @@ class LshIndex:
         self._lsh = MinHashLSH(threshold=max(0.05, threshold - 0.2), num_perm=num_perm)
         self._hashes: dict[str, np.ndarray] = {}
         self._answers: dict[str, str] = {}
+        self._revised: set[str] = set()
         self._lock = threading.Lock()
 
     def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]:
@@ -52,16 +68,21 @@ class LshIndex:
                     raise ValueError(f"dedup index expects {self.num_perm} minhash values, got {len(values)} for {key!r}")
                 if key not in self._answers:
                     signature = MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME)
-                    candidates = sorted(c for c in self._lsh.query(signature)
-                                        if float(np.mean(self._hashes[c] == values)) >= self.threshold)
-                    if candidates:
-                        self._answers[key] = candidates[0]
-                    else:
-                        self._answers[key] = ""
-                        self._hashes[key] = values
-                        self._lsh.insert(key, signature)
+                    matches = sorted(c for c in self._lsh.query(signature) if float(np.mean(self._hashes[c] == values)) >= self.threshold)
+                    self._answers[key] = next((c for c in matches if c < key), "")
+                    for later in (c for c in matches if c > key):  # arrived before this smaller id: revise
+                        if not self._answers[later] or key < self._answers[later]:
+                            self._answers[later] = key
+                            self._revised.add(later)
+                    self._hashes[key] = values
+                    self._lsh.insert(key, signature)
                 out.append(self._answers[key])
         return out
+
+    def revisions(self) -> dict[str, str]:
+        """``{id: final answer}`` of every document whose answer changed after it was given."""
+        with self._lock:
+            return {key: self._answers[key] for key in sorted(self._revised)}
 
     def size(self) -> int:
         return len(self._hashes)
@@ -69,6 +90,8 @@ class LshIndex:
 
 class IndexHandle(Protocol):
     def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]: ...
+
+    def revisions(self) -> dict[str, str]: ...
 
 
 class _ActorHandle:
@@ -79,6 +102,11 @@ class _ActorHandle:
         import ray
 
         return ray.get(self._actor.check_and_insert.remote(list(items)))
+
+    def revisions(self) -> dict[str, str]:
+        import ray
+
+        return ray.get(self._actor.revisions.remote())
 
 
 _LOCAL: dict[str, LshIndex] = {}

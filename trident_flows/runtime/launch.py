@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import ray
 
+from trident_flows.pipelines import finish_pipeline
+from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime.control import ControlLoop
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
@@ -115,6 +117,7 @@ class RunSummary:
     operators: dict[str, dict[str, Any]]
     apply_reports: tuple[dict[str, Any], ...]
     error: str = ""
+    output_note: str = ""  # set when a quality knob is tunable: outputs can differ by configuration
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -170,6 +173,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         final_state: RunnerState = ray.get(handle.state.remote())
     finally:
         stop_runner(handle, loop)
+    finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
     acc = account(out)
     return RunSummary(
         pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=final_state.items_in,
@@ -179,7 +183,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
-        apply_reports=tuple(summary["apply_reports"]), error=final_state.error)
+        apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec))
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -203,7 +207,8 @@ def _summary_table(summary: RunSummary) -> Any:
 
 def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
-                decision_log: Path | None, console: Any) -> RunSummary:
+                decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
+                tune: dict[str, str] | None = None) -> RunSummary:
     """The ``trident-flows run`` command (see the module docstring)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -216,7 +221,8 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
         ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     try:
-        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
+        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs", quality=quality,
+                              tune=tune)
         cpus_now, gpus_now = cluster_totals()
         policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
@@ -233,6 +239,8 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
         ray.shutdown()
     for table in _summary_table(summary):
         console.print(table)
+    if summary.output_note:
+        console.print(f"[yellow]{summary.output_note}")
     if summary.error:
         console.print(f"[red]run failed: {summary.error}")
     if summary_json:

@@ -164,9 +164,25 @@ class BatchSample:
         return cls(**fields)
 
 
+class KnobRole(str, Enum):
+    """What changing a knob changes.
+
+    ``EXECUTION``: only how fast the output is made (replicas, batch size, device, threads,
+    inference chunk sizes); the rows written are the same (embeddings within float tolerance).
+    Policies tune these. ``QUALITY``: what the output is (render resolution, sampling rate,
+    thresholds, engine, precision). The user sets these; a policy may vary one only where the
+    user marked it tunable with an explicit range, and then rows can differ by configuration.
+    """
+
+    EXECUTION = "execution"
+    QUALITY = "quality"
+
+
 @dataclass(frozen=True)
 class KnobSpace:
-    """The range of one tunable knob: ``kind`` is "int", "float" or "categorical"."""
+    """The range of one tunable knob: ``kind`` is "int", "float" or "categorical"; ``role`` says
+    whether it changes only speed (``EXECUTION``, the default) or the output (``QUALITY``, present
+    in a space only where the user marked the knob tunable with this range)."""
 
     name: str
     kind: str
@@ -174,8 +190,10 @@ class KnobSpace:
     high: float | None = None
     choices: tuple[KnobValue, ...] = ()
     log: bool = False
+    role: KnobRole = KnobRole.EXECUTION
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "role", KnobRole(self.role))
         if self.kind not in ("int", "float", "categorical"):
             raise ValueError(f"knob {self.name!r}: kind must be 'int', 'float' or 'categorical', got {self.kind!r}")
         if self.kind == "categorical" and not self.choices:
@@ -202,6 +220,11 @@ class ConfigSpace:
             raise ValueError("ConfigSpace.devices is empty: list at least one device, e.g. ('cpu',)")
         if not (1 <= self.batch_size_min <= self.batch_size_max):
             raise ValueError(f"ConfigSpace needs 1 <= batch_size_min <= batch_size_max, got {self.batch_size_min}..{self.batch_size_max}")
+
+    @property
+    def quality_knobs(self) -> tuple[str, ...]:
+        """Names of the knobs in this space that change the output (marked tunable by the user)."""
+        return tuple(k.name for k in self.knobs if k.role is KnobRole.QUALITY)
 
     def resources_for(self, device: str) -> tuple[float, float]:
         table = dict(self.resources)
