@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from trident_flows.bench import observe_live
-from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, TraceWriter, load, state_from_dict
+from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
 from trident_flows.scheduler.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
@@ -57,17 +57,39 @@ class _Inner:
         return self.plan
 
 
-def test_recording_policy_writes_ticks_and_returns_the_plan_unchanged(tmp_path: Path):
+class _Page:
+    def __init__(self, samples, next_):
+        self.samples, self.next = samples, next_
+
+
+class _Handle:
+    """Stands in for a runner actor handle: ``samples.remote(since)`` returns what came after ``since``."""
+
+    def __init__(self, samples):
+        self._samples = samples
+        self.samples = self
+
+    def remote(self, since):
+        return _Page(tuple(self._samples[since:]), len(self._samples))
+
+
+def test_recording_writes_polls_and_decisions_and_returns_the_plan_unchanged(tmp_path: Path, monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
     plan = Plan((OperatorPlan("embed", (ReplicaGroup(A, 2),), "more"),), 12.5, "why")
     writer = TraceWriter(tmp_path / "t.jsonl.gz", {"pipeline": "p", "policy": "fake", "blocks": [["short", 0, 10], ["long", 10, 20]]})
     policy = RecordingPolicy(_Inner(plan), writer)
     sample = BatchSample("parse", "r0", A, 1.0, 2.0, 0.5, 8, 8, {"pages": 12.0})
-    assert policy.decide(_state(1.0, (8, 8, 0), (0, 0, 8)), [sample]) is plan
-    assert policy.decide(_state(2.0, (16, 16, 0), (8, 0, 8)), []) is plan
+    poller = RunnerPoller(_Handle([sample]), writer, every_s=0.0)
+    poller(_state(1.0, (8, 8, 0), (0, 0, 8)))
+    assert policy.decide(_state(1.5, (8, 8, 0), (0, 0, 8)), [sample]) is plan
+    poller(_state(2.0, (16, 16, 0), (8, 0, 8)))
     writer.end({"items_in": 16})
     trace = load(tmp_path / "t.jsonl.gz")
     assert [t.state.wall_s for t in trace.ticks] == [1.0, 2.0]
-    assert trace.ticks[0].samples == (sample,) and trace.ticks[1].plan == plan
+    assert trace.ticks[0].samples == (sample,) and trace.ticks[1].samples == ()   # each sample once
+    assert [(d.wall_s, d.plan) for d in trace.decisions] == [(1.5, plan)]
     assert trace.blocks == [("short", 0, 10), ("long", 10, 20)] and trace.summary == {"items_in": 16}
 
 

@@ -45,11 +45,15 @@ def test_tracker_reports_a_span_only_after_saturation_s_of_saturated_snapshots()
     assert tracker.update(_state(_op(50, (2, 2), items_in=100)), at=111.0) == {}
 
 
-def test_a_span_that_finished_nothing_is_an_upper_bound():
+def test_a_span_whose_replicas_finished_less_than_a_batch_each_is_an_upper_bound():
     tracker = OccupancyTracker(saturation_s=4.0)
-    for k in range(6):
+    for k in range(6):    # one replica of batch 16 holding a batch, nothing finished: the span reaches back to the first snapshot
         spans = tracker.update(_state(_op(9, (1,), items_in=0)), at=float(k))
-    assert spans["parse"].bound and spans["parse"].seconds == 4.0 and spans["parse"].measured == pytest.approx(16 / 4.0)
+    assert spans["parse"].bound and spans["parse"].seconds == 5.0 and spans["parse"].measured == pytest.approx(16 / 5.0)
+    tracker = OccupancyTracker(saturation_s=4.0)
+    for k in range(6):    # two replicas (32 items a round) finished 6 items: at most 6 + the 2 x 16 they hold
+        spans = tracker.update(_state(_op(9, (1, 1), items_in=k + (k == 5))), at=float(k))
+    assert spans["parse"].bound and spans["parse"].measured == pytest.approx((6 + 32) / 5.0)
 
 
 def _fitted() -> tuple[OperatorModel, float]:

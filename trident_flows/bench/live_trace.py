@@ -3,14 +3,19 @@
 Contract:
 - A trace is a gzip'd JSON-lines file. Line 1 is the header (``kind="header"``: pipeline,
   policy, cluster, regime schedule ``blocks`` as ``[regime, first item, end item]`` or ``[]``
-  when the input order is not known, time scale, notes). Then one line per control-loop tick
-  (``kind="tick"``: wall time ``at``, the runner's ``state`` (``RunnerState.to_dict``), the
-  ``samples`` (``BatchSample.to_dict``) that arrived since the previous tick, the ``plan`` the
-  policy returned (``Plan.to_dict`` or ``None``) and, for policies that keep one, its tick
-  ``record``). The last line (``kind="end"``) holds the run's summary.
-- ``TraceWriter(path, header)`` appends ticks and closes with ``end(summary)``;
-  ``RecordingPolicy(inner, writer)`` is a ``Policy`` that writes every tick it is asked about
-  and returns ``inner``'s plan unchanged (the recording never changes a decision).
+  when the input order is not known, time scale, notes). Then, in time order, ``kind="tick"``
+  lines, one per poll of the runner (wall time ``at``, the runner's ``state``
+  (``RunnerState.to_dict``) and the ``samples`` (``BatchSample.to_dict``) that arrived since the
+  previous poll), and ``kind="decision"`` lines, one per control-loop tick of the policy (``at``,
+  the runner's ``wall_s`` it saw, the ``plan`` it returned or ``None`` and, for policies that
+  keep one, its tick ``record``). The last line (``kind="end"``) holds the run's summary. The
+  runner is polled apart from the control loop, so a policy busy applying a plan (seconds to
+  minutes on a loaded machine) leaves no gap in the trace.
+- ``TraceWriter(path, header)`` appends lines and closes with ``end(summary)``;
+  ``RecordingPolicy(inner, writer)`` is a ``Policy`` that writes every decision it is asked for
+  and returns ``inner``'s plan unchanged (the recording never changes a decision);
+  ``RunnerPoller(handle, writer, every_s)`` is a ``run_pipeline`` progress callback that writes
+  a tick at most every ``every_s`` seconds (and always the finished state).
 - ``load(path) -> Trace`` reads a trace back into the runtime's own value types
   (``RunnerState``, ``BatchSample``, ``Plan``); ``state_from_dict`` is the inverse of
   ``RunnerState.to_dict``.
@@ -42,11 +47,19 @@ def state_from_dict(data: Mapping[str, Any]) -> RunnerState:
 
 @dataclass(frozen=True)
 class Tick:
-    """One control-loop tick of a trace."""
+    """One poll of the runner: its state and the samples that arrived since the previous poll."""
 
     at: float
     state: RunnerState
     samples: tuple[BatchSample, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One control-loop tick of the policy: what it returned (``plan``) and its record, if it keeps one."""
+
+    at: float
+    wall_s: float
     plan: Plan | None
     record: Mapping[str, Any] | None
 
@@ -58,6 +71,7 @@ class Trace:
     name: str
     header: Mapping[str, Any]
     ticks: tuple[Tick, ...]
+    decisions: tuple[Decision, ...]
     summary: Mapping[str, Any]
 
     @property
@@ -90,9 +104,11 @@ class TraceWriter:
     def _write(self, data: Mapping[str, Any]) -> None:
         self._file.write(json.dumps(data, default=str, separators=(",", ":")) + "\n")
 
-    def tick(self, state: RunnerState, samples: Sequence[BatchSample], plan: Plan | None, record: Any = None) -> None:
-        self._write({"kind": "tick", "at": time.time(), "state": state.to_dict(), "samples": [s.to_dict() for s in samples],
-                     "plan": plan.to_dict() if plan is not None else None,
+    def tick(self, state: RunnerState, samples: Sequence[BatchSample]) -> None:
+        self._write({"kind": "tick", "at": time.time(), "state": state.to_dict(), "samples": [s.to_dict() for s in samples]})
+
+    def decision(self, state: RunnerState, plan: Plan | None, record: Any = None) -> None:
+        self._write({"kind": "decision", "at": time.time(), "wall_s": state.wall_s, "plan": plan.to_dict() if plan is not None else None,
                      "record": record.to_dict() if hasattr(record, "to_dict") else None})
 
     def end(self, summary: Mapping[str, Any]) -> None:
@@ -110,11 +126,33 @@ class RecordingPolicy:
 
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         plan = self.inner.decide(state, samples)
-        self.writer.tick(state, samples, plan, getattr(self.inner, "last_record", None))
+        self.writer.decision(state, plan, getattr(self.inner, "last_record", None))
         return plan
 
     def __getattr__(self, name: str) -> Any:  # records, last_record, ... of the inner policy
         return getattr(self.inner, name)
+
+
+class RunnerPoller:
+    """A ``run_pipeline`` progress callback writing the runner's state and new samples (see the module docstring)."""
+
+    def __init__(self, handle: Any, writer: TraceWriter, every_s: float = 1.0) -> None:
+        self.handle = handle
+        self.writer = writer
+        self.every_s = every_s
+        self._cursor = 0
+        self._last = -float("inf")
+
+    def __call__(self, state: RunnerState) -> None:
+        import ray
+
+        now = time.monotonic()
+        if now - self._last < self.every_s and not state.finished:
+            return
+        self._last = now
+        page = ray.get(self.handle.samples.remote(self._cursor))
+        self._cursor = page.next
+        self.writer.tick(state, page.samples)
 
 
 def load(path: Path | str) -> Trace:
@@ -122,6 +160,7 @@ def load(path: Path | str) -> Trace:
     path = Path(path)
     header: dict[str, Any] = {}
     ticks: list[Tick] = []
+    decisions: list[Decision] = []
     summary: dict[str, Any] = {}
     with gzip.open(path, "rt") as f:
         for line in f:
@@ -129,15 +168,20 @@ def load(path: Path | str) -> Trace:
             if data["kind"] == "header":
                 header = data
             elif data["kind"] == "tick":
-                ticks.append(Tick(float(data["at"]), state_from_dict(data["state"]),
-                                  tuple(BatchSample.from_dict(s) for s in data["samples"]),
-                                  Plan.from_dict(data["plan"]) if data["plan"] else None, data.get("record")))
+                state = state_from_dict(data["state"])
+                ticks.append(Tick(float(data["at"]), state, tuple(BatchSample.from_dict(s) for s in data["samples"])))
+                if "plan" in data:   # the first traces wrote the decision into the tick (the policy polled the runner)
+                    decisions.append(Decision(float(data["at"]), state.wall_s, Plan.from_dict(data["plan"]) if data["plan"] else None,
+                                              data.get("record")))
+            elif data["kind"] == "decision":
+                decisions.append(Decision(float(data["at"]), float(data["wall_s"]), Plan.from_dict(data["plan"]) if data["plan"] else None,
+                                          data.get("record")))
             elif data["kind"] == "end":
                 summary = data["summary"]
     if not header or not ticks:
         raise ValueError(f"{path}: not a complete trace (header and at least one tick needed); record it again")
     name = path.name.removesuffix(".jsonl.gz")
-    return Trace(name, header, tuple(ticks), summary)
+    return Trace(name, header, tuple(ticks), tuple(decisions), summary)
 
 
 def available(directory: Path = TRACE_DIR) -> list[Path]:

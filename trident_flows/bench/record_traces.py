@@ -2,7 +2,8 @@
 
 Contract: ``python -m trident_flows.bench.record_traces [--only NAME ...] [--out DIR]`` runs, one
 after the other, through the runtime's own ``launch.run_pipeline`` (runner actor + control loop
-every ``TICK_S``) with the policy wrapped in ``live_trace.RecordingPolicy``:
+every ``TICK_S``) with the policy wrapped in ``live_trace.RecordingPolicy`` and the runner polled
+every ``TICK_S`` by ``live_trace.RunnerPoller``:
 - ``docs-{static,ds2,trident}``: the emulated document pipeline on the closed-loop benchmark's
   full schedule (short:600, long:60, scans:40, short:600; 16 CPUs + 2 emulated GPUs, time scale 1),
   starting from the benchmark's static-avg configuration;
@@ -18,6 +19,7 @@ the traces are committed, and the benchmark only replays them.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,30 +28,40 @@ from typing import Any
 import ray
 
 from trident_flows.bench import closed_loop as cl
-from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, TraceWriter
+from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.runtime.launch import run_pipeline
+from trident_flows.runtime.launch import find_runner, run_pipeline
 from trident_flows.runtime.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.types import ClusterSpec
 
 EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident")}
 REAL = "real-docs-trident"
+NAMESPACE = "trident-traces"
 REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:12,long:4,scans:8", 24, 4
 
 
 def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path, settings: RunnerSettings) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"trace-{name}-"))
-    writer = TraceWriter(out / f"{name}.jsonl.gz", header)
+    # the machine's load shapes what a live run measures (emulated work sleeps; wake-ups come late under load)
+    writer = TraceWriter(out / f"{name}.jsonl.gz", {**header, "load_average_start": os.getloadavg()})
+    runner = f"trace-{name}"
+    poller: list[RunnerPoller] = []
+
+    def progress(state: Any) -> None:
+        if not poller:
+            poller.append(RunnerPoller(find_runner(runner, NAMESPACE), writer, cl.TICK_S))
+        poller[0](state)
+
     try:
         summary = run_pipeline(spec, work / "out", settings=settings, policy=RecordingPolicy(policy, writer), tick_s=cl.TICK_S,
-                               overwrite=True)
+                               overwrite=True, progress=progress, name=runner, namespace=NAMESPACE, poll_s=0.25)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if summary.items_missing or summary.duplicate_ids or summary.error:
         raise RuntimeError(f"trace {name}: the run lost {summary.items_missing} items, duplicated {summary.duplicate_ids}, "
                            f"error {summary.error!r}; not a trace to keep")
-    writer.end(summary.to_dict())
+    writer.end({**summary.to_dict(), "load_average_end": os.getloadavg()})
     print(f"{name}: {summary.items_in} items in {summary.wall_s:.1f} s, {summary.reconfigurations} reconfigurations -> {writer.path}")
 
 

@@ -13,8 +13,10 @@ Contract:
 - ``OccupancyTracker(saturation_s).update(state, at) -> {operator: SaturatedSpan}``: fed every
   controller snapshot, it reports each operator that stayed ``SATURATED`` in every snapshot of
   the last ``saturation_s`` seconds or more with unchanged serving configs, with what it
-  measurably took in that span (``measured`` items/s). When it finished nothing, ``measured``
-  is one batch per replica over the span, an upper bound (``bound=True``).
+  measurably took in that span (``measured`` items/s), the span reaching back (while saturated)
+  until its replicas finished at least one batch each. When they never did, ``measured`` is
+  what it finished plus the items its replicas hold, over the span: an upper bound
+  (``bound=True``).
   ``OperatorModel.calibrate`` turns a span into the capacity the model reports.
 - Why here and not in the samples: a ``BatchSample`` times the batch inside the replica; the
   time a saturated operator's replicas lose between batches (result hand-off, dispatch on a
@@ -119,18 +121,22 @@ class OccupancyTracker:
         if classify(op_end) is not Occupancy.SATURATED:
             return None
         configs = serving_configs(op_end)
+        per_round = sum(c.batch_size * n for c, n in configs)   # one batch per replica
         start = None
         for at, state in reversed(self._history):
             op = state.operator(name)
             if classify(op) is not Occupancy.SATURATED or serving_configs(op) != configs:
                 break
             start = (at, op)
-            if at_end - at >= self.saturation_s:
+            if at_end - at >= self.saturation_s and op_end.items_in - op.items_in >= per_round:
                 break
         if start is None or at_end - start[0] < self.saturation_s:
             return None
         dt = at_end - start[0]
         taken = op_end.items_in - start[1].items_in
-        if taken > 0:
+        if taken >= per_round:
             return SaturatedSpan(name, start[0], at_end, configs, taken, taken / dt, False)
-        return SaturatedSpan(name, start[0], at_end, configs, 0, sum(c.batch_size * n for c, n in configs) / dt, True)
+        # fewer than a batch per replica finished: a rate from a handful of batches is noise, but the
+        # operator can have done no more than what it finished plus what it holds now
+        held = sum(r.inflight * r.config.batch_size for r in serving(op_end))
+        return SaturatedSpan(name, start[0], at_end, configs, taken, (taken + held) / dt, True)
