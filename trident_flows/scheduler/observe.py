@@ -22,7 +22,10 @@ Contract:
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
-  of ``bin_size`` batches. A replica's busy interval for a batch is ``[end - busy_s, end]``;
+  of ``bin_size`` batches and at least ``min_window_busy_s`` of busy time (or a sixteenth of the
+  group's busy time while it has less; 0.25 s: batches of a
+  few milliseconds are timed to within the scheduler's wake-up jitter, which on a loaded machine
+  is tens of milliseconds; in live traces 4-batch windows of 3 ms batches were off by up to 30x). A replica's busy interval for a batch is ``[end - busy_s, end]``;
   the union of those intervals per replica is the time the replica was really busy, so
   batches in flight at once (``inflight`` > 1, overlapping intervals) are not double
   counted and idle gaps (a starved replica) do not lower the figure. Per-replica rate =
@@ -285,7 +288,7 @@ class OperatorModel:
                  max_epoch_age: int = 3, stale_noise: float = 0.25, spike_k: float = 4.0, residual_k: float = 3.5,
                  current_windows: int = 5, optimise_points: int = 50, cold_iterations: int = 60, warm_iterations: int = 12,
                  memory_extrapolation: float = 0.25, max_memory_samples: int = 600, calibration_tolerance: float = 1.15,
-                 calibration_max_age_s: float = 60.0) -> None:
+                 calibration_max_age_s: float = 60.0, min_window_busy_s: float = 0.25) -> None:
         if not operator:
             raise ValueError("operator name must be a non-empty string")
         if calibration_tolerance < 1 or calibration_max_age_s <= 0:
@@ -304,6 +307,7 @@ class OperatorModel:
         self.warm_iterations = warm_iterations
         self.memory_extrapolation = memory_extrapolation
         self.max_memory_samples = max_memory_samples
+        self.min_window_busy_s = min_window_busy_s
         self.calibration_tolerance = calibration_tolerance
         self.calibration_max_age_s = calibration_max_age_s
         self.calibration: Calibration | None = None
@@ -494,9 +498,7 @@ class OperatorModel:
             idx = np.flatnonzero(groups == g)
             idx = idx[np.argsort(end[idx], kind="stable")]
             spans = {r: (first[idx[replica[idx] == r]].min(), end[idx[replica[idx] == r]].max()) for r in np.unique(replica[idx])}
-            cuts = list(range(0, idx.size, bin_size))
-            if len(cuts) > 1 and idx.size - cuts[-1] < max(1, bin_size // 2):
-                cuts.pop()
+            cuts = self._cuts(contrib[idx], bin_size)
             for a, b in zip(cuts, cuts[1:] + [idx.size]):
                 part = idx[a:b]
                 busy_total = float(contrib[part].sum())
@@ -511,6 +513,23 @@ class OperatorModel:
                 windows.append(Window(tuple(ok[j] for j in part), s0.config, s0.config_epoch, reps, w0, w1, items, busy_total,
                                       items / busy_total, feats, min(1.0, busy_total / (reps * max(w1 - w0, 1e-9)))))
         return windows, bin_size
+
+    def _cuts(self, busy: np.ndarray, bin_size: int) -> list[int]:
+        """Window starts over one group's batches (completion order): ``bin_size`` batches and at least
+        ``min_window_busy_s`` of busy time each (a sixteenth of the group's busy time while it has
+        less than sixteen times that, so a new operator gets windows, if noisy ones, at once); a short tail
+        joins the window before it."""
+        least = min(self.min_window_busy_s, float(busy.sum()) / 16)
+        cuts, count, acc = [0], 0, 0.0
+        for k, b in enumerate(busy):
+            count += 1
+            acc += float(b)
+            if count >= bin_size and acc >= least and k + 1 < busy.size:
+                cuts.append(k + 1)
+                count, acc = 0, 0.0
+        if len(cuts) > 1 and (count < max(1, bin_size // 2) or acc < least / 2):
+            cuts.pop()
+        return cuts
 
     def _subsample(self, train: list[Window]) -> tuple[list[Window], list[Window]]:
         """At most ``max_gp_points`` windows: the recent half and a stride sample of older ones; and the rest."""
