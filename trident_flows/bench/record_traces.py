@@ -10,7 +10,7 @@ every ``TICK_S`` by ``live_trace.RunnerPoller``:
 - ``video-{static,ds2,trident}``: the emulated video pipeline likewise (small:150, hd:150,
   long:30, small:150);
 - ``real-docs-trident``: the real document pipeline (pypdfium2, tesseract, ...) on a generated
-  24-PDF corpus (short:12, long:4, scans:8) on 4 logical CPUs, policy trident (as ``make demo``).
+  24-PDF corpus (short:12, long:4, scans:8) on 8 logical CPUs, policy trident (as ``make demo``).
 Each trace is a few hundred KB compressed; every run is checked for lost items (a run that lost
 any is refused, not written). Recording is CPU-heavy (about 6-8 minutes on a 2-core machine):
 the traces are committed, and the benchmark only replays them.
@@ -38,7 +38,7 @@ from trident_flows.scheduler.types import ClusterSpec
 EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident")}
 REAL = "real-docs-trident"
 NAMESPACE = "trident-traces"
-REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:12,long:4,scans:8", 24, 4
+REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:12,long:4,scans:8", 24, 8
 
 
 def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path, settings: RunnerSettings) -> None:
