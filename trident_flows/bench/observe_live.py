@@ -2,8 +2,8 @@
 
 Contract: ``run(quick) -> BenchResult`` (registered as "observe-live") replays the committed
 traces (``bench/traces/*.jsonl.gz``, written by ``python -m trident_flows.bench.record_traces``:
-emulated documents and video under static, ds2 and trident, and the real document pipeline on a
-generated 24-PDF corpus; ``--quick``: the two trident traces of the emulated pipelines). Each
+emulated documents and video under static, ds2 and trident; the recorder's real-document trace
+is replayed too when present; ``--quick``: the two trident traces of the emulated pipelines). Each
 trace is replayed tick by tick through the loop the trident controller runs: per operator a
 1,200-sample window and an ``OperatorModel`` refitted once 8 new samples arrived (at once on a
 config-epoch change), a ``RegimeDetector`` fed every sample with the serving replica count, and
