@@ -175,3 +175,19 @@ def test_an_unseen_categorical_knob_value_has_no_prediction():
     assert model.throughput(small, 1).mean == pytest.approx(32.0, rel=0.02)
     with pytest.raises(NoModelError, match="model='tiny'"):
         model.throughput(OpConfig.make(batch_size=16, model="tiny"), 1)
+
+
+def test_windows_of_millisecond_batches_span_enough_busy_time_to_average_out_scheduling_jitter():
+    # batches of a few milliseconds, timed with the scatter of a loaded machine (gamma, CV 0.7)
+    cfg = OpConfig.make(batch_size=4)
+    rng = np.random.default_rng(0)
+    samples, t = [], 1000.0
+    for k in range(2000):
+        busy = float(rng.gamma(2.0, 0.004))
+        samples.append(BatchSample("langid", f"r{k % 2}", cfg, t, t + busy, busy, 4, 4))
+        t += busy / 2
+    fine = OperatorModel("langid", min_window_busy_s=0.0).fit(samples)
+    model = OperatorModel("langid")
+    report = model.fit(samples)
+    assert all(h.window.busy_s >= model.min_window_busy_s for h in report.held_out[:-1])
+    assert report.mape < 0.1 and report.mape < 0.6 * fine.mape

@@ -5,6 +5,7 @@
 BENCHMARKS: dict[str, str] = {
     "overhead": "trident_flows.bench.overhead",
     "observe": "trident_flows.bench.observe",
+    "observe-live": "trident_flows.bench.observe_live",
     "optimize": "trident_flows.bench.optimize",
     "placement": "trident_flows.bench.placement",
     "closed-loop": "trident_flows.bench.closed_loop",

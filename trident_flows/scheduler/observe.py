@@ -22,7 +22,10 @@ Contract:
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
-  of ``bin_size`` batches. A replica's busy interval for a batch is ``[end - busy_s, end]``;
+  of ``bin_size`` batches and at least ``min_window_busy_s`` of busy time (or a sixteenth of the
+  group's busy time while it has less; 0.25 s: batches of a
+  few milliseconds are timed to within the scheduler's wake-up jitter, which on a loaded machine
+  is tens of milliseconds; in live traces 4-batch windows of 3 ms batches were off by up to 30x). A replica's busy interval for a batch is ``[end - busy_s, end]``;
   the union of those intervals per replica is the time the replica was really busy, so
   batches in flight at once (``inflight`` > 1, overlapping intervals) are not double
   counted and idle gaps (a starved replica) do not lower the figure. Per-replica rate =
@@ -57,6 +60,22 @@ Model (deliberate design, to keep fit + predict of a 2,000-sample window well un
   includes parameter uncertainty, and a batch size outside the observed range widens it by
   ``memory_extrapolation * mean * |log(batch / nearest observed batch)|`` (no OOM-safety
   claim beyond the evidence).
+
+Queue and in-flight awareness (``calibrate``): a batch's ``busy_s`` times it inside the
+replica, so the busy-time rate is what the replicas could do if no time were lost between
+batches and the workload of the finished batches lasted. ``calibrate(span)`` takes a
+``occupancy.SaturatedSpan`` (the operator had work waiting and every serving replica held a
+batch for seconds on end, so what it took is what it can do) and, when the measurement and the
+model's prediction for those configs disagree by more than ``calibration_tolerance`` (either
+way; only downwards when the span finished nothing and its figure is an upper bound), scales
+every throughput prediction (``throughput``, ``per_replica``, ``capacity_curve``,
+``predict_many``) by measured / predicted: the capacity the model reports is what the operator
+could do, for every consumer. A blocked or starved operator gives no span (idle replicas say
+only that it could do more). Each refit re-derives the factor from the same span against the
+new fit (a model that caught up with a new workload loses the correction, a systematic loss
+between batches keeps it) while the span is at most ``calibration_max_age_s`` older than the
+newest sample; ``forget_calibration()`` drops it (a regime change). ``log_residual`` stays on
+the busy-time basis (the regime detector compares batches, not spans).
 
 Anomalies (``scheduler.anomaly``): stage 1 drops transient spikes per (config, epoch)
 group before windowing (rolling median/MAD of log seconds per item); stage 2 drops training
@@ -96,6 +115,7 @@ from threadpoolctl import threadpool_limits
 
 from trident_flows.scheduler.anomaly import (Filtered, Reason, count_reasons, group_codes, loo_outliers, robust_filter,
                                              validate_sample)
+from trident_flows.scheduler.occupancy import SaturatedSpan
 from trident_flows.scheduler.types import CPU, BatchSample, OpConfig, Outcome
 
 
@@ -181,6 +201,20 @@ class FitReport:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Throughput predictions scaled by ``factor`` = measured / predicted over a saturated ``span``."""
+
+    factor: float
+    measured: float
+    predicted: float
+    span: SaturatedSpan
+
+    def describe(self) -> str:
+        return (f"{self.span.operator}: {self.span.describe()} where its busy-time model predicts {self.predicted:.3g}: "
+                f"capacities scaled by {self.factor:.2f}")
+
+
+@dataclass(frozen=True)
 class _Encoder:
     """Turns (config, replicas, per-item features) into the model's numeric inputs."""
 
@@ -253,9 +287,13 @@ class OperatorModel:
     def __init__(self, operator: str, *, max_gp_points: int = 100, holdout_every: int = 5,
                  max_epoch_age: int = 3, stale_noise: float = 0.25, spike_k: float = 4.0, residual_k: float = 3.5,
                  current_windows: int = 5, optimise_points: int = 50, cold_iterations: int = 60, warm_iterations: int = 12,
-                 memory_extrapolation: float = 0.25, max_memory_samples: int = 600) -> None:
+                 memory_extrapolation: float = 0.25, max_memory_samples: int = 600, calibration_tolerance: float = 1.15,
+                 calibration_max_age_s: float = 60.0, min_window_busy_s: float = 0.25) -> None:
         if not operator:
             raise ValueError("operator name must be a non-empty string")
+        if calibration_tolerance < 1 or calibration_max_age_s <= 0:
+            raise ValueError(f"operator {operator!r}: calibration_tolerance must be >= 1 and calibration_max_age_s > 0, "
+                             f"got {calibration_tolerance!r}, {calibration_max_age_s!r}")
         self.operator = operator
         self.max_gp_points = max_gp_points
         self.holdout_every = holdout_every
@@ -269,6 +307,11 @@ class OperatorModel:
         self.warm_iterations = warm_iterations
         self.memory_extrapolation = memory_extrapolation
         self.max_memory_samples = max_memory_samples
+        self.min_window_busy_s = min_window_busy_s
+        self.calibration_tolerance = calibration_tolerance
+        self.calibration_max_age_s = calibration_max_age_s
+        self.calibration: Calibration | None = None
+        self._span: SaturatedSpan | None = None
         self.report: FitReport | None = None
         self._tp: _ThroughputFit | None = None
         self._mem: dict[str, _MemoryFit] = {}
@@ -401,10 +444,14 @@ class OperatorModel:
                            windows=len(train), bin_size=bin_size, subsampled=tuple(sorted(i for w in dropped for i in w.indices)), held_out=held_out, mape=mape, current_features=current,
                            kernel=str(fit.gp.kernel_), fit_ms=(time.perf_counter() - t0) * 1e3, **common)
         self.report = report
+        if self._span is not None and float(end.max()) - self._span.end > self.calibration_max_age_s:
+            self._span = None
+        self._derive_calibration()
         return report
 
     def _no_model(self, common: dict, filtered: list[Filtered], reason: str, t0: float) -> FitReport:
         self._tp = None
+        self.calibration = None
         self.report = FitReport(status="no_model", reason=reason, fitted_on=(), filtered=tuple(filtered), filtered_counts=count_reasons(filtered),
                                 downweighted=0, windows=0, bin_size=0, subsampled=(), held_out=(), mape=None, current_features={}, kernel="",
                                 fit_ms=(time.perf_counter() - t0) * 1e3, **common)
@@ -451,9 +498,7 @@ class OperatorModel:
             idx = np.flatnonzero(groups == g)
             idx = idx[np.argsort(end[idx], kind="stable")]
             spans = {r: (first[idx[replica[idx] == r]].min(), end[idx[replica[idx] == r]].max()) for r in np.unique(replica[idx])}
-            cuts = list(range(0, idx.size, bin_size))
-            if len(cuts) > 1 and idx.size - cuts[-1] < max(1, bin_size // 2):
-                cuts.pop()
+            cuts = self._cuts(contrib[idx], bin_size)
             for a, b in zip(cuts, cuts[1:] + [idx.size]):
                 part = idx[a:b]
                 busy_total = float(contrib[part].sum())
@@ -468,6 +513,23 @@ class OperatorModel:
                 windows.append(Window(tuple(ok[j] for j in part), s0.config, s0.config_epoch, reps, w0, w1, items, busy_total,
                                       items / busy_total, feats, min(1.0, busy_total / (reps * max(w1 - w0, 1e-9)))))
         return windows, bin_size
+
+    def _cuts(self, busy: np.ndarray, bin_size: int) -> list[int]:
+        """Window starts over one group's batches (completion order): ``bin_size`` batches and at least
+        ``min_window_busy_s`` of busy time each (a sixteenth of the group's busy time while it has
+        less than sixteen times that, so a new operator gets windows, if noisy ones, at once); a short tail
+        joins the window before it."""
+        least = min(self.min_window_busy_s, float(busy.sum()) / 16)
+        cuts, count, acc = [0], 0, 0.0
+        for k, b in enumerate(busy):
+            count += 1
+            acc += float(b)
+            if count >= bin_size and acc >= least and k + 1 < busy.size:
+                cuts.append(k + 1)
+                count, acc = 0, 0.0
+        if len(cuts) > 1 and (count < max(1, bin_size // 2) or acc < least / 2):
+            cuts.pop()
+        return cuts
 
     def _subsample(self, train: list[Window]) -> tuple[list[Window], list[Window]]:
         """At most ``max_gp_points`` windows: the recent half and a stride sample of older ones; and the rest."""
@@ -538,6 +600,38 @@ class OperatorModel:
             fits[device] = _MemoryFit(model, knobs, feats, scale, (min(sizes), max(sizes)))
         return fits
 
+    # ----------------------------------------------------------- calibration
+    def calibrate(self, span: SaturatedSpan | None) -> Calibration | None:
+        """Take a saturated span of this operator as evidence of its capacity (see the module docstring);
+        ``None`` keeps the last span. Returns the calibration in force (None: predictions unscaled)."""
+        if span is not None:
+            if span.operator != self.operator:
+                raise ValueError(f"span of operator {span.operator!r} given to the model of {self.operator!r}")
+            self._span = span
+        self._derive_calibration()
+        return self.calibration
+
+    def forget_calibration(self) -> None:
+        """Drop the span and its correction (the workload changed: the span measured another one)."""
+        self._span = None
+        self.calibration = None
+
+    def _derive_calibration(self) -> None:
+        self.calibration = None
+        span = self._span
+        if span is None or self._tp is None:
+            return
+        try:
+            predicted = sum(float(self._predict_raw([c], n)[0][0]) for c, n in span.configs)
+        except (NoModelError, ValueError):
+            return
+        if predicted <= 0:
+            return
+        ratio = span.measured / predicted
+        if ratio * self.calibration_tolerance >= 1 and (span.bound or ratio <= self.calibration_tolerance):
+            return
+        self.calibration = Calibration(ratio, span.measured, predicted, span)
+
     # --------------------------------------------------------------- predict
     def _check_features(self, features: Mapping[str, float] | None, names: Sequence[str]) -> dict[str, float]:
         if features is None:
@@ -577,7 +671,15 @@ class OperatorModel:
 
     def predict_many(self, configs: Sequence[OpConfig], replicas: Sequence[int] | int = 1,
                      features: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised ``throughput``: arrays of mean and std (items/s, whole operator), one per config."""
+        """Vectorised ``throughput``: arrays of mean and std (items/s, whole operator), one per config,
+        scaled by the calibration in force."""
+        mean, std = self._predict_raw(configs, replicas, features)
+        factor = self.calibration.factor if self.calibration is not None else 1.0
+        return mean * factor, std * factor
+
+    def _predict_raw(self, configs: Sequence[OpConfig], replicas: Sequence[int] | int = 1,
+                     features: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The busy-time model's prediction, without calibration."""
         reps = np.broadcast_to(np.asarray(replicas, dtype=float), (len(configs),)).copy()
         if (reps < 1).any():
             raise ValueError(f"operator {self.operator!r}: replicas must be >= 1, got {replicas!r}")

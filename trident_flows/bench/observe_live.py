@@ -1,0 +1,457 @@
+"""Benchmark "observe-live": the observation layer judged on live traces, where decisions are made.
+
+Contract: ``run(quick) -> BenchResult`` (registered as "observe-live") replays the committed
+traces (``bench/traces/*.jsonl.gz``, written by ``python -m trident_flows.bench.record_traces``:
+emulated documents and video under static, ds2 and trident; the recorder's real-document trace
+is replayed too when present; ``--quick``: the two trident traces of the emulated pipelines). Each
+trace is replayed tick by tick through the loop the trident controller runs: per operator a
+1,200-sample window and an ``OperatorModel`` refitted once 8 new samples arrived (at once on a
+config-epoch change), a ``RegimeDetector`` fed every sample with the serving replica count, and
+an ``OccupancyTracker`` fed every runner snapshot whose saturated spans ``calibrate`` the model
+(a regime change forgets the calibration).
+
+Summary (plain numbers):
+- ``capacity_mape``: mean |predicted - measured| / measured throughput over the held-out windows
+  of every fit (the model's own target: busy-time throughput of windows it was not fitted on;
+  the same figure as ``bench observe``'s ``mape``, measured instead of simulated).
+- ``saturated_capacity_mape``: the capacity a consumer of the model gets (calibrated) against
+  what the operator measurably took while saturated (``occupancy.SaturatedSpan``, not bounds),
+  over non-overlapping spans in which no block boundary reached the operator (one workload:
+  spans across a boundary measure a mix no model of one workload predicts; all spans in raw); the calibration in force comes only from spans that ended before
+  the one scored began (held out). ``saturated_capacity_mape_busy_time``: the same spans scored
+  against the uncalibrated busy-time model (what consumers got before queue awareness).
+- ``plan_error_median`` / ``plan_error_p90``: for every plan the trace's policy (ds2 or trident)
+  returned that then ran (its configs serving and warm in a later snapshot), |predicted -
+  measured| / measured. Predicted: what the replayed (queue-aware) models say the placement after
+  the plan sustains, at the tick the plan was made (per operator the concave capacity of its
+  configs over the items it gets per input item, ``placement_inputs.work_per_item``; the
+  smallest). ``plan_error_median_busy_time``: the same without calibration;
+  ``plan_error_median_trident_recorded``: the trident policy's own recorded prediction. Measured is
+  ``throughput_measure.sustainable_throughput`` (completed input items/s) from the first
+  snapshot with the plan in place over the next ``SETTLE_S`` seconds, cut at the next applied
+  plan, the end of the input and a regime boundary reaching the head operator.
+- ``detection_delay_samples``: median, over the regime switches of the known schedule that
+  change the operator's cost per item by more than ``OBSERVABLE`` (by the profile's cost model;
+  a switch that leaves an operator's cost alone is not one it must find), of samples of the new
+  regime consumed until a change is reported. The true switch sample of an operator: the first
+  whose completion the operator's stream position (``throughput_measure.stream_positions``,
+  interpolated between snapshots) puts past the block boundary. ``switches_within_6``: the share
+  found within 6 samples; missed switches are in raw.
+- ``false_alarms_per_hour``: reported changes that match no switch (observable or not), per hour
+  of trace (sum of trace durations; all operators). Regimes are scored on the emulated traces only:
+  the real-document trace (24 PDFs, a few batches per operator) has no cost model to say which
+  switches change an operator's cost, and too few batches per block to detect any.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from trident_flows.bench.live_trace import Trace, available, load
+from trident_flows.bench.report import BenchResult, Target
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.placement_inputs import concave_curve, work_per_item
+from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
+from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
+from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
+from trident_flows.scheduler.types import BatchSample
+
+WINDOW = 1200              # samples per operator window, as the trident policy keeps
+REFIT_MIN_SAMPLES = 8      # as the trident policy
+SATURATION_S = 8.0         # as the trident policy's saturation_s
+SETTLE_S = 10.0            # seconds of completed throughput measured once a plan is in place
+MIN_SETTLE_S = 3.0         # shorter measurement windows (cut by the run's end or a boundary) are not scored
+OBSERVABLE = 1.25          # a switch changes the operator's modelled seconds per item by more than this factor
+MATCH_SAMPLES = 80         # a report within this many samples after a switch (and before the next) matches it
+QUICK = ("docs-trident", "video-trident")
+
+
+# ---------------------------------------------------------------------------- replay
+class _Op:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.model = OperatorModel(name)
+        self.detector = RegimeDetector(name)
+        self.window: deque[tuple[int, BatchSample]] = deque(maxlen=WINDOW)
+        self.fed = 0
+        self.unfitted = 0
+        self.fitted_epoch: int | None = None
+        self.spans: list[SaturatedSpan] = []
+        self.scored_until = -math.inf
+
+
+def _replay(trace: Trace) -> dict[str, Any]:
+    """The controller's observation loop over one trace; returns what it measured."""
+    ops = {name: _Op(name) for name in trace.operators}
+    tracker = OccupancyTracker(SATURATION_S)
+    held, spans, changes, fits_ms = [], [], [], []
+    predictions: dict[int, dict[str, Any]] = {}
+    history: deque[Any] = deque(maxlen=30)
+    t0 = trace.ticks[0].at
+    plans = [(n, d) for n, d in enumerate(trace.decisions) if d.plan is not None]
+    for k, tick in enumerate(trace.ticks):
+        state = tick.state
+        by_op: dict[str, list[BatchSample]] = {}
+        for s in sorted(tick.samples, key=lambda s: s.end):
+            if s.operator in ops and s.items_in >= 1:
+                by_op.setdefault(s.operator, []).append(s)
+        for name, batch in by_op.items():
+            op = ops[name]
+            replicas = max(1, sum(n for _, n in serving_configs(state.operator(name))))
+            for s in batch:
+                op.window.append((op.fed, s))
+                change = op.detector.observe(s, op.model, replicas)
+                if change is not None:
+                    changes.append({"operator": name, "index": op.fed, "t": round(s.end - t0, 2), "old": change.old, "new": change.new,
+                                    "kind": change.kind.value, "reason": change.reason})
+                    op.model.forget_calibration()
+                    if change.kind == ChangeKind.RESIDUAL:
+                        op.window = deque([(q, x) for q, x in op.window if q >= change.change_point], maxlen=WINDOW)
+                        op.fitted_epoch = None
+                op.fed += 1
+            op.unfitted += len(batch)
+            epoch = state.operator(name).config_epoch
+            if op.model.ready and op.fitted_epoch == epoch and op.unfitted < REFIT_MIN_SAMPLES:
+                continue
+            c0 = time.process_time()
+            report = op.model.fit([s for _, s in op.window], current_epoch=epoch)
+            fits_ms.append((time.process_time() - c0) * 1e3)
+            op.unfitted, op.fitted_epoch = 0, epoch
+            held += [{"operator": name, "t": round(h.window.end - t0, 2), "predicted": h.predicted, "measured": h.window.throughput,
+                      "ape": h.ape} for h in report.held_out]
+        for name, span in tracker.update(state, tick.at).items():
+            op = ops[name]
+            if not span.bound and span.start >= op.scored_until and op.model.ready:
+                scored = _score_span(op, span, t0)
+                if scored is not None:
+                    scored["steady"] = _steady(trace, name, span)
+                    spans.append(scored)
+                    op.scored_until = span.end
+            op.spans.append(span)
+            op.model.calibrate(span)
+        next_at = trace.ticks[k + 1].at if k + 1 < len(trace.ticks) else math.inf
+        while plans and plans[0][1].at < next_at:   # decided between this poll and the next: the models as of this poll
+            n, decision = plans.pop(0)
+            predictions[n] = _predict_plan(ops, state, list(history), decision.plan)
+        history.append(state)
+    return {"held": held, "spans": spans, "changes": changes, "fits_ms": fits_ms, "predictions": predictions,
+            "occupancy": {name: _occupancy_shares(trace, name) for name in ops}}
+
+
+def _predict_plan(ops: dict[str, _Op], state: Any, history: list[Any], plan: Any) -> dict[str, Any]:
+    """Pipeline input items/s the replayed models predict for the placement after ``plan``: per operator the
+    (concave, as the placement MILP takes it) capacity of its configs over the items it gets per input item,
+    the smallest of those; queue-aware (calibrated) and busy-time only."""
+    work = work_per_item(state, history)
+    changed = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}
+    out: dict[str, Any] = {}
+    for label, calibrated in (("queue_aware", True), ("busy_time", False)):
+        rates = {}
+        for op_state in state.operators:
+            name = op_state.name
+            groups = changed.get(name, dict(serving_configs(op_state)))
+            model = ops[name].model if calibrated else _uncalibrated(ops[name].model)
+            try:
+                total = 0.0
+                for config, n in groups.items():
+                    mean, _ = model.predict_many([config] * n, list(range(1, n + 1)))
+                    total += concave_curve([float(x) for x in mean])[-1][1]
+            except (NoModelError, ValueError) as exc:
+                return {"error": f"{name}: {exc}"}
+            rates[name] = total / work[name]
+        bottleneck = min(rates, key=rates.get)
+        out[label] = rates[bottleneck]
+        out[f"{label}_bottleneck"] = bottleneck
+    return out
+
+
+def _uncalibrated(model: OperatorModel) -> OperatorModel:
+    copy = model.snapshot()
+    copy.forget_calibration()
+    return copy
+
+
+def _steady(trace: Trace, name: str, span: SaturatedSpan) -> bool:
+    """True when no block boundary of the schedule reached the operator during the span (one workload throughout)."""
+    if len(trace.blocks) < 2:
+        return True
+    at = np.array([t.at for t in trace.ticks])
+    pos = np.array([stream_positions(t.state)[name] for t in trace.ticks])
+    lo, hi = np.interp([span.start, span.end], at, pos)
+    return not any(lo < start <= hi for _, start, _ in trace.blocks[1:])
+
+
+def _score_span(op: _Op, span: SaturatedSpan, t0: float) -> dict[str, Any] | None:
+    """Predicted capacity for a saturated span: busy-time only, and calibrated by spans that ended before it began."""
+    try:
+        raw = sum(float(op.model._predict_raw([c], n)[0][0]) for c, n in span.configs)
+        earlier = [s for s in op.spans if s.end <= span.start]
+        model = op.model.snapshot()
+        model.forget_calibration()
+        if earlier:
+            model.calibrate(earlier[-1])
+        calibrated = sum(float(model.predict_many([c], n)[0][0]) for c, n in span.configs)
+    except (ValueError, RuntimeError):
+        return None
+    return {"operator": op.name, "start": round(span.start - t0, 2), "seconds": round(span.seconds, 2), "measured": span.measured,
+            "busy_time_model": raw, "calibrated": calibrated, "calibration": model.calibration.factor if model.calibration else 1.0,
+            "ape_busy_time": abs(raw - span.measured) / span.measured, "ape": abs(calibrated - span.measured) / span.measured}
+
+
+def _occupancy_shares(trace: Trace, name: str) -> dict[str, float]:
+    counts = {o.value: 0 for o in Occupancy}
+    for tick in trace.ticks:
+        counts[classify(tick.state.operator(name)).value] += 1
+    return {k: round(v / len(trace.ticks), 3) for k, v in counts.items()}
+
+
+# ---------------------------------------------------------------------------- plans
+def _in_place(plan_groups: dict[str, dict], state: Any) -> bool:
+    for name, want in plan_groups.items():
+        op = state.operator(name)
+        have = {c: n for c, n in serving_configs(op)}
+        if have != want or any(not r.warm for r in op.replicas if not r.draining and not r.canary):
+            return False
+    return True
+
+
+def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every applied plan with its predicted throughputs (the replayed models', queue-aware and busy-time only,
+    and the recording policy's own), against the completed throughput once it settled."""
+    out = []
+    ticks = trace.ticks
+    boundaries = [a for _, a, _ in trace.blocks][1:]
+    applied_at = []
+    at = np.array([t.at for t in ticks])
+    for n, decision in enumerate(trace.decisions):
+        plan = decision.plan
+        if plan is None or not plan.operators or (decision.record or {}).get("action") == "canary":
+            continue   # a canary tries a config on one extra replica: no placement to judge
+        k = int(np.searchsorted(at, decision.at))    # the first poll after the decision
+        want = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}
+        settled = next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state)), None)
+        record = decision.record or {}
+        policy_predicted = float(record.get("predicted_throughput") or plan.predicted_throughput or 0.0)
+        entry = {"t": round(decision.at - ticks[0].at, 2), **predictions.get(n, {"error": "not replayed"}), "policy_predicted": policy_predicted,
+                 "policy_measured": float(record.get("pipeline_throughput", 0.0)), "reason": plan.reason[:300]}
+        if settled is None:
+            out.append({**entry, "status": "never in place"})
+            continue
+        applied_at.append((k, settled, entry, decision.at))
+    for n, (k, settled, entry, decided_at) in enumerate(applied_at):
+        start = ticks[settled].state
+        next_plan = applied_at[n + 1][0] if n + 1 < len(applied_at) else len(ticks)
+        end = settled
+        head0, done0 = start.operators[0].items_in, completed_input_items(start)
+        for j in range(settled + 1, min(next_plan + 1, len(ticks))):
+            st = ticks[j].state
+            if st.wall_s - start.wall_s > SETTLE_S + 1e-9:
+                break
+            if st.input_closed and st.operators[0].queue_items == 0 and classify(st.operators[0]) is Occupancy.STARVED:
+                break   # the input ran out: the tail drains, it no longer shows what the placement sustains
+            head, done = st.operators[0].items_in, completed_input_items(st)
+            if any(head0 < b <= head or done0 < b <= done for b in boundaries):
+                break   # another block entered the pipeline or reached its end: no longer the workload the plan was made for
+            end = j
+        seconds = ticks[end].state.wall_s - start.wall_s
+        settled_after = round(ticks[settled].at - decided_at, 2)
+        if seconds < MIN_SETTLE_S or "queue_aware" not in entry:
+            why = entry.get("error") or f"measured only {seconds:.1f} s after it settled"
+            out.append({**entry, "status": f"not scored: {why}", "settled_after_s": settled_after})
+            continue
+        measured = sustainable_throughput(start, ticks[end].state)
+        errors = {f"error_{key}": abs(entry[key] - measured) / measured if measured > 0 else math.inf
+                  for key in ("queue_aware", "busy_time", "policy_predicted") if entry[key] > 0}
+        out.append({**entry, "status": "scored", "settled_after_s": settled_after, "measured": measured, "measured_over_s": round(seconds, 2),
+                    **errors})
+    return out
+
+
+# ---------------------------------------------------------------------------- regimes
+def _sample_positions(trace: Trace, name: str, samples: Sequence[BatchSample]) -> np.ndarray:
+    at = np.array([t.at for t in trace.ticks])
+    pos = np.array([stream_positions(t.state)[name] for t in trace.ticks])
+    return np.interp([s.end for s in samples], at, pos)
+
+
+def _truth(trace: Trace, profile: PipelineProfile, name: str) -> list[dict[str, Any]]:
+    """The operator's true switches: sample index where each block boundary reaches it, and whether its cost changes."""
+    blocks = trace.blocks
+    if len(blocks) < 2:
+        return []
+    samples = [s for s in trace.samples(name) if s.items_in >= 1]
+    pos = _sample_positions(trace, name, samples)
+    device = trace.ticks[0].state.operator(name).replicas[0].config.device if trace.ticks[0].state.operator(name).replicas else "cpu"
+    out = []
+    for (old, _, _), (new, start, _) in zip(blocks, blocks[1:]):
+        idx = int(np.searchsorted(pos, start, side="right"))
+        if idx >= len(samples):
+            continue
+        try:
+            cost = profile.operator(name).device(device)
+            a, b = cost.seconds(1, profile.workloads[old]), cost.seconds(1, profile.workloads[new])
+            ratio = max(a, b) / min(a, b) if min(a, b) > 0 else math.inf
+        except (KeyError, ValueError):
+            ratio = None
+        out.append({"index": idx, "old": old, "new": new, "cost_ratio": ratio, "observable": ratio is None or ratio > OBSERVABLE})
+    return out
+
+
+def _score_detection(truth: list[dict], changes: list[dict], n_samples: int) -> dict[str, Any]:
+    matched, delays, missed = set(), [], []
+    for n, sw in enumerate(truth):
+        limit = min(sw["index"] + MATCH_SAMPLES, truth[n + 1]["index"] if n + 1 < len(truth) else n_samples)
+        hits = [k for k, c in enumerate(changes) if k not in matched and sw["index"] - 2 <= c["index"] < limit]
+        if hits:
+            matched.add(hits[0])
+            if sw["observable"]:
+                delays.append(max(1, changes[hits[0]]["index"] - sw["index"] + 1))
+        elif sw["observable"]:
+            missed.append(sw)
+    false = [c for k, c in enumerate(changes) if k not in matched]
+    return {"delays": delays, "missed": missed, "false_alarms": false}
+
+
+# ---------------------------------------------------------------------------- figure
+def _figure(results: dict[str, dict]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    names = list(results)
+    x = np.arange(len(names))
+    ax = axes[0]
+    held = [np.mean([h["ape"] for h in results[n]["held"]]) * 100 if results[n]["held"] else np.nan for n in names]
+    steady = {n: [s for s in results[n]["spans"] if s["steady"]] for n in names}
+    sat_raw = [np.mean([s["ape_busy_time"] for s in steady[n]]) * 100 if steady[n] else np.nan for n in names]
+    sat_cal = [np.mean([s["ape"] for s in steady[n]]) * 100 if steady[n] else np.nan for n in names]
+    ax.bar(x - 0.27, held, 0.27, label="held-out windows (busy time)")
+    ax.bar(x, sat_raw, 0.27, label="saturated spans in one regime, busy-time model")
+    ax.bar(x + 0.27, sat_cal, 0.27, label="saturated spans in one regime, queue-aware")
+    ax.axhline(4, color="red", ls="--", lw=1, label="target 4%")
+    ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("capacity error, mean APE (%)")
+    ax.set_yscale("log")
+    ax.set_title("capacity error per trace")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    for n in names:
+        pts = [p for p in results[n]["plans"] if p["status"] == "scored"]
+        if pts:
+            line, = ax.loglog([p["measured"] for p in pts], [p["queue_aware"] for p in pts], "o", label=f"{n} (queue-aware)")
+            ax.loglog([p["measured"] for p in pts], [p["busy_time"] for p in pts], "o", mfc="none", color=line.get_color(), label="busy time only")
+    lim = ax.get_xlim() if ax.has_data() else (1, 100)
+    lo, hi = min(lim[0], ax.get_ylim()[0]) if ax.has_data() else 1, max(lim[1], ax.get_ylim()[1]) if ax.has_data() else 100
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="predicted = measured")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, label="±10%")
+    ax.set_xlabel("measured completed input items/s after the plan settled")
+    ax.set_ylabel("predicted input items/s")
+    ax.set_title("applied plans: predicted vs measured")
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    focus = next((n for n in names if n.startswith("video-trident")), names[0])
+    res = results[focus]
+    ops = list(res["occupancy"])
+    for k, op in enumerate(ops):
+        sw = [t for t in res["truth"].get(op, [])]
+        ax.plot([t["index"] for t in sw if t["observable"]], [k] * sum(t["observable"] for t in sw), "g|", ms=18, mew=2,
+                label="true switch (changes cost)" if k == 0 else None)
+        ax.plot([t["index"] for t in sw if not t["observable"]], [k] * sum(not t["observable"] for t in sw), "|", color="lightgreen", ms=18,
+                mew=2, label="true switch (cost unchanged)" if k == 0 else None)
+        ch = [c for c in res["changes"] if c["operator"] == op]
+        ax.plot([c["index"] for c in ch], [k] * len(ch), "rx", label="reported change" if k == 0 else None)
+    ax.set_yticks(range(len(ops)), ops)
+    ax.set_xlabel("sample of the operator (completion order)")
+    ax.set_title(f"regime switches, {focus}")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------- run
+def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResult:
+    paths = list(traces) if traces is not None else available()
+    if quick and traces is None:
+        paths = [p for p in paths if p.name.removesuffix(".jsonl.gz") in QUICK]
+    if not paths:
+        raise FileNotFoundError("no live traces to replay; record them with: python -m trident_flows.bench.record_traces")
+    results: dict[str, dict] = {}
+    hours = 0.0
+    t_start = time.perf_counter()
+    for path in paths:
+        trace = load(path)
+        res = _replay(trace)
+        res["plans"] = _plans(trace, res.pop("predictions"))
+        res["truth"], res["detection"] = {}, {}
+        if trace.header.get("emulated") and len(trace.blocks) > 1:
+            # regimes are scored where the schedule and the cost model say which switches change an operator's cost
+            profile = PipelineProfile.load(str(trace.header["pipeline"]))
+            res["truth"] = {op: _truth(trace, profile, op) for op in trace.operators}
+            n_samples = {op: len([s for s in trace.samples(op) if s.items_in >= 1]) for op in trace.operators}
+            res["detection"] = {op: _score_detection(res["truth"][op], [c for c in res["changes"] if c["operator"] == op], n_samples[op])
+                                for op in trace.operators}
+            hours += trace.duration_s / 3600
+        res["duration_s"] = trace.duration_s
+        res["policy"] = trace.header.get("policy")
+        res["summary_of_run"] = {k: trace.summary.get(k) for k in ("items_in", "wall_s", "reconfigurations", "ooms", "items_missing")}
+        results[trace.name] = res
+    held = [h["ape"] for r in results.values() for h in r["held"]]
+    spans = [s for r in results.values() for s in r["spans"]]
+    steady = [s for s in spans if s["steady"]]
+    plans = [p for r in results.values() for p in r["plans"]]
+    scored = [p for p in plans if p["status"] == "scored"]
+    errors = [p["error_queue_aware"] for p in scored]
+    busy_errors = [p["error_busy_time"] for p in scored if "error_busy_time" in p]
+    policy_errors = [p["error_policy_predicted"] for r in results.values() if r["policy"] == "trident" for p in r["plans"]
+                     if p["status"] == "scored" and "error_policy_predicted" in p]
+    delays = [d for r in results.values() for det in r["detection"].values() for d in det["delays"]]
+    false = sum(len(det["false_alarms"]) for r in results.values() for det in r["detection"].values())
+    missed = [dict(m, trace=n, operator=op) for n, r in results.items() for op, det in r["detection"].items() for m in det["missed"]]
+    summary = {
+        "capacity_mape": float(np.mean(held)) if held else math.nan,
+        "saturated_capacity_mape": float(np.mean([s["ape"] for s in steady])) if steady else math.nan,
+        "saturated_capacity_mape_busy_time": float(np.mean([s["ape_busy_time"] for s in steady])) if steady else math.nan,
+        "plan_error_median": float(np.median(errors)) if errors else math.nan,
+        "plan_error_p90": float(np.percentile(errors, 90)) if errors else math.nan,
+        "plan_error_median_busy_time": float(np.median(busy_errors)) if busy_errors else math.nan,
+        "plan_error_median_trident_recorded": float(np.median(policy_errors)) if policy_errors else math.nan,
+        "detection_delay_samples": float(np.median(delays)) if delays else math.nan,
+        "switches_within_6": float(np.mean([d <= 6 for d in delays + [math.inf] * len(missed)])) if delays or missed else math.nan,
+        "false_alarms_per_hour": false / hours if hours > 0 else math.nan,
+    }
+    fits = [f for r in results.values() for f in r["fits_ms"]]
+    raw = {
+        "traces": {n: {"policy": r["policy"], "duration_s": round(r["duration_s"], 1), "run": r["summary_of_run"],
+                       "held_out_windows": len(r["held"]), "capacity_mape": float(np.mean([h["ape"] for h in r["held"]])) if r["held"] else None,
+                       "saturated_spans": r["spans"], "plans": r["plans"], "occupancy": r["occupancy"],
+                       "changes": r["changes"], "truth": r["truth"],
+                       "detection": {op: {"delays": d["delays"], "missed": d["missed"], "false_alarms": d["false_alarms"]}
+                                     for op, d in r["detection"].items()}}
+                   for n, r in results.items()},
+        "held_out_windows": len(held), "capacity_ape_median": float(np.median(held)) if held else None,
+        "capacity_ape_p90": float(np.percentile(held, 90)) if held else None,
+        "saturated_spans": len(spans), "saturated_spans_steady": len(steady),
+        "saturated_capacity_mape_all_spans": float(np.mean([s["ape"] for s in spans])) if spans else None,
+        "saturated_capacity_mape_all_spans_busy_time": float(np.mean([s["ape_busy_time"] for s in spans])) if spans else None,
+        "plans_scored": len(errors), "plans_returned": len(plans),
+        "switches_observable": len(delays) + len(missed), "switches_missed": missed, "false_alarms": false, "trace_hours": hours,
+        "fit_ms_cpu": {"median": float(np.median(fits)) if fits else None, "p95": float(np.percentile(fits, 95)) if fits else None, "fits": len(fits)},
+        "replay_s": time.perf_counter() - t_start,
+        "settings": {"window": WINDOW, "refit_min_samples": REFIT_MIN_SAMPLES, "saturation_s": SATURATION_S, "settle_s": SETTLE_S,
+                     "min_settle_s": MIN_SETTLE_S, "observable": OBSERVABLE, "match_samples": MATCH_SAMPLES},
+    }
+    targets = {"capacity_mape": Target("<=", 0.04), "plan_error_median": Target("<=", 0.10), "plan_error_p90": Target("<=", 0.25),
+               "detection_delay_samples": Target("<=", 6), "false_alarms_per_hour": Target("<=", 1.0)}
+    notes = (f"{len(results)} live traces ({hours * 60:.1f} min of emulated runs scored for regimes) replayed through the controller's observation loop; "
+             "capacity_mape is the held-out-window error of the busy-time model, saturated_capacity_mape the queue-aware capacity "
+             "against what saturated operators measurably took; plan error against completed input items/s after the plan settled.")
+    return BenchResult("observe-live", summary, targets, raw, _figure(results), notes)

@@ -1,0 +1,131 @@
+"""Record the live traces that ``bench observe-live`` replays (``bench/traces/*.jsonl.gz``).
+
+Contract: ``python -m trident_flows.bench.record_traces [--only NAME ...] [--out DIR]`` runs, one
+after the other, through the runtime's own ``launch.run_pipeline`` (runner actor + control loop
+every ``TICK_S``) with the policy wrapped in ``live_trace.RecordingPolicy`` and the runner polled
+every ``TICK_S`` by ``live_trace.RunnerPoller``:
+- ``docs-{static,ds2,trident}``: the emulated document pipeline on the closed-loop benchmark's
+  full schedule (short:600, long:60, scans:40, short:600; 16 CPUs + 2 emulated GPUs, time scale 1),
+  starting from the benchmark's static-avg configuration;
+- ``video-{static,ds2,trident}``: the emulated video pipeline likewise (small:150, hd:150,
+  long:30, small:150);
+- ``real-docs-trident``: the real document pipeline (pypdfium2, tesseract, ...) on a generated
+  24-PDF corpus (short:12, long:4, scans:8) on 8 logical CPUs, policy trident (as ``make demo``).
+Each trace is a few hundred KB compressed; every run is checked for lost items (a run that lost
+any is refused, not written). Recording is CPU-heavy (about 6-8 minutes on a 2-core machine):
+the traces are committed, and the benchmark only replays them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from trident_flows.bench import closed_loop as cl
+from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.runtime.launch import find_runner, run_pipeline
+from trident_flows.runtime.state import RunnerSettings
+from trident_flows.scheduler.policies import make_policy
+from trident_flows.scheduler.types import ClusterSpec
+
+EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident")}
+REAL = "real-docs-trident"
+NAMESPACE = "trident-traces"
+REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:12,long:4,scans:8", 24, 8
+
+
+def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path, settings: RunnerSettings) -> None:
+    work = Path(tempfile.mkdtemp(prefix=f"trace-{name}-"))
+    # the machine's load shapes what a live run measures (emulated work sleeps; wake-ups come late under load)
+    writer = TraceWriter(out / f"{name}.jsonl.gz", {**header, "load_average_start": os.getloadavg()})
+    runner = f"trace-{name}"
+    poller: list[RunnerPoller] = []
+
+    def progress(state: Any) -> None:
+        if not poller:
+            poller.append(RunnerPoller(find_runner(runner, NAMESPACE), writer, cl.TICK_S))
+        poller[0](state)
+
+    try:
+        summary = run_pipeline(spec, work / "out", settings=settings, policy=RecordingPolicy(policy, writer), tick_s=cl.TICK_S,
+                               overwrite=True, progress=progress, name=runner, namespace=NAMESPACE, poll_s=0.25)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if summary.items_missing or summary.duplicate_ids or summary.error:
+        raise RuntimeError(f"trace {name}: the run lost {summary.items_missing} items, duplicated {summary.duplicate_ids}, "
+                           f"error {summary.error!r}; not a trace to keep")
+    writer.end({**summary.to_dict(), "load_average_end": os.getloadavg()})
+    print(f"{name}: {summary.items_in} items in {summary.wall_s:.1f} s, {summary.reconfigurations} reconfigurations -> {writer.path}")
+
+
+def record_emulated(name: str, out: Path) -> None:
+    pipeline, policy_name = EMULATED[name]
+    bench = cl.PIPELINES["documents" if pipeline == "docs" else "video"]
+    profile = PipelineProfile.load(bench.profile)
+    workload, _ = cl.workloads(False, bench)
+    tuning = cl.tune(profile, workload)
+    spec = workload.spec(profile, tuning.static_avg, f"trace-{name}")
+    cluster = ClusterSpec.single_node(cl.CPUS, cl.GPUS, gpu_memory_bytes=cl.DEVICE_MEMORY)
+    policy = make_policy(policy_name, spec=spec, cluster=cluster)
+    header = {"pipeline": bench.profile, "emulated": True, "policy": policy_name, "cluster": {"cpus": cl.CPUS, "gpus": cl.GPUS},
+              "blocks": workload.blocks(), "regimes": workload.regimes, "time_scale": workload.time_scale, "tick_s": cl.TICK_S,
+              "start_config": tuning.static_avg.label()}
+    _record(name, spec, policy, header, out, RunnerSettings(device_memory_bytes=cl.DEVICE_MEMORY))
+
+
+def record_real_documents(out: Path, corpus_dir: Path) -> None:
+    import pandas as pd
+
+    from trident_flows.pipelines.documents import build, synth_corpus
+
+    corpus = synth_corpus(corpus_dir, REAL_ITEMS, 0, REAL_REGIMES)
+    spec = build(input=corpus)
+    manifest = pd.read_parquet(corpus / "manifest.parquet")
+    regime_of = dict(zip(manifest["id"].astype(str), manifest["regime"].astype(str))) if "regime" in manifest else {}
+    order = [regime_of.get(str(r["id"]), "unknown") for r in spec.source()]
+    blocks, start = [], 0
+    for k in range(1, len(order) + 1):   # runs of one regime in input order
+        if k == len(order) or order[k] != order[start]:
+            blocks.append((order[start], start, k))
+            start = k
+    cluster = ClusterSpec.single_node(REAL_CPUS, 0)
+    header = {"pipeline": "documents", "emulated": False, "policy": "trident", "cluster": {"cpus": REAL_CPUS, "gpus": 0},
+              "blocks": blocks if "unknown" not in order else [], "regimes": REAL_REGIMES, "time_scale": 1.0, "tick_s": cl.TICK_S}
+    _record(REAL, spec, make_policy("trident", spec=spec, cluster=cluster), header, out, RunnerSettings())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", default=None, help=f"traces to record (default all): {sorted(EMULATED) + [REAL]}")
+    parser.add_argument("--out", type=Path, default=TRACE_DIR)
+    parser.add_argument("--corpus-dir", type=Path, default=Path(tempfile.gettempdir()) / "trident-trace-corpus")
+    args = parser.parse_args(argv)
+    names = args.only or sorted(EMULATED) + [REAL]
+    unknown = [n for n in names if n not in EMULATED and n != REAL]
+    if unknown:
+        parser.error(f"unknown trace(s) {unknown}; choose from {sorted(EMULATED) + [REAL]}")
+    emulated = [n for n in names if n in EMULATED]
+    if emulated:
+        ray.init("local", num_cpus=cl.CPUS, num_gpus=cl.GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            for name in emulated:
+                record_emulated(name, args.out)
+        finally:
+            ray.shutdown()
+    if REAL in names:
+        ray.init("local", num_cpus=REAL_CPUS, num_gpus=0, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            record_real_documents(args.out, args.corpus_dir)
+        finally:
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The pipeline's sustainable end-to-end throughput, from two runner snapshots.
+
+Contract:
+- ``stream_positions(state) -> {operator: input items}``: how far each operator has got in the
+  input stream, in input items: the head's items taken, then, for each later operator, the
+  share of the rows delivered to it that it has taken, applied to the position of the operator
+  before it (queues are FIFO; rows filtered upstream are never delivered, so they do not hold a
+  position back, and rows split into several count as the input item they came from).
+- ``completed_input_items(state)``: the last operator's position: input items the whole
+  pipeline has finished. Items queued or in flight anywhere are not counted, so queues filling
+  at start-up, or draining after a change, do not count as throughput.
+- ``sustainable_throughput(before, after) -> float``: completed input items per second between
+  two snapshots of one run (``RunnerState.wall_s`` is the clock); ``ValueError`` for snapshots
+  of different pipelines or out of order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def stream_positions(state: Any) -> dict[str, float]:
+    """Each operator's position in the input stream, in input items (see the module docstring)."""
+    out: dict[str, float] = {}
+    position, delivered = 0.0, None
+    for op in state.operators:
+        if delivered is None:
+            position = float(op.items_in)
+        elif delivered > 0:
+            position *= min(1.0, op.items_in / delivered)
+        else:
+            position = 0.0
+        out[op.name] = position
+        delivered = op.items_forwarded
+    return out
+
+
+def completed_input_items(state: Any) -> float:
+    """Input items the whole pipeline has finished (the last operator's stream position)."""
+    if not state.operators:
+        return 0.0
+    return stream_positions(state)[state.operators[-1].name]
+
+
+def sustainable_throughput(before: Any, after: Any) -> float:
+    """Completed input items per second between two snapshots of one run."""
+    if [o.name for o in before.operators] != [o.name for o in after.operators]:
+        raise ValueError("sustainable_throughput: the snapshots are of different pipelines "
+                         f"({[o.name for o in before.operators]} vs {[o.name for o in after.operators]})")
+    dt = after.wall_s - before.wall_s
+    if dt <= 0:
+        raise ValueError(f"sustainable_throughput: snapshots out of order or equal (wall_s {before.wall_s} -> {after.wall_s}); "
+                         "pass the earlier one first")
+    return (completed_input_items(after) - completed_input_items(before)) / dt
