@@ -48,7 +48,7 @@ def test_two_cpus_and_no_gpu_get_every_operator_a_fraction_of_a_cpu():
     assert embed.config.device == CPU and embed.config.batch_size == spec.operator("embed").config.batch_size
     # a replica the scheduler adds later is as large as the ones the run started with
     assert embed.space.config(CPU, 4).cpus == 0.3333 and embed.space.config(GPU, 4).cpus == 0.3333
-    assert any("embed runs on the CPU" in n for n in sizing.notes) and any("share the CPUs" in n for n in sizing.notes)
+    assert any("embed runs on the CPU" in n for n in sizing.notes) and "6 replicas share 2 CPUs, each holding 0.3333 CPU" in sizing.notes
     assert [r["id"] for r in fitted.source()] == [r["id"] for r in spec.source()]
 
 

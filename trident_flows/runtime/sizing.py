@@ -110,8 +110,8 @@ def fit_to_cluster(spec: PipelineSpec, cpus: float, gpus: float) -> Sizing:
                                           _scaled(o.config.gpus, gpu_factor), o.config.knobs),
                        space=_scale_space(o.space, cpu_factor, gpu_factor)) for o in ops]
         if cpu_factor < 1.0:
-            notes.append(f"{sum(o.replicas for o in ops)} replicas share the CPUs: each holds {cpu_factor:.3g} of the CPUs it was given "
-                         f"({', '.join(sorted({f'{o.config.cpus:g}' for o in ops}))} CPU)")
+            notes.append(f"{sum(o.replicas for o in ops)} replicas share {cpus:g} CPUs, each holding "
+                         f"{' or '.join(sorted({f'{o.config.cpus:g}' for o in ops}))} CPU")
         if gpu_factor < 1.0:
             notes.append(f"GPU replicas share the GPUs: each holds {gpu_factor:.3g} of the GPUs it was given")
     if not _fits(ops, cpus, gpus):
