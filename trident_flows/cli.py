@@ -1,25 +1,60 @@
-"""The ``trident-flows`` command line (DESIGN.md section 8): synth, run, profile, bench.
+"""The ``trident-flows`` command line: synth, run, profile, bench.
 
 Each command validates its options and hands over to the module that owns the work
 (imported lazily, so ``--help`` is fast and emulated pipelines need no model packages).
+A user error (a bad option or setting, ``RuntimeConfigError``) is printed as one line on
+stderr saying what to change, with exit status 2 and no traceback; a traceback means a bug.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from trident_flows.bench import BENCHMARKS
+from trident_flows.pipelines import PIPELINES
+from trident_flows.runtime.state import RuntimeConfigError
+from trident_flows.scheduler.policies import available_policies
 
 app = typer.Typer(help="Trident: adaptive scheduling of multimodal data-curation pipelines on Ray.", no_args_is_help=True,
                   pretty_exceptions_show_locals=False)
 synth_app = typer.Typer(help="Generate synthetic corpora (deterministic by seed).", no_args_is_help=True)
 app.add_typer(synth_app, name="synth")
 console = Console()
+errors = Console(stderr=True)
+
+USER_ERROR = 2  # the exit status of a user error, as for click's own usage errors
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Print a ``RuntimeConfigError`` as ``error: ...`` and exit with status 2 (see the module docstring)."""
+    try:
+        yield
+    except RuntimeConfigError as exc:
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(USER_ERROR) from None
+
+
+def _check_choice(kind: str, name: str, choices: list[str]) -> None:
+    if name not in choices:
+        raise RuntimeConfigError(f"unknown {kind} {name!r}: choose one of {', '.join(choices)}")
+
+
+def _check(validate: Callable[[], object]) -> None:
+    """Run a validation whose ``ValueError`` names a bad option, as a ``RuntimeConfigError``."""
+    try:
+        validate()
+    except ValueError as exc:
+        raise RuntimeConfigError(str(exc)) from None
 
 
 @synth_app.command("documents")
@@ -32,8 +67,10 @@ def synth_documents(
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Real PDF files (born-digital and scanned pages) following a regime schedule."""
-    from trident_flows.pipelines.synth_documents import generate
+    from trident_flows.pipelines.synth_documents import generate, parse_schedule
 
+    with user_errors():
+        _check(lambda: parse_schedule(regimes, n))
     manifest = generate(out, n=n, regimes=regimes, duplicates=duplicates, broken=broken, seed=seed)
     console.print(f"wrote {len(manifest)} documents to {out}")
 
@@ -47,22 +84,24 @@ def synth_video(
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Real h264 MP4 files with known scene cuts and text overlays."""
-    from trident_flows.pipelines.synth_video import generate
+    from trident_flows.pipelines.synth_video import generate, plan_videos
 
+    with user_errors():
+        _check(lambda: plan_videos(n=n, regimes=regimes, broken=broken, seed=seed))
     manifest = generate(out, n=n, regimes=regimes, broken=broken, seed=seed)
     console.print(f"wrote {len(manifest)} videos to {out}")
 
 
 @app.command("run")
 def run(
-    pipeline: str = typer.Argument(..., help="Pipeline name: emulated-docs, emulated-video, documents, video."),
+    pipeline: str = typer.Argument(..., help=f"Pipeline name: {', '.join(PIPELINES)}."),
     out: Path = typer.Option(Path("run-output"), help="Output directory (Parquet parts + dead-letter table)."),
-    policy: str = typer.Option("static", help="Scheduling policy: static, ds2, threshold, trident."),
+    policy: str = typer.Option("static", help=f"Scheduling policy: {', '.join(available_policies())}."),
     input: Optional[Path] = typer.Option(None, help="Directory of input files (documents/video pipelines)."),
     synth: Optional[int] = typer.Option(None, min=1, help="Generate this many synthetic inputs instead of reading --input."),
     regimes: Optional[str] = typer.Option(None, help="Regime schedule for --synth."),
     seed: int = typer.Option(0, help="Random seed for --synth."),
-    cpus: Optional[float] = typer.Option(None, min=1, help="Logical CPUs of the local Ray node (default: this machine's)."),
+    cpus: Optional[float] = typer.Option(None, min=1, help="Logical CPUs of the local Ray node (default: this machine's); the pipeline is sized to fit them."),
     gpus: Optional[float] = typer.Option(None, min=0, help="Logical GPUs of the local Ray node (default: this machine's)."),
     address: Optional[str] = typer.Option(None, help="Address of an existing Ray cluster (default: start a local one)."),
     summary_json: Optional[Path] = typer.Option(None, help="Write the run summary as JSON here."),
@@ -73,20 +112,21 @@ def run(
                                             "(outputs then differ by configuration; each row records its values)."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary."""
-    from trident_flows.pipelines import PIPELINES
     from trident_flows.pipelines.quality import check_settings, parse_settings
     from trident_flows.runtime.launch import run_command
 
-    try:  # refuse bad quality settings before a Ray node starts
-        settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
-        if pipeline in PIPELINES:
+    with user_errors():
+        _check_choice("pipeline", pipeline, sorted(PIPELINES))
+        if input is not None and not input.is_dir():
+            raise RuntimeConfigError(f"--input {input}: no such directory; give a directory of input files, or --synth N to generate N")
+        try:  # refuse bad quality settings before a Ray node starts
+            settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
             check_settings(pipeline, settings["quality"], settings["tune"])
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-    run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
-                gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console,
-                quality=settings["quality"], tune=settings["tune"])
+        except ValueError as exc:
+            raise RuntimeConfigError(str(exc)) from None
+        run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
+                    gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console,
+                    quality=settings["quality"], tune=settings["tune"])
 
 
 @app.command("profile")
@@ -97,24 +137,23 @@ def profile(
 ) -> None:
     """Measure the real operators and write the cost-model JSON used by the emulated pipeline."""
     modules = {"documents": "trident_flows.pipelines.profile_documents", "video": "trident_flows.pipelines.profile_video"}
-    if name not in modules:
-        raise typer.BadParameter(f"unknown profile {name!r}; choose one of {sorted(modules)}")
+    with user_errors():
+        _check_choice("profile", name, sorted(modules))
     path = importlib.import_module(modules[name]).main(quick=quick, out=out, console=console)
     console.print(f"wrote {path}")
 
 
 @app.command("bench")
 def bench(
-    name: str = typer.Argument(..., help="Benchmark name: overhead, observe, optimize, placement, closed-loop."),
+    name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
-    from trident_flows.bench import BENCHMARKS
     from trident_flows.bench.report import write_report
 
-    if name not in BENCHMARKS:
-        raise typer.BadParameter(f"unknown benchmark {name!r}; choose one of {sorted(BENCHMARKS)}")
+    with user_errors():
+        _check_choice("benchmark", name, list(BENCHMARKS))
     result = importlib.import_module(BENCHMARKS[name]).run(quick=quick)
     json_path, png_path = write_report(result, out, quick=quick)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")

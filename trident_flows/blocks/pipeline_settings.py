@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
+from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
 from trident_flows.pipelines import PIPELINES
 
 
@@ -39,6 +40,8 @@ class PipelineSettingsBlock(Block):
     _block_type_name = "Trident Pipeline Settings"
     _block_type_slug = "trident-pipeline-settings"
     _description = "Pipeline name, input location, output location, shard size and runner name of a Trident curation run."
+    _documentation_url = DOCUMENTATION_URL
+    _logo_url = LOGO_URL
 
     pipeline: str = Field(default="documents", description=f"Pipeline to run: one of {', '.join(sorted(PIPELINES))}.")
     input_location: Optional[str] = Field(default=None, description="Directory of input files (path or file:// URL); empty: generate `synth` inputs.")

@@ -26,6 +26,8 @@ from typing import Any, Mapping, Optional
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
+
 _ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{2,5}$")
 
 
@@ -46,6 +48,8 @@ class RayClusterBlock(Block):
     _block_type_name = "Trident Ray Cluster"
     _block_type_slug = "trident-ray-cluster"
     _description = "An existing Ray cluster (address) or a local Ray node (CPUs, logical GPUs, object store) for Trident pipelines."
+    _documentation_url = DOCUMENTATION_URL
+    _logo_url = LOGO_URL
 
     address: Optional[str] = Field(
         default=None,

@@ -12,6 +12,8 @@ from typing import Optional
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator
 
+from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
+
 
 class TridentSettingsBlock(Block):
     """Scheduling settings of the Trident sidecar: policy, tick interval, OOM safety margin, budgets."""
@@ -19,6 +21,8 @@ class TridentSettingsBlock(Block):
     _block_type_name = "Trident Settings"
     _block_type_slug = "trident-settings"
     _description = "Policy, tick interval, memory safety margin and resource budgets of the Trident sidecar."
+    _documentation_url = DOCUMENTATION_URL
+    _logo_url = LOGO_URL
 
     policy: str = Field(default="trident", description="Scheduling policy: trident (the adaptive controller) or a baseline: static, ds2, threshold.")
     tick_interval_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between two ticks of a long-running sidecar.")

@@ -5,7 +5,9 @@ Contract:
   (so it runs under this runtime and under plain Ray Data). Its cold start sleeps the
   model's ``cold_start_s``; a batch costs what the ``DeviceCost`` of ``config.device`` says
   for its unmarked rows and their workload features. CPU work holds the replica's logical
-  CPU by sleeping; accelerator work runs as a kernel on the replica's emulated device
+  CPU by sleeping; a replica holding a fraction of a CPU (``config.cpus < 1``) shares cores
+  with others, so it sleeps on one of the node's cores (``runtime.devices.node_cores``) and
+  waits when every core is taken; accelerator work runs as a kernel on the replica's emulated device
   (``runtime.devices``), which raises ``DeviceOOMError`` when resident + batch bytes exceed
   its capacity. ``time_scale`` multiplies all seconds (tests use small scales).
 - Selectivity < 1 marks rows ``_drop`` (deterministically by id); > 1 splits a row into
@@ -73,7 +75,12 @@ class EmulatedOperator:
         self.last_host_bytes = 0
         self.device = None
         self.holder = ""
+        self.cores = None
         time.sleep(self.cost.cold_start_s * self.time_scale)
+        if config.device == CPU and config.cpus < 1:
+            from trident_flows.runtime import devices
+
+            self.cores = devices.node_cores()
         if config.device != CPU:
             import ray
 
@@ -117,7 +124,12 @@ class EmulatedOperator:
         else:
             # hold the batch's working set in host memory (capped) while the work runs
             working_set = np.ones(min(work_bytes, self.host_memory_cap), dtype=np.uint8) if work_bytes else None
-            time.sleep(seconds)
+            if self.cores is not None and seconds > 0:
+                import ray
+
+                ray.get(self.cores.run.remote(seconds))
+            else:
+                time.sleep(seconds)
             self.last_host_bytes = 0 if working_set is None else working_set.nbytes
         return self._mark(batch, ids, keep)
 

@@ -12,6 +12,12 @@ Contract:
   resident memory of the replicas placed on it. A kernel whose resident + batch bytes exceed
   the capacity raises ``DeviceOOMError``, the same outcome as ``torch.cuda.OutOfMemoryError``
   on a real GPU (``is_oom`` recognises both).
+- ``node_cores()`` is the core pool of the caller's node: an ``EmulatedCores`` actor running as
+  many emulated CPU kernels at once as the node has logical CPUs (more queue, like kernels on a
+  device). Emulated replicas holding a fraction of a CPU run their CPU work through it, so
+  replicas sharing cores get no more CPU time than the cores give. It is created on first use,
+  named per node, detached (replicas come and go; the pool outlives them and ends with the
+  cluster) and shared by every pipeline on the node.
 """
 
 from __future__ import annotations
@@ -80,6 +86,43 @@ class EmulatedDevice:
 
     def info(self) -> dict[str, Any]:
         return {"key": self.key, "capacity": self.capacity, "resident": dict(self.resident), "kernels": self.kernels, "busy_s": self.busy_s}
+
+
+@ray.remote(num_cpus=0)
+class EmulatedCores:
+    """The logical CPUs of one node: ``cores`` emulated CPU kernels at a time (the actor's
+    ``max_concurrency``); more wait in Ray's queue."""
+
+    def __init__(self, key: str, cores: int) -> None:
+        self.key = key
+        self.cores = int(cores)
+        self.kernels = 0
+        self.busy_s = 0.0
+
+    def run(self, seconds: float) -> None:
+        """Hold one core for ``seconds``."""
+        start = time.perf_counter()
+        time.sleep(max(0.0, seconds))
+        self.kernels += 1
+        self.busy_s += time.perf_counter() - start
+
+    def info(self) -> dict[str, Any]:
+        return {"key": self.key, "cores": self.cores, "kernels": self.kernels, "busy_s": self.busy_s}
+
+
+CORES_NAMESPACE = "trident-cores"
+
+
+def node_cores() -> Any:
+    """The core pool of the node the caller runs on (created on first use, see the module docstring)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node_id = ray.get_runtime_context().get_node_id()
+    cores = next((int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("NodeID") == node_id), 0)
+    name = f"cores:{node_id}"
+    return EmulatedCores.options(name=name, namespace=CORES_NAMESPACE, lifetime="detached", get_if_exists=True,
+                                 max_concurrency=max(1, cores),
+                                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(name, max(1, cores))
 
 
 def device_name(prefix: str, node_id: str, gpu_id: int | str) -> str:

@@ -11,7 +11,10 @@ Contract:
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
   back to count items and duplicate ids.
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
-  the registry, rich progress bar, summary table and ``--summary-json``.
+  the registry sized to the cluster (``runtime.sizing``), rich progress bar, summary table and
+  ``--summary-json``. Every bad option (unknown pipeline or policy, missing input, an ``out``
+  holding another run's outputs, ``address="auto"``, an unreachable address) raises
+  ``RuntimeConfigError`` saying what to change.
 """
 
 from __future__ import annotations
@@ -148,6 +151,19 @@ def stop_runner(handle: Any, loop: ControlLoop | None = None, timeout_s: float =
         ray.kill(handle)
 
 
+def run_outputs(out: Path) -> list[Path]:
+    """The Parquet files a run left in ``out`` (data and dead-letter tables)."""
+    return [p for sub in ("data", "dead_letter") for p in (out / sub).glob("*.parquet")] if out.exists() else []
+
+
+def refuse_used_out(out: Path) -> None:
+    """Raise ``RuntimeConfigError`` when ``out`` holds another run's outputs (a run never mixes its rows into another's)."""
+    old = run_outputs(out)
+    if old:
+        raise RuntimeConfigError(f"{out} already holds the outputs of a run ({len(old)} files): choose another output directory "
+                                 "(--out), or delete this one")
+
+
 def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
                  name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5) -> RunSummary:
@@ -155,9 +171,9 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
 
     ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them."""
     out = Path(out_dir)
-    old = [p for sub in ("data", "dead_letter") for p in (out / sub).glob("*.parquet")] if out.exists() else []
+    old = run_outputs(out)
     if old and not overwrite:
-        raise RuntimeConfigError(f"{out} already holds the outputs of a run ({len(old)} files); choose a new directory or overwrite=True")
+        refuse_used_out(out)
     for p in old:
         p.unlink()
     name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
@@ -205,6 +221,18 @@ def _summary_table(summary: RunSummary) -> Any:
     return table, ops
 
 
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Refuse an address where nothing listens (``ray.init`` would retry for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise RuntimeConfigError(f"no Ray cluster answers at --address {address} ({exc}): give HOST:PORT of a running cluster "
+                                 "(`ray status` on its head node), or leave --address out to start a local node") from None
+
+
 def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
@@ -213,17 +241,35 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from trident_flows.pipelines import build_pipeline
+    from trident_flows.runtime.sizing import fit_to_cluster
 
-    make_policy(policy)  # refuse an unknown policy before starting anything
-    if address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
-    try:
+    if address in ("auto", "local"):
+        raise RuntimeConfigError(f"--address {address} is not allowed ('auto' may attach to a stranger's cluster): give HOST:PORT "
+                                 "of your cluster, or leave --address out to start a local Ray node")
+    refuse_used_out(out)
+    try:  # options are checked, and the pipeline built, before Ray starts
+        make_policy(policy)
         spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs", quality=quality,
                               tune=tune)
+    except (ValueError, FileNotFoundError) as exc:
+        raise RuntimeConfigError(str(exc)) from None
+    if address:
+        _check_reachable(address)
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None,
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+    except ConnectionError as exc:
+        raise RuntimeConfigError(f"cannot reach a Ray cluster at --address {address}: {exc}; check the address "
+                                 "(`ray status` on the head node) or leave --address out to start a local node") from None
+    try:
         cpus_now, gpus_now = cluster_totals()
+        sizing = fit_to_cluster(spec, cpus_now, gpus_now)
+        spec = sizing.spec
+        if sizing.notes:
+            console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
         policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
@@ -233,8 +279,7 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
                 bar.update(task, completed=state.items_written + state.items_dead_lettered,
                            rate=f"{state.throughput:.1f} rows/s")
 
-            summary = run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
-                                   overwrite=True)
+            summary = run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log)
     finally:
         ray.shutdown()
     for table in _summary_table(summary):

@@ -76,6 +76,30 @@ MAX_REPAIRS = 5
 SPLIT_MAX_NODES = 4
 SOLVERS = ("highs", "cbc")
 DEFAULT_SOLVER = "highs" if pulp.HiGHS().available() else "cbc"
+
+
+def _silence_highs_banner() -> None:
+    """HiGHS (highspy 1.16) prints its copyright banner into the output of the process on its first
+    solver object, before PuLP can turn output off (``msg=False``); the banner is printed once per
+    process. Make that first object here, with the process's stdout on /dev/null."""
+    import os
+    import sys
+
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+if DEFAULT_SOLVER == "highs":
+    _silence_highs_banner()
 GAP_REL = 5e-3  # plans within 0.5% of the best bound count as optimal (well inside the throughput models' error)
 _KEEP_WEIGHT = 1e-6
 # HiGHS first searches only plans within GAP_REL of the bound, for _TARGET_S seconds of CPU

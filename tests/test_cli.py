@@ -1,0 +1,83 @@
+"""The command line as a user meets it: a user error is one line saying what to change, exit
+status 2, no traceback; help lists what the registries hold; planning prints no solver banner."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from trident_flows.bench import BENCHMARKS
+from trident_flows.cli import app
+from trident_flows.pipelines import PIPELINES
+
+
+@pytest.fixture()
+def used_out(tmp_path):
+    out = tmp_path / "used"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "shard=0.parquet").write_bytes(b"")
+    return out
+
+
+@pytest.mark.parametrize("args, fix", [
+    (["run", "nope"], "choose one of documents, emulated-docs, emulated-video, video"),
+    (["run", "documents", "--input", "/no/such/dir"], "no such directory; give a directory of input files, or --synth N"),
+    (["run", "documents"], "needs input="),
+    (["run", "emulated-docs", "--input", "."], "use --synth N"),
+    (["run", "emulated-docs", "--policy", "magic"], "available policies: ds2, static, threshold, trident"),
+    (["run", "emulated-docs", "--regimes", "short=20"], "write NAME:COUNT"),
+    (["run", "emulated-docs", "--regimes", "weird:10"], "this profile has ['long', 'scans', 'short']"),
+    (["run", "emulated-docs", "--address", "auto"], "give HOST:PORT of your cluster, or leave --address out"),
+    (["run", "emulated-docs", "--address", "127.0.0.1:1"], "no Ray cluster answers at --address 127.0.0.1:1"),
+    (["bench", "nope"], "choose one of overhead"),
+    (["profile", "nope"], "choose one of documents, video"),
+    (["synth", "documents", "--out", "x", "--regimes", "weird:3"], "NAME in ['long', 'scans', 'short']"),
+    (["synth", "video", "--out", "x", "--regimes", "weird:3"], "choose from ['hd', 'long', 'small', 'tiny']"),
+])
+def test_a_user_error_is_one_line_naming_the_fix_with_exit_status_2(args, fix, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 2 and lines[0].startswith("error: ") and fix in result.stderr, result.stderr
+    assert not (tmp_path / "x").exists()  # nothing written for a refused command
+
+
+def test_an_out_holding_another_run_is_refused_before_anything_starts(used_out):
+    result = CliRunner().invoke(app, ["run", "emulated-docs", "--synth", "10", "--out", str(used_out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{used_out} already holds the outputs of a run" in result.stderr and "choose another output directory (--out)" in result.stderr
+    assert (used_out / "data" / "shard=0.parquet").exists()
+
+
+def test_bench_help_lists_every_registered_benchmark():
+    result = CliRunner().invoke(app, ["bench", "--help"], terminal_width=400)
+    assert result.exit_code == 0
+    for name in BENCHMARKS:
+        assert name in result.output
+    assert "closed-loop-video" in result.output
+
+
+def test_run_help_lists_every_registered_pipeline():
+    result = CliRunner().invoke(app, ["run", "--help"], terminal_width=400)
+    assert result.exit_code == 0 and all(name in result.output for name in PIPELINES)
+
+
+def test_planning_prints_no_solver_banner():
+    script = """
+from trident_flows.scheduler import placement
+import pulp
+x = pulp.LpVariable("x", 0, 3, cat="Integer")
+problem = pulp.LpProblem("p", pulp.LpMaximize)
+problem += x
+problem.solve(pulp.HiGHS(msg=False))
+print("solved", x.value())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "solved 3.0" and "HiGHS" not in proc.stderr
