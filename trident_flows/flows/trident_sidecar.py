@@ -88,7 +88,12 @@ class _Tuner:
             status = self._last_status if memory.policy_blob and self._last_status else explain_hold("waiting for samples")
         else:
             policy = memory.policy() or make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, state)
-            plan = policy.decide(state, list(page.samples))
+            try:
+                plan = policy.decide(state, list(page.samples))
+            except Exception as exc:  # noqa: BLE001 - a failing policy keeps the configuration; the next tick tries again
+                logger.warning("the %s policy failed on this tick, keeping the configuration: %s: %s", self.settings.policy,
+                               type(exc).__name__, exc)
+                plan = None
             memory = memory.after_decide(policy, page.next)
             if plan is None:
                 status = explain_hold(policy_reason(policy))

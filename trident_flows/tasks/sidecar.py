@@ -88,6 +88,7 @@ def roll_out(runner_name: str, namespace: str, plan: Plan, sentence: str) -> Out
         try:
             outcome = read_outcome(ray.get(runner.apply.remote(plan)))
         except (ray.exceptions.RayError, ValueError) as exc:  # a plan the runner refuses, or a runner that went away
-            outcome = read_outcome(error=f"{type(exc).__name__}: {exc}")
+            cause = getattr(exc, "cause", None) or exc  # the runner's own error, without Ray's task wrapper
+            outcome = read_outcome(error=f"{type(cause).__name__}: {cause}")
     logger.info("%s", outcome.text())
     return outcome
