@@ -42,8 +42,16 @@ def record_curation_run(args: argparse.Namespace, api_url: str) -> str:
     work = Path(tempfile.mkdtemp(prefix="trident-screenshot-"))
     pipeline = PipelineSettingsBlock(pipeline=args.pipeline, synth=args.synth, output_location=str(work / "out"),
                                      shard_size=args.shard_size, runner_name="screenshot-runner")
-    ray.init("local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, namespace="trident", log_to_driver=False,
-             configure_logging=False, runtime_env={"env_vars": {"PREFECT_API_URL": api_url}})
+    for attempt in range(3):  # on a loaded machine the local raylet can time out starting up: try again
+        try:
+            ray.init("local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, namespace="trident",
+                     log_to_driver=False, configure_logging=False, runtime_env={"env_vars": {"PREFECT_API_URL": api_url}})
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
+            print(f"the local Ray node did not start ({exc}); trying again")
     try:
         state = document_curation(pipeline=pipeline, trident=TridentSettingsBlock(policy=args.policy, tick_interval_s=args.tick_s,
                                                                                   min_samples=4), return_state=True)

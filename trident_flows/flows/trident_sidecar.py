@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import ray
 from prefect import flow, get_run_logger
+from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
 from trident_flows.tasks.decision import explain_hold, policy_reason, read_decision, unit_of
@@ -58,7 +59,8 @@ class _Tuner:
         self.namespace = namespace
         self.settings = settings
         self.options = policy_options(settings)
-        self.publisher = Publisher(runner_name, tuned_flow_run_id, live_every_s=max(settings.tick_interval_s, 5.0))
+        own_run = str(get_run_context().flow_run.id)  # where the artifacts go when no tuned run is known
+        self.publisher = Publisher(runner_name, tuned_flow_run_id or own_run, live_every_s=max(settings.tick_interval_s, 5.0))
         self.related = related_of(tuned_flow_run_id) if tuned_flow_run_id else []
         self.decisions = 0
         self.applied = 0
