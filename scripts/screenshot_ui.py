@@ -84,7 +84,7 @@ def screenshot(url: str, out: Path, window: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={window}",
-                        "--virtual-time-budget=20000", f"--screenshot={out}", url],
+                        "--virtual-time-budget=30000", f"--screenshot={out}", url],
                        check=True, capture_output=True, timeout=180)
     print(f"wrote {out} from {url}")
 
