@@ -85,8 +85,9 @@ def test_curation_run_starts_its_own_sidecar_and_shows_its_decisions(prefect_har
         assert sidecar.start_time >= curation.start_time
         assert max(t.end_time for t in shard_runs) <= sidecar.end_time <= curation.end_time
 
-        sidecar_logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sidecar.id])))
-        assert any("finished" in log.message for log in sidecar_logs)
+        sidecar_logs = _wait_for(lambda: client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sidecar.id]))),
+                                 lambda logs: any(log.message.endswith(": finished") for log in logs))
+        assert any(log.message.endswith(": finished") for log in sidecar_logs)  # it saw the pipeline finish
 
         events = _wait_for(lambda: client.read_events(EventFilter(
             event=EventNameFilter(prefix=["trident.plan."]),
@@ -116,7 +117,9 @@ def test_curation_run_starts_its_own_sidecar_and_shows_its_decisions(prefect_har
                          lambda logs: sum("committed:" in log.message for log in logs) >= len(shard_runs))
         committed = sorted(log.message for log in logs if "committed:" in log.message)
         assert len(committed) == 4 and all("20 items in" in m and "kept" in m and "dead-lettered" in m for m in committed)
-        flow_logs = [log.message for log in client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[curation_id])))]
+        flow_logs = [log.message for log in _wait_for(
+            lambda: client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[curation_id]))),
+            lambda logs: any(log.message.startswith("curated ") for log in logs))]
         assert any(m.startswith("using the Ray cluster this process is already connected to") for m in flow_logs)
         assert any(m.startswith("preparing 80 synthetic inputs") for m in flow_logs)
         ended = [re.match(r"trident-sidecar ended with the pipeline: (\d+) ticks, (\d+) decisions, (\d+) applied", m) for m in flow_logs]
