@@ -1,14 +1,17 @@
-"""Screenshot the Prefect UI page of a trident-sidecar flow run's plan artifact.
+"""Screenshot the Prefect UI pages of a document-curation run tuned by its trident-sidecar.
 
 Usage (from the repository root):
     .venv/bin/python scripts/screenshot_ui.py                      # record a run, then screenshot it
-    .venv/bin/python scripts/screenshot_ui.py --flow-run-id UUID   # screenshot an existing sidecar run
+    .venv/bin/python scripts/screenshot_ui.py --flow-run-id UUID   # screenshot an existing curation run
 
 Without ``--flow-run-id`` it records one: on a local Prefect server (started unless one runs on
 ``--port``) and a local Ray node, it runs the ``document-curation`` flow on an emulated pipeline
-and, next to it, the ``trident-sidecar`` flow until the pipeline finishes. Then headless
-Chromium (Debian package ``chromium``; ``apt-get install -y chromium``) renders the sidecar run's
-artifact page into ``--out``. A server this script started is stopped at the end.
+with ``trident`` settings, so the run starts its own ``trident-sidecar`` subflow. Then headless
+Chromium (Debian package ``chromium``; ``apt-get install -y chromium``) renders into ``--out-dir``:
+``prefect-curation-run.png`` (the curation run's page), ``prefect-decisions.png`` (its
+decisions artifact: one plain sentence per decision, figures in columns) and
+``prefect-live-view.png`` (its live view: per-operator table and the throughput/replica chart).
+A server this script started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -29,45 +32,48 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 
 
-def record_sidecar_run(args: argparse.Namespace, api_url: str) -> str:
-    """Run document-curation with the sidecar beside it; return the sidecar's flow run id."""
+def record_curation_run(args: argparse.Namespace, api_url: str) -> str:
+    """Run document-curation with trident settings (it starts its own sidecar); return its flow run id."""
     import ray
 
     from trident_flows.blocks import PipelineSettingsBlock, TridentSettingsBlock
-    from trident_flows.flows.with_sidecar import curate_with_sidecar
+    from trident_flows.flows.document_curation import document_curation
 
     work = Path(tempfile.mkdtemp(prefix="trident-screenshot-"))
     pipeline = PipelineSettingsBlock(pipeline=args.pipeline, synth=args.synth, output_location=str(work / "out"),
                                      shard_size=args.shard_size, runner_name="screenshot-runner")
-    ray.init("local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, namespace="trident", log_to_driver=False,
-             configure_logging=False, runtime_env={"env_vars": {"PREFECT_API_URL": api_url}})
+    for attempt in range(3):  # on a loaded machine the local raylet can time out starting up: try again
+        try:
+            ray.init("local", num_cpus=args.cpus, num_gpus=args.gpus, include_dashboard=False, namespace="trident",
+                     log_to_driver=False, configure_logging=False, runtime_env={"env_vars": {"PREFECT_API_URL": api_url}})
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for a node that did not start
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
+            print(f"the local Ray node did not start ({exc}); trying again")
     try:
-        run = curate_with_sidecar(pipeline, TridentSettingsBlock(policy=args.policy, tick_interval_s=args.tick_s, min_samples=4))
+        state = document_curation(pipeline=pipeline, trident=TridentSettingsBlock(policy=args.policy, tick_interval_s=args.tick_s,
+                                                                                  min_samples=4), return_state=True)
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    if run.sidecar is None:
-        raise RuntimeError(f"the document-curation run never started its runner: {run.curation}")
-    result = run.sidecar.result()
-    print(f"sidecar: {result['ticks']} ticks, {result['plans_applied']} plans applied")
-    return str(run.sidecar.state_details.flow_run_id)
+    if not state.is_completed():
+        raise RuntimeError(f"the document-curation run failed: {state.message}")
+    return str(state.state_details.flow_run_id)
 
 
-def _plan_artifact_id(flow_run_id: str) -> str:
+def _artifact_ids(flow_run_id: str) -> dict[str, str]:
+    """Ids of the curation run's trident artifacts by kind ("decisions", "live")."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
-    from prefect.client.schemas.sorting import ArtifactSort
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
-                                                                         type=ArtifactFilterType(any_=["table"])),
-                                          sort=ArtifactSort.CREATED_DESC)
-        plans = [a for a in artifacts if (a.key or "").startswith("trident-plan-")]
-    if not plans:
-        raise RuntimeError(f"flow run {flow_run_id} has no trident-plan artifact: is it a trident-sidecar run?")
-    # the applied plan that changed the most operators (the latest among equals); else the latest plan
-    best = max(plans, key=lambda a: ("applied" in str(a.data), str(a.data).count('"change": "yes"'), a.created))
-    return str(best.id)
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    ids = {kind: str(a.id) for a in artifacts for kind in ("decisions", "live") if (a.key or "").startswith(f"trident-{kind}-")}
+    if "live" not in ids:
+        raise RuntimeError(f"flow run {flow_run_id} has no trident live view: was it run with trident settings?")
+    return ids
 
 
 def screenshot(url: str, out: Path, window: str) -> None:
@@ -78,36 +84,37 @@ def screenshot(url: str, out: Path, window: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={window}",
-                        "--virtual-time-budget=20000", f"--screenshot={out}", url],
+                        "--virtual-time-budget=30000", f"--screenshot={out}", url],
                        check=True, capture_output=True, timeout=180)
     print(f"wrote {out} from {url}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "prefect-ui.png")
-    parser.add_argument("--flow-run-id", help="An existing trident-sidecar flow run (default: record one).")
+    parser.add_argument("--out-dir", type=Path, default=REPO / "docs")
+    parser.add_argument("--flow-run-id", help="An existing document-curation flow run (default: record one).")
     parser.add_argument("--port", type=int, default=4200, help="Port of the local Prefect server.")
     parser.add_argument("--state-dir", type=Path, default=REPO / ".prefect-demo", help="Pid file and database of a server started here.")
     parser.add_argument("--policy", default="trident", help="Policy of the recorded sidecar run.")
     parser.add_argument("--pipeline", default="emulated-docs", help="Pipeline of the recorded curation run.")
-    parser.add_argument("--synth", type=int, default=200, help="Inputs of the recorded curation run.")
+    parser.add_argument("--synth", type=int, default=300, help="Inputs of the recorded curation run.")
     parser.add_argument("--shard-size", type=int, default=50)
     parser.add_argument("--tick-s", type=float, default=2.0)
     parser.add_argument("--cpus", type=int, default=12, help="Logical CPUs of the local Ray node.")
     parser.add_argument("--gpus", type=int, default=2, help="Logical GPUs of the local Ray node.")
-    parser.add_argument("--window", default="1920,1000", help="Browser window size, WIDTH,HEIGHT.")
+    parser.add_argument("--window", default="1600,1000", help="Browser window size, WIDTH,HEIGHT.")
     args = parser.parse_args()
 
     info = ensure_server(port=args.port, state_dir=args.state_dir)
     try:
         with connected(info):
-            flow_run_id = args.flow_run_id or record_sidecar_run(args, info.url)
-            artifact_id = _plan_artifact_id(flow_run_id)
-        print(f"sidecar flow run: {info.flow_run_url(flow_run_id)}")
-        # the artifact's page shows the plan table next to its flow run (the run page's
-        # Artifacts tab cannot be opened by URL and shows cards without the table)
-        screenshot(f"{info.ui_url}/artifacts/artifact/{artifact_id}", args.out, args.window)
+            flow_run_id = args.flow_run_id or record_curation_run(args, info.url)
+            ids = _artifact_ids(flow_run_id)
+        print(f"curation flow run: {info.flow_run_url(flow_run_id)}")
+        screenshot(info.flow_run_url(flow_run_id), args.out_dir / "prefect-curation-run.png", args.window)
+        screenshot(f"{info.ui_url}/artifacts/artifact/{ids['live']}", args.out_dir / "prefect-live-view.png", args.window)
+        if "decisions" in ids:
+            screenshot(f"{info.ui_url}/artifacts/artifact/{ids['decisions']}", args.out_dir / "prefect-decisions.png", args.window)
     finally:
         if info.started_by_us:
             stop_server(args.state_dir)

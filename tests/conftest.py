@@ -9,6 +9,8 @@ import pytest
 os.environ.setdefault("OMP_THREAD_LIMIT", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# The test Prefect server works offline: no telemetry (it would also lock the test database).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 # The logical node the runtime tests run on: more logical CPUs than the machine has cores
 # (emulated operators sleep while holding a logical CPU) and two logical GPUs.

@@ -74,6 +74,8 @@ def test_deploy_all_creates_both_deployments(server):
     assert nightly.work_pool_name == sidecar.work_pool_name == "trident-local"
     assert nightly.schedules[0].schedule.cron == "0 2 * * *"
     assert sidecar.schedules[0].schedule.interval.total_seconds() == 60
+    assert nightly.schedules[0].active and not sidecar.schedules[0].active  # the scheduled sidecar is created paused
     assert nightly.parameters["pipeline"]["pipeline"] == "documents"
+    assert nightly.parameters["trident"]["policy"] == "trident"  # the nightly run tunes itself
     assert sidecar.parameters["runner_name"] == nightly.parameters["pipeline"]["runner_name"]
     assert nightly.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}]

@@ -1,10 +1,12 @@
-"""The trident-sidecar flow against a running emulated pipeline on the shared Ray cluster: it finds
-the runner by name, pulls samples, decides, rolls the plan out, publishes the plan with its
-reasons as a table artifact and emits ``trident.plan.applied``; its memory survives between
-flow runs (scheduled mode) and a long run ticks until the pipeline finishes."""
+"""The trident-sidecar flow against a running emulated pipeline on the shared Ray cluster, started
+apart from it (the scheduled form): it finds the runner by name, pulls samples, decides, rolls
+the plan out as one task run, publishes the decision as a table artifact (a plain sentence
+first) and emits ``trident.plan.applied``; its memory survives between flow runs and a long
+run ticks until the pipeline finishes."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -72,7 +74,7 @@ def _read_back(flow_run_id, runner_name):
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
-            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]), key=ArtifactFilterKey(any_=[f"trident-plan-{runner_name}"])))
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]), key=ArtifactFilterKey(any_=[f"trident-decisions-{runner_name}"])))
         deadline = time.monotonic() + 30
         while True:  # events are persisted asynchronously by the server
             events = client.read_events(EventFilter(event=EventNameFilter(name=[PLAN_APPLIED]),
@@ -90,17 +92,20 @@ def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, g
         assert state.is_completed(), state.message
         result = state.result()
         assert result["status"] == "applied" and result["ticks"] == 1 and result["plans_applied"] == 1
+        assert result["tuned_flow_run_id"] is None  # no document-curation run names this runner
         grown = result["last"]["plan"]["operators"][0]["operator"]
         after = {o.name: len(o.active) for o in ray.get(runner.state.remote()).operators}
         assert after[grown] == before[grown] + 1
 
         artifacts, events = _read_back(state.state_details.flow_run_id, "sidecar-apply")
-        assert len(artifacts) == 1
-        table = artifacts[0].data
-        assert f"{grown} is the busiest operator" in table and "applied 1 step(s)" in table
+        assert len(artifacts) == 1  # on the sidecar's own run, as no tuned run is known
+        (row,) = json.loads(artifacts[0].data)
+        sentence = f"{grown[:1].upper() + grown[1:]} is the bottleneck: {grown} {before[grown]} -> {before[grown] + 1} replicas"
+        assert row["decision"] == sentence and row["outcome"].startswith("applied in")
         assert len(events) == 1
+        assert events[0].payload["decision"] == sentence
         assert events[0].payload["plan"]["operators"][0]["operator"] == grown
-        assert events[0].payload["report"]["ok"] is True
+        assert events[0].payload["outcome"]["status"] == "applied"
 
         memory = load_memory("sidecar-apply", NAMESPACE)
         assert memory.ticks == 1 and memory.plans_applied == 1 and memory.cursor > 0
@@ -115,7 +120,7 @@ def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, g
 
 def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_finishes(prefect_harness, ray_cluster):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId
 
     runner = _start("sidecar-long", 600)
     try:
@@ -128,8 +133,11 @@ def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_f
     result = state.result()
     assert result["status"] == "finished" and result["ticks"] >= 2
     assert final.finished and final.items_written + final.items_dead_lettered == 600 and not final.error
-    with get_client(sync_client=True) as client:  # every deciding tick published the controller's plan or its reason
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
-    assert artifacts and all(a.key == "trident-plan-sidecar-long" and a.description.startswith("Trident plan for rt-test (trident)")
-                             for a in artifacts)
+    with get_client(sync_client=True) as client:
+        flow_run_id = state.state_details.flow_run_id
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    live = [a for a in artifacts if a.key == "trident-live-sidecar-long"]
+    assert len(live) == 1 and "The pipeline finished" in live[0].data  # one live view, updated in place to the end
+    assert len(task_runs) == result["decisions"] < result["ticks"]  # one task run per decision, none per tick
     assert load_memory("sidecar-long", NAMESPACE) is None

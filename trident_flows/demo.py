@@ -8,7 +8,7 @@ Contract:
   Parquet output and a rich table). Each step is a separate function so a caller (e.g. a
   Prefect flow recording the run) can wrap them.
 - By default the run is recorded in Prefect: ``run_demo_flow()`` runs it as the
-  ``document-curation`` flow with the ``trident-sidecar`` flow scheduling it, on a local Prefect
+  ``document-curation`` flow, tuned by its own ``trident-sidecar`` subflow, on a local Prefect
   server (``prefect_server.ensure_server``), and prints both flow-run links; ``--no-prefect``
   uses ``run_demo()`` instead.
 - ``python -m trident_flows.demo --stop`` stops what a demo left running (the local Prefect
@@ -127,15 +127,17 @@ def run_demo(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tupl
 
 def run_demo_flow(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tuple[Any, str]:
     """The same run as Prefect flow runs on a local Prefect server (started when none runs, left
-    running for the UI; ``--stop`` stops it): ``document-curation`` with ``trident-sidecar``
-    scheduling it. Prints both flow-run links; returns (figures for ``report``, policy name)."""
+    running for the UI; ``--stop`` stops it): ``document-curation``, which starts its own
+    ``trident-sidecar`` subflow for the pipeline's life. Prints both flow-run links; returns
+    (figures for ``report``, policy name)."""
     from types import SimpleNamespace
 
     import ray
 
     from trident_flows.blocks import PipelineSettingsBlock, TridentSettingsBlock
-    from trident_flows.flows.with_sidecar import curate_with_sidecar
+    from trident_flows.flows.document_curation import document_curation
     from trident_flows.prefect_server import connected, ensure_server
+    from trident_flows.tasks.sidecar_report import sidecar_run_of
 
     os.environ["OMP_THREAD_LIMIT"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -149,16 +151,20 @@ def run_demo_flow(console: Console, corpus: Path, out: Path = OUTPUT / "run") ->
                  include_dashboard=False, log_to_driver=False, configure_logging=False,
                  runtime_env={"env_vars": {"PREFECT_API_URL": info.url}})
         try:
-            console.print(f"running flows document-curation + trident-sidecar (policy {policy_name!r}) on a local Ray node")
-            run = curate_with_sidecar(pipeline, TridentSettingsBlock(policy=policy_name, tick_interval_s=2.0))
+            console.print(f"running flow document-curation, tuned by its trident-sidecar subflow (policy {policy_name!r}), "
+                          "on a local Ray node")
+            state = document_curation(pipeline=pipeline, trident=TridentSettingsBlock(policy=policy_name, tick_interval_s=2.0),
+                                      return_state=True)
         finally:
             ray.shutdown()
-    console.print(f"document-curation flow run: {info.flow_run_url(run.curation.state_details.flow_run_id)}")
-    if run.sidecar is not None:
-        console.print(f"trident-sidecar flow run:   {info.flow_run_url(run.sidecar.state_details.flow_run_id)}")
-    if not run.curation.is_completed():
-        raise SystemExit(f"the demo run failed: {run.curation.message}")
-    figures = run.curation.result()
+        curation_id = state.state_details.flow_run_id
+        sidecar_id = sidecar_run_of(curation_id)
+    console.print(f"document-curation flow run (its decisions and live view are artifacts there): {info.flow_run_url(curation_id)}")
+    if sidecar_id is not None:
+        console.print(f"trident-sidecar subflow run:   {info.flow_run_url(sidecar_id)}")
+    if not state.is_completed():
+        raise SystemExit(f"the demo run failed: {state.message}")
+    figures = state.result()
     return SimpleNamespace(items_in=figures["items_in"], wall_s=figures["wall_s"]), policy_name
 
 

@@ -9,22 +9,30 @@ Contract:
 - Outputs are idempotent per shard: re-running the flow (or a shard) into the same output
   location replaces that shard's partition, never duplicating rows.
 - A progress artifact follows the run (share of input items accounted for); a table artifact
-  summarises kept / near-duplicates / filtered / dead-lettered items and throughput. The flow
-  returns the summary as a dict.
+  summarises kept / near-duplicates / filtered / dead-lettered items and throughput. Each shard
+  task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary.
+- Given ``trident`` settings, the flow starts the ``trident-sidecar`` flow as its subflow as soon
+  as the runner is up (in a thread of this process, ticking every ``tick_interval_s``) and
+  waits for it to end once the pipeline has finished, before the runner is stopped: one
+  sidecar run per curation run, for exactly the pipeline's life. Its decisions and live view
+  are published on this run.
 """
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 import ray
 from prefect import flow, get_run_logger
+from prefect.context import get_run_context
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect_ray.context import remote_options
 
-from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock
+from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline
 from trident_flows.pipelines.quality import output_note
@@ -73,31 +81,93 @@ def _progress(runner: Any, items_in: int) -> tuple[float, str]:
             f"{state.throughput:.1f} items/s")
 
 
-@flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard.")
+def _ray_origin(cluster: RayClusterBlock, connection: Any) -> str:
+    """Say truthfully where the run's Ray cluster came from."""
+    resources = connection.resources
+    size = f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs"
+    if connection.started_by_us and not cluster.address:
+        return f"started a local Ray node for this run at {connection.address} ({size}, namespace {connection.namespace})"
+    if connection.started_by_us:
+        return f"joined the existing Ray cluster at {cluster.address} ({size}, namespace {connection.namespace})"
+    return f"using the Ray cluster this process is already connected to, {connection.address} ({size}, namespace {connection.namespace})"
+
+
+@flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard; "
+                                            "with trident settings, Trident tunes it for the whole run.")
 def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 3,
-                      shard_timeout_s: float = 3600.0) -> dict[str, Any]:
-    """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node)."""
+                      shard_timeout_s: float = 3600.0, trident: Optional[TridentSettingsBlock] = None) -> dict[str, Any]:
+    """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node),
+    tuned by a ``trident-sidecar`` subflow when ``trident`` settings are given."""
     logger = get_run_logger()
     cluster = cluster or RayClusterBlock()
     env = worker_env()
     connection = cluster.connect(env_vars=env)
-    logger.info("Ray cluster %s (namespace %s, %s)", connection.address, connection.namespace,
-                "started for this run" if connection.started_by_us else "already connected")
+    logger.info("%s", _ray_origin(cluster, connection))
     try:
-        summary = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s)
+        summary = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s, trident)
     finally:
         if connection.started_by_us:
             ray.shutdown()
     return summary.to_dict()
 
 
+class _Sidecar:
+    """The ``trident-sidecar`` subflow of this curation run, in a thread of this process."""
+
+    def __init__(self, runner_name: str, trident: TridentSettingsBlock) -> None:
+        from trident_flows.flows.trident_sidecar import trident_sidecar
+
+        run = get_run_context().flow_run
+        self.outcome: dict[str, Any] = {}
+        subflow = trident_sidecar.with_options(flow_run_name=f"tune {run.name}")
+
+        def body() -> None:
+            self.outcome["state"] = subflow(trident=trident, runner_name=runner_name, until_finished=True,
+                                            tuned_flow_run_id=str(run.id), return_state=True)
+
+        # Prefect's run context lives in context variables, which a new thread does not inherit:
+        # copying them makes the sidecar a subflow of this run, reporting to the same server.
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(body,), name=f"trident-sidecar-{runner_name}",
+                                       daemon=True)
+        self.thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the sidecar to end (it ends within a tick of the pipeline) and log how it ended."""
+        logger = get_run_logger()
+        self.thread.join(timeout_s)
+        state = self.outcome.get("state")
+        if self.thread.is_alive() or state is None:
+            logger.warning("the trident-sidecar subflow did not end within %.0f s of the pipeline", timeout_s)
+        elif not state.is_completed():
+            logger.warning("the trident-sidecar subflow ended %s: %s", state.type.value, state.message)
+        else:
+            result = state.result()
+            logger.info("trident-sidecar ended with the pipeline: %d ticks, %d decisions, %d applied",
+                        result["ticks"], result["decisions"], result["plans_applied"])
+
+
+def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
+    """Build the pipeline, generating synthetic inputs first when asked to (logged: it can take a while)."""
+    logger = get_run_logger()
+    work_dir = out_dir.parent / f".{out_dir.name}-inputs"
+    if pipeline.input_location:
+        logger.info("reading inputs from %s", pipeline.input_location)
+    elif pipeline.synth:
+        logger.info("preparing %d synthetic inputs for %s (generated under %s, or reused when already there)",
+                    pipeline.synth, pipeline.pipeline, work_dir)
+    start = time.monotonic()
+    spec = build_pipeline(pipeline.pipeline, **pipeline.build_options(work_dir=work_dir))
+    shards = plan_shards(spec.source(), pipeline.shard_size)
+    logger.info("inputs ready in %.1f s: %d items", time.monotonic() - start, sum(len(s.rows) for s in shards))
+    return spec, shards
+
+
 def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace: str, env: dict[str, str], max_parallel_shards: int,
-            shard_timeout_s: float) -> CurationSummary:
+            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> CurationSummary:
     """The body of ``document_curation`` once connected to Ray."""
     logger = get_run_logger()
     out_dir = Path(pipeline.output_location).resolve()
-    spec = build_pipeline(pipeline.pipeline, **pipeline.build_options(work_dir=out_dir.parent / f".{out_dir.name}-inputs"))
-    shards = plan_shards(spec.source(), pipeline.shard_size)
+    spec, shards = _prepare_inputs(pipeline, out_dir)
     items_in = sum(len(s.rows) for s in shards)
     logger.info("pipeline %s: %d items in %d shards of up to %d", spec.name, items_in, len(shards), pipeline.shard_size)
     if output_note(spec):
@@ -110,6 +180,7 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
     start = time.monotonic()
     runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=namespace, external_input=True)
+    sidecar = _Sidecar(pipeline.runner_name, trident) if trident is not None else None
     try:
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
             pending: list[Any] = []
@@ -137,6 +208,10 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         wall_s = time.monotonic() - start
         update_progress_artifact(progress_id, *_progress(runner, items_in))
     finally:
+        if sidecar is not None and not ray.get(runner.state.remote()).finished:
+            ray.get(runner.stop.remote())  # a failed run: stopping marks it finished, which ends the sidecar
+        if sidecar is not None:
+            sidecar.join(timeout_s=trident.tick_interval_s + 120.0)
         ray.get(runner.stop.remote())
         ray.kill(runner)
         _release_shared_state(spec)

@@ -1,18 +1,23 @@
 """The ``trident-sidecar`` flow: Trident ticks against a pipeline running on the same Ray cluster.
 
 Contract:
-- Finds the pipeline runner by name (``runner_name``) in the cluster's namespace. Each tick is
-  a sequence of task runs: observe-pipeline -> pull-samples -> fit-and-decide -> roll-out (the
-  last only when the policy returns a plan).
-- Two ways to run it: as a scheduled deployment (``until_finished=False``: one tick per flow
-  run; the policy's state and the sample cursor live in a detached Ray actor between runs), or
-  as one long run (``until_finished=True``: ticks every ``tick_interval_s`` until the pipeline
-  finishes or ``max_ticks`` is reached).
-- Every tick that decides publishes a table artifact (key ``trident-plan-<runner>``) with each
-  operator's configuration before and after and the reason for every change (a scheduled run
-  publishes one even when it only waits for samples); an applied plan also emits
-  the Prefect event ``trident.plan.applied`` with the plan and the rollout report.
-- When the runner is gone or finished, the sidecar's memory actor is removed.
+- Finds the pipeline runner by name (``runner_name``) in the cluster's namespace. A tick
+  observes the pipeline, pulls its new batch samples and, once it has ``min_samples`` of them,
+  asks the policy. Observing and deciding are not Prefect task runs; a decision the policy
+  hands to the runner is exactly one task run (``roll-out``, named after the decision) and one
+  event (``trident.plan.applied`` / ``.partial`` / ``.refused``) related to the tuned flow run.
+- Two ways to run it:
+  * with the pipeline: ``document-curation`` given ``trident`` settings starts this flow as its
+    subflow (``until_finished=True``, ``tuned_flow_run_id`` = the curation run) for exactly the
+    pipeline's life, ticking every ``tick_interval_s``;
+  * apart from it, for a pipeline started elsewhere: a scheduled deployment, one tick per flow
+    run (``until_finished=False``); the policy, the sample cursor and the live view's history
+    live in a detached Ray actor between runs, and the tuned run is looked up by runner name.
+- On the tuned run (else on its own run) it keeps two artifacts up to date in place: the live
+  view (``trident-live-<runner>``: status sentence, per-operator items/s, queue, replicas and
+  device, a chart of throughput and replicas over time) and the decisions table
+  (``trident-decisions-<runner>``: one plain sentence per decision, figures in columns).
+- When the runner is gone or finished, the sidecar's memory actor is removed and the flow ends.
 """
 
 from __future__ import annotations
@@ -23,14 +28,21 @@ from typing import Any, Optional
 
 import ray
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
-from prefect.events import emit_event
+from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
-from trident_flows.tasks.sidecar import apply_plan, decide, memory_key, observe_pipeline, plan_rows, pull_samples
-from trident_flows.tasks.sidecar_state import forget_memory, load_memory, save_memory
+from trident_flows.tasks.decision import explain_hold, policy_reason, read_decision, unit_of
+from trident_flows.tasks.live_view import render_markdown
+from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, pull_samples, roll_out
+from trident_flows.tasks.sidecar_report import (PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run,
+                                                related_of)
+from trident_flows.tasks.sidecar_state import SidecarMemory, forget_memory, load_memory, save_memory
 
-PLAN_APPLIED = "trident.plan.applied"
+__all__ = ["PLAN_APPLIED", "policy_options", "trident_sidecar"]
+
+# How often a long-running sidecar looks whether the pipeline finished while it waits for the
+# next tick: it ends within this long of the pipeline (one cheap state call each).
+END_POLL_S = 0.5
 
 
 def policy_options(settings: TridentSettingsBlock) -> dict[str, Any]:
@@ -39,87 +51,121 @@ def policy_options(settings: TridentSettingsBlock) -> dict[str, Any]:
             "gpu_budget": settings.gpu_budget, "max_changes": settings.max_reconfigurations_per_tick}
 
 
-def _artifact_key(runner_name: str) -> str:
-    return "trident-plan-" + "".join(c if c.isalnum() else "-" for c in runner_name.lower()).strip("-")
+class _Tuner:
+    """One sidecar flow run's ticks against one runner (state that lives for the flow run only)."""
 
+    def __init__(self, runner_name: str, namespace: str, settings: TridentSettingsBlock, tuned_flow_run_id: Optional[str]) -> None:
+        self.runner_name = runner_name
+        self.namespace = namespace
+        self.settings = settings
+        self.options = policy_options(settings)
+        own_run = str(get_run_context().flow_run.id)  # where the artifacts go when no tuned run is known
+        self.publisher = Publisher(runner_name, tuned_flow_run_id or own_run, live_every_s=max(settings.tick_interval_s, 5.0))
+        self.related = related_of(tuned_flow_run_id) if tuned_flow_run_id else []
+        self.decisions = 0
+        self.applied = 0
+        self._last_status = ""
 
-def _tick(runner_name: str, namespace: str, settings: TridentSettingsBlock, publish_waiting: bool = True) -> dict[str, Any]:
-    """One observe -> pull -> decide -> roll-out tick; returns what happened. A tick that only
-    waits for samples publishes no artifact unless ``publish_waiting``."""
-    logger = get_run_logger()
-    found = observe_pipeline(runner_name, namespace)
-    if found is None:
-        forget_memory(runner_name, namespace)
-        return {"status": "no-pipeline"}
-    rid, state = found
-    if state.finished:
-        forget_memory(runner_name, namespace)
-        return {"status": "finished", "items_written": state.items_written}
-    options = policy_options(settings)
-    key = memory_key(rid, settings.policy, options)
-    memory = load_memory(runner_name, namespace)
-    since = memory.cursor if memory is not None and memory.key == key else 0
-    page = pull_samples(runner_name, namespace, since)
-    plan, report, note = None, None, ""
-    waiting = len(page.samples) < settings.min_samples
-    if waiting:
-        note = f"waiting for samples: {len(page.samples)} new, a decision needs {settings.min_samples}"
-    else:
-        plan, reason, memory = decide(runner_name, namespace, key, settings.policy, options, state, page, memory)
-        if plan is None:
-            note = f"policy {settings.policy!r} kept the current configuration" + (f": {reason}" if reason else "")
+    def tick(self) -> dict[str, Any]:
+        """Observe; decide once enough samples came; roll a decision out. Returns what happened."""
+        logger = get_run_logger()
+        found = observe(self.runner_name, self.namespace)
+        if found is None:
+            forget_memory(self.runner_name, self.namespace)
+            return {"status": "no-pipeline"}
+        rid, state = found
+        key = memory_key(rid, self.settings.policy, self.options)
+        memory = load_memory(self.runner_name, self.namespace)
+        if memory is None or memory.key != key:
+            memory = SidecarMemory(key)
+        memory = memory.observed(state)
+        unit = unit_of(state.pipeline)
+        if state.finished:
+            self._publish(memory, state, "The pipeline finished" + (f": {state.error}" if state.error else ""), force=True)
+            forget_memory(self.runner_name, self.namespace)
+            return {"status": "finished", "items_written": state.items_written}
+        page = pull_samples(self.runner_name, self.namespace, memory.cursor)
+        status, result = "", {"status": "unchanged"}
+        if len(page.samples) < self.settings.min_samples:  # after the first decision, the last reason still holds
+            status = self._last_status if memory.policy_blob and self._last_status else explain_hold("waiting for samples")
         else:
-            rollout = apply_plan(runner_name, namespace, plan, return_state=True)
-            if rollout.is_completed():
-                report = rollout.result()
-                if report.ok and report.steps_done:
-                    memory = replace(memory, plans_applied=memory.plans_applied + 1)
+            policy = memory.policy() or make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, state)
+            try:
+                plan = policy.decide(state, list(page.samples))
+            except Exception as exc:  # noqa: BLE001 - a failing policy keeps the configuration; the next tick tries again
+                logger.warning("the %s policy failed on this tick, keeping the configuration: %s: %s", self.settings.policy,
+                               type(exc).__name__, exc)
+                plan = None
+            memory = memory.after_decide(policy, page.next)
+            if plan is None:
+                status = explain_hold(policy_reason(policy))
+                logger.debug("no change: %s", policy_reason(policy))
             else:
-                note = f"the runner refused the plan: {rollout.message}"
-        save_memory(runner_name, namespace, memory)
-    rows = plan_rows(state, plan, report, note)
-    applied = report is not None and report.ok and bool(report.steps_done)
-    headline = plan.reason if plan is not None else note
-    if not waiting or publish_waiting:
-        create_table_artifact(rows, key=_artifact_key(runner_name),
-                              description=f"Trident plan for {state.pipeline} ({settings.policy}): {headline}; "
-                                          f"{state.throughput:.1f} items/s over {len(page.samples)} new samples")
-    if applied:
-        emit_event(PLAN_APPLIED, resource={"prefect.resource.id": f"trident.pipeline.{namespace}.{runner_name}",
-                                           "prefect.resource.name": runner_name, "trident.pipeline": state.pipeline},
-                   payload={"policy": settings.policy, "plan": plan.to_dict(), "report": report.to_dict(), "changes": rows})
-        logger.info("applied plan: %s (%d steps, dip %.0f%%)", plan.reason, len(report.steps_done), 100 * report.dip)
-    elif waiting:
-        logger.debug("no decision: %s", note)
-    else:
-        logger.info("no change: %s", report.reason if report is not None and report.ok else (report.error if report else headline))
-    failed = (report is not None and not report.ok) or (plan is not None and report is None)
-    return {"status": "applied" if applied else ("failed" if failed else "unchanged"),
-            "reason": headline, "samples": len(page.samples), "throughput": state.throughput,
-            "plan": plan.to_dict() if plan is not None else None, "report": report.to_dict() if report is not None else None}
+                decision = read_decision(policy, state, plan, page.samples)
+                outcome = roll_out.with_options(task_run_name=_task_run_name(decision.sentence))(
+                    self.runner_name, self.namespace, plan, decision.sentence)
+                self.decisions += 1
+                self.applied += outcome.status == "applied"
+                memory = memory.decided(decision_row(decision, outcome, state.wall_s, unit), applied=outcome.status == "applied")
+                emit_decision(self.namespace, self.runner_name, state.pipeline, self.settings.policy, decision, outcome, plan.to_dict(),
+                              self.related)
+                memory = replace(memory, decisions_artifact_id=self.publisher.decisions(
+                    memory.decisions_artifact_id, list(memory.view.decisions),
+                    f"Trident's decisions for {state.pipeline} ({self.settings.policy}), newest last"))
+                status = f"{decision.sentence} ({outcome.text()})"
+                result = {"status": outcome.status, "decision": decision.sentence, "outcome": outcome.to_dict(), "plan": plan.to_dict()}
+        if status != self._last_status and result["status"] == "unchanged":  # a new reason to hold, not one per tick
+            logger.info("%s", status)
+        self._last_status = status
+        memory = self._publish(memory, state, status, force=result["status"] != "unchanged")
+        save_memory(self.runner_name, self.namespace, memory)
+        return {**result, "samples": len(page.samples), "throughput": state.throughput, "status_sentence": status}
+
+    def _publish(self, memory: SidecarMemory, state: Any, status: str, force: bool) -> SidecarMemory:
+        unit = unit_of(state.pipeline)
+        markdown = render_markdown(memory.view, state, status, unit, f"{state.pipeline}: live view of the pipeline Trident tunes")
+        artifact = self.publisher.live(memory.live_artifact_id, markdown, f"{state.pipeline}: {status}"[:500], force=force)
+        return replace(memory, live_artifact_id=artifact)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until the next tick, returning early once the pipeline is gone or finished."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(END_POLL_S, left))
+            found = observe(self.runner_name, self.namespace)
+            if found is None or found[1].finished:
+                return
 
 
-@flow(name="trident-sidecar", description="Trident ticks (observe, decide, roll out) against a running pipeline.")
+def _task_run_name(sentence: str) -> str:
+    return sentence if len(sentence) <= 120 else sentence[:117] + "..."
+
+
+@flow(name="trident-sidecar", description="Trident tunes a running pipeline: observes it, decides, rolls changes out, "
+                                          "and reports each decision on the tuned flow run.")
 def trident_sidecar(cluster: Optional[RayClusterBlock] = None, trident: Optional[TridentSettingsBlock] = None,
-                    runner_name: str = "trident-runner", until_finished: bool = False, max_ticks: Optional[int] = None) -> dict[str, Any]:
+                    runner_name: str = "trident-runner", until_finished: bool = False, max_ticks: Optional[int] = None,
+                    tuned_flow_run_id: Optional[str] = None) -> dict[str, Any]:
     """Tick once (scheduled mode) or until the pipeline finishes (``until_finished``)."""
     logger = get_run_logger()
-    cluster = cluster or RayClusterBlock()
     settings = trident or TridentSettingsBlock()
-    connection = cluster.connect()
-    ticks: list[dict[str, Any]] = []
+    connection = (cluster or RayClusterBlock()).connect()
+    tuned = tuned_flow_run_id or find_curation_run(runner_name)
+    tuner = _Tuner(runner_name, connection.namespace, settings, tuned)
+    ticks = 0
     try:
         while True:
-            result = _tick(runner_name, connection.namespace, settings, publish_waiting=not until_finished)
+            result = tuner.tick()
             if result["status"] in ("no-pipeline", "finished"):
-                logger.info("pipeline runner %r in namespace %r: %s", runner_name, connection.namespace, result["status"])
+                logger.info("pipeline runner %r in namespace %r: %s", runner_name, connection.namespace,
+                            "not running" if result["status"] == "no-pipeline" else "finished")
                 break
-            ticks.append(result)
-            if not until_finished or (max_ticks is not None and len(ticks) >= max_ticks):
+            ticks += 1
+            if not until_finished or (max_ticks is not None and ticks >= max_ticks):
                 break
-            time.sleep(settings.tick_interval_s)
+            tuner.wait(settings.tick_interval_s)
     finally:
         if connection.started_by_us:
             ray.shutdown()
-    return {"status": result["status"], "ticks": len(ticks), "plans_applied": sum(t["status"] == "applied" for t in ticks),
-            "last": ticks[-1] if ticks else result}
+    return {"status": result["status"], "ticks": ticks, "decisions": tuner.decisions, "plans_applied": tuner.applied,
+            "tuned_flow_run_id": tuned, "last": result}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pyarrow.parquet as pq
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from trident_flows.runtime.spec import DROP
@@ -58,13 +58,18 @@ def curate_shard(runner_name: str, namespace: str, shard_id: str, rows: list[dic
 
     from trident_flows.runtime.launch import find_runner
 
+    logger = get_run_logger()
     runner = find_runner(runner_name, namespace)
     if _status(runner, shard_id) is None:
         ray.get(runner.add_shard.remote(shard_id, rows))
+        logger.info("%s: %d items handed to the pipeline", shard_id, len(rows))
+    else:
+        logger.info("%s: already known to the pipeline (a retry): waiting for it", shard_id)
     deadline = time.monotonic() + timeout_s
     while True:
         status = _status(runner, shard_id)
         if status is not None and status.done:
+            logger.info("%s", shard_counts(status))
             return status.to_dict()
         failure = ray.get(runner.state.remote()).error
         if failure:
@@ -73,6 +78,13 @@ def curate_shard(runner_name: str, namespace: str, shard_id: str, rows: list[dic
             raise TimeoutError(f"shard {shard_id} of runner {runner_name!r} not done after {timeout_s:.0f} s: "
                                f"{status.to_dict() if status else 'unknown to the runner'}")
         time.sleep(poll_s)
+
+
+def shard_counts(status: Any) -> str:
+    """The log line of a committed shard: items in, kept, filtered, dead-lettered."""
+    kept = status.items_written - status.items_dropped
+    return (f"{status.shard_id} committed: {status.items_in} items in, {kept} kept, {status.items_dropped} filtered "
+            f"(quality, language, near-duplicates), {status.items_dead_lettered} dead-lettered")
 
 
 def _status(runner: Any, shard_id: str) -> Any:

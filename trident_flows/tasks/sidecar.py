@@ -1,18 +1,15 @@
-"""Task functions of the ``trident-sidecar`` flow: one tick is observe -> pull samples ->
-fit and decide -> roll out, each a task run.
+"""What one sidecar tick does against the pipeline runner: observe, pull samples, decide, roll out.
 
 Contract:
-- ``observe_pipeline`` finds the runner by name in the Ray cluster and returns its state (or
-  None when no such runner runs); ``pull_samples`` returns the batch samples since the
-  sidecar's cursor; ``decide`` runs the configured policy (fit models, detect the regime,
-  optimise, solve the placement: whatever the policy does) and returns a ``Plan`` or None
-  with the sidecar's updated memory; ``apply_plan`` hands the plan to the runner, which rolls
-  it out, and returns its ``ApplyReport``.
-- The policy is built once per runner and policy settings with ``make_policy(name, spec=the
-  runner's PipelineSpec, cluster=the cluster capped by the CPU/GPU budgets, **options)``; it
-  lives on between ticks (and between flow runs) in the sidecar's memory.
-- ``plan_rows`` is a pure function: one table row per operator with what it ran before, what
-  the plan asks for, the change and the plan's reason for it.
+- ``observe`` finds the runner by name in the Ray cluster and returns (runner id, state), or
+  None when no such runner runs (or it went away mid-call); ``pull_samples`` returns the batch
+  samples after the sidecar's cursor; ``make_policy_for`` builds the configured policy once per
+  runner and policy settings (``make_policy(name, spec=the runner's PipelineSpec, cluster=the
+  cluster capped by the CPU/GPU budgets, **options)``).
+- These are plain functions, not Prefect task runs: a tick that only observes leaves no trace
+  in Prefect's database. ``roll_out`` is the one task run a tick can make: one per decision
+  the policy hands to the runner, named after it, returning the ``Outcome`` (applied, partial,
+  refused with the reason); a runner that raises is a refusal, not a failed flow.
 """
 
 from __future__ import annotations
@@ -20,11 +17,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import ray
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from trident_flows.scheduler.types import ClusterSpec, Plan
-from trident_flows.tasks.sidecar_state import SidecarMemory
+from trident_flows.tasks.decision import Outcome, read_outcome
 
 
 def _runner(runner_name: str, namespace: str) -> Any | None:
@@ -41,21 +38,22 @@ def runner_id(runner: Any) -> str:
     return runner._actor_id.hex()
 
 
-@task(name="observe-pipeline", cache_policy=NO_CACHE)
-def observe_pipeline(runner_name: str, namespace: str) -> Optional[tuple[str, Any]]:
+def observe(runner_name: str, namespace: str) -> Optional[tuple[str, Any]]:
     """(runner id, RunnerState) of the named runner, or None when none runs in ``namespace``."""
     runner = _runner(runner_name, namespace)
     if runner is None:
         return None
-    return runner_id(runner), ray.get(runner.state.remote())
+    try:
+        return runner_id(runner), ray.get(runner.state.remote())
+    except ray.exceptions.RayActorError:  # killed between the lookup and the call: the pipeline ended
+        return None
 
 
-@task(name="pull-samples", cache_policy=NO_CACHE)
 def pull_samples(runner_name: str, namespace: str, since: int) -> Any:
     """The runner's batch samples after sequence number ``since`` (a ``SamplePage``)."""
     runner = _runner(runner_name, namespace)
     if runner is None:
-        raise RuntimeError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
+        raise LookupError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
     return ray.get(runner.samples.remote(since))
 
 
@@ -64,12 +62,13 @@ def memory_key(rid: str, policy: str, options: dict[str, Any]) -> str:
     return f"{rid}|{policy}|{sorted(options.items())}"
 
 
-def _new_policy(runner_name: str, namespace: str, policy: str, options: dict[str, Any], state: Any) -> Any:
+def make_policy_for(runner_name: str, namespace: str, policy: str, options: dict[str, Any], state: Any) -> Any:
+    """The policy ``policy`` for the named runner's pipeline on its cluster, within the budgets."""
     from trident_flows.scheduler.policies import make_policy
 
     runner = _runner(runner_name, namespace)
     if runner is None:
-        raise RuntimeError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
+        raise LookupError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
     spec = ray.get(runner.pipeline_spec.remote())
     cpus = min(state.cluster_cpus, options.get("cpu_budget") or state.cluster_cpus)
     gpu_budget = options.get("gpu_budget")
@@ -77,65 +76,19 @@ def _new_policy(runner_name: str, namespace: str, policy: str, options: dict[str
     return make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus)), **options)
 
 
-def decision_reason(policy: Any) -> str:
-    """Why the policy's last decision was what it was, when the policy records it (the Trident
-    controller's ``last_record``, the baselines' ``last``); "" otherwise."""
-    for attr in ("last_record", "last"):
-        reason = getattr(getattr(policy, attr, None), "reason", "")
-        if reason:
-            return str(reason)
-    return ""
-
-
-@task(name="fit-and-decide", cache_policy=NO_CACHE)
-def decide(runner_name: str, namespace: str, key: str, policy: str, options: dict[str, Any], state: Any, page: Any,
-           memory: Optional[SidecarMemory]) -> tuple[Optional[Plan], str, SidecarMemory]:
-    """Run the policy on the state and the new samples; return its plan, its reason and the updated memory."""
-    if memory is None or memory.key != key:
-        memory = SidecarMemory.fresh(key, _new_policy(runner_name, namespace, policy, options, state))
-    controller = memory.policy()
-    plan = controller.decide(state, list(page.samples))
-    return plan, decision_reason(controller), memory.after_tick(controller, page.next)
-
-
 @task(name="roll-out", cache_policy=NO_CACHE)
-def apply_plan(runner_name: str, namespace: str, plan: Plan) -> Any:
-    """Hand the plan to the runner (rolling update) and return its ``ApplyReport``."""
+def roll_out(runner_name: str, namespace: str, plan: Plan, sentence: str) -> Outcome:
+    """Hand one decision's plan to the runner (a rolling update) and return what became of it."""
+    logger = get_run_logger()
+    logger.info("%s", sentence)
     runner = _runner(runner_name, namespace)
     if runner is None:
-        raise RuntimeError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
-    return ray.get(runner.apply.remote(plan))
-
-
-def _current(state: Any, operator: str) -> str:
-    try:
-        counts = state.operator(operator).configs(include_canary=True)
-    except KeyError:
-        return "-"
-    return ", ".join(f"{n} x {cfg.label()}" for cfg, n in sorted(counts.items(), key=lambda kv: kv[0].label())) or "0"
-
-
-def _planned(op_plan: Any) -> str:
-    parts = [f"{g.replicas} x {g.config.label()}" + (f" on {g.node_class}" if g.node_class else "") for g in op_plan.groups if g.replicas]
-    if op_plan.canary is not None:
-        parts.append(f"canary {op_plan.canary.label()}")
-    return ", ".join(parts) or "0"
-
-
-def plan_rows(state: Any, plan: Optional[Plan], report: Any = None, note: str = "") -> list[dict[str, Any]]:
-    """One row per operator: before, planned, changed?, reason (and the rollout's outcome)."""
-    if plan is None:
-        return [{"operator": op.name, "before": _current(state, op.name), "planned": _current(state, op.name), "change": "no",
-                 "reason": note or "policy kept the current configuration"} for op in state.operators]
-    outcome = ""
-    if report is not None:
-        outcome = (f"applied {len(report.steps_done)} step(s) in {report.seconds:.1f}s, dip {report.dip:.0%}" if report.ok
-                   else f"apply failed: {report.error}") if report.steps_done or not report.ok else f"not rolled out: {report.reason}"
-    if report is None and note:
-        outcome = note
-    rows = []
-    for op_plan in plan.operators:
-        before, planned = _current(state, op_plan.operator), _planned(op_plan)
-        rows.append({"operator": op_plan.operator, "before": before, "planned": planned, "change": "yes" if before != planned else "no",
-                     "reason": op_plan.reason or plan.reason, "rollout": outcome})
-    return rows
+        outcome = read_outcome(error=f"pipeline runner {runner_name!r} is gone from namespace {namespace!r}")
+    else:
+        try:
+            outcome = read_outcome(ray.get(runner.apply.remote(plan)))
+        except (ray.exceptions.RayError, ValueError) as exc:  # a plan the runner refuses, or a runner that went away
+            cause = getattr(exc, "cause", None) or exc  # the runner's own error, without Ray's task wrapper
+            outcome = read_outcome(error=f"{type(cause).__name__}: {cause}")
+    logger.info("%s", outcome.text())
+    return outcome

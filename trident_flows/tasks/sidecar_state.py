@@ -3,7 +3,8 @@
 Contract:
 - ``SidecarMemory`` is what one sidecar remembers about one pipeline runner: which runner and
   policy settings it belongs to (``key``), the policy object itself (pickled, so the store never
-  needs the policy's code), the sample cursor and counters.
+  needs the policy's code; empty until the first decision builds it), the sample cursor,
+  counters, the live view's history and the ids of the artifacts it updates in place.
 - ``load_memory`` / ``save_memory`` read and write it through the actor
   ``trident-sidecar-<runner_name>`` in the runner's namespace (created when missing). The actor
   outlives the flow run that created it, so a scheduled sidecar deployment (one tick per run)
@@ -15,10 +16,12 @@ No Prefect import: this is Ray code the sidecar's tasks call.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Optional
 
 import ray
 from ray import cloudpickle
+
+from trident_flows.tasks.live_view import LiveHistory
 
 
 def memory_actor_name(runner_name: str) -> str:
@@ -30,21 +33,26 @@ class SidecarMemory:
     """The sidecar's state for one runner and one policy configuration."""
 
     key: str
-    policy_blob: bytes
+    policy_blob: bytes = b""
     cursor: int = 0
     ticks: int = 0
     plans_applied: int = 0
+    view: LiveHistory = LiveHistory()
+    live_artifact_id: Optional[str] = None
+    decisions_artifact_id: Optional[str] = None
 
-    @classmethod
-    def fresh(cls, key: str, policy: Any) -> "SidecarMemory":
-        return cls(key, cloudpickle.dumps(policy))
+    def policy(self) -> Any | None:
+        """The policy as it was after the last decision (None before the first)."""
+        return cloudpickle.loads(self.policy_blob) if self.policy_blob else None
 
-    def policy(self) -> Any:
-        return cloudpickle.loads(self.policy_blob)
+    def observed(self, state: Any) -> "SidecarMemory":
+        return replace(self, ticks=self.ticks + 1, view=self.view.observe(state))
 
-    def after_tick(self, policy: Any, cursor: int, applied: bool = False) -> "SidecarMemory":
-        return replace(self, policy_blob=cloudpickle.dumps(policy), cursor=cursor, ticks=self.ticks + 1,
-                       plans_applied=self.plans_applied + int(applied))
+    def after_decide(self, policy: Any, cursor: int) -> "SidecarMemory":
+        return replace(self, policy_blob=cloudpickle.dumps(policy), cursor=cursor)
+
+    def decided(self, row: dict[str, Any], applied: bool) -> "SidecarMemory":
+        return replace(self, view=self.view.decided(row), plans_applied=self.plans_applied + int(applied))
 
 
 class _Store:

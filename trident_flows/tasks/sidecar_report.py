@@ -1,0 +1,146 @@
+"""How the sidecar reports in Prefect, on the flow run of the pipeline it tunes.
+
+Contract:
+- ``find_curation_run(runner_name)``: the id of the running ``document-curation`` flow run
+  whose pipeline registers under ``runner_name`` (None when none is running): how a scheduled
+  sidecar, started apart from the pipeline, finds the run it tunes.
+- ``sidecar_run_of(curation_flow_run_id)``: the sidecar subflow run a curation run started.
+- ``related_of(flow_run_id)``: the related resources of a decision event: the tuned flow run
+  (role ``flow-run``), its flow and, when it has one, its deployment.
+- ``emit_decision(...)``: one event per decision the runner was handed: ``trident.plan.applied``,
+  ``trident.plan.partial`` or ``trident.plan.refused``; the plain sentence, the figures, the
+  outcome and the policy's raw reason (solver details) in its payload.
+- ``Publisher``: the two artifacts on the tuned run (or on the sidecar's own run when no tuned
+  run is known), each created once and then updated in place: ``trident-live-<runner>``
+  (markdown: status, per-operator table, throughput and replica chart) and
+  ``trident-decisions-<runner>`` (table: one row per decision, sentence first, figures in
+  columns). Updates go straight to the API's PATCH (the client's ``update_artifact`` also
+  emits an event per update, which would flood the Event Feed with one per tick) and at most
+  every ``live_every_s`` seconds unless a decision or the pipeline's end forces one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+from uuid import UUID
+
+import httpx
+from prefect.client.orchestration import get_client
+from prefect.events import emit_event
+
+from trident_flows.tasks.decision import Decision, Outcome
+
+CURATION_FLOW = "document-curation"
+EVENTS = {"applied": "trident.plan.applied", "partial": "trident.plan.partial", "refused": "trident.plan.refused"}
+PLAN_APPLIED = EVENTS["applied"]
+
+
+def _key(prefix: str, runner_name: str) -> str:
+    return prefix + "".join(c if c.isalnum() else "-" for c in runner_name.lower()).strip("-")
+
+
+def _runner_name_of(parameters: dict[str, Any]) -> Optional[str]:
+    pipeline = parameters.get("pipeline")
+    if isinstance(pipeline, dict):
+        return pipeline.get("runner_name", "trident-runner")
+    return None
+
+
+def find_curation_run(runner_name: str) -> Optional[str]:
+    """The running document-curation flow run whose pipeline is named ``runner_name``, if any."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[CURATION_FLOW])),
+                                     flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
+    for run in runs:
+        if _runner_name_of(run.parameters) == runner_name:
+            return str(run.id)
+    return None
+
+
+def sidecar_run_of(curation_flow_run_id: Any) -> Optional[str]:
+    """The id of the trident-sidecar subflow run a document-curation run started (None without one)."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["trident-sidecar"])),
+                                     flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[curation_flow_run_id])))
+    return str(runs[0].id) if runs else None
+
+
+def related_of(flow_run_id: str) -> list[dict[str, str]]:
+    """The tuned flow run, its flow and its deployment as related resources of an event."""
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(UUID(flow_run_id))
+        flow = client.read_flow(run.flow_id)
+        deployment = client.read_deployment(run.deployment_id) if run.deployment_id else None
+    related = [{"prefect.resource.id": f"prefect.flow-run.{run.id}", "prefect.resource.role": "flow-run", "prefect.resource.name": run.name},
+               {"prefect.resource.id": f"prefect.flow.{flow.id}", "prefect.resource.role": "flow", "prefect.resource.name": flow.name}]
+    if deployment is not None:
+        related.append({"prefect.resource.id": f"prefect.deployment.{deployment.id}", "prefect.resource.role": "deployment",
+                        "prefect.resource.name": deployment.name})
+    return related
+
+
+def emit_decision(namespace: str, runner_name: str, pipeline: str, policy: str, decision: Decision, outcome: Outcome,
+                  plan: dict[str, Any], related: list[dict[str, str]]) -> Any:
+    """The event of one decision (see the module docstring)."""
+    return emit_event(EVENTS[outcome.status],
+                      resource={"prefect.resource.id": f"trident.pipeline.{namespace}.{runner_name}", "prefect.resource.name": runner_name,
+                                "trident.pipeline": pipeline},
+                      related=related,
+                      payload={"decision": decision.sentence, "outcome": outcome.to_dict(), "policy": policy,
+                               "figures": decision.to_dict(), "plan": plan})
+
+
+def decision_row(decision: Decision, outcome: Outcome, pipeline_time_s: float, unit: str) -> dict[str, Any]:
+    """One row of the decisions table: the sentence first, then the figures."""
+    def rounded(value: Optional[float], digits: int = 2) -> Any:
+        return "-" if value is None else round(value, digits)
+
+    return {"decision": decision.sentence, "outcome": outcome.text(),
+            "time (UTC)": time.strftime("%H:%M:%S", time.gmtime(decision.at)), "pipeline time (s)": round(pipeline_time_s, 1),
+            f"predicted before ({unit})": rounded(decision.throughput_before),
+            f"predicted after ({unit})": rounded(decision.throughput_after),
+            "gain": "-" if decision.gain is None else f"{decision.gain:+.0%}",
+            "start-up (s)": rounded(decision.startup_s, 0), "pays back in (s)": rounded(decision.payback_s, 0)}
+
+
+class Publisher:
+    """Creates and updates the live-view and decisions artifacts of one tuned pipeline."""
+
+    def __init__(self, runner_name: str, flow_run_id: Optional[str], live_every_s: float = 5.0) -> None:
+        self.runner_name = runner_name
+        self.flow_run_id = flow_run_id
+        self.live_every_s = live_every_s
+        self._last_live = -float("inf")
+
+    def _put(self, artifact_id: Optional[str], key: str, kind: str, data: Any, description: str) -> str:
+        from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
+
+        with get_client(sync_client=True) as client:
+            if artifact_id is not None:
+                try:
+                    client.request("PATCH", "/artifacts/{id}", path_params={"id": artifact_id},
+                                   json=ArtifactUpdate(data=data, description=description).model_dump(mode="json", exclude_unset=True))
+                    return artifact_id
+                except httpx.HTTPStatusError:  # deleted in the UI meanwhile: create it again
+                    pass
+            created = client.create_artifact(ArtifactCreate(key=key, type=kind, data=data, description=description,
+                                                            flow_run_id=UUID(self.flow_run_id) if self.flow_run_id else None))
+        return str(created.id)
+
+    def live(self, artifact_id: Optional[str], markdown: str, description: str, force: bool = False) -> Optional[str]:
+        """Create or update the live view (throttled unless ``force``); returns its id."""
+        if not force and artifact_id is not None and time.monotonic() - self._last_live < self.live_every_s:
+            return artifact_id
+        self._last_live = time.monotonic()
+        return self._put(artifact_id, _key("trident-live-", self.runner_name), "markdown", markdown, description)
+
+    def decisions(self, artifact_id: Optional[str], rows: list[dict[str, Any]], description: str) -> str:
+        """Create or update the decisions table; returns its id."""
+        return self._put(artifact_id, _key("trident-decisions-", self.runner_name), "table", json.dumps(rows), description)
