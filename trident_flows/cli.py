@@ -22,6 +22,24 @@ app.add_typer(synth_app, name="synth")
 console = Console()
 
 
+@app.callback()
+def _stop_leftover_ray_processes(ctx: typer.Context) -> None:
+    """Every command ends with no Ray process of its own left running (``runtime.leftovers``)."""
+    from trident_flows.runtime.leftovers import RayProcessGuard
+
+    guard = RayProcessGuard().start()
+
+    def finish() -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        killed = guard.finish()
+        if killed:
+            console.print(f"stopped {len(killed)} Ray processes left running: {', '.join(killed[:5])}{' ...' if len(killed) > 5 else ''}")
+    ctx.call_on_close(finish)
+
+
 @synth_app.command("documents")
 def synth_documents(
     out: Path = typer.Option(..., help="Directory to write the PDFs and manifest.parquet into."),
@@ -68,12 +86,23 @@ def run(
     summary_json: Optional[Path] = typer.Option(None, help="Write the run summary as JSON here."),
     tick_s: float = typer.Option(2.0, min=0.1, help="Controller tick interval in seconds (adaptive policies)."),
     decision_log: Optional[Path] = typer.Option(None, help="Write the controller's decisions as JSON lines here."),
+    restart: bool = typer.Option(False, "--restart", help="Discard what an earlier run committed in --out and start over "
+                                                          "(default: resume, skipping committed shards)."),
 ) -> None:
-    """Run a pipeline with a scheduling policy and print a summary."""
+    """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
     from trident_flows.runtime.launch import run_command
+    from trident_flows.runtime.resume import RunInterrupted, RunMismatch
 
-    run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
-                gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console)
+    try:
+        run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
+                    gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console,
+                    restart=restart)
+    except RunMismatch as exc:
+        console.print(f"[red]{exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    except RunInterrupted as exc:
+        console.print(str(exc), soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 @app.command("profile")

@@ -9,9 +9,12 @@ Contract:
   handle to it from any driver of the same cluster.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
-  back to count items and duplicate ids.
+  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it feeds
+  only the plan's pending shards and counts the committed ones in the summary.
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
-  the registry, rich progress bar, summary table and ``--summary-json``.
+  the registry cut into shards (``resume``: a re-run into the same ``--out`` skips committed
+  shards, ``restart=True`` starts over), rich progress bar, summary table and ``--summary-json``.
+  Ctrl-C stops the run (committed shards kept, Ray shut down) and says how to resume.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Callable
 
 import ray
 
+from trident_flows.runtime import resume as resume_mod
 from trident_flows.runtime.control import ControlLoop
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
@@ -115,6 +119,8 @@ class RunSummary:
     operators: dict[str, dict[str, Any]]
     apply_reports: tuple[dict[str, Any], ...]
     error: str = ""
+    shards_total: int = 0
+    shards_skipped: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -147,21 +153,26 @@ def stop_runner(handle: Any, loop: ControlLoop | None = None, timeout_s: float =
 
 def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
-                 name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5) -> RunSummary:
+                 name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5,
+                 resume: resume_mod.ResumePlan | None = None) -> RunSummary:
     """Run ``spec`` to the end on the current Ray cluster and return its summary (see module docstring).
 
-    ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them."""
+    ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them.
+    ``resume``: the directory was prepared by ``resume.open_run``; only its pending shards are fed."""
     out = Path(out_dir)
-    old = [p for sub in ("data", "dead_letter") for p in (out / sub).glob("*.parquet")] if out.exists() else []
+    old = [p for sub in ("data", "dead_letter") for p in (out / sub).glob("*.parquet")] if out.exists() and resume is None else []
     if old and not overwrite:
         raise RuntimeConfigError(f"{out} already holds the outputs of a run ({len(old)} files); choose a new directory or overwrite=True")
     for p in old:
         p.unlink()
     name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
-    handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings)
+    feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
+    handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
     loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
     try:
         while True:
+            if feeder is not None:
+                feeder.pump(handle)
             summary = ray.get(handle.wait.remote(poll_s))
             if progress is not None:
                 progress(ray.get(handle.state.remote()))
@@ -171,15 +182,17 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     finally:
         stop_runner(handle, loop)
     acc = account(out)
+    items_in = final_state.items_in + (resume.items_skipped if resume is not None else 0)
     return RunSummary(
-        pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=final_state.items_in,
+        pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=items_in,
         items_written=acc.items_written, items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
-        items_missing=final_state.items_in - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
+        items_missing=items_in - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
         duplicate_ids=acc.duplicate_ids, wall_s=final_state.wall_s,
         throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
-        apply_reports=tuple(summary["apply_reports"]), error=final_state.error)
+        apply_reports=tuple(summary["apply_reports"]), error=final_state.error,
+        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0)
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -188,7 +201,7 @@ def _summary_table(summary: RunSummary) -> Any:
     table = Table(title=f"{summary.pipeline} ({summary.policy})")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for key in ("items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
+    for key in ("shards_total", "shards_skipped", "items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
                 "wall_s", "throughput_items_per_s", "ooms", "reconfigurations", "rolling_update_dip"):
         value = getattr(summary, key)
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
@@ -203,34 +216,17 @@ def _summary_table(summary: RunSummary) -> Any:
 
 def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
-                decision_log: Path | None, console: Any) -> RunSummary:
-    """The ``trident-flows run`` command (see the module docstring)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from trident_flows.pipelines import build_pipeline
-
+                decision_log: Path | None, console: Any, restart: bool = False) -> RunSummary:
+    """The ``trident-flows run`` command (see the module docstring). Raises ``resume.RunMismatch`` for an
+    ``out`` holding another run and ``resume.RunInterrupted`` (after shutting down) on Ctrl-C."""
     make_policy(policy)  # refuse an unknown policy before starting anything
-    if address:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
-    try:
-        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
-        cpus_now, gpus_now = cluster_totals()
-        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                      TimeElapsedColumn(), console=console, transient=False) as bar:
-            task = bar.add_task(f"{pipeline} ({policy})", total=spec.items, rate="")
-
-            def progress(state: RunnerState) -> None:
-                bar.update(task, completed=state.items_written + state.items_dead_lettered,
-                           rate=f"{state.throughput:.1f} rows/s")
-
-            summary = run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
-                                   overwrite=True)
-    finally:
-        ray.shutdown()
+    with resume_mod.stop_on_first_interrupt(console.print):
+        try:
+            summary = _run_resumable(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed,
+                                     cpus=cpus, gpus=gpus, address=address, tick_s=tick_s, decision_log=decision_log,
+                                     console=console, restart=restart)
+        except KeyboardInterrupt:
+            raise resume_mod.RunInterrupted(resume_mod.interrupted_message(out)) from None
     for table in _summary_table(summary):
         console.print(table)
     if summary.error:
@@ -242,3 +238,39 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
         tmp.replace(summary_json)
         console.print(f"summary: {summary_json}")
     return summary
+
+
+def _run_resumable(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
+                   cpus: float | None, gpus: float | None, address: str | None, tick_s: float, decision_log: Path | None, console: Any,
+                   restart: bool) -> RunSummary:
+    """Start Ray, prepare ``out`` for resuming, run the pending shards; Ray is shut down however it ends."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trident_flows.pipelines import build_pipeline
+
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    try:
+        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
+        rows = list(spec.source())
+        plan = resume_mod.open_run(out, spec.name, resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows))),
+                                   restart=restart)
+        if plan.message():
+            console.print(plan.message())
+        cpus_now, gpus_now = cluster_totals()
+        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                      TimeElapsedColumn(), console=console, transient=False) as bar:
+            task = bar.add_task(f"{pipeline} ({policy})", total=len(rows), completed=plan.items_skipped, rate="")
+
+            def progress(state: RunnerState) -> None:
+                bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
+                           rate=f"{state.throughput:.1f} rows/s")
+
+            return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
+                                resume=plan)
+    finally:
+        ray.shutdown()

@@ -9,6 +9,11 @@ Contract:
   combines them into the final files, each written to a temporary name and renamed
   (``os.replace``), so a crash never leaves a half file and readers only see whole shards.
 - Committing a shard id again replaces its files: re-running a shard never duplicates rows.
+- A shard's commit ends with its marker ``_committed/shard=<id>.json`` (``resume.write_marker``),
+  written after both files; re-running a shard removes the marker first. A shard with files
+  but no marker was cut short by a crash: ``resume.open_run`` removes its files and runs it again.
+- A write that fails (disk full, read-only) removes its temporary file and raises ``OSError``
+  naming the path; no partial Parquet file is left.
 - ``account(out_dir)`` reads the committed outputs back and counts items, rows and
   duplicate ids (an id present twice across data and dead letters).
 """
@@ -28,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trident_flows.runtime.resume import remove_marker, write_marker
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID
 
 _SHARD_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -76,8 +82,13 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
 
 def _atomic_write(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; free space on that filesystem or make it "
+                                 "writable, then run the same command again to resume") from exc
 
 
 class Sink:
@@ -106,11 +117,13 @@ class Sink:
             _atomic_write(pa.Table.from_pylist(dead, schema=DEAD_SCHEMA), stage / f"dead-{part}.parquet")
 
     def discard(self, shard_id: str) -> None:
-        """Forget the staging parts of a shard (it is being re-run from the start)."""
+        """Forget the staging parts and the commit marker of a shard (it is being re-run from the start)."""
+        remove_marker(self.out_dir, shard_id)
         shutil.rmtree(self._stage_dir(shard_id), ignore_errors=True)
 
     def commit(self, shard_id: str) -> dict[str, int]:
         """Combine a finished shard's parts into its final files (atomically, replacing earlier ones)."""
+        remove_marker(self.out_dir, shard_id)
         stage = self._stage_dir(shard_id)
         data_parts = sorted(stage.glob("data-*.parquet")) if stage.exists() else []
         dead_parts = sorted(stage.glob("dead-*.parquet")) if stage.exists() else []
@@ -123,8 +136,10 @@ class Sink:
             dead_path.unlink(missing_ok=True)
         _atomic_write(data, self.data_dir / f"shard={shard_id}.parquet")
         dead_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in dead_parts)
+        counts = {"rows": data.num_rows, "dead": dead_rows}
+        write_marker(self.out_dir, shard_id, counts)
         shutil.rmtree(stage, ignore_errors=True)
-        return {"rows": data.num_rows, "dead": dead_rows}
+        return counts
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
