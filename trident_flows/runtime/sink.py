@@ -20,6 +20,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import shutil
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -80,15 +81,33 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
         return pa.table(arrays)
 
 
+class OutputWriteError(OSError):
+    """The output filesystem refused a write (full, read-only, ...); the message names the path and the fix."""
+
+
+@contextlib.contextmanager
+def _naming_the_path(default: Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` as ``OutputWriteError`` naming the path and what to do."""
+    try:
+        yield
+    except OutputWriteError:
+        raise
+    except OSError as exc:
+        path = exc.filename or default
+        raise OutputWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; free space on that filesystem or make "
+                                          "it writable, then run the same command again to resume") from exc
+
+
 def _atomic_write(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; free space on that filesystem or make it "
-                                 "writable, then run the same command again to resume") from exc
+    with _naming_the_path(path):
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
 
 class Sink:
@@ -109,20 +128,26 @@ class Sink:
     def write_part(self, shard_id: str, rows: list[dict[str, Any]], dead: list[dict[str, Any]]) -> None:
         """Write one staging part of a running shard (rows and dead-letter records)."""
         stage = self._stage_dir(shard_id)
-        stage.mkdir(parents=True, exist_ok=True)
         part = uuid.uuid4().hex
-        if rows:
-            _atomic_write(rows_to_table(rows), stage / f"data-{part}.parquet")
-        if dead:
-            _atomic_write(pa.Table.from_pylist(dead, schema=DEAD_SCHEMA), stage / f"dead-{part}.parquet")
+        with _naming_the_path(stage):
+            stage.mkdir(parents=True, exist_ok=True)
+            if rows:
+                _atomic_write(rows_to_table(rows), stage / f"data-{part}.parquet")
+            if dead:
+                _atomic_write(pa.Table.from_pylist(dead, schema=DEAD_SCHEMA), stage / f"dead-{part}.parquet")
 
     def discard(self, shard_id: str) -> None:
         """Forget the staging parts and the commit marker of a shard (it is being re-run from the start)."""
-        remove_marker(self.out_dir, shard_id)
+        with _naming_the_path(self.out_dir):
+            remove_marker(self.out_dir, shard_id)
         shutil.rmtree(self._stage_dir(shard_id), ignore_errors=True)
 
     def commit(self, shard_id: str) -> dict[str, int]:
         """Combine a finished shard's parts into its final files (atomically, replacing earlier ones)."""
+        with _naming_the_path(self.out_dir):
+            return self._commit(shard_id)
+
+    def _commit(self, shard_id: str) -> dict[str, int]:
         remove_marker(self.out_dir, shard_id)
         stage = self._stage_dir(shard_id)
         data_parts = sorted(stage.glob("data-*.parquet")) if stage.exists() else []
