@@ -121,10 +121,22 @@ def _ray_below(proc: psutil.Process, seen: dict) -> None:
         pass
 
 
-def _run(args: list[str], interrupt_after: float | None = None, out: Path | None = None, timeout: float = 300) -> tuple[int, str, dict]:
+def _kill_runner(proc: psutil.Process) -> bool:
+    for child in proc.children(recursive=True):
+        try:
+            if child.cmdline()[:1] and child.cmdline()[0].startswith("ray::PipelineRunner"):
+                child.kill()
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def _run(args: list[str], interrupt_after: float | None = None, out: Path | None = None, timeout: float = 300,
+         kill_runner: bool = False) -> tuple[int, str, dict]:
     """Run the CLI in its own session; optionally press Ctrl-C (SIGINT to its process group, as a
-    terminal does) ``interrupt_after`` seconds after its first shard is committed. Returns the exit
-    code, the output and the Ray processes seen below it while it ran."""
+    terminal does) ``interrupt_after`` seconds after its first shard is committed, or SIGKILL its
+    pipeline runner then. Returns the exit code, the output and the Ray processes seen below it."""
     proc = _start(args)
     me = psutil.Process(proc.pid)
     seen: dict = {}
@@ -136,8 +148,11 @@ def _run(args: list[str], interrupt_after: float | None = None, out: Path | None
             if first_commit is None and resume.committed_shards(out):
                 first_commit = time.monotonic()
             if first_commit is not None and time.monotonic() - first_commit >= interrupt_after:
-                os.killpg(proc.pid, signal.SIGINT)
-                interrupt_after = None
+                if not kill_runner:
+                    os.killpg(proc.pid, signal.SIGINT)
+                    interrupt_after = None
+                elif _kill_runner(me):
+                    interrupt_after = None
         time.sleep(0.1)
     try:
         output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -195,3 +210,12 @@ def test_interrupted_run_resumes_to_the_ids_of_an_uninterrupted_run_and_leaves_n
     rc, output, _ = _run([*common[:3], "250", *common[4:], "--out", str(part)])
     assert rc == 2 and "holds another run" in output and "--restart" in output, output[-2000:]
     assert sorted(sum(read_ids(part), [])) == reference, "a refused run must leave the output as it was"
+
+    # the pipeline runner SIGKILLed mid-run: the command restarts it and finishes from the committed shards
+    killed = tmp_path / "killed"
+    rc, output, seen = _run([*common, "--out", str(killed), "--summary-json", str(tmp_path / "killed.json")], interrupt_after=0.0,
+                            out=killed, kill_runner=True)
+    assert rc == 0 and "the pipeline runner died" in output, output[-3000:]
+    assert json.loads((tmp_path / "killed.json").read_text())["duplicate_ids"] == 0
+    assert sorted(sum(read_ids(killed), [])) == reference
+    assert _left_running(seen) == []

@@ -14,7 +14,8 @@ Contract:
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
   the registry cut into shards (``resume``: a re-run into the same ``--out`` skips committed
   shards, ``restart=True`` starts over), rich progress bar, summary table and ``--summary-json``.
-  Ctrl-C stops the run (committed shards kept, Ray shut down) and says how to resume.
+  Ctrl-C stops the run (committed shards kept, Ray shut down) and says how to resume; a runner
+  that dies is restarted (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.runtime.state import RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.scheduler.policies import Policy, make_policy
 from trident_flows.scheduler.types import ClusterSpec
+
+
+# How often ``trident-flows run`` restarts a pipeline runner that died (its process killed, its
+# node lost) before giving up; each restart resumes from the committed shards.
+RUNNER_RESTARTS = 2
 
 
 def cluster_totals() -> tuple[float, float]:
@@ -214,6 +220,18 @@ def _summary_table(summary: RunSummary) -> Any:
     return table, ops
 
 
+def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) -> RunSummary:
+    """The summary of a run whose shards were all committed earlier (nothing to start)."""
+    acc = account(plan.out_dir)
+    items = plan.manifest.items
+    return RunSummary(pipeline=pipeline, policy=policy, out_dir=plan.out_dir, items_in=items, items_written=acc.items_written,
+                      items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
+                      items_missing=items - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
+                      duplicate_ids=acc.duplicate_ids, wall_s=0.0, throughput_items_per_s=0.0, ooms=0, reconfigurations=0,
+                      rolling_update_dip=0.0, decisions=0, operators={}, apply_reports=(), shards_total=plan.shards_total,
+                      shards_skipped=plan.shards_skipped)
+
+
 def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, restart: bool = False) -> RunSummary:
@@ -256,21 +274,33 @@ def _run_resumable(*, pipeline: str, out: Path, policy: str, input: Path | None,
     try:
         spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
         rows = list(spec.source())
-        plan = resume_mod.open_run(out, spec.name, resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows))),
-                                   restart=restart)
+        shards = resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows)))
+        plan = resume_mod.open_run(out, spec.name, shards, restart=restart)
         if plan.message():
             console.print(plan.message())
+        if not plan.pending:
+            return _committed_summary(spec.name, policy, plan)
         cpus_now, gpus_now = cluster_totals()
-        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                      TimeElapsedColumn(), console=console, transient=False) as bar:
-            task = bar.add_task(f"{pipeline} ({policy})", total=len(rows), completed=plan.items_skipped, rate="")
+        restarts = 0
+        while True:
+            policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                          TimeElapsedColumn(), console=console, transient=False) as bar:
+                task = bar.add_task(f"{pipeline} ({policy})", total=len(rows), completed=plan.items_skipped, rate="")
 
-            def progress(state: RunnerState) -> None:
-                bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
-                           rate=f"{state.throughput:.1f} rows/s")
-
-            return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
-                                resume=plan)
+                def progress(state: RunnerState) -> None:
+                    bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
+                               rate=f"{state.throughput:.1f} rows/s")
+                try:
+                    return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
+                                        resume=plan)
+                except ray.exceptions.RayActorError as exc:
+                    restarts += 1
+                    if restarts > RUNNER_RESTARTS:
+                        raise
+                    cause = str(exc).splitlines()[0][:200]
+            plan = resume_mod.open_run(out, spec.name, shards)
+            console.print(f"the pipeline runner died ({cause}); restarted it ({restarts} of {RUNNER_RESTARTS}): "
+                          f"{plan.shards_skipped} of {plan.shards_total} shards already committed")
     finally:
         ray.shutdown()

@@ -17,8 +17,8 @@ Contract:
     files of a shard without a marker (a commit cut short by a crash) are removed, and staging
     parts of earlier runs deleted, so the shard is simply run again: never duplicated.
 - ``ShardFeeder(shards)`` hands the plan's pending shards to a runner started with
-  ``external_input=True`` (``pump(handle)`` on every poll, at most ``MAX_OUTSTANDING`` shards in
-  flight so the driver never ships the whole input at once), then closes its input.
+  ``external_input=True`` (``pump(handle)`` on every poll, a bounded number of items in flight
+  so the driver never ships the whole input at once), then closes its input.
 - ``stop_on_first_interrupt()``: the first Ctrl-C raises ``KeyboardInterrupt`` as usual; further
   ones while the run shuts down are ignored with a message, so cleanup (Ray shutdown) finishes.
 """
@@ -45,9 +45,12 @@ MANIFEST = "_run.json"
 COMMITTED = "_committed"
 STAGING = "_staging"
 OUTPUT_DIRS = ("data", "dead_letter")
-# Shards in flight from the driver to the runner: one being admitted, one waiting behind it,
-# so the runner's first queue never runs dry between shards.
-MAX_OUTSTANDING = 2
+# Input in flight from the driver to the runner (handed over, not yet admitted to its first
+# queue): at least two shards, so the queue never runs dry between shards, and up to this many
+# items, so the driver (which checks every poll, 0.5 s) can feed 2,000 items/s without shipping
+# the whole input at once.
+MIN_OUTSTANDING_SHARDS = 2
+MAX_OUTSTANDING_ITEMS = 1024
 # Default shard size: about this many shards per run (a Ctrl-C loses at most the in-flight ones),
 # but never more than the runner's implicit shard size, and never below one item.
 TARGET_SHARDS = 40
@@ -270,26 +273,29 @@ class ShardFeeder:
 
     def __init__(self, shards: Sequence[InputShard]) -> None:
         self._queue: Iterator[InputShard] = iter(shards)
-        self._outstanding: list[Any] = []
+        self._outstanding: dict[Any, int] = {}  # add_shard call -> its items
         self._exhausted = False
         self.closed = False
 
     def pump(self, handle: Any) -> None:
-        """Submit shards while fewer than ``MAX_OUTSTANDING`` are being admitted; close the input at the end.
+        """Hand over shards while little input is in flight (see the constants); close the input at the end.
         Raises the runner's error if adding a shard failed."""
         import ray
 
         if self.closed:
             return
         if self._outstanding:
-            ready, self._outstanding = ray.wait(self._outstanding, num_returns=len(self._outstanding), timeout=0)
+            ready, _ = ray.wait(list(self._outstanding), num_returns=len(self._outstanding), timeout=0)
             ray.get(ready)
-        while not self._exhausted and len(self._outstanding) < MAX_OUTSTANDING:
+            for ref in ready:
+                del self._outstanding[ref]
+        while not self._exhausted and (len(self._outstanding) < MIN_OUTSTANDING_SHARDS
+                                       or sum(self._outstanding.values()) < MAX_OUTSTANDING_ITEMS):
             shard = next(self._queue, None)
             if shard is None:
                 self._exhausted = True
                 break
-            self._outstanding.append(handle.add_shard.remote(shard.shard_id, [dict(r) for r in shard.rows]))
+            self._outstanding[handle.add_shard.remote(shard.shard_id, [dict(r) for r in shard.rows])] = len(shard.rows)
         if self._exhausted and not self._outstanding:
             ray.get(handle.close_input.remote())
             self.closed = True
