@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from trident_flows.bench import faults
 from trident_flows.runtime.spec import DROP, ID
 
-GOOD_DOCUMENTS = 12
+GOOD_DOCUMENTS = 6
 
 
 def _bomb_pdf(pixels: int) -> bytes:

@@ -41,6 +41,9 @@ from trident_flows.scheduler.types import ClusterSpec
 # How often ``trident-flows run`` restarts a pipeline runner that died (its process killed, its
 # node lost) before giving up; each restart resumes from the committed shards.
 RUNNER_RESTARTS = 2
+# Attempts at starting the local Ray node: Ray gives its raylet a fixed 30 s, which a machine
+# under heavy load (load average 60-140 on 2 cores here) misses now and then.
+RAY_START_ATTEMPTS = 3
 
 
 def cluster_totals() -> tuple[float, float]:
@@ -269,8 +272,16 @@ def _run_resumable(*, pipeline: str, out: Path, policy: str, input: Path | None,
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        for attempt in range(RAY_START_ATTEMPTS):
+            try:
+                ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None,
+                         include_dashboard=False, log_to_driver=False, configure_logging=False)
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its raylet misses its fixed 30 s start-up wait
+                ray.shutdown()
+                if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS - 1:
+                    raise
+                console.print("the local Ray node did not start within Ray's fixed 30 s (a busy machine?); trying again")
     try:
         spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
         rows = list(spec.source())
