@@ -51,7 +51,7 @@ def test_a_user_error_is_one_line_naming_the_fix_with_exit_status_2(args, fix, t
 def test_an_out_holding_another_run_is_refused_before_anything_starts(used_out):
     result = CliRunner().invoke(app, ["run", "emulated-docs", "--synth", "10", "--out", str(used_out)])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert f"{used_out} already holds the outputs of a run" in result.stderr and "choose another output directory (--out)" in result.stderr
+    assert f"{used_out} holds outputs of a run" in result.stderr and "use another --out, or --restart" in result.stderr
     assert (used_out / "data" / "shard=0.parquet").exists()
 
 

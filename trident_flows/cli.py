@@ -57,6 +57,24 @@ def _check(validate: Callable[[], object]) -> None:
         raise RuntimeConfigError(str(exc)) from None
 
 
+@app.callback()
+def _stop_leftover_ray_processes(ctx: typer.Context) -> None:
+    """Every command ends with no Ray process of its own left running (``runtime.leftovers``)."""
+    from trident_flows.runtime.leftovers import RayProcessGuard
+
+    guard = RayProcessGuard().start()
+
+    def finish() -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        killed = guard.finish()
+        if killed:
+            console.print(f"stopped {len(killed)} Ray processes left running: {', '.join(killed[:5])}{' ...' if len(killed) > 5 else ''}")
+    ctx.call_on_close(finish)
+
+
 @synth_app.command("documents")
 def synth_documents(
     out: Path = typer.Option(..., help="Directory to write the PDFs and manifest.parquet into."),
@@ -110,10 +128,13 @@ def run(
     quality: list[str] = typer.Option([], help="Set a quality knob (changes the output; no policy changes it), e.g. --quality ocr.dpi=200."),
     tune: list[str] = typer.Option([], help="Let policies vary a quality knob within a range, e.g. --tune ocr.dpi=100..300 "
                                             "(outputs then differ by configuration; each row records its values)."),
+    restart: bool = typer.Option(False, "--restart", help="Discard what an earlier run committed in --out and start over "
+                                                          "(default: resume, skipping committed shards)."),
 ) -> None:
-    """Run a pipeline with a scheduling policy and print a summary."""
+    """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
     from trident_flows.pipelines.quality import check_settings, parse_settings
     from trident_flows.runtime.launch import run_command
+    from trident_flows.runtime.resume import RunInterrupted
 
     with user_errors():
         _check_choice("pipeline", pipeline, sorted(PIPELINES))
@@ -124,9 +145,13 @@ def run(
             check_settings(pipeline, settings["quality"], settings["tune"])
         except ValueError as exc:
             raise RuntimeConfigError(str(exc)) from None
-        run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
-                    gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log, console=console,
-                    quality=settings["quality"], tune=settings["tune"])
+        try:
+            run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
+                        gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log,
+                        console=console, quality=settings["quality"], tune=settings["tune"], restart=restart)
+        except RunInterrupted as exc:
+            console.print(str(exc), soft_wrap=True)
+            raise typer.Exit(130) from None
 
 
 @app.command("profile")

@@ -11,4 +11,5 @@ BENCHMARKS: dict[str, str] = {
     "closed-loop": "trident_flows.bench.closed_loop",
     "closed-loop-video": "trident_flows.bench.closed_loop_video",
     "headroom": "trident_flows.bench.headroom",
+    "faults": "trident_flows.bench.faults",
 }

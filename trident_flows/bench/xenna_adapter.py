@@ -22,6 +22,11 @@ Contract:
   ``CUDA_VISIBLE_DEVICES``), so Ray's GPU ids are empty inside a worker; the stage binds the
   emulated device of the GPU index xenna gave it (``WorkerMetadata.allocation.gpus``). The
   caller creates the devices (``runtime.devices.create_devices(device_prefix, ...)``).
+- Nothing left running: xenna's ``NodeResourceMonitor`` keeps a non-daemon thread (Ray's
+  graceful actor exit and even the raylet's death leave its process alive) and a
+  ``StageWorker`` can survive xenna's ``ray.kill``; after the pipeline ``run_xenna`` SIGKILLs
+  the processes of both classes below this driver (``stop_xenna_processes``), so they neither
+  hold a CPU during later runs nor outlive the cluster.
 - Requires the ``bench`` extra (``pip install 'trident-flows[bench]'``); ``ImportError`` names it.
 """
 
@@ -141,6 +146,35 @@ def _run_streaming(pipeline_spec: Any) -> list | None:
     return streaming.run_pipeline(spec, cluster_resources)
 
 
+XENNA_ACTOR_TITLES = ("ray::StageWorker", "ray::NodeResourceMonitor")
+
+
+def stop_xenna_processes(grace_s: float = 5.0) -> list[str]:
+    """SIGKILL xenna's actor processes below this driver still alive after ``grace_s`` (see the module docstring)."""
+    import psutil
+
+    def xenna_procs() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if proc.cmdline()[:1] and proc.cmdline()[0].startswith(XENNA_ACTOR_TITLES):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    procs = xenna_procs()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s) if procs else ([], [])
+    killed = []
+    for proc in alive:
+        try:
+            killed.append(f"{proc.cmdline()[0]} (pid {proc.pid})")
+            proc.kill()
+        except psutil.Error:
+            continue
+    return killed
+
+
 @dataclass(frozen=True)
 class XennaRun:
     wall_s: float
@@ -163,7 +197,10 @@ def run_xenna(spec: PipelineSpec, *, device_prefix: str, device_namespace: str |
         mode_specific=xenna.StreamingSpecificSpec(autoscale_interval_s=autoscale_interval_s,
                                                   autoscale_speed_estimation_window_duration_s=window_s,
                                                   executor_verbosity_level=xenna.VerbosityLevel.NONE))
-    outputs = _run_streaming(xenna.PipelineSpec(input_data=rows, stages=stages, config=config)) or []
-    wall = time.time() - t0
+    try:
+        outputs = _run_streaming(xenna.PipelineSpec(input_data=rows, stages=stages, config=config)) or []
+        wall = time.time() - t0
+    finally:
+        stop_xenna_processes()
     flat = [row for item in outputs for row in (item if isinstance(item, list) else [item])]
     return XennaRun(wall, tuple(str(r[ID]) for r in flat), tuple(float(r[DONE_AT]) for r in flat))

@@ -37,6 +37,7 @@ from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime.launch import start_runner
+from trident_flows.runtime.resume import open_run
 from trident_flows.tasks.curation import CurationSummary, curate_shard, plan_shards, summarise
 
 
@@ -173,6 +174,10 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     if output_note(spec):
         logger.warning("%s", output_note(spec))
 
+    # a flow-run retry (or re-run over the same input) skips the shards an earlier run committed
+    plan = open_run(out_dir, spec.name, shards, on_mismatch="restart", restart_hint="a new output_location")
+    logger.info(plan.message() or (f"output location held another run ({plan.restarted}): starting over" if plan.restarted else "fresh run"))
+    pending = [s for s in shards if s.shard_id not in plan.committed]
     stale = _remove_stale_shards(out_dir, {s.shard_id for s in shards})
     if stale:
         logger.info("removed %d partitions of an earlier run's shards that this run does not have", len(stale))
@@ -185,7 +190,7 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
             pending: list[Any] = []
             finished: list[Any] = []
-            for shard in shards:
+            for shard in pending:
                 while len(pending) >= max_parallel_shards:
                     done, pending = _wait_some(pending, 2.0)
                     finished.extend(done)

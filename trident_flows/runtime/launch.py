@@ -9,12 +9,16 @@ Contract:
   handle to it from any driver of the same cluster.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
-  back to count items and duplicate ids.
+  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it feeds
+  only the plan's pending shards and counts the committed ones in the summary.
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
-  the registry sized to the cluster (``runtime.sizing``), rich progress bar, summary table and
-  ``--summary-json``. Every bad option (unknown pipeline or policy, missing input, an ``out``
-  holding another run's outputs, ``address="auto"``, an unreachable address) raises
-  ``RuntimeConfigError`` saying what to change.
+  the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
+  re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
+  progress bar, summary table and ``--summary-json``. Every bad option (unknown pipeline or
+  policy, missing input, an ``out`` holding another run, ``address="auto"``, an unreachable
+  address) raises ``RuntimeConfigError`` saying what to change. Ctrl-C stops the run (committed
+  shards kept, Ray shut down) and says how to resume; a runner that dies is restarted
+  (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import ray
 
 from trident_flows.pipelines import finish_pipeline
 from trident_flows.pipelines.quality import output_note
+from trident_flows.runtime import resume as resume_mod
 from trident_flows.runtime.control import ControlLoop
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
@@ -36,6 +41,14 @@ from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.runtime.state import RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.scheduler.policies import Policy, make_policy
 from trident_flows.scheduler.types import ClusterSpec
+
+
+# How often ``trident-flows run`` restarts a pipeline runner that died (its process killed, its
+# node lost) before giving up; each restart resumes from the committed shards.
+RUNNER_RESTARTS = 2
+# Attempts at starting the local Ray node: Ray gives its raylet a fixed 30 s, which a machine
+# under heavy load (load average 60-140 on 2 cores here) misses now and then.
+RAY_START_ATTEMPTS = 3
 
 
 def cluster_totals() -> tuple[float, float]:
@@ -121,6 +134,8 @@ class RunSummary:
     apply_reports: tuple[dict[str, Any], ...]
     error: str = ""
     output_note: str = ""  # set when a quality knob is tunable: outputs can differ by configuration
+    shards_total: int = 0
+    shards_skipped: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -166,21 +181,26 @@ def refuse_used_out(out: Path) -> None:
 
 def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
-                 name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5) -> RunSummary:
+                 name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5,
+                 resume: resume_mod.ResumePlan | None = None) -> RunSummary:
     """Run ``spec`` to the end on the current Ray cluster and return its summary (see module docstring).
 
-    ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them."""
+    ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them.
+    ``resume``: the directory was prepared by ``resume.open_run``; only its pending shards are fed."""
     out = Path(out_dir)
-    old = run_outputs(out)
+    old = run_outputs(out) if resume is None else []
     if old and not overwrite:
         refuse_used_out(out)
     for p in old:
         p.unlink()
     name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
-    handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings)
+    feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
+    handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
     loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
     try:
         while True:
+            if feeder is not None:
+                feeder.pump(handle)
             summary = ray.get(handle.wait.remote(poll_s))
             if progress is not None:
                 progress(ray.get(handle.state.remote()))
@@ -191,15 +211,17 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         stop_runner(handle, loop)
     finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
     acc = account(out)
+    items_in = final_state.items_in + (resume.items_skipped if resume is not None else 0)
     return RunSummary(
-        pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=final_state.items_in,
+        pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=items_in,
         items_written=acc.items_written, items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
-        items_missing=final_state.items_in - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
+        items_missing=items_in - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
         duplicate_ids=acc.duplicate_ids, wall_s=final_state.wall_s,
         throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
-        apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec))
+        apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
+        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0)
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -208,7 +230,7 @@ def _summary_table(summary: RunSummary) -> Any:
     table = Table(title=f"{summary.pipeline} ({summary.policy})")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for key in ("items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
+    for key in ("shards_total", "shards_skipped", "items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
                 "wall_s", "throughput_items_per_s", "ooms", "reconfigurations", "rolling_update_dip"):
         value = getattr(summary, key)
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
@@ -233,55 +255,52 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
                                  "(`ray status` on its head node), or leave --address out to start a local node") from None
 
 
+def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) -> RunSummary:
+    """The summary of a run whose shards were all committed earlier (nothing to start)."""
+    acc = account(plan.out_dir)
+    items = plan.manifest.items
+    return RunSummary(pipeline=pipeline, policy=policy, out_dir=plan.out_dir, items_in=items, items_written=acc.items_written,
+                      items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
+                      items_missing=items - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
+                      duplicate_ids=acc.duplicate_ids, wall_s=0.0, throughput_items_per_s=0.0, ooms=0, reconfigurations=0,
+                      rolling_update_dip=0.0, decisions=0, operators={}, apply_reports=(), shards_total=plan.shards_total,
+                      shards_skipped=plan.shards_skipped)
+
+
 def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
-                tune: dict[str, str] | None = None) -> RunSummary:
-    """The ``trident-flows run`` command (see the module docstring)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+                tune: dict[str, str] | None = None, restart: bool = False) -> RunSummary:
+    """The ``trident-flows run`` command (see the module docstring). Raises ``RuntimeConfigError`` for a bad
+    option (``resume.RunMismatch`` for an ``out`` holding another run) and ``resume.RunInterrupted`` (after
+    shutting down) on Ctrl-C."""
     from trident_flows.pipelines import build_pipeline
-    from trident_flows.runtime.sizing import fit_to_cluster
 
     if address in ("auto", "local"):
         raise RuntimeConfigError(f"--address {address} is not allowed ('auto' may attach to a stranger's cluster): give HOST:PORT "
                                  "of your cluster, or leave --address out to start a local Ray node")
-    refuse_used_out(out)
     try:  # options are checked, and the pipeline built, before Ray starts
         make_policy(policy)
         spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs", quality=quality,
                               tune=tune)
     except (ValueError, FileNotFoundError) as exc:
         raise RuntimeConfigError(str(exc)) from None
-    if address:
-        _check_reachable(address)
-    try:
+    rows = list(spec.source())
+    shards = resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows)))
+    plan = resume_mod.open_run(out, spec.name, shards, restart=restart)
+    if plan.message():
+        console.print(plan.message())
+    if not plan.pending:
+        summary = _committed_summary(spec.name, policy, plan)
+    else:
         if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)
-    except ConnectionError as exc:
-        raise RuntimeConfigError(f"cannot reach a Ray cluster at --address {address}: {exc}; check the address "
-                                 "(`ray status` on the head node) or leave --address out to start a local node") from None
-    try:
-        cpus_now, gpus_now = cluster_totals()
-        sizing = fit_to_cluster(spec, cpus_now, gpus_now)
-        spec = sizing.spec
-        if sizing.notes:
-            console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
-        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                      TimeElapsedColumn(), console=console, transient=False) as bar:
-            task = bar.add_task(f"{pipeline} ({policy})", total=spec.items, rate="")
-
-            def progress(state: RunnerState) -> None:
-                bar.update(task, completed=state.items_written + state.items_dead_lettered,
-                           rate=f"{state.throughput:.1f} rows/s")
-
-            summary = run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log)
-    finally:
-        ray.shutdown()
+            _check_reachable(address)
+        with resume_mod.stop_on_first_interrupt(console.print):
+            try:
+                summary = _run_resumable(spec, shards, plan, out=out, policy=policy, cpus=cpus, gpus=gpus, address=address,
+                                         tick_s=tick_s, decision_log=decision_log, console=console)
+            except KeyboardInterrupt:
+                raise resume_mod.RunInterrupted(resume_mod.interrupted_message(out)) from None
     for table in _summary_table(summary):
         console.print(table)
     if summary.output_note:
@@ -295,3 +314,63 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
         tmp.replace(summary_json)
         console.print(f"summary: {summary_json}")
     return summary
+
+
+def _start_ray(address: str | None, cpus: float | None, gpus: float | None, console: Any) -> None:
+    """Join the cluster at ``address`` or start a local node (tried ``RAY_START_ATTEMPTS`` times on a busy machine)."""
+    if address:
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except ConnectionError as exc:
+            raise RuntimeConfigError(f"cannot reach a Ray cluster at --address {address}: {exc}; check the address "
+                                     "(`ray status` on the head node) or leave --address out to start a local node") from None
+        return
+    for attempt in range(RAY_START_ATTEMPTS):
+        try:
+            ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None,
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its raylet misses its fixed 30 s start-up wait
+            ray.shutdown()
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS - 1:
+                raise
+            console.print("the local Ray node did not start within Ray's fixed 30 s (a busy machine?); trying again")
+
+
+def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan, *, out: Path, policy: str, cpus: float | None,
+                   gpus: float | None, address: str | None, tick_s: float, decision_log: Path | None, console: Any) -> RunSummary:
+    """Start Ray, size the pipeline to the cluster, run the pending shards; Ray is shut down however it ends."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trident_flows.runtime.sizing import fit_to_cluster
+
+    _start_ray(address, cpus, gpus, console)
+    try:
+        cpus_now, gpus_now = cluster_totals()
+        sizing = fit_to_cluster(spec, cpus_now, gpus_now)
+        spec = sizing.spec
+        if sizing.notes:
+            console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
+        restarts = 0
+        while True:
+            policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                          TimeElapsedColumn(), console=console, transient=False) as bar:
+                task = bar.add_task(f"{spec.name} ({policy})", total=plan.manifest.items, completed=plan.items_skipped, rate="")
+
+                def progress(state: RunnerState) -> None:
+                    bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
+                               rate=f"{state.throughput:.1f} rows/s")
+                try:
+                    return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
+                                        resume=plan)
+                except ray.exceptions.RayActorError as exc:
+                    restarts += 1
+                    if restarts > RUNNER_RESTARTS:
+                        raise
+                    cause = str(exc).splitlines()[0][:200]
+            plan = resume_mod.open_run(out, spec.name, shards)
+            console.print(f"the pipeline runner died ({cause}); restarted it ({restarts} of {RUNNER_RESTARTS}): "
+                          f"{plan.shards_skipped} of {plan.shards_total} shards already committed")
+    finally:
+        ray.shutdown()

@@ -9,12 +9,18 @@ Contract:
   combines them into the final files, each written to a temporary name and renamed
   (``os.replace``), so a crash never leaves a half file and readers only see whole shards.
 - Committing a shard id again replaces its files: re-running a shard never duplicates rows.
+- A shard's commit ends with its marker ``_committed/shard=<id>.json`` (``resume.write_marker``),
+  written after both files; re-running a shard removes the marker first. A shard with files
+  but no marker was cut short by a crash: ``resume.open_run`` removes its files and runs it again.
+- A write that fails (disk full, read-only) removes its temporary file and raises ``OSError``
+  naming the path; no partial Parquet file is left.
 - ``account(out_dir)`` reads the committed outputs back and counts items, rows and
   duplicate ids (an id present twice across data and dead letters).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,12 +28,13 @@ import shutil
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trident_flows.runtime.resume import remove_marker, write_marker
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID
 
 _SHARD_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -74,10 +81,33 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
         return pa.table(arrays)
 
 
+class OutputWriteError(OSError):
+    """The output filesystem refused a write (full, read-only, ...); the message names the path and the fix."""
+
+
+@contextlib.contextmanager
+def _naming_the_path(default: Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` as ``OutputWriteError`` naming the path and what to do."""
+    try:
+        yield
+    except OutputWriteError:
+        raise
+    except OSError as exc:
+        path = exc.filename or default
+        raise OutputWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; free space on that filesystem or make "
+                                          "it writable, then run the same command again to resume") from exc
+
+
 def _atomic_write(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with _naming_the_path(path):
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
 
 class Sink:
@@ -98,19 +128,27 @@ class Sink:
     def write_part(self, shard_id: str, rows: list[dict[str, Any]], dead: list[dict[str, Any]]) -> None:
         """Write one staging part of a running shard (rows and dead-letter records)."""
         stage = self._stage_dir(shard_id)
-        stage.mkdir(parents=True, exist_ok=True)
         part = uuid.uuid4().hex
-        if rows:
-            _atomic_write(rows_to_table(rows), stage / f"data-{part}.parquet")
-        if dead:
-            _atomic_write(pa.Table.from_pylist(dead, schema=DEAD_SCHEMA), stage / f"dead-{part}.parquet")
+        with _naming_the_path(stage):
+            stage.mkdir(parents=True, exist_ok=True)
+            if rows:
+                _atomic_write(rows_to_table(rows), stage / f"data-{part}.parquet")
+            if dead:
+                _atomic_write(pa.Table.from_pylist(dead, schema=DEAD_SCHEMA), stage / f"dead-{part}.parquet")
 
     def discard(self, shard_id: str) -> None:
-        """Forget the staging parts of a shard (it is being re-run from the start)."""
+        """Forget the staging parts and the commit marker of a shard (it is being re-run from the start)."""
+        with _naming_the_path(self.out_dir):
+            remove_marker(self.out_dir, shard_id)
         shutil.rmtree(self._stage_dir(shard_id), ignore_errors=True)
 
     def commit(self, shard_id: str) -> dict[str, int]:
         """Combine a finished shard's parts into its final files (atomically, replacing earlier ones)."""
+        with _naming_the_path(self.out_dir):
+            return self._commit(shard_id)
+
+    def _commit(self, shard_id: str) -> dict[str, int]:
+        remove_marker(self.out_dir, shard_id)
         stage = self._stage_dir(shard_id)
         data_parts = sorted(stage.glob("data-*.parquet")) if stage.exists() else []
         dead_parts = sorted(stage.glob("dead-*.parquet")) if stage.exists() else []
@@ -123,8 +161,10 @@ class Sink:
             dead_path.unlink(missing_ok=True)
         _atomic_write(data, self.data_dir / f"shard={shard_id}.parquet")
         dead_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in dead_parts)
+        counts = {"rows": data.num_rows, "dead": dead_rows}
+        write_marker(self.out_dir, shard_id, counts)
         shutil.rmtree(stage, ignore_errors=True)
-        return {"rows": data.num_rows, "dead": dead_rows}
+        return counts
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)

@@ -1,0 +1,29 @@
+"""The document-curation flow retried after a crash: shards an earlier run committed are not
+redone, the one it did not commit is, and the output is the same as a clean run's."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_prefect_curation import _task_runs
+from trident_flows.flows.document_curation import document_curation
+from trident_flows.runtime import resume
+from trident_flows.runtime.sink import read_ids
+
+pytestmark = [pytest.mark.prefect, pytest.mark.ray, pytest.mark.models]
+
+
+def test_a_flow_retry_skips_committed_shards(prefect_harness, ray_cluster, tmp_path):
+    out = tmp_path / "curated"
+    settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "resume-test"}
+    first = document_curation(pipeline=settings)
+    assert first["duplicate_ids"] == 0
+    reference = sorted(sum(read_ids(out), []))
+    # the state a crash leaves behind: shard-00001 was written but its commit never finished
+    resume.remove_marker(out, "shard-00001")
+    state = document_curation(pipeline=settings, return_state=True)
+    assert state.is_completed(), state.message
+    names = sorted(t.name for t in _task_runs(state.state_details.flow_run_id) if t.name.startswith("curate shard-"))
+    assert names == ["curate shard-00001"]
+    assert state.result()["duplicate_ids"] == 0 and sorted(sum(read_ids(out), [])) == reference
+    assert resume.committed_shards(out) == {"shard-00000", "shard-00001", "shard-00002"}

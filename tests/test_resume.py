@@ -1,0 +1,232 @@
+"""Resumable runs: shard commit markers, the run manifest, and the ``run`` command interrupted
+with Ctrl-C at a random point and re-run (same ids as an uninterrupted run, none twice, no Ray
+process left behind)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from test_runtime_support import small_pipeline
+from trident_flows.runtime import resume
+from trident_flows.runtime.leftovers import is_ray_process
+from trident_flows.runtime.sink import Sink, read_ids
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _rows(n: int, tag: str = "") -> list[dict]:
+    return [{"id": f"item-{k:04d}", "pages": 2.0, "tag": tag} for k in range(n)]
+
+
+def test_shards_are_named_by_position_and_sized_for_about_forty_per_run():
+    shards = resume.plan_shards(_rows(25), 10)
+    assert [s.shard_id for s in shards] == ["shard-00000", "shard-00001", "shard-00002"]
+    assert [len(s.rows) for s in shards] == [10, 10, 5]
+    assert resume.default_shard_size(400) == 10 and resume.default_shard_size(7) == 1 and resume.default_shard_size(10**6) == 256
+    with pytest.raises(ValueError, match="shard_size must be an integer >= 1"):
+        resume.plan_shards(_rows(3), 0)
+
+
+def _commit(out: Path, shard: resume.InputShard) -> None:
+    sink = Sink(out)
+    sink.write_part(shard.shard_id, [dict(r) for r in shard.rows], [])
+    sink.commit(shard.shard_id)
+    sink.close()
+
+
+def test_a_second_open_skips_committed_shards_and_redoes_half_commits(tmp_path):
+    shards = resume.plan_shards(_rows(30), 10)
+    plan = resume.open_run(tmp_path, "p", shards)
+    assert len(plan.pending) == 3 and plan.shards_skipped == 0 and plan.message() == ""
+    _commit(tmp_path, shards[0])
+    assert resume.committed_shards(tmp_path) == {"shard-00000"}
+    # a commit cut short: the data file is there, the marker is not
+    sink = Sink(tmp_path)
+    sink.write_part("shard-00001", [dict(r) for r in shards[1].rows], [])
+    sink.commit("shard-00001")
+    resume.remove_marker(tmp_path, "shard-00001")
+    plan = resume.open_run(tmp_path, "p", shards)
+    assert [s.shard_id for s in plan.pending] == ["shard-00001", "shard-00002"]
+    assert plan.message() == f"resuming: 1 of 3 shards already committed in {tmp_path}"
+    assert plan.items_skipped == 10
+    data, _ = read_ids(tmp_path)
+    assert sorted(data) == [r["id"] for r in shards[0].rows], "the half-committed shard's file must be gone"
+    assert not (tmp_path / "_staging").exists() or not any((tmp_path / "_staging").iterdir())
+
+
+def test_another_pipeline_or_input_is_refused_and_restart_starts_over(tmp_path):
+    shards = resume.plan_shards(_rows(30), 10)
+    resume.open_run(tmp_path, "p", shards)
+    _commit(tmp_path, shards[0])
+    with pytest.raises(resume.RunMismatch, match="holds pipeline 'p', this run is 'q'.*another --out, or --restart"):
+        resume.open_run(tmp_path, "q", shards)
+    with pytest.raises(resume.RunMismatch, match="different input"):
+        resume.open_run(tmp_path, "p", resume.plan_shards(_rows(30, tag="changed"), 10))
+    with pytest.raises(resume.RunMismatch, match="cut into 3 shards of up to 10, this run into 6"):
+        resume.open_run(tmp_path, "p", resume.plan_shards(_rows(30), 5))
+    assert resume.committed_shards(tmp_path) == {"shard-00000"}, "a refused run must not touch the directory"
+    plan = resume.open_run(tmp_path, "p", shards, restart=True)
+    assert len(plan.pending) == 3 and resume.committed_shards(tmp_path) == set() and read_ids(tmp_path) == ([], [])
+    # the flow's mode: a new input replaces the old output instead of being refused
+    _commit(tmp_path, shards[0])
+    plan = resume.open_run(tmp_path, "p", resume.plan_shards(_rows(30, tag="new"), 10), on_mismatch="restart")
+    assert "different input" in plan.restarted and plan.shards_skipped == 0
+
+
+def test_outputs_without_a_manifest_are_refused(tmp_path):
+    _commit(tmp_path, resume.InputShard("part-000000", tuple(_rows(3))))
+    with pytest.raises(resume.RunMismatch, match="without a run manifest"):
+        resume.open_run(tmp_path, "p", resume.plan_shards(_rows(3), 1))
+
+
+# ---------------------------------------------------------------- the run command, end to end
+
+def build(*, synth: int | None = None, seed: int = 0, regimes: str | None = None, **_):
+    """A pipeline-registry entry: the small test pipeline slowed down so that a run lasts several seconds."""
+    return small_pipeline(synth or 50, regimes=regimes or "short:60,long:40", time_scale=8.0)
+
+
+_LAUNCHER = """
+import sys
+sys.path.insert(0, {tests!r})
+import trident_flows.pipelines as pipelines
+pipelines.PIPELINES["rt-slow"] = "test_resume"
+from trident_flows.cli import app
+app(sys.argv[1:], prog_name="trident-flows")
+"""
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "COLUMNS": "160"}
+    return subprocess.Popen([sys.executable, "-c", _LAUNCHER.format(tests=str(TESTS)), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+
+
+def _ray_below(proc: psutil.Process, seen: dict) -> None:
+    try:
+        for child in proc.children(recursive=True):
+            if is_ray_process(child):
+                seen[(child.pid, child.create_time())] = child
+    except psutil.Error:
+        pass
+
+
+def _kill_runner(proc: psutil.Process) -> bool:
+    for child in proc.children(recursive=True):
+        try:
+            if child.cmdline()[:1] and child.cmdline()[0].startswith("ray::PipelineRunner"):
+                child.kill()
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def _run(args: list[str], interrupt_after: float | None = None, out: Path | None = None, timeout: float = 300,
+         kill_runner: bool = False) -> tuple[int, str, dict]:
+    """Run the CLI in its own session; optionally press Ctrl-C (SIGINT to its process group, as a
+    terminal does) ``interrupt_after`` seconds after its first shard is committed, or SIGKILL its
+    pipeline runner then. Returns the exit code, the output and the Ray processes seen below it.
+    A run whose local Ray node did not start (Ray waits a fixed 30 s for its raylet, which a
+    machine under heavy load can miss) is started once more: that is the test machine, not the run."""
+    for attempt in range(2):
+        rc, output, seen = _run_once(args, interrupt_after, out, timeout, kill_runner)
+        if "The current node timed out during startup" not in output or attempt:
+            break
+    return rc, output, seen
+
+
+def _run_once(args: list[str], interrupt_after: float | None, out: Path | None, timeout: float,
+              kill_runner: bool) -> tuple[int, str, dict]:
+    proc = _start(args)
+    me = psutil.Process(proc.pid)
+    seen: dict = {}
+    first_commit = None
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        _ray_below(me, seen)
+        if interrupt_after is not None and out is not None:
+            if first_commit is None and resume.committed_shards(out):
+                first_commit = time.monotonic()
+            if first_commit is not None and time.monotonic() - first_commit >= interrupt_after:
+                if not kill_runner:
+                    os.killpg(proc.pid, signal.SIGINT)
+                    interrupt_after = None
+                elif _kill_runner(me):
+                    interrupt_after = None
+        time.sleep(0.1)
+    try:
+        output, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc.returncode, output, seen
+
+
+def _left_running(seen: dict) -> list[str]:
+    time.sleep(1.0)
+    alive = []
+    for (pid, created), _ in seen.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{p.name()} {pid}")
+        except psutil.Error:
+            continue
+    return alive
+
+
+def test_interrupted_run_resumes_to_the_ids_of_an_uninterrupted_run_and_leaves_nothing_running(tmp_path):
+    seed = random.randrange(10**6)
+    rng = random.Random(seed)
+    common = ["run", "rt-slow", "--synth", "240", "--cpus", "4", "--gpus", "0", "--tick-s", "0.5"]
+    full, part = tmp_path / "full", tmp_path / "part"
+
+    rc, output, seen = _run([*common, "--out", str(full), "--summary-json", str(tmp_path / "full.json")])
+    assert rc == 0, output[-3000:]
+    assert seen, "the run should have started Ray processes"
+    assert _left_running(seen) == [], "Ray processes left running after a normal exit"
+    reference = sorted(sum(read_ids(full), []))
+    assert len(reference) == 240 and json.loads((tmp_path / "full.json").read_text())["shards_total"] == 40
+
+    delay = rng.uniform(0.0, 4.0)
+    rc, output, seen = _run([*common, "--out", str(part)], interrupt_after=delay, out=part)
+    assert rc == 130, f"seed {seed}, delay {delay:.2f}: {output[-3000:]}"
+    assert "run the same command again to resume" in output, output[-2000:]
+    assert _left_running(seen) == [], f"Ray processes left running after Ctrl-C (seed {seed})"
+    committed = len(resume.committed_shards(part))
+    assert 1 <= committed < 40, f"seed {seed}, delay {delay:.2f}: interrupt landed with {committed} shards committed"
+    data, dead = read_ids(part)
+    assert len(data) + len(dead) == len(set(data + dead)), "an interrupted run left duplicate ids"
+
+    rc, output, _ = _run([*common, "--out", str(part), "--summary-json", str(tmp_path / "part.json")])
+    assert rc == 0, output[-3000:]
+    assert f"resuming: {committed} of 40 shards already committed" in output
+    summary = json.loads((tmp_path / "part.json").read_text())
+    assert summary["shards_skipped"] == committed and summary["items_in"] == 240
+    assert summary["duplicate_ids"] == 0 and summary["items_missing"] == 0
+    resumed = sum(read_ids(part), [])
+    assert len(resumed) == len(set(resumed)) and sorted(resumed) == reference, f"seed {seed}"
+
+    rc, output, _ = _run([*common[:3], "250", *common[4:], "--out", str(part)])
+    assert rc == 2 and "holds another run" in output and "--restart" in output, output[-2000:]
+    assert sorted(sum(read_ids(part), [])) == reference, "a refused run must leave the output as it was"
+
+    # the pipeline runner SIGKILLed mid-run: the command restarts it and finishes from the committed shards
+    killed = tmp_path / "killed"
+    rc, output, seen = _run([*common, "--out", str(killed), "--summary-json", str(tmp_path / "killed.json")], interrupt_after=0.0,
+                            out=killed, kill_runner=True)
+    assert rc == 0 and "the pipeline runner died" in output, output[-3000:]
+    assert json.loads((tmp_path / "killed.json").read_text())["duplicate_ids"] == 0
+    assert sorted(sum(read_ids(killed), [])) == reference
+    assert _left_running(seen) == []
