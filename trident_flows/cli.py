@@ -55,7 +55,8 @@ def synth_video(
 
 @app.command("run")
 def run(
-    pipeline: str = typer.Argument(..., help="Pipeline name: emulated-docs, emulated-video, documents, video."),
+    pipeline: str = typer.Argument(..., help="Pipeline name: emulated-docs, emulated-video, documents, video; or MODULE:FUNCTION "
+                                   "returning a Ray Data Dataset (e.g. examples/ray_data_emulated.py:build), its output in OUT/dataset."),
     out: Path = typer.Option(Path("run-output"), help="Output directory (Parquet parts + dead-letter table)."),
     policy: str = typer.Option("static", help="Scheduling policy: static, ds2, threshold, trident."),
     input: Optional[Path] = typer.Option(None, help="Directory of input files (documents/video pipelines)."),

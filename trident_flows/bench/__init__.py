@@ -9,4 +9,5 @@ BENCHMARKS: dict[str, str] = {
     "placement": "trident_flows.bench.placement",
     "closed-loop": "trident_flows.bench.closed_loop",
     "closed-loop-video": "trident_flows.bench.closed_loop_video",
+    "ray-data-import": "trident_flows.bench.ray_data_import",
 }

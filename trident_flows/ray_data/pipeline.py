@@ -11,8 +11,8 @@ Contract:
   (or its arguments) that cannot be pickled, a Dataset with no stage.
 - Each stage becomes one operator (``stage.RayDataStage`` with the UDF unchanged), named after
   its UDF in snake case (``ParsePdf`` -> ``parse_pdf``, a lambda after its kind), made unique
-  with ``_2``, ``_3``. Consecutive stages Ray Data would fuse into one task (task-pool stages
-  asking for the same resources) become one operator named ``a+b``. Its initial config is what the user asked Ray Data for: ``num_gpus > 0``
+  with ``_2``, ``_3``. Stages Ray Data would fuse (a task-pool stage and the next stage
+  asking for the same resources) become one operator named ``a+b``, sized by its actor pool. Its initial config is what the user asked Ray Data for: ``num_gpus > 0``
   -> device ``gpu`` holding that (fractional) GPU share, else ``cpu``; ``num_cpus`` (default 1,
   as Ray Data); ``batch_size`` (``DEFAULT_BATCH_SIZE`` when Ray Data would choose it or the stage
   works on rows); replicas = the actor pool's initial size or the task concurrency (default 1).
@@ -159,9 +159,9 @@ def _check_view(view: internals.StageView) -> None:
 
 
 def _fusable(a: internals.StageView, b: internals.StageView) -> bool:
-    """Ray Data fuses consecutive task-pool stages that ask for the same resources into one task;
-    trident runs them as one operator too (one replica set, no queue between them)."""
-    return not a.actor_pool and not b.actor_pool and dict(a.ray_remote_args) == dict(b.ray_remote_args)
+    """Ray Data fuses a task-pool stage into the next stage (task or actor pool) that asks for the
+    same resources; trident runs such stages as one operator too (one replica set, no queue between)."""
+    return not a.actor_pool and dict(a.ray_remote_args) == dict(b.ray_remote_args)
 
 
 def _stage_plan(operator: str, views: tuple[internals.StageView, ...]) -> RayDataStagePlan:
@@ -174,7 +174,8 @@ def _stage_plan(operator: str, views: tuple[internals.StageView, ...]) -> RayDat
     devices = (CPU, GPU) if gpus > 0 else (CPU,)
     resources = ((CPU, (cpus if cpus > 0 else 1.0, 0.0)), (GPU, (cpus, gpus if gpus > 0 else 1.0)))
     space = ConfigSpace(devices=devices, batch_size_min=1, batch_size_max=max(64, batch), resources=resources)
-    replicas = max(1, first.initial_replicas or 1)
+    sized = next((v for v in views if v.actor_pool), first)  # a fused run ends in at most one actor pool
+    replicas = max(1, sized.initial_replicas or 1)
     return RayDataStagePlan(operator, views, config, replicas, space)
 
 

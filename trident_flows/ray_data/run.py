@@ -9,7 +9,8 @@ Contract:
   ``regimes`` that its signature accepts and that are not None, and checks it returned a Dataset.
 - ``prepare(ds, work_dir, name=None) -> PipelineSpec`` reads the plan (refusing what trident
   cannot run, before anything runs), stages the input under ``work_dir`` and returns the spec;
-  ``prepare_target(target, work_dir, **options)`` does the same from ``MODULE:FUNCTION``.
+  ``prepare_target(target, work_dir, **options)`` does the same from ``MODULE:FUNCTION`` (the
+  pipeline is named after the module: ``examples/ray_data_emulated.py:build`` -> ``ray-data-emulated``).
 - ``run_dataset(ds, out_dir, *, policy="trident", ...) -> RayDataRun`` is the one call: prepare,
   run to the end with the policy on the current Ray cluster (``runtime.launch.run_pipeline``:
   exactly-once output, dead-letter table), then ``pipeline.publish`` the rows Ray Data would
@@ -89,7 +90,9 @@ def prepare(ds: Any, work_dir: Path | str, name: str | None = None) -> PipelineS
 def prepare_target(target: str, work_dir: Path | str, **options: Any) -> PipelineSpec:
     """``prepare`` for the Dataset returned by ``MODULE:FUNCTION``."""
     fn = load_function(target)
-    return prepare(call_function(fn, **options), work_dir, name=target.rpartition(":")[2].replace("_", "-"))
+    module = target.rpartition(":")[0]
+    name = (Path(module).stem if module.endswith(".py") or "/" in module else module.rpartition(".")[2]).replace("_", "-")
+    return prepare(call_function(fn, **options), work_dir, name=name)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ Contract:
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
   back to count items and duplicate ids.
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
-  the registry, rich progress bar, summary table and ``--summary-json``.
+  the registry (or ``MODULE:FUNCTION`` returning a Ray Data Dataset, see ``trident_flows.ray_data``,
+  whose rows are then published to ``OUT/dataset``), rich progress bar, summary table and ``--summary-json``.
 """
 
 from __future__ import annotations
@@ -216,7 +217,12 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
         ray.init("local", num_cpus=int(cpus) if cpus else None, num_gpus=int(gpus) if gpus is not None else None, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     try:
-        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
+        if ":" in pipeline:  # MODULE:FUNCTION returning a user's Ray Data Dataset
+            from trident_flows.ray_data import prepare_target, publish
+
+            spec = prepare_target(pipeline, out / "_inputs", input=input, synth=synth, seed=seed, regimes=regimes)
+        else:
+            spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs")
         cpus_now, gpus_now = cluster_totals()
         policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
@@ -229,6 +235,8 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
 
             summary = run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
                                    overwrite=True)
+        if ":" in pipeline:
+            console.print(f"Ray Data output: {publish(out)['rows']} rows in {out / 'dataset'}")
     finally:
         ray.shutdown()
     for table in _summary_table(summary):
