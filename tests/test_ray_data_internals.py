@@ -97,14 +97,14 @@ def test_the_source_dataset_reads_only_the_input(ray_cluster):
     assert source.context.execution_options.preserve_order
 
 
-def test_block_conversions_are_ray_datas_own():
+def test_block_conversions_are_ray_datas_own(ray_cluster):
     table = pa.table({"id": ["a", "b", "c"], "x": pa.array([1.5, 2.5, 3.5], pa.float32())})
     batch = internals.batch_of(table, "numpy", copy=False)
     assert batch["x"].dtype == np.float32
     batch["vec"] = np.ones((3, 4), dtype=np.float32)
     block = internals.block_of_batch(batch)
     assert block.schema.field("x").type == pa.float32()
-    assert "tensor" in str(block.schema.field("vec").type)
+    assert "Tensor" in str(block.schema.field("vec").type)
     copied = internals.batch_of(table, "numpy", copy=True)
     copied["x"][0] = 9  # a copy is writable
     assert internals.batch_of(table, "pandas", copy=False)["x"].tolist() == [1.5, 2.5, 3.5]

@@ -39,13 +39,14 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ray_data_emulated.
 
 def _native(n: int, time_scale: float, out: Path, tick_s: float) -> tuple[float, Any]:
     from trident_flows.pipelines.emulated_docs import build
-    from trident_flows.runtime.launch import run_pipeline
+    from trident_flows.runtime.launch import cluster_totals, run_pipeline
     from trident_flows.scheduler.policies import make_policy
     from trident_flows.scheduler.types import ClusterSpec
 
     start = time.perf_counter()
     spec = build(synth=n, seed=SEED, time_scale=time_scale)
-    policy = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(CLUSTER_CPUS, CLUSTER_GPUS))
+    cpus, gpus = cluster_totals()  # what run_dataset gives the policy too
+    policy = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus)))
     summary = run_pipeline(spec, out, policy=policy, tick_s=tick_s, overwrite=True)
     return time.perf_counter() - start, summary
 
@@ -96,7 +97,7 @@ def _figure(raw: dict[str, Any]) -> Any:
 
 
 def run(quick: bool = False) -> BenchResult:
-    n, repeats, time_scale = (120, 1, 0.25) if quick else (600, 3, 0.5)
+    n, repeats, time_scale = (120, 1, 0.25) if quick else (400, 3, 0.5)
     tick_s = 2.0
     started = not ray.is_initialized()
     if started:
