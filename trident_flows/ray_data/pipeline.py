@@ -19,8 +19,8 @@ Contract:
   Trident may then change replicas (1..``MAX_REPLICAS``), batch size (1..max(64, batch size)),
   and device: a GPU stage may move to the CPU (a CPU stage stays on the CPU).
 - ``RayDataPipeline.stage_input(dir)`` runs the read part with Ray Data (all of the cluster is
-  free then: no replica is up yet) and keeps its blocks as Arrow IPC files in ``dir``, in read
-  order; ``pipeline_spec(dir)`` is the ``PipelineSpec`` whose source streams those rows (lineage
+  free then: no replica is up yet) and keeps its rows, encoded as the runtime carries them
+  (``rows.ROW``), as Arrow IPC files in ``dir``, in read order; ``pipeline_spec(dir)`` is the ``PipelineSpec`` whose source streams those rows (lineage
   ids ``row-000000000`` ...) from the files without Ray tasks, so reading never waits for a CPU
   that trident's replicas hold.
 - ``publish(out_dir, dest=None)`` writes what ``ds.write_parquet(dest)`` would write (default
@@ -82,19 +82,21 @@ class RayDataPipeline:
     stages: tuple[RayDataStagePlan, ...]
 
     def stage_input(self, directory: Path | str) -> int:
-        """Run the read part with Ray Data and keep its blocks in ``directory``; returns the row count."""
+        """Run the read part with Ray Data and keep its rows in ``directory``, each already encoded
+        as the runtime carries it (so the runner only reads bytes); returns the row count."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob(_INPUT_GLOB):
             old.unlink()
         rows = 0
+        schema = pa.schema([(ROW, pa.binary())])
         for k, batch in enumerate(self.source.iter_batches(batch_size=None, batch_format="pyarrow")):
             table = internals.arrow_of(batch)
             if table.num_rows == 0:
                 continue
             tmp = out / f".block-{k:06d}.{uuid.uuid4().hex}.tmp"
-            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                writer.write_table(pa.table({ROW: pa.array(encode_rows(table), pa.binary())}))
             os.replace(tmp, out / f"block-{k:06d}.arrow")
             rows += table.num_rows
         return rows
@@ -113,7 +115,7 @@ def staged_rows(directory: str) -> Iterator[dict[str, Any]]:
         with pa.memory_map(str(path)) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
-                for blob in encode_rows(pa.Table.from_batches([reader.get_batch(i)])):
+                for blob in reader.get_batch(i).column(0).to_pylist():
                     yield {ID: f"row-{k:09d}", ROW: blob}
                     k += 1
 
