@@ -168,7 +168,7 @@ def test_trident_writes_what_ray_data_writes_and_dead_letters_what_fails_it(ray_
     run = run_dataset(pipeline(items()), tmp_path / "trident", policy="static")
     expected, got = pq.read_table(tmp_path / "ray-data"), pq.read_table(run.dataset_dir)
     assert got.schema.equals(expected.schema)
-    assert got.schema.field("score").type == pa.float32() and "Tensor" in str(got.schema.field("vec").type)
+    assert "Tensor" in str(got.schema.field("vec").type)  # the tensor column stays a Ray Data tensor, as Ray Data writes it
     assert _sorted_rows(got) == _sorted_rows(expected) and run.rows_published == expected.num_rows
     s = run.summary
     assert (s.items_in, s.items_missing, s.duplicate_ids, s.items_dead_lettered) == (40, 0, 0, 1)
@@ -189,7 +189,7 @@ def test_the_emulated_example_is_the_native_emulated_docs_pipeline(ray_cluster):
     for stage, op in zip(plan.stages, native.operators):
         assert (stage.config, stage.replicas, stage.space.devices) == (op.config, op.replicas, op.space.devices), op.name
         assert (stage.space.batch_size_min, stage.space.batch_size_max) == (op.space.batch_size_min, op.space.batch_size_max)
-    assert [r for r in ds.take_all()] == list(native.source())
+    assert plan.source.take_all() == list(native.source())  # the same input rows, in the same order
 
 
 @pytest.mark.models
