@@ -112,7 +112,8 @@ def synth_video(
 
 @app.command("run")
 def run(
-    pipeline: str = typer.Argument(..., help=f"Pipeline name: {', '.join(PIPELINES)}."),
+    pipeline: str = typer.Argument(..., help=f"Pipeline name: {', '.join(PIPELINES)}; or MODULE:FUNCTION returning a Ray Data "
+                                   "Dataset (e.g. examples/ray_data_emulated.py:build), its output in OUT/dataset."),
     out: Path = typer.Option(Path("run-output"), help="Output directory (Parquet parts + dead-letter table)."),
     policy: str = typer.Option("static", help=f"Scheduling policy: {', '.join(available_policies())}."),
     input: Optional[Path] = typer.Option(None, help="Directory of input files (documents/video pipelines)."),
@@ -137,12 +138,18 @@ def run(
     from trident_flows.runtime.resume import RunInterrupted
 
     with user_errors():
-        _check_choice("pipeline", pipeline, sorted(PIPELINES))
+        ray_data = ":" in pipeline  # MODULE:FUNCTION returning a Ray Data Dataset
+        if not ray_data:
+            _check_choice("pipeline", pipeline, sorted(PIPELINES))
         if input is not None and not input.is_dir():
             raise RuntimeConfigError(f"--input {input}: no such directory; give a directory of input files, or --synth N to generate N")
         try:  # refuse bad quality settings before a Ray node starts
             settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
-            check_settings(pipeline, settings["quality"], settings["tune"])
+            if ray_data and (quality or tune):
+                raise ValueError(f"--quality/--tune set the knobs of this project's pipelines; {pipeline} is a Ray Data pipeline: "
+                                 "set its UDFs' parameters in its own code")
+            if not ray_data:
+                check_settings(pipeline, settings["quality"], settings["tune"])
         except ValueError as exc:
             raise RuntimeConfigError(str(exc)) from None
         try:

@@ -12,4 +12,5 @@ BENCHMARKS: dict[str, str] = {
     "closed-loop-video": "trident_flows.bench.closed_loop_video",
     "headroom": "trident_flows.bench.headroom",
     "faults": "trident_flows.bench.faults",
+    "ray-data-import": "trident_flows.bench.ray_data_import",
 }

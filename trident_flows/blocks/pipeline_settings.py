@@ -1,7 +1,8 @@
 """``PipelineSettingsBlock``: which curation pipeline to run, on what input, into where,
 in shards of what size, and the name its runner is found by.
 
-Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES``; input and output
+Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES``, unless
+``ray_data_pipeline`` names a user's Ray Data pipeline (``MODULE:FUNCTION``, see ``trident_flows.ray_data``); input and output
 locations are local directories (a path or a ``file://`` URL); without an input location the
 pipeline generates ``synth`` synthetic inputs. ``quality`` holds the user's quality knob settings
 (what the output is: ``{"ocr.dpi": 200}``; no scheduling policy changes them) and ``tune`` the
@@ -50,6 +51,7 @@ class PipelineSettingsBlock(Block):
     synth: Optional[int] = Field(default=None, ge=1, description="Generate this many synthetic inputs when no input location is given.")
     regimes: Optional[str] = Field(default=None, description="Regime schedule for synthetic inputs, e.g. 'short:20,long:10,scans:10'.")
     seed: int = Field(default=0, description="Random seed of synthetic inputs.")
+    ray_data_pipeline: Optional[str] = Field(default=None, description="MODULE:FUNCTION returning a Ray Data Dataset to run instead of `pipeline` (its rows are published to OUTPUT/dataset), e.g. examples/ray_data_emulated.py:build.")
     runner_name: str = Field(default="trident-runner", min_length=1, description="Name the pipeline runner registers under in the Ray cluster; the sidecar finds it by this name.")
     quality: dict[str, Union[int, float, str]] = Field(
         default_factory=dict, description="Quality knob settings OPERATOR.KNOB -> value, e.g. {'ocr.dpi': 200}: they decide what the "
@@ -80,7 +82,7 @@ class PipelineSettingsBlock(Block):
 
     @model_validator(mode="after")
     def _check_source(self) -> "PipelineSettingsBlock":
-        if self.input_location is None and self.synth is None and not self.pipeline.startswith("emulated"):
+        if self.input_location is None and self.synth is None and not self.pipeline.startswith("emulated") and not self.ray_data_pipeline:
             raise ValueError(f"pipeline {self.pipeline!r} needs an input: set input_location to a directory, or synth to a number of synthetic inputs")
         from trident_flows.pipelines.quality import check_settings
 

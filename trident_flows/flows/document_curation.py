@@ -6,6 +6,8 @@ Contract:
   input into shards and runs each shard as a task run on Ray through prefect-ray's
   ``RayTaskRunner``, with retries. Ray workers get ``PREFECT_API_URL`` through their runtime
   environment, so their task runs report to the flow's server.
+- ``pipeline.ray_data_pipeline`` (``MODULE:FUNCTION``) runs a user's Ray Data pipeline instead of
+  a named one; its rows are then published to ``OUTPUT/dataset`` as Ray Data would write them.
 - Outputs are idempotent per shard: re-running the flow (or a shard) into the same output
   location replaces that shard's partition, never duplicating rows.
 - A progress artifact follows the run (share of input items accounted for); a table artifact
@@ -32,6 +34,7 @@ from prefect.context import get_run_context
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect_ray.context import remote_options
 
+from trident_flows import ray_data
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline
@@ -155,9 +158,11 @@ def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
         logger.info("reading inputs from %s", pipeline.input_location)
     elif pipeline.synth:
         logger.info("preparing %d synthetic inputs for %s (generated under %s, or reused when already there)",
-                    pipeline.synth, pipeline.pipeline, work_dir)
+                    pipeline.synth, pipeline.ray_data_pipeline or pipeline.pipeline, work_dir)
     start = time.monotonic()
-    spec = build_pipeline(pipeline.pipeline, **pipeline.build_options(work_dir=work_dir))
+    options = pipeline.build_options(work_dir=work_dir)
+    spec = (ray_data.prepare_target(pipeline.ray_data_pipeline, **options) if pipeline.ray_data_pipeline
+            else build_pipeline(pipeline.pipeline, **options))
     shards = plan_shards(spec.source(), pipeline.shard_size)
     logger.info("inputs ready in %.1f s: %d items", time.monotonic() - start, sum(len(s.rows) for s in shards))
     return spec, shards
@@ -220,6 +225,8 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         ray.get(runner.stop.remote())
         ray.kill(runner)
         _release_shared_state(spec)
+    if pipeline.ray_data_pipeline:
+        logger.info("Ray Data output: %d rows in %s", ray_data.publish(out_dir)["rows"], out_dir / "dataset")
     summary = summarise(str(out_dir), items_in, len(shards), wall_s)
     create_table_artifact(summary.table(), key=f"{key}-summary",
                           description=f"{spec.name} into {out_dir}: kept, removed, dead-lettered items and throughput")

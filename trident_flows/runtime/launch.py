@@ -19,6 +19,8 @@ Contract:
   address) raises ``RuntimeConfigError`` saying what to change. Ctrl-C stops the run (committed
   shards kept, Ray shut down) and says how to resume; a runner that dies is restarted
   (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
+  A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset (``trident_flows.ray_data``): Ray
+  starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
 """
 
 from __future__ import annotations
@@ -279,28 +281,37 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
     if address in ("auto", "local"):
         raise RuntimeConfigError(f"--address {address} is not allowed ('auto' may attach to a stranger's cluster): give HOST:PORT "
                                  "of your cluster, or leave --address out to start a local Ray node")
-    try:  # options are checked, and the pipeline built, before Ray starts
+    ray_data = ":" in pipeline  # MODULE:FUNCTION returning a user's Ray Data Dataset
+    try:  # options are checked (and a registry pipeline built) before Ray starts
         make_policy(policy)
-        spec = build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs", quality=quality,
-                              tune=tune)
+        spec = None if ray_data else build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes,
+                                                    work_dir=out / "_inputs", quality=quality, tune=tune)
     except (ValueError, FileNotFoundError) as exc:
         raise RuntimeConfigError(str(exc)) from None
-    rows = list(spec.source())
-    shards = resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows)))
-    plan = resume_mod.open_run(out, spec.name, shards, restart=restart)
-    if plan.message():
-        console.print(plan.message())
-    if not plan.pending:
-        summary = _committed_summary(spec.name, policy, plan)
-    else:
-        if address:
-            _check_reachable(address)
-        with resume_mod.stop_on_first_interrupt(console.print):
+    if address:
+        _check_reachable(address)
+    opened = None if spec is None else _open_run(spec, out, restart, console)  # another run in --out is refused before Ray starts
+    with resume_mod.stop_on_first_interrupt(console.print):
+        try:
+            _start_ray(address, cpus, gpus, console)
             try:
-                summary = _run_resumable(spec, shards, plan, out=out, policy=policy, cpus=cpus, gpus=gpus, address=address,
-                                         tick_s=tick_s, decision_log=decision_log, console=console)
-            except KeyboardInterrupt:
-                raise resume_mod.RunInterrupted(resume_mod.interrupted_message(out)) from None
+                if spec is None:  # Ray Data reads the user's input, so its pipeline is built once Ray is up
+                    from trident_flows.ray_data import prepare_target
+
+                    spec = prepare_target(pipeline, out / "_inputs", input=input, synth=synth, seed=seed, regimes=regimes)
+                    opened = _open_run(spec, out, restart, console)
+                shards, plan = opened
+                summary = (_run_resumable(spec, shards, plan, out=out, policy=policy, tick_s=tick_s, decision_log=decision_log,
+                                          console=console)
+                           if plan.pending else _committed_summary(spec.name, policy, plan))
+                if ray_data:
+                    from trident_flows.ray_data import publish
+
+                    console.print(f"Ray Data output: {publish(out)['rows']} rows in {out / 'dataset'}")
+            finally:
+                ray.shutdown()
+        except KeyboardInterrupt:
+            raise resume_mod.RunInterrupted(resume_mod.interrupted_message(out)) from None
     for table in _summary_table(summary):
         console.print(table)
     if summary.output_note:
@@ -314,6 +325,16 @@ def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, sy
         tmp.replace(summary_json)
         console.print(f"summary: {summary_json}")
     return summary
+
+
+def _open_run(spec: PipelineSpec, out: Path, restart: bool, console: Any) -> tuple[Any, resume_mod.ResumePlan]:
+    """Cut the input into shards and prepare ``out`` for them (resume, restart, or refuse another run)."""
+    rows = list(spec.source())
+    shards = resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows)))
+    plan = resume_mod.open_run(out, spec.name, shards, restart=restart)
+    if plan.message():
+        console.print(plan.message())
+    return shards, plan
 
 
 def _start_ray(address: str | None, cpus: float | None, gpus: float | None, console: Any) -> None:
@@ -337,40 +358,36 @@ def _start_ray(address: str | None, cpus: float | None, gpus: float | None, cons
             console.print("the local Ray node did not start within Ray's fixed 30 s (a busy machine?); trying again")
 
 
-def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan, *, out: Path, policy: str, cpus: float | None,
-                   gpus: float | None, address: str | None, tick_s: float, decision_log: Path | None, console: Any) -> RunSummary:
-    """Start Ray, size the pipeline to the cluster, run the pending shards; Ray is shut down however it ends."""
+def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan, *, out: Path, policy: str, tick_s: float,
+                   decision_log: Path | None, console: Any) -> RunSummary:
+    """Size the pipeline to the running cluster and run the pending shards (a runner that dies is restarted)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from trident_flows.runtime.sizing import fit_to_cluster
 
-    _start_ray(address, cpus, gpus, console)
-    try:
-        cpus_now, gpus_now = cluster_totals()
-        sizing = fit_to_cluster(spec, cpus_now, gpus_now)
-        spec = sizing.spec
-        if sizing.notes:
-            console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
-        restarts = 0
-        while True:
-            policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                          TimeElapsedColumn(), console=console, transient=False) as bar:
-                task = bar.add_task(f"{spec.name} ({policy})", total=plan.manifest.items, completed=plan.items_skipped, rate="")
+    cpus_now, gpus_now = cluster_totals()
+    sizing = fit_to_cluster(spec, cpus_now, gpus_now)
+    spec = sizing.spec
+    if sizing.notes:
+        console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
+    restarts = 0
+    while True:
+        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                      TimeElapsedColumn(), console=console, transient=False) as bar:
+            task = bar.add_task(f"{spec.name} ({policy})", total=plan.manifest.items, completed=plan.items_skipped, rate="")
 
-                def progress(state: RunnerState) -> None:
-                    bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
-                               rate=f"{state.throughput:.1f} rows/s")
-                try:
-                    return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
-                                        resume=plan)
-                except ray.exceptions.RayActorError as exc:
-                    restarts += 1
-                    if restarts > RUNNER_RESTARTS:
-                        raise
-                    cause = str(exc).splitlines()[0][:200]
-            plan = resume_mod.open_run(out, spec.name, shards)
-            console.print(f"the pipeline runner died ({cause}); restarted it ({restarts} of {RUNNER_RESTARTS}): "
-                          f"{plan.shards_skipped} of {plan.shards_total} shards already committed")
-    finally:
-        ray.shutdown()
+            def progress(state: RunnerState) -> None:
+                bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
+                           rate=f"{state.throughput:.1f} rows/s")
+            try:
+                return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
+                                    resume=plan)
+            except ray.exceptions.RayActorError as exc:
+                restarts += 1
+                if restarts > RUNNER_RESTARTS:
+                    raise
+                cause = str(exc).splitlines()[0][:200]
+        plan = resume_mod.open_run(out, spec.name, shards)
+        console.print(f"the pipeline runner died ({cause}); restarted it ({restarts} of {RUNNER_RESTARTS}): "
+                      f"{plan.shards_skipped} of {plan.shards_total} shards already committed")

@@ -1,0 +1,19 @@
+"""Existing Ray Data pipelines under trident, without rewriting them.
+
+A team's ``ray.data.read_...().map_batches(UDF, compute=ActorPoolStrategy(...), num_gpus=...,
+batch_size=...)...`` Dataset becomes a trident pipeline: each stage an operator whose replicas,
+batch size, device and resources trident controls, running the user's UDF unchanged, with the
+runtime's exactly-once output and dead-letter table, and the rows Ray Data would write.
+
+- ``run_dataset(ds, out_dir, policy="trident")``: the one call (``run``).
+- ``prepare`` / ``prepare_target``: the ``PipelineSpec`` of a Dataset / of ``MODULE:FUNCTION``
+  (for ``trident-flows run MODULE:FUNCTION`` and the Prefect flow); ``publish`` writes its output.
+- ``read_dataset``: the plan read and checked, refusals as ``RayDataPlanError`` (``pipeline``).
+- Every Ray Data internal used is in ``internals`` (pinned to ``internals.RAY_VERSION``).
+"""
+
+from trident_flows.ray_data.pipeline import RayDataPipeline, RayDataPlanError, publish, read_dataset
+from trident_flows.ray_data.run import RayDataRun, call_function, load_function, prepare, prepare_target, run_dataset
+
+__all__ = ["RayDataPipeline", "RayDataPlanError", "RayDataRun", "call_function", "load_function", "prepare", "prepare_target",
+           "publish", "read_dataset", "run_dataset"]
