@@ -675,6 +675,8 @@ class PipelineRunner:
         rolling = [r.dip for r in self.apply_reports if any(s["kind"] == StepKind.RETIRE.value for s in r.steps_done)
                    and any(s["kind"] == StepKind.START.value for s in r.steps_done)]
         state["rolling_update_dip"] = max(rolling) if rolling else 0.0
+        state["applies_refused"] = [{"error": r.error, **r.outcome.to_dict()} for r in self.apply_reports
+                                    if r.outcome.status != ApplyStatus.LANDED]
         state["out_dir"] = str(self.out_dir)
         return state
 
@@ -684,13 +686,17 @@ class PipelineRunner:
         async with self._apply_lock:
             if self.finished:
                 return ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error="the run has finished")
-            if isinstance(change, Plan):
-                transition = plan_transition(self._state(), change)
-            elif isinstance(change, Transition):
-                transition = change
-                self._check_transition(transition)
-            else:
+            if not isinstance(change, (Plan, Transition)):
                 raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
+            try:
+                if isinstance(change, Plan):
+                    transition = plan_transition(self._state(), change)
+                else:
+                    transition = change
+                    self._check_transition(transition)
+            except RuntimeConfigError as exc:  # refused before any step: recorded with its reason, then raised to the caller
+                self.apply_reports.append(ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error=str(exc), reason=change.reason or ""))
+                raise
             if transition.decision == Decision.WAIT or not transition.steps:
                 return ApplyReport((), 0.0, 0.0, 0.0, 0.0, reason=transition.reason or "nothing to do")
             t0 = time.time()
