@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import ray
 
-from test_controller import CLUSTER8, SimOp, SimRunner, run_ticks, two_ops
+from test_controller import CLUSTER8, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
 from trident_flows.runtime.launch import start_runner
 from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState

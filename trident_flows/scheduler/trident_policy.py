@@ -5,8 +5,10 @@ Contract:
   is a function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since the
   last tick (plus the policy's own memory of earlier ticks) and returns a frozen ``TickRecord``
   whose ``plan`` is the change to apply (``None``: keep the current configuration); ``decide``
-  returns just that plan. It makes no runner call: applying the plan is the caller's step, and
-  the next ``state`` shows whether it was applied.
+  returns just that plan. It makes no runner call: applying the plan is the caller's step, which
+  reports the ``ApplyOutcome`` back through ``observe_apply(plan, outcome)``: a plan that was
+  refused or only partly landed is never issued again unchanged against the same placement
+  (the tick says so instead), and a rollout that did not land is not verified.
 - observe: the samples go to a sliding window per operator and its ``OperatorModel`` is refitted
   once ``refit_min_samples`` new samples have arrived since its last fit, at once when its
   config epoch changed or its window was cut at a change point (samples of older config epochs
@@ -27,7 +29,8 @@ Contract:
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
-  operator running such a config is moved off it at once (safety comes before gain).
+  operator running such a config is moved off it at once (safety comes before gain), with a
+  feasible order (a move that cannot be ordered is not issued) and its price recorded.
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
@@ -42,9 +45,16 @@ Contract:
   passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
   few batches to refit soon): its capacity curves are scaled down to the measurement until it
   refits, and the note says so. Without this, such an operator stayed starved for a minute.
-- transition: ``transition_cost.plan_transition`` prices the rolling change against the
-  expected regime duration (mean of past regime lengths, capped by the rest of the run at the
-  measured throughput when the spec knows its item count), with each option's cold start the
+- evidence gate: no placement until every operator has a fitted model and ``min_samples``
+  samples; a config that does not run is compared only with ``min_config_samples`` samples of
+  it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
+  capacity beyond what runs now counts at its lower confidence bound (GP mean -
+  ``confidence_z`` std), so a change is made only when its gain holds there.
+- transition: ``transition_cost.plan_transition`` orders the change exactly as the runner will
+  (``order_steps``) and prices it against the time it can pay off: the current regime's expected
+  remaining time (past regimes longer than this one so far, less its elapsed time), capped by
+  the items left (not yet read + queued, from the runner, input open or closed) at the measured
+  intake, with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
   ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
   when the pricing decides ROLL_OUT (items gained over the regime at least ``benefit_ratio``
@@ -52,12 +62,13 @@ Contract:
   replica actor's own start-up) and the predicted gain is at least
   ``min_gain`` of the current predicted throughput (10% by default: smaller predicted gains are
   within the live models' error and chasing them costs cold starts); otherwise the record says WAIT and why.
-- verify: after a rollout, once the plan is in place, the measured pipeline throughput of the
-  next ``verify_ticks`` ticks is compared with the prediction; when it falls short by more than
-  ``tolerance`` and is also below the throughput before the change, the previous placement is
-  restored (a "rollback" with the figures as reason) and that plan is not proposed again in
-  this regime; short of the prediction but not worse than before, the plan is kept and the
-  shortfall recorded. New placements wait until the verification ends.
+- verify: after a rollout, once the plan is in place, the end-to-end throughput
+  (``state.end_to_end_throughput``: items finished at the sink, which filling queues do not
+  inflate) of the next ``verify_ticks`` ticks is compared with the ticks before the change,
+  whatever the input state or regime meanwhile (``worse_than_before``: lower by more than
+  ``verify_z`` standard errors and by 5%); a change that made things worse is rolled back (the
+  previous placement restored, with the figures as reason) and not proposed again in this
+  regime. New placements wait until the verification ends.
 - ``max_changes`` (the Prefect sidecar's ``max_reconfigurations_per_tick``) caps the operators
   one plan changes: growing ones first, then the most saturated, as long as the cluster's
   CPUs/GPUs hold; the limited plan is what is priced (the MILP's full plan may gain more).
@@ -142,7 +153,7 @@ class TridentPolicy:
     name = "trident"
 
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
-                 k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
+                 k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
@@ -152,8 +163,6 @@ class TridentPolicy:
                  **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
-        if not 0 < tolerance < 1:
-            raise ValueError(f"trident: tolerance must be in (0, 1), got {tolerance}")
         if verify_ticks < 1 or apply_grace_ticks < 1:
             raise ValueError("trident: verify_ticks and apply_grace_ticks must be >= 1")
         if min_gain < 0 or regime_duration_s <= 0:
@@ -164,7 +173,6 @@ class TridentPolicy:
         self.k = k
         self.min_gain = min_gain
         self.benefit_ratio = benefit_ratio
-        self.tolerance = tolerance
         self.verify_ticks = verify_ticks
         self.apply_grace_ticks = apply_grace_ticks
         self.regime_duration_s = regime_duration_s
