@@ -132,3 +132,16 @@ def test_a_move_the_remaining_items_cannot_repay_is_not_made():
     records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
     assert not any(r.plan is not None for r in records), [(r.action, r.reason[:160]) for r in records]
     assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
+    from trident_flows.scheduler.types import Outcome
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
+    new = runner.advance(2.0)
+    new[0] = replace(new[0], outcome=Outcome.OOM)
+    record = policy.tick(runner.state(), new)
+    assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
+    moved = record.plan.for_operator(new[0].operator)
+    assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]

@@ -396,7 +396,7 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     record.tick_ms = [float(r.timings_ms.get("total", 0.0)) for r in getattr(policy, "records", [])]
     steps = [r.timings_ms for r in getattr(policy, "records", [])]
     record.tick_steps_ms = {k: round(float(np.median([t.get(k, 0.0) for t in steps])), 2) for k in (steps[-1] if steps else {})}
-    record.decisions = [{"t": round(r.at - t_wall0, 2), "action": r.action, "reason": r.reason[:400], "events": [str(e) for e in r.events][:5],
+    record.decisions = [{"t": round(r.at - t_wall0, 2), "action": getattr(r.action, "value", r.action), "reason": r.reason[:400], "events": [str(e) for e in r.events][:5],
                          "predicted": round(r.predicted_throughput, 3), "measured": round(r.pipeline_throughput, 3)}
                         for r in getattr(policy, "records", []) if r.action != "none" or r.events]
     record.error = state.error

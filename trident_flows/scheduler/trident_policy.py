@@ -30,7 +30,9 @@ Contract:
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
   operator running such a config is moved off it at once (safety comes before gain), with a
-  feasible order (a move that cannot be ordered is not issued) and its price recorded.
+  feasible order (a move that cannot be ordered is not issued) and its price recorded; before
+  the evidence gate lets the placement run, replica for replica to the largest smaller batch
+  that is not unsafe (``_safety_plan``: same resources, so it always fits).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
@@ -100,7 +102,7 @@ from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.transition_cost import plan_transition
-from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan
+from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
 
 _STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
 
@@ -262,9 +264,12 @@ class TridentPolicy:
             self._recent.append(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted = "none", "", None, 0.0
+        safety = step("safety", lambda: self._safety_plan(state)) if self._pending is None else None
         if rollback is not None:
             action, plan, reason = "rollback", rollback, rollback.reason
-        elif not self._ops or not all(o.model.ready and len(o.window) >= self.min_samples for o in self._ops.values()):
+        elif safety is not None and not self._gate_passed():
+            action, plan, reason = "roll_out", safety, safety.reason
+        elif not self._gate_passed():
             missing = sorted(f"{n} ({len(o.window)})" for n, o in self._ops.items() if not o.model.ready or len(o.window) < self.min_samples)
             reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator; "
                       f"short: {', '.join(missing) or 'every operator'}")
@@ -292,7 +297,7 @@ class TridentPolicy:
                 action, plan = Action.WAIT, None
             else:
                 self._issued = issued
-        if action == "roll_out" and plan is not None:
+        if action == "roll_out" and plan is not None and plan is not safety:  # a safety move is not undone for speed
             self._pending = _Pending(plan, predicted, list(self._recent), self._previous_groups(state, plan), self._regime_key())
         self._history.append(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
@@ -302,6 +307,32 @@ class TridentPolicy:
         self.records.append(record)
         self.last_record = record
         return record
+
+    def _gate_passed(self) -> bool:
+        return bool(self._ops) and all(o.model.ready and len(o.window) >= self.min_samples for o in self._ops.values())
+
+    def _safety_plan(self, state: RunnerState) -> Plan | None:
+        """Before the evidence gate lets the placement run: move every operator off a config that ran
+        out of memory (or whose memory bound exceeds the budget) to the largest smaller batch that is
+        not unsafe, replica for replica (the same CPUs/GPUs, so the move always fits). None when all
+        is safe."""
+        ops = []
+        for op_state in state.operators:
+            if op_state.name not in self._ops:
+                continue
+            groups, moved = [], []
+            for config, n in _counts(serving_groups(op_state)):
+                safe = config
+                while self._is_unsafe(op_state.name, safe) is not None and safe.batch_size > 1:
+                    safe = safe.with_changes(batch_size=max(1, safe.batch_size // 2))
+                if safe != config:
+                    moved.append(f"{config.label()} -> {safe.label()} ({self._is_unsafe(op_state.name, config)})")
+                groups.append(ReplicaGroup(safe, n))
+            if moved:
+                ops.append(OperatorPlan(op_state.name, tuple(groups), f"memory safety: {op_state.name} " + "; ".join(moved), canary_config(op_state)))
+        if not ops:
+            return None
+        return Plan(tuple(ops), 0.0, "memory safety before the evidence gate: " + "; ".join(o.reason for o in ops))
 
     # ------------------------------------------------------------------ observe
     def _measure(self, state: RunnerState) -> dict[str, float]:
@@ -652,6 +683,9 @@ class TridentPolicy:
         worse, figures = worse_than_before(p.before, p.measured, self.verify_z)
         if not worse:
             return f"verified: {figures}; predicted {p.predicted:.4g} input items/s", None
+        unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self._is_unsafe(name, g.config)]
+        if unsafe:
+            return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
         self._rejected.add((p.regime_key, _signature(p.plan)))
         why = f"rollback: the change made the pipeline slower ({figures})"
         ops = tuple(OperatorPlan(name, groups, why, canary_config(state.operator(name))) for name, groups in p.previous.items() if groups)
