@@ -32,6 +32,9 @@ class Action(str, Enum):
     ROLLBACK = "rollback"
     ERROR = "error"
 
+    def __str__(self) -> str:  # log text and f-strings show the value ("roll_out"), as the JSON does
+        return self.value
+
 
 ACTIONS = tuple(a.value for a in Action)
 
