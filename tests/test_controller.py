@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.decision_log import DecisionLog
+from trident_flows.scheduler.decision_log import DecisionLog, EventKind
 from trident_flows.scheduler.placement import PlacementError, solve_placement
 from trident_flows.scheduler.policies import decide_once, make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
@@ -149,7 +149,7 @@ def test_trident_moves_replicas_to_the_new_bottleneck_within_a_few_ticks():
     assert runner.replicas("b") > runner.replicas("a"), [(r.action, r.reason) for r in second]
     moved = next(k for k, r in enumerate(second) if r.action == "roll_out" and any(o.operator == "b" for o in r.plan.operators))
     assert moved <= 6
-    assert any("regime" in e for r in second for e in r.events)
+    assert any(e.kind in (EventKind.REGIME_CHANGE, EventKind.RESIDUAL_CHANGE) for r in second for e in r.events)
     assert runner.state().throughput > 0
 
 
@@ -162,7 +162,7 @@ def test_trident_rolls_back_a_plan_that_measures_worse_than_before():
     actions = [r.action for r in records]
     assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason, r.verification) for r in records]
     rollback = records[actions.index("rollback")]
-    assert "short of the predicted" in rollback.reason and "restoring the previous placement" in rollback.reason
+    assert "made the pipeline slower" in rollback.reason and "restoring the previous placement" in rollback.reason
     assert rollback.plan.for_operator("b").replicas == 2
     assert runner.replicas("b") <= 3  # it did not keep a placement that measured worse
 
@@ -231,7 +231,7 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=1400, regimes="a_heavy:500,b_heavy:900")
     handle = start_runner(spec, tmp_path / "out", name="ctl-move-runner")
     controller = Controller(handle, spec=spec, cluster=ClusterSpec.single_node(8, 0), decision_log=tmp_path / "d.jsonl",
-                            verify_ticks=2)
+                            verify_ticks=2, min_samples=12)  # a 1400-item run: b finishes few batches per regime
     try:
         deadline = time.time() + 240
         while not controller.finished and time.time() < deadline:
@@ -244,7 +244,7 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     records = controller.records
     assert final.finished and final.error == ""
     assert_exactly_once(spec, tmp_path / "out")
-    changed = [k for k, r in enumerate(records) if any(e.startswith("b: regime") for e in r.events)]
+    changed = [k for k, r in enumerate(records) if any(e.operator == "b" and e.kind in (EventKind.REGIME_CHANGE, EventKind.RESIDUAL_CHANGE) for e in r.events)]
     assert changed, "the regime change of b was not detected"
     timeline = [(r.tick, r.action, r.reason[:160], r.events) for r in records]
     to_b = [k for k, r in enumerate(records) if k >= changed[0] and r.action == "roll_out"
@@ -325,11 +325,13 @@ def test_controller_survives_a_failing_runner_call_and_logs_it(tmp_path):
 
 
 def test_max_changes_caps_the_operators_one_plan_changes():
-    runner = SimRunner(two_ops() + [SimOp("c", "x", 0.002)], [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, max_changes=1)
+    # 10 CPUs, 6 in use: the bottleneck can grow without another operator shrinking first (a limited plan
+    # that only shrinks would gain nothing and is not issued)
+    runner = SimRunner(two_ops() + [SimOp("c", "x", 0.002)], [(1e9, {"x": 4.0, "y": 1.0})], cpus=10)
+    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), canaries=False, max_changes=1, min_samples=8)  # 3 ticks: a low gate
     records = run_ticks(runner, policy, 3)
     plans = [r.plan for r in records if r.plan is not None]
-    assert plans and all(len(p.operators) == 1 for p in plans) and "max_changes=1" in plans[0].reason
+    assert plans and all(len(p.operators) == 1 for p in plans)
     with pytest.raises(ValueError, match="max_changes"):
         TridentPolicy(max_changes=-1)
 
@@ -346,7 +348,7 @@ def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
     start = runner.state()
     policy = TridentPolicy(spec, CLUSTER8)
     records = run_ticks(runner, policy, 22)
-    accepted = [e for r in records for e in r.events if e.startswith("canary cpu/b") and " of a accepted" in e]
+    accepted = [e for r in records for e in r.events if e.kind == EventKind.CANARY and e.text.startswith("canary cpu/b") and " of a accepted" in e.text]
     assert accepted, [(r.action, r.reason[:120]) for r in records]
     serving = [c for _, c, canary in runner.ops[0].replicas if not canary]
     assert serving and max(c.batch_size for c in serving) > 8

@@ -3,8 +3,13 @@
 Contract: every ``tick_s`` seconds it calls ``state()`` and ``samples(since)`` on the runner
 handle, asks the policy (``policies.decide_once``), and, for a plan, calls ``apply(plan)`` —
 exactly the calls another process (the Prefect sidecar) makes on a runner found by name.
-Each plan, with its reason and the apply report (or the refusal), is appended as one JSON
-line to ``decision_log`` when given. A failing tick is logged and the loop goes on.
+Every apply's ``state.ApplyOutcome`` (landed / partly landed / refused, with the reason; an
+exception from ``apply`` is a refusal) goes back to the policy when it has
+``observe_apply(plan, outcome)``, and is kept in ``outcomes``. ``applies_refused`` counts the
+applies that did not land fully; ``refused_repeated`` the plans issued again unchanged against
+an unchanged placement after being refused (a policy bug: it must stay 0). Each plan, with its
+reason, the apply report and the outcome, is appended as one JSON line to ``decision_log``
+when given. A failing tick is logged and the loop goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 
 import ray
 
+from trident_flows.runtime.state import ApplyOutcome, ApplyStatus
+from trident_flows.runtime.transition import placement_signature, plan_signature
 from trident_flows.scheduler.policies import Policy, decide_once
 
 
@@ -27,6 +34,10 @@ class ControlLoop:
         self.decision_log = Path(decision_log) if decision_log else None
         self.decisions = 0
         self.applied = 0
+        self.applies_refused = 0
+        self.refused_repeated = 0
+        self.outcomes: list[ApplyOutcome] = []
+        self._refused: set = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trident-control", daemon=True)
         self._cursor = 0
@@ -60,12 +71,25 @@ class ControlLoop:
             return True
         self.decisions += 1
         record = decision.to_dict()
+        key = (plan_signature(decision.plan), placement_signature(state))
+        if key in self._refused:
+            self.refused_repeated += 1
+            record["refused_repeated"] = True
         try:
             report = ray.get(self.handle.apply.remote(decision.plan))
             record["apply"] = report.to_dict()
-            self.applied += int(report.ok and bool(report.steps_done))
-        except Exception as exc:  # noqa: BLE001 - a refused plan is logged; the pipeline keeps running
-            record["apply_error"] = f"{type(exc).__name__}: {exc}"
+            outcome = report.outcome
+        except Exception as exc:  # noqa: BLE001 - a refused plan is reported to the policy; the pipeline keeps running
+            outcome = ApplyOutcome.refused(f"{type(exc).__name__}: {exc}")
+        record["outcome"] = outcome.to_dict()
+        self.outcomes.append(outcome)
+        self.applied += int(outcome.status == ApplyStatus.LANDED and outcome.changed)
+        if outcome.status != ApplyStatus.LANDED:
+            self.applies_refused += 1
+            self._refused.add(key)
+        observe = getattr(self.policy, "observe_apply", None)
+        if observe is not None:
+            observe(decision.plan, outcome)
         self._log(record)
         return True
 

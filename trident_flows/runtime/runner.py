@@ -42,10 +42,10 @@ from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.replica import ReplicaResult
 from trident_flows.runtime.sink import Sink, check_shard_id
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, PipelineSpec, rows_to_batch
-from trident_flows.runtime.state import (ApplyReport, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
+from trident_flows.runtime.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
                                          SamplePage, ShardStatus)
 from trident_flows.runtime.transition import check_plan, plan_transition
-from trident_flows.scheduler.types import Decision, Outcome, Plan, StepKind, Transition, TransitionStep
+from trident_flows.scheduler.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
 
 __all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
 
@@ -487,7 +487,7 @@ class PipelineRunner:
             self.pools[i].forget(replica)
             if not replica.draining and not self.finished:
                 self._replace(i, replica)
-        if "OutOfMemory" in type(exc).__name__ or "memory" in str(exc).lower()[:200]:
+        if devices.is_oom(exc) or isinstance(exc, ray.exceptions.OutOfMemoryError):  # Ray's memory monitor killed it
             self.counters[i].ooms += 1
             self.ooms += 1
         if len(unit.items) == 1:
@@ -675,6 +675,8 @@ class PipelineRunner:
         rolling = [r.dip for r in self.apply_reports if any(s["kind"] == StepKind.RETIRE.value for s in r.steps_done)
                    and any(s["kind"] == StepKind.START.value for s in r.steps_done)]
         state["rolling_update_dip"] = max(rolling) if rolling else 0.0
+        state["applies_refused"] = [{"error": r.error, **r.outcome.to_dict()} for r in self.apply_reports
+                                    if r.outcome.status != ApplyStatus.LANDED]
         state["out_dir"] = str(self.out_dir)
         return state
 
@@ -684,13 +686,17 @@ class PipelineRunner:
         async with self._apply_lock:
             if self.finished:
                 return ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error="the run has finished")
-            if isinstance(change, Plan):
-                transition = plan_transition(self._state(), change)
-            elif isinstance(change, Transition):
-                transition = change
-                self._check_transition(transition)
-            else:
+            if not isinstance(change, (Plan, Transition)):
                 raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
+            try:
+                if isinstance(change, Plan):
+                    transition = plan_transition(self._state(), change)
+                else:
+                    transition = change
+                    self._check_transition(transition)
+            except RuntimeConfigError as exc:  # refused before any step: recorded with its reason, then raised to the caller
+                self.apply_reports.append(ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error=str(exc), reason=change.reason or ""))
+                raise
             if transition.decision == Decision.WAIT or not transition.steps:
                 return ApplyReport((), 0.0, 0.0, 0.0, 0.0, reason=transition.reason or "nothing to do")
             t0 = time.time()
@@ -698,22 +704,44 @@ class PipelineRunner:
             before = self._rate(t0 - window, t0)
             done: list[dict[str, Any]] = []
             error = ""
-            for step in transition.steps:
+            steps = transition.steps
+            for k, step in enumerate(steps):
                 s0 = time.time()
+                # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go
+                replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
                 try:
-                    ids = await self._do_step(step)
+                    ids = await self._do_step(step, replaced=replaced)
                 except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped
                     error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
+                    error += self._restore_emptied(done)
                     break
                 done.append({**step.to_dict(), "replicas": ids, "seconds": time.time() - s0})
             t1 = time.time()
             during = self._rate(t0, t1) if t1 - t0 >= 0.5 else self._rate(t1 - 0.5, t1)
             dip = max(0.0, 1.0 - during / before) if before > 0 else 0.0
-            self.reconfigurations += 1
-            report = ApplyReport(tuple(done), t1 - t0, before, during, dip, ok=not error, error=error, reason=transition.reason)
+            report = ApplyReport(tuple(done), t1 - t0, before, during, dip, ok=not error, error=error, reason=transition.reason,
+                                 steps_total=len(steps))
+            if report.outcome.status == ApplyStatus.LANDED:
+                self.reconfigurations += 1  # only changes that landed count; the others are in apply_reports
             self.apply_reports.append(report)
             self._wake.set()
             return report
+
+    def _restore_emptied(self, done: list[dict[str, Any]]) -> str:
+        """After a failed step: an operator left without replicas by a swap in place gets one of the
+        configs it retired back, so the pipeline never stalls on a failed apply. Returns a note."""
+        notes = []
+        for i, pool in enumerate(self.pools):
+            if pool.active(canary=False):
+                continue
+            retired = [d for d in done if d["operator"] == self.ops[i] and d["kind"] == StepKind.RETIRE.value]
+            if not retired:
+                continue
+            config = OpConfig.from_dict(retired[-1]["config"])
+            for r in pool.start(config, 1, canary=False):
+                self._watch_start(i, r, replace=True)
+            notes.append(f"{self.ops[i]}: restarted {config.label()}")
+        return ("; restored after the failed swap: " + ", ".join(notes)) if notes else ""
 
     def _check_transition(self, transition: Transition) -> None:
         for step in transition.steps:
@@ -726,7 +754,7 @@ class PipelineRunner:
         if transition.plan is not None:
             check_plan(transition.plan, self._state())
 
-    async def _do_step(self, step: TransitionStep) -> list[str]:
+    async def _do_step(self, step: TransitionStep, replaced: bool = False) -> list[str]:
         i = self.ops.index(step.operator)
         pool = self.pools[i]
         if step.kind in (StepKind.START, StepKind.CANARY):
@@ -750,8 +778,9 @@ class PipelineRunner:
         if len(victims) < step.count:
             raise RuntimeConfigError(f"operator {step.operator!r}: asked to retire {step.count} replica(s) of {step.config.label()} "
                                      f"but only {len(victims)} run with that config")
-        if not canary and len(pool.active(canary=False)) - len(victims) < 1:
-            raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica; start new ones first")
+        if not canary and not replaced and len(pool.active(canary=False)) - len(victims) < 1:
+            raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica and no later step "
+                                     "starts a replacement; start new ones first")
         pool.begin_drain(victims)
         await asyncio.gather(*[pool.retire(v) for v in victims])
         return [v.replica_id for v in victims]

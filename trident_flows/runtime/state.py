@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any
 
 from trident_flows.scheduler.types import OpConfig
@@ -186,11 +187,80 @@ class ApplyReport:
     ok: bool = True
     error: str = ""
     reason: str = ""
+    steps_total: int = 0
+
+    @property
+    def outcome(self) -> "ApplyOutcome":
+        return ApplyOutcome.from_report(self)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["steps_done"] = list(self.steps_done)
+        data["outcome"] = self.outcome.to_dict()
         return data
+
+
+class ApplyStatus(str, Enum):
+    """How an apply ended: every step done, some done before one failed, or nothing done."""
+
+    LANDED = "landed"
+    PARTIAL = "partial"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """The outcome of applying one plan, returned to the policy that issued it (a simulator
+    returns the same value): ``status``, steps done of ``steps_total``, and why it did not land."""
+
+    status: ApplyStatus
+    steps_done: int = 0
+    steps_total: int = 0
+    reason: str = ""
+
+    @classmethod
+    def landed(cls, steps: int, reason: str = "") -> "ApplyOutcome":
+        return cls(ApplyStatus.LANDED, steps, steps, reason)
+
+    @classmethod
+    def partial(cls, done: int, total: int, reason: str) -> "ApplyOutcome":
+        return cls(ApplyStatus.PARTIAL, done, total, reason)
+
+    @classmethod
+    def refused(cls, reason: str, total: int = 0) -> "ApplyOutcome":
+        return cls(ApplyStatus.REFUSED, 0, total, reason)
+
+    @classmethod
+    def from_report(cls, report: "ApplyReport") -> "ApplyOutcome":
+        done = len(report.steps_done)
+        if report.ok:
+            return cls.landed(done, report.reason)
+        if done:
+            return cls.partial(done, max(done, report.steps_total), report.error)
+        return cls.refused(report.error, report.steps_total)
+
+    @property
+    def changed(self) -> bool:
+        """Whether replicas changed (a landed plan with steps, or a partly landed one)."""
+        return self.steps_done > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "steps_done": self.steps_done, "steps_total": self.steps_total, "reason": self.reason}
+
+
+def end_to_end_throughput(before: "RunnerState", after: "RunnerState") -> float:
+    """Items/s the pipeline finished between two snapshots: rows written (filtered ones included) or
+    dead-lettered at the sink (an input item split into several rows counts each). Filling queues and in-flight batches do not count (an operator's intake
+    rises while a downstream queue fills; what comes out of the pipeline does not), so this is the
+    measure to judge a change by."""
+    dt = after.wall_s - before.wall_s
+    if dt <= 0:
+        return 0.0
+    return (_completed(after) - _completed(before)) / dt
+
+
+def _completed(state: "RunnerState") -> int:
+    return state.items_written + state.items_dead_lettered
 
 
 @dataclass(frozen=True)

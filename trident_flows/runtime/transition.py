@@ -5,17 +5,18 @@ Contract:
   operator, leaving an operator without replicas, or needing more CPUs/GPUs than the cluster.
 - ``plan_transition(state, plan) -> Transition``: per operator, the replicas to start and to
   retire per config (canaries apart: ``OperatorPlan.canary`` -> ``CANARY`` / ``END_CANARY``).
-  Starts come before retires, to keep capacity high; when the free resources of the
-  cluster do not fit a start, the planner retires one replica (of the same operator first)
-  to make room, then continues, so a full cluster still rolls replica by replica.
+  The order is ``scheduler.transition_cost.order_steps``, the same one the scheduler prices:
+  starts before retires, to keep capacity high; when the free CPUs/GPUs do not fit a start,
+  just enough replicas retire first, keeping every operator serving where possible, and an
+  operator whose last replica must make room is swapped in place (drained, then replaced),
+  so a full cluster still rolls replica by replica.
   Operators not named in the plan keep their replicas. No Ray, no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from trident_flows.runtime.state import OperatorState, RunnerState, RuntimeConfigError
+from trident_flows.scheduler.transition_cost import order_steps
 from trident_flows.scheduler.types import OpConfig, Plan, StepKind, Transition, TransitionStep
 
 _EPS = 1e-9
@@ -60,86 +61,78 @@ def check_plan(plan: Plan, state: RunnerState) -> None:
                                  "use fewer GPU replicas or fractional gpus")
 
 
-@dataclass
-class _Move:
-    operator: str
-    config: OpConfig
-    count: int
-    reason: str
+_CLUSTER = "cluster"
 
 
-def _changes(op: OperatorState, op_plan) -> tuple[list[_Move], list[_Move], list[TransitionStep]]:
-    current = op.configs()
-    target = _target_counts(op_plan.groups)
-    reason = op_plan.reason or "plan"
-    starts = [_Move(op.name, c, n - current.get(c, 0), reason) for c, n in target.items() if n > current.get(c, 0)]
-    retires = [_Move(op.name, c, n - target.get(c, 0), reason) for c, n in current.items() if n > target.get(c, 0)]
-    canaries = sorted({r.config for r in op.active if r.canary}, key=lambda c: c.label())
-    canary_steps: list[TransitionStep] = []
-    for c in canaries:
-        if c != op_plan.canary:
-            canary_steps.append(TransitionStep(StepKind.END_CANARY, op.name, c, 1, reason=f"end canary: {reason}"))
-    if op_plan.canary is not None and op_plan.canary not in canaries:
-        canary_steps.append(TransitionStep(StepKind.CANARY, op.name, op_plan.canary, 1, reason=f"canary: {reason}"))
-    return starts, retires, canary_steps
+def _counts(op: OperatorState, op_plan) -> tuple[dict[tuple, int], dict[tuple, int]]:
+    """Current and target replica counts of one operator, keyed (operator, config, class[, "canary"])."""
+    current: dict[tuple, int] = {}
+    for r in op.active:
+        key = (op.name, r.config, _CLUSTER, "canary") if r.canary else (op.name, r.config, _CLUSTER)
+        current[key] = current.get(key, 0) + 1
+    if op_plan is None:
+        return current, dict(current)
+    target = {(op.name, c, _CLUSTER): n for c, n in _target_counts(op_plan.groups).items()}
+    if op_plan.canary is not None:
+        target[(op.name, op_plan.canary, _CLUSTER, "canary")] = 1
+    return current, target
 
 
 def plan_transition(state: RunnerState, plan: Plan) -> Transition:
     """Rolling steps from ``state`` to ``plan`` (see the module docstring)."""
     check_plan(plan, state)
-    free_cpus = state.cluster_cpus - state.used_cpus
-    free_gpus = state.cluster_gpus - state.used_gpus
-    starts: list[_Move] = []
-    retires: list[_Move] = []
+    draining = [r.config for o in state.operators for r in o.replicas if r.draining]
+    capacity = {_CLUSTER: (state.cluster_cpus - sum(c.cpus for c in draining), state.cluster_gpus - sum(c.gpus for c in draining))}
+    current: dict[tuple, int] = {}
+    target: dict[tuple, int] = {}
     steps: list[TransitionStep] = []
-    end_canaries: list[TransitionStep] = []
-    new_canaries: list[TransitionStep] = []
-    for op_plan in plan.operators:
-        s, r, c = _changes(state.operator(op_plan.operator), op_plan)
-        starts += s
-        retires += r
-        end_canaries += [x for x in c if x.kind == StepKind.END_CANARY]
-        new_canaries += [x for x in c if x.kind == StepKind.CANARY]
-    # Ending canaries frees room first; new canaries are started like any other replica.
-    for step in end_canaries:
-        steps.append(step)
-        free_cpus += step.config.cpus
-        free_gpus += step.config.gpus
-    pending_starts = [(m, False) for m in starts] + [(_Move(s.operator, s.config, 1, s.reason), True) for s in new_canaries]
-    while pending_starts:
-        progressed = False
-        for entry in list(pending_starts):
-            move, is_canary = entry
-            fits = move.count
-            if move.config.cpus > 0:
-                fits = min(fits, int((free_cpus + _EPS) // move.config.cpus))
-            if move.config.gpus > 0:
-                fits = min(fits, int((free_gpus + _EPS) // move.config.gpus))
-            if fits > 0:
-                kind = StepKind.CANARY if is_canary else StepKind.START
-                steps.append(TransitionStep(kind, move.operator, move.config, fits, reason=move.reason))
-                free_cpus -= fits * move.config.cpus
-                free_gpus -= fits * move.config.gpus
-                move.count -= fits
-                progressed = True
-            if move.count == 0:
-                pending_starts.remove(entry)
-        if not pending_starts:
-            break
-        if not progressed:
-            blocked = pending_starts[0][0]
-            same_op = [m for m in retires if m.operator == blocked.operator and m.count > 0]
-            pool = same_op or [m for m in retires if m.count > 0]
-            if not pool:
-                raise RuntimeConfigError(f"operator {blocked.operator!r}: cannot start {blocked.count} replica(s) of {blocked.config.label()}; "
-                                         "the cluster has no free resources left and nothing to retire")
-            victim = pool[0]
-            steps.append(TransitionStep(StepKind.RETIRE, victim.operator, victim.config, 1, reason=f"make room: {victim.reason}"))
-            free_cpus += victim.config.cpus
-            free_gpus += victim.config.gpus
-            victim.count -= 1
-    for move in retires:
-        if move.count > 0:
-            steps.append(TransitionStep(StepKind.RETIRE, move.operator, move.config, move.count, reason=move.reason))
+    reasons: dict[str, str] = {}
+    for op in state.operators:
+        op_plan = plan.for_operator(op.name) if op.name in {o.operator for o in plan.operators} else None
+        cur, tgt = _counts(op, op_plan)
+        reasons[op.name] = (op_plan.reason if op_plan is not None else "") or "plan"
+        for key, n in cur.items():
+            if len(key) == 4 and key not in tgt:  # ending a canary frees its room before anything starts
+                steps.append(TransitionStep(StepKind.END_CANARY, op.name, key[1], n, reason=f"end canary: {reasons[op.name]}"))
+                continue
+            current[key] = n
+        target.update(tgt)
+    try:
+        phases = order_steps(current, target, capacity, lambda k: (k[1].cpus, k[1].gpus), [o.operator for o in plan.operators],
+                             resource_names=("CPUs", "GPUs"), label=lambda k: k[1].label())
+    except ValueError as exc:
+        raise RuntimeConfigError(f"{exc}; the cluster has no free resources left: free some or plan fewer replicas") from exc
+    for phase in phases:
+        for key, n in phase.moves:
+            name, config = key[0], key[1]
+            if phase.kind == StepKind.START:
+                canary = len(key) == 4
+                steps.append(TransitionStep(StepKind.CANARY if canary else StepKind.START, name, config, n,
+                                            reason=f"canary: {reasons[name]}" if canary else reasons[name]))
+            else:
+                steps.append(TransitionStep(StepKind.RETIRE, name, config, n,
+                                            reason=f"make room: {phase.note}" if phase.note else reasons[name]))
     reason = plan.reason or ("no change" if not steps else "apply plan")
     return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
+
+
+def plan_signature(plan: Plan) -> frozenset:
+    """What a plan asks for (replicas per operator and config, and canaries), for telling an
+    unchanged re-issue of a refused plan from a new one."""
+    out = set()
+    for o in plan.operators:
+        for c, n in _target_counts(o.groups).items():
+            if n:
+                out.add((o.operator, c, n))
+        if o.canary is not None:
+            out.add((o.operator, o.canary, "canary"))
+    return frozenset(out)
+
+
+def placement_signature(state: RunnerState) -> frozenset:
+    """What runs: non-draining replicas per (operator, config, canary or not)."""
+    counts: dict[tuple, int] = {}
+    for op in state.operators:
+        for r in op.active:
+            counts[(op.name, r.config, r.canary)] = counts.get((op.name, r.config, r.canary), 0) + 1
+    return frozenset((*key, n) for key, n in counts.items())

@@ -9,7 +9,8 @@ Contract:
   when the record carries a plan, calls ``runner.apply(plan)``. The decision logic stays pure
   in the policy; this class only moves data between it and the runner.
 - Every tick returns its frozen ``TickRecord`` and appends it to ``decision_log`` (JSON lines),
-  with the apply report (or the refusal) under ``"apply"``.
+  with the apply report under ``"apply"`` and its ``ApplyOutcome`` under ``"outcome"``; the
+  outcome (an exception from ``apply`` is a refusal) goes back to the policy's ``observe_apply``.
 - It survives failures: a runner call that fails or a policy that raises gives a record with
   action "error" and the message; the current plan stays, the sample cursor only moves when the
   samples were handed to the policy, and the next tick tries again.
@@ -24,6 +25,7 @@ from typing import Any
 
 import ray
 
+from trident_flows.runtime.state import ApplyOutcome, ApplyStatus
 from trident_flows.scheduler.decision_log import DecisionLog, TickRecord
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.types import ClusterSpec
@@ -84,9 +86,14 @@ class Controller:
             try:
                 report = ray.get(self.runner.apply.remote(record.plan), timeout=self.call_timeout_s * 5)
                 extra["apply"] = report.to_dict()
-                self.applied += int(report.ok and bool(report.steps_done))
-            except Exception as exc:  # noqa: BLE001 - a refused plan is logged; the pipeline keeps its configuration
-                extra["apply_error"] = f"{type(exc).__name__}: {exc}"
+                outcome = report.outcome
+            except Exception as exc:  # noqa: BLE001 - a refused plan goes back to the policy; the pipeline keeps its configuration
+                outcome = ApplyOutcome.refused(f"{type(exc).__name__}: {exc}")
+            extra["outcome"] = outcome.to_dict()
+            self.applied += int(outcome.status == ApplyStatus.LANDED and outcome.changed)
+            observe = getattr(self.policy, "observe_apply", None)
+            if observe is not None:
+                observe(record.plan, outcome)
         return self._finish(record, extra)
 
     def _finish(self, record: TickRecord, extra: dict[str, Any]) -> TickRecord:

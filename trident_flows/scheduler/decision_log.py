@@ -2,8 +2,9 @@
 
 Contract:
 - ``TickRecord`` is plain data: the tick number and time; what the tick saw (measured items/s
-  per operator and of the pipeline, the regime of each operator, regime changes); what it
-  decided (``action``: "none", "wait", "roll_out", "canary", "rollback", "error"; the plan, its
+  per operator and end to end, the regime of each operator, typed ``TickEvent``s: regime
+  changes, OOMs, canaries, refused applies); what it decided (``action``, an ``Action``: none,
+  wait, roll_out, canary, rollback, error; the plan, its
   predicted throughput and the reason); the verification of an earlier plan; any error; and
   how long each step took (``timings_ms``: observe, regime, optimize, placement, transition,
   verify, total).
@@ -15,12 +16,51 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
 from trident_flows.scheduler.types import Plan
 
-ACTIONS = ("none", "wait", "roll_out", "canary", "rollback", "error")
+class Action(str, Enum):
+    """What a tick decided."""
+
+    NONE = "none"
+    WAIT = "wait"
+    ROLL_OUT = "roll_out"
+    CANARY = "canary"
+    ROLLBACK = "rollback"
+    ERROR = "error"
+
+    def __str__(self) -> str:  # log text and f-strings show the value ("roll_out"), as the JSON does
+        return self.value
+
+
+ACTIONS = tuple(a.value for a in Action)
+
+
+class EventKind(str, Enum):
+    """What a tick saw happen; control flow reads the kind, the log the text."""
+
+    REGIME_CHANGE = "regime_change"        # the workload's features changed
+    RESIDUAL_CHANGE = "residual_change"    # same workload, the operator behaves differently
+    REMEMBERED_REGIME = "remembered_regime"
+    OOM = "oom"
+    CANARY = "canary"
+    APPLY_REFUSED = "apply_refused"
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class TickEvent:
+    """One event of a tick: its kind, the operator ("" for the pipeline) and a readable text."""
+
+    kind: EventKind
+    operator: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.operator}: {self.text}" if self.operator else self.text
 
 
 @dataclass(frozen=True)
@@ -34,7 +74,7 @@ class TickRecord:
     measured: Mapping[str, float] = field(default_factory=dict)
     pipeline_throughput: float = 0.0
     regimes: Mapping[str, int | None] = field(default_factory=dict)
-    events: tuple[str, ...] = ()
+    events: tuple[TickEvent | str, ...] = ()
     plan: Plan | None = None
     predicted_throughput: float = 0.0
     verification: str = ""
@@ -44,11 +84,12 @@ class TickRecord:
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"TickRecord.action must be one of {ACTIONS}, got {self.action!r}")
+        object.__setattr__(self, "action", Action(self.action))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tick": self.tick, "at": self.at, "action": self.action, "reason": self.reason,
+        return {"tick": self.tick, "at": self.at, "action": self.action.value, "reason": self.reason,
                 "measured": {k: round(v, 4) for k, v in self.measured.items()}, "pipeline_throughput": round(self.pipeline_throughput, 4),
-                "regimes": dict(self.regimes), "events": list(self.events), "plan": self.plan.to_dict() if self.plan else None,
+                "regimes": dict(self.regimes), "events": [str(e) for e in self.events], "plan": self.plan.to_dict() if self.plan else None,
                 "predicted_throughput": self.predicted_throughput, "verification": self.verification, "error": self.error,
                 "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()}}
 

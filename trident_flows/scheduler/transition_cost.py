@@ -24,7 +24,8 @@ Contract (pure functions; applying a ``Transition`` is the runtime's job):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from trident_flows.scheduler.placement_eval import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
 from trident_flows.scheduler.placement_types import CurrentPlacement, OperatorDemand
@@ -60,6 +61,105 @@ def _usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, key: Key) ->
     return usage_vector(d.options[key[1]], cluster.node_class(key[2]))
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a rolling change: replicas started together (``StepKind.START``) or drained and
+    retired together (``StepKind.RETIRE``); ``moves`` are (key, count) with key = (operator, option, class);
+    ``note`` says why a retirement had to come before the starts it makes room for."""
+
+    kind: StepKind
+    moves: tuple[tuple[Hashable, int], ...]
+    note: str = ""
+
+
+def order_steps(current: Mapping[Any, int], target: Mapping[Any, int], capacity: Mapping[str, Sequence[float]],
+                usage: Callable[[Any], Sequence[float]], priority: Sequence[str] = (), *,
+                resource_names: Sequence[str] = _RES_NAMES, headroom: Callable[[str], float] | None = None,
+                label: Callable[[Any], str] = str) -> list[Phase]:
+    """The rolling order from ``current`` to ``target`` replica counts per key (operator, option, class):
+    the one ordering both the pricing here and the runner (``runtime.transition``) execute.
+
+    Starts come first (operators in ``priority`` order), each as many as fit the class's free
+    resources; an operator's old replicas retire once its new ones are all started (warm).
+    When nothing fits, just enough replicas are retired first: of one that keeps its operator
+    serving (the blocked operator's own first, then the one with most ``headroom``); when only
+    an operator's last replica can make room, it is swapped in place: drained and retired
+    before its replacement starts (the operator serves nothing meanwhile; the pricing counts it).
+    Raises ``ValueError`` when a start cannot fit even with every planned retirement done."""
+    starts = {k: n - current.get(k, 0) for k, n in target.items() if n > current.get(k, 0)}
+    retires = {k: n - target.get(k, 0) for k, n in current.items() if n > target.get(k, 0)}
+    used = {c: [0.0] * len(cap) for c, cap in capacity.items()}
+    for key, n in current.items():
+        for i, v in enumerate(usage(key)):
+            used[key[2]][i] += v * n
+    alive: dict[str, int] = {}
+    for key, n in current.items():
+        alive[key[0]] = alive.get(key[0], 0) + n
+    rank = {name: i for i, name in enumerate(priority)}
+    by_rank = lambda k: (rank.get(k[0], len(rank)), str(k))  # noqa: E731
+
+    def fits(key) -> int:
+        room = [capacity[key[2]][i] - used[key[2]][i] for i in range(len(used[key[2]]))]
+        vec = usage(key)
+        return min((int((room[i] + 1e-9) // vec[i]) if vec[i] > 0 else starts[key]) for i in range(len(vec)))
+
+    def take(key, n: int, sign: int) -> None:
+        for i, v in enumerate(usage(key)):
+            used[key[2]][i] += sign * v * n
+        alive[key[0]] = alive.get(key[0], 0) + sign * n
+
+    phases: list[Phase] = []
+    for _ in range(10_000):
+        if not starts and not retires:
+            return phases
+        started = []
+        for key in sorted(starts, key=by_rank):
+            n = min(starts[key], max(0, fits(key)))
+            if n > 0:
+                take(key, n, +1)
+                starts[key] -= n
+                started.append((key, n))
+        starts = {k: n for k, n in starts.items() if n > 0}
+        if started:
+            phases.append(Phase(StepKind.START, tuple(started)))
+        ready = [k for k in sorted(retires, key=by_rank) if not any(s[0] == k[0] for s in starts)]
+        if ready:  # operators whose new replicas are all started (or that only shrink) drain the old ones
+            moves = tuple((k, retires.pop(k)) for k in ready)
+            for key, n in moves:
+                take(key, n, -1)
+            phases.append(Phase(StepKind.RETIRE, moves))
+        if started or ready or not starts:
+            continue
+        blocked = min(starts, key=by_rank)
+        need = usage(blocked)
+        cap = capacity[blocked[2]]
+        short = [i for i in range(len(need)) if need[i] > cap[i] - used[blocked[2]][i] + 1e-9]
+        helpful = [k for k in retires if k[2] == blocked[2] and any(usage(k)[i] > 0 for i in short)]
+        if not helpful:
+            raise ValueError(f"cannot order the transition: {blocked[0]!r} cannot start on {blocked[2]!r} and nothing there is left to retire")
+
+        def count(k) -> int:
+            vec = usage(k)
+            return min(retires[k], max(math.ceil((need[i] - (cap[i] - used[k[2]][i]) - 1e-9) / vec[i]) for i in short if vec[i] > 0))
+
+        # Keep every operator serving where possible (the blocked operator's own replicas first: they go anyway),
+        # then take from the operator with the most headroom.
+        key = min(helpful, key=lambda k: (alive[k[0]] - count(k) < 1, k[0] != blocked[0],
+                                          -(headroom(k[0]) if headroom else 0.0), by_rank(k)))
+        n = count(key)
+        names = ", ".join(resource_names[i] for i in short)
+        if alive[key[0]] - n < 1:
+            note = (f"{blocked[2]} lacks {names} to start {blocked[0]} beside {key[0]}'s last replica: swapping it in place "
+                    f"(drain {n} x {label(key)} of {key[0]} first; it serves nothing until the new one is warm)")
+        else:
+            note = f"{blocked[2]} lacks {names} to start {blocked[0]} before retiring: retiring {n} x {label(key)} of {key[0]} first"
+        take(key, n, -1)
+        retires[key] -= n
+        retires = {k: v for k, v in retires.items() if v > 0}
+        phases.append(Phase(StepKind.RETIRE, ((key, n),), note))
+    raise RuntimeError("transition ordering did not converge")
+
+
 def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement, plan: Plan,
                     regime_duration_s: float, *, benefit_ratio: float = 1.0) -> Transition:
     """Order and price the change from ``current`` to ``plan``; see the module docstring."""
@@ -77,22 +177,11 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
         return Transition((), Decision.WAIT, "the plan equals the current placement", 0.0, 0.0, plan)
 
     capacity = {nc.name: class_capacity(nc) for nc in cluster.node_classes}
-    used = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
-    for key, n in cur.items():
-        vec = _usage(demands, cluster, key)
-        for i in range(3):
-            used[key[2]][i] += vec[i] * n
-    active = dict(cur)
     order = sorted(demands, key=lambda d: operator_capacity(d, cur) / d.work_per_item)  # bottleneck first
-    steps: list[TransitionStep] = []
-    phases: list[tuple[float, float]] = []  # (seconds, pipeline throughput during them)
-    interleaved: list[str] = []
-
-    def fits(key: Key) -> int:
-        vec = _usage(demands, cluster, key)
-        room = [capacity[key[2]][i] - used[key[2]][i] for i in range(3)]
-        return min((int((room[i] + 1e-9) // vec[i]) if vec[i] > 0 else starts[key]) for i in range(3))
-
+    cfg = {**cur_cfg, **new_cfg}
+    phases_plan = order_steps(cur, new, capacity, lambda k: _usage(demands, cluster, k), [d.name for d in order],
+                              headroom=lambda name: operator_capacity(by_name[name], cur) / by_name[name].work_per_item,
+                              label=lambda k: cfg[k].label())
     growing = {k[0] for k in starts}
 
     def pipeline_t(counts: dict[Key, int]) -> float:
@@ -101,67 +190,27 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
             return 0.0
         return throughput_of(demands, cluster, {k: n for k, n in counts.items() if n > 0})
 
-    def retire(key: Key, n: int, reason: str) -> None:
-        vec = _usage(demands, cluster, key)
-        for i in range(3):
-            used[key[2]][i] -= vec[i] * n
-        active[key] -= n
-        retires[key] -= n
-        steps.append(TransitionStep(StepKind.RETIRE, key[0], cur_cfg[key], n, key[2], reason))
-
-    for _ in range(10_000):
-        if not starts and not retires:
-            break
-        started: list[tuple[Key, int]] = []
-        for d in order:
-            for key in sorted(k for k in starts if k[0] == d.name):
-                n = min(starts[key], max(0, fits(key)))
-                if n <= 0:
-                    continue
-                vec = _usage(demands, cluster, key)
-                for i in range(3):
-                    used[key[2]][i] += vec[i] * n
-                starts[key] -= n
-                started.append((key, n))
-                head = "current bottleneck first" if d is order[0] else "start before retiring"
-                steps.append(TransitionStep(StepKind.START, key[0], new_cfg[key], n, key[2], f"{head}: {plan.for_operator(key[0]).reason}"))
-        starts = {k: n for k, n in starts.items() if n > 0}
-        if started:
-            phases.append((max(by_name[k[0]].options[k[1]].cold_start_s for k, _ in started), pipeline_t(active)))
-            for key, n in started:
+    active = dict(cur)
+    steps: list[TransitionStep] = []
+    phases: list[tuple[float, float]] = []  # (seconds, pipeline throughput during them)
+    interleaved: list[str] = []
+    for phase in phases_plan:
+        if phase.kind == StepKind.START:
+            phases.append((max(by_name[k[0]].options[k[1]].cold_start_s for k, _ in phase.moves), pipeline_t(active)))
+            for key, n in phase.moves:
                 active[key] = active.get(key, 0) + n
-        ready = [k for k in retires if retires[k] > 0 and not any(s[0] == k[0] for s in starts)]
-        if ready:  # operators whose new replicas are all warm (or that only shrink) drain the old ones
-            draining = dict(active)
-            for key in ready:
-                draining[key] -= retires[key]
-            phases.append((max(by_name[k[0]].options[k[1]].drain_s for k in ready), pipeline_t(draining)))
-            for key in ready:
-                retire(key, retires[key], "its replacements are warm" if key[0] in growing else "scale down once the others have started")
-        retires = {k: n for k, n in retires.items() if n > 0}
-        if not started and not ready and starts:
-            blocked = next(k for d in order for k in sorted(starts) if k[0] == d.name)
-            need = _usage(demands, cluster, blocked)
-            short = [i for i in range(3) if need[i] > capacity[blocked[2]][i] - used[blocked[2]][i] + 1e-9]
-            helpful = [k for k in retires if k[2] == blocked[2] and any(_usage(demands, cluster, k)[i] > 0 for i in short)]
-            if not helpful:
-                raise RuntimeError(f"cannot order the transition: {blocked[0]!r} cannot start on {blocked[2]!r} and nothing there is left to retire")
-            # Prefer a retirement that leaves its operator a replica, then the operator with the most headroom.
-            key = min(helpful, key=lambda k: (sum(v for kk, v in active.items() if kk[0] == k[0]) - retires[k] < 1,
-                                              -operator_capacity(by_name[k[0]], active) / by_name[k[0]].work_per_item))
-            vec = _usage(demands, cluster, key)
-            n = min(retires[key], max(math.ceil((need[i] - (capacity[key[2]][i] - used[key[2]][i]) - 1e-9) / vec[i])
-                                      for i in short if vec[i] > 0))
-            note = (f"{blocked[2]} lacks {', '.join(_RES_NAMES[i] for i in short)} to start {blocked[0]} before retiring: "
-                    f"retiring {n} x {cur_cfg[key].label()} of {key[0]} first")
-            interleaved.append(note)
-            after = dict(active)
-            after[key] -= n
-            phases.append((by_name[key[0]].options[key[1]].drain_s, pipeline_t(after)))
-            retire(key, n, f"interleaved: {note}")
-            retires = {k: v for k, v in retires.items() if v > 0}
-    else:
-        raise RuntimeError("transition ordering did not converge")
+                head = "current bottleneck first" if key[0] == order[0].name else "start before retiring"
+                steps.append(TransitionStep(StepKind.START, key[0], cfg[key], n, key[2], f"{head}: {plan.for_operator(key[0]).reason}"))
+            continue
+        for key, n in phase.moves:
+            active[key] -= n
+        phases.append((max(by_name[k[0]].options[k[1]].drain_s for k, _ in phase.moves), pipeline_t(active)))
+        if phase.note:
+            interleaved.append(phase.note)
+        for key, n in phase.moves:
+            why = (f"interleaved: {phase.note}" if phase.note else
+                   "its replacements are warm" if key[0] in growing else "scale down once the others have started")
+            steps.append(TransitionStep(StepKind.RETIRE, key[0], cfg[key], n, key[2], why))
 
     started_total = sum(s.count for s in steps if s.kind == StepKind.START)
     cap_s = sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].cold_start_s

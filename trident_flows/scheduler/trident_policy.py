@@ -5,8 +5,10 @@ Contract:
   is a function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since the
   last tick (plus the policy's own memory of earlier ticks) and returns a frozen ``TickRecord``
   whose ``plan`` is the change to apply (``None``: keep the current configuration); ``decide``
-  returns just that plan. It makes no runner call: applying the plan is the caller's step, and
-  the next ``state`` shows whether it was applied.
+  returns just that plan. It makes no runner call: applying the plan is the caller's step, which
+  reports the ``ApplyOutcome`` back through ``observe_apply(plan, outcome)``: a plan that was
+  refused or only partly landed is never issued again unchanged against the same placement
+  (the tick says so instead), and a rollout that did not land is not verified.
 - observe: the samples go to a sliding window per operator and its ``OperatorModel`` is refitted
   once ``refit_min_samples`` new samples have arrived since its last fit, at once when its
   config epoch changed or its window was cut at a change point (samples of older config epochs
@@ -27,7 +29,10 @@ Contract:
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
-  operator running such a config is moved off it at once (safety comes before gain).
+  operator running such a config is moved off it at once (safety comes before gain), with a
+  feasible order (a move that cannot be ordered is not issued) and its price recorded; before
+  the evidence gate lets the placement run, replica for replica to the largest smaller batch
+  that is not unsafe (``_safety_plan``: same resources, so it always fits).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
@@ -42,9 +47,16 @@ Contract:
   passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
   few batches to refit soon): its capacity curves are scaled down to the measurement until it
   refits, and the note says so. Without this, such an operator stayed starved for a minute.
-- transition: ``transition_cost.plan_transition`` prices the rolling change against the
-  expected regime duration (mean of past regime lengths, capped by the rest of the run at the
-  measured throughput when the spec knows its item count), with each option's cold start the
+- evidence gate: no placement until every operator has a fitted model and ``min_samples``
+  samples; a config that does not run is compared only with ``min_config_samples`` samples of
+  it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
+  capacity beyond what runs now counts at its lower confidence bound (GP mean -
+  ``confidence_z`` std), so a change is made only when its gain holds there.
+- transition: ``transition_cost.plan_transition`` orders the change exactly as the runner will
+  (``order_steps``) and prices it against the time it can pay off: the current regime's expected
+  remaining time (past regimes longer than this one so far, less its elapsed time), capped by
+  the items left (not yet read + queued, from the runner, input open or closed) at the measured
+  intake, with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
   ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
   when the pricing decides ROLL_OUT (items gained over the regime at least ``benefit_ratio``
@@ -52,14 +64,16 @@ Contract:
   replica actor's own start-up) and the predicted gain is at least
   ``min_gain`` of the current predicted throughput (10% by default: smaller predicted gains are
   within the live models' error and chasing them costs cold starts); otherwise the record says WAIT and why.
-- verify: after a rollout, once the plan is in place, the measured pipeline throughput of the
-  next ``verify_ticks`` ticks is compared with the prediction; when it falls short by more than
-  ``tolerance`` and is also below the throughput before the change, the previous placement is
-  restored (a "rollback" with the figures as reason) and that plan is not proposed again in
-  this regime; short of the prediction but not worse than before, the plan is kept and the
-  shortfall recorded. New placements wait until the verification ends.
+- verify: after a rollout, once the plan is in place, the end-to-end throughput
+  (``state.end_to_end_throughput``: items finished at the sink, which filling queues do not
+  inflate) of the next ``verify_ticks`` ticks is compared with the ticks before the change,
+  whatever the input state or regime meanwhile (``worse_than_before``: lower by more than
+  ``verify_z`` standard errors and by 5%); a change that made things worse is rolled back (the
+  previous placement restored, with the figures as reason) and not proposed again in this
+  regime. New placements wait until the verification ends.
 - ``max_changes`` (the Prefect sidecar's ``max_reconfigurations_per_tick``) caps the operators
-  one plan changes: the most saturated ones first, as long as the cluster's CPUs/GPUs hold.
+  one plan changes: growing ones first, then the most saturated, as long as the cluster's
+  CPUs/GPUs hold; the limited plan is what is priced (the MILP's full plan may gain more).
   (The sidecar's CPU/GPU budgets arrive already applied to ``cluster``.)
 - failures: every step runs guarded; an exception (solver error, a model that cannot fit, ...)
   is recorded in the tick's ``error``, the current plan is kept (no plan this tick) and the
@@ -74,10 +88,11 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from trident_flows.runtime.state import RunnerState
+from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, RunnerState, end_to_end_throughput
+from trident_flows.runtime.transition import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
-from trident_flows.scheduler.decision_log import TickRecord
+from trident_flows.scheduler.decision_log import Action, EventKind, TickEvent, TickRecord
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement import DEFAULT_SOLVER, solve_placement
@@ -87,7 +102,7 @@ from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.transition_cost import plan_transition
-from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan
+from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
 
 _STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
 
@@ -126,12 +141,11 @@ class _Pending:
 
     plan: Plan
     predicted: float
-    before: float
+    before: list        # end-to-end items/s of the ticks before the change
     previous: dict
     regime_key: tuple
     ticks_waiting: int = 0
     ticks_in_place: int = 0
-    regime_changed: bool = False
     measured: list = field(default_factory=list)
 
 
@@ -141,17 +155,16 @@ class TridentPolicy:
     name = "trident"
 
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
-                 k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, tolerance: float = 0.2, verify_ticks: int = 3, apply_grace_ticks: int = 5,
+                 k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, verify_ticks: int = 3, apply_grace_ticks: int = 5,
                  regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  max_changes: int | None = None, refit_min_samples: int = 8, saturation_s: float = 8.0, stale_ratio: float = 1.5,
+                 min_samples: int = 32, min_config_samples: int = 16, confidence_z: float = 1.0, verify_z: float = 2.0,
                  **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
-        if not 0 < tolerance < 1:
-            raise ValueError(f"trident: tolerance must be in (0, 1), got {tolerance}")
         if verify_ticks < 1 or apply_grace_ticks < 1:
             raise ValueError("trident: verify_ticks and apply_grace_ticks must be >= 1")
         if min_gain < 0 or regime_duration_s <= 0:
@@ -162,7 +175,6 @@ class TridentPolicy:
         self.k = k
         self.min_gain = min_gain
         self.benefit_ratio = benefit_ratio
-        self.tolerance = tolerance
         self.verify_ticks = verify_ticks
         self.apply_grace_ticks = apply_grace_ticks
         self.regime_duration_s = regime_duration_s
@@ -190,7 +202,8 @@ class TridentPolicy:
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []
         self._tick = 0
-        self._recent: deque[float] = deque(maxlen=3)
+        self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
+        self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         if max_changes is not None and max_changes < 0:
             raise ValueError(f"trident: max_changes must be >= 0 or None, got {max_changes}")
@@ -202,6 +215,15 @@ class TridentPolicy:
             raise ValueError(f"trident: saturation_s must be > 0 and stale_ratio >= 1, got {saturation_s}, {stale_ratio}")
         self.saturation_s = saturation_s
         self.stale_ratio = stale_ratio
+        if min_samples < 1 or min_config_samples < 1 or confidence_z < 0 or verify_z < 0:
+            raise ValueError(f"trident: min_samples and min_config_samples must be >= 1 and confidence_z, verify_z >= 0, "
+                             f"got {min_samples}, {min_config_samples}, {confidence_z}, {verify_z}")
+        self.min_samples = min_samples
+        self.min_config_samples = min_config_samples
+        self.confidence_z = confidence_z
+        self.verify_z = verify_z
+        self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
+        self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
 
     # ------------------------------------------------------------------ the Policy protocol
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
@@ -214,10 +236,12 @@ class TridentPolicy:
         self._tick += 1
         timings: dict[str, float] = {}
         errors: list[str] = []
-        events: list[str] = []
+        events: list[TickEvent] = []
         measured = self._measure(state)
-        pipeline_t = next(iter(measured.values()), 0.0)
-        self._recent.append(pipeline_t)
+        prev = self._history[-1] if self._history else None
+        pipeline_t = end_to_end_throughput(prev, state) if prev is not None else 0.0
+        if prev is not None:
+            self._intake.append(next(iter(measured.values()), 0.0))
 
         def step(name: str, fn: Callable[[], Any]) -> Any:
             t0 = time.perf_counter()
@@ -232,21 +256,23 @@ class TridentPolicy:
         self._track_cold_starts(state)
         new = step("observe", lambda: self._observe(state, samples)) or {}
         step("regime", lambda: self._regime(state, new, events))
-        if any(" -> " in e and "(features)" in e for e in events):
-            # throughput before a regime change says nothing about a plan made after it
-            self._recent.clear()
-            self._recent.append(pipeline_t)
-            if self._pending is not None:
-                self._pending.regime_changed = True
+        if any(e.kind == EventKind.REGIME_CHANGE for e in events) and self._pending is None:
+            self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
         canary_ops = step("optimize", lambda: self._optimize(state, new, events)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
+        if prev is not None:
+            self._recent.append(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted = "none", "", None, 0.0
+        safety = step("safety", lambda: self._safety_plan(state)) if self._pending is None else None
         if rollback is not None:
             action, plan, reason = "rollback", rollback, rollback.reason
-        elif not self._ops or not all(o.model.ready for o in self._ops.values()):
-            missing = sorted(n for n, o in self._ops.items() if not o.model.ready)
-            reason = f"waiting for samples: no throughput model yet for {', '.join(missing) or 'any operator'}"
+        elif safety is not None and not self._gate_passed():
+            action, plan, reason = "roll_out", safety, safety.reason
+        elif not self._gate_passed():
+            missing = sorted(f"{n} ({len(o.window)})" for n, o in self._ops.items() if not o.model.ready or len(o.window) < self.min_samples)
+            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator; "
+                      f"short: {', '.join(missing) or 'every operator'}")
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
         else:
@@ -264,17 +290,49 @@ class TridentPolicy:
         if errors and plan is None and action in ("none", "wait"):
             action = "error"
             reason = "kept the current plan after a failed step: " + "; ".join(errors)
-        if action == "roll_out" and plan is not None:
-            before = sorted(self._recent)[len(self._recent) // 2]
-            self._pending = _Pending(plan, predicted, before, self._previous_groups(state, plan), self._regime_key())
+        if plan is not None:
+            issued = (placement_signature(state), plan_signature(plan))
+            if issued in self._refused_plans:  # never re-issue a refused plan unchanged against an unchanged placement
+                reason = f"not re-issuing a plan the runner refused ({self._refused_plans[issued]}); keeping the current placement ({reason})"
+                action, plan = Action.WAIT, None
+            else:
+                self._issued = issued
+        if action == "roll_out" and plan is not None and plan is not safety:  # a safety move is not undone for speed
+            self._pending = _Pending(plan, predicted, list(self._recent), self._previous_groups(state, plan), self._regime_key())
         self._history.append(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
-        record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
+        record = TickRecord(self._tick, time.time(), Action(action), reason or "no change", measured, pipeline_t,
                             {n: o.detector.current for n, o in self._ops.items()}, tuple(events), plan, predicted,
                             verification, "; ".join(errors), timings)
         self.records.append(record)
         self.last_record = record
         return record
+
+    def _gate_passed(self) -> bool:
+        return bool(self._ops) and all(o.model.ready and len(o.window) >= self.min_samples for o in self._ops.values())
+
+    def _safety_plan(self, state: RunnerState) -> Plan | None:
+        """Before the evidence gate lets the placement run: move every operator off a config that ran
+        out of memory (or whose memory bound exceeds the budget) to the largest smaller batch that is
+        not unsafe, replica for replica (the same CPUs/GPUs, so the move always fits). None when all
+        is safe."""
+        ops = []
+        for op_state in state.operators:
+            if op_state.name not in self._ops:
+                continue
+            groups, moved = [], []
+            for config, n in _counts(serving_groups(op_state)):
+                safe = config
+                while self._is_unsafe(op_state.name, safe) is not None and safe.batch_size > 1:
+                    safe = safe.with_changes(batch_size=max(1, safe.batch_size // 2))
+                if safe != config:
+                    moved.append(f"{config.label()} -> {safe.label()} ({self._is_unsafe(op_state.name, config)})")
+                groups.append(ReplicaGroup(safe, n))
+            if moved:
+                ops.append(OperatorPlan(op_state.name, tuple(groups), f"memory safety: {op_state.name} " + "; ".join(moved), canary_config(op_state)))
+        if not ops:
+            return None
+        return Plan(tuple(ops), 0.0, "memory safety before the evidence gate: " + "; ".join(o.reason for o in ops))
 
     # ------------------------------------------------------------------ observe
     def _measure(self, state: RunnerState) -> dict[str, float]:
@@ -343,7 +401,7 @@ class TridentPolicy:
         return new
 
     # ------------------------------------------------------------------ regime
-    def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[str]) -> None:
+    def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
         for name, batch in new.items():
             op = self._ops[name]
             replicas = max(1, sum(state.operator(name).configs().values()))
@@ -355,7 +413,8 @@ class TridentPolicy:
                     if op.detector.current is not None and name not in self._regime_started:
                         self._regime_started[name] = state.wall_s
                     continue
-                events.append(f"{name}: regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}")
+                kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
+                events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 started = self._regime_started.get(name)
                 if started is not None and change.kind == ChangeKind.FEATURES:
                     self._regime_lengths.append(max(0.0, state.wall_s - started))
@@ -365,14 +424,14 @@ class TridentPolicy:
                     keep = [(seq, x) for seq, x in op.window if seq >= change.change_point]
                     op.window = deque(keep, maxlen=self.window)
                     op.fitted_epoch = None  # refit on the kept samples at the next ones
-                    events.append(f"{name}: dropped samples before the change point; refit on {len(keep)}")
+                    events.append(TickEvent(EventKind.NOTE, name, f"dropped samples before the change point; refit on {len(keep)}"))
                     continue
                 record = self.memory.visit(change.new, name) if change.recurring else None
                 if record is not None and record.model is not None:
                     op.model = record.model.snapshot()
                     op.restored = True
-                    events.append(f"{name}: regime {change.new} seen before: serving its remembered model"
-                                  + (f" and best config {record.best_config.label()}" if record.best_config else ""))
+                    events.append(TickEvent(EventKind.REMEMBERED_REGIME, name, f"regime {change.new} seen before: serving its remembered model"
+                                  + (f" and best config {record.best_config.label()}" if record.best_config else "")))
         for name, op in self._ops.items():
             if op.model.ready and op.detector.current is not None:
                 best = self._optimizer(name).best() if self._spec_space(name) is not None else None
@@ -382,12 +441,23 @@ class TridentPolicy:
         return tuple(sorted((n, o.detector.current) for n, o in self._ops.items()))
 
     def _expected_regime_s(self, state: RunnerState, throughput: float) -> float:
-        lengths = [x for x in self._regime_lengths if x > 0]
-        expected = sum(lengths) / len(lengths) if lengths else self.regime_duration_s
-        total = getattr(self.spec, "items", None)
-        if total and throughput > 0 and not state.input_closed:
-            expected = min(expected, max(1.0, (total - state.operators[0].items_in) / throughput))
-        return expected
+        """Seconds a change made now can pay off: the current regime's expected remaining time (past
+        regimes that lasted longer than this one has so far, less its elapsed time; with none, as long
+        again as it has lasted, or the ``regime_duration_s`` prior before any regime is known), capped by
+        the time the items left (not yet read + queued, from the runner) take at ``throughput``."""
+        started = [t for t in self._regime_started.values()]
+        elapsed = max(0.0, state.wall_s - max(started)) if started else state.wall_s
+        longer = [x - elapsed for x in self._regime_lengths if x > elapsed]
+        if longer:
+            expected = sum(longer) / len(longer)
+        elif self._regime_lengths:
+            expected = max(elapsed, 1.0)
+        else:
+            expected = max(self.regime_duration_s - elapsed, elapsed, 1.0)
+        left = remaining_items(state, getattr(self.spec, "items", None))
+        if left is not None and throughput > 0:
+            expected = min(expected, left / throughput)
+        return max(expected, 0.0)
 
     # ------------------------------------------------------------------ optimize
     def _spec_space(self, name: str) -> ConfigSpace | None:
@@ -453,7 +523,7 @@ class TridentPolicy:
             return f"memory upper bound {bound / 2**20:.0f} MiB > limit {self._limit(config) / 2**20:.0f} MiB"
         return None
 
-    def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[str]) -> dict[str, OperatorPlan]:
+    def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> dict[str, OperatorPlan]:
         canaries: dict[str, OperatorPlan] = {}
         free_cpus, free_gpus = free_resources(state)
         for name, batch in new.items():
@@ -461,7 +531,7 @@ class TridentPolicy:
             for s in batch:
                 if s.outcome == Outcome.OOM and s.config not in op.unsafe:
                     op.unsafe[s.config] = f"{s.config.label()} ran out of memory"
-                    events.append(f"{name}: {s.config.label()} ran out of memory: it and larger batches are unsafe")
+                    events.append(TickEvent(EventKind.OOM, name, f"{s.config.label()} ran out of memory: it and larger batches are unsafe"))
                     space = self._spec_space(name)
                     if space is not None and s.config.device in space.devices and space.batch_size_min <= s.config.batch_size <= space.batch_size_max:
                         self._optimizer(name).tell_oom(s.config, per_item(s.features, s.items_in), items=s.items_in)
@@ -496,12 +566,12 @@ class TridentPolicy:
         return canaries
 
     def _start_canary(self, state: RunnerState, name: str, opt: ConfigOptimizer, free_cpus: float, free_gpus: float,
-                      events: list[str]) -> OperatorPlan | None:
+                      events: list[TickEvent]) -> OperatorPlan | None:
         op = self._ops[name]
         try:
             proposal = opt.ask()
         except NoSafeConfigError as exc:
-            events.append(f"{name}: {exc}")
+            events.append(TickEvent(EventKind.NOTE, name, str(exc)))
             return None
         if proposal is None:
             return None
@@ -520,15 +590,15 @@ class TridentPolicy:
         if rate > 0 and config.batch_size / rate > self.canary_max_batch_s:
             if (name, config) not in self._refused_canaries:
                 self._refused_canaries.add((name, config))
-                events.append(f"{name}: no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
-                              f"(> canary_max_batch_s={self.canary_max_batch_s:g}); draining it would stall the rollouts")
+                events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
+                              f"(> canary_max_batch_s={self.canary_max_batch_s:g}); draining it would stall the rollouts"))
             return None
         op.canary = _Canary(config, state.wall_s, proposal.reason)
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
-        events.append(reason)
+        events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
 
-    def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[str]) -> OperatorPlan | None:
+    def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent]) -> OperatorPlan | None:
         op = self._ops[name]
         c = op.canary
         for s in batch:
@@ -544,7 +614,7 @@ class TridentPolicy:
             op.canary = None
             why = "got no batch (the operator is starved)" if running else "never became warm"
             reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.canary_timeout_s:g}"
-            events.append(reason)
+            events.append(TickEvent(EventKind.CANARY, name, reason))
             return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
         decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.canary_policy,
                                           memory_limit=self._limit(c.config))
@@ -560,7 +630,7 @@ class TridentPolicy:
             op.accepted.add(c.config)
         op.canary = None
         reason = f"canary {c.config.label()} of {name} {decision.verdict.value}ed: {decision.reason}"
-        events.append(reason)
+        events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
 
     def _with_canaries(self, state: RunnerState, plan: Plan | None, canaries: dict[str, OperatorPlan]) -> Plan:
@@ -592,15 +662,11 @@ class TridentPolicy:
         return True
 
     def _verify(self, state: RunnerState, measured: float) -> tuple[str, Plan | None]:
+        """Compare the end-to-end throughput after a rollout with the ticks before it (whatever the
+        input state or regime meanwhile); roll back when it is worse beyond the ticks' noise."""
         p = self._pending
         if p is None:
             return "", None
-        if p.regime_changed:
-            self._pending = None
-            return "verification ended: the workload regime changed meanwhile; the next placement judges the plan afresh", None
-        if state.input_closed:
-            self._pending = None
-            return "verification ended: the input is finished, the tail's throughput says nothing about the plan", None
         if not self._in_place(state, p.plan):
             p.ticks_waiting += 1
             if p.ticks_waiting > self.apply_grace_ticks:
@@ -611,24 +677,35 @@ class TridentPolicy:
         if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
             return "plan in place; measuring from the next tick", None
         p.measured.append(measured)
-        values = sorted(p.measured)
-        if len(values) < self.verify_ticks:
-            return f"measuring ({len(values)}/{self.verify_ticks}): {measured:.4g} items/s", None
+        if len(p.measured) < self.verify_ticks:
+            return f"measuring ({len(p.measured)}/{self.verify_ticks}): {measured:.4g} items/s end to end", None
         self._pending = None
-        got = values[len(values) // 2]
-        floor = (1 - self.tolerance) * p.predicted
-        if got >= floor:
-            return f"verified: measured {got:.4g} items/s >= {1 - self.tolerance:.0%} of predicted {p.predicted:.4g}", None
-        if got >= (1 - self.tolerance) * p.before:
-            return (f"short of the prediction: measured {got:.4g} < {1 - self.tolerance:.0%} of predicted {p.predicted:.4g} items/s, "
-                    f"but not worse than before ({p.before:.4g}): kept"), None
+        worse, figures = worse_than_before(p.before, p.measured, self.verify_z)
+        if not worse:
+            return f"verified: {figures}; predicted {p.predicted:.4g} input items/s", None
+        unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self._is_unsafe(name, g.config)]
+        if unsafe:
+            return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
         self._rejected.add((p.regime_key, _signature(p.plan)))
-        ops = tuple(OperatorPlan(name, groups, f"rollback: measured {got:.4g} items/s < {1 - self.tolerance:.0%} of predicted "
-                                 f"{p.predicted:.4g} and below {p.before:.4g} before the change", canary_config(state.operator(name)))
-                    for name, groups in p.previous.items() if groups)
-        reason = (f"rollback: after the rollout the pipeline measured {got:.4g} items/s, short of the predicted {p.predicted:.4g} "
-                  f"by more than {self.tolerance:.0%} and below the {p.before:.4g} items/s before it; restoring the previous placement")
-        return reason, Plan(ops, p.before, reason)
+        why = f"rollback: the change made the pipeline slower ({figures})"
+        ops = tuple(OperatorPlan(name, groups, why, canary_config(state.operator(name))) for name, groups in p.previous.items() if groups)
+        return why + "; restoring the previous placement", Plan(ops, 0.0, why + "; restoring the previous placement")
+
+    def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
+        """The runner's outcome of the last plan issued: a plan that did not land fully is not issued
+        again against the same placement, and a rollout that did not land is not verified."""
+        if outcome.status == ApplyStatus.LANDED:
+            return
+        if self._issued is not None and self._issued[1] == plan_signature(plan):
+            self._refused_plans[self._issued] = f"{outcome.status.value}: {outcome.reason[:200]}"
+        if self._pending is not None and _signature(self._pending.plan) == _signature(plan) and not outcome.changed:
+            self._pending = None
+        if self.last_record is not None:
+            event = TickEvent(EventKind.APPLY_REFUSED, "", f"apply {outcome.status.value} after {outcome.steps_done}/{outcome.steps_total} "
+                                                          f"steps: {outcome.reason[:200]}")
+            self.last_record = replace(self.last_record, events=(*self.last_record.events, event))
+            if self.records and self.records[-1].tick == self.last_record.tick:
+                self.records[-1] = self.last_record
 
     # ------------------------------------------------------------------ placement
     def _cluster_for_placement(self, state: RunnerState) -> ClusterSpec:
@@ -686,6 +763,11 @@ class TridentPolicy:
             cands, cand_notes = self._candidates(state, name)
             notes += cand_notes
             scale = self._stale_scale(state, op_state, notes)
+            serving_counts = op_state.configs()
+            moving_off = any(self._is_unsafe(name, c) is not None for c in serving_counts)
+            seen = {}
+            for _, smp in op.window:
+                seen[smp.config] = seen.get(smp.config, 0) + 1
             options = []
             for config in cands:
                 unsafe = self._is_unsafe(name, config)
@@ -699,9 +781,16 @@ class TridentPolicy:
                     cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
                 if cap < 1:
                     continue
+                if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.min_config_samples:
+                    continue  # evidence gate: too few measurements to compare it (an accepted canary passed its own test; a safety move is exempt)
                 try:
-                    mean, _std = op.model.predict_many([config] * cap, list(range(1, cap + 1)))
-                    curve = concave_curve([float(x) * scale for x in mean])
+                    mean, std = op.model.predict_many([config] * cap, list(range(1, cap + 1)))
+                    # Evidence gate: capacity beyond what runs now counts at its lower confidence bound, so a
+                    # change is chosen only when its gain holds there (a safety move uses the mean).
+                    z = 0.0 if moving_off else self.confidence_z
+                    now = serving_counts.get(config, 0)
+                    totals = [float(m) - (z * float(sd) if r + 1 > now else 0.0) for r, (m, sd) in enumerate(zip(mean, std))]
+                    curve = concave_curve([max(0.0, t) * scale for t in totals])
                 except (NoModelError, ValueError):
                     continue
                 bound = self._memory_bound(name, config) or 0.0
@@ -751,7 +840,8 @@ class TridentPolicy:
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes):
         plan = result.plan
         current = current_placement(state)
-        expected = self._expected_regime_s(state, self._recent[-1] if self._recent else result.throughput)
+        intake = sorted(self._intake)[len(self._intake) // 2] if self._intake else result.throughput
+        expected = self._expected_regime_s(state, intake)
         changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
         if not changed:
             return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput
@@ -764,12 +854,18 @@ class TridentPolicy:
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
         if (self._regime_key(), _signature(plan)) in self._rejected:
             return "wait", f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})", None, result.throughput
-        if forced:
-            return ("roll_out", "memory safety: " + "; ".join(forced) + f"; new placement {plan.reason}", plan, result.throughput)
-        try:
-            transition = plan_transition(demands, cluster, current, result.plan, expected, benefit_ratio=self.benefit_ratio)
-        except ValueError as exc:
-            return "wait", f"cannot price the change ({exc}); keeping the current placement", None, result.throughput
+        named = {o.operator for o in changed}
+        executed = replace(result.plan, operators=tuple(o if o.operator not in named else next(c for c in changed if c.operator == o.operator)
+                                                        for o in result.plan.operators if o.operator in named)
+                           + tuple(OperatorPlan(o.operator, current.for_operator(o.operator), "unchanged")
+                                   for o in result.plan.operators if o.operator not in named))
+        try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
+            transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.benefit_ratio)
+        except (ValueError, RuntimeError) as exc:
+            return "wait", f"cannot order or price the change ({exc}); keeping the current placement", None, result.throughput
+        if forced:  # safety comes before gain, but only with a feasible order; the price is recorded
+            return ("roll_out", "memory safety: " + "; ".join(forced) + f"; {transition.reason}; new placement {plan.reason}",
+                    plan, result.throughput)
         t_now = result.throughput - transition.expected_gain
         gain = transition.expected_gain / t_now if t_now > 0 else math.inf
         if transition.decision != Decision.ROLL_OUT:
@@ -784,10 +880,12 @@ class TridentPolicy:
 
 
     def _limit_changes(self, state: RunnerState, changed: list[OperatorPlan]) -> list[OperatorPlan]:
-        """At most ``max_changes`` operator plans, most saturated operators first, keeping the cluster's CPUs/GPUs."""
+        """At most ``max_changes`` operator plans, operators that grow first (a plan that only shrinks
+        gains nothing), most saturated first, keeping the cluster's CPUs/GPUs."""
         used_cpus, used_gpus = state.used_cpus, state.used_gpus
         kept = []
-        for o in sorted(changed, key=lambda o: -state.operator(o.operator).busy_fraction):
+        grows = lambda o: sum(n for _, n in _counts(o.groups)) > sum(state.operator(o.operator).configs().values())  # noqa: E731
+        for o in sorted(changed, key=lambda o: (not grows(o), -state.operator(o.operator).busy_fraction)):
             if len(kept) == self.max_changes:
                 break
             new_cpus, new_gpus = held(dict(_counts(o.groups)))
@@ -817,3 +915,28 @@ def _counts(groups) -> list[tuple[OpConfig, int]]:
 
 def _signature(plan: Plan) -> frozenset:
     return frozenset((o.operator, c, n) for o in plan.operators for c, n in _counts(o.groups))
+
+
+def worse_than_before(before: Sequence[float], after: Sequence[float], z: float) -> tuple[bool, str]:
+    """Whether the per-tick throughputs ``after`` a change are below those ``before`` it beyond their
+    noise: mean after < mean before - ``z`` standard errors of the difference (Welch), and at
+    least 5% lower (a smaller loss is within what one tick's batch boundaries move). With fewer
+    than 2 ticks before, the ticks after give the noise of both. Returns the verdict and figures."""
+    a = [float(x) for x in after]
+    b = [float(x) for x in before] or a
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    var_a = sum((x - mean_a) ** 2 for x in a) / max(1, len(a) - 1)
+    var_b = sum((x - mean_b) ** 2 for x in b) / max(1, len(b) - 1) if len(b) >= 2 else var_a
+    se = math.sqrt(var_a / len(a) + var_b / len(b))
+    worse = mean_a < mean_b - z * se and mean_a < 0.95 * mean_b
+    figures = (f"{mean_a:.4g} items/s end to end over {len(a)} ticks after vs {mean_b:.4g} over {len(b)} before, "
+               f"noise {se:.3g} (x{z:g})")
+    return worse, figures
+
+
+def remaining_items(state: RunnerState, total: int | None) -> float | None:
+    """Input items still to process: not yet read from the source (``total`` known) plus those queued
+    in the pipeline; None when the total is unknown."""
+    if not total:
+        return None
+    return max(0, total - state.items_in) + sum(op.queue_items for op in state.operators)

@@ -1,0 +1,147 @@
+"""The closed loop's mechanisms: a move of a single-replica operator lands on a full cluster, a
+refused plan is not re-issued unchanged, no rollout before the evidence gate, a rollout that
+lowers the measured throughput is rolled back after the input closed, and a move whose cold
+start the remaining items cannot repay is not made."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import ray
+
+from test_controller import CLUSTER8, SimRunner, run_ticks, two_ops
+from test_runtime_support import assert_exactly_once, small_pipeline
+from trident_flows.runtime.launch import start_runner
+from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
+from trident_flows.runtime.transition import placement_signature, plan_signature, plan_transition
+from trident_flows.scheduler.trident_policy import TridentPolicy
+from trident_flows.scheduler.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+
+A = OpConfig.make("cpu", batch_size=8)
+B = OpConfig.make("cpu", batch_size=4)
+
+
+def _op(name: str, *configs: OpConfig) -> OperatorState:
+    reps = tuple(ReplicaState(f"{name}-{k}", f"r:{name}:{k}", c, True, False, False, 0, 0.5, 10, 1) for k, c in enumerate(configs))
+    return OperatorState(name, reps, 0, 0, 0, 0, 1, 0.5, 0, 0)
+
+
+def test_full_cluster_takes_room_from_another_operator_before_the_last_replica():
+    # 3 CPUs, all in use: embed's only replica moves to b4 while parse shrinks 2 -> 1.
+    state = RunnerState("p", (_op("parse", A, A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 3, 0, 0, 0)
+    plan = Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)), OperatorPlan("parse", (ReplicaGroup(A, 1),))), reason="t")
+    steps = [(s.kind, s.operator, s.config.batch_size) for s in plan_transition(state, plan).steps]
+    assert steps == [(StepKind.RETIRE, "parse", 8), (StepKind.START, "embed", 4), (StepKind.RETIRE, "embed", 8)]
+    # nothing else to take from: swapped in place, the retire of its last replica first and marked so
+    state = RunnerState("p", (_op("parse", A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 2, 0, 0, 0)
+    t = plan_transition(state, Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)),), reason="t"))
+    assert [(s.kind, s.operator) for s in t.steps] == [(StepKind.RETIRE, "embed"), (StepKind.START, "embed")]
+    assert "swapping it in place" in t.steps[0].reason
+
+
+def test_runner_swaps_a_single_replica_operator_in_place(ray_cluster, tmp_path):
+    spec = small_pipeline(300, time_scale=5.0, regimes="short:300")
+    handle = start_runner(spec, tmp_path, name="rt-swap", namespace="rt", external_input=True)
+    ray.get(handle.add_shard.remote("s0", list(spec.source())))
+    while ray.get(handle.state.remote()).items_written < 20:
+        time.sleep(0.05)
+    old = ray.get(handle.state.remote()).operator("filter").replicas[0].config
+    new = old.with_changes(batch_size=4)
+    swap = Transition((TransitionStep(StepKind.RETIRE, "filter", old, 1, reason="swap"), TransitionStep(StepKind.START, "filter", new, 1)))
+    report = ray.get(handle.apply.remote(swap))
+    assert report.outcome.status == ApplyStatus.LANDED, report.error
+    assert [r.config for r in ray.get(handle.state.remote()).operator("filter").replicas] == [new]
+    ray.get(handle.close_input.remote())
+    summary = ray.get(handle.wait.remote(120))
+    ray.get(handle.stop.remote())
+    ray.kill(handle)
+    assert summary["finished"] and summary["reconfigurations"] == 1
+    assert_exactly_once(spec, tmp_path)
+
+
+def test_a_refused_plan_is_not_reissued_unchanged():
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False)
+    issued = []
+    for _ in range(16):
+        state = runner.state()
+        record = policy.tick(state, runner.advance(2.0))
+        if record.plan is not None:  # the runner refuses every plan: nothing changes
+            issued.append((placement_signature(runner.state()), plan_signature(record.plan)))
+            policy.observe_apply(record.plan, ApplyOutcome.refused("injected: no room"))
+    assert issued, "the policy never planned"
+    assert len(issued) == len(set(issued)), "a refused plan was issued again unchanged"
+    assert any(r.events and "apply refused" in str(r.events[-1]) for r in policy.records)
+
+
+def test_no_rollout_before_the_evidence_gate():
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=60)
+    seen = {"a": 0, "b": 0}
+    for _ in range(10):
+        new = runner.advance(2.0)
+        for s in new:
+            seen[s.operator] += 1
+        record = policy.tick(runner.state(), new)
+        if record.action == "roll_out":
+            assert min(seen.values()) >= 60, f"rolled out on {seen} samples"
+            return
+        assert "evidence gate" in record.reason, record.reason
+    raise AssertionError("never rolled out")
+
+
+class _ClosedInput(SimRunner):
+    def state(self) -> RunnerState:
+        return replace(super().state(), input_closed=True)
+
+
+def test_a_rollout_that_lowers_throughput_is_rolled_back_after_the_input_closed():
+    # b is the bottleneck, but more than two replicas of b contend: the model cannot know before trying.
+    contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
+    runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    records = run_ticks(runner, policy, 14)
+    actions = [r.action for r in records]
+    assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason[:100], r.verification) for r in records]
+    assert runner.replicas("b") == 2
+
+
+class _Spec:
+    """Just what the policy reads of a pipeline spec here: the total item count."""
+
+    def __init__(self, items: int) -> None:
+        self.items = items
+
+    def operator(self, name: str):
+        raise KeyError(name)
+
+
+class _ItemsLeft(_ClosedInput):
+    """Input closed, and the runner has read nothing more: the spec's total is what is left."""
+
+    def state(self) -> RunnerState:
+        return replace(super().state(), items_in=0)
+
+
+def test_a_move_the_remaining_items_cannot_repay_is_not_made():
+    policy = TridentPolicy(_Spec(10**6), CLUSTER8, canaries=False)
+    assert any(r.action == "roll_out" for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
+        "the move pays with many items left"
+    policy = TridentPolicy(_Spec(60), CLUSTER8, canaries=False)  # about a second of work left, against a 5 s cold start
+    records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
+    assert not any(r.plan is not None for r in records), [(r.action, r.reason[:160]) for r in records]
+    assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
+    from trident_flows.scheduler.types import Outcome
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
+    new = runner.advance(2.0)
+    new[0] = replace(new[0], outcome=Outcome.OOM)
+    record = policy.tick(runner.state(), new)
+    assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
+    moved = record.plan.for_operator(new[0].operator)
+    assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
