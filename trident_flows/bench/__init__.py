@@ -9,4 +9,6 @@ BENCHMARKS: dict[str, str] = {
     "placement": "trident_flows.bench.placement",
     "closed-loop": "trident_flows.bench.closed_loop",
     "closed-loop-video": "trident_flows.bench.closed_loop_video",
+    "sim-fidelity": "trident_flows.bench.sim_fidelity",
+    "closed-loop-sim": "trident_flows.bench.closed_loop_sim",
 }

@@ -8,7 +8,8 @@ Contract:
   ``100Gbps``), ``name``. A bad term is refused naming it and the expected form.
 - ``SimCluster(spec)`` holds the nodes: free CPUs, one ``SimDevice`` per GPU, free host memory.
   ``place(config, holder, resident_bytes, host_bytes)`` puts one replica on the first live
-  node with room (first fit, like a packing scheduler): CPUs, a device with a free share of
+  node with room (first fit, like a packing scheduler; a CPU replica first looks for a node
+  where it leaves one CPU per unclaimed GPU): CPUs, a device with a free share of
   at least ``config.gpus`` (fractional) or ``int(gpus)`` free devices, host memory; it returns
   a ``Placement`` or ``None`` (no room: the replica stays pending). ``release`` gives it back.
   ``fail_node(i)`` marks node ``i`` dead (its replicas are lost; the runner re-queues their work).
@@ -114,8 +115,17 @@ class SimCluster:
         return [d for n in self.nodes for d in n.devices]
 
     def place(self, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int) -> Placement | None:
+        if config.gpus <= 0:
+            # a CPU replica first leaves one CPU per unclaimed GPU of a node free, so that CPU work
+            # does not strand the GPUs (a GPU replica holds a CPU too); if none has room, anywhere
+            return self._place(config, holder, resident_bytes, host_bytes, reserve=True) or \
+                self._place(config, holder, resident_bytes, host_bytes, reserve=False)
+        return self._place(config, holder, resident_bytes, host_bytes, reserve=False)
+
+    def _place(self, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int, reserve: bool) -> Placement | None:
         for node in self.nodes:
-            if not node.alive or node.free_cpus + 1e-9 < config.cpus or node.free_host_bytes < host_bytes:
+            kept = sum(1 for d in node.devices if d.gpu_share <= 1e-9) if reserve else 0
+            if not node.alive or node.free_cpus - kept + 1e-9 < config.cpus or node.free_host_bytes < host_bytes:
                 continue
             if config.gpus <= 0:
                 chosen: list[SimDevice] = []

@@ -2,7 +2,7 @@
 
 Contract: ``SimOperator.from_spec(op_spec, features)`` reads an emulated operator's
 ``OperatorSpec`` (its cost model and ``time_scale``, exactly what ``EmulatedOperator`` runs);
-for a batch of ``workload`` rows and a device, ``seconds`` is
+for a batch of ``workload`` rows (``sums``: its feature columns summed) and a device, ``seconds`` is
 ``per_batch_s + per_item_s * items + sum_f per_unit_s[f] * sum(feature f)`` times the time
 scale (0 for an empty batch), ``work_bytes`` the working set (each row scaled by its
 ``memory_scale``), ``features`` the per-batch feature sums a ``BatchSample`` carries, and
@@ -43,7 +43,7 @@ class SimOperator:
         self._salt = (sum(map(ord, cost.name)) % 997) / 997.0  # stable across processes (str hash is not)
         names = tuple(cost.features) or tuple(sorted({f for d in cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}))
         self.feature_names = tuple(f for f in names if f in features)
-        self._feature_cols = np.array([FEATURES + list(features).index(f) for f in self.feature_names], dtype=int)
+        self._feature_idx = [list(features).index(f) for f in self.feature_names]
         self._devices = {d: self._arrays(c, features) for d, c in cost.devices.items()}
 
     @classmethod
@@ -65,17 +65,20 @@ class SimOperator:
             raise ValueError(f"operator {self.name!r} has no cost model for device {device!r}; it has {sorted(self._devices)}")
         return self._devices[device]
 
-    def seconds(self, device: str, rows: np.ndarray) -> float:
-        if len(rows) == 0:
+    def seconds(self, device: str, items: int, sums: np.ndarray) -> float:
+        """A batch of ``items`` rows whose feature columns sum to ``sums``."""
+        if items == 0:
             return 0.0
-        d = self.device(device)
-        sums = rows[:, FEATURES:].sum(axis=0)
-        return (d.per_batch_s + d.per_item_s * len(rows) + float(sums @ d.unit_s)) * self.time_scale
+        d = self._devices[device]
+        return (d.per_batch_s + d.per_item_s * items + float(sums @ d.unit_s)) * self.time_scale
 
-    def work_bytes(self, device: str, rows: np.ndarray) -> int:
-        d = self.device(device)
+    def work_bytes(self, device: str, rows: np.ndarray, sums: np.ndarray) -> int:
+        d = self._devices[device]
+        scale = rows[:, MEMSCALE]
+        if scale.min() == 1.0 == scale.max():
+            return int(d.per_item_bytes * len(rows) + float(sums @ d.unit_bytes))
         per_row = d.per_item_bytes + rows[:, FEATURES:] @ d.unit_bytes
-        return int((rows[:, MEMSCALE] * per_row).sum())
+        return int((scale * per_row).sum())
 
     def resident_bytes(self, device: str) -> int:
         return self.device(device).resident_bytes
@@ -83,11 +86,9 @@ class SimOperator:
     def cold_start_s(self, device: str) -> float:
         return self.device(device).cold_start_s * self.time_scale
 
-    def features(self, rows: np.ndarray) -> dict[str, float]:
-        if not len(self._feature_cols):
-            return {}
-        sums = rows[:, self._feature_cols].sum(axis=0)
-        return {f: float(v) for f, v in zip(self.feature_names, sums)}
+    def features(self, sums: np.ndarray) -> dict[str, float]:
+        """The operator's workload features of a batch whose feature columns sum to ``sums``."""
+        return {f: float(sums[k]) for f, k in zip(self.feature_names, self._feature_idx)}
 
     def route(self, rows: np.ndarray, keys: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(rows passed on, rows dropped by a filter)."""

@@ -5,7 +5,7 @@ Contract:
   after its cold start; it serves one batch at a time from the batches assigned to it (at
   most ``max_inflight``, as a Ray actor queues calls), so ``inflight`` counts both.
 - ``pick()`` is the warm, non-draining replica with the fewest batches in flight below
-  ``max_inflight``; ``choose_retire`` the least loaded (not yet warm first) replicas of a
+  ``max_inflight`` (the runner reports ``mark_warm`` and every ``load_changed``); ``choose_retire`` the least loaded (not yet warm first) replicas of a
   config; ``config_epoch`` increases whenever the set of (config, canary) among active
   replicas changes; ``snapshot(now)`` gives the ``ReplicaState``s ``RunnerState`` carries
   (busy fraction = busy seconds / seconds since warm).
@@ -37,6 +37,7 @@ class SimReplica:
     draining: bool = False
     dead: bool = False
     serving: bool = False
+    inflight: int = 0          # batches assigned and not yet back (queued on the replica or being served)
     serving_unit: Any = None   # the rows being served (re-queued if the node is lost)
     serving_reserve: int = 0
     assigned: collections.deque = field(default_factory=collections.deque)  # (rows, reserved items, inflight at dispatch)
@@ -46,10 +47,6 @@ class SimReplica:
     cold_start_s: float = 0.0
     on_warm: list[Callable[["SimReplica"], Any]] = field(default_factory=list)
     on_idle: list[Callable[["SimReplica"], Any]] = field(default_factory=list)
-
-    @property
-    def inflight(self) -> int:
-        return len(self.assigned) + int(self.serving)
 
     def snapshot(self, now: float) -> ReplicaState:
         alive = now - self.warm_at if self.warm else 0.0
@@ -66,6 +63,26 @@ class SimPool:
         self.replicas: dict[str, SimReplica] = {}
         self.config_epoch = 0
         self._ids = itertools.count()
+        # warm, non-draining replicas by batches in flight (0 .. max_inflight-1): pick() in O(1)
+        # (a pool may hold hundreds of replicas at 8+ nodes, and pick runs on every event)
+        self._free: list[dict[str, SimReplica]] = [{} for _ in range(max_inflight)]
+
+    def _unlist(self, record: SimReplica) -> None:
+        for level in self._free:
+            level.pop(record.replica_id, None)
+
+    def mark_warm(self, record: SimReplica) -> None:
+        if not record.draining and not record.dead and record.inflight < self.max_inflight:
+            self._free[record.inflight][record.replica_id] = record
+
+    def load_changed(self, record: SimReplica, before: int) -> None:
+        """``record``'s batches in flight went from ``before`` to ``record.inflight``."""
+        if not record.warm or record.draining or record.dead:
+            return
+        if before < self.max_inflight:
+            self._free[before].pop(record.replica_id, None)
+        if record.inflight < self.max_inflight:
+            self._free[record.inflight][record.replica_id] = record
 
     def _configs(self) -> frozenset[tuple[OpConfig, bool]]:
         return frozenset((r.config, r.canary) for r in self.replicas.values() if not r.draining and not r.dead)
@@ -84,12 +101,10 @@ class SimPool:
         return record
 
     def pick(self) -> SimReplica | None:
-        best = None
-        for r in self.replicas.values():
-            if r.warm and not r.draining and not r.dead and r.inflight < self.max_inflight:
-                if best is None or r.inflight < best.inflight:
-                    best = r
-        return best
+        for level in self._free:
+            if level:
+                return next(iter(level.values()))
+        return None
 
     def active(self, canary: bool | None = None) -> list[SimReplica]:
         return [r for r in self.replicas.values() if not r.draining and not r.dead and (canary is None or r.canary == canary)]
@@ -103,11 +118,13 @@ class SimPool:
         before = self._configs()
         for r in records:
             r.draining = True
+            self._unlist(r)
         self._bump_epoch_if_changed(before)
 
     def forget(self, record: SimReplica) -> None:
         before = self._configs()
         record.dead = True
+        self._unlist(record)
         self.replicas.pop(record.replica_id, None)
         self._bump_epoch_if_changed(before)
 

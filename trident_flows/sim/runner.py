@@ -87,15 +87,14 @@ class SimRunner:
         self.actor_start_s = actor_start_s
         self.events = EventQueue()
         costs = [SimOperator.from_spec(o, ()) for o in spec.operators]
-        self.features = tuple(sorted({f for c in costs for d in c.cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}
-                                     | {f for c in costs for f in c.cost.features}))
-        self.ops = [SimOperator.from_spec(o, self.features) for o in spec.operators]
-        self.names = [o.name for o in spec.operators]
-        self.stream = stream if stream is not None else Stream.from_rows(spec.source(), self.features)
-        missing = [f for f in self.features if f not in self.stream.features]
+        needed = sorted({f for c in costs for d in c.cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}
+                        | {f for c in costs for f in c.cost.features})
+        self.stream = stream if stream is not None else Stream.from_rows(spec.source(), needed)
+        missing = [f for f in needed if f not in self.stream.features]
         if missing:
             raise ValueError(f"the input stream lacks feature(s) {missing} that the pipeline's cost models use")
-        self._cols = [FEATURES + self.stream.features.index(f) for f in self.features]
+        self.ops = [SimOperator.from_spec(o, self.stream.features) for o in spec.operators]
+        self.names = [o.name for o in spec.operators]
         self.cluster = SimCluster(cluster)
         self.cluster_spec = cluster
         width = FEATURES + len(self.stream.features)
@@ -137,7 +136,8 @@ class SimRunner:
             raise RuntimeError("simulated runner already started")
         self.started = True
         initial = []
-        for i, op in enumerate(self.spec.operators):
+        # GPU replicas first: they need the scarcer resource (a packing scheduler sees them all at once)
+        for i, op in sorted(enumerate(self.spec.operators), key=lambda e: -e[1].config.gpus):
             for _ in range(op.replicas):
                 initial.append(self._start_replica(i, op.config, canary=False))
         if self.waiting:
@@ -179,6 +179,7 @@ class SimRunner:
         if record.dead:
             return
         record.warm, record.warm_at, record.cold_start_s = True, self.now, self.now - record.requested_at
+        self.pools[i].mark_warm(record)
         for fn in record.on_warm:
             fn(record)
         self._dispatch()
@@ -202,6 +203,7 @@ class SimRunner:
                 for _, reserve, _, _ in r.assigned:
                     self.counters[i].reserved_items -= reserve
                 r.assigned.clear()
+                r.inflight = 0
                 if r.serving:
                     units.append(r.serving_unit)
                     self.counters[i].reserved_items -= r.serving_reserve
@@ -287,7 +289,10 @@ class SimRunner:
         c = self.counters[i]
         reserve = int(len(rows) * c.growth_items + 0.999)
         c.reserved_items += reserve
-        replica.assigned.append((rows, reserve, replica.inflight + 1, self.pools[i].config_epoch))
+        before = replica.inflight
+        replica.inflight += 1
+        replica.assigned.append((rows, reserve, before + 1, self.pools[i].config_epoch))
+        self.pools[i].load_changed(replica, before)
         if not replica.serving:
             self._serve(i, replica)
 
@@ -295,8 +300,9 @@ class SimRunner:
         rows, reserve, inflight, epoch = replica.assigned.popleft()
         replica.serving, replica.serving_unit, replica.serving_reserve = True, rows, reserve
         op, device = self.ops[i], replica.config.device
-        seconds = op.seconds(device, rows)
-        work = op.work_bytes(device, rows) if len(rows) else 0
+        sums = rows[:, FEATURES:].sum(axis=0)
+        seconds = op.seconds(device, len(rows), sums)
+        work = op.work_bytes(device, rows, sums) if len(rows) else 0
         start = self.now
         if device == CPU:
             end, dev_peak, host_peak, result = start + seconds, 0, ACTOR_RSS_BYTES + min(work, HOST_WORKING_SET_CAP), Outcome.OK
@@ -306,14 +312,16 @@ class SimRunner:
                 end, dev_peak, host_peak, result = start + OOM_RETURN_S, 0, ACTOR_RSS_BYTES, Outcome.OOM
             else:
                 end, dev_peak, host_peak, result = kernel[1], kernel[2], ACTOR_RSS_BYTES, Outcome.OK
-        self.events.at(end, self._done, i, replica, rows, reserve, inflight, epoch, start, result, dev_peak, host_peak)
+        self.events.at(end, self._done, i, replica, rows, sums, reserve, inflight, epoch, start, result, dev_peak, host_peak)
 
-    def _done(self, i: int, replica: SimReplica, rows: np.ndarray, reserve: int, inflight: int, epoch: int, start: float,
-              result: Outcome, dev_peak: int, host_peak: int) -> None:
+    def _done(self, i: int, replica: SimReplica, rows: np.ndarray, sums: np.ndarray, reserve: int, inflight: int, epoch: int,
+              start: float, result: Outcome, dev_peak: int, host_peak: int) -> None:
         if replica.dead or replica.serving_unit is not rows:
             return  # its node was lost: the batch was re-queued already
         c, op = self.counters[i], self.ops[i]
         replica.serving, replica.serving_unit = False, None
+        replica.inflight -= 1
+        self.pools[i].load_changed(replica, replica.inflight + 1)
         c.reserved_items -= reserve
         busy = self.now - start
         replica.batches += 1
@@ -323,11 +331,11 @@ class SimRunner:
             passed, dropped = op.route(rows, self._keys)
             n_out = len(passed) + len(dropped)
             self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, n_out,
-                                     op.features(rows), host_peak, dev_peak, Outcome.OK, epoch, inflight))
+                                     op.features(sums), host_peak, dev_peak, Outcome.OK, epoch, inflight))
             self._route(i, rows, passed, dropped)
         else:
             self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, 0,
-                                     op.features(rows), host_peak, 0, Outcome.OOM, epoch, inflight,
+                                     op.features(sums), host_peak, 0, Outcome.OOM, epoch, inflight,
                                      f"DeviceOOMError: {op.name} batch of {n} does not fit the device (simulated)"))
             self._retry(i, rows, "OOM", oom=True)
         if replica.assigned:
@@ -363,7 +371,8 @@ class SimRunner:
         else:
             c.items_forwarded += len(passed)
             self.queues[i + 1].push(passed, self.now)
-        self._count_done(src_in)
+        if last or len(dropped):  # only then can an input item have finished
+            self._count_done(src_in)
 
     def _count_done(self, sources: np.ndarray) -> None:
         done = np.unique(sources[self._pending[sources] == 0])
