@@ -160,10 +160,24 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     return fig
 
 
+def _start_ray(attempts: int = 15) -> None:
+    """A local Ray node; retried, because on a heavily loaded machine Ray's raylet may miss its
+    fixed 30 s registration window ("The current node timed out during startup")."""
+    for attempt in range(attempts):
+        try:
+            ray.init("local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            return
+        except Exception:  # noqa: BLE001 - retried; the last failure is raised
+            ray.shutdown()
+            if attempt == attempts - 1:
+                raise
+            time.sleep(20)
+
+
 def run(quick: bool = False, log: Any = print) -> BenchResult:
     started = not ray.is_initialized()
     if started:
-        ray.init("local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        _start_ray()
     work = Path(tempfile.mkdtemp(prefix="trident-sim-fidelity-"))
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
