@@ -13,4 +13,6 @@ BENCHMARKS: dict[str, str] = {
     "headroom": "trident_flows.bench.headroom",
     "faults": "trident_flows.bench.faults",
     "ray-data-import": "trident_flows.bench.ray_data_import",
+    "sim-fidelity": "trident_flows.bench.sim_fidelity",
+    "closed-loop-sim": "trident_flows.bench.closed_loop_sim",
 }

@@ -1,0 +1,159 @@
+"""The simulator against hand-computed cases: one operator's throughput, a queue filling up
+(backpressure), an OOM retried with split, a cold start delaying capacity, node loss, the
+cluster spec, and the unchanged policies running on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.runtime.state import RunnerSettings
+from trident_flows.scheduler.policies import make_policy
+from trident_flows.scheduler.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
+from trident_flows.sim.cluster import parse_cluster
+from trident_flows.sim.driver import simulate
+from trident_flows.sim.runner import SimRunner
+
+
+def _pipeline(ops: list[tuple[str, dict[str, DeviceCost], float]], stages: list[Stage], items: int):
+    profile = PipelineProfile("hand", tuple(OperatorCost(n, d, s) for n, d, s in ops), workloads={"default": {}})
+    return emulated_pipeline(profile, stages, items=items)
+
+
+def _run_to_end(runner: SimRunner, step: float = 0.5) -> None:
+    runner.start()
+    while not runner.finished:
+        runner.run_until(runner.now + step)
+
+
+def test_single_operator_throughput_is_batches_times_service_time() -> None:
+    # 40 items, batch 4, 0.1 s per item: 10 batches of 0.4 s on one replica = 4.0 s; two replicas: 2.0 s
+    cost = {CPU: DeviceCost(per_item_s=0.1)}
+    for replicas, expected in ((1, 4.0), (2, 2.0)):
+        spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), replicas)], 40)
+        runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+        _run_to_end(runner)
+        state = runner.state()
+        assert runner.inputs_done == 40 and runner.rows_written == 40
+        assert state.wall_s == pytest.approx(expected, abs=1e-6)
+        assert state.operators[0].busy_fraction == pytest.approx(1.0, abs=1e-6)
+        samples = runner.samples(0).samples
+        assert len(samples) == 10 and all(s.busy_s == pytest.approx(0.4) and s.items_in == 4 for s in samples)
+
+
+def test_queue_fills_and_backpressure_holds_a_fast_operator_to_the_slow_ones_pace() -> None:
+    # fast (0.01 s/item) feeds slow (1 s/item) through a queue bounded at 8 items: the queue fills,
+    # never exceeds 8, and from then on fast takes items at slow's pace (1 item/s), not at 100/s
+    spec = _pipeline([("fast", {CPU: DeviceCost(per_item_s=0.01)}, 1.0), ("slow", {CPU: DeviceCost(per_item_s=1.0)}, 1.0)],
+                     [Stage("fast", OpConfig.make(CPU, batch_size=1)), Stage("slow", OpConfig.make(CPU, batch_size=1))], 200)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), settings=RunnerSettings(queue_max_items=8), actor_start_s=0.0)
+    runner.start()
+    peak = 0
+    for k in range(1, 101):
+        runner.run_until(k * 0.1)
+        peak = max(peak, runner.state().operator("slow").queue_items)
+    fast_at_10 = runner.state().operator("fast").items_in
+    runner.run_until(30.0)
+    state = runner.state()
+    assert peak <= 8 and state.operator("slow").queue_items >= 6
+    assert fast_at_10 <= 8 + 10 + 2 + 2  # queue + slow's items done + slow's in flight + fast's reservation
+    assert state.operator("fast").items_in - fast_at_10 == pytest.approx(20, abs=2)  # 20 s at slow's 1 item/s
+    assert state.operator("slow").items_in == pytest.approx(30, abs=1)
+
+
+def test_oom_is_retried_with_split_until_the_halves_fit() -> None:
+    # 300 bytes per item on a 1000-byte device: a batch of 8 (2400 B) and its halves of 4 (1200 B)
+    # run out of memory (3 OOMs); the quarters of 2 (600 B) fit: every item written, none lost
+    cost = {GPU: DeviceCost(per_item_s=0.1, per_item_bytes=300)}
+    spec = _pipeline([("model", cost, 1.0)], [Stage("model", OpConfig.make(GPU, batch_size=8, gpus=1.0))], 8)
+    cluster = ClusterSpec.single_node(4, 1, gpu_memory_bytes=1000)
+    runner = SimRunner(spec, cluster, actor_start_s=0.0)
+    _run_to_end(runner, 0.1)
+    samples = runner.samples(0).samples
+    assert runner.ooms == 3 and runner.state().operator("model").ooms == 3
+    assert [s.items_in for s in samples if s.outcome == Outcome.OOM] == [8, 4, 4]
+    assert sorted(s.items_in for s in samples if s.outcome == Outcome.OK) == [2, 2, 2, 2]
+    assert runner.inputs_done == 8 and runner.inputs_dead == 0
+    assert runner.state().wall_s == pytest.approx(0.8 + 3 * 0.002, abs=1e-6)
+
+
+def test_an_item_that_never_fits_is_dead_lettered_after_max_attempts() -> None:
+    cost = {GPU: DeviceCost(per_item_s=0.1, per_item_bytes=2000)}
+    spec = _pipeline([("model", cost, 1.0)], [Stage("model", OpConfig.make(GPU, batch_size=1, gpus=1.0))], 1)
+    runner = SimRunner(spec, ClusterSpec.single_node(4, 1, gpu_memory_bytes=1000), settings=RunnerSettings(max_attempts=3),
+                       actor_start_s=0.0)
+    _run_to_end(runner, 0.1)
+    assert runner.ooms == 3 and runner.inputs_dead == 1 and runner.inputs_done == 1
+
+
+def test_cold_start_delays_the_new_capacity() -> None:
+    # 1 s per item; a second replica requested at t=0 has a 5 s cold start: the apply takes 5 s,
+    # and by t=10 replica 1 has done 10 items and replica 2 (serving from t=5) 5: 15 in all
+    cost = {CPU: DeviceCost(per_item_s=1.0, cold_start_s=5.0)}
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", config)], 100)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+    runner.start()
+    t0 = runner.now
+    assert t0 == pytest.approx(5.0)  # the initial replica's own cold start
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(config, 2),)),)))
+    assert report.ok and report.seconds == pytest.approx(5.0)
+    runner.run_until(t0 + 10.0)
+    assert runner.inputs_done == 15
+    assert runner.reconfigurations == 1 and len(runner.state().operator("work").active) == 2
+
+
+def test_rolling_replace_keeps_every_item() -> None:
+    cost = {CPU: DeviceCost(per_item_s=0.05, cold_start_s=1.0)}
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), 2)], 400)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+    runner.start()
+    runner.run_until(runner.now + 2.0)
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8), 2),)),)))
+    # 2 CPUs are free: both new replicas start (one step), then both old ones drain and retire
+    assert report.ok and [(s["kind"], s["count"]) for s in report.steps_done] == [("start", 2), ("retire", 2)]
+    assert report.steps_done[0]["seconds"] == pytest.approx(1.0)
+    while not runner.finished:
+        runner.run_until(runner.now + 1.0)
+    assert runner.inputs_done == 400 and runner.inputs_dead == 0
+    assert {r.config.batch_size for r in runner.state().operator("work").active} == {8}
+
+
+def test_node_loss_requeues_work_and_replaces_replicas() -> None:
+    cost = {CPU: DeviceCost(per_item_s=0.1)}
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=2), 3)], 200)
+    cluster = parse_cluster("2x(cpus=2)")
+    runner = SimRunner(spec, cluster, node_loss=((3.0, 0),), actor_start_s=0.5)
+    _run_to_end(runner)
+    assert runner.inputs_done == 200 and runner.inputs_dead == 0
+    assert not runner.cluster.nodes[0].alive
+    # 3 replicas placed first-fit (2 on node 0, 1 on node 1); after the loss only node 1's 2 CPUs are left
+    assert len(runner.state().operator("work").active) == 3
+    assert sum(1 for r in runner.pools[0].replicas.values() if r.placement is not None) == 2
+
+
+def test_parse_cluster_spec() -> None:
+    spec = parse_cluster("8x(cpus=96,gpus=8,gpu_mem=80GiB)+2x(cpus=32,host_mem=256GiB,net=100Gbps,name=cpu)")
+    assert spec.total_cpus == 8 * 96 + 64 and spec.total_gpus == 64
+    assert spec.node_classes[0].gpu_memory_bytes == 80 * 2**30 and spec.node_classes[1].name == "cpu"
+    assert spec.node_classes[1].host_device_bandwidth_bps == pytest.approx(100e9 / 8)
+    with pytest.raises(ValueError, match="gpu_mem"):
+        parse_cluster("2x(cpus=8,gpus=1)")
+    with pytest.raises(ValueError, match="COUNTx"):
+        parse_cluster("eight nodes")
+
+
+@pytest.mark.parametrize("name", ["ds2", "threshold", "trident"])
+def test_policies_run_unchanged_on_the_simulator(name: str) -> None:
+    from trident_flows.pipelines import build_pipeline
+
+    spec = build_pipeline("emulated-docs", synth=400, seed=1, regimes="short:200,scans:200")
+    cluster = ClusterSpec.single_node(16, 2, gpu_memory_bytes=8 * 2**30)
+    run = simulate(spec, cluster, make_policy(name, spec=spec, cluster=cluster), tick_s=1.0)
+    s = run.summary
+    assert s["simulated"] and s["items_missing"] == 0 and s["items_in_flight"] == 0
+    assert s["items_written"] + s["items_dead_lettered"] == 400
+    assert len(run.tick_ms) >= 3 and s["wall_s"] > 0
+    # the ticks' wall time is charged: the simulated run is at least as long as the ticks took
+    assert s["wall_s"] >= sum(run.tick_ms) / 1e3

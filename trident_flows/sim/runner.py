@@ -1,0 +1,535 @@
+"""The simulated runner: the live runner's streaming rules and interface on a simulated clock.
+
+Contract:
+- ``SimRunner(spec, cluster, settings=..., stream=..., node_loss=...)`` runs an emulated
+  pipeline's ``PipelineSpec`` (``emulated-docs``, ``emulated-video``: operators with a cost
+  model) on a simulated ``ClusterSpec``. ``start()`` places the initial replicas and runs the
+  clock until they are warm (as the live ``start()`` does); ``run_until(t)`` advances the clock.
+- It offers the policies what ``PipelineRunner`` offers: ``state() -> RunnerState``,
+  ``samples(since) -> SamplePage`` (one ``BatchSample`` per batch, times in simulated seconds),
+  ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.plan_transition``; a
+  START waits, on the simulated clock, until its replicas are warm, a RETIRE until its
+  replicas have drained; the pipeline keeps streaming meanwhile) and ``summary()``.
+- Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
+  served one at a time; an operator's input queue is bounded by ``queue_max_items`` (a batch
+  is sent only while the next queue plus the expected output of batches in flight stays under
+  it; growth estimates tracked as the runner does); a partial batch lingers ``linger_s`` unless
+  the queue is full or upstream is idle. Queue byte bounds are not simulated (the emulated rows
+  are a few hundred bytes, far under ``queue_max_bytes``).
+- Costs: a batch takes the cost model's seconds on its device; GPU kernels of replicas sharing
+  a device queue behind each other (``memory.SimDevice``) and a kernel whose resident + batch
+  bytes exceed the device is an OOM: the batch fails at once and is split in halves and retried;
+  a single item failing ``max_attempts`` times is dead-lettered. A replica's cold start is
+  ``ACTOR_START_S`` plus the model's ``cold_start_s``.
+- ``node_loss=((t, node), ...)``: node ``node`` dies at simulated second ``t``; its replicas'
+  batches are re-queued whole (a single item counts an attempt) and each replica is replaced
+  with the same config wherever it fits (or waits for room).
+- Input items are counted through splits and filters: ``inputs_done`` counts input items whose
+  every row was written, filtered or dead-lettered.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Sequence
+
+import numpy as np
+
+from trident_flows.runtime.spec import PipelineSpec
+from trident_flows.runtime.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
+from trident_flows.runtime.transition import check_plan, plan_transition
+from trident_flows.scheduler.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
+                                           TransitionStep)
+from trident_flows.sim import outcome
+from trident_flows.sim.clock import EventQueue
+from trident_flows.sim.cluster import SimCluster
+from trident_flows.sim.operator import SimOperator
+from trident_flows.sim.pool import SimPool, SimReplica
+from trident_flows.sim.queues import SimQueue
+from trident_flows.sim.workload import ATTEMPTS, FEATURES, SRC, Stream
+
+# Starting a replica costs more than the operator's constructor: Ray schedules the actor and
+# starts its worker process. On the 2-core development machine the 8 initial replicas of
+# emulated-docs, started together, took 4-14 s beyond their constructors (8 processes at once on
+# 2 cores); a replica started alone during a rollout takes a fraction of that: 2 s is an estimate.
+ACTOR_START_S = 2.0
+# Peak RSS of a replica actor process (Python, numpy, Ray worker): the smallest peak host memory
+# a CPU replica reported in the same run, 126 MiB.
+ACTOR_RSS_BYTES = 126 * 2**20
+# An emulated operator holds at most this much of a CPU batch's working set (EmulatedOperator's
+# host_memory_cap_bytes default), so a CPU sample's peak host memory is capped the same way.
+HOST_WORKING_SET_CAP = 64 * 2**20
+# A batch refused by the device (OOM) returns after one device round trip, not after its kernel.
+OOM_RETURN_S = 0.002
+_BUCKET_S = 0.1
+
+
+class _Counters:
+    __slots__ = ("items_in", "items_out", "items_forwarded", "errors", "ooms", "reserved_items", "growth_items")
+
+    def __init__(self) -> None:
+        self.items_in = self.items_out = self.items_forwarded = self.errors = self.ooms = self.reserved_items = 0
+        self.growth_items = 2.0  # conservative until measured, as the live runner starts
+
+
+def _track(estimate: float, observed: float) -> float:
+    """The live runner's growth estimate: jumps up to a larger observation, decays slowly down."""
+    return max(observed, 0.9 * estimate + 0.1 * observed, 0.05)
+
+
+class SimRunner:
+    def __init__(self, spec: PipelineSpec, cluster: ClusterSpec, *, settings: RunnerSettings | None = None,
+                 stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim", seed: int = 0,
+                 actor_start_s: float = ACTOR_START_S) -> None:
+        self.spec = spec
+        self.settings = settings or RunnerSettings()
+        self.name = name
+        self.actor_start_s = actor_start_s
+        self.events = EventQueue()
+        costs = [SimOperator.from_spec(o, ()) for o in spec.operators]
+        needed = sorted({f for c in costs for d in c.cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}
+                        | {f for c in costs for f in c.cost.features})
+        self.stream = stream if stream is not None else Stream.from_rows(spec.source(), needed)
+        missing = [f for f in needed if f not in self.stream.features]
+        if missing:
+            raise ValueError(f"the input stream lacks feature(s) {missing} that the pipeline's cost models use")
+        self.ops = [SimOperator.from_spec(o, self.stream.features) for o in spec.operators]
+        self.names = [o.name for o in spec.operators]
+        self.cluster = SimCluster(cluster)
+        self.cluster_spec = cluster
+        width = FEATURES + len(self.stream.features)
+        self.pools = [SimPool(n, name, self.settings.max_inflight_per_replica) for n in self.names]
+        self.queues = [SimQueue(width) for _ in self.names]
+        self.counters = [_Counters() for _ in self.names]
+        self._keys = np.random.default_rng(seed + 104729)
+        self._pending = np.zeros(1024, dtype=np.int32)   # rows still in the pipeline, per input item
+        self._dead_src = np.zeros(1024, dtype=bool)
+        self.samples_buf: collections.deque = collections.deque(maxlen=self.settings.sample_buffer)
+        self.sample_seq = 0
+        self.completions: collections.deque = collections.deque()  # [bucket start, input items done]
+        self.items_in = self.rows_written = self.rows_dropped = self.rows_dead = 0
+        self.inputs_done = self.inputs_dead = 0
+        self.first_output_at: float | None = None
+        self.last_output_at: float | None = None
+        self.ooms = self.reconfigurations = 0
+        self.apply_reports: list[ApplyReport] = []
+        self.waiting: list[tuple[int, SimReplica]] = []   # replicas with no room yet (pending placement)
+        self.finished = False
+        self.finished_at = 0.0
+        self.error = ""
+        self.started = False
+        self.streaming = False  # as live: no batch is sent before every initial replica is warm
+        self._linger_armed = False
+        for t, node in node_loss:
+            if not 0 <= node < len(self.cluster.nodes):
+                raise ValueError(f"node_loss names node {node}, but the cluster has nodes 0..{len(self.cluster.nodes) - 1}")
+            self.events.at(float(t), self._lose_node, node)
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def now(self) -> float:
+        return self.events.now
+
+    def start(self) -> None:
+        """Place the initial replicas and run the clock until they are warm, then stream."""
+        if self.started:
+            raise RuntimeError("simulated runner already started")
+        self.started = True
+        initial = []
+        # GPU replicas first: they need the scarcer resource (a packing scheduler sees them all at once)
+        for i, op in sorted(enumerate(self.spec.operators), key=lambda e: -e[1].config.gpus):
+            for _ in range(op.replicas):
+                initial.append(self._start_replica(i, op.config, canary=False))
+        if self.waiting:
+            i, r = self.waiting[0]
+            raise RuntimeConfigError(f"operator {self.names[i]!r}: no node of the cluster has room for a replica of {r.config.label()} "
+                                     f"(cpus={r.config.cpus:g}, gpus={r.config.gpus:g}); use a smaller initial placement or more nodes")
+        self.events.run_until(max(r.requested_at for r in initial) + 1e9, stop=lambda: all(r.warm for r in initial))
+        self.streaming = True
+        self._dispatch()
+
+    def run_until(self, t: float) -> None:
+        """Advance the simulated clock to ``t`` (or until the run finishes)."""
+        self.events.run_until(t, stop=lambda: self.finished)
+        if not self.finished:
+            self.events.now = max(self.events.now, t)
+
+    # ------------------------------------------------------------------ replicas
+    def _start_replica(self, i: int, config: OpConfig, canary: bool) -> SimReplica:
+        op = self.ops[i]
+        op.device(config.device)  # refuse a device without a cost model, naming the operator
+        record = self.pools[i].new(config, canary, self.now)
+        if not self._place(i, record):
+            self.waiting.append((i, record))
+        return record
+
+    def _place(self, i: int, record: SimReplica) -> bool:
+        op = self.ops[i]
+        resident = op.resident_bytes(record.config.device)
+        host = ACTOR_RSS_BYTES + (resident if record.config.device == CPU else 0)
+        placement = self.cluster.place(record.config, record.actor_name, resident if record.config.device != CPU else 0, host)
+        if placement is None:
+            return False
+        record.placement, record.host_bytes = placement, host
+        record.requested_at = self.now
+        self.events.after(self.actor_start_s + op.cold_start_s(record.config.device), self._warm, i, record)
+        return True
+
+    def _warm(self, i: int, record: SimReplica) -> None:
+        if record.dead:
+            return
+        record.warm, record.warm_at, record.cold_start_s = True, self.now, self.now - record.requested_at
+        self.pools[i].mark_warm(record)
+        for fn in record.on_warm:
+            fn(record)
+        self._dispatch()
+
+    def _release(self, i: int, record: SimReplica) -> None:
+        """A retired or lost replica gives its resources back; waiting replicas may now fit."""
+        if record.placement is not None and record.placement.node.alive:
+            self.cluster.release(record.placement, record.actor_name, record.config, record.host_bytes)
+        record.placement = None
+        self.pools[i].forget(record)
+        self.waiting = [(j, r) for j, r in self.waiting if not r.dead]
+        for j, r in list(self.waiting):
+            if self._place(j, r):
+                self.waiting.remove((j, r))
+
+    def _lose_node(self, index: int) -> None:
+        node = self.cluster.fail_node(index)
+        for i, pool in enumerate(self.pools):
+            for r in [r for r in pool.replicas.values() if r.placement is not None and r.placement.node is node]:
+                units = [u for u, _, _, _ in r.assigned]
+                for _, reserve, _, _ in r.assigned:
+                    self.counters[i].reserved_items -= reserve
+                r.assigned.clear()
+                r.inflight = 0
+                if r.serving:
+                    units.append(r.serving_unit)
+                    self.counters[i].reserved_items -= r.serving_reserve
+                    r.serving = False
+                r.placement = None
+                self._release(i, r)
+                for unit in units:
+                    self._retry(i, unit, f"replica lost with node {index}", oom=False, count_error=False)
+                if not r.draining and not self.finished:
+                    self._start_replica(i, r.config, r.canary)
+                for fn in r.on_idle:
+                    fn(r)
+        self._dispatch()
+
+    # ------------------------------------------------------------------ streaming
+    def _feed(self) -> None:
+        q = self.queues[0]
+        room = self.settings.queue_max_items - q.n_items
+        if room <= 0 or self.stream.done:
+            return
+        rows = self.stream.take(room)
+        if len(rows) == 0:
+            return
+        top = int(rows[-1, SRC]) + 1
+        if top > len(self._pending):
+            size = max(top, 2 * len(self._pending))
+            self._pending = np.concatenate([self._pending, np.zeros(size - len(self._pending), dtype=np.int32)])
+            self._dead_src = np.concatenate([self._dead_src, np.zeros(size - len(self._dead_src), dtype=bool)])
+        self._pending[rows[:, SRC].astype(np.int64)] += 1
+        self.items_in += len(rows)
+        q.push(rows, self.now)
+
+    @property
+    def input_closed(self) -> bool:
+        return self.stream.done
+
+    def _upstream_idle(self, i: int) -> bool:
+        if not self.input_closed:
+            return False
+        return all(len(self.queues[j]) == 0 and all(r.inflight == 0 for r in self.pools[j].replicas.values()) for j in range(i))
+
+    def _downstream_has_room(self, i: int, n_items: int) -> bool:
+        if i == len(self.ops) - 1:
+            return True
+        q, c = self.queues[i + 1], self.counters[i]
+        if len(q) == 0 and c.reserved_items == 0:
+            return True
+        return q.n_items + c.reserved_items + n_items * c.growth_items <= self.settings.queue_max_items
+
+    def _dispatch(self) -> None:
+        if self.finished or not self.streaming:
+            return
+        self._feed()
+        linger_needed = False
+        now = self.now
+        for i in reversed(range(len(self.ops))):
+            q, pool = self.queues[i], self.pools[i]
+            while len(q):
+                replica = pool.pick()
+                if replica is None:
+                    break
+                size = replica.config.batch_size
+                if not q.units and len(q) < size:
+                    full = q.n_items >= self.settings.queue_max_items
+                    if not (full or self._upstream_idle(i) or now - q.oldest >= self.settings.linger_s):
+                        linger_needed = True
+                        break
+                if not self._downstream_has_room(i, q.peek_size(size)):
+                    break
+                rows = q.take(size, now)
+                self._launch(i, replica, rows)
+                if i == 0:
+                    self._feed()
+        if linger_needed and not self._linger_armed:
+            self._linger_armed = True
+            self.events.after(self.settings.linger_s, self._linger_fired)
+
+    def _linger_fired(self) -> None:
+        self._linger_armed = False
+        self._dispatch()
+
+    def _launch(self, i: int, replica: SimReplica, rows: np.ndarray) -> None:
+        c = self.counters[i]
+        reserve = int(len(rows) * c.growth_items + 0.999)
+        c.reserved_items += reserve
+        before = replica.inflight
+        replica.inflight += 1
+        replica.assigned.append((rows, reserve, before + 1, self.pools[i].config_epoch))
+        self.pools[i].load_changed(replica, before)
+        if not replica.serving:
+            self._serve(i, replica)
+
+    def _serve(self, i: int, replica: SimReplica) -> None:
+        rows, reserve, inflight, epoch = replica.assigned.popleft()
+        replica.serving, replica.serving_unit, replica.serving_reserve = True, rows, reserve
+        op, device = self.ops[i], replica.config.device
+        sums = rows[:, FEATURES:].sum(axis=0)
+        seconds = op.seconds(device, len(rows), sums)
+        work = op.work_bytes(device, rows, sums) if len(rows) else 0
+        start = self.now
+        if device == CPU:
+            end, dev_peak, host_peak, result = start + seconds, 0, ACTOR_RSS_BYTES + min(work, HOST_WORKING_SET_CAP), Outcome.OK
+        else:
+            kernel = replica.placement.devices[0].kernel(start, seconds, work)
+            if kernel is None:
+                end, dev_peak, host_peak, result = start + OOM_RETURN_S, 0, ACTOR_RSS_BYTES, Outcome.OOM
+            else:
+                end, dev_peak, host_peak, result = kernel[1], kernel[2], ACTOR_RSS_BYTES, Outcome.OK
+        self.events.at(end, self._done, i, replica, rows, sums, reserve, inflight, epoch, start, result, dev_peak, host_peak)
+
+    def _done(self, i: int, replica: SimReplica, rows: np.ndarray, sums: np.ndarray, reserve: int, inflight: int, epoch: int,
+              start: float, result: Outcome, dev_peak: int, host_peak: int) -> None:
+        if replica.dead or replica.serving_unit is not rows:
+            return  # its node was lost: the batch was re-queued already
+        c, op = self.counters[i], self.ops[i]
+        replica.serving, replica.serving_unit = False, None
+        replica.inflight -= 1
+        self.pools[i].load_changed(replica, replica.inflight + 1)
+        c.reserved_items -= reserve
+        busy = self.now - start
+        replica.batches += 1
+        replica.busy_s += busy
+        n = len(rows)
+        if result == Outcome.OK:
+            passed, dropped = op.route(rows, self._keys)
+            n_out = len(passed) + len(dropped)
+            self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, n_out,
+                                     op.features(sums), host_peak, dev_peak, Outcome.OK, epoch, inflight))
+            self._route(i, rows, passed, dropped)
+        else:
+            self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, 0,
+                                     op.features(sums), host_peak, 0, Outcome.OOM, epoch, inflight,
+                                     f"DeviceOOMError: {op.name} batch of {n} does not fit the device (simulated)"))
+            self._retry(i, rows, "OOM", oom=True)
+        if replica.assigned:
+            self._serve(i, replica)
+        elif replica.inflight == 0:
+            for fn in replica.on_idle:
+                fn(replica)
+        self._dispatch()
+        self._check_finished()
+
+    def _record(self, sample: BatchSample) -> None:
+        self.sample_seq += 1
+        self.samples_buf.append((self.sample_seq, sample))
+
+    def _route(self, i: int, rows: np.ndarray, passed: np.ndarray, dropped: np.ndarray) -> None:
+        c = self.counters[i]
+        last = i == len(self.ops) - 1
+        c.items_in += len(rows)
+        c.items_out += len(passed) + len(dropped)
+        c.growth_items = _track(c.growth_items, (len(passed) + len(dropped)) / max(1, len(rows)))
+        pending = self._pending
+        src_in = rows[:, SRC].astype(np.int64)
+        if len(passed) != len(rows) - len(dropped):  # a splitter: children replace their parent in the count
+            np.add.at(pending, passed[:, SRC].astype(np.int64), 1)
+            np.subtract.at(pending, src_in, 1)
+        if len(dropped):
+            self.rows_dropped += len(dropped)
+            self.rows_written += len(dropped)
+            np.subtract.at(pending, dropped[:, SRC].astype(np.int64), 1)
+        if last:
+            self.rows_written += len(passed)
+            np.subtract.at(pending, passed[:, SRC].astype(np.int64), 1)
+        else:
+            c.items_forwarded += len(passed)
+            self.queues[i + 1].push(passed, self.now)
+        if last or len(dropped):  # only then can an input item have finished
+            self._count_done(src_in)
+
+    def _count_done(self, sources: np.ndarray) -> None:
+        done = np.unique(sources[self._pending[sources] == 0])
+        if not len(done):
+            return
+        self.inputs_done += len(done)
+        self.inputs_dead += int(self._dead_src[done].sum())
+        if self.first_output_at is None:
+            self.first_output_at = self.now
+        self.last_output_at = self.now
+        bucket = int(self.now / _BUCKET_S) * _BUCKET_S
+        if self.completions and self.completions[-1][0] == bucket:
+            self.completions[-1][1] += len(done)
+        else:
+            self.completions.append([bucket, len(done)])
+            horizon = self.now - max(600.0, 4 * self.settings.dip_window_s)
+            while self.completions and self.completions[0][0] < horizon:
+                self.completions.popleft()
+
+    def _retry(self, i: int, rows: np.ndarray, error: str, oom: bool, count_error: bool = True) -> None:
+        """The live runner's retry: a failed batch is split in halves; a single item retries until
+        ``max_attempts``, then goes to the dead-letter table."""
+        c = self.counters[i]
+        if count_error:
+            c.errors += 1
+        if oom:
+            c.ooms += 1
+            self.ooms += 1
+        if len(rows) > 1 and count_error:
+            mid = len(rows) // 2
+            for half in (rows[:mid], rows[mid:]):
+                self.queues[i].push_unit(half, self.now)
+            return
+        if len(rows) > 1:
+            self.queues[i].push_unit(rows, self.now)
+            return
+        rows = rows.copy()
+        rows[:, ATTEMPTS] += 1
+        if rows[0, ATTEMPTS] >= self.settings.max_attempts:
+            src = rows[:, SRC].astype(np.int64)
+            self.rows_dead += 1
+            self._dead_src[src] = True
+            np.subtract.at(self._pending, src, 1)
+            self._count_done(src)
+        else:
+            self.queues[i].push_unit(rows, self.now)
+
+    def _check_finished(self) -> None:
+        if not self.finished and self.input_closed and self.inputs_done >= self.items_in:
+            self.finished, self.finished_at = True, self.now
+
+    # ------------------------------------------------------------------ observation
+    def state(self) -> RunnerState:
+        now = self.now
+        ops = []
+        for i, pool in enumerate(self.pools):
+            replicas = pool.snapshot(now)
+            warm = [r for r in replicas if r.warm and not r.draining]
+            c = self.counters[i]
+            ops.append(OperatorState(self.names[i], replicas, self.queues[i].n_items, 0, c.items_in, c.items_out, pool.config_epoch,
+                                     sum(r.busy_fraction for r in warm) / len(warm) if warm else 0.0, c.errors, c.ooms,
+                                     c.items_forwarded))
+        wall = self.wall_s
+        done = self.rows_written + self.rows_dead
+        return RunnerState(self.spec.name, tuple(ops), self.items_in, self.rows_written, self.rows_dead, self.rows_dropped,
+                           self.rows_written, self.input_closed, self.finished, wall, done / wall if wall > 0 else 0.0,
+                           self.cluster.total_cpus, self.cluster.total_gpus, self.reconfigurations, self.ooms, self.error)
+
+    @property
+    def wall_s(self) -> float:
+        return self.finished_at if self.finished else self.now
+
+    def samples(self, since: int = 0) -> SamplePage:
+        picked = tuple(s for seq, s in self.samples_buf if seq > since)
+        return SamplePage(picked, self.sample_seq)
+
+    def _rate(self, start: float, end: float) -> float:
+        if end <= start:
+            return 0.0
+        return sum(n for t, n in self.completions if start <= t < end) / (end - start)
+
+    # ------------------------------------------------------------------ control
+    def apply(self, change: Plan | Transition) -> ApplyReport:
+        """Apply a Plan or a Transition on the simulated clock (see the module docstring)."""
+        if self.finished:
+            return outcome.refused("the run has finished")
+        if isinstance(change, Plan):
+            transition = plan_transition(self.state(), change)
+        elif isinstance(change, Transition):
+            transition = change
+            self._check_transition(transition)
+        else:
+            raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
+        if transition.decision == Decision.WAIT or not transition.steps:
+            return outcome.nothing_to_do(transition.reason)
+        t0 = self.now
+        window = min(self.settings.dip_window_s, max(t0, 1e-6))
+        before = self._rate(t0 - window, t0)
+        done: list[dict[str, Any]] = []
+        error = ""
+        steps = transition.steps
+        for k, step in enumerate(steps):
+            s0 = self.now
+            # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go (as live)
+            replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
+            try:
+                ids = self._do_step(step, replaced=replaced)
+            except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped (as live)
+                error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
+                break
+            done.append({**step.to_dict(), "replicas": ids, "seconds": self.now - s0})
+        t1 = self.now
+        during = self._rate(t0, t1) if t1 - t0 >= 0.5 else self._rate(t1 - 0.5, t1)
+        report = outcome.apply_report(done, len(steps), t1 - t0, before, during, error, transition.reason)
+        if report.outcome.status == ApplyStatus.LANDED:
+            self.reconfigurations += 1  # only changes that landed count, as live
+        self.apply_reports.append(report)
+        self._dispatch()
+        return report
+
+    def _check_transition(self, transition: Transition) -> None:
+        for step in transition.steps:
+            if step.operator not in self.names:
+                raise RuntimeConfigError(f"transition step names unknown operator {step.operator!r}; operators are {self.names}")
+            if step.count < 1:
+                raise RuntimeConfigError(f"transition step for {step.operator!r} has count {step.count}; use count >= 1")
+        if transition.plan is not None:
+            check_plan(transition.plan, self.state())
+
+    def _do_step(self, step: TransitionStep, replaced: bool = False) -> list[str]:
+        i = self.names.index(step.operator)
+        pool = self.pools[i]
+        if step.kind in (StepKind.START, StepKind.CANARY):
+            records = [self._start_replica(i, step.config, canary=step.kind == StepKind.CANARY) for _ in range(step.count)]
+            deadline = self.now + self.settings.warm_timeout_s
+            self.events.run_until(deadline, stop=lambda: all(r.warm for r in records) or self.finished)
+            if not all(r.warm for r in records):
+                for r in records:
+                    if not r.warm:
+                        self._release(i, r)
+                raise RuntimeError(f"new replicas did not become warm within {self.settings.warm_timeout_s:g}s "
+                                   "(no node with room for them?)")
+            self._dispatch()
+            return [r.replica_id for r in records]
+        canary = step.kind == StepKind.END_CANARY
+        victims = pool.choose_retire(step.config, step.count, canary=canary)
+        if canary and not victims:
+            victims = pool.active(canary=True)[: step.count]
+        if len(victims) < step.count:
+            raise RuntimeConfigError(f"operator {step.operator!r}: asked to retire {step.count} replica(s) of {step.config.label()} "
+                                     f"but only {len(victims)} run with that config")
+        if not canary and not replaced and len(pool.active(canary=False)) - len(victims) < 1:
+            raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica and no later step "
+                                     "starts a replacement; start new ones first")
+        pool.begin_drain(victims)
+        self.events.run_until(self.now + 600.0, stop=lambda: all(v.inflight == 0 for v in victims))
+        for v in victims:
+            self._release(i, v)
+        self._dispatch()
+        return [v.replica_id for v in victims]

@@ -1,0 +1,137 @@
+"""The simulated input stream: input items as rows of a float matrix, made lazily.
+
+Contract:
+- A row is ``[source index, key, attempts, memory_scale, feature_1 .. feature_k]`` (columns
+  ``SRC``, ``KEY``, ``ATTEMPTS``, ``MEMSCALE``, then ``FEATURES`` in ``Stream.features`` order).
+  ``key`` is a number in [0, 1) per row that decides, as the emulated operators' id hash does,
+  which rows a filter drops and how many children a splitter makes (children get fresh keys).
+- ``Stream.from_rows(rows, features)`` takes the very rows an emulated pipeline's source
+  yields (``synthetic_rows``: same items, same features, same memory spikes), so the simulator
+  and the live runtime see one stream. ``Stream.generate(workloads, regimes, items, seed)``
+  draws the same distributions (per item, a feature Gamma-distributed with shape 4 around its
+  regime's mean) vectorised, block by block, for streams of millions of items; ``items=None``
+  repeats the schedule without end. ``Stream.from_trace(path)`` reads a per-item feature trace
+  (CSV or Parquet, one column per feature, optional ``regime``).
+- ``take(n)`` returns up to ``n`` next rows (fewer at the end of a finite stream);
+  ``regime_of(source index)`` names the regime of an input item.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from trident_flows.pipelines.emulated import MEMORY_SCALE, parse_regimes
+
+SRC, KEY, ATTEMPTS, MEMSCALE = 0, 1, 2, 3
+FEATURES = 4
+_CHUNK = 65536
+
+
+class Stream:
+    def __init__(self, features: Sequence[str], blocks: Iterable[tuple[str, int, np.ndarray | None]], items: int | None,
+                 workloads: Mapping[str, Mapping[str, float]] | None = None, seed: int = 0, shape: float = 4.0) -> None:
+        self.features = tuple(features)
+        self.items = items
+        self._blocks = iter(blocks)
+        self._workloads = workloads or {}
+        self._rng = np.random.default_rng(seed)
+        self._keys = np.random.default_rng(seed + 7919)
+        self._shape = shape
+        self._buf = np.zeros((0, FEATURES + len(self.features)))
+        self.taken = 0
+        self._made = 0
+        self._starts: list[int] = []
+        self._regimes: list[str] = []
+        self.exhausted = False
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]], features: Sequence[str]) -> "Stream":
+        rows = list(rows)
+        data = np.zeros((len(rows), FEATURES + len(features)))
+        data[:, SRC] = np.arange(len(rows))
+        data[:, MEMSCALE] = [float(r.get(MEMORY_SCALE, 1.0)) for r in rows]
+        for j, f in enumerate(features):
+            data[:, FEATURES + j] = [float(r.get(f, 0.0) or 0.0) for r in rows]
+        regimes = [str(r.get("regime", "default")) for r in rows]
+        blocks: list[tuple[str, int, np.ndarray | None]] = []
+        start = 0
+        for k in range(1, len(rows) + 1):
+            if k == len(rows) or regimes[k] != regimes[start]:
+                blocks.append((regimes[start], k - start, data[start:k]))
+                start = k
+        return cls(features, blocks, len(rows))
+
+    @classmethod
+    def generate(cls, workloads: Mapping[str, Mapping[str, float]], regimes: str, items: int | None, features: Sequence[str],
+                 seed: int = 0) -> "Stream":
+        schedule = parse_regimes(regimes)
+        unknown = [r for r, _ in schedule if r not in workloads]
+        if unknown:
+            raise ValueError(f"unknown regime(s) {unknown} in {regimes!r}; this profile has {sorted(workloads)}")
+
+        def blocks() -> Iterable[tuple[str, int, None]]:
+            left = items
+            while left is None or left > 0:
+                for regime, count in schedule:
+                    take = count if left is None else min(count, left)
+                    yield regime, take, None
+                    if left is not None:
+                        left -= take
+                        if left == 0:
+                            return
+
+        return cls(features, blocks(), items, workloads, seed)
+
+    @classmethod
+    def from_trace(cls, path: Path, features: Sequence[str]) -> "Stream":
+        import pandas as pd
+
+        path = Path(path)
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        missing = [f for f in features if f not in frame.columns]
+        if missing:
+            raise ValueError(f"trace {path} lacks feature column(s) {missing}; the pipeline's features are {list(features)}")
+        return cls.from_rows(frame.to_dict("records"), features)
+
+    # ------------------------------------------------------------------ reading
+    def _make(self, regime: str, count: int, data: np.ndarray | None) -> np.ndarray:
+        if data is None:
+            data = np.zeros((count, FEATURES + len(self.features)))
+            data[:, SRC] = np.arange(self._made, self._made + count)
+            data[:, MEMSCALE] = 1.0
+            for f, mean in self._workloads.get(regime, {}).items():
+                if f in self.features and mean > 0:
+                    data[:, FEATURES + self.features.index(f)] = np.round(self._rng.gamma(self._shape, mean / self._shape, count), 3)
+        data = data.copy()
+        data[:, KEY] = self._keys.random(count)
+        self._starts.append(self._made)
+        self._regimes.append(regime)
+        self._made += count
+        return data
+
+    def take(self, n: int) -> np.ndarray:
+        while len(self._buf) < n and not self.exhausted:
+            block = next(self._blocks, None)
+            if block is None:
+                self.exhausted = True
+                break
+            regime, count, data = block
+            for lo in range(0, count, _CHUNK):
+                part = None if data is None else data[lo:lo + _CHUNK]
+                self._buf = np.concatenate([self._buf, self._make(regime, min(_CHUNK, count - lo), part)])
+        out, self._buf = self._buf[:n], self._buf[n:]
+        self.taken += len(out)
+        return out
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted and len(self._buf) == 0
+
+    def regime_of(self, source: int) -> str:
+        k = bisect.bisect_right(self._starts, source) - 1
+        return self._regimes[k] if k >= 0 else ""
