@@ -35,8 +35,7 @@ import numpy as np
 
 from trident_flows.runtime.launch import _operator_figures
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.runtime.state import RunnerSettings
-from trident_flows.runtime.state import ApplyOutcome
+from trident_flows.runtime.state import ApplyOutcome, RunnerSettings
 from trident_flows.scheduler.policies import Policy, decide_once
 from trident_flows.scheduler.types import ClusterSpec, StepKind
 from trident_flows.sim.runner import SimRunner
