@@ -1,4 +1,4 @@
-"""Emulated operators and pipelines built from a cost model (DESIGN.md section 4).
+"""Emulated operators and pipelines built from a cost model.
 
 Contract:
 - ``EmulatedOperator(config, *, name, cost, ...)`` has the operator shape of ``runtime.spec``

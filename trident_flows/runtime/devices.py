@@ -1,4 +1,4 @@
-"""Emulated accelerators (DESIGN.md section 4): one emulated device per logical GPU.
+"""Emulated accelerators: one emulated device per logical GPU.
 
 Contract:
 - ``create_devices(prefix, namespace, capacity_bytes)`` creates one ``EmulatedDevice`` Ray

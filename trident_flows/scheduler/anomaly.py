@@ -1,4 +1,4 @@
-"""Two-stage anomaly filtering of an operator's batch samples (DESIGN.md section 5, observe).
+"""Two-stage anomaly filtering of an operator's batch samples.
 
 Contract:
 - Nothing is silently lost: every sample kept out of a fit becomes a ``Filtered`` value

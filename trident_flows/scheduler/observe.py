@@ -1,4 +1,4 @@
-"""Per-operator models of sustainable throughput and peak memory (DESIGN.md section 5, observe).
+"""Per-operator models of sustainable throughput and peak memory.
 
 Contract:
 - ``OperatorModel(operator).fit(samples)`` fits on a window of that operator's

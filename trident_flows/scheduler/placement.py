@@ -1,5 +1,4 @@
-"""Placement MILP: replicas x OpConfig x device x node class for every operator (DESIGN.md
-section 5, "placement").
+"""Placement MILP: replicas x OpConfig x device x node class for every operator.
 
 Contract:
 - ``solve_placement(demands, cluster, current=None, solver="highs"|"cbc", time_limit_s=1.0)``

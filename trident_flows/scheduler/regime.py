@@ -1,4 +1,4 @@
-"""Regime detection for one operator (DESIGN.md section 5, regime).
+"""Regime detection for one operator.
 
 Contract:
 - ``RegimeDetector.observe(sample, model, replicas)`` (or the lower-level

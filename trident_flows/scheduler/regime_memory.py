@@ -1,4 +1,4 @@
-"""Regime memory: what Trident learned per workload regime (DESIGN.md section 5, regime).
+"""Regime memory: what Trident learned per workload regime.
 
 Contract:
 - ``RegimeMemory.remember(regime, operator, ...)`` stores, per (regime id, operator), a

@@ -1,5 +1,5 @@
 """From the current placement to a plan: ordered rolling steps, priced, with the decision to
-roll out or wait (DESIGN.md section 5, "placement"; issue 6 part 3).
+roll out or wait.
 
 Contract (pure functions; applying a ``Transition`` is the runtime's job):
 - ``plan_transition(demands, cluster, current, plan, regime_duration_s)`` returns a

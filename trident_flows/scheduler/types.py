@@ -1,4 +1,4 @@
-"""Core value types shared by every layer (shared/DESIGN.md section 2).
+"""Core value types shared by every layer.
 
 Contract:
 - Every type here is a frozen dataclass of plain data: picklable (it crosses Ray
