@@ -33,7 +33,7 @@ from prefect.context import get_run_context
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
 from trident_flows.tasks.decision import explain_hold, policy_reason, read_decision, unit_of
 from trident_flows.tasks.live_view import render_markdown
-from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, pull_samples, roll_out
+from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, output_note_of, pull_samples, roll_out
 from trident_flows.tasks.sidecar_report import (PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run,
                                                 related_of)
 from trident_flows.tasks.sidecar_state import SidecarMemory, forget_memory, load_memory, save_memory
@@ -65,6 +65,7 @@ class _Tuner:
         self.decisions = 0
         self.applied = 0
         self._last_status = ""
+        self._output_note: Optional[str] = None  # read from the runner's pipeline at the first decision
 
     def tick(self) -> dict[str, Any]:
         """Observe; decide once enough samples came; roll a decision out. Returns what happened."""
@@ -109,9 +110,12 @@ class _Tuner:
                 memory = memory.decided(decision_row(decision, outcome, state.wall_s, unit), applied=outcome.status == "applied")
                 emit_decision(self.namespace, self.runner_name, state.pipeline, self.settings.policy, decision, outcome, plan.to_dict(),
                               self.related)
+                if self._output_note is None:
+                    self._output_note = output_note_of(self.runner_name, self.namespace)
                 memory = replace(memory, decisions_artifact_id=self.publisher.decisions(
                     memory.decisions_artifact_id, list(memory.view.decisions),
-                    f"Trident's decisions for {state.pipeline} ({self.settings.policy}), newest last"))
+                    f"Trident's decisions for {state.pipeline} ({self.settings.policy}), newest last"
+                    + (f". Note: {self._output_note}" if self._output_note else "")))
                 status = f"{decision.sentence} ({outcome.text()})"
                 result = {"status": outcome.status, "decision": decision.sentence, "outcome": outcome.to_dict(), "plan": plan.to_dict()}
         if status != self._last_status and result["status"] == "unchanged":  # a new reason to hold, not one per tick

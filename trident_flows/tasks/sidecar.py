@@ -62,6 +62,14 @@ def memory_key(rid: str, policy: str, options: dict[str, Any]) -> str:
     return f"{rid}|{policy}|{sorted(options.items())}"
 
 
+def output_note_of(runner_name: str, namespace: str) -> str:
+    """The named runner's pipeline's note that outputs can differ by configuration ("" when no quality knob is tunable)."""
+    from trident_flows.pipelines.quality import output_note
+
+    runner = _runner(runner_name, namespace)
+    return "" if runner is None else output_note(ray.get(runner.pipeline_spec.remote()))
+
+
 def make_policy_for(runner_name: str, namespace: str, policy: str, options: dict[str, Any], state: Any) -> Any:
     """The policy ``policy`` for the named runner's pipeline on its cluster, within the budgets."""
     from trident_flows.scheduler.policies import make_policy
