@@ -67,6 +67,7 @@ from trident_flows.runtime.spec import ID, PipelineSpec
 from trident_flows.runtime.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.replicas import held
+from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 CPUS, GPUS = 16, 2
@@ -245,19 +246,8 @@ class OraclePolicy:
 
     @staticmethod
     def positions(state: RunnerState) -> dict[str, float]:
-        """Each operator's estimated position (input items) in the stream (see the class docstring)."""
-        out: dict[str, float] = {}
-        position, delivered = 0.0, None
-        for op in state.operators:
-            if delivered is None:
-                position = float(op.items_in)
-            elif delivered > 0:
-                position *= min(1.0, op.items_in / delivered)
-            else:
-                position = 0.0
-            out[op.name] = position
-            delivered = op.items_forwarded
-        return out
+        """Each operator's estimated position (input items) in the stream (``throughput_measure.stream_positions``)."""
+        return stream_positions(state)
 
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         positions = self.positions(state)
