@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -59,16 +60,20 @@ def _check(validate: Callable[[], object]) -> None:
 
 @app.callback()
 def _stop_leftover_ray_processes(ctx: typer.Context) -> None:
-    """Every command ends with no Ray process of its own left running (``runtime.leftovers``)."""
+    """Every command ends with no Ray process of its own left running (``runtime.leftovers``); a Ray
+    connection the caller already had (the command run in-process, e.g. from a test) is left as it was."""
     from trident_flows.runtime.leftovers import RayProcessGuard
 
+    def connected() -> bool:  # without importing Ray (slow) when nothing has
+        ray = sys.modules.get("ray")
+        return ray is not None and ray.is_initialized()
+
+    connected_before = connected()
     guard = RayProcessGuard().start()
 
     def finish() -> None:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
+        if connected() and not connected_before:
+            sys.modules["ray"].shutdown()
         killed = guard.finish()
         if killed:
             console.print(f"stopped {len(killed)} Ray processes left running: {', '.join(killed[:5])}{' ...' if len(killed) > 5 else ''}")

@@ -2,8 +2,9 @@
 
 Contract:
 - ``RayProcessGuard().start()`` samples this process's descendants every ``interval_s`` while a
-  command runs and remembers the Ray ones (``is_ray_process``: workers ``ray::...``, raylet, GCS,
-  dashboard, log monitor). ``finish()`` takes a last sample, waits up to ``grace_s`` for them to
+  command runs and remembers the Ray ones that were not there when it started (``is_ray_process``:
+  workers ``ray::...``, raylet, GCS, dashboard, log monitor; a Ray cluster the caller already ran,
+  e.g. a test session's, is never touched). ``finish()`` takes a last sample, waits up to ``grace_s`` for them to
   exit (``ray.shutdown`` normally ends them), then SIGKILLs the survivors and returns their
   descriptions. A survivor is recognised by pid *and* creation time, so a recycled pid is never
   killed, and only processes that descended from this one are ever touched.
@@ -75,19 +76,22 @@ class RayProcessGuard:
         self.interval_s = interval_s
         self.grace_s = grace_s
         self.seen: dict[tuple[int, float], ProcessRecord] = {}
+        self._before: set[tuple[int, float]] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
         for record in ray_descendants():
-            self.seen[(record.pid, record.create_time)] = record
+            key = (record.pid, record.create_time)
+            if key not in self._before:
+                self.seen[key] = record
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()
 
     def start(self) -> "RayProcessGuard":
-        self.sample()
+        self._before = {(r.pid, r.create_time) for r in ray_descendants()}
         self._thread = threading.Thread(target=self._loop, name="ray-process-guard", daemon=True)
         self._thread.start()
         return self
