@@ -101,7 +101,8 @@ def test_adversarial_pdfs_are_each_rejected_with_a_reason_or_parsed(tmp_path):
 def test_replicas_and_the_runner_sigkilled_lose_and_duplicate_nothing(ray_cluster, tmp_path):
     once = faults.case_replica_kill(tmp_path, 200, 1, random.Random(1))
     assert once.faults_injected == 1 and once.ok, once
-    assert once.lost == 0 and once.duplicated == 0 and once.items_in == 200 and once.recovery_s is not None
+    # recovery time is a benchmark figure (bench faults): a run may end before the killed replica's loss is noticed
+    assert once.lost == 0 and once.duplicated == 0 and once.items_in == 200 and once.written + once.dead_lettered == 200
     runner = faults.case_runner_kill(tmp_path, 200)
     assert runner.faults_injected == 1 and runner.details["runner_died"], runner
     assert runner.ok and runner.lost == 0 and runner.duplicated == 0 and runner.items_in == 200, runner

@@ -182,7 +182,7 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     # a flow-run retry (or re-run over the same input) skips the shards an earlier run committed
     plan = open_run(out_dir, spec.name, shards, on_mismatch="restart", restart_hint="a new output_location")
     logger.info(plan.message() or (f"output location held another run ({plan.restarted}): starting over" if plan.restarted else "fresh run"))
-    pending = [s for s in shards if s.shard_id not in plan.committed]
+    todo = [s for s in shards if s.shard_id not in plan.committed]
     stale = _remove_stale_shards(out_dir, {s.shard_id for s in shards})
     if stale:
         logger.info("removed %d partitions of an earlier run's shards that this run does not have", len(stale))
@@ -195,7 +195,7 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
             pending: list[Any] = []
             finished: list[Any] = []
-            for shard in pending:
+            for shard in todo:
                 while len(pending) >= max_parallel_shards:
                     done, pending = _wait_some(pending, 2.0)
                     finished.extend(done)
