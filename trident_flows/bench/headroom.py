@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 import pulp
 
 from trident_flows.bench.report import BenchResult
+from trident_flows.bench.static_search import reach
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.scheduler.types import CPU, GPU
 
@@ -108,15 +109,6 @@ class Headroom:
                 "static_hindsight_s": self.static_s, "per_regime_optimum_items_per_s": dict(self.per_regime_items_per_s),
                 "static_hindsight_items_per_s": dict(self.static_items_per_s),
                 "static_hindsight_replicas": dict(self.static_allocation)}
-
-
-def reach(profile: PipelineProfile) -> dict[str, float]:
-    """Items each operator sees per input item (product of upstream selectivities)."""
-    out, share = {}, 1.0
-    for op in profile.operators:
-        out[op.name] = share
-        share *= op.selectivity
-    return out
 
 
 def options(workload: Workload) -> list[Option]:

@@ -54,7 +54,7 @@ class StaticConfig:
                 "operators": {n: {"config": c.to_dict(), "replicas": r} for n, c, r in self.assignment}}
 
 
-def _reach(profile: PipelineProfile) -> dict[str, float]:
+def reach(profile: PipelineProfile) -> dict[str, float]:
     """Share of input items that reach each operator (product of upstream selectivities)."""
     out, share = {}, 1.0
     for op in profile.operators:
@@ -72,11 +72,11 @@ def replica_rate(profile: PipelineProfile, name: str, config: OpConfig, features
 
 def predict_throughput(profile: PipelineProfile, assignment: Mapping[str, tuple[OpConfig, int]], features: Mapping[str, float]) -> float:
     """Predicted input items/s of the pipeline (see the module docstring)."""
-    reach = _reach(profile)
+    shares = reach(profile)
     caps = []
     for name, (config, replicas) in assignment.items():
         rate = replica_rate(profile, name, config, features) * replicas
-        caps.append(rate / reach[name] if reach[name] > 0 else float("inf"))
+        caps.append(rate / shares[name] if shares[name] > 0 else float("inf"))
     return min(caps) if caps else 0.0
 
 
@@ -96,9 +96,9 @@ def _water_fill(profile: PipelineProfile, fixed: dict[str, tuple[OpConfig, int]]
                 cpus_left: float, features: Mapping[str, float]) -> dict[str, tuple[OpConfig, int]] | None:
     if cpus_left < len(cpu_ops):
         return None
-    reach = _reach(profile)
+    shares = reach(profile)
     config = OpConfig.make(CPU, batch_size=cpu_batch)
-    rate = {o: replica_rate(profile, o, config, features) / reach[o] for o in cpu_ops}
+    rate = {o: replica_rate(profile, o, config, features) / shares[o] for o in cpu_ops}
     replicas = {o: 1 for o in cpu_ops}
     for _ in range(int(cpus_left) - len(cpu_ops)):
         worst = min(cpu_ops, key=lambda o: rate[o] * replicas[o])
