@@ -257,5 +257,51 @@ def bench(
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
 
 
+# ---------------------------------------------------------------- plan (capacity planning: trident_flows/planning)
+
+@app.command("plan")
+def plan(
+    regimes: Optional[str] = typer.Option(None, help="The corpus as a regime mix, e.g. 'short:500,scans:500' (the profile's regimes)."),
+    sample: Optional[Path] = typer.Option(None, help="A directory holding a sample of the corpus (PDFs or videos), measured by the "
+                                          "pipeline's parse/probe step; instead of --regimes."),
+    pipeline: str = typer.Option("documents", help="documents or video (with --regimes; --sample finds it from the files)."),
+    items: int = typer.Option(..., help="Input items the job must process."),
+    deadline_h: Optional[float] = typer.Option(None, help="Goal: the least cost that finishes within this many hours."),
+    budget: Optional[float] = typer.Option(None, help="Goal: the most items per unit cost, at most this much in all."),
+    catalogue: Optional[Path] = typer.Option(None, help="Node catalogue (TOML or JSON; format in trident_flows/planning/"
+                                             "default_catalogue.toml). Default: generic shapes with PLACEHOLDER prices."),
+    only: list[str] = typer.Option([], help="Use only these node classes of the catalogue (repeatable)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the recommendation as JSON here."),
+    plot_png: Optional[Path] = typer.Option(Path("plan-pareto.png"), "--plot", help="Pareto plot of cost against duration."),
+    simulate_top: int = typer.Option(3, min=0, help="Check this many of the top options in the simulator."),
+) -> None:
+    """Which cluster to rent: node counts per class for a corpus and a goal, checked in the simulator."""
+    from trident_flows.planning.catalogue import PlanningError, load_catalogue
+    from trident_flows.planning.planner import Goal, plan_cluster
+    from trident_flows.planning.report import pareto_png, plan_json, plan_lines, plan_table
+    from trident_flows.planning.workload import from_regimes, from_sample
+
+    with user_errors():
+        try:
+            if (regimes is None) == (sample is None):
+                raise PlanningError("describe the corpus with one of --regimes (e.g. short:500,scans:500) or --sample DIR")
+            goal = Goal(items, deadline_h=deadline_h, budget=budget)
+            nodes = load_catalogue(catalogue)
+            nodes = nodes.only(only) if only else nodes
+            workload = from_regimes(pipeline, regimes) if regimes is not None else from_sample(sample)  # type: ignore[arg-type]
+            result = plan_cluster(workload, nodes, goal, simulate_top=simulate_top)
+        except PlanningError as exc:
+            raise RuntimeConfigError(str(exc)) from None
+    console.print(plan_table(result))
+    for line in plan_lines(result):
+        console.print(escape(line), soft_wrap=True, highlight=False)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(plan_json(result), indent=2, default=str) + "\n")
+        console.print(f"json: {json_path}")
+    if plot_png:
+        console.print(f"plot: {pareto_png(result, plot_png)}")
+
+
 if __name__ == "__main__":
     app()
