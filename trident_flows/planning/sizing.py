@@ -62,8 +62,8 @@ class _Model:
 
 
 def _build(demands: Sequence[OperatorDemand], catalogue: Catalogue, nodes: Mapping[str, pulp.LpVariable | float],
-           sense: int, integer: bool) -> _Model:
-    problem = pulp.LpProblem("sizing", sense)
+           sense: int, integer: bool, min_replicas: bool = True, problem: pulp.LpProblem | None = None) -> _Model:
+    problem = problem or pulp.LpProblem("sizing", sense)
     cat = "Integer" if integer else "Continuous"
     x: dict[tuple[str, int, str], pulp.LpVariable] = {}
     for d in demands:
@@ -85,8 +85,9 @@ def _build(demands: Sequence[OperatorDemand], catalogue: Catalogue, nodes: Mappi
             name = f"{resource}_{node.name}"
             problem += pulp.lpSum(c * v for v, c in terms) <= capacity[i] * nodes[node.name], name
             rows[(node.name, resource)] = name
-    for d in demands:
-        problem += pulp.lpSum(x[key] for key in x if key[0] == d.name) >= 1, f"min_{d.name}"
+    if min_replicas:
+        for d in demands:
+            problem += pulp.lpSum(x[key] for key in x if key[0] == d.name) >= 1, f"min_{d.name}"
     return _Model(problem, x, rows)
 
 
@@ -98,9 +99,10 @@ def cheapest_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, tar
                     fixed: Mapping[str, int] | None = None) -> dict[str, int] | None:
     """The cheapest node counts whose aggregate capacity reaches ``target`` input items/s (see the module docstring)."""
     fixed = dict(fixed or {})
-    n = {node.name: pulp.LpVariable(f"n_{node.name}", lowBound=fixed.get(node.name, 0),
-                                    upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
-    model = _build(demands, catalogue, n, pulp.LpMinimize, integer=True)
+    problem = pulp.LpProblem("sizing", pulp.LpMinimize)
+    n = {node.name: problem.add_variable(f"n_{node.name}", lowBound=fixed.get(node.name, 0),
+                                         upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
+    model = _build(demands, catalogue, n, pulp.LpMinimize, integer=True, problem=problem)
     for d in demands:
         model.problem += _capacity(demands, model.x, d) >= d.work_per_item * target, f"work_{d.name}"
     model.problem += pulp.lpSum((node.price_per_hour + _NODE_TIEBREAK) * n[node.name] for node in catalogue.nodes)
@@ -125,10 +127,11 @@ def most_efficient_counts(demands: Sequence[OperatorDemand], catalogue: Catalogu
         return None
     best, ratio = start, math.inf
     for _ in range(_DINKELBACH_STEPS):
-        n = {node.name: pulp.LpVariable(f"n_{node.name}", lowBound=fixed.get(node.name, 0),
-                                        upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
-        model = _build(demands, catalogue, n, pulp.LpMinimize, integer=True)
-        t = pulp.LpVariable("T", lowBound=target)
+        problem = pulp.LpProblem("efficiency", pulp.LpMinimize)
+        n = {node.name: problem.add_variable(f"n_{node.name}", lowBound=fixed.get(node.name, 0),
+                                             upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
+        model = _build(demands, catalogue, n, pulp.LpMinimize, integer=True, problem=problem)
+        t = problem.add_variable("T", lowBound=target)
         for d in demands:
             model.problem += _capacity(demands, model.x, d) >= d.work_per_item * t, f"work_{d.name}"
         price = pulp.lpSum((node.price_per_hour + _NODE_TIEBREAK) * n[node.name] for node in catalogue.nodes)
@@ -146,9 +149,10 @@ def most_efficient_counts(demands: Sequence[OperatorDemand], catalogue: Catalogu
 
 def fastest_within(demands: Sequence[OperatorDemand], catalogue: Catalogue, price_per_hour: float) -> tuple[dict[str, int], float] | None:
     """The node counts of the highest aggregate throughput whose hourly price is at most ``price_per_hour``, and that throughput."""
-    n = {node.name: pulp.LpVariable(f"n_{node.name}", lowBound=0, upBound=node.max_count, cat="Integer") for node in catalogue.nodes}
-    model = _build(demands, catalogue, n, pulp.LpMaximize, integer=True)
-    t = pulp.LpVariable("T", lowBound=0)
+    problem = pulp.LpProblem("fastest", pulp.LpMaximize)
+    n = {node.name: problem.add_variable(f"n_{node.name}", lowBound=0, upBound=node.max_count, cat="Integer") for node in catalogue.nodes}
+    model = _build(demands, catalogue, n, pulp.LpMaximize, integer=True, problem=problem)
+    t = problem.add_variable("T", lowBound=0)
     for d in demands:
         model.problem += _capacity(demands, model.x, d) >= d.work_per_item * t, f"work_{d.name}"
     price = pulp.lpSum(node.price_per_hour * n[node.name] for node in catalogue.nodes)
@@ -179,18 +183,17 @@ class ResourcePrices:
 
 def resource_prices(demands: Sequence[OperatorDemand], catalogue: Catalogue, counts: Mapping[str, int]) -> ResourcePrices:
     """LP relaxation with ``counts`` fixed: max T and the dual price of every resource row."""
+    # without the min-replica rows: they would price a class with no node at the cost of an operator's first
+    # replica, not at the value of capacity; the LP's prices are then those of throughput alone
     model = _build(demands, catalogue, {node.name: float(counts.get(node.name, 0)) + _PRICE_PERTURBATION for node in catalogue.nodes},
-                   pulp.LpMaximize, integer=False)
-    # the min-replica rows would price a class with no node at the cost of an operator's first replica, not at
-    # the value of capacity: relax them, the LP's prices are then those of throughput alone
-    for d in demands:
-        del model.problem.constraints[f"min_{d.name}"]
-    t = pulp.LpVariable("T", lowBound=0)
+                   pulp.LpMaximize, integer=False, min_replicas=False)
+    t = model.problem.add_variable("T", lowBound=0)
     for d in demands:
         model.problem += _capacity(demands, model.x, d) >= d.work_per_item * t, f"work_{d.name}"
     model.problem += t
     status = model.problem.solve(_solver())
     if pulp.LpStatus[status] != "Optimal":
         raise RuntimeError(f"resource-price LP ended {pulp.LpStatus[status]}")
-    prices = {key: abs(float(model.problem.constraints[name].pi or 0.0)) for key, name in model.rows.items()}
+    pi = {row.name: row.pi for row in model.problem.constraints()}
+    prices = {key: abs(float(pi.get(name) or 0.0)) for key, name in model.rows.items()}
     return ResourcePrices(float(t.value() or 0.0), prices)
