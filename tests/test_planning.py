@@ -122,3 +122,46 @@ def test_a_sample_of_pdfs_is_measured_by_the_parse_step(tmp_path):
     workload = from_sample(tmp_path)
     assert workload.pipeline == "documents" and sum(workload.weights.values()) == 6
     assert workload.mean_features()["scanned_pages"] > 0 and workload.mean_features()["pages"] >= 1
+
+
+def _simulated_state(regimes: str, counts: dict[str, int]):
+    """The runner state at the end of a short simulated run of the planner's placement on ``counts``."""
+    from trident_flows.sim import driver
+
+    catalogue = load_catalogue()
+    workload = from_regimes("documents", regimes)
+    demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), 80 * GiB)
+    option = _Checker(demands, catalogue, 10_000)(counts)
+    states = []
+    real = driver.simulate
+
+    def keep_state(*args, **kwargs):
+        run = real(*args, **kwargs)
+        states.append(run.runner.state())
+        return run
+
+    driver.simulate = keep_state
+    try:
+        simulate_plan(workload, catalogue, option.counts, option.plan, 1000)
+    finally:
+        driver.simulate = real
+    return states[0]
+
+
+@pytest.mark.parametrize("regimes, counts, binding", [
+    ("short:500,scans:500", {"c16": 1}, "cpus"),   # OCR of scanned pages on 16 CPUs
+    ("short:1", {"g1": 1}, "gpus"),                # born-digital text: the embedder on the one GPU
+])
+def test_live_advice_names_the_binding_resource_and_checks_the_gain_of_one_more_node(regimes, counts, binding):
+    from trident_flows.planning.advice import advice_dict
+
+    advice = advice_dict(_simulated_state(regimes, counts))
+    assert advice["binding_resource"] == binding, advice
+    assert advice["summary"].startswith({"cpus": "CPU-bound", "gpus": "GPU-bound"}[binding])
+    gains = advice["one_more_node"]
+    assert set(gains) == {"c16", "c64", "g1", "g8"}
+    assert all(g["checked_gain"] >= 0 for g in gains.values())
+    if binding == "gpus":  # one more GPU node helps; a CPU-only node cannot run the embedder's GPU configuration
+        assert gains["g1"]["checked_gain"] > 0.5 and gains["c16"]["checked_gain"] < gains["g1"]["checked_gain"]
+    else:
+        assert gains["c16"]["checked_gain"] > 0.5

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -138,6 +138,7 @@ class RunSummary:
     output_note: str = ""  # set when a quality knob is tunable: outputs can differ by configuration
     shards_total: int = 0
     shards_skipped: int = 0
+    advice: dict[str, Any] = field(default_factory=dict)  # binding resource, gain of one more node per class (planning.advice)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -212,6 +213,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     finally:
         stop_runner(handle, loop)
     finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
+    from trident_flows.planning.advice import advice_dict  # here: planning reads the simulator, which imports this module
     acc = account(out)
     items_in = final_state.items_in + (resume.items_skipped if resume is not None else 0)
     return RunSummary(
@@ -223,7 +225,8 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
-        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0)
+        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
+        advice=advice_dict(final_state))
 
 
 def _summary_table(summary: RunSummary) -> Any:

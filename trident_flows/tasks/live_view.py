@@ -10,7 +10,8 @@ Contract:
 - ``chart_png(history, unit)``: a PNG of throughput over time above each operator's replicas,
   with the decisions marked (matplotlib, rendered off-screen).
 - ``render_markdown(...)``: the markdown document of the live-view artifact: status sentence,
-  operator table, the chart inlined as a data URI.
+  capacity advice (``planning.advice``: the binding resource and what one more node of each
+  catalogue class would buy), operator table, the chart inlined as a data URI.
 No Ray, no Prefect: the flow publishes what this module renders.
 """
 
@@ -20,6 +21,8 @@ import base64
 import io
 from dataclasses import dataclass, replace
 from typing import Any, Optional
+
+from trident_flows.planning.advice import advice_dict
 
 # A tick every 2-5 s: 720 points are 25-60 minutes of history, ~50 KB in the memory actor.
 MAX_POINTS = 720
@@ -132,8 +135,11 @@ def render_markdown(history: LiveHistory, state: Any, status: str, unit: str, ti
              f"**{status}**", "",
              f"{state.items_written + state.items_dead_lettered} of {state.items_in} items through "
              f"({state.items_dead_lettered} dead-lettered) after {state.wall_s:.0f} s, {state.throughput:.2f} {unit}; "
-             f"{len(history.decisions)} decision(s) so far.", "",
-             _table(operator_rows(history, state)), ""]
+             f"{len(history.decisions)} decision(s) so far.", ""]
+    advice = advice_dict(state)
+    if advice.get("summary"):  # the binding resource and what one more node of each class would buy (planning.advice)
+        parts += [f"Capacity: {advice['summary']}", ""]
+    parts += [_table(operator_rows(history, state)), ""]
     if len(history.points) >= 2:
         png = base64.b64encode(chart_png(history, unit)).decode("ascii")
         parts += [f"![throughput and replicas over time](data:image/png;base64,{png})", ""]

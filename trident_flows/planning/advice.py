@@ -1,0 +1,102 @@
+"""Live advice for a running pipeline: the binding resource and what one more node of each class would buy.
+
+Contract:
+- ``advise(state, catalogue)`` reads a ``RunnerState`` (live, or at a run's end). Per operator it
+  measures one replica's rate (items taken / (busy fraction x warm replicas x wall seconds)) and
+  the share of input items that reach it (its items / the first operator's); the configurations
+  it runs now are its placement options (what it would run on more nodes: no cost model needed,
+  so it works for any pipeline; an operator running on the CPU is not assumed to gain from a GPU).
+  The cluster it runs on is one class ``current`` (its CPUs and GPUs).
+- The binding resource is read from the LP relaxation's resource prices (``sizing.resource_prices``):
+  the resource of the current cluster whose price times its capacity is largest ("CPU-bound",
+  "GPU-bound"). The gain of one more node of each catalogue class is estimated from the prices
+  (``ResourcePrices.gain_of_node``) and checked by re-solving the placement MILP on the cluster
+  with that node added; ``summary`` names the class with the largest checked gain per unit of its
+  hourly price, e.g. ``"CPU-bound: +1 node of class c64 -> +544% items/s (most gain per USD/h; ...)"``.
+- ``advice_dict(state)`` is what the run summary and the sidecar's live artifact carry: the advice
+  as plain data, ``{}`` before any operator has worked, and ``{"error": ...}`` if it fails (advice
+  never fails a run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from trident_flows.planning.catalogue import Catalogue, NodeType, load_catalogue
+from trident_flows.planning.sizing import resource_prices
+from trident_flows.runtime.state import RunnerState
+from trident_flows.scheduler.placement import solve_placement
+from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.types import ClusterSpec
+
+CURRENT = "current"
+_LABEL = {"cpus": "CPU", "gpus": "GPU"}
+_GPU_MEMORY = 2**50  # the current cluster's GPU memory is not known here; options measured on it carry no memory bound
+
+
+@dataclass(frozen=True)
+class Advice:
+    binding: str                      # "cpus" or "gpus"
+    items_per_s: float                # the placement's throughput on the current cluster, from the measured rates
+    estimated_gain: Mapping[str, float]  # class -> relative gain of one more node, from the LP prices
+    checked_gain: Mapping[str, float]    # class -> relative gain of one more node, re-solved
+
+    price_per_hour: Mapping[str, float]  # class -> hourly price (the catalogue's)
+    currency: str = "USD"
+
+    @property
+    def summary(self) -> str:
+        best = max(self.checked_gain, key=lambda c: self.checked_gain[c] / self.price_per_hour[c])
+        others = ", ".join(f"{c} {g:+.0%}" for c, g in self.checked_gain.items() if c != best)
+        return (f"{_LABEL[self.binding]}-bound: +1 node of class {best} -> {self.checked_gain[best]:+.0%} items/s "
+                f"(most gain per {self.currency}/h; {others})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "binding_resource": self.binding, "model_items_per_s": self.items_per_s,
+                "one_more_node": {c: {"estimated_gain": self.estimated_gain[c], "checked_gain": self.checked_gain[c]}
+                                  for c in self.checked_gain}}
+
+
+def _demands(state: RunnerState) -> list[OperatorDemand]:
+    first = state.operators[0].items_in
+    demands = []
+    for op in state.operators:
+        warm = [r for r in op.replicas if r.warm and not r.draining]
+        busy_s = sum(r.busy_fraction for r in warm) * state.wall_s
+        if not warm or op.items_in <= 0 or busy_s <= 0:
+            raise ValueError(f"operator {op.name!r} has not worked yet")
+        rate = op.items_in / busy_s
+        configs = dict.fromkeys(r.config for r in warm)
+        demands.append(OperatorDemand(op.name, op.items_in / first, tuple(PlacementOption.from_rate(c, rate) for c in configs)))
+    return demands
+
+
+def advise(state: RunnerState, catalogue: Catalogue) -> Advice:
+    """The binding resource and the gain of one more node of each class (see the module docstring)."""
+    demands = _demands(state)
+    current = NodeType(CURRENT, state.cluster_cpus, 1.0, int(state.cluster_gpus), _GPU_MEMORY if state.cluster_gpus else 0, 1)
+    nodes = Catalogue((current,) + tuple(n for n in catalogue.nodes if n.name != CURRENT), catalogue.currency, catalogue.source)
+    prices = resource_prices(demands, nodes, {CURRENT: 1})
+    capacity = {"cpus": current.cpus, "gpus": float(current.gpus)}
+    binding = max(capacity, key=lambda r: prices.prices.get((CURRENT, r), 0.0) * capacity[r])
+    base_cluster = ClusterSpec((current.node_class(1),))
+    base = solve_placement(demands, base_cluster).throughput
+    estimated, checked = {}, {}
+    for node in catalogue.nodes:
+        if node.name == CURRENT:
+            continue
+        estimated[node.name] = prices.gain_of_node(node) / prices.throughput if prices.throughput > 0 else 0.0
+        bigger = ClusterSpec((current.node_class(1), node.node_class(1)))
+        checked[node.name] = solve_placement(demands, bigger).throughput / base - 1 if base > 0 else 0.0
+    return Advice(binding, base, estimated, checked, {n.name: n.price_per_hour for n in catalogue.nodes}, catalogue.currency)
+
+
+def advice_dict(state: RunnerState, catalogue: Catalogue | None = None) -> dict[str, Any]:
+    """``advise(...).to_dict()`` for a summary or an artifact (see the module docstring)."""
+    if not state.operators or state.operators[0].items_in <= 0 or state.wall_s <= 0:
+        return {}
+    try:
+        return advise(state, catalogue or load_catalogue()).to_dict()
+    except Exception as exc:  # advice is a by-product: it must never fail the run it describes
+        return {"error": f"{type(exc).__name__}: {exc}"}
