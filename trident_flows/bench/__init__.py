@@ -15,4 +15,5 @@ BENCHMARKS: dict[str, str] = {
     "ray-data-import": "trident_flows.bench.ray_data_import",
     "sim-fidelity": "trident_flows.bench.sim_fidelity",
     "closed-loop-sim": "trident_flows.bench.closed_loop_sim",
+    "plan-fidelity": "trident_flows.bench.plan_fidelity",
 }

@@ -7,6 +7,8 @@ Contract:
   with its largest replica group, and a plan with more groups than that is applied at the first
   tick, as a policy would), over a stream of ``items`` input items whose regimes follow the
   workload's mix in blocks (``PlanWorkload.schedule``).
+- ``planned_spec(...)``: that pipeline and starting policy, for the simulator and the emulated Ray
+  runtime alike (``bench plan-fidelity`` runs both).
 - It returns a ``SimCheck``: the steady input items/s, measured between the moments 20% and 90%
   of the stream's items were done (start-up and the draining tail excluded: the planner
   predicts the rate of a long job), and the simulator's own run time.
@@ -21,7 +23,9 @@ from typing import Mapping, Sequence
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.planning.catalogue import Catalogue
 from trident_flows.planning.workload import SIM_PIPELINES, PlanWorkload
+from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.runtime.state import RunnerState
+from trident_flows.scheduler.policies import Policy
 from trident_flows.scheduler.types import BatchSample, Plan
 from trident_flows.sim import driver
 from trident_flows.sim.workload import Stream
@@ -60,21 +64,27 @@ def _steady_rate(timeline: Sequence[Mapping[str, float]], items: int) -> float:
     return (end["inputs_done"] - start["inputs_done"]) / (end["t"] - start["t"])
 
 
+def planned_spec(workload: PlanWorkload, plan: Plan, items: int, max_replicas: int, seed: int = 0,
+                 time_scale: float = 1.0) -> tuple[PipelineSpec, Policy | None]:
+    """The emulated pipeline starting from ``plan`` (each operator's largest replica group) and the policy that applies
+    the rest of the plan at the first tick (``None`` when every operator has one group); the live runtime takes the same."""
+    stages = []
+    for op in plan.operators:
+        main = max(op.groups, key=lambda g: g.replicas)
+        stages.append(Stage(op.operator, main.config, main.replicas, max_replicas=max(max_replicas, op.replicas)))
+    spec = emulated_pipeline(workload.profile, stages, name=SIM_PIPELINES[workload.pipeline], items=items, regimes=workload.schedule(),
+                             seed=seed, time_scale=time_scale)
+    mixed = any(len([g for g in op.groups if g.replicas > 0]) > 1 for op in plan.operators)
+    return spec, (_StartWith(plan) if mixed else None)
+
+
 def simulate_plan(workload: PlanWorkload, catalogue: Catalogue, counts: Mapping[str, int], plan: Plan, items: int,
                   seed: int = 0) -> SimCheck:
     """The steady throughput of ``plan`` on the cluster of ``counts`` in the simulator (see the module docstring)."""
     cluster = catalogue.cluster_spec(counts)
-    cap = int(cluster.total_cpus)
-    stages = []
-    for op in plan.operators:
-        main = max(op.groups, key=lambda g: g.replicas)
-        stages.append(Stage(op.operator, main.config, main.replicas, max_replicas=max(cap, op.replicas)))
-    schedule = workload.schedule()
-    spec = emulated_pipeline(workload.profile, stages, name=SIM_PIPELINES[workload.pipeline], items=items, regimes=schedule, seed=seed)
+    spec, policy = planned_spec(workload, plan, items, int(cluster.total_cpus), seed)
     features = sorted({f for m in workload.profile.workloads.values() for f in m})
-    stream = Stream.generate(workload.profile.workloads, schedule, items, features, seed)
-    mixed = any(len([g for g in op.groups if g.replicas > 0]) > 1 for op in plan.operators)
-    run = driver.simulate(spec, cluster, _StartWith(plan) if mixed else None, tick_s=TICK_S, stream=stream,
-                          record_s=TICK_S, seed=seed)
+    stream = Stream.generate(workload.profile.workloads, workload.schedule(), items, features, seed)
+    run = driver.simulate(spec, cluster, policy, tick_s=TICK_S, stream=stream, record_s=TICK_S, seed=seed)
     rate = _steady_rate(run.timeline, items)
     return SimCheck(rate if math.isfinite(rate) else 0.0, items, float(run.summary["wall_s"]), float(run.summary["sim_wall_s"]))
