@@ -49,8 +49,9 @@ def test_the_planners_choice_is_the_cheapest_cluster_of_an_exhaustive_search(reg
 
 
 def test_the_predicted_throughput_of_the_chosen_cluster_holds_in_the_simulator():
+    """The issue's example on the default catalogue (about 1 CPU minute: three simulated runs)."""
     workload = from_regimes("documents", "short:500,scans:500")
-    plan = plan_cluster(workload, load_catalogue().only(["c16", "c64"]), Goal(200_000, deadline_h=8), simulate_top=1, runner_ups=1)
+    plan = plan_cluster(workload, load_catalogue(), Goal(1_000_000, deadline_h=24), simulate_top=3, runner_ups=2)
     r = plan.recommended
     assert r.simulated_items_per_s is not None
     assert abs(r.simulated_items_per_s / r.items_per_s - 1) <= 0.15, (r.label(), r.items_per_s, r.simulated_items_per_s)

@@ -16,8 +16,10 @@ Contract:
      hourly price at a sweep of throughputs around the goal's, and the cheapest cluster without
      each class used and with each class unused; runner-ups are the other options meeting the
      goal, by cost;
-  3. for the recommendation and the first runner-ups (``simulate_top`` in all), the simulator's
-     steady throughput (``simcheck``); each option's range is the lowest and highest of the
+  3. for the ``simulate_top`` best options, the simulator's steady throughput (``simcheck``); these
+     are ranked again by their job at the lower of the predicted and the simulated rate
+     (``checked_cost``; for a deadline, those the simulator says miss it last), so a cluster whose
+     prediction the simulator does not confirm loses to one it does. Each option's range is the lowest and highest of the
      prediction (for the mix's mean item) and the simulator's figure, widened by ``MODEL_ERROR``.
      Hours and cost ranges follow from it. Also reported, outside the range: the throughput if
      every regime arrived in one long block (each at the placement's rate for it), the worst case
@@ -99,8 +101,14 @@ class ClusterOption:
         return self.hours * self.price_per_hour
 
     @property
-    def items_per_cost(self) -> float:
-        return self.items / self.cost if self.cost > 0 else 0.0
+    def checked_hours(self) -> float:
+        """Hours at the lower of the predicted and the simulated rate (the prediction alone when not simulated)."""
+        rate = min(self.items_per_s, self.simulated_items_per_s or self.items_per_s)
+        return self.startup_h + self.items / rate / 3600 if rate > 0 else math.inf
+
+    @property
+    def checked_cost(self) -> float:
+        return self.checked_hours * self.price_per_hour
 
     @property
     def items_per_s_range(self) -> tuple[float, float]:
@@ -126,7 +134,8 @@ class ClusterOption:
                 "items_per_s_range": list(self.items_per_s_range), "predicted_hours": self.hours,
                 "hours_range": list(self.hours_range()), "price_per_hour": self.price_per_hour, "cost": self.cost,
                 "cost_range": list(self.cost_range()), "items_per_s_regime_blocks": self.blocks_items_per_s,
-                "simulated_items_per_s": self.simulated_items_per_s, "bottlenecks": list(self.bottlenecks)}
+                "simulated_items_per_s": self.simulated_items_per_s, "checked_cost": self.checked_cost,
+                "bottlenecks": list(self.bottlenecks)}
 
 
 @dataclass(frozen=True)
@@ -294,15 +303,15 @@ def plan_cluster(workload: PlanWorkload, catalogue: Catalogue, goal: Goal, *, si
                                 f"the cheapest ({best.label()}) costs {best.cost:.4g} {catalogue.currency}; "
                                 f"raise --budget to at least {math.ceil(best.cost)} or lower --items")
         others = sorted((c for c in candidates if c.cost <= goal.budget * (1 + 1e-9) and c is not best), key=lambda c: (c.cost, c.hours))
-    chosen = [best] + others[:runner_ups]
-    finished = []
-    for i, option in enumerate(chosen):
-        blocks = _regime_blocks(workload, option, catalogue, max_gpu_memory)
-        simulated = None
-        if i < simulate_top:
-            items = int(min(SIM_ITEMS_MAX, max(SIM_ITEMS_MIN, option.items_per_s * SIM_SECONDS)))
-            simulated = simulate_plan(workload, catalogue, option.counts, option.plan, items).items_per_s
-        finished.append(replace(option, blocks_items_per_s=blocks, simulated_items_per_s=simulated))
+    ranked = [best] + others
+    checked = []
+    for option in ranked[:simulate_top]:
+        items = int(min(SIM_ITEMS_MAX, max(SIM_ITEMS_MIN, option.items_per_s * SIM_SECONDS)))
+        checked.append(replace(option, simulated_items_per_s=simulate_plan(workload, catalogue, option.counts, option.plan, items).items_per_s))
+    # the simulator's check can change the choice: the simulated options ranked by their job at the lower of the two rates
+    checked.sort(key=lambda o: (goal.deadline_h is not None and o.checked_hours > goal.deadline_h, o.checked_cost))
+    chosen = (checked + ranked[simulate_top:])[:1 + runner_ups]
+    finished = [replace(o, blocks_items_per_s=_regime_blocks(workload, o, catalogue, max_gpu_memory)) for o in chosen]
     notes.append(f"items/s predicted by the placement MILP on the cost models for the mix's mean item; the range spans it and "
                  f"the simulator's steady rate, widened by {MODEL_ERROR:.1%} (the simulator's worst error against live runs)")
     return ClusterPlan(workload, catalogue, goal, finished[0], tuple(finished[1:]), tuple(candidates), tuple(notes))
