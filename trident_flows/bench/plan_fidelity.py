@@ -35,17 +35,18 @@ from trident_flows.planning.workload import from_regimes
 GiB = 2**30
 REGIMES = "short:500,scans:500"
 NODES = (NodeType("n8", 8, 1.0), NodeType("n6g1", 6, 1.0, gpus=1, gpu_memory_bytes=8 * GiB))
+ATTEMPTS = 5  # Ray start-ups tried: 3 all timed out at load average 60-90 on this machine
 TIME_SCALE = 0.5  # emulated seconds x 0.5: a scanned document's OCR (~5 s) in ~2.5 s, so a run of a few hundred items fits minutes
 
 
 def _start_ray(cpus: float, gpus: int) -> None:
-    for attempt in range(3):  # Ray's raylet may miss its 30 s registration window on a loaded machine (see sim_fidelity)
+    for attempt in range(ATTEMPTS):  # Ray's raylet may miss its 30 s registration window on a loaded machine (see sim_fidelity)
         try:
             ray.init("local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
             return
         except Exception:  # noqa: BLE001 - retried; the last failure is raised
             ray.shutdown()
-            if attempt == 2:
+            if attempt == ATTEMPTS - 1:
                 raise
             time.sleep(20)
 

@@ -148,11 +148,17 @@ class ClusterPlan:
     candidates: tuple[ClusterOption, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
 
+    def options(self) -> list[ClusterOption]:
+        """Every checked cluster, the recommendation and runner-ups with their simulator figures."""
+        shown = {o.key(): o for o in (self.recommended,) + self.runner_ups}
+        return [shown.get(c.key(), c) for c in self.candidates]
+
     def pareto(self) -> list[ClusterOption]:
-        """Candidates no other is both cheaper and faster than, by duration."""
-        front = [c for c in self.candidates
-                 if not any(o.cost <= c.cost and o.hours <= c.hours and (o.cost < c.cost or o.hours < c.hours) for o in self.candidates)]
-        return sorted(front, key=lambda c: c.hours)
+        """Options no other is both cheaper and faster than (checked figures: the lower of predicted and simulated rate), by duration."""
+        every = self.options()
+        front = [c for c in every if not any(o.checked_cost <= c.checked_cost and o.checked_hours <= c.checked_hours
+                                             and (o.checked_cost < c.checked_cost or o.checked_hours < c.checked_hours) for o in every)]
+        return sorted(front, key=lambda c: c.checked_hours)
 
 
 class _Checker:

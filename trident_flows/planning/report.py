@@ -7,8 +7,9 @@ Contract:
   and ``pareto`` (each an option's figures), the goal, workload, catalogue and notes.
 - ``plan_table(plan)``: one row per option (recommended first), ``plan_lines(plan)`` the lines
   around it (workload, goal, starting placement, notes).
-- ``pareto_png(plan, path)``: cost against duration of every checked option, the Pareto front
-  joined, the recommendation marked, the deadline drawn; returns the path.
+- ``pareto_png(plan, path)``: cost against duration of every checked option (at the lower of its
+  predicted and simulated rate), the Pareto front joined, the recommendation marked with its
+  range, the deadline or budget drawn; returns the path.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def plan_json(plan: ClusterPlan) -> dict[str, Any]:
         "starting_plan": r.plan.to_dict(),
         "runner_ups": [_option(o) for o in plan.runner_ups],
         "pareto": [_option(o) for o in plan.pareto()],
+        "checked_cost": r.checked_cost,
         "goal": {"items": plan.goal.items, "deadline_h": plan.goal.deadline_h, "budget": plan.goal.budget},
         "workload": {"pipeline": plan.workload.pipeline, "mix": dict(plan.workload.weights), "source": plan.workload.source,
                      "mean_item": plan.workload.mean_features()},
@@ -87,23 +89,27 @@ def pareto_png(plan: ClusterPlan, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    everything = list(plan.candidates)
-    ax.scatter([o.hours for o in everything], [o.cost for o in everything], color="#9db7dc", s=18, label="checked clusters")
+    from matplotlib.ticker import ScalarFormatter
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    every = plan.options()
+    ax.scatter([o.checked_hours for o in every], [o.checked_cost for o in every], color="#9db7dc", s=18, label="checked clusters")
     front = plan.pareto()
-    ax.plot([o.hours for o in front], [o.cost for o in front], color="#3465a4", marker="o", label="Pareto front")
-    for o in front:
-        ax.annotate(o.label(), (o.hours, o.cost), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.plot([o.checked_hours for o in front], [o.checked_cost for o in front], color="#3465a4", marker="o", label="Pareto front")
+    for k, o in enumerate(front):
+        ax.annotate(o.label(), (o.checked_hours, o.checked_cost), fontsize=7, xytext=(4, 6 + 10 * (k % 3)), textcoords="offset points")
     r = plan.recommended
     low, high = r.hours_range()
-    ax.errorbar([r.hours], [r.cost], xerr=[[r.hours - low], [high - r.hours]], color="#cc0000", marker="*", markersize=14,
-                linestyle="none", label=f"recommended: {r.label()}")
+    ax.errorbar([r.checked_hours], [r.checked_cost], xerr=[[max(0.0, r.checked_hours - low)], [max(0.0, high - r.checked_hours)]],
+                color="#cc0000", marker="*", markersize=14, linestyle="none", label=f"recommended: {r.label()} (range)")
     if plan.goal.deadline_h is not None:
         ax.axvline(plan.goal.deadline_h, color="black", linestyle="--", linewidth=0.8, label=f"deadline {plan.goal.deadline_h:g} h")
     if plan.goal.budget is not None:
         ax.axhline(plan.goal.budget, color="black", linestyle="--", linewidth=0.8, label=f"budget {plan.goal.budget:g}")
     ax.set_xscale("log")
-    ax.set_xlabel("hours to process the items (log)")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(ScalarFormatter())
+    ax.set_xlabel("hours to process the items (log scale; simulated rate where lower than predicted)")
     ax.set_ylabel(f"cost ({plan.catalogue.currency}{', placeholder prices' if plan.catalogue.placeholder_prices else ''})")
     ax.set_title(f"{plan.workload.pipeline}: {plan.goal.items} items, cost vs duration")
     ax.legend(fontsize=7, loc="upper right")
