@@ -320,4 +320,7 @@ def plan_cluster(workload: PlanWorkload, catalogue: Catalogue, goal: Goal, *, si
     finished = [replace(o, blocks_items_per_s=_regime_blocks(workload, o, catalogue, max_gpu_memory)) for o in chosen]
     notes.append(f"items/s predicted by the placement MILP on the cost models for the mix's mean item; the range spans it and "
                  f"the simulator's steady rate, widened by {MODEL_ERROR:.1%} (the simulator's worst error against live runs)")
+    if simulate_top:
+        notes.append(f"the {min(simulate_top, len(ranked))} options checked in the simulator are ranked by their cost at the lower "
+                     "of the predicted and the simulated items/s")
     return ClusterPlan(workload, catalogue, goal, finished[0], tuple(finished[1:]), tuple(candidates), tuple(notes))
