@@ -5,7 +5,8 @@ import pickle
 
 import pytest
 
-from trident_flows.scheduler.types import (BatchSample, ClusterSpec, OpConfig, Outcome, Plan, OperatorPlan, ReplicaGroup)
+from trident_flows.scheduler.types import (BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, OpConfig, Outcome, Plan, OperatorPlan, PlanKind,
+                                          Rationale, ReplicaGroup)
 
 
 def test_opconfig_is_hashable_and_round_trips():
@@ -33,6 +34,11 @@ def test_batch_sample_and_plan_round_trip_through_json():
     plan = Plan((OperatorPlan("ocr", (ReplicaGroup(OpConfig(), 3, "node"),), "bottleneck"),), 12.5, "test")
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     assert plan.for_operator("ocr").replicas == 3
+    why = Rationale(PlanKind.MEMORY_SAFETY, 1.5, 2.0, 20.0, 81.0, ("ocr",), unsafe=(("ocr", OpConfig.make("cpu", batch_size=64)),),
+                    canaries_ended=(CanaryEnd("ocr", OpConfig.make("cpu", batch_size=16), CanaryVerdict.REJECTED),))
+    plan = Plan(plan.operators, 12.5, "", why)
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert round(why.payback_s) == 162  # 81 items lost to the switch / 0.5 items/s gained
 
 
 def test_cluster_spec_totals():

@@ -189,7 +189,9 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     key = _artifact_key(f"curation-{pipeline.runner_name}")
     progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
     start = time.monotonic()
+    logger.info("starting the pipeline runner %r (its operators' replicas start on the Ray cluster)", pipeline.runner_name)
     runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=namespace, external_input=True)
+    logger.info("pipeline runner %r up in %.1f s", pipeline.runner_name, time.monotonic() - start)
     sidecar = _Sidecar(pipeline.runner_name, trident) if trident is not None else None
     try:
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):

@@ -31,7 +31,8 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
-from trident_flows.tasks.decision import explain_hold, policy_reason, read_decision, unit_of
+from trident_flows.scheduler.decision_log import Hold, HoldKind
+from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, unit_of
 from trident_flows.tasks.live_view import render_markdown
 from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, output_note_of, pull_samples, roll_out
 from trident_flows.tasks.sidecar_report import (PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run,
@@ -88,7 +89,7 @@ class _Tuner:
         page = pull_samples(self.runner_name, self.namespace, memory.cursor)
         status, result = "", {"status": "unchanged"}
         if len(page.samples) < self.settings.min_samples:  # after the first decision, the last reason still holds
-            status = self._last_status if memory.policy_blob and self._last_status else explain_hold("waiting for samples")
+            status = self._last_status if memory.policy_blob and self._last_status else explain_hold(Hold(HoldKind.WAITING_FOR_SAMPLES))
         else:
             policy = memory.policy() or make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, state)
             try:
@@ -99,10 +100,10 @@ class _Tuner:
                 plan = None
             memory = memory.after_decide(policy, page.next)
             if plan is None:
-                status = explain_hold(policy_reason(policy))
+                status = explain_hold(policy_hold(policy), policy_reason(policy))
                 logger.debug("no change: %s", policy_reason(policy))
             else:
-                decision = read_decision(policy, state, plan, page.samples)
+                decision = read_decision(state, plan, page.samples, raw_reason=policy_reason(policy))
                 outcome = roll_out.with_options(task_run_name=_task_run_name(decision.sentence))(
                     self.runner_name, self.namespace, plan, decision.sentence)
                 self.decisions += 1

@@ -26,7 +26,7 @@ from typing import Any
 import ray
 
 from trident_flows.runtime.state import ApplyOutcome, ApplyStatus
-from trident_flows.scheduler.decision_log import DecisionLog, TickRecord
+from trident_flows.scheduler.decision_log import DecisionLog, Hold, HoldKind, TickRecord
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.types import ClusterSpec
 
@@ -64,7 +64,7 @@ class Controller:
         return self._policy
 
     def _error(self, message: str) -> TickRecord:
-        return TickRecord(self.ticks, time.time(), "error", f"kept the current plan: {message}", error=message)
+        return TickRecord(self.ticks, time.time(), "error", f"kept the current plan: {message}", error=message, hold=Hold(HoldKind.STEP_FAILED))
 
     def tick(self) -> TickRecord:
         """One tick: state + new samples -> policy -> apply (see the module docstring)."""

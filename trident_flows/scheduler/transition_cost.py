@@ -14,8 +14,8 @@ Contract (pure functions; applying a ``Transition`` is the runtime's job):
   drain, during which draining replicas take no new work). Items over the regime are
   ``sum(T_phase * duration) + T_new * (rest of the regime)`` against ``T_now * duration``
   when waiting. ``expected_gain`` = ``T_new - T_now`` (input items/s); the cost is the
-  items lost against an instant switch; ``cold_start_cost_s`` the replica-seconds spent
-  warming up and draining. ROLL_OUT when the gain over the regime exceeds
+  items lost against an instant switch (``cost_items``); ``cold_start_cost_s`` the
+  replica-seconds spent warming up and draining; ``rollout_s`` the phases' summed length. ROLL_OUT when the gain over the regime exceeds
   ``benefit_ratio`` x the cost (and the rollout beats waiting), else WAIT; both with reasons.
 - ``step_usage`` replays the steps and returns each class's resource use after every
   step, for callers (and tests) that check limits hold throughout.
@@ -234,9 +234,9 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     if interleaved:
         detail += "; resources too tight to start everything before retiring, interleaved: " + "; ".join(interleaved)
     if t_new > t_now and gain_items > benefit_ratio * cost_items and items_roll > items_wait:
-        return Transition(tuple(steps), Decision.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan)
+        return Transition(tuple(steps), Decision.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
     why = "no throughput gain" if t_new <= t_now else "the gain does not pay for the switch"
-    return Transition(tuple(steps), Decision.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan)
+    return Transition(tuple(steps), Decision.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
 
 
 def step_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement,

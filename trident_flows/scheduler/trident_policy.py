@@ -8,7 +8,11 @@ Contract:
   returns just that plan. It makes no runner call: applying the plan is the caller's step, which
   reports the ``ApplyOutcome`` back through ``observe_apply(plan, outcome)``: a plan that was
   refused or only partly landed is never issued again unchanged against the same placement
-  (the tick says so instead), and a rollout that did not land is not verified.
+  (the tick says so instead), and a rollout that did not land is not verified. Every plan it
+  issues carries a ``Rationale`` (throughput, memory safety, rollback or canary) with its
+  figures as typed values: predicted throughput before and after, rollout seconds, the items
+  the switch costs, the bottlenecks; the measured throughputs of a rollback; the unsafe configs
+  or the canary verdicts. The reason text says the same for the log.
 - observe: the samples go to a sliding window per operator and its ``OperatorModel`` is refitted
   once ``refit_min_samples`` new samples have arrived since its last fit, at once when its
   config epoch changed or its window was cut at a change point (samples of older config epochs
@@ -92,7 +96,7 @@ from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, RunnerState, 
 from trident_flows.runtime.transition import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
-from trident_flows.scheduler.decision_log import Action, EventKind, TickEvent, TickRecord
+from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement import DEFAULT_SOLVER, solve_placement
@@ -102,7 +106,8 @@ from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.transition_cost import plan_transition
-from trident_flows.scheduler.types import CPU, BatchSample, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
+from trident_flows.scheduler.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
+                                           OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
 _STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
 
@@ -237,6 +242,7 @@ class TridentPolicy:
         timings: dict[str, float] = {}
         errors: list[str] = []
         events: list[TickEvent] = []
+        ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured = self._measure(state)
         prev = self._history[-1] if self._history else None
         pipeline_t = end_to_end_throughput(prev, state) if prev is not None else 0.0
@@ -258,12 +264,12 @@ class TridentPolicy:
         step("regime", lambda: self._regime(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events) and self._pending is None:
             self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
-        canary_ops = step("optimize", lambda: self._optimize(state, new, events)) or {}
+        canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
         if prev is not None:
             self._recent.append(pipeline_t)
         verification, rollback = verdict
-        action, reason, plan, predicted = "none", "", None, 0.0
+        action, reason, plan, predicted, hold = "none", "", None, 0.0, None
         safety = step("safety", lambda: self._safety_plan(state)) if self._pending is None else None
         if rollback is not None:
             action, plan, reason = "rollback", rollback, rollback.reason
@@ -273,28 +279,30 @@ class TridentPolicy:
             missing = sorted(f"{n} ({len(o.window)})" for n, o in self._ops.items() if not o.model.ready or len(o.window) < self.min_samples)
             reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator; "
                       f"short: {', '.join(missing) or 'every operator'}")
+            hold = Hold(HoldKind.WAITING_FOR_SAMPLES)
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
+            hold = Hold(HoldKind.VERIFYING)
         else:
             solved = step("placement", lambda: self._placement(state))
             if solved is not None:
                 decided = step("transition", lambda: self._transition(state, *solved))
                 if decided is not None:
-                    action, reason, plan, predicted = decided
+                    action, reason, plan, predicted, hold = decided
                     self._settled = action in ("none", "wait")
         if canary_ops:
-            plan = self._with_canaries(state, plan, canary_ops)
+            plan = self._with_canaries(state, plan, canary_ops, ended)
             if action in ("none", "wait"):
-                action = "canary"
+                action, hold = "canary", None
                 reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {reason})" if reason else "")
         if errors and plan is None and action in ("none", "wait"):
-            action = "error"
+            action, hold = "error", Hold(HoldKind.STEP_FAILED)
             reason = "kept the current plan after a failed step: " + "; ".join(errors)
         if plan is not None:
             issued = (placement_signature(state), plan_signature(plan))
             if issued in self._refused_plans:  # never re-issue a refused plan unchanged against an unchanged placement
                 reason = f"not re-issuing a plan the runner refused ({self._refused_plans[issued]}); keeping the current placement ({reason})"
-                action, plan = Action.WAIT, None
+                action, plan, hold = Action.WAIT, None, Hold(HoldKind.REFUSED_BEFORE)
             else:
                 self._issued = issued
         if action == "roll_out" and plan is not None and plan is not safety:  # a safety move is not undone for speed
@@ -303,7 +311,7 @@ class TridentPolicy:
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), Action(action), reason or "no change", measured, pipeline_t,
                             {n: o.detector.current for n, o in self._ops.items()}, tuple(events), plan, predicted,
-                            verification, "; ".join(errors), timings)
+                            verification, "; ".join(errors), timings, hold if plan is None else None)
         self.records.append(record)
         self.last_record = record
         return record
@@ -316,7 +324,7 @@ class TridentPolicy:
         out of memory (or whose memory bound exceeds the budget) to the largest smaller batch that is
         not unsafe, replica for replica (the same CPUs/GPUs, so the move always fits). None when all
         is safe."""
-        ops = []
+        ops, unsafe = [], []
         for op_state in state.operators:
             if op_state.name not in self._ops:
                 continue
@@ -327,12 +335,14 @@ class TridentPolicy:
                     safe = safe.with_changes(batch_size=max(1, safe.batch_size // 2))
                 if safe != config:
                     moved.append(f"{config.label()} -> {safe.label()} ({self._is_unsafe(op_state.name, config)})")
+                    unsafe.append((op_state.name, config))
                 groups.append(ReplicaGroup(safe, n))
             if moved:
                 ops.append(OperatorPlan(op_state.name, tuple(groups), f"memory safety: {op_state.name} " + "; ".join(moved), canary_config(op_state)))
         if not ops:
             return None
-        return Plan(tuple(ops), 0.0, "memory safety before the evidence gate: " + "; ".join(o.reason for o in ops))
+        return Plan(tuple(ops), 0.0, "memory safety before the evidence gate: " + "; ".join(o.reason for o in ops),
+                    Rationale(PlanKind.MEMORY_SAFETY, unsafe=tuple(unsafe)))
 
     # ------------------------------------------------------------------ observe
     def _measure(self, state: RunnerState) -> dict[str, float]:
@@ -523,7 +533,8 @@ class TridentPolicy:
             return f"memory upper bound {bound / 2**20:.0f} MiB > limit {self._limit(config) / 2**20:.0f} MiB"
         return None
 
-    def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> dict[str, OperatorPlan]:
+    def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent],
+                  ended: list[CanaryEnd]) -> dict[str, OperatorPlan]:
         canaries: dict[str, OperatorPlan] = {}
         free_cpus, free_gpus = free_resources(state)
         for name, batch in new.items():
@@ -553,7 +564,7 @@ class TridentPolicy:
                         opt.tell(config, m.throughput, m.peak_memory, m.features, items=m.items)
                     op.to_tell[config] = []
             if op.canary is not None:
-                plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events)
+                plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events, ended)
                 if plan is not None:
                     canaries[name] = plan
             elif (self.canaries and not canaries and op.model.ready and self._pending is None and self._settled
@@ -598,7 +609,8 @@ class TridentPolicy:
         events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
 
-    def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent]) -> OperatorPlan | None:
+    def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent],
+                      ended: list[CanaryEnd]) -> OperatorPlan | None:
         op = self._ops[name]
         c = op.canary
         for s in batch:
@@ -615,6 +627,7 @@ class TridentPolicy:
             why = "got no batch (the operator is starved)" if running else "never became warm"
             reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.canary_timeout_s:g}"
             events.append(TickEvent(EventKind.CANARY, name, reason))
+            ended.append(CanaryEnd(name, c.config, CanaryVerdict.ABANDONED))
             return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
         decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.canary_policy,
                                           memory_limit=self._limit(c.config))
@@ -631,11 +644,14 @@ class TridentPolicy:
         op.canary = None
         reason = f"canary {c.config.label()} of {name} {decision.verdict.value}ed: {decision.reason}"
         events.append(TickEvent(EventKind.CANARY, name, reason))
+        accepted = decision.verdict == canary_protocol.Verdict.ACCEPT
+        ended.append(CanaryEnd(name, c.config, CanaryVerdict.ACCEPTED if accepted else CanaryVerdict.REJECTED))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
 
-    def _with_canaries(self, state: RunnerState, plan: Plan | None, canaries: dict[str, OperatorPlan]) -> Plan:
+    def _with_canaries(self, state: RunnerState, plan: Plan | None, canaries: dict[str, OperatorPlan], ended: list[CanaryEnd]) -> Plan:
         if plan is None:
-            return Plan(tuple(canaries.values()), 0.0, "; ".join(o.reason for o in canaries.values()))
+            return Plan(tuple(canaries.values()), 0.0, "; ".join(o.reason for o in canaries.values()),
+                        Rationale(PlanKind.CANARY, canaries_ended=tuple(ended)))
         ops = []
         for o in plan.operators:
             if o.operator in canaries:
@@ -689,7 +705,9 @@ class TridentPolicy:
         self._rejected.add((p.regime_key, _signature(p.plan)))
         why = f"rollback: the change made the pipeline slower ({figures})"
         ops = tuple(OperatorPlan(name, groups, why, canary_config(state.operator(name))) for name, groups in p.previous.items() if groups)
-        return why + "; restoring the previous placement", Plan(ops, 0.0, why + "; restoring the previous placement")
+        before = p.before or p.measured  # as worse_than_before compares them
+        rationale = Rationale(PlanKind.ROLLBACK, measured_before=sum(before) / len(before), measured_after=sum(p.measured) / len(p.measured))
+        return why + "; restoring the previous placement", Plan(ops, 0.0, why + "; restoring the previous placement", rationale)
 
     def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
         """The runner's outcome of the last plan issued: a plan that did not land fully is not issued
@@ -774,7 +792,7 @@ class TridentPolicy:
                 serving = config in op_state.configs()
                 if unsafe is not None:
                     if serving:
-                        forced.append(f"{name} runs {config.label()}: {unsafe}")
+                        forced.append((name, config, unsafe))
                     continue
                 cap = min(hi, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else hi)
                 if config.gpus > 0:
@@ -844,16 +862,18 @@ class TridentPolicy:
         expected = self._expected_regime_s(state, intake)
         changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
         if not changed:
-            return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput
+            return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput, Hold(HoldKind.OPTIMAL)
         limited = ""
         if self.max_changes is not None and len(changed) > self.max_changes:
             changed = self._limit_changes(state, changed)
             limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.max_changes})"
             if not changed:
-                return "wait", f"the MILP's plan changes operators but max_changes={self.max_changes} allows none ({plan.reason})", None, result.throughput
+                return ("wait", f"the MILP's plan changes operators but max_changes={self.max_changes} allows none ({plan.reason})", None,
+                        result.throughput, Hold(HoldKind.MAX_CHANGES))
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
         if (self._regime_key(), _signature(plan)) in self._rejected:
-            return "wait", f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})", None, result.throughput
+            return ("wait", f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})", None,
+                    result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
         named = {o.operator for o in changed}
         executed = replace(result.plan, operators=tuple(o if o.operator not in named else next(c for c in changed if c.operator == o.operator)
                                                         for o in result.plan.operators if o.operator in named)
@@ -862,21 +882,28 @@ class TridentPolicy:
         try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
             transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.benefit_ratio)
         except (ValueError, RuntimeError) as exc:
-            return "wait", f"cannot order or price the change ({exc}); keeping the current placement", None, result.throughput
-        if forced:  # safety comes before gain, but only with a feasible order; the price is recorded
-            return ("roll_out", "memory safety: " + "; ".join(forced) + f"; {transition.reason}; new placement {plan.reason}",
-                    plan, result.throughput)
+            return ("wait", f"cannot order or price the change ({exc}); keeping the current placement", None, result.throughput,
+                    Hold(HoldKind.CANNOT_PRICE))
         t_now = result.throughput - transition.expected_gain
         gain = transition.expected_gain / t_now if t_now > 0 else math.inf
+        figures = dict(throughput_before=t_now, throughput_after=result.throughput, rollout_s=transition.rollout_s,
+                       switch_cost_items=transition.cost_items, bottlenecks=result.bottlenecks)
+        if forced:  # safety comes before gain, but only with a feasible order; the price is recorded
+            runs = "; ".join(f"{name} runs {config.label()}: {why}" for name, config, why in forced)
+            rationale = Rationale(PlanKind.MEMORY_SAFETY, **figures, unsafe=tuple((name, config) for name, config, _ in forced))
+            return ("roll_out", f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
+                    replace(plan, rationale=rationale), result.throughput, None)
         if transition.decision != Decision.ROLL_OUT:
-            return "wait", f"{transition.reason} ({plan.reason})", None, result.throughput
+            kind = HoldKind.NO_GAIN if transition.expected_gain <= 0 else HoldKind.DOES_NOT_PAY
+            return "wait", f"{transition.reason} ({plan.reason})", None, result.throughput, Hold(kind)
         if gain < self.min_gain:
             return "wait", (f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
-                            f"{self.min_gain:.0%}: keeping the current placement"), None, result.throughput
+                            f"{self.min_gain:.0%}: keeping the current placement"), None, result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.min_gain)
         head = f"predicted {t_now:.4g} -> {result.throughput:.4g} input items/s ({gain:+.1%}); {transition.reason}"
         if notes:
             head += "; " + "; ".join(notes)
-        return "roll_out", f"{head}; {plan.reason}", replace(plan, reason=f"{head}; {plan.reason}"), result.throughput
+        return ("roll_out", f"{head}; {plan.reason}",
+                replace(plan, reason=f"{head}; {plan.reason}", rationale=Rationale(PlanKind.THROUGHPUT, **figures)), result.throughput, None)
 
 
     def _limit_changes(self, state: RunnerState, changed: list[OperatorPlan]) -> list[OperatorPlan]:

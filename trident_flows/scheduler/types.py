@@ -317,14 +317,97 @@ class OperatorPlan:
         return sum(g.replicas for g in self.groups)
 
 
+class PlanKind(str, Enum):
+    """Why a policy made a plan."""
+
+    THROUGHPUT = "throughput"        # a placement predicted to be faster than the current one
+    MEMORY_SAFETY = "memory_safety"  # moves operators off configurations that ran, or may run, out of memory
+    ROLLBACK = "rollback"            # restores the placement before a change that made the pipeline slower
+    CANARY = "canary"                # starts canary replicas, or ends them with a verdict
+
+
+class CanaryVerdict(str, Enum):
+    """How a canary ended."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    ABANDONED = "abandoned"  # it got no batch, or never became warm, in time
+
+
+@dataclass(frozen=True)
+class CanaryEnd:
+    """A canary of ``config`` on ``operator`` that a plan ends, and its verdict."""
+
+    operator: str
+    config: OpConfig
+    verdict: CanaryVerdict
+
+
+@dataclass(frozen=True)
+class Rationale:
+    """Why a plan was made and what it is expected to bring, as figures (None: the policy does not say).
+
+    ``throughput_before`` / ``throughput_after``: predicted pipeline throughput (input items/s)
+    of the current placement and of the plan; ``rollout_s``: seconds until the change is in
+    place; ``switch_cost_items``: input items the switch costs (capacity lost while replicas
+    start and drain); ``bottlenecks``: the operators that bound the plan's throughput.
+    A rollback gives ``measured_before`` / ``measured_after``: end-to-end items/s measured
+    before and after the change it undoes. A memory-safety plan lists the (operator, config)
+    pairs it moves off in ``unsafe``; a canary plan the canaries it ends in ``canaries_ended``.
+    """
+
+    kind: PlanKind
+    throughput_before: float | None = None
+    throughput_after: float | None = None
+    rollout_s: float | None = None
+    switch_cost_items: float | None = None
+    bottlenecks: tuple[str, ...] = ()
+    measured_before: float | None = None
+    measured_after: float | None = None
+    unsafe: tuple[tuple[str, OpConfig], ...] = ()
+    canaries_ended: tuple[CanaryEnd, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", PlanKind(self.kind))
+
+    @property
+    def payback_s(self) -> float | None:
+        """Seconds the predicted gain takes to make up for the items the switch costs (None
+        without a predicted gain or a price)."""
+        if self.switch_cost_items is None or self.throughput_before is None or self.throughput_after is None:
+            return None
+        if self.throughput_after <= self.throughput_before:
+            return None
+        return self.switch_cost_items / (self.throughput_after - self.throughput_before)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "throughput_before": self.throughput_before, "throughput_after": self.throughput_after,
+                "rollout_s": self.rollout_s, "switch_cost_items": self.switch_cost_items, "bottlenecks": list(self.bottlenecks),
+                "measured_before": self.measured_before, "measured_after": self.measured_after,
+                "unsafe": [{"operator": op, "config": c.to_dict()} for op, c in self.unsafe],
+                "canaries_ended": [{"operator": e.operator, "config": e.config.to_dict(), "verdict": e.verdict.value}
+                                   for e in self.canaries_ended]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Rationale":
+        return cls(PlanKind(data["kind"]), data.get("throughput_before"), data.get("throughput_after"), data.get("rollout_s"),
+                   data.get("switch_cost_items"), tuple(data.get("bottlenecks", ())), data.get("measured_before"),
+                   data.get("measured_after"), tuple((u["operator"], OpConfig.from_dict(u["config"])) for u in data.get("unsafe", ())),
+                   tuple(CanaryEnd(e["operator"], OpConfig.from_dict(e["config"]), CanaryVerdict(e["verdict"]))
+                         for e in data.get("canaries_ended", ())))
+
+
 @dataclass(frozen=True)
 class Plan:
     """The desired configuration of every operator, the predicted pipeline throughput
-    (input items/s) and, per operator, a human-readable reason for its change."""
+    (input items/s) and, per operator, a human-readable reason for its change. ``rationale``
+    holds why it was made and its figures as typed values (None from a policy that gives
+    only the text)."""
 
     operators: tuple[OperatorPlan, ...]
     predicted_throughput: float = 0.0
     reason: str = ""
+    rationale: Rationale | None = None
 
     def for_operator(self, name: str) -> OperatorPlan:
         for op in self.operators:
@@ -336,6 +419,7 @@ class Plan:
         return {
             "predicted_throughput": self.predicted_throughput,
             "reason": self.reason,
+            "rationale": self.rationale.to_dict() if self.rationale else None,
             "operators": [
                 {"operator": o.operator, "reason": o.reason, "canary": o.canary.to_dict() if o.canary else None,
                  "groups": [{"config": g.config.to_dict(), "replicas": g.replicas, "node_class": g.node_class} for g in o.groups]}
@@ -350,7 +434,8 @@ class Plan:
                          o.get("reason", ""), OpConfig.from_dict(o["canary"]) if o.get("canary") else None)
             for o in data["operators"]
         )
-        return cls(ops, float(data.get("predicted_throughput", 0.0)), data.get("reason", ""))
+        rationale = Rationale.from_dict(data["rationale"]) if data.get("rationale") else None
+        return cls(ops, float(data.get("predicted_throughput", 0.0)), data.get("reason", ""), rationale)
 
 
 class StepKind(str, Enum):
@@ -386,8 +471,9 @@ class Transition:
     """Ordered rolling steps from the current placement to a plan.
 
     ``expected_gain`` is in input items/s, ``cold_start_cost_s`` the capacity-seconds lost to
-    starting and draining replicas; ``decision`` says whether to roll out now or wait, and
-    ``reason`` why. Steps are applied in order; a START step's replicas are warm before the
+    starting and draining replicas, ``rollout_s`` how long the steps take, ``cost_items`` the
+    input items the switch costs over the regime; ``decision`` says whether to roll out now or
+    wait, and ``reason`` why. Steps are applied in order; a START step's replicas are warm before the
     next RETIRE step of the same operator drains old ones.
     """
 
@@ -397,8 +483,10 @@ class Transition:
     expected_gain: float = 0.0
     cold_start_cost_s: float = 0.0
     plan: Plan | None = None
+    rollout_s: float = 0.0
+    cost_items: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"steps": [s.to_dict() for s in self.steps], "decision": self.decision.value, "reason": self.reason,
                 "expected_gain": self.expected_gain, "cold_start_cost_s": self.cold_start_cost_s,
-                "plan": self.plan.to_dict() if self.plan else None}
+                "plan": self.plan.to_dict() if self.plan else None, "rollout_s": self.rollout_s, "cost_items": self.cost_items}

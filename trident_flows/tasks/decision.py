@@ -2,38 +2,35 @@
 runner return and what the Prefect layer shows.
 
 Contract:
-- ``read_decision(policy, state, plan, samples)`` turns a plan a policy returned into a frozen
+- ``read_decision(state, plan, samples)`` turns a plan a policy returned into a frozen
   ``Decision``: one plain sentence first (what changes, why, what it is expected to gain and
   when it pays back its start-up), the figures in their own fields, and the policy's full
   reason (solver details and all) only in ``raw_reason``.
-- ``read_outcome(report, error)`` turns what ``runner.apply`` returned (an ``ApplyReport``, or
-  the error it raised) into an ``Outcome``: "applied", "partial" or "refused", with the reason.
-  It is the one place that knows the apply's return type.
-- ``explain_hold(reason)`` says in one sentence why a tick changed nothing.
-The figures are read from the policy's record and, where the policy states them only in its
-reason text (predicted throughput, items lost to the switch), from that text: a figure that is
-not found is None and its clause is left out of the sentence, never guessed.
+- The sentence and the figures are built from typed values only: the operators, replicas and
+  configurations of the plan against the runner's state, and the plan's ``Rationale`` (its
+  kind, predicted throughput before and after, rollout seconds, the items the switch costs,
+  the bottlenecks, a rollback's measurements, the unsafe configs, the canary verdicts). The
+  reason text is never read: a figure the rationale does not give is None and its clause is
+  left out of the sentence, never guessed. A plan without a rationale (the baseline policies)
+  reads as a rebalance, its bottleneck the busiest operator it grows.
+- ``read_outcome(report, error)`` turns what ``runner.apply`` returned (an ``ApplyReport``, read
+  through its typed ``ApplyOutcome``, or the error it raised) into an ``Outcome``: "applied",
+  "partial" or "refused", with the reason. It is the one place that knows the apply's return type.
+- ``explain_hold(hold, reason)`` says in one sentence why a tick changed nothing, from the
+  policy's typed ``Hold`` (``policy_hold(policy)``).
 Pure functions: no Ray, no Prefect.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
-from trident_flows.scheduler.types import Plan
-
-_NUM = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_PREDICTED = re.compile(rf"predicted {_NUM} -> {_NUM} input items/s")
-_COST = re.compile(rf"gain {_NUM} items, cost {_NUM} items")
-_ROLLOUT = re.compile(rf"rollout {_NUM} s")
-_BOTTLENECK = re.compile(r"bottleneck ([A-Za-z0-9_.\-]+)")
-_ROLLBACK = re.compile(rf"measured {_NUM} items/s, short of the predicted {_NUM}")
-_UNSAFE = re.compile(r"([A-Za-z0-9_.\-]+) runs ([^\s:]+): ([^;]+)")
-_CANARY_VERDICT = re.compile(r"canary (\S+) of (\S+) (accepted|rejected|abandoned|accept|reject)")
+from trident_flows.runtime.state import ApplyStatus
+from trident_flows.scheduler.decision_log import Hold, HoldKind
+from trident_flows.scheduler.types import Plan, PlanKind, Rationale
 
 # Units of a pipeline's input items, for sentences ("+45% docs/s").
 UNITS = {"documents": "docs/s", "emulated-docs": "docs/s", "video": "videos/s", "emulated-video": "videos/s"}
@@ -112,18 +109,14 @@ def read_outcome(report: Any = None, error: str = "") -> Outcome:
     """The ``Outcome`` of ``runner.apply``: its ``ApplyReport``, or the error it raised."""
     if error or report is None:
         return Outcome("refused", error or "the runner returned no report")
-    steps = len(report.steps_done)
-    if report.ok and steps:
-        return Outcome("applied", report.reason, report.seconds, report.dip)
-    if report.ok:
-        return Outcome("refused", f"the runner found nothing to roll out ({explain_hold(report.reason or 'no change')})")
-    if steps:
-        return Outcome("partial", f"{steps} step(s) done, then: {report.error}", report.seconds, report.dip)
-    return Outcome("refused", report.error)
-
-
-def _float(match: Optional[re.Match], group: int) -> Optional[float]:
-    return float(match.group(group)) if match else None
+    outcome = report.outcome
+    if outcome.status == ApplyStatus.LANDED and outcome.steps_done:
+        return Outcome("applied", outcome.reason, report.seconds, report.dip)
+    if outcome.status == ApplyStatus.LANDED:  # the runner returns no step only for a plan equal to what runs
+        return Outcome("refused", "the runner found nothing to roll out: the plan equals the current configuration")
+    if outcome.status == ApplyStatus.PARTIAL:
+        return Outcome("partial", f"{outcome.steps_done} step(s) done, then: {outcome.reason}", report.seconds, report.dip)
+    return Outcome("refused", outcome.reason)
 
 
 def _duration(seconds: float) -> str:
@@ -182,22 +175,17 @@ def _changes_text(changes: tuple[OperatorChange, ...]) -> str:
     return ", ".join(shown) or "no operator changes"
 
 
-def _bottleneck(state: Any, plan: Plan, changes: tuple[OperatorChange, ...]) -> Optional[str]:
-    named = _BOTTLENECK.search(plan.reason)
-    if named:
-        return named.group(1).rstrip(";,.")
-    for op in plan.operators:
-        if op.reason.startswith("bottleneck"):
-            return op.operator
+def _bottleneck(state: Any, rationale: Optional[Rationale], changes: tuple[OperatorChange, ...]) -> Optional[str]:
+    """The operator the plan relieves: a grown operator the plan names as a bottleneck, else the
+    busiest grown operator, else the plan's first bottleneck."""
+    named = rationale.bottlenecks if rationale is not None else ()
     grown = [c.operator for c in changes if c.replicas_after > c.replicas_before]
+    for name in named:
+        if name in grown:
+            return name
     if grown:
         return max(grown, key=lambda name: state.operator(name).busy_fraction)
-    return None
-
-
-def _record_of(policy: Any, plan: Plan) -> Any:
-    record = getattr(policy, "last_record", None)
-    return record if record is not None and getattr(record, "plan", None) is plan else None
+    return named[0] if named else None
 
 
 def policy_reason(policy: Any) -> str:
@@ -210,83 +198,88 @@ def policy_reason(policy: Any) -> str:
     return ""
 
 
-def read_decision(policy: Any, state: Any, plan: Plan, samples: Iterable[Any] = (), now: Optional[float] = None) -> Decision:
-    """Explain ``plan``, which ``policy`` just returned for ``state`` (see the module docstring)."""
-    record = _record_of(policy, plan)
-    action = getattr(record, "action", "")
-    raw = plan.reason or policy_reason(policy)
+def _canary_sentence(plan: Plan, rationale: Optional[Rationale], text: str, resized: bool) -> str:
+    """Canaries the plan starts, then those it ends with their verdicts; the replica changes only
+    when the plan also resizes an operator (a canary's own replica is in the words already)."""
+    parts = [f"Trying {o.canary.label()} on one extra {o.operator} replica (a canary) before switching the others"
+             for o in plan.operators if o.canary is not None]
+    ended = rationale.canaries_ended if rationale is not None else ()
+    parts += [f"the canary {e.config.label()} of {e.operator} was {e.verdict.value}" for e in ended]
+    if not parts:
+        return f"Ending a canary: {text}"
+    return _title("; ".join(parts)) + (f": {text}" if resized else "")
+
+
+def read_decision(state: Any, plan: Plan, samples: Iterable[Any] = (), now: Optional[float] = None,
+                  raw_reason: str = "") -> Decision:
+    """Explain ``plan``, which a policy just returned for ``state`` (see the module docstring).
+    ``raw_reason`` is kept for the raw data when the plan carries no reason of its own."""
+    rationale = plan.rationale
     changes = changes_of(state, plan)
     unit = unit_of(state.pipeline)
-    predicted = _PREDICTED.search(raw)
-    before, after = _float(predicted, 1), _float(predicted, 2)
+    before = rationale.throughput_before if rationale is not None else None
+    after = rationale.throughput_after if rationale is not None else None
     if after is None and plan.predicted_throughput > 0:
         after = plan.predicted_throughput
-    cost = _COST.search(raw)
-    startup = _float(_ROLLOUT.search(raw), 1)
-    payback = None
-    if cost and before is not None and after is not None and after > before:
-        payback = float(cost.group(2)) / (after - before)
+    startup = rationale.rollout_s if rationale is not None else None
+    payback = rationale.payback_s if rationale is not None else None
     gain = after / before - 1 if before and after is not None else None
     expected = f", expected {gain:+.0%} {unit}" if gain is not None else ""
     pays = (f", pays back its {startup:.0f} s start-up in {_duration(payback)}" if startup is not None and payback is not None else "")
     text = _changes_text(changes)
-    canaries = [o for o in plan.operators if o.canary is not None]
-    verdict = _CANARY_VERDICT.search(raw)
-    rollback = _ROLLBACK.search(raw)
-    unsafe = _UNSAFE.search(raw) if raw.startswith("memory safety") else None
-    if action == "rollback" or rollback:
-        kind = "rollback"
-        sentence = "Rolled back the last change" + (
-            f": the pipeline measured {float(rollback.group(1)):.3g} {unit}, short of the predicted {float(rollback.group(2)):.3g}"
-            if rollback else "") + f" ({text})"
-    elif canaries:
-        kind = "canary"
-        op = canaries[0]
-        sentence = (f"Trying {op.canary.label()} on one extra {op.operator} replica (a canary) before switching the others"
-                    + (f"; {len(canaries) - 1} more canar{'ies' if len(canaries) > 2 else 'y'}" if len(canaries) > 1 else ""))
-    elif verdict and action == "canary":
-        kind = "canary"
-        word = {"accept": "accepted", "reject": "rejected"}.get(verdict.group(3), verdict.group(3))
-        sentence = f"The canary {verdict.group(1)} of {verdict.group(2)} was {word}: {text}"
-    elif unsafe:
-        kind = "memory-safety"
-        sentence = f"{_title(unsafe.group(1))} risks running out of memory with {unsafe.group(2)}: {text}"
+    kind = rationale.kind if rationale is not None else (
+        PlanKind.CANARY if any(o.canary is not None for o in plan.operators) else PlanKind.THROUGHPUT)
+    if kind == PlanKind.ROLLBACK:
+        measured = (f": the pipeline measured {rationale.measured_after:.3g} {unit} after it, against {rationale.measured_before:.3g} before"
+                    if rationale.measured_before is not None and rationale.measured_after is not None else "")
+        label, sentence = "rollback", f"Rolled back the last change{measured} ({text})"
+    elif kind == PlanKind.CANARY:
+        resized = any(c.replicas_before != c.replicas_after for c in changes)
+        label, sentence = "canary", _canary_sentence(plan, rationale, text, resized)
+    elif kind == PlanKind.MEMORY_SAFETY and rationale.unsafe:
+        operator, config = rationale.unsafe[0]
+        label, sentence = "memory-safety", f"{_title(operator)} risks running out of memory with {config.label()}: {text}"
     else:
-        kind = "scale" if any(c.replicas_before != c.replicas_after for c in changes) else "reconfigure"
-        bottleneck = _bottleneck(state, plan, changes)
-        samples = list(samples)
+        label = "scale" if any(c.replicas_before != c.replicas_after for c in changes) else "reconfigure"
+        bottleneck = _bottleneck(state, rationale, changes)
         phrase = workload_phrase(s for s in samples if getattr(s, "operator", None) == bottleneck) if bottleneck else ""
         head = f"{_title(bottleneck)} is the bottleneck{phrase}" if bottleneck else "Rebalancing the pipeline"
         sentence = f"{head}: {text}{expected}{pays}"
-    return Decision(at=time.time() if now is None else now, kind=kind, sentence=sentence, changes=changes,
+    return Decision(at=time.time() if now is None else now, kind=label, sentence=sentence, changes=changes,
                     throughput_before=before, throughput_after=after, startup_s=startup,
-                    payback_s=payback if payback is not None and math.isfinite(payback) else None, raw_reason=raw)
+                    payback_s=payback if payback is not None and math.isfinite(payback) else None,
+                    raw_reason=plan.reason or raw_reason)
 
 
-_HOLDS = (
-    ("waiting for samples", "Waiting for enough measurements to model every operator"),
-    ("verifying the last rollout", "Checking that the last change delivers what it promised before planning again"),
-    ("the current placement is the MILP's optimum", "The current configuration is already the best one the model finds"),
-    ("wait (no throughput gain)", "No other configuration is predicted to be faster"),
-    ("wait (the gain does not pay for the switch)", "A faster configuration exists, but it would not pay back its start-up before the workload changes"),
-    ("the MILP's plan changes operators but max_changes", "A faster configuration exists, but it changes more operators than one tick may"),
-    ("the MILP's plan was rolled back before", "The faster plan was rolled back before for this workload: keeping the current configuration"),
-    ("cannot price the change", "The cost of a change could not be estimated: keeping the current configuration"),
-    ("kept the current plan after a failed step", "A scheduling step failed: keeping the current configuration (details in the raw data)"),
-    ("the plan equals the current placement", "The plan equals the current configuration"),
-)
-_MIN_GAIN = re.compile(r"predicted gain ([-+]?[0-9.]+%)[^;]*under min_gain ([0-9.]+%)")
+HOLDS = {
+    HoldKind.WAITING_FOR_SAMPLES: "Waiting for enough measurements to model every operator",
+    HoldKind.VERIFYING: "Checking that the last change delivers what it promised before planning again",
+    HoldKind.OPTIMAL: "The current configuration is already the best one the model finds",
+    HoldKind.NO_GAIN: "No other configuration is predicted to be faster",
+    HoldKind.DOES_NOT_PAY: "A faster configuration exists, but it would not pay back its start-up before the workload changes",
+    HoldKind.UNDER_MIN_GAIN: "The best change would gain too little to be worth a change",
+    HoldKind.MAX_CHANGES: "A faster configuration exists, but it changes more operators than one tick may",
+    HoldKind.ROLLED_BACK_BEFORE: "The faster plan was rolled back before for this workload: keeping the current configuration",
+    HoldKind.CANNOT_PRICE: "The cost of a change could not be estimated: keeping the current configuration",
+    HoldKind.REFUSED_BEFORE: "The runner refused this change before: keeping the current configuration until the pipeline changes",
+    HoldKind.STEP_FAILED: "A scheduling step failed: keeping the current configuration (details in the raw data)",
+}
 
 
-def explain_hold(reason: str) -> str:
-    """One sentence saying why a tick (or a rollout) changed nothing, from the policy's reason."""
+def policy_hold(policy: Any) -> Optional[Hold]:
+    """Why the policy's last tick changed nothing, when the policy says so as a typed ``Hold``
+    (the Trident controller's ``last_record``); None otherwise."""
+    return getattr(getattr(policy, "last_record", None), "hold", None)
+
+
+def explain_hold(hold: Optional[Hold], reason: str = "") -> str:
+    """One sentence saying why a tick changed nothing: from the typed ``hold``; for a policy that
+    gives only a reason (the baselines), its first clause as it stands."""
+    if hold is not None:
+        if hold.kind == HoldKind.UNDER_MIN_GAIN and hold.gain is not None and hold.min_gain is not None:
+            return f"The best change would gain {hold.gain:+.1%}, under the {hold.min_gain:.0%} a change must bring"
+        return HOLDS[hold.kind]
     text = reason.strip()
-    for start, sentence in _HOLDS:
-        if text.startswith(start):
-            return sentence
-    gain = _MIN_GAIN.search(text)
-    if gain:
-        return f"The best change would gain {gain.group(1)}, under the {gain.group(2)} a change must bring"
     if not text or text == "no change":
         return "No change needed"
     return _title(text.split(";")[0].split(" (")[0])[:160]
