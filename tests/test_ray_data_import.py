@@ -173,7 +173,7 @@ class Warm:
 def test_a_replica_builds_its_udfs_while_ray_data_is_still_importing(ray_cluster, monkeypatch):
     from trident_flows.ray_data import internals
 
-    # a replica's Ray Data import (3.5 s of CPU on the benchmark machine) must overlap the UDFs' cold
+    # a replica's Ray Data import (3-4 s of CPU on the benchmark machine) must overlap the UDFs' cold
     # start, not precede it: hold the import until the UDF has been built, then let the batch through
     imported, release = threading.Event(), threading.Event()
     load = internals.Loading._load

@@ -22,8 +22,9 @@ Contract:
 - ``load_conversions()`` starts importing the Ray Data modules those conversions use on a
   background thread and returns a ``Loading`` whose ``wait()`` blocks until they are imported
   (re-raising an import error). A replica starts it before it builds the UDFs, so the import
-  (3.5 s of CPU per process on the benchmark machine, pandas included) runs while the UDFs
-  load their models instead of before; nothing else here needs Ray Data imported:
+  (3-4 s of CPU per process on the 2-core benchmark machine, pandas included; 5-9 s at load
+  50) runs while the UDFs load their models instead of before; nothing else here needs Ray
+  Data imported:
   ``is_callable_class`` reads what Ray Data 2.60 calls a callable class (``CallableClass =
   type``) without importing it.
 """
