@@ -157,6 +157,47 @@ def test_a_map_batches_changing_the_row_count_attributes_its_rows_to_the_batch(r
     assert decode_rows(out[ROW][:2]).column("id").to_pylist() == [1, 3]
 
 
+class Warm:
+    """A UDF whose cold start records whether the replica was still importing Ray Data meanwhile."""
+
+    built: list = []
+
+    def __init__(self) -> None:
+        Warm.built.append(any(t.name == "trident-ray-data-import" and t.is_alive() for t in threading.enumerate()))
+
+    def __call__(self, batch):
+        batch["score"] = batch["x"] * 2
+        return batch
+
+
+def test_a_replica_builds_its_udfs_while_ray_data_is_still_importing(ray_cluster, monkeypatch):
+    from trident_flows.ray_data import internals
+
+    # a replica's Ray Data import (3-4 s of CPU on the benchmark machine) must overlap the UDFs' cold
+    # start, not precede it: hold the import until the UDF has been built, then let the batch through
+    imported, release = threading.Event(), threading.Event()
+    load = internals.Loading._load
+
+    def held_load(self) -> None:
+        release.wait(60)
+        load(self)
+        imported.set()
+
+    monkeypatch.setattr(internals.Loading, "_load", held_load)
+    Warm.built.clear()
+    _, stage = _stage(items().map_batches(Warm, compute=ActorPoolStrategy(size=1)))
+    assert Warm.built == [True]  # built while the conversions were being imported
+    out: dict = {}
+    call = threading.Thread(target=lambda: out.update(stage(_batch(pa.table({"id": [1, 2], "x": [1.0, 3.0]}), ["a", "b"]))))
+    call.start()
+    call.join(0.5)
+    assert call.is_alive() and not out  # the first batch waits for the conversions
+    release.set()
+    call.join(60)
+    assert imported.is_set() and list(out[ID]) == ["a", "b"]
+    assert decode_rows(out[ROW]).column("score").to_pylist() == [2.0, 6.0]
+
+
 # ---------------------------------------------------------------------------- end to end
 def _sorted_rows(table: pa.Table) -> list[str]:
     return sorted(repr(sorted(r.items())) for r in table.to_pylist())

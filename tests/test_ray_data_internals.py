@@ -97,6 +97,13 @@ def test_the_source_dataset_reads_only_the_input(ray_cluster):
     assert source.context.execution_options.preserve_order
 
 
+def test_callable_classes_are_recognised_as_ray_data_recognises_them():
+    from ray.data.block import CallableClass
+
+    assert CallableClass is type  # internals.is_callable_class relies on it (so replicas need not import Ray Data for it)
+    assert internals.is_callable_class(dict) and not internals.is_callable_class(len) and not internals.is_callable_class(dict())
+
+
 def test_block_conversions_are_ray_datas_own(ray_cluster):
     table = pa.table({"id": ["a", "b", "c"], "x": pa.array([1.5, 2.5, 3.5], pa.float32())})
     batch = internals.batch_of(table, "numpy", copy=False)
