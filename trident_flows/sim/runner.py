@@ -79,7 +79,7 @@ def _track(estimate: float, observed: float) -> float:
 
 class SimRunner:
     def __init__(self, spec: PipelineSpec, cluster: ClusterSpec, *, settings: RunnerSettings | None = None,
-                 stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim", seed: int = 0,
+                 stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim",
                  actor_start_s: float = ACTOR_START_S) -> None:
         self.spec = spec
         self.settings = settings or RunnerSettings()
@@ -95,13 +95,14 @@ class SimRunner:
             raise ValueError(f"the input stream lacks feature(s) {missing} that the pipeline's cost models use")
         self.ops = [SimOperator.from_spec(o, self.stream.features) for o in spec.operators]
         self.names = [o.name for o in spec.operators]
+        # before the first splitter, a batch holds at most one row of each input item
+        self._one_row_per_source = [all(o.selectivity <= 1.0 for o in self.ops[:i]) for i in range(len(self.ops))]
         self.cluster = SimCluster(cluster)
         self.cluster_spec = cluster
         width = FEATURES + len(self.stream.features)
         self.pools = [SimPool(n, name, self.settings.max_inflight_per_replica) for n in self.names]
         self.queues = [SimQueue(width) for _ in self.names]
         self.counters = [_Counters() for _ in self.names]
-        self._keys = np.random.default_rng(seed + 104729)
         self._pending = np.zeros(1024, dtype=np.int32)   # rows still in the pipeline, per input item
         self._dead_src = np.zeros(1024, dtype=bool)
         self.samples_buf: collections.deque = collections.deque(maxlen=self.settings.sample_buffer)
@@ -120,6 +121,7 @@ class SimRunner:
         self.started = False
         self.streaming = False  # as live: no batch is sent before every initial replica is warm
         self._linger_armed = False
+        self._lingering: set[int] = set()  # operators whose last dispatch held a partial batch back
         for t, node in node_loss:
             if not 0 <= node < len(self.cluster.nodes):
                 raise ValueError(f"node_loss names node {node}, but the cluster has nodes 0..{len(self.cluster.nodes) - 1}")
@@ -219,14 +221,15 @@ class SimRunner:
         self._dispatch()
 
     # ------------------------------------------------------------------ streaming
-    def _feed(self) -> None:
+    def _feed(self) -> bool:
+        """Fill the first queue from the stream; True when rows were added."""
         q = self.queues[0]
         room = self.settings.queue_max_items - q.n_items
         if room <= 0 or self.stream.done:
-            return
+            return False
         rows = self.stream.take(room)
         if len(rows) == 0:
-            return
+            return False
         top = int(rows[-1, SRC]) + 1
         if top > len(self._pending):
             size = max(top, 2 * len(self._pending))
@@ -235,6 +238,7 @@ class SimRunner:
         self._pending[rows[:, SRC].astype(np.int64)] += 1
         self.items_in += len(rows)
         q.push(rows, self.now)
+        return True
 
     @property
     def input_closed(self) -> bool:
@@ -253,27 +257,47 @@ class SimRunner:
             return True
         return q.n_items + c.reserved_items + n_items * c.growth_items <= self.settings.queue_max_items
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, changed: int | None = None) -> None:
+        """Send every batch the streaming rules allow (the live runner's dispatch round).
+
+        ``changed``: the operator whose batch just came back. Only it (a replica and its
+        reservation freed), the next operator (its queue grew), an operator that held a partial
+        batch back (its linger may have run out) and, as queues drain, the operators before can
+        send then; the others are skipped, as a full round would find nothing for them to send
+        (a round over every operator after every batch took a third of an 8-node run's time).
+        ``None``, or once the input is closed (an idle upstream lets partial batches go): all.
+        """
         if self.finished or not self.streaming:
             return
-        self._feed()
+        fed = self._feed()
+        n = len(self.ops)
+        everyone = changed is None or self.input_closed
+        lingering, self._lingering = self._lingering, set()
+        top = n - 1 if everyone else max(min(changed + 1, n - 1), max(lingering, default=0))
         linger_needed = False
         now = self.now
-        for i in reversed(range(len(self.ops))):
+        max_items = self.settings.queue_max_items
+        taken = False  # the operator after the current one took from its queue: the current one may have room now
+        for i in range(top, -1, -1):
+            if not (everyone or taken or i == changed or i == changed + 1 or i in lingering or (i == 0 and fed)):
+                continue
+            taken = False
             q, pool = self.queues[i], self.pools[i]
-            while len(q):
+            while q.n_items:
                 replica = pool.pick()
                 if replica is None:
                     break
                 size = replica.config.batch_size
-                if not q.units and len(q) < size:
-                    full = q.n_items >= self.settings.queue_max_items
-                    if not (full or self._upstream_idle(i) or now - q.oldest >= self.settings.linger_s):
+                if not q.units and q.n_items < size:
+                    full = q.n_items >= max_items
+                    if not (full or now - q.oldest >= self.settings.linger_s or self._upstream_idle(i)):
                         linger_needed = True
+                        self._lingering.add(i)
                         break
                 if not self._downstream_has_room(i, q.peek_size(size)):
                     break
                 rows = q.take(size, now)
+                taken = True
                 self._launch(i, replica, rows)
                 if i == 0:
                     self._feed()
@@ -301,8 +325,7 @@ class SimRunner:
         replica.serving, replica.serving_unit, replica.serving_reserve = True, rows, reserve
         op, device = self.ops[i], replica.config.device
         sums = rows[:, FEATURES:].sum(axis=0)
-        seconds = op.seconds(device, len(rows), sums)
-        work = op.work_bytes(device, rows, sums) if len(rows) else 0
+        seconds, work = op.batch_cost(device, rows, sums, self.stream.uniform_memory)
         start = self.now
         if device == CPU:
             end, dev_peak, host_peak, result = start + seconds, 0, ACTOR_RSS_BYTES + min(work, HOST_WORKING_SET_CAP), Outcome.OK
@@ -328,27 +351,32 @@ class SimRunner:
         replica.busy_s += busy
         n = len(rows)
         if result == Outcome.OK:
-            passed, dropped = op.route(rows, self._keys)
-            n_out = len(passed) + len(dropped)
-            self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, n_out,
-                                     op.features(sums), host_peak, dev_peak, Outcome.OK, epoch, inflight))
+            passed, dropped = op.route(rows)
+            self._record((i, replica.replica_id, replica.config, start, self.now, busy, n, len(passed) + len(dropped), sums, host_peak,
+                          dev_peak, Outcome.OK, epoch, inflight, ""))
             self._route(i, rows, passed, dropped)
         else:
-            self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, 0,
-                                     op.features(sums), host_peak, 0, Outcome.OOM, epoch, inflight,
-                                     f"DeviceOOMError: {op.name} batch of {n} does not fit the device (simulated)"))
+            self._record((i, replica.replica_id, replica.config, start, self.now, busy, n, 0, sums, host_peak, 0, Outcome.OOM, epoch,
+                          inflight, f"DeviceOOMError: {op.name} batch of {n} does not fit the device (simulated)"))
             self._retry(i, rows, "OOM", oom=True)
         if replica.assigned:
             self._serve(i, replica)
         elif replica.inflight == 0:
             for fn in replica.on_idle:
                 fn(replica)
-        self._dispatch()
+        self._dispatch(i)
         self._check_finished()
 
-    def _record(self, sample: BatchSample) -> None:
+    def _record(self, fields: tuple) -> None:
+        """Keep a batch's figures; its ``BatchSample`` is built when ``samples()`` reads it (a run
+        without a policy never reads most of them)."""
         self.sample_seq += 1
-        self.samples_buf.append((self.sample_seq, sample))
+        self.samples_buf.append((self.sample_seq, fields))
+
+    def _sample(self, fields: tuple) -> BatchSample:
+        i, rid, config, start, end, busy, n, n_out, sums, host_peak, dev_peak, result, epoch, inflight, error = fields
+        return BatchSample(self.names[i], rid, config, start, end, busy, n, n_out, self.ops[i].features(sums), host_peak, dev_peak,
+                           result, epoch, inflight, error)
 
     def _route(self, i: int, rows: np.ndarray, passed: np.ndarray, dropped: np.ndarray) -> None:
         c = self.counters[i]
@@ -358,24 +386,34 @@ class SimRunner:
         c.growth_items = _track(c.growth_items, (len(passed) + len(dropped)) / max(1, len(rows)))
         pending = self._pending
         src_in = rows[:, SRC].astype(np.int64)
-        if len(passed) != len(rows) - len(dropped):  # a splitter: children replace their parent in the count
-            np.add.at(pending, passed[:, SRC].astype(np.int64), 1)
-            np.subtract.at(pending, src_in, 1)
+        unique = self._one_row_per_source[i] and len(passed) == len(rows) - len(dropped)
+        if not unique:  # rows of one input item (a splitter's children) may repeat an index: np.*.at counts each
+            if len(passed) != len(rows) - len(dropped):  # a splitter: children replace their parent in the count
+                np.add.at(pending, passed[:, SRC].astype(np.int64), 1)
+                np.subtract.at(pending, src_in, 1)
+            if len(dropped):
+                np.subtract.at(pending, dropped[:, SRC].astype(np.int64), 1)
+            if last:
+                np.subtract.at(pending, passed[:, SRC].astype(np.int64), 1)
+        elif last:
+            pending[src_in] -= 1
+        elif len(dropped):
+            pending[dropped[:, SRC].astype(np.int64)] -= 1
         if len(dropped):
             self.rows_dropped += len(dropped)
             self.rows_written += len(dropped)
-            np.subtract.at(pending, dropped[:, SRC].astype(np.int64), 1)
         if last:
             self.rows_written += len(passed)
-            np.subtract.at(pending, passed[:, SRC].astype(np.int64), 1)
         else:
             c.items_forwarded += len(passed)
             self.queues[i + 1].push(passed, self.now)
         if last or len(dropped):  # only then can an input item have finished
-            self._count_done(src_in)
+            self._count_done(src_in, unique)
 
-    def _count_done(self, sources: np.ndarray) -> None:
-        done = np.unique(sources[self._pending[sources] == 0])
+    def _count_done(self, sources: np.ndarray, unique: bool = False) -> None:
+        done = sources[self._pending[sources] == 0]
+        if not unique:
+            done = np.unique(done)
         if not len(done):
             return
         self.inputs_done += len(done)
@@ -446,7 +484,7 @@ class SimRunner:
         return self.finished_at if self.finished else self.now
 
     def samples(self, since: int = 0) -> SamplePage:
-        picked = tuple(s for seq, s in self.samples_buf if seq > since)
+        picked = tuple(self._sample(fields) for seq, fields in self.samples_buf if seq > since)
         return SamplePage(picked, self.sample_seq)
 
     def _rate(self, start: float, end: float) -> float:
