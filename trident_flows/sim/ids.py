@@ -14,7 +14,8 @@ length in bytes, and reproduces every hash from them without building strings:
 - ``shift(n, x)`` is evaluated per byte of ``x`` from four 256-entry tables per ``n``
   (vectorised over rows).
 
-Contract: ``id_columns(ids)`` gives (crc, length) arrays of strings; ``Hasher(name).unit(crc,
+Contract: ``id_columns(ids)`` gives (crc, length) arrays of strings (``item_id_columns(start,
+count)`` those of ``synthetic_rows``' input item names, vectorised); ``Hasher(name).unit(crc,
 length)`` equals ``pipelines.emulated._unit(name, id)`` for every row; ``child_ids(crc,
 length, k)`` gives the (crc, length) of ``id + "/" + str(k)``.
 """
@@ -34,6 +35,38 @@ def id_columns(ids: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     crc = np.fromiter((zlib.crc32(b) for b in encoded), dtype=np.float64, count=len(encoded))
     length = np.fromiter((len(b) for b in encoded), dtype=np.float64, count=len(encoded))
     return crc, length
+
+
+_DIGITS = 7  # synthetic_rows names input item k "item-%07d"
+_PREFIX = b"item-"
+
+
+@functools.lru_cache(maxsize=None)
+def _digit_tables() -> tuple[int, np.ndarray]:
+    """CRC-32 of ``item-0000000`` and, per digit position and digit, what it XORs in (the CRC of
+    a fixed-length message is affine in its bytes)."""
+    zero = _PREFIX + b"0" * _DIGITS
+    base = zlib.crc32(zero)
+    tables = np.zeros((_DIGITS, 10), dtype=np.uint32)
+    for p in range(_DIGITS):
+        for d in range(10):
+            message = bytearray(zero)
+            message[len(_PREFIX) + p] = ord("0") + d
+            tables[p, d] = zlib.crc32(bytes(message)) ^ base
+    return base, tables
+
+
+def item_id_columns(start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``id_columns`` of input items ``start .. start+count-1`` named as ``synthetic_rows`` names them
+    (``item-0000042``), vectorised (a stream of hours holds millions of items)."""
+    k = np.arange(start, start + count, dtype=np.int64)
+    if start + count > 10**_DIGITS:  # longer names than the tables cover: one at a time
+        return id_columns(f"item-{j:07d}" for j in k.tolist())
+    base, tables = _digit_tables()
+    crc = np.full(count, base, dtype=np.uint32)
+    for p in range(_DIGITS):
+        crc ^= tables[p][(k // 10 ** (_DIGITS - 1 - p)) % 10]
+    return crc.astype(np.float64), np.full(count, float(len(_PREFIX) + _DIGITS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,20 +94,16 @@ class Hasher:
 
     def __init__(self, name: str) -> None:
         self.prefix = zlib.crc32(f"{name}:".encode())
-        self._by_length: dict[int, int] = {}
+        self._by_length = np.zeros(0, dtype=np.uint32)
 
-    def _start(self, n: int) -> int:
-        if n not in self._by_length:
-            zeros = b"\0" * n
-            self._by_length[n] = zlib.crc32(zeros, self.prefix) ^ zlib.crc32(zeros)
-        return self._by_length[n]
+    def _starts(self, longest: int) -> np.ndarray:
+        """``shift(n, crc32(name + ":"))`` for every id length ``n`` up to ``longest``."""
+        if longest >= len(self._by_length):
+            self._by_length = np.array([zlib.crc32(b"\0" * n, self.prefix) ^ zlib.crc32(b"\0" * n) for n in range(2 * longest + 1)],
+                                       dtype=np.uint32)
+        return self._by_length
 
     def unit(self, crc: np.ndarray, length: np.ndarray) -> np.ndarray:
-        crc = crc.astype(np.uint32)
-        lengths = length.astype(np.int64)
-        first = int(lengths[0]) if len(lengths) else 0
-        if len(lengths) and (lengths == first).all():
-            start = np.uint32(self._start(first))
-        else:
-            start = np.array([self._start(int(n)) for n in lengths], dtype=np.uint32)
-        return (crc ^ start) / 2**32
+        lengths = length.astype(np.intp)
+        starts = self._starts(int(lengths.max()) if len(lengths) else 0)
+        return (crc.astype(np.uint32) ^ starts[lengths]) * 2.0**-32

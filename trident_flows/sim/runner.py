@@ -230,12 +230,12 @@ class SimRunner:
         rows = self.stream.take(room)
         if len(rows) == 0:
             return False
-        top = int(rows[-1, SRC]) + 1
+        first, top = self.items_in, self.items_in + len(rows)  # a stream numbers its items 0, 1, 2, ... in order
         if top > len(self._pending):
             size = max(top, 2 * len(self._pending))
             self._pending = np.concatenate([self._pending, np.zeros(size - len(self._pending), dtype=np.int32)])
             self._dead_src = np.concatenate([self._dead_src, np.zeros(size - len(self._dead_src), dtype=bool)])
-        self._pending[rows[:, SRC].astype(np.int64)] += 1
+        self._pending[first:top] = 1
         self.items_in += len(rows)
         q.push(rows, self.now)
         return True
@@ -249,14 +249,6 @@ class SimRunner:
             return False
         return all(len(self.queues[j]) == 0 and all(r.inflight == 0 for r in self.pools[j].replicas.values()) for j in range(i))
 
-    def _downstream_has_room(self, i: int, n_items: int) -> bool:
-        if i == len(self.ops) - 1:
-            return True
-        q, c = self.queues[i + 1], self.counters[i]
-        if len(q) == 0 and c.reserved_items == 0:
-            return True
-        return q.n_items + c.reserved_items + n_items * c.growth_items <= self.settings.queue_max_items
-
     def _dispatch(self, changed: int | None = None) -> None:
         """Send every batch the streaming rules allow (the live runner's dispatch round).
 
@@ -269,20 +261,21 @@ class SimRunner:
         """
         if self.finished or not self.streaming:
             return
-        fed = self._feed()
+        max_items = self.settings.queue_max_items
+        fed = self.queues[0].n_items < max_items and self._feed()
         n = len(self.ops)
         everyone = changed is None or self.input_closed
         lingering, self._lingering = self._lingering, set()
         top = n - 1 if everyone else max(min(changed + 1, n - 1), max(lingering, default=0))
         linger_needed = False
         now = self.now
-        max_items = self.settings.queue_max_items
         taken = False  # the operator after the current one took from its queue: the current one may have room now
         for i in range(top, -1, -1):
             if not (everyone or taken or i == changed or i == changed + 1 or i in lingering or (i == 0 and fed)):
                 continue
             taken = False
-            q, pool = self.queues[i], self.pools[i]
+            q, pool, c = self.queues[i], self.pools[i], self.counters[i]
+            after = self.queues[i + 1] if i + 1 < n else None
             while q.n_items:
                 replica = pool.pick()
                 if replica is None:
@@ -294,7 +287,9 @@ class SimRunner:
                         linger_needed = True
                         self._lingering.add(i)
                         break
-                if not self._downstream_has_room(i, q.peek_size(size)):
+                # backpressure: the next queue plus the expected output of batches in flight stays under the bound
+                if after is not None and (after.n_items or c.reserved_items) and \
+                        after.n_items + c.reserved_items + q.peek_size(size) * c.growth_items > max_items:
                     break
                 rows = q.take(size, now)
                 taken = True
@@ -341,23 +336,25 @@ class SimRunner:
               start: float, result: Outcome, dev_peak: int, host_peak: int) -> None:
         if replica.dead or replica.serving_unit is not rows:
             return  # its node was lost: the batch was re-queued already
-        c, op = self.counters[i], self.ops[i]
+        op, now = self.ops[i], self.events.now
         replica.serving, replica.serving_unit = False, None
         replica.inflight -= 1
         self.pools[i].load_changed(replica, replica.inflight + 1)
-        c.reserved_items -= reserve
-        busy = self.now - start
+        self.counters[i].reserved_items -= reserve
+        busy = now - start
         replica.batches += 1
         replica.busy_s += busy
-        n = len(rows)
-        if result == Outcome.OK:
+        self.sample_seq += 1
+        if result is Outcome.OK:
             passed, dropped = op.route(rows)
-            self._record((i, replica.replica_id, replica.config, start, self.now, busy, n, len(passed) + len(dropped), sums, host_peak,
-                          dev_peak, Outcome.OK, epoch, inflight, ""))
+            # the BatchSample is built when samples() reads it: a run without a policy never reads most of them
+            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, replica.config, start, now, busy, len(rows),
+                                                       len(passed) + len(dropped), sums, host_peak, dev_peak, result, epoch, inflight, "")))
             self._route(i, rows, passed, dropped)
         else:
-            self._record((i, replica.replica_id, replica.config, start, self.now, busy, n, 0, sums, host_peak, 0, Outcome.OOM, epoch,
-                          inflight, f"DeviceOOMError: {op.name} batch of {n} does not fit the device (simulated)"))
+            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, replica.config, start, now, busy, len(rows), 0, sums,
+                                                       host_peak, 0, result, epoch, inflight,
+                                                       f"DeviceOOMError: {op.name} batch of {len(rows)} does not fit the device (simulated)")))
             self._retry(i, rows, "OOM", oom=True)
         if replica.assigned:
             self._serve(i, replica)
@@ -367,12 +364,6 @@ class SimRunner:
         self._dispatch(i)
         self._check_finished()
 
-    def _record(self, fields: tuple) -> None:
-        """Keep a batch's figures; its ``BatchSample`` is built when ``samples()`` reads it (a run
-        without a policy never reads most of them)."""
-        self.sample_seq += 1
-        self.samples_buf.append((self.sample_seq, fields))
-
     def _sample(self, fields: tuple) -> BatchSample:
         i, rid, config, start, end, busy, n, n_out, sums, host_peak, dev_peak, result, epoch, inflight, error = fields
         return BatchSample(self.names[i], rid, config, start, end, busy, n, n_out, self.ops[i].features(sums), host_peak, dev_peak,
@@ -381,33 +372,36 @@ class SimRunner:
     def _route(self, i: int, rows: np.ndarray, passed: np.ndarray, dropped: np.ndarray) -> None:
         c = self.counters[i]
         last = i == len(self.ops) - 1
-        c.items_in += len(rows)
-        c.items_out += len(passed) + len(dropped)
-        c.growth_items = _track(c.growth_items, (len(passed) + len(dropped)) / max(1, len(rows)))
+        n_in, n_passed, n_dropped = len(rows), len(passed), len(dropped)
+        c.items_in += n_in
+        c.items_out += n_passed + n_dropped
+        c.growth_items = _track(c.growth_items, (n_passed + n_dropped) / max(1, n_in))
+        if not last:
+            c.items_forwarded += n_passed
+            self.queues[i + 1].push(passed, self.events.now)
+        if n_dropped:
+            self.rows_dropped += n_dropped
+            self.rows_written += n_dropped
+        elif not last and n_passed == n_in:
+            return  # every row goes on: no input item can have finished
         pending = self._pending
         src_in = rows[:, SRC].astype(np.int64)
-        unique = self._one_row_per_source[i] and len(passed) == len(rows) - len(dropped)
+        unique = self._one_row_per_source[i] and n_passed == n_in - n_dropped
         if not unique:  # rows of one input item (a splitter's children) may repeat an index: np.*.at counts each
-            if len(passed) != len(rows) - len(dropped):  # a splitter: children replace their parent in the count
+            if n_passed != n_in - n_dropped:  # a splitter: children replace their parent in the count
                 np.add.at(pending, passed[:, SRC].astype(np.int64), 1)
                 np.subtract.at(pending, src_in, 1)
-            if len(dropped):
+            if n_dropped:
                 np.subtract.at(pending, dropped[:, SRC].astype(np.int64), 1)
             if last:
                 np.subtract.at(pending, passed[:, SRC].astype(np.int64), 1)
         elif last:
             pending[src_in] -= 1
-        elif len(dropped):
-            pending[dropped[:, SRC].astype(np.int64)] -= 1
-        if len(dropped):
-            self.rows_dropped += len(dropped)
-            self.rows_written += len(dropped)
-        if last:
-            self.rows_written += len(passed)
         else:
-            c.items_forwarded += len(passed)
-            self.queues[i + 1].push(passed, self.now)
-        if last or len(dropped):  # only then can an input item have finished
+            pending[dropped[:, SRC].astype(np.int64)] -= 1
+        if last:
+            self.rows_written += n_passed
+        if last or n_dropped:  # only then can an input item have finished
             self._count_done(src_in, unique)
 
     def _count_done(self, sources: np.ndarray, unique: bool = False) -> None:
@@ -416,17 +410,19 @@ class SimRunner:
             done = np.unique(done)
         if not len(done):
             return
+        now = self.events.now
         self.inputs_done += len(done)
-        self.inputs_dead += int(self._dead_src[done].sum())
+        if self.rows_dead:
+            self.inputs_dead += int(self._dead_src[done].sum())
         if self.first_output_at is None:
-            self.first_output_at = self.now
-        self.last_output_at = self.now
-        bucket = int(self.now / _BUCKET_S) * _BUCKET_S
+            self.first_output_at = now
+        self.last_output_at = now
+        bucket = int(now / _BUCKET_S) * _BUCKET_S
         if self.completions and self.completions[-1][0] == bucket:
             self.completions[-1][1] += len(done)
         else:
             self.completions.append([bucket, len(done)])
-            horizon = self.now - max(600.0, 4 * self.settings.dip_window_s)
+            horizon = now - max(600.0, 4 * self.settings.dip_window_s)
             while self.completions and self.completions[0][0] < horizon:
                 self.completions.popleft()
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from trident_flows.pipelines.emulated import MEMORY_SCALE, parse_regimes
 from trident_flows.runtime.spec import ID
-from trident_flows.sim.ids import id_columns
+from trident_flows.sim.ids import id_columns, item_id_columns
 
 SRC, ID_CRC, ID_LEN, ATTEMPTS, MEMSCALE = 0, 1, 2, 3, 4
 FEATURES = 5
@@ -112,7 +112,7 @@ class Stream:
             for f, mean in self._workloads.get(regime, {}).items():
                 if f in self.features and mean > 0:
                     data[:, FEATURES + self.features.index(f)] = np.round(self._rng.gamma(self._shape, mean / self._shape, count), 3)
-            data[:, ID_CRC], data[:, ID_LEN] = id_columns(map(_item_id, range(self._made, self._made + count)))
+            data[:, ID_CRC], data[:, ID_LEN] = item_id_columns(self._made, count)
         else:
             data = data.copy()
             self._spiky = self._spiky or bool((data[:, MEMSCALE] != 1.0).any())
