@@ -547,6 +547,8 @@ class SimRunner:
                 for r in records:
                     if not r.warm:
                         self._release(i, r)
+                if self.finished:
+                    raise RuntimeError("the run finished before the new replicas were warm")
                 raise RuntimeError(f"new replicas did not become warm within {self.settings.warm_timeout_s:g}s "
                                    "(no node with room for them?)")
             self._dispatch()
