@@ -95,6 +95,7 @@ class Hasher:
     def __init__(self, name: str) -> None:
         self.prefix = zlib.crc32(f"{name}:".encode())
         self._by_length = np.zeros(0, dtype=np.uint32)
+        self._starts(32)
 
     def _starts(self, longest: int) -> np.ndarray:
         """``shift(n, crc32(name + ":"))`` for every id length ``n`` up to ``longest``."""
@@ -105,5 +106,8 @@ class Hasher:
 
     def unit(self, crc: np.ndarray, length: np.ndarray) -> np.ndarray:
         lengths = length.astype(np.intp)
-        starts = self._starts(int(lengths.max()) if len(lengths) else 0)
-        return (crc.astype(np.uint32) ^ starts[lengths]) * 2.0**-32
+        try:
+            starts = self._by_length[lengths]
+        except IndexError:  # an id longer than any before
+            starts = self._starts(int(lengths.max()))[lengths]
+        return (crc.astype(np.uint32) ^ starts) * 2.0**-32

@@ -62,6 +62,7 @@ HOST_WORKING_SET_CAP = 64 * 2**20
 # A batch refused by the device (OOM) returns after one device round trip, not after its kernel.
 OOM_RETURN_S = 0.002
 _BUCKET_S = 0.1
+_NONE: frozenset[int] = frozenset()
 
 
 class _Counters:
@@ -121,6 +122,7 @@ class SimRunner:
         self.started = False
         self.streaming = False  # as live: no batch is sent before every initial replica is warm
         self._linger_armed = False
+        self.input_closed = self.stream.done  # the stream has no rows left to feed (updated by _feed)
         self._lingering: set[int] = set()  # operators whose last dispatch held a partial batch back
         for t, node in node_loss:
             if not 0 <= node < len(self.cluster.nodes):
@@ -225,9 +227,10 @@ class SimRunner:
         """Fill the first queue from the stream; True when rows were added."""
         q = self.queues[0]
         room = self.settings.queue_max_items - q.n_items
-        if room <= 0 or self.stream.done:
+        if room <= 0 or self.input_closed:
             return False
         rows = self.stream.take(room)
+        self.input_closed = self.stream.done
         if len(rows) == 0:
             return False
         first, top = self.items_in, self.items_in + len(rows)  # a stream numbers its items 0, 1, 2, ... in order
@@ -239,10 +242,6 @@ class SimRunner:
         self.items_in += len(rows)
         q.push(rows, self.now)
         return True
-
-    @property
-    def input_closed(self) -> bool:
-        return self.stream.done
 
     def _upstream_idle(self, i: int) -> bool:
         if not self.input_closed:
@@ -265,13 +264,21 @@ class SimRunner:
         fed = self.queues[0].n_items < max_items and self._feed()
         n = len(self.ops)
         everyone = changed is None or self.input_closed
-        lingering, self._lingering = self._lingering, set()
-        top = n - 1 if everyone else max(min(changed + 1, n - 1), max(lingering, default=0))
+        lingering = _NONE
+        if self._lingering:
+            lingering, self._lingering = self._lingering, set()
+        if everyone:
+            top, low = n - 1, 0
+        else:
+            top = max((min(changed + 1, n - 1), *lingering))
+            low = 0 if fed else min((changed, *lingering))
         linger_needed = False
-        now = self.now
+        now = self.events.now
         taken = False  # the operator after the current one took from its queue: the current one may have room now
         for i in range(top, -1, -1):
             if not (everyone or taken or i == changed or i == changed + 1 or i in lingering or (i == 0 and fed)):
+                if i < low:
+                    break  # below every operator named above, only a queue that drained can let one send
                 continue
             taken = False
             q, pool, c = self.queues[i], self.pools[i], self.counters[i]
