@@ -1,5 +1,6 @@
 """The simulator against hand-computed cases: one operator's throughput, a queue filling up
-(backpressure), an OOM retried with split, a cold start delaying capacity, node loss, the
+(backpressure), an OOM retried with split, a cold start delaying capacity, node loss, the rows a
+filter or splitter picks (the emulated operators' own), the
 cluster spec, and the unchanged policies running on it."""
 
 from __future__ import annotations
@@ -157,3 +158,26 @@ def test_policies_run_unchanged_on_the_simulator(name: str) -> None:
     assert len(run.tick_ms) >= 3 and s["wall_s"] > 0
     # the ticks' wall time is charged: the simulated run is at least as long as the ticks took
     assert s["wall_s"] >= sum(run.tick_ms) / 1e3
+
+
+@pytest.mark.parametrize("selectivity", [0.6, 2.5])
+def test_filters_and_splitters_pick_the_rows_the_emulated_operators_pick(selectivity: float) -> None:
+    # the emulated operators hash (operator, id); the simulator carries ids as numbers and must
+    # drop, and split, the very same rows: which rows survive decides how later batches are made
+    import numpy as np
+
+    from trident_flows.pipelines.emulated import EmulatedOperator
+    from trident_flows.runtime.spec import DROP, ID
+    from trident_flows.sim.ids import id_columns
+    from trident_flows.sim.operator import SimOperator
+    from trident_flows.sim.workload import ID_CRC, ID_LEN, Stream
+
+    cost = OperatorCost("pick", {CPU: DeviceCost()}, selectivity)
+    ids = [f"item-{k:07d}" for k in range(200)]
+    live = EmulatedOperator(OpConfig.make(CPU), name="pick", cost=cost)({ID: np.array(ids, dtype=object)})
+    kept = [i for i, d in zip(live[ID], live[DROP]) if not d]
+    stream = Stream.from_rows([{ID: i} for i in ids], ())
+    passed, dropped = SimOperator(cost, ()).route(stream.take(200))
+    assert len(passed) + len(dropped) == len(live[ID])
+    crc, length = id_columns(kept)
+    assert passed[:, ID_CRC].tolist() == crc.tolist() and passed[:, ID_LEN].tolist() == length.tolist()

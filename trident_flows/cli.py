@@ -200,7 +200,7 @@ def simulate(
     console.print(f"simulating {pipeline} on {cluster} ({cluster_spec.total_cpus:g} CPUs, {cluster_spec.total_gpus} GPUs), "
                   f"policy {policy}, {seconds:g} simulated s; starting from {config.label()}")
     run = driver.simulate(spec, cluster_spec, policy_obj, duration_s=seconds, tick_s=tick_s, stream=stream, node_loss=losses,
-                          record_s=max(tick_s, seconds / 2000), decision_log=decision_log, seed=seed)
+                          record_s=max(tick_s, seconds / 2000), decision_log=decision_log)
     s = run.summary
     table = Table(title=f"SIMULATED {pipeline} ({policy}) on {cluster}")
     table.add_column("figure")

@@ -122,7 +122,7 @@ def run_one(pipeline: str, system: str, nodes: int, schedule: str, items: int, s
         policy = make_policy(system, spec=spec, cluster=spec_cluster)
     else:
         policy = None
-    run = simulate(spec, spec_cluster, policy, tick_s=TICK_S, stream=stream, seed=seed, record_s=60.0)
+    run = simulate(spec, spec_cluster, policy, tick_s=TICK_S, stream=stream, record_s=60.0)
     s = run.summary
     return {"pipeline": pipeline, "system": system, "nodes": nodes, "items": items, "items_per_s": s["steady_items_per_s"],
             "wall_s": s["wall_s"], "ooms": s["ooms"], "reconfigurations": s["reconfigurations"], "items_missing": s["items_missing"],

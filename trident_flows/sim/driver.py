@@ -58,14 +58,14 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *, duration_s: float | None = None, tick_s: float = 2.0,
              settings: RunnerSettings | None = None, stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (),
-             record_s: float | None = None, decision_log: Path | None = None, seed: int = 0) -> SimRun:
+             record_s: float | None = None, decision_log: Path | None = None) -> SimRun:
     """Run ``spec`` on the simulated ``cluster`` under ``policy`` (see the module docstring)."""
     if tick_s <= 0:
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    runner = SimRunner(spec, cluster, settings=settings, stream=stream, node_loss=node_loss, seed=seed)
+    runner = SimRunner(spec, cluster, settings=settings, stream=stream, node_loss=node_loss)
     run = SimRun({}, runner=runner)
     log = None
     if decision_log is not None:

@@ -5,7 +5,8 @@ Contract:
   after its cold start; it serves one batch at a time from the batches assigned to it (at
   most ``max_inflight``, as a Ray actor queues calls), so ``inflight`` counts both.
 - ``pick()`` is the warm, non-draining replica with the fewest batches in flight below
-  ``max_inflight`` (the runner reports ``mark_warm`` and every ``load_changed``); ``choose_retire`` the least loaded (not yet warm first) replicas of a
+  ``max_inflight``, the earliest started among equals, as the live pool picks (the runner
+  reports ``mark_warm`` and every ``load_changed``); ``choose_retire`` the least loaded (not yet warm first) replicas of a
   config; ``config_epoch`` increases whenever the set of (config, canary) among active
   replicas changes; ``snapshot(now)`` gives the ``ReplicaState``s ``RunnerState`` carries
   (busy fraction = busy seconds / seconds since warm).
@@ -14,6 +15,7 @@ Contract:
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -47,6 +49,8 @@ class SimReplica:
     cold_start_s: float = 0.0
     on_warm: list[Callable[["SimReplica"], Any]] = field(default_factory=list)
     on_idle: list[Callable[["SimReplica"], Any]] = field(default_factory=list)
+    order: int = 0             # start order in its pool (pick's tie-break)
+    listed: set[int] = field(default_factory=set)  # levels of SimPool._free holding an entry for it
 
     def snapshot(self, now: float) -> ReplicaState:
         alive = now - self.warm_at if self.warm else 0.0
@@ -63,26 +67,24 @@ class SimPool:
         self.replicas: dict[str, SimReplica] = {}
         self.config_epoch = 0
         self._ids = itertools.count()
-        # warm, non-draining replicas by batches in flight (0 .. max_inflight-1): pick() in O(1)
-        # (a pool may hold hundreds of replicas at 8+ nodes, and pick runs on every event)
-        self._free: list[dict[str, SimReplica]] = [{} for _ in range(max_inflight)]
+        # per number of batches in flight (0 .. max_inflight-1), a heap of (start order, replica):
+        # pick() in O(log n) (a pool may hold hundreds of replicas at 8+ nodes, and pick runs on
+        # every event); an entry whose replica has left that level is dropped when it surfaces,
+        # and a replica has at most one entry per level
+        self._free: list[list[tuple[int, SimReplica]]] = [[] for _ in range(max_inflight)]
 
-    def _unlist(self, record: SimReplica) -> None:
-        for level in self._free:
-            level.pop(record.replica_id, None)
+    def _list(self, record: SimReplica) -> None:
+        level = record.inflight
+        if record.warm and not record.draining and not record.dead and level < self.max_inflight and level not in record.listed:
+            record.listed.add(level)
+            heapq.heappush(self._free[level], (record.order, record))
 
     def mark_warm(self, record: SimReplica) -> None:
-        if not record.draining and not record.dead and record.inflight < self.max_inflight:
-            self._free[record.inflight][record.replica_id] = record
+        self._list(record)
 
     def load_changed(self, record: SimReplica, before: int) -> None:
         """``record``'s batches in flight went from ``before`` to ``record.inflight``."""
-        if not record.warm or record.draining or record.dead:
-            return
-        if before < self.max_inflight:
-            self._free[before].pop(record.replica_id, None)
-        if record.inflight < self.max_inflight:
-            self._free[record.inflight][record.replica_id] = record
+        self._list(record)
 
     def _configs(self) -> frozenset[tuple[OpConfig, bool]]:
         return frozenset((r.config, r.canary) for r in self.replicas.values() if not r.draining and not r.dead)
@@ -93,17 +95,22 @@ class SimPool:
 
     def new(self, config: OpConfig, canary: bool, now: float) -> SimReplica:
         before = self._configs()
-        rid = f"r{next(self._ids)}"
+        order = next(self._ids)
+        rid = f"r{order}"
         record = SimReplica(rid, f"{self.runner_name}:{self.name}:{rid}", config, canary,
-                            self.config_epoch + (1 if (config, canary) not in before else 0), now)
+                            self.config_epoch + (1 if (config, canary) not in before else 0), now, order=order)
         self.replicas[rid] = record
         self._bump_epoch_if_changed(before)
         return record
 
     def pick(self) -> SimReplica | None:
-        for level in self._free:
-            if level:
-                return next(iter(level.values()))
+        for k, heap in enumerate(self._free):
+            while heap:
+                record = heap[0][1]
+                if record.inflight == k and record.warm and not record.draining and not record.dead:
+                    return record
+                heapq.heappop(heap)
+                record.listed.discard(k)
         return None
 
     def active(self, canary: bool | None = None) -> list[SimReplica]:
@@ -118,13 +125,11 @@ class SimPool:
         before = self._configs()
         for r in records:
             r.draining = True
-            self._unlist(r)
         self._bump_epoch_if_changed(before)
 
     def forget(self, record: SimReplica) -> None:
         before = self._configs()
         record.dead = True
-        self._unlist(record)
         self.replicas.pop(record.replica_id, None)
         self._bump_epoch_if_changed(before)
 

@@ -62,6 +62,7 @@ HOST_WORKING_SET_CAP = 64 * 2**20
 # A batch refused by the device (OOM) returns after one device round trip, not after its kernel.
 OOM_RETURN_S = 0.002
 _BUCKET_S = 0.1
+_NONE: frozenset[int] = frozenset()
 
 
 class _Counters:
@@ -79,7 +80,7 @@ def _track(estimate: float, observed: float) -> float:
 
 class SimRunner:
     def __init__(self, spec: PipelineSpec, cluster: ClusterSpec, *, settings: RunnerSettings | None = None,
-                 stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim", seed: int = 0,
+                 stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim",
                  actor_start_s: float = ACTOR_START_S) -> None:
         self.spec = spec
         self.settings = settings or RunnerSettings()
@@ -95,13 +96,14 @@ class SimRunner:
             raise ValueError(f"the input stream lacks feature(s) {missing} that the pipeline's cost models use")
         self.ops = [SimOperator.from_spec(o, self.stream.features) for o in spec.operators]
         self.names = [o.name for o in spec.operators]
+        # before the first splitter, a batch holds at most one row of each input item
+        self._one_row_per_source = [all(o.selectivity <= 1.0 for o in self.ops[:i]) for i in range(len(self.ops))]
         self.cluster = SimCluster(cluster)
         self.cluster_spec = cluster
         width = FEATURES + len(self.stream.features)
         self.pools = [SimPool(n, name, self.settings.max_inflight_per_replica) for n in self.names]
         self.queues = [SimQueue(width) for _ in self.names]
         self.counters = [_Counters() for _ in self.names]
-        self._keys = np.random.default_rng(seed + 104729)
         self._pending = np.zeros(1024, dtype=np.int32)   # rows still in the pipeline, per input item
         self._dead_src = np.zeros(1024, dtype=bool)
         self.samples_buf: collections.deque = collections.deque(maxlen=self.settings.sample_buffer)
@@ -120,6 +122,8 @@ class SimRunner:
         self.started = False
         self.streaming = False  # as live: no batch is sent before every initial replica is warm
         self._linger_armed = False
+        self.input_closed = self.stream.done  # the stream has no rows left to feed (updated by _feed)
+        self._lingering: set[int] = set()  # operators whose last dispatch held a partial batch back
         for t, node in node_loss:
             if not 0 <= node < len(self.cluster.nodes):
                 raise ValueError(f"node_loss names node {node}, but the cluster has nodes 0..{len(self.cluster.nodes) - 1}")
@@ -219,61 +223,83 @@ class SimRunner:
         self._dispatch()
 
     # ------------------------------------------------------------------ streaming
-    def _feed(self) -> None:
+    def _feed(self) -> bool:
+        """Fill the first queue from the stream; True when rows were added."""
         q = self.queues[0]
         room = self.settings.queue_max_items - q.n_items
-        if room <= 0 or self.stream.done:
-            return
+        if room <= 0 or self.input_closed:
+            return False
         rows = self.stream.take(room)
+        self.input_closed = self.stream.done
         if len(rows) == 0:
-            return
-        top = int(rows[-1, SRC]) + 1
+            return False
+        first, top = self.items_in, self.items_in + len(rows)  # a stream numbers its items 0, 1, 2, ... in order
         if top > len(self._pending):
             size = max(top, 2 * len(self._pending))
             self._pending = np.concatenate([self._pending, np.zeros(size - len(self._pending), dtype=np.int32)])
             self._dead_src = np.concatenate([self._dead_src, np.zeros(size - len(self._dead_src), dtype=bool)])
-        self._pending[rows[:, SRC].astype(np.int64)] += 1
+        self._pending[first:top] = 1
         self.items_in += len(rows)
         q.push(rows, self.now)
-
-    @property
-    def input_closed(self) -> bool:
-        return self.stream.done
+        return True
 
     def _upstream_idle(self, i: int) -> bool:
         if not self.input_closed:
             return False
         return all(len(self.queues[j]) == 0 and all(r.inflight == 0 for r in self.pools[j].replicas.values()) for j in range(i))
 
-    def _downstream_has_room(self, i: int, n_items: int) -> bool:
-        if i == len(self.ops) - 1:
-            return True
-        q, c = self.queues[i + 1], self.counters[i]
-        if len(q) == 0 and c.reserved_items == 0:
-            return True
-        return q.n_items + c.reserved_items + n_items * c.growth_items <= self.settings.queue_max_items
+    def _dispatch(self, changed: int | None = None) -> None:
+        """Send every batch the streaming rules allow (the live runner's dispatch round).
 
-    def _dispatch(self) -> None:
+        ``changed``: the operator whose batch just came back. Only it (a replica and its
+        reservation freed), the next operator (its queue grew), an operator that held a partial
+        batch back (its linger may have run out) and, as queues drain, the operators before can
+        send then; the others are skipped, as a full round would find nothing for them to send
+        (a round over every operator after every batch took a third of an 8-node run's time).
+        ``None``, or once the input is closed (an idle upstream lets partial batches go): all.
+        """
         if self.finished or not self.streaming:
             return
-        self._feed()
+        max_items = self.settings.queue_max_items
+        fed = self.queues[0].n_items < max_items and self._feed()
+        n = len(self.ops)
+        everyone = changed is None or self.input_closed
+        lingering = _NONE
+        if self._lingering:
+            lingering, self._lingering = self._lingering, set()
+        if everyone:
+            top, low = n - 1, 0
+        else:
+            top = max((min(changed + 1, n - 1), *lingering))
+            low = 0 if fed else min((changed, *lingering))
         linger_needed = False
-        now = self.now
-        for i in reversed(range(len(self.ops))):
-            q, pool = self.queues[i], self.pools[i]
-            while len(q):
+        now = self.events.now
+        taken = False  # the operator after the current one took from its queue: the current one may have room now
+        for i in range(top, -1, -1):
+            if not (everyone or taken or i == changed or i == changed + 1 or i in lingering or (i == 0 and fed)):
+                if i < low:
+                    break  # below every operator named above, only a queue that drained can let one send
+                continue
+            taken = False
+            q, pool, c = self.queues[i], self.pools[i], self.counters[i]
+            after = self.queues[i + 1] if i + 1 < n else None
+            while q.n_items:
                 replica = pool.pick()
                 if replica is None:
                     break
                 size = replica.config.batch_size
-                if not q.units and len(q) < size:
-                    full = q.n_items >= self.settings.queue_max_items
-                    if not (full or self._upstream_idle(i) or now - q.oldest >= self.settings.linger_s):
+                if not q.units and q.n_items < size:
+                    full = q.n_items >= max_items
+                    if not (full or now - q.oldest >= self.settings.linger_s or self._upstream_idle(i)):
                         linger_needed = True
+                        self._lingering.add(i)
                         break
-                if not self._downstream_has_room(i, q.peek_size(size)):
+                # backpressure: the next queue plus the expected output of batches in flight stays under the bound
+                if after is not None and (after.n_items or c.reserved_items) and \
+                        after.n_items + c.reserved_items + q.peek_size(size) * c.growth_items > max_items:
                     break
                 rows = q.take(size, now)
+                taken = True
                 self._launch(i, replica, rows)
                 if i == 0:
                     self._feed()
@@ -301,8 +327,7 @@ class SimRunner:
         replica.serving, replica.serving_unit, replica.serving_reserve = True, rows, reserve
         op, device = self.ops[i], replica.config.device
         sums = rows[:, FEATURES:].sum(axis=0)
-        seconds = op.seconds(device, len(rows), sums)
-        work = op.work_bytes(device, rows, sums) if len(rows) else 0
+        seconds, work = op.batch_cost(device, rows, sums, self.stream.uniform_memory)
         start = self.now
         if device == CPU:
             end, dev_peak, host_peak, result = start + seconds, 0, ACTOR_RSS_BYTES + min(work, HOST_WORKING_SET_CAP), Outcome.OK
@@ -318,77 +343,93 @@ class SimRunner:
               start: float, result: Outcome, dev_peak: int, host_peak: int) -> None:
         if replica.dead or replica.serving_unit is not rows:
             return  # its node was lost: the batch was re-queued already
-        c, op = self.counters[i], self.ops[i]
+        op, now = self.ops[i], self.events.now
         replica.serving, replica.serving_unit = False, None
         replica.inflight -= 1
         self.pools[i].load_changed(replica, replica.inflight + 1)
-        c.reserved_items -= reserve
-        busy = self.now - start
+        self.counters[i].reserved_items -= reserve
+        busy = now - start
         replica.batches += 1
         replica.busy_s += busy
-        n = len(rows)
-        if result == Outcome.OK:
-            passed, dropped = op.route(rows, self._keys)
-            n_out = len(passed) + len(dropped)
-            self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, n_out,
-                                     op.features(sums), host_peak, dev_peak, Outcome.OK, epoch, inflight))
+        self.sample_seq += 1
+        if result is Outcome.OK:
+            passed, dropped = op.route(rows)
+            # the BatchSample is built when samples() reads it: a run without a policy never reads most of them
+            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, replica.config, start, now, busy, len(rows),
+                                                       len(passed) + len(dropped), sums, host_peak, dev_peak, result, epoch, inflight, "")))
             self._route(i, rows, passed, dropped)
         else:
-            self._record(BatchSample(self.names[i], replica.replica_id, replica.config, start, self.now, busy, n, 0,
-                                     op.features(sums), host_peak, 0, Outcome.OOM, epoch, inflight,
-                                     f"DeviceOOMError: {op.name} batch of {n} does not fit the device (simulated)"))
+            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, replica.config, start, now, busy, len(rows), 0, sums,
+                                                       host_peak, 0, result, epoch, inflight,
+                                                       f"DeviceOOMError: {op.name} batch of {len(rows)} does not fit the device (simulated)")))
             self._retry(i, rows, "OOM", oom=True)
         if replica.assigned:
             self._serve(i, replica)
         elif replica.inflight == 0:
             for fn in replica.on_idle:
                 fn(replica)
-        self._dispatch()
+        self._dispatch(i)
         self._check_finished()
 
-    def _record(self, sample: BatchSample) -> None:
-        self.sample_seq += 1
-        self.samples_buf.append((self.sample_seq, sample))
+    def _sample(self, fields: tuple) -> BatchSample:
+        i, rid, config, start, end, busy, n, n_out, sums, host_peak, dev_peak, result, epoch, inflight, error = fields
+        return BatchSample(self.names[i], rid, config, start, end, busy, n, n_out, self.ops[i].features(sums), host_peak, dev_peak,
+                           result, epoch, inflight, error)
 
     def _route(self, i: int, rows: np.ndarray, passed: np.ndarray, dropped: np.ndarray) -> None:
         c = self.counters[i]
         last = i == len(self.ops) - 1
-        c.items_in += len(rows)
-        c.items_out += len(passed) + len(dropped)
-        c.growth_items = _track(c.growth_items, (len(passed) + len(dropped)) / max(1, len(rows)))
+        n_in, n_passed, n_dropped = len(rows), len(passed), len(dropped)
+        c.items_in += n_in
+        c.items_out += n_passed + n_dropped
+        c.growth_items = _track(c.growth_items, (n_passed + n_dropped) / max(1, n_in))
+        if not last:
+            c.items_forwarded += n_passed
+            self.queues[i + 1].push(passed, self.events.now)
+        if n_dropped:
+            self.rows_dropped += n_dropped
+            self.rows_written += n_dropped
+        elif not last and n_passed == n_in:
+            return  # every row goes on: no input item can have finished
         pending = self._pending
         src_in = rows[:, SRC].astype(np.int64)
-        if len(passed) != len(rows) - len(dropped):  # a splitter: children replace their parent in the count
-            np.add.at(pending, passed[:, SRC].astype(np.int64), 1)
-            np.subtract.at(pending, src_in, 1)
-        if len(dropped):
-            self.rows_dropped += len(dropped)
-            self.rows_written += len(dropped)
-            np.subtract.at(pending, dropped[:, SRC].astype(np.int64), 1)
-        if last:
-            self.rows_written += len(passed)
-            np.subtract.at(pending, passed[:, SRC].astype(np.int64), 1)
+        unique = self._one_row_per_source[i] and n_passed == n_in - n_dropped
+        if not unique:  # rows of one input item (a splitter's children) may repeat an index: np.*.at counts each
+            if n_passed != n_in - n_dropped:  # a splitter: children replace their parent in the count
+                np.add.at(pending, passed[:, SRC].astype(np.int64), 1)
+                np.subtract.at(pending, src_in, 1)
+            if n_dropped:
+                np.subtract.at(pending, dropped[:, SRC].astype(np.int64), 1)
+            if last:
+                np.subtract.at(pending, passed[:, SRC].astype(np.int64), 1)
+        elif last:
+            pending[src_in] -= 1
         else:
-            c.items_forwarded += len(passed)
-            self.queues[i + 1].push(passed, self.now)
-        if last or len(dropped):  # only then can an input item have finished
-            self._count_done(src_in)
+            pending[dropped[:, SRC].astype(np.int64)] -= 1
+        if last:
+            self.rows_written += n_passed
+        if last or n_dropped:  # only then can an input item have finished
+            self._count_done(src_in, unique)
 
-    def _count_done(self, sources: np.ndarray) -> None:
-        done = np.unique(sources[self._pending[sources] == 0])
+    def _count_done(self, sources: np.ndarray, unique: bool = False) -> None:
+        done = sources[self._pending[sources] == 0]
+        if not unique:
+            done = np.unique(done)
         if not len(done):
             return
+        now = self.events.now
         self.inputs_done += len(done)
-        self.inputs_dead += int(self._dead_src[done].sum())
+        if self.rows_dead:
+            self.inputs_dead += int(self._dead_src[done].sum())
         if self.first_output_at is None:
-            self.first_output_at = self.now
-        self.last_output_at = self.now
-        bucket = int(self.now / _BUCKET_S) * _BUCKET_S
+            self.first_output_at = now
+        self.last_output_at = now
+        bucket = int(now / _BUCKET_S) * _BUCKET_S
         if self.completions and self.completions[-1][0] == bucket:
             self.completions[-1][1] += len(done)
         else:
             self.completions.append([bucket, len(done)])
-            horizon = self.now - max(600.0, 4 * self.settings.dip_window_s)
+            horizon = now - max(600.0, 4 * self.settings.dip_window_s)
             while self.completions and self.completions[0][0] < horizon:
                 self.completions.popleft()
 
@@ -446,7 +487,7 @@ class SimRunner:
         return self.finished_at if self.finished else self.now
 
     def samples(self, since: int = 0) -> SamplePage:
-        picked = tuple(s for seq, s in self.samples_buf if seq > since)
+        picked = tuple(self._sample(fields) for seq, fields in self.samples_buf if seq > since)
         return SamplePage(picked, self.sample_seq)
 
     def _rate(self, start: float, end: float) -> float:
@@ -513,6 +554,8 @@ class SimRunner:
                 for r in records:
                     if not r.warm:
                         self._release(i, r)
+                if self.finished:
+                    raise RuntimeError("the run finished before the new replicas were warm")
                 raise RuntimeError(f"new replicas did not become warm within {self.settings.warm_timeout_s:g}s "
                                    "(no node with room for them?)")
             self._dispatch()

@@ -1,19 +1,21 @@
 """The simulated input stream: input items as rows of a float matrix, made lazily.
 
 Contract:
-- A row is ``[source index, key, attempts, memory_scale, feature_1 .. feature_k]`` (columns
-  ``SRC``, ``KEY``, ``ATTEMPTS``, ``MEMSCALE``, then ``FEATURES`` in ``Stream.features`` order).
-  ``key`` is a number in [0, 1) per row that decides, as the emulated operators' id hash does,
-  which rows a filter drops and how many children a splitter makes (children get fresh keys).
+- A row is ``[source index, id crc, id length, attempts, memory_scale, feature_1 .. feature_k]``
+  (columns ``SRC``, ``ID_CRC``, ``ID_LEN``, ``ATTEMPTS``, ``MEMSCALE``, then ``FEATURES`` in
+  ``Stream.features`` order). The id columns are the row's id as the live runtime names it
+  (``sim.ids``: the source row's ``id``, else ``item-0000042`` as ``synthetic_rows`` names
+  it), so filters and splitters pick exactly the rows the emulated operators pick.
 - ``Stream.from_rows(rows, features)`` takes the very rows an emulated pipeline's source
   yields (``synthetic_rows``: same items, same features, same memory spikes), so the simulator
-  and the live runtime see one stream. ``Stream.generate(workloads, regimes, items, seed)``
+  and the live runtime see one stream (same ids). ``Stream.generate(workloads, regimes, items, seed)``
   draws the same distributions (per item, a feature Gamma-distributed with shape 4 around its
   regime's mean) vectorised, block by block, for streams of millions of items; ``items=None``
   repeats the schedule without end. ``Stream.from_trace(path)`` reads a per-item feature trace
-  (CSV or Parquet, one column per feature, optional ``regime``).
+  (CSV or Parquet, one column per feature, optional ``regime`` and ``id``).
 - ``take(n)`` returns up to ``n`` next rows (fewer at the end of a finite stream);
-  ``regime_of(source index)`` names the regime of an input item.
+  ``regime_of(source index)`` names the regime of an input item; ``uniform_memory`` is true
+  while no row made so far has a ``memory_scale`` other than 1.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from trident_flows.pipelines.emulated import MEMORY_SCALE, parse_regimes
+from trident_flows.runtime.spec import ID
+from trident_flows.sim.ids import id_columns, item_id_columns
 
-SRC, KEY, ATTEMPTS, MEMSCALE = 0, 1, 2, 3
-FEATURES = 4
+SRC, ID_CRC, ID_LEN, ATTEMPTS, MEMSCALE = 0, 1, 2, 3, 4
+FEATURES = 5
 _CHUNK = 65536
 
 
@@ -39,7 +43,6 @@ class Stream:
         self._blocks = iter(blocks)
         self._workloads = workloads or {}
         self._rng = np.random.default_rng(seed)
-        self._keys = np.random.default_rng(seed + 7919)
         self._shape = shape
         self._buf = np.zeros((0, FEATURES + len(self.features)))
         self.taken = 0
@@ -47,6 +50,7 @@ class Stream:
         self._starts: list[int] = []
         self._regimes: list[str] = []
         self.exhausted = False
+        self._spiky = False
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -55,6 +59,7 @@ class Stream:
         data = np.zeros((len(rows), FEATURES + len(features)))
         data[:, SRC] = np.arange(len(rows))
         data[:, MEMSCALE] = [float(r.get(MEMORY_SCALE, 1.0)) for r in rows]
+        data[:, ID_CRC], data[:, ID_LEN] = id_columns(str(r[ID]) if r.get(ID) is not None else _item_id(k) for k, r in enumerate(rows))
         for j, f in enumerate(features):
             data[:, FEATURES + j] = [float(r.get(f, 0.0) or 0.0) for r in rows]
         regimes = [str(r.get("regime", "default")) for r in rows]
@@ -107,8 +112,10 @@ class Stream:
             for f, mean in self._workloads.get(regime, {}).items():
                 if f in self.features and mean > 0:
                     data[:, FEATURES + self.features.index(f)] = np.round(self._rng.gamma(self._shape, mean / self._shape, count), 3)
-        data = data.copy()
-        data[:, KEY] = self._keys.random(count)
+            data[:, ID_CRC], data[:, ID_LEN] = item_id_columns(self._made, count)
+        else:
+            data = data.copy()
+            self._spiky = self._spiky or bool((data[:, MEMSCALE] != 1.0).any())
         self._starts.append(self._made)
         self._regimes.append(regime)
         self._made += count
@@ -135,3 +142,13 @@ class Stream:
     def regime_of(self, source: int) -> str:
         k = bisect.bisect_right(self._starts, source) - 1
         return self._regimes[k] if k >= 0 else ""
+
+    @property
+    def uniform_memory(self) -> bool:
+        """No row so far has a ``memory_scale`` other than 1 (a batch's bytes are then its feature sums')."""
+        return self._spiky is False
+
+
+def _item_id(k: int) -> str:
+    """The id ``synthetic_rows`` gives input item ``k``."""
+    return f"item-{k:07d}"
