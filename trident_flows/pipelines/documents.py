@@ -26,7 +26,9 @@ language, thresholds, chunk size: user settings, constructor params, never tuned
 marks one tunable with a range) and its execution knobs (threads, encode batch: tuned by
 policies). Every row an operator works on gets one ``cfg_<operator>_<knob>`` column per quality
 setting and engine/model it used (``cfg_ocr_dpi``, ``cfg_ocr_engine``, ``cfg_embed_model``, ...).
-``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends.
+``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends;
+``resume_run(spec, out_dir)`` seeds the near-duplicate index from the shards an earlier run
+committed before a run resumes, so a resumed run keeps the documents an uninterrupted one keeps.
 """
 
 from __future__ import annotations
@@ -626,6 +628,42 @@ def finish_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
         os.replace(tmp, path)
         changed += int(sum(mask.to_pylist()))
     return {"revised": len(revisions), "rows_changed": changed}
+
+
+def _reached_dedup(drop: str | None) -> bool:
+    """Whether a data row went through dedup (kept, or marked a near-duplicate), not dropped before it."""
+    return not drop or drop.startswith("duplicate-of:")
+
+
+def resume_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
+    """Seed the run's near-duplicate index with the documents of ``out_dir``'s committed shards
+    (call it after ``resume.open_run``, which leaves only committed shards' files, and before any
+    replica starts). Each committed row that went through dedup is inserted with the answer its row
+    holds (doc_dedup ``LshIndex.seed``): a pending document that near-duplicates a committed one is
+    dropped, and a committed one whose smaller-id match is pending is revised by ``finish_run``.
+    Returns ``{"seeded": documents inserted}``.
+
+    Not seeded: a document dead-lettered by an operator after dedup (its text is not in the output),
+    so a pending near-duplicate of it is kept where an uninterrupted run drops it."""
+    import pyarrow.parquet as pq
+
+    from trident_flows.pipelines.doc_dedup import shared_index
+
+    dedup = spec.operator("dedup")
+    knobs = {k.name: k.default for k in NearDuplicates.QUALITY_KNOBS}
+    knobs.update({k: v for k, v in dedup.params.items() if k in knobs})
+    num_perm = int(knobs["num_perm"])
+    index = shared_index(str(dedup.params["index_name"]), float(knobs["threshold"]), num_perm)
+    seeded = 0
+    for path in sorted((Path(out_dir) / "data").glob("*.parquet")):
+        names = set(pq.read_schema(path).names)
+        if "text" not in names:  # a shard whose every row was dead-lettered or dropped before ocr
+            continue
+        table = pq.read_table(path, columns=[c for c in (ID, "text", DROP, "duplicate_of") if c in names]).to_pylist()
+        items = [(str(row[ID]), minhash_values(str(row["text"]), num_perm), str(row.get("duplicate_of") or ""))
+                 for row in table if _reached_dedup(row.get(DROP))]
+        seeded += index.seed(items) if items else 0
+    return {"seeded": seeded}
 
 
 def run_in_process(spec: PipelineSpec, batch_size: int = 8) -> Batch:

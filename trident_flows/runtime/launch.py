@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import ray
 
-from trident_flows.pipelines import finish_pipeline
+from trident_flows.pipelines import finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
 from trident_flows.runtime.control import ControlLoop
@@ -196,6 +196,8 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     for p in old:
         p.unlink()
     name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
+    if resume is not None and resume.committed:
+        resume_pipeline(spec, out)  # e.g. the near-duplicate index seeded with the committed documents
     feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
     handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
     loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
