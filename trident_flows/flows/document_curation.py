@@ -9,7 +9,10 @@ Contract:
 - ``pipeline.ray_data_pipeline`` (``MODULE:FUNCTION``) runs a user's Ray Data pipeline instead of
   a named one; its rows are then published to ``OUTPUT/dataset`` as Ray Data would write them.
 - Outputs are idempotent per shard: re-running the flow (or a shard) into the same output
-  location replaces that shard's partition, never duplicating rows.
+  location replaces that shard's partition, never duplicating rows. A flow-run retry skips the
+  shards an earlier try committed, after restoring what the pipeline needs from them
+  (``pipelines.resume_pipeline``: the documents near-duplicate index), so it curates what one
+  uninterrupted run curates.
 - A progress artifact follows the run (share of input items accounted for); a table artifact
   summarises kept / near-duplicates / filtered / dead-lettered items and throughput. Each shard
   task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary.

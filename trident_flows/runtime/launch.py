@@ -9,8 +9,10 @@ Contract:
   handle to it from any driver of the same cluster.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
-  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it feeds
-  only the plan's pending shards and counts the committed ones in the summary.
+  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it first
+  restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
+  documents near-duplicate index), feeds only the plan's pending shards and counts the committed
+  ones in the summary.
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
   the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
   re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
