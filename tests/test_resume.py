@@ -317,3 +317,50 @@ def test_a_resumed_run_marks_the_near_duplicates_an_uninterrupted_run_marks(tmp_
     finally:
         for spec in specs:
             release_index(spec.operators[0].params["index_name"])
+
+
+@pytest.mark.models
+def test_a_document_dead_lettered_after_dedup_still_marks_its_near_duplicates_on_resume(tmp_path):
+    """doc-01 went through dedup (kept) and was dead-lettered by embed in a committed shard; its near-duplicate
+    doc-03 runs after the resume and is marked, as in an uninterrupted run: doc-01 is read again from its PDF."""
+    from fpdf import FPDF
+
+    from trident_flows.pipelines import documents, resume_pipeline
+    from trident_flows.pipelines.doc_dedup import release_index
+    from trident_flows.runtime.spec import DROP, rows_to_batch
+
+    texts = {row["id"]: row["text"] for row in _dedup_corpus()[:3]}
+    words = texts["doc-01"].split()
+    words[len(words) // 2] = "zebra"
+    texts["doc-03"] = " ".join(words)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for key, text in texts.items():
+        pdf = FPDF()
+        pdf.add_page()
+        pdf.set_font("helvetica", size=11)
+        pdf.multi_cell(0, 6, text)
+        (corpus / f"{key}.pdf").write_bytes(bytes(pdf.output()))
+    spec = documents.build(input=corpus)
+    before_dedup = spec.operators[:[op.name for op in spec.operators].index("dedup")]
+    shards = resume.plan_shards(list(spec.source()), 2)
+    out = tmp_path / "out"
+    resume.open_run(out, "documents", shards)
+    parsed = rows_to_batch([dict(r) for r in shards[0].rows])
+    for op in before_dedup:
+        parsed = op.build()(parsed)
+    sink = Sink(out)  # the earlier run: doc-00 written, doc-01 dead-lettered by embed
+    sink.write_part("shard-00000", [{"id": "doc-00", "text": str(parsed["text"][0])}],
+                    [{"id": "doc-01", "source_id": None, "shard": "shard-00000", "operator": "embed",
+                      "error": "device out of memory after 3 attempts", "attempts": 3}])
+    sink.commit("shard-00000")
+    sink.close()
+    try:
+        assert [s.shard_id for s in resume.open_run(out, "documents", shards).pending] == ["shard-00001"]
+        assert resume_pipeline(spec, out) == {"seeded": 2, "reparsed": 1}
+        batch = rows_to_batch([dict(r) for r in shards[1].rows])
+        for op in (*before_dedup, spec.operator("dedup")):
+            batch = op.build()(batch)
+        assert dict(zip(batch["id"], batch[DROP])) == {"doc-02": "", "doc-03": "duplicate-of:doc-01"}
+    finally:
+        release_index(documents.dedup_index_name(spec))

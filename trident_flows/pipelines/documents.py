@@ -684,16 +684,42 @@ def _reached_dedup(drop: str | None) -> bool:
     return not drop or drop.startswith("duplicate-of:")
 
 
+def _dead_lettered_after_dedup(spec: PipelineSpec, out_dir: Path) -> set[str]:
+    """Ids the committed dead-letter table holds from an operator after dedup (they went through it, kept)."""
+    import pyarrow.parquet as pq
+
+    names = [op.name for op in spec.operators]
+    after = set(names[names.index("dedup") + 1:])
+    found: set[str] = set()
+    for path in sorted((Path(out_dir) / "dead_letter").glob("*.parquet")):
+        found.update(str(r[ID]) for r in pq.read_table(path, columns=[ID, "operator"]).to_pylist() if r["operator"] in after)
+    return found
+
+
+def _texts_again(spec: PipelineSpec, ids: set[str]) -> list[tuple[str, str]]:
+    """``(id, text)`` of the input documents ``ids`` as dedup saw them: the operators before it, run again in
+    this process (deterministic: the same text). Only documents none of them marks are returned."""
+    from trident_flows.runtime.spec import rows_to_batch
+
+    rows = [r for r in spec.source() if str(r[ID]) in ids]
+    if not rows:
+        return []
+    names = [op.name for op in spec.operators]
+    batch = rows_to_batch(rows)
+    for op in spec.operators[:names.index("dedup")]:
+        batch = op.build()(batch)
+    return [(str(batch[ID][i]), str(batch["text"][i])) for i in _live(batch)]
+
+
 def resume_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
     """Seed the run's near-duplicate index with the documents of ``out_dir``'s committed shards
     (call it after ``resume.open_run``, which leaves only committed shards' files, and before any
     replica starts). Each committed row that went through dedup is inserted with the answer its row
     holds (doc_dedup ``LshIndex.seed``): a pending document that near-duplicates a committed one is
     dropped, and a committed one whose smaller-id match is pending is revised by ``finish_run``.
-    Returns ``{"seeded": documents inserted}``.
-
-    Not seeded: a document dead-lettered by an operator after dedup (its text is not in the output),
-    so a pending near-duplicate of it is kept where an uninterrupted run drops it."""
+    A document dead-lettered by an operator after dedup (embed) went through it too, kept, but its
+    text is not in the output: it is read again by the operators before dedup, in this process.
+    Returns ``{"seeded": documents inserted, "reparsed": documents read again}``."""
     import pyarrow.parquet as pq
 
     from trident_flows.pipelines.doc_dedup import shared_index
@@ -712,7 +738,10 @@ def resume_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
         items = [(str(row[ID]), minhash_values(str(row["text"]), num_perm), str(row.get("duplicate_of") or ""))
                  for row in table if _reached_dedup(row.get(DROP))]
         seeded += index.seed(items) if items else 0
-    return {"seeded": seeded}
+    again = _texts_again(spec, _dead_lettered_after_dedup(spec, out_dir))
+    if again:
+        seeded += index.seed([(key, minhash_values(text, num_perm), "") for key, text in again])
+    return {"seeded": seeded, "reparsed": len(again)}
 
 
 def run_in_process(spec: PipelineSpec, batch_size: int = 8) -> Batch:
