@@ -23,7 +23,7 @@ Contract:
   document revised later (a smaller-id match arrives) is in ``revisions()`` like any other;
   ``documents.resume_run`` seeds the index from a run's committed shards.
 - What can still differ between two runs over the same documents: nothing in the output once
-  ``finish_run`` has run. Before it (while a run is going, or when a run dies before its end) a
+  ``finish_run`` has run, a resumed run included (its index seeded from the committed shards). Before it (while a run is going, or when a run dies before its end) a
   document whose smaller-id near-duplicate has not arrived yet is in the output as kept; it was
   embedded for nothing, and if embedding it failed it sits in the dead-letter table rather than
   being marked a duplicate (the one way the dead letters can differ). The rule is pairwise: in a
