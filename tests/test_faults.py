@@ -76,7 +76,7 @@ def test_a_read_only_output_filesystem_fails_naming_the_path(small_fs):
         subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
 
 
-def test_adversarial_pdfs_are_each_rejected_with_a_reason_or_parsed(tmp_path):
+def test_adversarial_pdfs_are_each_dead_lettered_with_their_reason_before_anything_is_decoded(tmp_path):
     from trident_flows.bench.faults_inputs import adversarial_pdfs
     from trident_flows.pipelines.documents import ParsePdf, pdf_rows
     from trident_flows.pipelines.synth_documents import generate
@@ -88,13 +88,51 @@ def test_adversarial_pdfs_are_each_rejected_with_a_reason_or_parsed(tmp_path):
     rows = {r["id"]: r for r in pdf_rows(tmp_path / "adv")}
     assert set(rows) == set(kinds)
     out = ParsePdf(OpConfig.make(batch_size=8))(rows_to_batch(list(rows.values())))
-    result = {str(i): (str(e), int(p), int(s)) for i, e, p, s in zip(out["id"], out[ERROR], out["pages"], out["scanned_pages"])}
+    result = {str(i): str(e) for i, e in zip(out["id"], out[ERROR])}
     for name in ("adv-zero-byte", "adv-truncated", "adv-not-a-pdf"):
-        assert result[name][0].startswith(("corrupt PDF", "unreadable PDF")), result[name]
-    assert result["adv-encrypted"][0].startswith("encrypted PDF"), result["adv-encrypted"]
-    # the bomb parses to one image-only page (OCR renders it at a fixed dpi, not at the image's size)
-    assert result["adv-decompression-bomb"] == ("", 1, 1)
-    assert result["adv-blank-pages"] == ("", faults.BLANK_PAGES, 0)
+        assert result[name].startswith(("corrupt PDF", "unreadable PDF")), result[name]
+    assert result["adv-encrypted"].startswith("encrypted PDF"), result["adv-encrypted"]
+    assert result["adv-decompression-bomb"].startswith(
+        f"decompression bomb: page 1 image would be {faults.BOMB_PIXELS ** 2 / 1e6:.0f} megapixels "
+        f"({faults.BOMB_PIXELS}x{faults.BOMB_PIXELS}) decoded from a "), result["adv-decompression-bomb"]
+    assert "limit 100; raise the quality setting parse.max_image_megapixels" in result["adv-decompression-bomb"]
+    assert result["adv-blank-pages"] == (f"PDF has {faults.BLANK_PAGES} pages, limit 2000; raise the quality setting "
+                                         "parse.max_pages to accept it")
+    # the limits are the user's: raised, the same files parse
+    lenient = ParsePdf(OpConfig.make(batch_size=8), max_pages=faults.BLANK_PAGES, max_image_megapixels=200.0)
+    out = lenient(rows_to_batch([rows["adv-decompression-bomb"], rows["adv-blank-pages"]]))
+    assert list(out[ERROR]) == ["", ""] and list(out["pages"]) == [1, faults.BLANK_PAGES]
+
+
+def test_ocr_refuses_a_page_that_would_render_beyond_its_limit(tmp_path):
+    from fpdf import FPDF
+
+    from trident_flows.pipelines.documents import OcrPages
+    from trident_flows.runtime.spec import ERROR, rows_to_batch
+    from trident_flows.scheduler.types import OpConfig
+
+    pdf = FPDF(format=(5000, 5000))  # a page of 5 m square (mm); PDF readers cap it at 200 inches: 872 megapixels at 150 dpi
+    pdf.add_page()
+    (tmp_path / "huge.pdf").write_bytes(bytes(pdf.output()))
+    row = {"id": "huge", "path": str(tmp_path / "huge.pdf"), "page_texts": [""], "scanned_page_numbers": [0]}
+    out = OcrPages(OpConfig.make())(rows_to_batch([row]))
+    assert out[ERROR][0] == ("OCR failed on page 1: page image would be 872 megapixels at 150 dpi, limit 150; "
+                             "raise the quality setting ocr.max_page_megapixels to accept it"), out[ERROR][0]
+
+
+def test_a_video_with_a_broken_stream_is_dead_lettered_with_its_reason(tmp_path):
+    from trident_flows.bench.faults_inputs import broken_stream_video
+    from trident_flows.pipelines import synth_video
+    from trident_flows.pipelines.video import Decode, probe
+    from trident_flows.runtime.spec import ERROR, ID, rows_to_batch
+    from trident_flows.scheduler.types import OpConfig
+
+    good = synth_video.generate(tmp_path, n=1, regimes="tiny:1", broken=0.0, seed=3, cache_dir=None).path[0]
+    (tmp_path / "broken-stream.mp4").write_bytes(broken_stream_video())
+    assert probe(tmp_path / "broken-stream.mp4")["frames"] > 0  # the container is intact: it looks like a video
+    out = Decode(OpConfig.make())(rows_to_batch([{ID: "good", "path": good}, {ID: "broken", "path": str(tmp_path / "broken-stream.mp4")}]))
+    assert out[ERROR][0] == "" and len(out["frames"][0]) > 0
+    assert out[ERROR][1].startswith("broken video: corrupt video stream"), out[ERROR][1]
 
 
 @pytest.mark.ray

@@ -230,3 +230,137 @@ def test_interrupted_run_resumes_to_the_ids_of_an_uninterrupted_run_and_leaves_n
     assert json.loads((tmp_path / "killed.json").read_text())["duplicate_ids"] == 0
     assert sorted(sum(read_ids(killed), [])) == reference
     assert _left_running(seen) == []
+
+
+# ---------------------------------------------------------------- near-duplicates across a resume
+
+def _dedup_corpus() -> list[dict]:
+    """12 documents in 3 shards of 4, with near-duplicate pairs across shards (01~06, 02~09, 05~10)
+    and inside one (08~11)."""
+    from trident_flows.pipelines.doc_text import paragraph
+
+    rng = random.Random(5)
+    texts = {k: paragraph(rng, "en", 300) for k in range(12)}
+    for original, duplicate in ((1, 6), (2, 9), (5, 10), (8, 11)):
+        words = texts[original].split()
+        words[len(words) // 2] = "zebra"
+        texts[duplicate] = " ".join(words)
+    return [{"id": f"doc-{k:02d}", "text": texts[k]} for k in range(12)]
+
+
+def _dedup_spec(rows: list[dict]):
+    """A documents pipeline reduced to its dedup operator, over text rows, with a fresh index (a new run)."""
+    import uuid
+
+    from trident_flows.pipelines import documents
+    from trident_flows.runtime.spec import PipelineSpec
+
+    dedup = next(op for op in documents.operator_specs(f"test-{uuid.uuid4().hex}") if op.name == "dedup")
+    return PipelineSpec("documents", (dedup,), lambda: iter([dict(r) for r in rows]), items=len(rows))
+
+
+def _dedup_shard(spec, out: Path, shard: resume.InputShard, commit: bool) -> None:
+    """Run one shard through the spec's dedup operator (its index sees every row); commit its output if asked."""
+    from trident_flows.runtime.spec import DROP, rows_to_batch
+
+    batch = spec.operators[0].build()(rows_to_batch([dict(r) for r in shard.rows]))
+    rows = [{k: v[j] for k, v in batch.items() if k != "_error"} for j in range(len(shard.rows))]
+    for row in rows:
+        if not row[DROP]:
+            row.pop(DROP)  # as the runner writes a kept row
+    if commit:
+        sink = Sink(out)
+        sink.write_part(shard.shard_id, rows, [])
+        sink.commit(shard.shard_id)
+        sink.close()
+
+
+def _dedup_outcome(out: Path) -> list[tuple]:
+    import pyarrow.parquet as pq
+
+    rows = [r for p in sorted((out / "data").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return sorted((r["id"], r.get("_drop"), r.get("duplicate_of") or "") for r in rows)
+
+
+@pytest.mark.parametrize("interrupted", [
+    pytest.param(((0, True), (1, False)), id="first-shard-committed"),
+    pytest.param(((2, True), (0, False)), id="last-shard-committed-originals-pending"),
+    pytest.param(((1, False), (2, True)), id="committed-duplicate-of-an-uncommitted-original"),
+])
+def test_a_resumed_run_marks_the_near_duplicates_an_uninterrupted_run_marks(tmp_path, interrupted):
+    from trident_flows.pipelines import finish_pipeline, resume_pipeline
+    from trident_flows.pipelines.doc_dedup import release_index
+
+    rows = _dedup_corpus()
+    shards = resume.plan_shards(rows, 4)
+    specs = [_dedup_spec(rows) for _ in range(3)]
+    try:
+        full, part = tmp_path / "full", tmp_path / "part"
+        resume.open_run(full, "documents", shards)
+        for shard in shards:
+            _dedup_shard(specs[0], full, shard, commit=True)
+        finish_pipeline(specs[0], full)
+        reference = _dedup_outcome(full)
+        assert [(i, d) for i, d, _ in reference if d] == [("doc-06", "duplicate-of:doc-01"), ("doc-09", "duplicate-of:doc-02"),
+                                                         ("doc-10", "duplicate-of:doc-05"), ("doc-11", "duplicate-of:doc-08")]
+
+        resume.open_run(part, "documents", shards)  # a run that dies after these shards, before its end
+        for k, commit in interrupted:
+            _dedup_shard(specs[1], part, shards[k], commit=commit)
+        plan = resume.open_run(part, "documents", shards)  # re-run: a new process, a new (empty) index
+        assert plan.shards_skipped == 1
+        assert resume_pipeline(specs[2], part)["seeded"] == 4
+        for shard in plan.pending:
+            _dedup_shard(specs[2], part, shard, commit=True)
+        finish_pipeline(specs[2], part)
+        assert _dedup_outcome(part) == reference
+    finally:
+        for spec in specs:
+            release_index(spec.operators[0].params["index_name"])
+
+
+@pytest.mark.models
+def test_a_document_dead_lettered_after_dedup_still_marks_its_near_duplicates_on_resume(tmp_path):
+    """doc-01 went through dedup (kept) and was dead-lettered by embed in a committed shard; its near-duplicate
+    doc-03 runs after the resume and is marked, as in an uninterrupted run: doc-01 is read again from its PDF."""
+    from fpdf import FPDF
+
+    from trident_flows.pipelines import documents, resume_pipeline
+    from trident_flows.pipelines.doc_dedup import release_index
+    from trident_flows.runtime.spec import DROP, rows_to_batch
+
+    texts = {row["id"]: row["text"] for row in _dedup_corpus()[:3]}
+    words = texts["doc-01"].split()
+    words[len(words) // 2] = "zebra"
+    texts["doc-03"] = " ".join(words)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for key, text in texts.items():
+        pdf = FPDF()
+        pdf.add_page()
+        pdf.set_font("helvetica", size=11)
+        pdf.multi_cell(0, 6, text)
+        (corpus / f"{key}.pdf").write_bytes(bytes(pdf.output()))
+    spec = documents.build(input=corpus)
+    before_dedup = spec.operators[:[op.name for op in spec.operators].index("dedup")]
+    shards = resume.plan_shards(list(spec.source()), 2)
+    out = tmp_path / "out"
+    resume.open_run(out, "documents", shards)
+    parsed = rows_to_batch([dict(r) for r in shards[0].rows])
+    for op in before_dedup:
+        parsed = op.build()(parsed)
+    sink = Sink(out)  # the earlier run: doc-00 written, doc-01 dead-lettered by embed
+    sink.write_part("shard-00000", [{"id": "doc-00", "text": str(parsed["text"][0])}],
+                    [{"id": "doc-01", "source_id": None, "shard": "shard-00000", "operator": "embed",
+                      "error": "device out of memory after 3 attempts", "attempts": 3}])
+    sink.commit("shard-00000")
+    sink.close()
+    try:
+        assert [s.shard_id for s in resume.open_run(out, "documents", shards).pending] == ["shard-00001"]
+        assert resume_pipeline(spec, out) == {"seeded": 2, "reparsed": 1}
+        batch = rows_to_batch([dict(r) for r in shards[1].rows])
+        for op in (*before_dedup, spec.operator("dedup")):
+            batch = op.build()(batch)
+        assert dict(zip(batch["id"], batch[DROP])) == {"doc-02": "", "doc-03": "duplicate-of:doc-01"}
+    finally:
+        release_index(documents.dedup_index_name(spec))

@@ -4,8 +4,8 @@ each one cost (items lost or duplicated, time to recover).
 Contract of ``run(quick) -> BenchResult``: one local Ray cluster (``CPUS`` logical CPUs, ``GPUS``
 logical GPU, emulated devices); every case runs the emulated documents pipeline (measured
 cost model, time-scaled) with the trident policy in-process, into an output directory prepared
-by ``runtime.resume`` (shards committed atomically), except ``corrupt-inputs`` which runs the real
-documents operators on adversarial files. Cases (``CASES``):
+by ``runtime.resume`` (shards committed atomically), except ``corrupt-inputs`` and ``corrupt-video``,
+which run the real document and video operators on adversarial files. Cases (``CASES``):
 
 - ``replica-kill-once`` / ``replica-kill-repeated``: SIGKILL a random replica process once / every
   ``REPEAT_EVERY_S`` seconds ``REPEAT_KILLS`` times. Recovery: from the kill until the runner
@@ -30,11 +30,14 @@ documents operators on adversarial files. Cases (``CASES``):
   finish without loss when re-run after the fix. Recovery: from the fix to the first commit.
 - ``corrupt-inputs``: zero-byte, truncated, encrypted, not-a-PDF, a decompression bomb (a
   ``BOMB_PIXELS``-pixel image in a few kB) and a PDF of ``BLANK_PAGES`` blank pages, among good
-  documents (real operators). Each must be dead-lettered once with its reason, or filtered with
-  one; ``peak_rss_mib``: the largest replica process seen.
+  documents (real operators). ``corrupt-video``: a video with a broken stream (H.264 data
+  damaged mid-file) and a truncated one, among good videos (real operators). Each adversarial
+  file must be dead-lettered once with its reason, and ``peak_rss_mib`` (the largest replica
+  process seen) stay within ``MEMORY_BOUND_MIB``.
 
-Each row: items in, written (rows in the data table), dead-lettered, lost (input ids in neither
-table), duplicated (ids present more than once), seconds to recover, and the case's notes.
+Each row: items in, written (input items with rows in the data table; a video's clips name it in
+``source_id``), dead-lettered (input items only in the dead-letter table), lost (input items in
+neither table), duplicated (row ids present more than once), seconds to recover, and the case's notes.
 Headline: ``items_lost_total`` and ``items_duplicated_total`` (target 0 each) and
 ``cases_failed`` (a case whose run did not end as described; target 0).
 """
@@ -65,7 +68,7 @@ from trident_flows.pipelines.emulated import emulated_pipeline
 from trident_flows.runtime import resume
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.launch import find_runner, run_pipeline
-from trident_flows.runtime.sink import read_ids
+from trident_flows.runtime.spec import ID, SOURCE_ID
 from trident_flows.runtime.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.types import ClusterSpec, StepKind, Transition, TransitionStep
@@ -82,6 +85,9 @@ OOM_FACTOR = 6.0  # x memory per item: an embed batch of 32 needs ~2.9 GiB of a 
 OOM_DEVICE_BYTES = 2 * 2**30
 BOMB_PIXELS = 12000  # a 12000 x 12000 8-bit image: 144 MB decoded from about 140 kB
 BLANK_PAGES = 3000
+# A replica of the adversarial-input cases may hold its models (OCR, MiniLM, the video models: 0.5-0.9 GiB
+# measured) and one batch; an input decoded in full (the bomb at 4 bytes a pixel: 550 MiB) would pass it.
+MEMORY_BOUND_MIB = 1536
 REPLICA_TITLE = "ray::Replica"
 RUNNER_TITLE = "ray::PipelineRunner"
 
@@ -203,15 +209,30 @@ class CaseRun:
             self._thread.join(timeout_s)
 
 
+def _output_items(out: Path, table: str) -> list[tuple[str, str]]:
+    """``(row id, input item id)`` of every committed row of ``table`` ('data' or 'dead_letter'); a
+    row split from an input (a video's clip) names its input in ``source_id``."""
+    pairs = []
+    for path in sorted((out / table).glob("*.parquet")):
+        names = pq.read_schema(path).names
+        part = pq.read_table(path, columns=[c for c in (ID, SOURCE_ID) if c in names])
+        ids = [str(i) for i in part.column(ID).to_pylist()]
+        sources = part.column(SOURCE_ID).to_pylist() if SOURCE_ID in part.column_names else [None] * len(ids)
+        pairs.extend((i, str(s) if s else i) for i, s in zip(ids, sources))
+    return pairs
+
+
 def _count(row: FaultRow, run: CaseRun) -> FaultRow:
-    """Fill the item counts of ``row`` from what ``run`` committed."""
-    data, dead = read_ids(run.out)
+    """Fill the item counts of ``row`` from what ``run`` committed (input items; duplicated: row ids present twice)."""
+    data, dead = _output_items(run.out, "data"), _output_items(run.out, "dead_letter")
     inputs = {str(r["id"]) for r in run.rows}
-    ids = data + dead
+    written = {item for _, item in data}
+    dead_items = {item for _, item in dead} - written
+    ids = [i for i, _ in data + dead]
     row.items_in = len(inputs)
-    row.written = len(set(data))
-    row.dead_lettered = len(set(dead) - set(data))
-    row.lost = len(inputs - set(ids))
+    row.written = len(written)
+    row.dead_lettered = len(dead_items)
+    row.lost = len(inputs - written - dead_items)
     row.duplicated = len(ids) - len(set(ids))
     return row
 
@@ -473,7 +494,7 @@ def case_output_fs(work: Path, n: int, mode: str) -> FaultRow:
 
 
 CASES = ("replica-kill-once", "replica-kill-repeated", "replica-kill-rolling", "runner-kill", "controller-kill", "oom-storm",
-         "output-read-only", "output-full", "corrupt-inputs")
+         "output-read-only", "output-full", "corrupt-inputs", "corrupt-video")
 
 
 def run_case(name: str, work: Path, n: int, rng: random.Random) -> FaultRow:
@@ -496,6 +517,10 @@ def run_case(name: str, work: Path, n: int, rng: random.Random) -> FaultRow:
         from trident_flows.bench.faults_inputs import case_corrupt_inputs
 
         return case_corrupt_inputs(work)
+    if name == "corrupt-video":
+        from trident_flows.bench.faults_inputs import case_corrupt_video
+
+        return case_corrupt_video(work)
     raise ValueError(f"unknown fault case {name!r}; choose one of {CASES}")
 
 

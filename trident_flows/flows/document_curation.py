@@ -9,7 +9,10 @@ Contract:
 - ``pipeline.ray_data_pipeline`` (``MODULE:FUNCTION``) runs a user's Ray Data pipeline instead of
   a named one; its rows are then published to ``OUTPUT/dataset`` as Ray Data would write them.
 - Outputs are idempotent per shard: re-running the flow (or a shard) into the same output
-  location replaces that shard's partition, never duplicating rows.
+  location replaces that shard's partition, never duplicating rows. A flow-run retry skips the
+  shards an earlier try committed, after restoring what the pipeline needs from them
+  (``pipelines.resume_pipeline``: the documents near-duplicate index), so it curates what one
+  uninterrupted run curates.
 - A progress artifact follows the run (share of input items accounted for); a table artifact
   summarises kept / near-duplicates / filtered / dead-lettered items and throughput. Each shard
   task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary.
@@ -37,7 +40,7 @@ from prefect_ray.context import remote_options
 from trident_flows import ray_data
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
 from trident_flows.flows.prefect_env import worker_env
-from trident_flows.pipelines import build_pipeline, finish_pipeline
+from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime.launch import start_runner
 from trident_flows.runtime.resume import open_run
@@ -186,6 +189,10 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     stale = _remove_stale_shards(out_dir, {s.shard_id for s in shards})
     if stale:
         logger.info("removed %d partitions of an earlier run's shards that this run does not have", len(stale))
+    if plan.committed:  # e.g. the near-duplicate index seeded with the committed documents
+        restored = resume_pipeline(spec, out_dir)
+        if restored:
+            logger.info("restored from the committed shards: %s", restored)
     key = _artifact_key(f"curation-{pipeline.runner_name}")
     progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
     start = time.monotonic()

@@ -11,6 +11,9 @@ pipeline runs without the ``models`` extra installed.
 A module may also define ``finish_run(spec, out_dir) -> dict``: what must happen to a run's
 committed output once the run has ended (the documents pipeline settles near-duplicates found
 out of order); ``finish_pipeline(spec, out_dir)`` calls it, and returns ``{}`` for the others.
+Likewise ``resume_run(spec, out_dir) -> dict``: what must be restored from the committed shards of
+an earlier run before a run resumes into ``out_dir`` (the documents pipeline seeds its
+near-duplicate index); ``resume_pipeline(spec, out_dir)`` calls it.
 """
 
 from __future__ import annotations
@@ -42,3 +45,11 @@ def finish_pipeline(spec: PipelineSpec, out_dir: Path | str) -> dict[str, Any]:
         return {}
     finish = getattr(importlib.import_module(PIPELINES[spec.name]), "finish_run", None)
     return dict(finish(spec, Path(out_dir))) if finish is not None else {}
+
+
+def resume_pipeline(spec: PipelineSpec, out_dir: Path | str) -> dict[str, Any]:
+    """Run the pipeline module's ``resume_run`` before a run resumes into ``out_dir`` (see the module docstring)."""
+    if spec.name not in PIPELINES:
+        return {}
+    restore = getattr(importlib.import_module(PIPELINES[spec.name]), "resume_run", None)
+    return dict(restore(spec, Path(out_dir))) if restore is not None else {}

@@ -15,8 +15,15 @@ Contract:
   run cannot take back a row it has written, so the pipeline applies the revisions to its
   committed output once the run ends (``documents.finish_run``). Answers are remembered: a
   retried batch gets each id's current answer.
+- ``LshIndex.seed(items)`` takes ``(id, minhash values, answer the committed output holds)``
+  triples of documents an earlier, interrupted run committed, so a resumed run decides as an
+  uninterrupted one: they are inserted like any document, and each keeps the smaller of its
+  committed original and the rule's answer over the index (the committed original was a match
+  in the earlier run, and it reaches dedup again since it is in the same input). A seeded
+  document revised later (a smaller-id match arrives) is in ``revisions()`` like any other;
+  ``documents.resume_run`` seeds the index from a run's committed shards.
 - What can still differ between two runs over the same documents: nothing in the output once
-  ``finish_run`` has run. Before it (while a run is going, or when a run dies before its end) a
+  ``finish_run`` has run, a resumed run included (its index seeded from the committed shards). Before it (while a run is going, or when a run dies before its end) a
   document whose smaller-id near-duplicate has not arrived yet is in the output as kept; it was
   embedded for nothing, and if embedding it failed it sits in the dead-letter table rather than
   being marked a duplicate (the one way the dead letters can differ). The rule is pairwise: in a
@@ -54,35 +61,50 @@ class LshIndex:
         self._lsh = MinHashLSH(threshold=max(0.05, threshold - 0.2), num_perm=num_perm)
         self._hashes: dict[str, np.ndarray] = {}
         self._answers: dict[str, str] = {}
-        self._revised: set[str] = set()
+        self._given: dict[str, str] = {}  # the answer each document's output row holds
         self._lock = threading.Lock()
 
     def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]:
+        with self._lock:
+            return [self._insert(key, values, committed=None) for key, values in items]
+
+    def seed(self, items: Sequence[tuple[str, np.ndarray, str]]) -> int:
+        """Insert documents an earlier run committed, with the answer their output holds ("" = kept);
+        returns how many were new to the index."""
+        with self._lock:
+            new = [(key, values, committed) for key, values, committed in sorted(items, key=lambda item: item[0])
+                   if key not in self._answers]
+            for key, values, committed in new:
+                self._insert(key, values, committed=committed)
+            return len(new)
+
+    def _insert(self, key: str, values: np.ndarray, committed: str | None) -> str:
+        """The answer for ``key``, inserting it first when new (``committed``: the answer of a seeded
+        document's committed row, which bounds its answer; None for a document being decided now)."""
         from datasketch import MinHash
 
-        out = []
-        with self._lock:
-            for key, values in items:
-                values = np.asarray(values, dtype=np.uint64)
-                if len(values) != self.num_perm:
-                    raise ValueError(f"dedup index expects {self.num_perm} minhash values, got {len(values)} for {key!r}")
-                if key not in self._answers:
-                    signature = MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME)
-                    matches = sorted(c for c in self._lsh.query(signature) if float(np.mean(self._hashes[c] == values)) >= self.threshold)
-                    self._answers[key] = next((c for c in matches if c < key), "")
-                    for later in (c for c in matches if c > key):  # arrived before this smaller id: revise
-                        if not self._answers[later] or key < self._answers[later]:
-                            self._answers[later] = key
-                            self._revised.add(later)
-                    self._hashes[key] = values
-                    self._lsh.insert(key, signature)
-                out.append(self._answers[key])
-        return out
+        values = np.asarray(values, dtype=np.uint64)
+        if len(values) != self.num_perm:
+            raise ValueError(f"dedup index expects {self.num_perm} minhash values, got {len(values)} for {key!r}")
+        if key not in self._answers:
+            signature = MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME)
+            matches = sorted(c for c in self._lsh.query(signature) if float(np.mean(self._hashes[c] == values)) >= self.threshold)
+            answer = next((c for c in matches if c < key), "")
+            if committed and (not answer or committed < answer):
+                answer = committed
+            self._answers[key] = answer
+            self._given[key] = answer if committed is None else committed
+            for later in (c for c in matches if c > key):  # arrived before this smaller id: revise
+                if not self._answers[later] or key < self._answers[later]:
+                    self._answers[later] = key
+            self._hashes[key] = values
+            self._lsh.insert(key, signature)
+        return self._answers[key]
 
     def revisions(self) -> dict[str, str]:
-        """``{id: final answer}`` of every document whose answer changed after it was given."""
+        """``{id: final answer}`` of every document whose answer differs from the one its output row holds."""
         with self._lock:
-            return {key: self._answers[key] for key in sorted(self._revised)}
+            return {key: self._answers[key] for key in sorted(self._answers) if self._answers[key] != self._given[key]}
 
     def size(self) -> int:
         return len(self._hashes)
@@ -90,6 +112,8 @@ class LshIndex:
 
 class IndexHandle(Protocol):
     def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]: ...
+
+    def seed(self, items: Sequence[tuple[str, np.ndarray, str]]) -> int: ...
 
     def revisions(self) -> dict[str, str]: ...
 
@@ -102,6 +126,11 @@ class _ActorHandle:
         import ray
 
         return ray.get(self._actor.check_and_insert.remote(list(items)))
+
+    def seed(self, items: Sequence[tuple[str, np.ndarray, str]]) -> int:
+        import ray
+
+        return ray.get(self._actor.seed.remote(list(items)))
 
     def revisions(self) -> dict[str, str]:
         import ray

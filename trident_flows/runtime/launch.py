@@ -9,8 +9,10 @@ Contract:
   handle to it from any driver of the same cluster.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
-  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it feeds
-  only the plan's pending shards and counts the committed ones in the summary.
+  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it first
+  restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
+  documents near-duplicate index), feeds only the plan's pending shards and counts the committed
+  ones in the summary.
 - ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
   the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
   re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
@@ -33,7 +35,7 @@ from typing import Any, Callable
 
 import ray
 
-from trident_flows.pipelines import finish_pipeline
+from trident_flows.pipelines import finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
 from trident_flows.runtime.control import ControlLoop
@@ -197,6 +199,8 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     for p in old:
         p.unlink()
     name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
+    if resume is not None and resume.committed:
+        resume_pipeline(spec, out)  # e.g. the near-duplicate index seeded with the committed documents
     feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
     handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
     loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
