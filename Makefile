@@ -23,7 +23,7 @@ test: install
 	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install
-	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video faults sim-fidelity ray-data-import; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
+	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video closed-loop-suite faults sim-fidelity ray-data-import; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
 
 stop:
 	@$(PY) -m trident_flows.demo --stop

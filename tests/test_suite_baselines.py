@@ -77,5 +77,10 @@ def test_equal_time_blocks_follow_each_regimes_optimal_rate():
     schedule = dict(part.split(":") for part in suite.equal_time_regimes(profile, 0, ("short", "scans"), 60.0).split(","))
     # born-digital documents go through a CPU-only node many times faster than scans
     assert int(schedule["short"]) > 5 * int(schedule["scans"]) > 0
-    names = [w.name for w in suite.suite_workloads(quick=True)]
-    assert names == ["gpu-ocr", "cpu-only", "docs-baseline", "video-baseline", "video"]
+    (cpu_only,) = suite.suite_workloads(quick=True, names=["cpu-only"])
+    assert cpu_only.gpus == 0 and [r for r, _, _ in cpu_only.streams()[0].blocks()] == ["short", "scans", "long", "short"]
+    spikes = cpu_only.streams()[1].memory_spikes[0]
+    long_block = next(b for b in cpu_only.streams()[0].blocks() if b[0] == "long")
+    assert long_block[1] <= spikes[0] and spikes[0] + spikes[1] <= long_block[2]  # inside the long block
+    with pytest.raises(ValueError, match=r"unknown suite workload\(s\) \['gpu'\]; choose from \['gpu-ocr'"):
+        suite.suite_workloads(quick=True, names=["gpu"])
