@@ -39,7 +39,6 @@ Contract of ``run(quick) -> BenchResult``:
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -249,10 +248,9 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
 
 
 def _start_ray(attempts: int = 8) -> None:
-    """``ray.init`` for the suite, tried again when the raylet misses Ray's fixed 30 s start-up wait (seen at load 30+);
-    the Ray processes a failed attempt left (GCS, dashboard, monitors) are killed before the next."""
-    # The raylet aborts when the dashboard agent has not written its ports within its default wait (seen: 17 s at load 50-90)
-    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
+    """``ray.init`` for the suite, tried again when the node misses Ray's fixed 30 s start-up wait (seen at load 30+: the
+    raylet gives up waiting for its dashboard agent's ports); the Ray processes a failed attempt left (GCS, dashboard,
+    monitors) are killed before the next."""
     for attempt in range(attempts):
         before = {(r.pid, r.create_time) for r in ray_descendants()}
         try:
