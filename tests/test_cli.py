@@ -33,7 +33,7 @@ def used_out(tmp_path):
     (["run", "emulated-docs", "--address", "auto"], "give HOST:PORT of your cluster, or leave --address out"),
     (["run", "emulated-docs", "--address", "127.0.0.1:1"], "no Ray cluster answers at --address 127.0.0.1:1"),
     (["bench", "nope"], "choose one of overhead"),
-    (["profile", "nope"], "choose one of documents, video"),
+    (["profile", "nope"], "choose one of documents, documents-rapidocr, video"),
     (["synth", "documents", "--out", "x", "--regimes", "weird:3"], "NAME in ['long', 'scans', 'short']"),
     (["synth", "video", "--out", "x", "--regimes", "weird:3"], "choose from ['hd', 'long', 'small', 'tiny']"),
 ])

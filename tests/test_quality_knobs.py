@@ -49,7 +49,7 @@ def test_real_operators_declare_their_quality_knobs(pipeline):
             assert knob.check(op.name, knob.default) == knob.default  # the default lies in the declared domain
     knobs = {o.name: {k.name for k in o.cls.QUALITY_KNOBS} for o in REAL[pipeline]()}
     expected = {"documents": {"parse": {"min_page_chars", "max_pages", "max_image_megapixels"},
-                              "ocr": {"dpi", "lang", "max_page_megapixels"}, "embed": {"chunk_words"}},
+                              "ocr": {"engine", "dpi", "lang", "rec_batch", "max_page_megapixels"}, "embed": {"chunk_words"}},
                 "video": {"decode": {"sample_fps", "max_side"}, "safety": {"frames_per_clip", "threshold"}}}[pipeline]
     assert {name: knobs[name] for name in expected} == expected
 
@@ -94,7 +94,7 @@ def test_a_quality_knob_marked_tunable_joins_the_space_with_exactly_its_range():
     ({"ocr.dpi": "high"}, {}, r"must be a int"),
     ({"ocr.threads": 2}, {}, r"threads is an execution knob"),
     ({"embed.batch_size": 2}, {}, r"batch_size is an execution knob"),
-    ({"ocr.resolution": 2}, {}, r"no quality knob 'resolution'.*\['dpi', 'lang', 'max_page_megapixels'\]"),
+    ({"ocr.resolution": 2}, {}, r"no quality knob 'resolution'.*\['engine', 'dpi', 'lang', 'rec_batch', 'max_page_megapixels'\]"),
     ({"render.dpi": 200}, {}, r"an operator of pipeline 'documents'"),
     ({"dpi": 200}, {}, r"write OPERATOR.KNOB"),
 ])

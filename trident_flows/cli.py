@@ -221,12 +221,13 @@ def simulate(
 
 @app.command("profile")
 def profile(
-    name: str = typer.Argument(..., help="documents or video."),
+    name: str = typer.Argument(..., help="documents, documents-rapidocr (the ocr operator with RapidOCR) or video."),
     quick: bool = typer.Option(False, help="Fewer repeats and smaller inputs."),
     out: Optional[Path] = typer.Option(None, help="Where to write the profile JSON (default: the packaged profiles folder)."),
 ) -> None:
     """Measure the real operators and write the cost-model JSON used by the emulated pipeline."""
-    modules = {"documents": "trident_flows.pipelines.profile_documents", "video": "trident_flows.pipelines.profile_video"}
+    modules = {"documents": "trident_flows.pipelines.profile_documents", "video": "trident_flows.pipelines.profile_video",
+               "documents-rapidocr": "trident_flows.pipelines.profile_rapidocr"}
     with user_errors():
         _check_choice("profile", name, sorted(modules))
     path = importlib.import_module(modules[name]).main(quick=quick, out=out, console=console)

@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "closed-loop": "trident_flows.bench.closed_loop",
     "closed-loop-video": "trident_flows.bench.closed_loop_video",
     "headroom": "trident_flows.bench.headroom",
+    "closed-loop-suite": "trident_flows.bench.closed_loop_suite",
     "faults": "trident_flows.bench.faults",
     "ray-data-import": "trident_flows.bench.ray_data_import",
     "sim-fidelity": "trident_flows.bench.sim_fidelity",

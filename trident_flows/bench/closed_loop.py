@@ -404,8 +404,9 @@ class _BoundOperator:
         return self.impl(batch)
 
 
-def run_ray_data(spec: PipelineSpec, record: RunRecord) -> RunRecord:
-    """Plain Ray Data with actor-pool autoscaling on the same operators (see the module docstring)."""
+def run_ray_data(spec: PipelineSpec, record: RunRecord, autoscale: bool = True) -> RunRecord:
+    """Plain Ray Data with actor-pool autoscaling on the same operators (see the module docstring);
+    ``autoscale=False``: fixed-size pools of the spec's replicas (``ActorPoolStrategy(size=...)``)."""
     from ray.data import ActorPoolStrategy
 
     prefix = f"cl-rd-{uuid.uuid4().hex[:6]}"
@@ -423,7 +424,8 @@ def run_ray_data(spec: PipelineSpec, record: RunRecord) -> RunRecord:
             ds = ds.map_batches(_BoundOperator, batch_size=c.batch_size, batch_format="numpy", num_cpus=c.cpus, num_gpus=c.gpus or None,
                                 fn_constructor_kwargs={"operator": op.cls, "device_prefix": prefix, "device_namespace": None,
                                                        "config": c, **dict(op.params)},
-                                compute=ActorPoolStrategy(min_size=1, max_size=max(max_size, op.replicas), initial_size=op.replicas))
+                                compute=(ActorPoolStrategy(min_size=1, max_size=max(max_size, op.replicas), initial_size=op.replicas)
+                                         if autoscale else ActorPoolStrategy(size=op.replicas)))
         ids: list[str] = []
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             ids.extend(str(x) for x in batch[ID])

@@ -16,12 +16,18 @@ Contract:
   min-of-ratios objective with integer replicas). Ties go to the smaller batch.
 - ``largest_batch(profile, operator, features, device_memory_bytes, batches)``: the largest
   candidate batch whose predicted peak memory fits the device ("max batch size" hand-tuning).
+- ``search_static_stream(profile, blocks, ...)`` returns the configuration with the shortest
+  predicted duration of a whole stream, ``blocks`` being (mean features, items) per block: over
+  the same accelerator choices, the CPUs given one at a time to the operator whose extra replica
+  shortens the stream most (greedy), and the per-block ``search_static`` optima as candidates
+  too (and any ``candidates`` given). Its ``predicted_items_per_s`` is the stream's items over that duration. Knowing the
+  blocks is knowledge of the future: the best static configuration in hindsight.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from trident_flows.pipelines.emulated import Stage
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -106,14 +112,10 @@ def _water_fill(profile: PipelineProfile, fixed: dict[str, tuple[OpConfig, int]]
     return {**fixed, **{o: (config, replicas[o]) for o in cpu_ops}}
 
 
-def search_static(profile: PipelineProfile, features: Mapping[str, float], *, cpus: int, gpus: int, device_memory_bytes: int,
-                  gpu_batches: Sequence[int] = (8, 16, 32, 64), cpu_batch: int = 8,
-                  memory_features: Mapping[str, float] | None = None) -> StaticConfig:
-    """The static configuration with the best predicted throughput (see the module docstring)."""
-    names = [op.name for op in profile.operators]
+def _accelerator_options(profile: PipelineProfile, names: Sequence[str], gpus: int, gpu_batches: Sequence[int], device_memory_bytes: int,
+                         mem_features: Mapping[str, float]) -> tuple[list[str], list[list[tuple[OpConfig, int] | None]]]:
+    """The accelerator-capable operators and, for each, its choices: (config, GPUs) or None = on CPU like the rest."""
     accel = [n for n in names if GPU in profile.operator(n).devices and gpus > 0]
-    mem_features = memory_features if memory_features is not None else features
-    # options per accelerator-capable operator: (config, replicas) on the GPU, or None = on CPU like the rest
     options: list[list[tuple[OpConfig, int] | None]] = []
     for n in accel:
         opts: list[tuple[OpConfig, int] | None] = [None] if CPU in profile.operator(n).devices else []
@@ -126,30 +128,84 @@ def search_static(profile: PipelineProfile, features: Mapping[str, float], *, cp
             raise ValueError(f"operator {n!r}: no batch size in {list(gpu_batches)} fits {device_memory_bytes} device bytes and it has "
                              "no CPU cost model; lower the batch sizes or raise device memory")
         options.append(opts)
-    best: StaticConfig | None = None
-    best_key: tuple[float, int] | None = None
+    return accel, options
 
-    def visit(k: int, fixed: dict[str, tuple[OpConfig, int]], gpus_used: int) -> None:
-        nonlocal best, best_key
+
+def _gpu_placements(accel: Sequence[str], options: Sequence[Sequence[tuple[OpConfig, int] | None]],
+                    gpus: int) -> Iterator[dict[str, tuple[OpConfig, int]]]:
+    """Every combination of the accelerator choices that fits ``gpus``."""
+    def visit(k: int, fixed: dict[str, tuple[OpConfig, int]], used: int) -> Iterator[dict[str, tuple[OpConfig, int]]]:
         if k == len(accel):
-            cpu_ops = [n for n in names if n not in fixed]
-            cpus_left = cpus - sum(c.cpus * r for c, r in fixed.values())
-            full = _water_fill(profile, fixed, cpu_ops, cpu_batch, cpus_left, features)
-            if full is None:
-                return
-            tp = predict_throughput(profile, full, features)
-            key = (round(tp, 9), -sum(c.batch_size for c, _ in full.values()))
-            if best_key is None or key > best_key:
-                best_key = key
-                best = StaticConfig(tuple((n, *full[n]) for n in names), tp)
+            yield fixed
             return
         for opt in options[k]:
             if opt is None:
-                visit(k + 1, fixed, gpus_used)
-            elif gpus_used + opt[1] <= gpus:
-                visit(k + 1, {**fixed, accel[k]: opt}, gpus_used + opt[1])
+                yield from visit(k + 1, fixed, used)
+            elif used + opt[1] <= gpus:
+                yield from visit(k + 1, {**fixed, accel[k]: opt}, used + opt[1])
 
-    visit(0, {}, 0)
+    return visit(0, {}, 0)
+
+
+def search_static(profile: PipelineProfile, features: Mapping[str, float], *, cpus: int, gpus: int, device_memory_bytes: int,
+                  gpu_batches: Sequence[int] = (8, 16, 32, 64), cpu_batch: int = 8,
+                  memory_features: Mapping[str, float] | None = None) -> StaticConfig:
+    """The static configuration with the best predicted throughput (see the module docstring)."""
+    names = [op.name for op in profile.operators]
+    mem_features = memory_features if memory_features is not None else features
+    accel, options = _accelerator_options(profile, names, gpus, gpu_batches, device_memory_bytes, mem_features)
+    best: StaticConfig | None = None
+    best_key: tuple[float, int] | None = None
+    for fixed in _gpu_placements(accel, options, gpus):
+        cpu_ops = [n for n in names if n not in fixed]
+        cpus_left = cpus - sum(c.cpus * r for c, r in fixed.values())
+        full = _water_fill(profile, fixed, cpu_ops, cpu_batch, cpus_left, features)
+        if full is None:
+            continue
+        tp = predict_throughput(profile, full, features)
+        key = (round(tp, 9), -sum(c.batch_size for c, _ in full.values()))
+        if best_key is None or key > best_key:
+            best_key = key
+            best = StaticConfig(tuple((n, *full[n]) for n in names), tp)
     if best is None:
         raise ValueError(f"no static configuration of {names} fits {cpus} CPUs and {gpus} GPUs (each operator needs a replica)")
     return best
+
+
+def stream_seconds(profile: PipelineProfile, assignment: Mapping[str, tuple[OpConfig, int]],
+                   blocks: Sequence[tuple[Mapping[str, float], int]]) -> float:
+    """Predicted seconds of a stream of ``blocks`` (mean features, items) under one static assignment."""
+    return sum(items / max(predict_throughput(profile, assignment, features), 1e-12) for features, items in blocks)
+
+
+def search_static_stream(profile: PipelineProfile, blocks: Sequence[tuple[Mapping[str, float], int]], *, cpus: int, gpus: int,
+                         device_memory_bytes: int, gpu_batches: Sequence[int] = (8, 16, 32, 64), cpu_batch: int = 8,
+                         memory_features: Mapping[str, float] | None = None,
+                         candidates: Sequence[Mapping[str, tuple[OpConfig, int]]] = ()) -> StaticConfig:
+    """The static configuration with the shortest predicted stream (hindsight; see the module docstring);
+    ``candidates``: other assignments known to fit the cluster, compared too."""
+    names = [op.name for op in profile.operators]
+    total = sum(items for _, items in blocks)
+    mem_features = memory_features if memory_features is not None else {
+        f: max(float(features.get(f, 0.0)) for features, _ in blocks) for f in {f for features, _ in blocks for f in features}}
+    kw = dict(cpus=cpus, gpus=gpus, device_memory_bytes=device_memory_bytes, gpu_batches=gpu_batches, cpu_batch=cpu_batch,
+              memory_features=mem_features)
+    candidates = [*candidates, *(search_static(profile, features, **kw).as_dict() for features, _ in blocks)]
+    accel, options = _accelerator_options(profile, names, gpus, gpu_batches, device_memory_bytes, mem_features)
+    config = OpConfig.make(CPU, batch_size=cpu_batch)
+    for fixed in _gpu_placements(accel, options, gpus):
+        cpu_ops = [n for n in names if n not in fixed]
+        cpus_left = int(cpus - sum(c.cpus * r for c, r in fixed.values()))
+        if cpus_left < len(cpu_ops):
+            continue
+        replicas = {o: 1 for o in cpu_ops}
+        for _ in range(cpus_left - len(cpu_ops)):  # each spare CPU to the operator whose extra replica shortens the stream most
+            def seconds_with(extra: str) -> float:
+                trial = {**fixed, **{o: (config, replicas[o] + (o == extra)) for o in cpu_ops}}
+                return stream_seconds(profile, trial, blocks)
+            replicas[min(cpu_ops, key=seconds_with)] += 1
+        candidates.append({**fixed, **{o: (config, replicas[o]) for o in cpu_ops}})
+    if not candidates:
+        raise ValueError(f"no static configuration of {names} fits {cpus} CPUs and {gpus} GPUs (each operator needs a replica)")
+    best = min(candidates, key=lambda a: stream_seconds(profile, a, blocks))
+    return StaticConfig(tuple((n, *best[n]) for n in names), total / stream_seconds(profile, best, blocks))

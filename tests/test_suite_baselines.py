@@ -1,0 +1,86 @@
+"""The baselines a user would have (static-default, static-first-n, static-hindsight) and the suite's summary."""
+
+from __future__ import annotations
+
+import pytest
+
+from trident_flows.bench import closed_loop_suite as suite
+from trident_flows.bench.baselines import STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT, tune_baselines
+from trident_flows.bench.closed_loop import GPU_BATCHES, RunRecord, Workload
+from trident_flows.bench.static_search import search_static, stream_seconds
+from trident_flows.pipelines.emulated_docs import LAYOUT
+from trident_flows.runtime.costmodel import PipelineProfile
+
+GiB = 2**30
+KW = dict(cpus=16, device_memory_bytes=8 * GiB, gpu_batches=GPU_BATCHES, cpu_batch=4)
+
+
+def _tune(regimes: str, gpus: int = 0, first_n: int = 20):
+    profile = PipelineProfile.load("documents")
+    stream = Workload("regimes", regimes, seed=3, time_scale=1.0)
+    rows = stream.rows(profile)
+    return profile, stream, rows, tune_baselines(profile, LAYOUT, rows, stream.blocks(), gpus=gpus, first_n=first_n, **KW)
+
+
+def test_first_n_is_tuned_on_the_first_items_and_hindsight_on_the_whole_stream():
+    profile, stream, rows, base = _tune("short:300,scans:60,long:40")
+    names = sorted({f for m in profile.workloads.values() for f in m})
+    blocks = [({f: sum(float(r.get(f, 0.0)) for r in rows[a:b]) / (b - a) for f in names}, b - a) for _, a, b in stream.blocks()]
+    seconds = {n: stream_seconds(profile, c.as_dict(), blocks) for n, c in base.configs.items()}
+    # the first items are all born-digital: first-n sizes for them and is slower on the whole stream
+    assert seconds[STATIC_HINDSIGHT] < seconds[STATIC_FIRST_N]
+    assert seconds[STATIC_HINDSIGHT] <= seconds[STATIC_DEFAULT]
+    for features, _ in blocks:  # no single block's optimum runs the stream faster than hindsight
+        single = search_static(profile, features, gpus=0, **KW)
+        assert seconds[STATIC_HINDSIGHT] <= stream_seconds(profile, single.as_dict(), blocks) + 1e-9
+    assert base.predicted_stream_items_per_s[STATIC_HINDSIGHT] == pytest.approx(len(rows) / seconds[STATIC_HINDSIGHT])
+
+
+def test_static_default_is_the_pipelines_own_sizing_whatever_the_stream():
+    _, _, _, a = _tune("short:300,scans:60", gpus=2)
+    _, _, _, b = _tune("scans:60,short:300", gpus=2)
+    assert a.configs[STATIC_DEFAULT].label() == b.configs[STATIC_DEFAULT].label()
+    assert a.configs[STATIC_FIRST_N].label() != b.configs[STATIC_FIRST_N].label()
+    default = a.configs[STATIC_DEFAULT].as_dict()
+    assert default["embed"][0].device == "gpu" and sum(r for _, r in default.values()) == 16  # one CPU per replica, all used
+    for system in ("trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling"):
+        assert a.start(system) is a.configs[STATIC_DEFAULT]
+    assert a.start(STATIC_HINDSIGHT) is a.configs[STATIC_HINDSIGHT]
+
+
+def test_first_n_outside_the_stream_is_refused():
+    with pytest.raises(ValueError, match=r"first_n=500 must lie in 1..100"):
+        _tune("short:100", first_n=500)
+
+
+def _record(system: str, items_per_s: float, *, variant: str = "regimes", ooms: int = 0, lost: int = 0) -> RunRecord:
+    return RunRecord(system, variant, 0, 100, items_per_s=items_per_s, ooms=ooms, items_lost=lost, reconfigurations=0,
+                     applies_refused=0, refused_repeated=0)
+
+
+def test_summary_relates_trident_to_each_baseline_and_the_headroom():
+    main = [_record("trident", 30.0), _record(STATIC_HINDSIGHT, 20.0), _record(STATIC_DEFAULT, 10.0),
+            _record("ray-data-autoscaling", 15.0, lost=1)]
+    spikes = [_record("trident", 25.0, variant="spikes", ooms=2), _record(STATIC_DEFAULT, 9.0, variant="spikes", lost=2)]
+    s = suite.summarise(main, spikes, headroom_ratio=2.0)
+    assert s["trident_vs_static_hindsight"] == pytest.approx(1.5)
+    assert s["captured"] == pytest.approx(0.75)
+    assert s["trident_vs_static_default"] == pytest.approx(3.0)
+    assert s["trident_vs_ray_data_autoscaling"] == pytest.approx(2.0)
+    assert s["trident_ooms"] == 2 and s["items_lost"] == 3
+    failed = RunRecord("trident", "regimes", 0, 100, error="RuntimeError: no")
+    assert suite.summarise([failed, _record(STATIC_HINDSIGHT, 20.0)], [], 2.0)["captured"] is None
+
+
+def test_equal_time_blocks_follow_each_regimes_optimal_rate():
+    profile = PipelineProfile.load("documents")
+    schedule = dict(part.split(":") for part in suite.equal_time_regimes(profile, 0, ("short", "scans"), 60.0).split(","))
+    # born-digital documents go through a CPU-only node many times faster than scans
+    assert int(schedule["short"]) > 5 * int(schedule["scans"]) > 0
+    (cpu_only,) = suite.suite_workloads(quick=True, names=["cpu-only"])
+    assert cpu_only.gpus == 0 and [r for r, _, _ in cpu_only.streams()[0].blocks()] == ["short", "scans", "long", "short"]
+    spikes = cpu_only.streams()[1].memory_spikes[0]
+    long_block = next(b for b in cpu_only.streams()[0].blocks() if b[0] == "long")
+    assert long_block[1] <= spikes[0] and spikes[0] + spikes[1] <= long_block[2]  # inside the long block
+    with pytest.raises(ValueError, match=r"unknown suite workload\(s\) \['gpu'\]; choose from \['gpu-ocr'"):
+        suite.suite_workloads(quick=True, names=["gpu"])
