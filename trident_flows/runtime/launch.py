@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -95,8 +95,13 @@ def start_runner(spec: PipelineSpec, out_dir: Path | str, *, name: str = "triden
         pass
     else:
         raise RuntimeConfigError(f"a runner named {name!r} already exists in namespace {namespace!r}; pick another name or stop it")
-    handle = RunnerActor.options(name=name, namespace=namespace, lifetime="detached" if detached else None).remote(
-        spec, str(out_dir), settings, name, namespace, external_input)
+    # the runner holds the queues and in-flight batches: it runs on the driver's node (the head, as a
+    # rule), not on a worker node whose loss would cost every uncommitted shard
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    handle = RunnerActor.options(name=name, namespace=namespace, lifetime="detached" if detached else None,
+                                 scheduling_strategy=here).remote(spec, str(out_dir), settings, name, namespace, external_input)
     ray.get(handle.start.remote())
     return handle
 
@@ -138,6 +143,7 @@ class RunSummary:
     output_note: str = ""  # set when a quality knob is tunable: outputs can differ by configuration
     shards_total: int = 0
     shards_skipped: int = 0
+    replicas_by_node: dict[str, dict[str, int]] = field(default_factory=dict)  # node id -> operator -> replicas that ran there
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -223,7 +229,8 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
-        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0)
+        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
+        replicas_by_node=dict(summary.get("replicas_by_node", {})))
 
 
 def _summary_table(summary: RunSummary) -> Any:
