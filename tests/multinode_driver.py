@@ -42,10 +42,30 @@ from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup  # no
 GiB = 2**30
 # Every raylet holds ~700 MB; the nodes are as small as the scenarios allow. Memory is given so
 # that identical nodes form one class (Ray's own estimate differs by node on a shared machine).
-HEAD = {"num_cpus": 1, "memory": 2 * GiB, "object_store_memory": 80 * 2**20}
+HEAD = {"num_cpus": 1, "memory": 2 * GiB, "object_store_memory": 80 * 2**20, "include_dashboard": False}
 CPU_WORKER = {"num_cpus": 2, "memory": 2 * GiB, "object_store_memory": 80 * 2**20}
 GPU_WORKER = {"num_cpus": 2, "num_gpus": 1, "memory": 2 * GiB, "object_store_memory": 80 * 2**20}
 SETTINGS = RunnerSettings(warm_timeout_s=120.0, device_memory_bytes=2 * GiB)
+# Ray gives a starting raylet a fixed 30 s to register, which a loaded machine misses now and then.
+START_ATTEMPTS = 4
+
+
+def _add_node(cluster: Cluster, **args):
+    """``cluster.add_node`` tried ``START_ATTEMPTS`` times; the processes of a failed attempt are stopped."""
+    import psutil
+
+    me = psutil.Process()
+    for attempt in range(START_ATTEMPTS):
+        before = {p.pid for p in me.children(recursive=True)}
+        try:
+            return cluster.add_node(**args)
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on its start-up timeout
+            if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS - 1:
+                raise
+            for p in me.children(recursive=True):
+                if p.pid not in before:
+                    p.kill()
+            print(f"node start timed out (attempt {attempt + 1}); retrying", file=sys.stderr, flush=True)
 
 
 def _state(handle) -> RunnerState:
@@ -66,7 +86,20 @@ def _wait_for(predicate, handle, timeout_s: float = 120.0) -> RunnerState:
         time.sleep(0.5)
 
 
-def _finish(handle, spec, out: Path, timeout_s: float = 300.0) -> dict:
+def _start(spec, out: Path, name: str):
+    """A runner fed shard by shard (``add_shard``), so that it runs until the scenario closes its input."""
+    return start_runner(spec, out, name=name, namespace="multinode", settings=SETTINGS, external_input=True)
+
+
+def _feed(handle, spec, part: int, parts: int = 2) -> None:
+    rows = list(spec.source())
+    size = -(-len(rows) // parts)
+    ray.get(handle.add_shard.remote(f"shard-{part:05d}", rows[part * size:(part + 1) * size]))
+
+
+def _finish(handle, spec, out: Path, timeout_s: float = 600.0) -> dict:
+    _feed(handle, spec, 1)
+    ray.get(handle.close_input.remote())
     summary = ray.get(handle.wait.remote(timeout_s))
     ray.get(handle.stop.remote())
     ray.kill(handle)
@@ -99,8 +132,9 @@ def _milp_plan(state: RunnerState, spec) -> Plan:
 
 
 def placement(cluster: Cluster, out: Path, nodes: dict) -> dict:
-    spec = small_pipeline(300, embed_device="gpu", time_scale=4.0)
-    handle = start_runner(spec, out, name="mn-placement", namespace="multinode", settings=SETTINGS)
+    spec = small_pipeline(200, embed_device="gpu", time_scale=2.0)
+    handle = _start(spec, out, "mn-placement")
+    _feed(handle, spec, 0)
     state = _wait_for(lambda s: all(r.warm for o in s.operators for r in o.replicas), handle)
     before = _where(state)
     classes = {n.node_id: n.node_class for n in state.nodes}
@@ -118,14 +152,15 @@ def placement(cluster: Cluster, out: Path, nodes: dict) -> dict:
 
 
 def node_loss(cluster: Cluster, out: Path, nodes: dict, workers: dict) -> dict:
-    spec = small_pipeline(500, embed_device="gpu", time_scale=8.0)
-    handle = start_runner(spec, out, name="mn-loss", namespace="multinode", settings=SETTINGS)
+    spec = small_pipeline(400, embed_device="gpu", time_scale=8.0)
+    handle = _start(spec, out, "mn-loss")
     state = _wait_for(lambda s: all(r.warm for o in s.operators for r in o.replicas), handle)
     config = lambda name: state.operator(name).configs().popitem()[0]  # noqa: E731
     classes = {n.node_id: n.node_class for n in state.nodes}
     put = Plan((OperatorPlan("parse", (ReplicaGroup(config("parse"), 2, classes[nodes["cpu"]]),)),
                 OperatorPlan("filter", (ReplicaGroup(config("filter"), 1, classes[nodes["head"]]),))), reason="test: parse on the cpu worker")
     put_outcome = _apply(handle, put)
+    _feed(handle, spec, 0)
     mid = _wait_for(lambda s: s.items_written + s.items_dead_lettered >= 60, handle)
     before = _where(mid)
     cluster.remove_node(workers["cpu"], allow_graceful=False)
@@ -147,14 +182,15 @@ def node_loss(cluster: Cluster, out: Path, nodes: dict, workers: dict) -> dict:
 
 
 def node_join(cluster: Cluster, out: Path, nodes: dict) -> dict:
-    spec = small_pipeline(500, embed_device="gpu", time_scale=8.0)
-    handle = start_runner(spec, out, name="mn-join", namespace="multinode", settings=SETTINGS)
+    spec = small_pipeline(200, embed_device="gpu", time_scale=2.0)
+    handle = _start(spec, out, "mn-join")
+    _feed(handle, spec, 0)
     state = _wait_for(lambda s: all(r.warm for o in s.operators for r in o.replicas), handle)
     before_nodes = [n.node_id for n in state.nodes]
-    new = cluster.add_node(**CPU_WORKER)
-    joined = _wait_for(lambda s: new.node_id in {n.node_id for n in s.nodes}, handle, timeout_s=120.0)
+    new = _add_node(cluster, **CPU_WORKER)
+    joined = _wait_for(lambda s: new.node_id in {n.node_id for n in s.nodes}, handle, timeout_s=180.0)
     plan = _milp_plan(joined, spec)
-    new_class = next(n.node_class for n in joined.nodes if n.node_id == new.node_id)
+    new_class = next((n.node_class for n in joined.nodes if n.node_id == new.node_id), "")
     outcome = _apply(handle, plan)
     after = _where(_state(handle))
     return {"nodes": {**nodes, "new": new.node_id}, "before_nodes": before_nodes, "new_class": new_class,
@@ -165,9 +201,11 @@ def node_join(cluster: Cluster, out: Path, nodes: dict) -> dict:
 def main(out_dir: str) -> None:
     out = Path(out_dir)
     t0 = time.monotonic()
-    cluster = Cluster(initialize_head=True, connect=True, head_node_args=HEAD)
+    cluster = Cluster()
     try:
-        workers = {"cpu": cluster.add_node(**CPU_WORKER), "gpu": cluster.add_node(**GPU_WORKER)}
+        _add_node(cluster, **HEAD)
+        cluster.connect(namespace="multinode")
+        workers = {"cpu": _add_node(cluster, **CPU_WORKER), "gpu": _add_node(cluster, **GPU_WORKER)}
         cluster.wait_for_nodes()
         nodes = {"head": cluster.head_node.node_id, "cpu": workers["cpu"].node_id, "gpu": workers["gpu"].node_id}
         print(f"RESULT {json.dumps({'scenario': 'cluster', 'nodes': nodes, 'seconds': round(time.monotonic() - t0, 1)})}", flush=True)

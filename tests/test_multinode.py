@@ -26,6 +26,7 @@ def scenarios(tmp_path_factory) -> dict[str, dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DRIVER.parents[1]), os.environ.get("PYTHONPATH", "")]),
            "OMP_THREAD_LIMIT": "1", "RAY_DEDUP_LOGS": "0"}
     proc = subprocess.run([sys.executable, str(DRIVER), str(out)], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    (out / "driver.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     results = {}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -40,6 +41,7 @@ def _scenario(scenarios: dict, name: str) -> dict:
     result = scenarios.get(name)
     assert result is not None, f"scenario {name} did not report"
     assert "exception" not in result, result["exception"]
+    print(f"{name}: {result}")  # shown with the failure
     return result
 
 

@@ -83,3 +83,17 @@ def test_a_plan_the_live_nodes_cannot_hold_is_refused_with_the_reason():
         plan_transition(state, Plan((OperatorPlan("parse", (ReplicaGroup(big, 3, "2cpu-4g"),)),)))
     with pytest.raises(RuntimeConfigError, match="no live node has"):
         plan_transition(state, Plan((OperatorPlan("parse", (ReplicaGroup(A, 1, "8cpu-1gpu-4g"),)),)))
+
+
+def test_a_pipeline_is_sized_to_fit_node_by_node():
+    from test_runtime_support import small_pipeline
+    from trident_flows.runtime.sizing import fit_to_cluster, fit_to_nodes
+
+    spec = small_pipeline(10)  # 3 replicas of 1 CPU, each at its operator's minimum
+    nodes = read_nodes([_raw("a", 1), _raw("b", 1.5)])
+    by_totals = fit_to_cluster(spec, 2.5, 0).spec  # 3 x 0.8333 CPU
+    sized = fit_to_nodes(spec, nodes).spec
+    as_replicas = lambda s: [(o.name, None, o.config.cpus, o.config.gpus) for o in s.operators for _ in range(o.replicas)]  # noqa: E731
+    assert pack(nodes, as_replicas(by_totals))  # the cluster's 5 CPUs hold them, its nodes do not
+    assert pack(nodes, as_replicas(sized)) == []
+    assert fit_to_nodes(spec, read_nodes([_raw("a", 8)])).spec == fit_to_cluster(spec, 8, 0).spec

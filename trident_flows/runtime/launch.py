@@ -370,10 +370,11 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
     """Size the pipeline to the running cluster and run the pending shards (a runner that dies is restarted)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from trident_flows.runtime.sizing import fit_to_cluster
+    from trident_flows.runtime.nodes import read_nodes
+    from trident_flows.runtime.sizing import fit_to_nodes
 
     cpus_now, gpus_now = cluster_totals()
-    sizing = fit_to_cluster(spec, cpus_now, gpus_now)
+    sizing = fit_to_nodes(spec, read_nodes(ray.nodes()))
     spec = sizing.spec
     if sizing.notes:
         console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
