@@ -46,8 +46,34 @@ HEAD = {"num_cpus": 1, "memory": 2 * GiB, "object_store_memory": 80 * 2**20, "in
 CPU_WORKER = {"num_cpus": 2, "memory": 2 * GiB, "object_store_memory": 80 * 2**20}
 GPU_WORKER = {"num_cpus": 2, "num_gpus": 1, "memory": 2 * GiB, "object_store_memory": 80 * 2**20}
 SETTINGS = RunnerSettings(warm_timeout_s=120.0, device_memory_bytes=2 * GiB)
-# Ray gives a starting raylet a fixed 30 s to register, which a loaded machine misses now and then.
-START_ATTEMPTS = 4
+# Ray gives a starting raylet a fixed 30 s to register with the GCS (a constant inside
+# ``ray._private.node.Node``), which a 2-core machine at load 50-70 misses most times: the
+# registration check it calls is made to keep trying for up to ``REGISTER_WAIT_S``, and a node
+# that still fails is started again (``START_ATTEMPTS``).
+REGISTER_WAIT_S = 240.0
+START_ATTEMPTS = 3
+
+
+def _patient_registration() -> None:
+    import os
+
+    import ray._private.services as services
+
+    # a raylet also waits for its dashboard agent's port file, and dies when that takes too long
+    os.environ.setdefault("RAY_agent_register_timeout_ms", str(int(REGISTER_WAIT_S * 1000)))
+
+    get_node = services.get_node
+
+    def patient(gcs_address, node_id, *args, **kwargs):
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while True:
+            try:
+                return get_node(gcs_address, node_id, *args, **kwargs)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+    services.get_node = patient
 
 
 def _add_node(cluster: Cluster, **args):
@@ -201,6 +227,7 @@ def node_join(cluster: Cluster, out: Path, nodes: dict) -> dict:
 def main(out_dir: str) -> None:
     out = Path(out_dir)
     t0 = time.monotonic()
+    _patient_registration()
     cluster = Cluster()
     try:
         _add_node(cluster, **HEAD)

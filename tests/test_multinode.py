@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 DRIVER = Path(__file__).with_name("multinode_driver.py")
-TIMEOUT_S = 1200  # the whole session on a loaded 2-core machine; about 3-4 min when quiet
+TIMEOUT_S = 1200  # the whole session: 3 min measured on this 2-core machine at load 40-60
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,8 @@ def _scenario(scenarios: dict, name: str) -> dict:
 def _exactly_once(result: dict) -> None:
     assert result["finished"] and not result["error"], result["error"]
     assert result["missing"] == 0 and result["duplicates"] == 0
-    assert result["written"] + result["dead_lettered"] == result["items_in"]
+    # these inputs have no bad items: a dead letter here would be an item lost to the node's loss
+    assert result["dead_lettered"] == 0 and result["written"] == result["items_in"]
 
 
 def test_replicas_land_on_the_node_classes_the_plan_names(scenarios):
