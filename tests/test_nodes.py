@@ -97,3 +97,17 @@ def test_a_pipeline_is_sized_to_fit_node_by_node():
     assert pack(nodes, as_replicas(by_totals))  # the cluster's 5 CPUs hold them, its nodes do not
     assert pack(nodes, as_replicas(sized)) == []
     assert fit_to_nodes(spec, read_nodes([_raw("a", 8)])).spec == fit_to_cluster(spec, 8, 0).spec
+
+
+def test_a_new_replica_goes_where_it_fits_cpu_work_off_the_gpu_nodes():
+    from trident_flows.runtime.node_placement import NodePlacer
+
+    placer = NodePlacer(gpu_memory_bytes=GiB)
+    placer.update([_raw("h", 1), _raw("g", 2, 1)])
+    assert placer.choose(1, 0, {}) == "h"  # room on both: the CPU replica keeps the GPU node free
+    assert placer.choose(1, 1, {}) == "g"
+    assert placer.choose(1, 1, {"g": (2.0, 0.0)}) == "g"  # no room: queued on the one node that can ever hold it
+    assert placer.choose(1, 2, {}) is None  # no node has 2 GPUs
+    placer.suspect("h")
+    assert placer.choose(1, 0, {}) == "g"  # a replica just died on h (its node may be dead)
+    assert placer.update([_raw("g", 2, 1)]) == (set(), {"h"})

@@ -6,12 +6,13 @@ Contract:
   ``update(raw)`` replaces them and returns the node ids that joined and left since the last
   update. The runner calls it every ``REFRESH_S`` seconds.
 - ``choose(cpus, gpus, held, node_class=None, prefer=None)`` is the node a new replica goes to:
-  among the nodes of ``node_class`` (any node when ``None``; the nodes of class ``prefer`` first,
-  when they have room) the one with the most free CPUs after what the runner's own replicas
-  ``held`` (node id -> (cpus, gpus)); nodes where a replica died in the last ``SUSPECT_S``
-  seconds come last (a node that died is not yet reported dead by Ray for several seconds).
-  When no node has room, the node of that class with the most free CPUs (Ray queues the
-  replica there until its resources are free); ``None`` when the class has no live node.
+  among the nodes of ``node_class`` (any node when ``None``) large enough to ever hold it, one
+  with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus)), in this
+  order: not a node where a replica died in the last ``SUSPECT_S`` seconds (Ray reports a dead
+  node dead only seconds later), of class ``prefer``, a node without GPUs for a replica that
+  needs none (GPU nodes stay free for GPU work), the most free CPUs. When no node has room, the
+  one of those with the most free CPUs (Ray queues the replica there until its resources are
+  free); ``None`` when no live node is large enough.
 - ``strategy(node_id)`` is Ray's hard node affinity for it (``soft=False``): a replica runs on
   the node the plan named or not at all (``ray.util.scheduling_strategies``).
 - ``ran(operator, replica_id, node_id)`` records that a replica became warm on a node;
@@ -67,7 +68,8 @@ class NodePlacer:
                prefer: str | None = None) -> str | None:
         """The node for a new replica (see the module docstring)."""
         now = time.monotonic()
-        pool = [n for n in self.nodes if node_class is None or n.node_class == node_class]
+        pool = [n for n in self.nodes if (node_class is None or n.node_class == node_class)
+                and n.cpus + _EPS >= cpus and n.gpus + _EPS >= gpus]
         if not pool:
             return None
 
@@ -77,7 +79,7 @@ class NodePlacer:
 
         def rank(n: NodeState) -> tuple:
             suspect = now - self._suspect.get(n.node_id, -SUSPECT_S - 1) < SUSPECT_S
-            return (not suspect, prefer is not None and n.node_class == prefer, free(n)[0], n.node_id)
+            return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0, free(n)[0], n.node_id)
         roomy = [n for n in pool if free(n)[0] + _EPS >= cpus and free(n)[1] + _EPS >= gpus]
         return max(roomy or pool, key=rank).node_id
 

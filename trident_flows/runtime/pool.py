@@ -93,8 +93,8 @@ class OperatorPool:
         """Create ``count`` replicas with ``config``; each record's ``ready`` future resolves when warm.
         ``node_class``: pin them to nodes of that class (``RuntimeError`` when it has no live node)."""
         placing = self.placer is not None and bool(self.placer.nodes)
-        if placing and node_class is not None and not any(n.node_class == node_class for n in self.placer.nodes):
-            raise RuntimeError(f"operator {self.name!r}: no live node of class {node_class!r} to start {config.label()} on")
+        if placing and node_class is not None and self.placer.choose(config.cpus, config.gpus, {}, node_class) is None:
+            raise RuntimeError(f"operator {self.name!r}: no live node of class {node_class!r} can hold {config.label()}")
         before = self._configs()
         records = []
         for _ in range(count):
@@ -102,9 +102,10 @@ class OperatorPool:
             actor_name = f"{self.runner_name}:{self.name}:{rid}"
             options: dict[str, Any] = {}
             node_id = ""
-            if placing:
+            if placing:  # no node large enough: left to Ray, which queues it until one joins
                 node_id = self.placer.choose(config.cpus, config.gpus, self._held(), node_class, prefer) or ""
-                options["scheduling_strategy"] = self.placer.strategy(node_id)
+                if node_id:
+                    options["scheduling_strategy"] = self.placer.strategy(node_id)
             handle = ReplicaActor.options(name=actor_name, namespace=self.namespace, num_cpus=config.cpus, num_gpus=config.gpus,
                                           **options).remote(
                 self.name, rid, self.spec.cls, dict(self.spec.params), config, self.device_prefix, self.namespace)

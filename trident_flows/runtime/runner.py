@@ -212,7 +212,8 @@ class PipelineRunner:
             for pool in self.pools:
                 pool.devices = self._devices
         initial = []
-        for i, op in enumerate(self.spec.operators):
+        # GPU replicas first: they fit fewer nodes (CPU replicas go to nodes without GPUs first)
+        for i, op in sorted(enumerate(self.spec.operators), key=lambda io: -io[1].config.gpus):
             for record in self.pools[i].start(op.config, op.replicas):
                 self._watch_start(i, record)
                 initial.append(record)
