@@ -50,7 +50,7 @@ SETTINGS = RunnerSettings(warm_timeout_s=120.0, device_memory_bytes=2 * GiB)
 # ``ray._private.node.Node``), which a 2-core machine at load 50-70 misses most times: the
 # registration check it calls is made to keep trying for up to ``REGISTER_WAIT_S``, and a node
 # that still fails is started again (``START_ATTEMPTS``).
-REGISTER_WAIT_S = 240.0
+REGISTER_WAIT_S = 120.0
 START_ATTEMPTS = 3
 
 
@@ -76,15 +76,27 @@ def _patient_registration() -> None:
     services.get_node = patient
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _add_node(cluster: Cluster, **args):
-    """``cluster.add_node`` tried ``START_ATTEMPTS`` times; the processes of a failed attempt are stopped."""
+    """``cluster.add_node`` tried ``START_ATTEMPTS`` times; the processes of a failed attempt are stopped.
+    The agents' ports are given: with ports of its own choosing, a raylet waits for its agents to
+    write them to files, and dies when a loaded machine makes that take longer than it waits."""
     import psutil
 
     me = psutil.Process()
     for attempt in range(START_ATTEMPTS):
         before = {p.pid for p in me.children(recursive=True)}
+        ports = {name: _free_port() for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
+                                                  "runtime_env_agent_port")}
         try:
-            return cluster.add_node(**args)
+            return cluster.add_node(**args, **ports)
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on its start-up timeout
             if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS - 1:
                 raise
