@@ -351,7 +351,9 @@ def _start_ray(address: str | None, cpus: float | None, gpus: float | None, cons
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except ConnectionError as exc:
             raise RuntimeConfigError(f"cannot reach a Ray cluster at --address {address}: {exc}; check the address "
-                                     "(`ray status` on the head node) or leave --address out to start a local node") from None
+                                     "(`ray status` on the head node), and for a cluster with token authentication set "
+                                     "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); "
+                                     "or leave --address out to start a local node") from None
         return
     for attempt in range(RAY_START_ATTEMPTS):
         try:
