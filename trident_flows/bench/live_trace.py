@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.runtime.state import NodeState, OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.types import BatchSample, OpConfig, Plan
 
 TRACE_DIR = Path(__file__).with_name("traces")
@@ -42,7 +42,8 @@ def state_from_dict(data: Mapping[str, Any]) -> RunnerState:
     for o in data["operators"]:
         replicas = tuple(ReplicaState(**{**r, "config": OpConfig.from_dict(r["config"])}) for r in o["replicas"])
         ops.append(OperatorState(**{**{k: v for k, v in o.items() if k != "replicas"}, "replicas": replicas}))
-    return RunnerState(**{**{k: v for k, v in data.items() if k != "operators"}, "operators": tuple(ops)})
+    nodes = tuple(NodeState.from_dict(n) for n in data.get("nodes", ()))
+    return RunnerState(**{**{k: v for k, v in data.items() if k not in ("operators", "nodes")}, "operators": tuple(ops), "nodes": nodes})
 
 
 @dataclass(frozen=True)

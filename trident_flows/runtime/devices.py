@@ -3,7 +3,9 @@
 Contract:
 - ``create_devices(prefix, namespace, capacity_bytes)`` creates one ``EmulatedDevice`` Ray
   actor per logical GPU of every alive node, named ``{prefix}:{node_id}:{gpu_id}`` in
-  ``namespace`` (owned by the caller, so they end with it). The runner does this at start;
+  ``namespace`` (owned by the caller, so they end with it), pinned to that node (hard node
+  affinity: with soft affinity Ray may put a node's device on another node, whose loss then
+  fails every batch of the GPU node's replicas). The runner does this at start;
   a plain Ray Data run (the overhead benchmark) does it in the driver.
 - Inside a replica, ``bind(prefix, namespace)`` says which devices to use and
   ``current_device()`` returns the device of the GPU Ray gave this actor
@@ -142,7 +144,7 @@ def create_devices(prefix: str = DEFAULT_PREFIX, namespace: str | None = None, c
         for gpu_id in range(int(node.get("Resources", {}).get("GPU", 0))):
             name = device_name(prefix, node["NodeID"], gpu_id)
             handles.append(EmulatedDevice.options(name=name, namespace=namespace, get_if_exists=True,
-                                                  scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True))
+                                                  scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
                            .remote(name, capacity_bytes))
     if wait:
         ray.get([h.info.remote() for h in handles])

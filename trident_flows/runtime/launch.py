@@ -97,8 +97,13 @@ def start_runner(spec: PipelineSpec, out_dir: Path | str, *, name: str = "triden
         pass
     else:
         raise RuntimeConfigError(f"a runner named {name!r} already exists in namespace {namespace!r}; pick another name or stop it")
-    handle = RunnerActor.options(name=name, namespace=namespace, lifetime="detached" if detached else None).remote(
-        spec, str(out_dir), settings, name, namespace, external_input)
+    # the runner holds the queues and in-flight batches: it runs on the driver's node (the head, as a
+    # rule), not on a worker node whose loss would cost every uncommitted shard
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    handle = RunnerActor.options(name=name, namespace=namespace, lifetime="detached" if detached else None,
+                                 scheduling_strategy=here).remote(spec, str(out_dir), settings, name, namespace, external_input)
     ray.get(handle.start.remote())
     return handle
 
@@ -141,6 +146,7 @@ class RunSummary:
     shards_total: int = 0
     shards_skipped: int = 0
     advice: dict[str, Any] = field(default_factory=dict)  # binding resource, gain of one more node per class (planning.advice)
+    replicas_by_node: dict[str, dict[str, int]] = field(default_factory=dict)  # node id -> operator -> replicas that ran there
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -230,7 +236,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
         shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
-        advice=advice_dict(final_state))
+        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})))
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -351,7 +357,9 @@ def _start_ray(address: str | None, cpus: float | None, gpus: float | None, cons
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         except ConnectionError as exc:
             raise RuntimeConfigError(f"cannot reach a Ray cluster at --address {address}: {exc}; check the address "
-                                     "(`ray status` on the head node) or leave --address out to start a local node") from None
+                                     "(`ray status` on the head node), and for a cluster with token authentication set "
+                                     "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); "
+                                     "or leave --address out to start a local node") from None
         return
     for attempt in range(RAY_START_ATTEMPTS):
         try:
@@ -370,10 +378,11 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
     """Size the pipeline to the running cluster and run the pending shards (a runner that dies is restarted)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from trident_flows.runtime.sizing import fit_to_cluster
+    from trident_flows.runtime.nodes import read_nodes
+    from trident_flows.runtime.sizing import fit_to_nodes
 
     cpus_now, gpus_now = cluster_totals()
-    sizing = fit_to_cluster(spec, cpus_now, gpus_now)
+    sizing = fit_to_nodes(spec, read_nodes(ray.nodes()))
     spec = sizing.spec
     if sizing.notes:
         console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")

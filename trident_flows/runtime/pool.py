@@ -12,6 +12,10 @@ Contract:
 - ``forget`` also releases the replica's resident memory on the emulated devices (holder key:
   the replica's Ray actor id), so a killed replica does not leak device memory.
 - ``config_epoch`` increases whenever the set of configs among active replicas changes.
+- With a ``node_placement.NodePlacer`` (the runner's), every replica is pinned to the node the
+  placer chooses (hard node affinity): ``start(..., node_class=C)`` on a node of class C,
+  ``prefer=C`` on one of C when it has room, else anywhere. The record keeps the node id
+  (the one the replica reports when warm wins) and ``held()`` sums CPUs/GPUs per node.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import asyncio
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
+from trident_flows.runtime.node_placement import NodePlacer
 from trident_flows.runtime.replica import ReplicaActor
 from trident_flows.runtime.spec import OperatorSpec
 from trident_flows.runtime.state import ReplicaState
@@ -48,18 +53,21 @@ class ReplicaRecord:
     cold_start_s: float = 0.0
     ready: asyncio.Future | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    node_id: str = ""
+    node_class: str = ""
 
     def snapshot(self, now: float) -> ReplicaState:
         alive = now - self.warm_at if self.warm else 0.0
         busy = min(1.0, self.busy_s / alive) if alive > 0 else 0.0
         return ReplicaState(self.replica_id, self.actor_name, self.config, self.warm, self.draining, self.canary, self.inflight,
-                            busy, self.batches, self.epoch, self.cold_start_s)
+                            busy, self.batches, self.epoch, self.cold_start_s, self.node_id, self.node_class)
 
 
 class OperatorPool:
     """The replicas of one operator (see the module docstring)."""
 
-    def __init__(self, spec: OperatorSpec, runner_name: str, namespace: str | None, device_prefix: str, max_inflight: int) -> None:
+    def __init__(self, spec: OperatorSpec, runner_name: str, namespace: str | None, device_prefix: str, max_inflight: int,
+                 placer: NodePlacer | None = None, held: Callable[[], dict[str, tuple[float, float]]] | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.runner_name = runner_name
@@ -70,6 +78,8 @@ class OperatorPool:
         self.devices: list[Any] = []  # emulated devices, to release a dead replica's resident memory
         self.config_epoch = 0
         self._ids = itertools.count()
+        self.placer = placer
+        self._held = held or self.held  # what the runner's replicas hold per node (all pools), for choosing a node
 
     def _configs(self) -> frozenset[tuple[OpConfig, bool]]:
         return frozenset((r.config, r.canary) for r in self.replicas.values() if not r.draining and not r.dead)
@@ -78,16 +88,29 @@ class OperatorPool:
         if self._configs() != before:
             self.config_epoch += 1
 
-    def start(self, config: OpConfig, count: int = 1, canary: bool = False) -> list[ReplicaRecord]:
-        """Create ``count`` replicas with ``config``; each record's ``ready`` future resolves when warm."""
+    def start(self, config: OpConfig, count: int = 1, canary: bool = False, node_class: str | None = None,
+              prefer: str | None = None) -> list[ReplicaRecord]:
+        """Create ``count`` replicas with ``config``; each record's ``ready`` future resolves when warm.
+        ``node_class``: pin them to nodes of that class (``RuntimeError`` when it has no live node)."""
+        placing = self.placer is not None and bool(self.placer.nodes)
+        if placing and node_class is not None and self.placer.choose(config.cpus, config.gpus, {}, node_class) is None:
+            raise RuntimeError(f"operator {self.name!r}: no live node of class {node_class!r} can hold {config.label()}")
         before = self._configs()
         records = []
         for _ in range(count):
             rid = f"{self.name}-{next(self._ids)}"
             actor_name = f"{self.runner_name}:{self.name}:{rid}"
-            handle = ReplicaActor.options(name=actor_name, namespace=self.namespace, num_cpus=config.cpus, num_gpus=config.gpus).remote(
+            options: dict[str, Any] = {}
+            node_id = ""
+            if placing:  # no node large enough: left to Ray, which queues it until one joins
+                node_id = self.placer.choose(config.cpus, config.gpus, self._held(), node_class, prefer) or ""
+                if node_id:
+                    options["scheduling_strategy"] = self.placer.strategy(node_id)
+            handle = ReplicaActor.options(name=actor_name, namespace=self.namespace, num_cpus=config.cpus, num_gpus=config.gpus,
+                                          **options).remote(
                 self.name, rid, self.spec.cls, dict(self.spec.params), config, self.device_prefix, self.namespace)
-            record = ReplicaRecord(rid, actor_name, config, handle, canary, self.config_epoch + (1 if (config, canary) not in before else 0))
+            record = ReplicaRecord(rid, actor_name, config, handle, canary, self.config_epoch + (1 if (config, canary) not in before else 0),
+                                   node_id=node_id, node_class=self.placer.class_of(node_id) if self.placer and node_id else "")
             record.idle.set()
             record.ready = asyncio.ensure_future(self._warm(record))
             self.replicas[rid] = record
@@ -103,6 +126,10 @@ class OperatorPool:
         record.cold_start_s = max(float(info["cold_start_s"]), time.perf_counter() - requested)
         record.warm = True
         record.warm_at = time.time()
+        record.node_id = str(info.get("node_id") or record.node_id)
+        if self.placer is not None:
+            record.node_class = self.placer.class_of(record.node_id) or record.node_class
+            self.placer.ran(self.name, record.replica_id, record.node_id)
         return record
 
     def pick(self) -> ReplicaRecord | None:
@@ -117,9 +144,10 @@ class OperatorPool:
         """Non-draining live replicas (warm or starting); ``canary`` filters canaries in or out."""
         return [r for r in self.replicas.values() if not r.draining and not r.dead and (canary is None or r.canary == canary)]
 
-    def choose_retire(self, config: OpConfig, count: int, canary: bool) -> list[ReplicaRecord]:
-        """The ``count`` replicas with ``config`` to retire, least loaded (and not yet warm) first."""
-        candidates = [r for r in self.active(canary) if r.config == config]
+    def choose_retire(self, config: OpConfig, count: int, canary: bool, node_class: str | None = None) -> list[ReplicaRecord]:
+        """The ``count`` replicas with ``config`` (on nodes of ``node_class`` when given) to retire,
+        least loaded (and not yet warm) first."""
+        candidates = [r for r in self.active(canary) if r.config == config and (node_class is None or r.node_class == node_class)]
         candidates.sort(key=lambda r: (r.warm, r.inflight))
         return candidates[:count]
 
@@ -159,6 +187,15 @@ class OperatorPool:
     async def shutdown(self) -> None:
         for r in list(self.replicas.values()):
             self.forget(r)
+
+    def held(self) -> dict[str, tuple[float, float]]:
+        """(CPUs, GPUs) this pool's live replicas hold per node id."""
+        out: dict[str, tuple[float, float]] = {}
+        for r in self.replicas.values():
+            if not r.dead and r.node_id:
+                c, g = out.get(r.node_id, (0.0, 0.0))
+                out[r.node_id] = (c + r.config.cpus, g + r.config.gpus)
+        return out
 
     def snapshot(self, now: float) -> tuple[ReplicaState, ...]:
         return tuple(r.snapshot(now) for r in self.replicas.values())

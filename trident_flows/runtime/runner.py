@@ -22,6 +22,12 @@ Contract:
 - ``apply(Plan)`` derives rolling steps with ``transition.plan_transition``; ``apply(Transition)``
   runs the given steps in order (a START waits until the new replicas are warm). Applies
   are serialised; each returns an ``ApplyReport`` with the throughput dip.
+- Nodes: the runner reads the live nodes (``ray.nodes()``) every ``node_placement.REFRESH_S``
+  seconds into ``RunnerState.nodes`` and the cluster's CPUs/GPUs; every replica is pinned to a
+  node (``node_placement.NodePlacer``), on the node class a plan names. When a node leaves, its
+  replicas are dropped and replaced on the nodes left, and their in-flight batches re-queued
+  (as for any replica that dies); a node that joins gets emulated devices for its GPUs.
+  ``summary()["replicas_by_node"]`` is node id -> operator -> replicas that ran there.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import numpy as np
 import ray
 
 from trident_flows.runtime import devices
+from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.replica import ReplicaResult
 from trident_flows.runtime.sink import Sink, check_shard_id
@@ -162,7 +169,10 @@ class PipelineRunner:
         self.sink = Sink(self.out_dir)
         self.device_prefix = f"{name}-device"
         self.ops = [o.name for o in spec.operators]
-        self.pools = [OperatorPool(o, name, namespace, self.device_prefix, settings.max_inflight_per_replica) for o in spec.operators]
+        self.placer = NodePlacer(settings.device_memory_bytes)
+        self.placer.update(ray.nodes())
+        self.pools = [OperatorPool(o, name, namespace, self.device_prefix, settings.max_inflight_per_replica, self.placer, self._held)
+                      for o in spec.operators]
         self.queues = [Queue() for _ in spec.operators]
         self.counters = [OpCounters() for _ in spec.operators]
         self.shards: dict[str, Shard] = {}
@@ -202,7 +212,8 @@ class PipelineRunner:
             for pool in self.pools:
                 pool.devices = self._devices
         initial = []
-        for i, op in enumerate(self.spec.operators):
+        # GPU replicas first: they fit fewer nodes (CPU replicas go to nodes without GPUs first)
+        for i, op in sorted(enumerate(self.spec.operators), key=lambda io: -io[1].config.gpus):
             for record in self.pools[i].start(op.config, op.replicas):
                 self._watch_start(i, record)
                 initial.append(record)
@@ -214,6 +225,7 @@ class PipelineRunner:
             raise RuntimeConfigError(self.error) from None
         self._spawn(self._pump())
         self._spawn(self._meter())
+        self._spawn(self._watch_nodes())
         if not self.external_input:
             self._spawn(self._feed())
         return {self.ops[i]: list(p.replicas) for i, p in enumerate(self.pools)}
@@ -253,8 +265,39 @@ class PipelineRunner:
         self._spawn(watch())
 
     def _replace(self, i: int, record: ReplicaRecord) -> None:
-        for new in self.pools[i].start(record.config, 1, canary=record.canary):
+        for new in self.pools[i].start(record.config, 1, canary=record.canary, prefer=record.node_class or None):
             self._watch_start(i, new)
+
+    # ------------------------------------------------------------------ nodes
+    def _held(self) -> dict[str, tuple[float, float]]:
+        """(CPUs, GPUs) the replicas of every operator hold per node id."""
+        out: dict[str, tuple[float, float]] = {}
+        for pool in self.pools:
+            for node_id, (c, g) in pool.held().items():
+                oc, og = out.get(node_id, (0.0, 0.0))
+                out[node_id] = (oc + c, og + g)
+        return out
+
+    async def _watch_nodes(self) -> None:
+        """Read the live nodes every ``REFRESH_S`` s (see the module docstring)."""
+        while not self.finished:
+            await asyncio.sleep(REFRESH_S)
+            joined, left = self.placer.update(await asyncio.to_thread(ray.nodes))
+            if self.placer.nodes:
+                self.cluster_cpus = sum(n.cpus for n in self.placer.nodes)
+                self.cluster_gpus = sum(n.gpus for n in self.placer.nodes)
+            if joined and any(self.placer.node(n).gpus for n in joined):
+                self._devices = devices.create_devices(self.device_prefix, self.namespace, self.settings.device_memory_bytes, wait=False)
+                for pool in self.pools:
+                    pool.devices = self._devices
+            for i, pool in enumerate(self.pools):
+                for record in [r for r in pool.replicas.values() if r.node_id in left and not r.dead]:
+                    # in-flight batches come back as actor errors and are re-queued by _on_replica_death
+                    pool.forget(record)
+                    if not record.draining and not self.finished:
+                        self._replace(i, record)
+            if left:
+                self._wake.set()
 
     async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Wait until the run finished (or ``timeout_s``); returns ``summary()``."""
@@ -483,6 +526,7 @@ class PipelineRunner:
 
     def _on_replica_death(self, i: int, replica: ReplicaRecord, unit: Unit, exc: BaseException) -> None:
         unit.deaths += 1
+        self.placer.suspect(replica.node_id)
         if not replica.dead:
             self.pools[i].forget(replica)
             if not replica.draining and not self.finished:
@@ -647,7 +691,7 @@ class PipelineRunner:
         done = self.rows_written + self.rows_dead
         return RunnerState(self.spec.name, tuple(ops), self.items_in, self.rows_written, self.rows_dead, self.rows_dropped,
                            self.rows_written, self.input_closed, self.finished, wall, done / wall if wall > 0 else 0.0,
-                           self.cluster_cpus, self.cluster_gpus, self.reconfigurations, self.ooms, self.error)
+                           self.cluster_cpus, self.cluster_gpus, self.reconfigurations, self.ooms, self.error, self.placer.nodes)
 
     def _wall(self) -> float:
         if not self.started_at:
@@ -678,6 +722,7 @@ class PipelineRunner:
         state["applies_refused"] = [{"error": r.error, **r.outcome.to_dict()} for r in self.apply_reports
                                     if r.outcome.status != ApplyStatus.LANDED]
         state["out_dir"] = str(self.out_dir)
+        state["replicas_by_node"] = self.placer.replicas_by_node()
         return state
 
     # ------------------------------------------------------------------ control
@@ -758,7 +803,7 @@ class PipelineRunner:
         i = self.ops.index(step.operator)
         pool = self.pools[i]
         if step.kind in (StepKind.START, StepKind.CANARY):
-            records = pool.start(step.config, step.count, canary=step.kind == StepKind.CANARY)
+            records = pool.start(step.config, step.count, canary=step.kind == StepKind.CANARY, node_class=step.node_class)
             for r in records:
                 self._watch_start(i, r, replace=False)
             try:
@@ -772,7 +817,7 @@ class PipelineRunner:
             self._wake.set()
             return [r.replica_id for r in records]
         canary = step.kind == StepKind.END_CANARY
-        victims = pool.choose_retire(step.config, step.count, canary=canary)
+        victims = pool.choose_retire(step.config, step.count, canary=canary, node_class=step.node_class)
         if canary and not victims:
             victims = pool.active(canary=True)[: step.count]
         if len(victims) < step.count:

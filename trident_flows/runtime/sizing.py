@@ -18,6 +18,11 @@ Contract:
      the same size as the ones it started with.
   A spec that still does not fit raises ``RuntimeConfigError`` naming the operator and the
   option to change. ``Sizing.notes`` has one line per change, for the console.
+- ``fit_to_nodes(spec, nodes)`` is ``fit_to_cluster`` for a cluster of several nodes
+  (``state.NodeState``s): a replica runs on one node, so the starting replicas must also fit
+  node by node (``runtime.nodes.pack``). When the cluster's totals fit but the nodes do not
+  (five replicas of 0.83 CPU on nodes of 1, 2 and 2 CPUs), the CPUs given to ``fit_to_cluster``
+  are lowered step by step until the result packs.
 - Fractional Ray CPUs are only an accounting: replicas sharing a core really share it. Real
   operators contend for the cores through the OS; emulated ones through the node's core pool
   (``runtime.devices.node_cores``), which they use exactly when they hold a fraction of a CPU.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from trident_flows.runtime.nodes import pack
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.runtime.state import RuntimeConfigError
 from trident_flows.scheduler.types import CPU, ConfigSpace, OpConfig
@@ -119,3 +125,22 @@ def fit_to_cluster(spec: PipelineSpec, cpus: float, gpus: float) -> Sizing:
         raise RuntimeConfigError(f"pipeline {spec.name!r} needs {need_cpus:g} CPUs and {need_gpus:g} GPUs even at its minimum replicas "
                                  f"but the cluster has {cpus:g} CPUs and {gpus:g} GPUs; start Ray with more (--cpus, --gpus)")
     return Sizing(replace(spec, operators=tuple(ops)), tuple(notes))
+
+
+# Steps of ``fit_to_nodes``: the CPUs offered to ``fit_to_cluster`` shrink by 2% of the cluster's
+# CPUs per step (fractional shares are on a 1e-4 grid; finer steps only add iterations).
+_NODE_STEPS = 50
+
+
+def fit_to_nodes(spec: PipelineSpec, nodes) -> Sizing:
+    """``fit_to_cluster`` whose starting replicas also fit node by node (see the module docstring)."""
+    cpus, gpus = sum(n.cpus for n in nodes), sum(n.gpus for n in nodes)
+    sizing = fit_to_cluster(spec, cpus, gpus)
+    for step in range(1, _NODE_STEPS):
+        replicas = [(o.name, None, o.config.cpus, o.config.gpus) for o in sizing.spec.operators for _ in range(o.replicas)]
+        if len(nodes) <= 1 or not pack(nodes, replicas):
+            return sizing
+        sizing = fit_to_cluster(spec, cpus * (1 - step / _NODE_STEPS), gpus)
+        sizing = Sizing(sizing.spec, sizing.notes + (f"fitted node by node to {len(nodes)} nodes",))
+    raise RuntimeConfigError(f"pipeline {spec.name!r}: its starting replicas do not fit the {len(nodes)} nodes one by one; "
+                             "start it with fewer replicas or add nodes")

@@ -9,6 +9,9 @@ Contract:
   (id, config, warm, draining, canary, in-flight batches, busy fraction), its input queue
   (items, bytes), items processed and ``config_epoch``; per pipeline the item counts,
   whether it finished, wall time, throughput and the cluster's resources.
+- ``NodeState`` is one live Ray node as the runner last read it (``ray.nodes()``, refreshed
+  every second): its id, its node class (identical nodes share one) and resources.
+  ``RunnerState.nodes`` lists them and each ``ReplicaState`` names the node it runs on.
 """
 
 from __future__ import annotations
@@ -87,11 +90,39 @@ class ReplicaState:
     batches: int
     config_epoch: int
     cold_start_s: float = 0.0
+    node_id: str = ""      # the Ray node it runs on ("" until known: not pinned and not yet warm)
+    node_class: str = ""   # that node's class (``NodeState.node_class``)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = self.config.to_dict()
         return data
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One live Ray node. ``node_class`` is the same for nodes of identical CPUs, GPUs, accelerator
+    type, custom resources and memory (whole GiB); ``gpu_memory_bytes`` is the memory of one of its
+    GPUs (the emulated devices' capacity; 0 without GPUs). ``resources`` are its custom resources."""
+
+    node_id: str
+    node_class: str
+    cpus: float
+    gpus: float
+    memory_bytes: int
+    gpu_memory_bytes: int = 0
+    accelerator: str = ""
+    resources: tuple[tuple[str, float], ...] = ()
+    is_head: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["resources"] = dict(self.resources)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NodeState":
+        return cls(**{**data, "resources": tuple(sorted(dict(data.get("resources", {})).items()))})
 
 
 @dataclass(frozen=True)
@@ -152,6 +183,7 @@ class RunnerState:
     reconfigurations: int
     ooms: int
     error: str = ""
+    nodes: tuple[NodeState, ...] = ()  # the live Ray nodes (empty where the runner does not read them, e.g. the simulator)
 
     def operator(self, name: str) -> OperatorState:
         for op in self.operators:
@@ -168,8 +200,9 @@ class RunnerState:
         return sum(r.config.gpus for o in self.operators for r in o.replicas)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if k != "operators"}
+        data = {k: v for k, v in asdict(self).items() if k not in ("operators", "nodes")}
         data["operators"] = [o.to_dict() for o in self.operators]
+        data["nodes"] = [n.to_dict() for n in self.nodes]
         return data
 
 

@@ -11,10 +11,19 @@ Contract:
   operator whose last replica must make room is swapped in place (drained, then replaced),
   so a full cluster still rolls replica by replica.
   Operators not named in the plan keep their replicas. No Ray, no I/O.
+- Node classes: when the plan names node classes (``ReplicaGroup.node_class``, as the placement
+  MILP's plans do) and the state lists the live nodes, replicas are counted per (operator,
+  config, node class), each class's capacity is its nodes' CPUs/GPUs and every step names its
+  class. Before any step, the planned replicas are packed onto the live nodes
+  (``nodes.check_fits``): a plan naming a class no live node has, or that fits its classes in
+  total but not node by node, is refused with the reason (the plan that was priced is the plan
+  that runs, or none). Groups without a class go where there is room; a plan naming no class
+  runs as before (one pool of the cluster's CPUs/GPUs).
 """
 
 from __future__ import annotations
 
+from trident_flows.runtime.nodes import check_fits, classes
 from trident_flows.runtime.state import OperatorState, RunnerState, RuntimeConfigError
 from trident_flows.scheduler.transition_cost import order_steps
 from trident_flows.scheduler.types import OpConfig, Plan, StepKind, Transition, TransitionStep
@@ -78,9 +87,67 @@ def _counts(op: OperatorState, op_plan) -> tuple[dict[tuple, int], dict[tuple, i
     return current, target
 
 
+def _names_classes(plan: Plan, state: RunnerState) -> bool:
+    return bool(state.nodes) and any(g.node_class for o in plan.operators for g in o.groups)
+
+
+def _class_counts(state: RunnerState, plan: Plan) -> tuple[dict[tuple, int], dict[tuple, int], dict[str, tuple[float, float]]]:
+    """Current and target counts keyed (operator, config, node class[, "canary"]) and each class's
+    free capacity, for a plan that names node classes; refuses one that does not fit the live nodes."""
+    by_class = classes(state.nodes)
+    for o in plan.operators:
+        for g in o.groups:
+            if g.node_class and g.node_class not in by_class:
+                raise RuntimeConfigError(f"the plan places {g.replicas} x {o.operator} {g.config.label()} on node class {g.node_class!r}, "
+                                         f"which no live node has (now: {sorted(by_class)}): a node left or the plan is stale; plan again")
+    biggest = max(by_class, key=lambda c: sum(n.cpus for n in by_class[c]))
+    capacity = {c: [sum(n.cpus for n in ns), sum(n.gpus for n in ns)] for c, ns in by_class.items()}
+    current: dict[tuple, int] = {}
+    for op in state.operators:
+        for r in op.replicas:
+            where = r.node_class if r.node_class in by_class else biggest
+            if r.draining:
+                capacity[where][0] -= r.config.cpus
+                capacity[where][1] -= r.config.gpus
+                continue
+            key = (op.name, r.config, where, "canary") if r.canary else (op.name, r.config, where)
+            current[key] = current.get(key, 0) + 1
+    planned = {o.operator: o for o in plan.operators}
+    target: dict[tuple, int] = {}
+    for op in state.operators:
+        op_plan = planned.get(op.name)
+        if op_plan is None:  # not in the plan: keeps what runs where it runs
+            target.update({k: n for k, n in current.items() if k[0] == op.name})
+            continue
+        if op_plan.canary is not None:
+            old = next((k for k in current if k[0] == op.name and len(k) == 4 and k[1] == op_plan.canary), None)
+            target[old or (op.name, op_plan.canary, biggest, "canary")] = 1
+        for g in op_plan.groups:
+            if not g.replicas:
+                continue
+            if g.node_class:
+                key = (op.name, g.config, g.node_class)
+                target[key] = target.get(key, 0) + g.replicas
+                continue
+            left = g.replicas  # no class: keep the replicas of this config where they run, the rest where most CPUs are
+            for key, n in sorted(current.items(), key=lambda kv: -kv[1]):
+                if len(key) == 3 and key[0] == op.name and key[1] == g.config and left:
+                    take = min(n - target.get(key, 0), left)
+                    if take > 0:
+                        target[key] = target.get(key, 0) + take
+                        left -= take
+            if left:
+                key = (op.name, g.config, biggest)
+                target[key] = target.get(key, 0) + left
+    check_fits(state.nodes, [(f"{k[0]} {k[1].label()}", k[2], k[1].cpus, k[1].gpus) for k, n in target.items() for _ in range(n)])
+    return current, target, {c: (v[0], v[1]) for c, v in capacity.items()}
+
+
 def plan_transition(state: RunnerState, plan: Plan) -> Transition:
     """Rolling steps from ``state`` to ``plan`` (see the module docstring)."""
     check_plan(plan, state)
+    if _names_classes(plan, state):
+        return _class_transition(state, plan)
     draining = [r.config for o in state.operators for r in o.replicas if r.draining]
     capacity = {_CLUSTER: (state.cluster_cpus - sum(c.cpus for c in draining), state.cluster_gpus - sum(c.gpus for c in draining))}
     current: dict[tuple, int] = {}
@@ -112,6 +179,36 @@ def plan_transition(state: RunnerState, plan: Plan) -> Transition:
             else:
                 steps.append(TransitionStep(StepKind.RETIRE, name, config, n,
                                             reason=f"make room: {phase.note}" if phase.note else reasons[name]))
+    reason = plan.reason or ("no change" if not steps else "apply plan")
+    return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
+
+
+def _class_transition(state: RunnerState, plan: Plan) -> Transition:
+    """``plan_transition`` for a plan that names node classes: every step names its class."""
+    current, target, capacity = _class_counts(state, plan)
+    reasons = {o.operator: o.reason or "plan" for o in plan.operators}
+    steps: list[TransitionStep] = []
+    for key, n in list(current.items()):
+        if len(key) == 4 and key not in target:  # ending a canary frees its room before anything starts
+            steps.append(TransitionStep(StepKind.END_CANARY, key[0], key[1], n, node_class=key[2],
+                                        reason=f"end canary: {reasons.get(key[0], 'plan')}"))
+            del current[key]
+    try:
+        phases = order_steps(current, target, capacity, lambda k: (k[1].cpus, k[1].gpus), [o.operator for o in plan.operators],
+                             resource_names=("CPUs", "GPUs"), label=lambda k: f"{k[1].label()} on {k[2]}")
+    except ValueError as exc:
+        raise RuntimeConfigError(f"{exc}; the node class has no free resources left: free some or plan fewer replicas") from exc
+    for phase in phases:
+        for key, n in phase.moves:
+            name, config, where = key[0], key[1], key[2]
+            reason = reasons.get(name, "plan")
+            if phase.kind == StepKind.START:
+                canary = len(key) == 4
+                steps.append(TransitionStep(StepKind.CANARY if canary else StepKind.START, name, config, n, node_class=where,
+                                            reason=f"canary: {reason}" if canary else reason))
+            else:
+                steps.append(TransitionStep(StepKind.RETIRE, name, config, n, node_class=where,
+                                            reason=f"make room: {phase.note}" if phase.note else reason))
     reason = plan.reason or ("no change" if not steps else "apply plan")
     return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
 

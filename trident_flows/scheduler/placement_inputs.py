@@ -11,7 +11,8 @@ Contract (pure functions):
   interval of ``history`` (earlier states, oldest first) in which that operator took at least
   ``min_items`` items, else since the start, and is 1.0 before anything was measured. Comparing
   two operators' ``items_in`` instead swung the estimate several-fold from tick to tick.
-- ``current_placement(state)`` is what serves now (canaries excluded) as a ``CurrentPlacement``.
+- ``current_placement(state)`` is what serves now (canaries excluded) as a ``CurrentPlacement``;
+  where the state lists live nodes, one group per config and node class the replicas run on.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Sequence
 from trident_flows.runtime.state import RunnerState
 from trident_flows.scheduler.placement_types import CurrentPlacement
 from trident_flows.scheduler.replicas import serving_groups
+from trident_flows.scheduler.types import ReplicaGroup
 
 _MIN_WORK = 1e-3
 
@@ -63,4 +65,15 @@ def work_per_item(state: RunnerState, history: Sequence[RunnerState] = (), min_i
 
 def current_placement(state: RunnerState) -> CurrentPlacement:
     """The serving replicas of every operator (canaries excluded)."""
-    return CurrentPlacement(tuple((op.name, serving_groups(op)) for op in state.operators))
+    if not getattr(state, "nodes", ()):
+        return CurrentPlacement(tuple((op.name, serving_groups(op)) for op in state.operators))
+    live = {n.node_class for n in state.nodes}
+    out = []
+    for op in state.operators:
+        counts: dict[tuple, int] = {}
+        for r in op.active:
+            if not r.canary:
+                key = (r.config, r.node_class if r.node_class in live else None)
+                counts[key] = counts.get(key, 0) + 1
+        out.append((op.name, tuple(ReplicaGroup(c, n, where) for (c, where), n in sorted(counts.items(), key=lambda kv: (kv[0][0].label(), kv[0][1] or "")))))
+    return CurrentPlacement(tuple(out))

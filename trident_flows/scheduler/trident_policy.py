@@ -97,6 +97,7 @@ from trident_flows.runtime.transition import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
+from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement import DEFAULT_SOLVER, solve_placement
@@ -176,6 +177,7 @@ class TridentPolicy:
             raise ValueError("trident: min_gain must be >= 0 and regime_duration_s > 0")
         self.spec = spec
         self.cluster = cluster
+        self._given_cluster = cluster  # memory figures of the live classes (``live_cluster``)
         self.margin = memory_safety_margin
         self.k = k
         self.min_gain = min_gain
@@ -239,6 +241,9 @@ class TridentPolicy:
         """One observe -> regime -> optimize -> verify -> placement -> transition tick."""
         t_start = time.perf_counter()
         self._tick += 1
+        live = live_cluster(state, self._given_cluster)
+        if live is not None:  # the live nodes, read by the runner: a node that joined or left changes what is planned for
+            self.cluster = live
         timings: dict[str, float] = {}
         errors: list[str] = []
         events: list[TickEvent] = []

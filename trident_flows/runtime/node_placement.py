@@ -1,0 +1,100 @@
+"""Where the runner's replicas run: the live nodes it tracks, the node each new replica is pinned to,
+and a record of where every replica ran.
+
+Contract:
+- ``NodePlacer(gpu_memory_bytes)`` keeps the live nodes (``nodes.read_nodes`` of ``ray.nodes()``);
+  ``update(raw)`` replaces them and returns the node ids that joined and left since the last
+  update. The runner calls it every ``REFRESH_S`` seconds.
+- ``choose(cpus, gpus, held, node_class=None, prefer=None)`` is the node a new replica goes to:
+  among the nodes of ``node_class`` (any node when ``None``) large enough to ever hold it, one
+  with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus)), in this
+  order: not a node where a replica died in the last ``SUSPECT_S`` seconds (Ray reports a dead
+  node dead only seconds later), of class ``prefer``, a node without GPUs for a replica that
+  needs none (GPU nodes stay free for GPU work), the most free CPUs. When no node has room, the
+  one of those with the most free CPUs (Ray queues the replica there until its resources are
+  free); ``None`` when no live node is large enough.
+- ``strategy(node_id)`` is Ray's hard node affinity for it (``soft=False``): a replica runs on
+  the node the plan named or not at all (``ray.util.scheduling_strategies``).
+- ``ran(operator, replica_id, node_id)`` records that a replica became warm on a node;
+  ``replicas_by_node()`` is node id -> operator -> replicas that ran there during the run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+from trident_flows.runtime.nodes import read_nodes
+from trident_flows.runtime.state import NodeState
+
+# How often the runner reads ``ray.nodes()``: one GCS call (about 1-5 ms here), so a node that
+# joins is planned for within a tick of the control loop (2 s by default).
+REFRESH_S = 1.0
+# How long a node where a replica died is placed on last: Ray reports a killed node dead only
+# after its health checks fail (about 10-30 s with Ray's defaults).
+SUSPECT_S = 60.0
+_EPS = 1e-6
+
+
+class NodePlacer:
+    """The live nodes and the choice of a node per replica (see the module docstring)."""
+
+    def __init__(self, gpu_memory_bytes: int = 0) -> None:
+        self.gpu_memory_bytes = int(gpu_memory_bytes)
+        self.nodes: tuple[NodeState, ...] = ()
+        self._suspect: dict[str, float] = {}
+        self._ran: dict[str, tuple[str, str]] = {}  # replica id -> (operator, node id)
+
+    def update(self, raw: Sequence[Mapping[str, Any]]) -> tuple[set[str], set[str]]:
+        """Replace the live nodes with ``raw`` (``ray.nodes()``); returns (joined, left) node ids."""
+        before = {n.node_id for n in self.nodes}
+        self.nodes = read_nodes(raw, self.gpu_memory_bytes)
+        after = {n.node_id for n in self.nodes}
+        return after - before, before - after
+
+    def node(self, node_id: str) -> NodeState | None:
+        return next((n for n in self.nodes if n.node_id == node_id), None)
+
+    def class_of(self, node_id: str) -> str:
+        node = self.node(node_id)
+        return node.node_class if node is not None else ""
+
+    def suspect(self, node_id: str) -> None:
+        """A replica died on ``node_id``: place new replicas elsewhere for a while."""
+        if node_id:
+            self._suspect[node_id] = time.monotonic()
+
+    def choose(self, cpus: float, gpus: float, held: Mapping[str, tuple[float, float]], node_class: str | None = None,
+               prefer: str | None = None) -> str | None:
+        """The node for a new replica (see the module docstring)."""
+        now = time.monotonic()
+        pool = [n for n in self.nodes if (node_class is None or n.node_class == node_class)
+                and n.cpus + _EPS >= cpus and n.gpus + _EPS >= gpus]
+        if not pool:
+            return None
+
+        def free(n: NodeState) -> tuple[float, float]:
+            c, g = held.get(n.node_id, (0.0, 0.0))
+            return n.cpus - c, n.gpus - g
+
+        def rank(n: NodeState) -> tuple:
+            suspect = now - self._suspect.get(n.node_id, -SUSPECT_S - 1) < SUSPECT_S
+            return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0, free(n)[0], n.node_id)
+        roomy = [n for n in pool if free(n)[0] + _EPS >= cpus and free(n)[1] + _EPS >= gpus]
+        return max(roomy or pool, key=rank).node_id
+
+    @staticmethod
+    def strategy(node_id: str) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+    def ran(self, operator: str, replica_id: str, node_id: str) -> None:
+        self._ran[replica_id] = (operator, node_id)
+
+    def replicas_by_node(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for operator, node_id in self._ran.values():
+            ops = out.setdefault(node_id, {})
+            ops[operator] = ops.get(operator, 0) + 1
+        return out
