@@ -145,3 +145,43 @@ def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
     assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
     moved = record.plan.for_operator(new[0].operator)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
+
+
+def _failing_solve(*_args, **_kwargs):
+    raise RuntimeError("injected: the solver found no plan")
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
+    from trident_flows.scheduler.types import Outcome
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=8, solve=_failing_solve)
+    records = run_ticks(runner, policy, 4)
+    assert policy._gate_passed() and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
+    new = runner.advance(2.0)
+    new[0] = replace(new[0], outcome=Outcome.OOM)
+    record = policy.tick(runner.state(), new)
+    assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
+    moved = record.plan.for_operator(new[0].operator)
+    assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified():
+    from trident_flows.scheduler.types import Outcome
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=5)
+    for _ in range(12):
+        record = policy.tick(runner.state(), runner.advance(2.0))
+        if record.plan is not None:
+            runner.apply(record.plan)
+        if record.action == "roll_out":
+            break
+    assert record.action == "roll_out" and policy._pending is not None, record.reason
+    new = runner.advance(2.0)
+    k = next(i for i, s in enumerate(new) if s.operator == "b")
+    new[k] = replace(new[k], outcome=Outcome.OOM)
+    record = policy.tick(runner.state(), new)
+    assert record.action == "roll_out" and "memory safety" in record.reason, (record.action, record.reason, record.verification)
+    assert all(g.config.batch_size < new[k].config.batch_size for g in record.plan.for_operator("b").groups)
+    assert policy._pending is None and "verification dropped" in record.verification

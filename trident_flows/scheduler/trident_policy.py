@@ -30,9 +30,14 @@ Contract:
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
   operator running such a config is moved off it at once (safety comes before gain), with a
-  feasible order (a move that cannot be ordered is not issued) and its price recorded; before
-  the evidence gate lets the placement run, replica for replica to the largest smaller batch
-  that is not unsafe (``_safety_plan``: same resources, so it always fits).
+  feasible order (a move that cannot be ordered is not issued) and its price recorded. Before
+  the evidence gate lets the placement run, while a rollout is being verified (its
+  verification is dropped: the move changes what it measures), and whenever the placement
+  does not move it (no priced option, no feasible order, a failed solve), it is moved replica
+  for replica to the largest smaller batch that is not unsafe (``_safety_plan``: same
+  resources, so it always fits). Without the last two, an operator that ran out of memory
+  during a verification or with no priced smaller batch kept its config and ran out of memory
+  again (the simulated video spike run: 4 OOMs, the placement failing every tick).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
@@ -264,7 +269,11 @@ class TridentPolicy:
             self._recent.append(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted = "none", "", None, 0.0
-        safety = step("safety", lambda: self._safety_plan(state)) if self._pending is None else None
+        safety = step("safety", lambda: self._safety_plan(state))
+        if safety is not None and self._pending is not None:
+            # memory safety comes before verification: the move changes the placement being measured
+            verification = f"verification dropped for a memory-safety move ({verification or 'measuring'})"
+            self._pending, rollback = None, None
         if rollback is not None:
             action, plan, reason = "rollback", rollback, rollback.reason
         elif safety is not None and not self._gate_passed():
@@ -282,6 +291,11 @@ class TridentPolicy:
                 if decided is not None:
                     action, reason, plan, predicted = decided
                     self._settled = action in ("none", "wait")
+            if safety is not None and plan is None:
+                # the placement could not move an operator off an unsafe config (no priced option, no
+                # feasible order, a failed solve): the replica-for-replica move always fits
+                why = reason or "; ".join(errors) or "no placement"
+                action, plan, reason = "roll_out", safety, f"{safety.reason} (the placement did not move it: {why})"
         if canary_ops:
             plan = self._with_canaries(state, plan, canary_ops)
             if action in ("none", "wait"):
@@ -312,10 +326,9 @@ class TridentPolicy:
         return bool(self._ops) and all(o.model.ready and len(o.window) >= self.min_samples for o in self._ops.values())
 
     def _safety_plan(self, state: RunnerState) -> Plan | None:
-        """Before the evidence gate lets the placement run: move every operator off a config that ran
-        out of memory (or whose memory bound exceeds the budget) to the largest smaller batch that is
-        not unsafe, replica for replica (the same CPUs/GPUs, so the move always fits). None when all
-        is safe."""
+        """Move every operator off a config that ran out of memory (or whose memory bound exceeds the
+        budget) to the largest smaller batch that is not unsafe, replica for replica (the same
+        CPUs/GPUs, so the move always fits). None when all is safe."""
         ops = []
         for op_state in state.operators:
             if op_state.name not in self._ops:
@@ -332,7 +345,7 @@ class TridentPolicy:
                 ops.append(OperatorPlan(op_state.name, tuple(groups), f"memory safety: {op_state.name} " + "; ".join(moved), canary_config(op_state)))
         if not ops:
             return None
-        return Plan(tuple(ops), 0.0, "memory safety before the evidence gate: " + "; ".join(o.reason for o in ops))
+        return Plan(tuple(ops), 0.0, "memory safety: " + "; ".join(o.reason for o in ops))
 
     # ------------------------------------------------------------------ observe
     def _measure(self, state: RunnerState) -> dict[str, float]:
