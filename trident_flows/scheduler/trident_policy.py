@@ -53,7 +53,11 @@ Contract:
   few batches to refit soon): its capacity curves are scaled down to the measurement until it
   refits, and the note says so. Without this, such an operator stayed starved for a minute.
 - evidence gate: no placement until every operator has a fitted model and ``min_samples``
-  samples; a config that does not run is compared only with ``min_config_samples`` samples of
+  samples, ``min_config_samples`` of them taken since the workload last changed (a features
+  regime change at any operator re-arms it for all: the new items reach the downstream
+  operators seconds later, and until they have been measured there, their models describe the
+  old workload; in the simulated video run a move made on decode's first samples of the HD
+  block took 3 of safety's 7 replicas, which the HD items needed, and was rolled back); a config that does not run is compared only with ``min_config_samples`` samples of
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
   capacity beyond what runs now counts at its lower confidence bound (GP mean -
   ``confidence_z`` std), so a change is made only when its gain holds there.
@@ -206,6 +210,7 @@ class TridentPolicy:
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []
+        self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
@@ -279,9 +284,8 @@ class TridentPolicy:
         elif safety is not None and not self._gate_passed():
             action, plan, reason = "roll_out", safety, safety.reason
         elif not self._gate_passed():
-            missing = sorted(f"{n} ({len(o.window)})" for n, o in self._ops.items() if not o.model.ready or len(o.window) < self.min_samples)
-            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator; "
-                      f"short: {', '.join(missing) or 'every operator'}")
+            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator, "
+                      f"{self.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence()) or 'every operator'}")
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
         else:
@@ -323,7 +327,16 @@ class TridentPolicy:
         return record
 
     def _gate_passed(self) -> bool:
-        return bool(self._ops) and all(o.model.ready and len(o.window) >= self.min_samples for o in self._ops.values())
+        return bool(self._ops) and not self._short_of_evidence()
+
+    def _short_of_evidence(self) -> list[str]:
+        """Operators the evidence gate waits for, with their sample counts (total, since the change)."""
+        short = []
+        for name, o in sorted(self._ops.items()):
+            since = o.fed - self._changed_at.get(name, 0)
+            if not o.model.ready or len(o.window) < self.min_samples or since < self.min_config_samples:
+                short.append(f"{name} ({len(o.window)}, {since} since the change)")
+        return short
 
     def _safety_plan(self, state: RunnerState) -> Plan | None:
         """Move every operator off a config that ran out of memory (or whose memory bound exceeds the
@@ -427,6 +440,8 @@ class TridentPolicy:
                         self._regime_started[name] = state.wall_s
                     continue
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
+                if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms for every operator (module docstring)
+                    self._changed_at = {n: o.fed for n, o in self._ops.items()}
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 started = self._regime_started.get(name)
                 if started is not None and change.kind == ChangeKind.FEATURES:
