@@ -211,3 +211,26 @@ def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_i
             assert runner.replicas("b") > runner.replicas("a")
             return
     raise AssertionError(f"no rollout after the workload change ({since})")
+
+
+def test_a_model_turning_stale_re_arms_the_evidence_gate():
+    # a's model turns stale (saturated, measured at half its prediction) with no feature change seen:
+    # the workload moved, so no plan until every operator has measured it
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    for _ in range(12):  # settle: the first move made, verified, then nothing left to gain
+        record = policy.tick(runner.state(), runner.advance(2.0))
+        if record.plan is not None:
+            runner.apply(record.plan)
+    assert policy._gate_passed() and policy._pending is None, record.reason
+    policy._stale_scale = lambda state, op_state, notes: 0.5 if op_state.name == "a" else 1.0
+    since = {"a": 0, "b": 0}
+    for _ in range(12):
+        new = runner.advance(2.0)
+        record = policy.tick(runner.state(), new)
+        for s in new:
+            since[s.operator] += 1
+        if record.action == "roll_out":
+            assert min(since.values()) >= 40, f"rolled out on {since} samples since the model turned stale"
+            return
+    raise AssertionError(f"no rollout once the new workload was measured ({since})")

@@ -52,6 +52,11 @@ Contract:
   passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
   few batches to refit soon): its capacity curves are scaled down to the measurement until it
   refits, and the note says so. Without this, such an operator stayed starved for a minute.
+  A model turning stale also re-arms the evidence gate, as a features regime change does
+  (``_arm_on_stale``): the workload moved without its features saying so, and the operators
+  downstream have not measured it yet (in the simulated video run, decode turned stale on the HD
+  block and the move made at once took the replicas safety needed there: 0.91x static-avg;
+  with the gate re-armed no move was made: 1.00x).
 - evidence gate: no placement until every operator has a fitted model and ``min_samples``
   samples, ``min_config_samples`` of them taken since the workload last changed (a features
   regime change at any operator re-arms it for all: the new items reach the downstream
@@ -211,6 +216,7 @@ class TridentPolicy:
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []
         self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
+        self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
@@ -268,6 +274,7 @@ class TridentPolicy:
         step("regime", lambda: self._regime(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events) and self._pending is None:
             self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
+        step("stale", lambda: self._arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
         if prev is not None:
@@ -831,6 +838,22 @@ class TridentPolicy:
             demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
         result = self.solve(demands, cluster, current_placement(state), solver=self.solver, time_limit_s=self.time_limit_s)
         return demands, cluster, result, forced, notes
+
+    def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
+        """An operator whose model turns stale saw a heavier workload that its features did not flag:
+        the evidence gate re-arms as for a regime change (the workload reaches the others next)."""
+        for op_state in state.operators:
+            op = self._ops.get(op_state.name)
+            if op is None or not op.model.ready:
+                continue
+            stale = self._stale_scale(state, op_state, []) < 1.0
+            if stale and op_state.name not in self._stale:
+                self._changed_at = {n: o.fed for n, o in self._ops.items()}
+                events.append(TickEvent(EventKind.NOTE, op_state.name, "model stale (saturated, capacity under its prediction): "
+                                        "the evidence gate waits for samples of the new workload"))
+                self._stale.add(op_state.name)
+            elif not stale:
+                self._stale.discard(op_state.name)
 
     def _stale_scale(self, state: RunnerState, op_state: Any, notes: list[str]) -> float:
         """1.0, or measured / predicted capacity of a saturated operator whose model over-predicts
