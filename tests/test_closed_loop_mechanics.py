@@ -1,7 +1,9 @@
 """The closed loop's mechanisms: a move of a single-replica operator lands on a full cluster, a
-refused plan is not re-issued unchanged, no rollout before the evidence gate, a rollout that
-lowers the measured throughput is rolled back after the input closed, and a move whose cold
-start the remaining items cannot repay is not made."""
+refused plan is not re-issued unchanged, no rollout before the evidence gate (nor after a
+workload change before every operator has measured the new workload), a rollout that lowers
+the measured throughput is rolled back after the input closed, a move whose cold start the
+remaining items cannot repay is not made, and an operator that ran out of memory is moved off
+its config whatever else is going on (evidence gate, verification, a placement that fails)."""
 
 from __future__ import annotations
 
@@ -145,3 +147,90 @@ def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
     assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
     moved = record.plan.for_operator(new[0].operator)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
+
+
+def _failing_solve(*_args, **_kwargs):
+    raise RuntimeError("injected: the solver found no plan")
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
+    from trident_flows.scheduler.types import Outcome
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=8, solve=_failing_solve)
+    records = run_ticks(runner, policy, 4)
+    assert policy._gate_passed() and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
+    new = runner.advance(2.0)
+    new[0] = replace(new[0], outcome=Outcome.OOM)
+    record = policy.tick(runner.state(), new)
+    assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
+    moved = record.plan.for_operator(new[0].operator)
+    assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified():
+    from trident_flows.scheduler.types import Outcome
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=5)
+    for _ in range(12):
+        record = policy.tick(runner.state(), runner.advance(2.0))
+        if record.plan is not None:
+            runner.apply(record.plan)
+        if record.action == "roll_out":
+            break
+    assert record.action == "roll_out" and policy._pending is not None, record.reason
+    new = runner.advance(2.0)
+    k = next(i for i, s in enumerate(new) if s.operator == "b")
+    new[k] = replace(new[k], outcome=Outcome.OOM)
+    record = policy.tick(runner.state(), new)
+    assert record.action == "roll_out" and "memory safety" in record.reason, (record.action, record.reason, record.verification)
+    assert all(g.config.batch_size < new[k].config.batch_size for g in record.plan.for_operator("b").groups)
+    assert policy._pending is None and "verification dropped" in record.verification
+
+
+def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_it():
+    from trident_flows.scheduler.decision_log import EventKind
+
+    runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    since = None  # samples per operator since the first workload change the policy saw
+    for _ in range(40):
+        new = runner.advance(2.0)
+        if since is not None:
+            for s in new:
+                since[s.operator] += 1
+        record = policy.tick(runner.state(), new)
+        if record.plan is not None:
+            runner.apply(record.plan)
+        if since is None and any(e.kind == EventKind.REGIME_CHANGE for e in record.events):
+            since = {"a": 0, "b": 0}
+        if since is not None and record.action == "roll_out":
+            # without the re-armed gate: a move at the change itself on the old models (a 4/4 split), then a second one
+            assert min(since.values()) >= 40, f"rolled out on {since} samples of the new workload"
+            assert runner.replicas("b") > runner.replicas("a")
+            return
+    raise AssertionError(f"no rollout after the workload change ({since})")
+
+
+def test_a_model_turning_stale_re_arms_the_evidence_gate():
+    # a's model turns stale (saturated, measured at half its prediction) with no feature change seen:
+    # the workload moved, so no plan until every operator has measured it
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    for _ in range(12):  # settle: the first move made, verified, then nothing left to gain
+        record = policy.tick(runner.state(), runner.advance(2.0))
+        if record.plan is not None:
+            runner.apply(record.plan)
+    assert policy._gate_passed() and policy._pending is None, record.reason
+    policy._stale_scale = lambda state, op_state, notes: 0.5 if op_state.name == "a" else 1.0
+    since = {"a": 0, "b": 0}
+    for _ in range(12):
+        new = runner.advance(2.0)
+        record = policy.tick(runner.state(), new)
+        for s in new:
+            since[s.operator] += 1
+        if record.action == "roll_out":
+            assert min(since.values()) >= 40, f"rolled out on {since} samples since the model turned stale"
+            return
+    raise AssertionError(f"no rollout once the new workload was measured ({since})")

@@ -191,3 +191,23 @@ def test_windows_of_millisecond_batches_span_enough_busy_time_to_average_out_sch
     report = model.fit(samples)
     assert all(h.window.busy_s >= model.min_window_busy_s for h in report.held_out[:-1])
     assert report.mape < 0.1 and report.mape < 0.6 * fine.mape
+
+
+def test_residuals_of_many_samples_match_one_at_a_time():
+    run = simulate(OP, [Phase(A, 4, 200), Phase(B, 2, 200)], [(SHORT, 1000)], anomalies=QUIET, seed=5)
+    model = OperatorModel("parse")
+    model.fit(run.samples)
+    samples = list(run.samples[:60])
+    samples[3] = replace(samples[3], outcome=Outcome.OOM)                  # no residual: not an OK batch
+    samples[7] = replace(samples[7], config=OpConfig.make("gpu", batch_size=8))  # no residual: a device never seen
+    replicas = [4 if s.config == A else 2 for s in samples]
+    one = []
+    for s, r in zip(samples, replicas):
+        try:
+            one.append(model.log_residual(s, r) if s.outcome == Outcome.OK else None)
+        except NoModelError:
+            one.append(None)
+    many = model.log_residuals(samples, replicas)
+    assert many[3] is None and many[7] is None
+    assert [m is None for m in many] == [o is None for o in one]
+    assert [m for m in many if m is not None] == pytest.approx([o for o in one if o is not None], rel=1e-9, abs=1e-9)

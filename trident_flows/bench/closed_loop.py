@@ -26,7 +26,7 @@ Contract of ``run(quick, pipeline="documents") -> BenchResult`` (``closed_loop_v
   is left out, the cold starts of reconfigurations are in.
 - Per run: throughput, accelerator busy fraction (emulated kernel seconds / (GPUs x wall)),
   OOMs, items lost (``items_lost``: input ids - output ids - dead-letter ids), reconfigurations,
-  controller milliseconds per tick and per tick step, and the ticks that acted or saw a regime
+  controller milliseconds per tick and per tick step, and the ticks that acted, verified a rollout or saw a regime
   change with their reasons (policies that keep ``records``). Medians over repeats.
 - Summary: ``speedup_vs_static_avg``, ``speedup_vs_ray_data``, ``speedup_vs_xenna``,
   ``ratio_to_oracle`` (trident's median throughput over the other's, regimes variant),
@@ -301,7 +301,7 @@ class RunRecord:
     apply_outcomes: list[dict[str, Any]] = field(default_factory=list)  # every apply's outcome, in order
     tick_ms: list[float] = field(default_factory=list)
     tick_steps_ms: dict[str, float] = field(default_factory=dict)  # median milliseconds per tick step
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # the policy's ticks that changed or refused something
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # the policy's ticks that changed, refused, saw an event or verified
     timeline: list[tuple[float, int]] = field(default_factory=list)   # (seconds, items completed)
     tail: list[tuple[float, int]] = field(default_factory=list)       # (seconds, items taken by the last operator)
     replicas: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
@@ -387,8 +387,8 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     steps = [r.timings_ms for r in getattr(policy, "records", [])]
     record.tick_steps_ms = {k: round(float(np.median([t.get(k, 0.0) for t in steps])), 2) for k in (steps[-1] if steps else {})}
     record.decisions = [{"t": round(r.at - t_wall0, 2), "action": getattr(r.action, "value", r.action), "reason": r.reason[:400], "events": [str(e) for e in r.events][:5],
-                         "predicted": round(r.predicted_throughput, 3), "measured": round(r.pipeline_throughput, 3)}
-                        for r in getattr(policy, "records", []) if r.action != "none" or r.events]
+                         "predicted": round(r.predicted_throughput, 3), "measured": round(r.pipeline_throughput, 3), "verification": r.verification[:300]}
+                        for r in getattr(policy, "records", []) if r.action != "none" or r.events or r.verification]
     record.error = state.error
     return record
 

@@ -738,6 +738,30 @@ class OperatorModel:
         mu, _ = self._predict_log([sample.config], np.array([float(replicas)]), feats)
         return math.log(sample.items_in / sample.busy_s) - float(mu[0])
 
+    def log_residuals(self, samples: Sequence[BatchSample], replicas: Sequence[int]) -> list[float | None]:
+        """``log_residual`` of many samples in one GP prediction (the regime detector re-bases on up to
+        100 of them after each refit: one prediction each made its step the tick's largest cost).
+        None where a sample has no residual: an error or OOM batch, an invalid sample, a device or
+        knob the model has not seen."""
+        out: list[float | None] = [None] * len(samples)
+        keep = []
+        for k, s in enumerate(samples):
+            if s.outcome != Outcome.OK or validate_sample(s) is not None:
+                continue
+            try:
+                self._require([s.config])
+            except NoModelError:
+                continue
+            keep.append(k)
+        if not keep:
+            return out
+        features = self._tp.encoder.features
+        feats = np.array([[samples[k].features.get(f, 0.0) / samples[k].items_in for f in features] for k in keep]).reshape(len(keep), -1)
+        mu, _ = self._predict_log([samples[k].config for k in keep], np.array([float(replicas[k]) for k in keep]), feats)
+        for j, k in enumerate(keep):
+            out[k] = math.log(samples[k].items_in / samples[k].busy_s) - float(mu[j])
+        return out
+
 
 def _quick_valid(samples: Sequence[BatchSample]) -> np.ndarray:
     """Vectorised version of ``validate_sample`` for the common case: True where the sample is surely valid

@@ -265,8 +265,7 @@ class RegimeDetector:
         settled = self._residual_model is not None and self._cal_left == 0
         if model is not None and model.ready and model.report is not self._residual_report and (not settled or self.calm):
             recent = [(s, r) for n, s, r in self._recent if n >= self._since]
-            residuals = [_residual(model, s, r) for s, r in recent]
-            residuals = [r for r in residuals if r is not None]
+            residuals = [r for r in model.log_residuals([s for s, _ in recent], [r for _, r in recent]) if r is not None]
             if len(residuals) >= min(20, self._recent.maxlen):
                 self._residual_model, self._residual_report = model.snapshot(), model.report
                 self.recalibrate(residuals)

@@ -34,9 +34,14 @@ Contract:
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
   operator running such a config is moved off it at once (safety comes before gain), with a
-  feasible order (a move that cannot be ordered is not issued) and its price recorded; before
-  the evidence gate lets the placement run, replica for replica to the largest smaller batch
-  that is not unsafe (``_safety_plan``: same resources, so it always fits).
+  feasible order (a move that cannot be ordered is not issued) and its price recorded. Before
+  the evidence gate lets the placement run, while a rollout is being verified (its
+  verification is dropped: the move changes what it measures), and whenever the placement
+  does not move it (no priced option, no feasible order, a failed solve), it is moved replica
+  for replica to the largest smaller batch that is not unsafe (``_safety_plan``: same
+  resources, so it always fits). Without the last two, an operator that ran out of memory
+  during a verification or with no priced smaller batch kept its config and ran out of memory
+  again (the simulated video spike run: 4 OOMs, the placement failing every tick).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
@@ -51,8 +56,17 @@ Contract:
   passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
   few batches to refit soon): its capacity curves are scaled down to the measurement until it
   refits, and the note says so. Without this, such an operator stayed starved for a minute.
+  A model turning stale also re-arms the evidence gate, as a features regime change does
+  (``_arm_on_stale``): the workload moved without its features saying so, and the operators
+  downstream have not measured it yet (in the simulated video run, decode turned stale on the HD
+  block and the move made at once took the replicas safety needed there: 0.91x static-avg;
+  with the gate re-armed no move was made: 1.00x).
 - evidence gate: no placement until every operator has a fitted model and ``min_samples``
-  samples; a config that does not run is compared only with ``min_config_samples`` samples of
+  samples, ``min_config_samples`` of them taken since the workload last changed (a features
+  regime change at any operator re-arms it for all: the new items reach the downstream
+  operators seconds later, and until they have been measured there, their models describe the
+  old workload; in the simulated video run a move made on decode's first samples of the HD
+  block took 3 of safety's 7 replicas, which the HD items needed, and was rolled back); a config that does not run is compared only with ``min_config_samples`` samples of
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
   capacity beyond what runs now counts at its lower confidence bound (GP mean -
   ``confidence_z`` std), so a change is made only when its gain holds there.
@@ -208,6 +222,8 @@ class TridentPolicy:
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []
+        self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
+        self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
@@ -269,21 +285,25 @@ class TridentPolicy:
         step("regime", lambda: self._regime(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events) and self._pending is None:
             self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
+        step("stale", lambda: self._arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
         if prev is not None:
             self._recent.append(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted, hold = "none", "", None, 0.0, None
-        safety = step("safety", lambda: self._safety_plan(state)) if self._pending is None else None
+        safety = step("safety", lambda: self._safety_plan(state))
+        if safety is not None and self._pending is not None:
+            # memory safety comes before verification: the move changes the placement being measured
+            verification = f"verification dropped for a memory-safety move ({verification or 'measuring'})"
+            self._pending, rollback = None, None
         if rollback is not None:
             action, plan, reason = "rollback", rollback, rollback.reason
         elif safety is not None and not self._gate_passed():
             action, plan, reason = "roll_out", safety, safety.reason
         elif not self._gate_passed():
-            missing = sorted(f"{n} ({len(o.window)})" for n, o in self._ops.items() if not o.model.ready or len(o.window) < self.min_samples)
-            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator; "
-                      f"short: {', '.join(missing) or 'every operator'}")
+            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator, "
+                      f"{self.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence()) or 'every operator'}")
             hold = Hold(HoldKind.WAITING_FOR_SAMPLES)
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
@@ -295,6 +315,11 @@ class TridentPolicy:
                 if decided is not None:
                     action, reason, plan, predicted, hold = decided
                     self._settled = action in ("none", "wait")
+            if safety is not None and plan is None:
+                # the placement could not move an operator off an unsafe config (no priced option, no
+                # feasible order, a failed solve): the replica-for-replica move always fits
+                why = reason or "; ".join(errors) or "no placement"
+                action, plan, reason, hold = "roll_out", safety, f"{safety.reason} (the placement did not move it: {why})", None
         if canary_ops:
             plan = self._with_canaries(state, plan, canary_ops, ended)
             if action in ("none", "wait"):
@@ -322,13 +347,21 @@ class TridentPolicy:
         return record
 
     def _gate_passed(self) -> bool:
-        return bool(self._ops) and all(o.model.ready and len(o.window) >= self.min_samples for o in self._ops.values())
+        return bool(self._ops) and not self._short_of_evidence()
+
+    def _short_of_evidence(self) -> list[str]:
+        """Operators the evidence gate waits for, with their sample counts (total, since the change)."""
+        short = []
+        for name, o in sorted(self._ops.items()):
+            since = o.fed - self._changed_at.get(name, 0)
+            if not o.model.ready or len(o.window) < self.min_samples or since < self.min_config_samples:
+                short.append(f"{name} ({len(o.window)}, {since} since the change)")
+        return short
 
     def _safety_plan(self, state: RunnerState) -> Plan | None:
-        """Before the evidence gate lets the placement run: move every operator off a config that ran
-        out of memory (or whose memory bound exceeds the budget) to the largest smaller batch that is
-        not unsafe, replica for replica (the same CPUs/GPUs, so the move always fits). None when all
-        is safe."""
+        """Move every operator off a config that ran out of memory (or whose memory bound exceeds the
+        budget) to the largest smaller batch that is not unsafe, replica for replica (the same
+        CPUs/GPUs, so the move always fits). None when all is safe."""
         ops, unsafe = [], []
         for op_state in state.operators:
             if op_state.name not in self._ops:
@@ -346,7 +379,7 @@ class TridentPolicy:
                 ops.append(OperatorPlan(op_state.name, tuple(groups), f"memory safety: {op_state.name} " + "; ".join(moved), canary_config(op_state)))
         if not ops:
             return None
-        return Plan(tuple(ops), 0.0, "memory safety before the evidence gate: " + "; ".join(o.reason for o in ops),
+        return Plan(tuple(ops), 0.0, "memory safety: " + "; ".join(o.reason for o in ops),
                     Rationale(PlanKind.MEMORY_SAFETY, unsafe=tuple(unsafe)))
 
     # ------------------------------------------------------------------ observe
@@ -429,6 +462,8 @@ class TridentPolicy:
                         self._regime_started[name] = state.wall_s
                     continue
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
+                if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms for every operator (module docstring)
+                    self._changed_at = {n: o.fed for n, o in self._ops.items()}
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 started = self._regime_started.get(name)
                 if started is not None and change.kind == ChangeKind.FEATURES:
@@ -826,6 +861,22 @@ class TridentPolicy:
             demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
         result = self.solve(demands, cluster, current_placement(state), solver=self.solver, time_limit_s=self.time_limit_s)
         return demands, cluster, result, forced, notes
+
+    def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
+        """An operator whose model turns stale saw a heavier workload that its features did not flag:
+        the evidence gate re-arms as for a regime change (the workload reaches the others next)."""
+        for op_state in state.operators:
+            op = self._ops.get(op_state.name)
+            if op is None or not op.model.ready:
+                continue
+            stale = self._stale_scale(state, op_state, []) < 1.0
+            if stale and op_state.name not in self._stale:
+                self._changed_at = {n: o.fed for n, o in self._ops.items()}
+                events.append(TickEvent(EventKind.NOTE, op_state.name, "model stale (saturated, capacity under its prediction): "
+                                        "the evidence gate waits for samples of the new workload"))
+                self._stale.add(op_state.name)
+            elif not stale:
+                self._stale.discard(op_state.name)
 
     def _stale_scale(self, state: RunnerState, op_state: Any, notes: list[str]) -> float:
         """1.0, or measured / predicted capacity of a saturated operator whose model over-predicts
