@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install.sh 2>/dev/null | sha1sum | cut -c1-12)
 
-.PHONY: install demo test bench stop clean
+.PHONY: install demo lint test bench stop clean
 
 $(STAMP): pyproject.toml scripts/install.sh
 	@bash scripts/install.sh "$(PYTHON)" "$(VENV)"
@@ -19,7 +19,10 @@ install: $(STAMP)
 demo: install
 	@$(PY) -m trident_flows.demo
 
-test: install
+lint: install
+	@$(VENV)/bin/ruff check trident_flows tests examples
+
+test: install lint
 	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install

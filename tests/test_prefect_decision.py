@@ -12,7 +12,7 @@ from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.tasks.decision import explain_hold, read_decision, read_outcome
 
-from test_controller import CLUSTER8, SimRunner, run_ticks, two_ops
+from test_controller import CLUSTER8, SimRunner, two_ops
 from trident_flows.tasks.live_view import LiveHistory, chart_png, operator_rows, render_markdown
 
 CPU8 = OpConfig.make("cpu", batch_size=8)

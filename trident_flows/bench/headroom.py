@@ -26,7 +26,6 @@ Contract:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 

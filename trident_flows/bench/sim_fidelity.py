@@ -275,7 +275,6 @@ def run_side_by_side(quick: bool = False, log: Any = print) -> list[dict[str, An
         _start_ray()
     work = Path(tempfile.mkdtemp(prefix="trident-sim-fidelity-"))
     rows: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
     try:
         for w in WORKLOADS:
             bench = PIPELINES[w.pipeline]
