@@ -85,6 +85,6 @@ def simulate_plan(workload: PlanWorkload, catalogue: Catalogue, counts: Mapping[
     spec, policy = planned_spec(workload, plan, items, int(cluster.total_cpus), seed)
     features = sorted({f for m in workload.profile.workloads.values() for f in m})
     stream = Stream.generate(workload.profile.workloads, workload.schedule(), items, features, seed)
-    run = driver.simulate(spec, cluster, policy, tick_s=TICK_S, stream=stream, record_s=TICK_S, seed=seed)
+    run = driver.simulate(spec, cluster, policy, tick_s=TICK_S, stream=stream, record_s=TICK_S)
     rate = _steady_rate(run.timeline, items)
     return SimCheck(rate if math.isfinite(rate) else 0.0, items, float(run.summary["wall_s"]), float(run.summary["sim_wall_s"]))
