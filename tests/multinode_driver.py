@@ -247,7 +247,9 @@ def main(out_dir: str) -> None:
         workers = {"cpu": _add_node(cluster, **CPU_WORKER), "gpu": _add_node(cluster, **GPU_WORKER)}
         cluster.wait_for_nodes()
         nodes = {"head": cluster.head_node.node_id, "cpu": workers["cpu"].node_id, "gpu": workers["gpu"].node_id}
-        print(f"RESULT {json.dumps({'scenario': 'cluster', 'nodes': nodes, 'seconds': round(time.monotonic() - t0, 1)})}", flush=True)
+        driver_node = ray.get_runtime_context().get_node_id()  # the runner is pinned here: it must be the head
+        print(f"RESULT {json.dumps({'scenario': 'cluster', 'nodes': nodes, 'driver_node': driver_node, 'seconds': round(time.monotonic() - t0, 1)})}",
+              flush=True)
         for name, run in (("placement", lambda: placement(cluster, out / "placement", nodes)),
                           ("node_loss", lambda: node_loss(cluster, out / "loss", nodes, workers)),
                           ("node_join", lambda: node_join(cluster, out / "join", nodes))):

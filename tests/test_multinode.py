@@ -34,6 +34,8 @@ def scenarios(tmp_path_factory) -> dict[str, dict]:
             results[data["scenario"]] = data
     if "cluster" not in results:
         pytest.fail(f"the 3-node cluster did not start (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    cluster = results["cluster"]
+    assert cluster["driver_node"] == cluster["nodes"]["head"], "the driver (and so the runner) must be on the head, which no test kills"
     return results
 
 

@@ -98,10 +98,12 @@ def start_runner(spec: PipelineSpec, out_dir: Path | str, *, name: str = "triden
     else:
         raise RuntimeConfigError(f"a runner named {name!r} already exists in namespace {namespace!r}; pick another name or stop it")
     # the runner holds the queues and in-flight batches: it runs on the driver's node (the head, as a
-    # rule), not on a worker node whose loss would cost every uncommitted shard
+    # rule), not on a worker node whose loss would cost every uncommitted shard. Hard affinity: it
+    # reserves no resources, so the driver's node can always hold it (with soft affinity Ray placed it
+    # on a worker node in a multi-node test run, and that node's loss took the run with it)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     handle = RunnerActor.options(name=name, namespace=namespace, lifetime="detached" if detached else None,
                                  scheduling_strategy=here).remote(spec, str(out_dir), settings, name, namespace, external_input)
     ray.get(handle.start.remote())
