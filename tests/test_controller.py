@@ -231,7 +231,7 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=1400, regimes="a_heavy:500,b_heavy:900")
     handle = start_runner(spec, tmp_path / "out", name="ctl-move-runner")
     controller = Controller(handle, spec=spec, cluster=ClusterSpec.single_node(8, 0), decision_log=tmp_path / "d.jsonl",
-                            verify_ticks=2, min_samples=12)  # a 1400-item run: b finishes few batches per regime
+                            verify_ticks=2, min_samples=12, min_config_samples=6)  # a 1400-item run: b finishes few batches per regime
     try:
         deadline = time.time() + 240
         while not controller.finished and time.time() < deadline:
