@@ -85,7 +85,7 @@ class TesseractEngine:
         return pytesseract.image_to_string(Image.fromarray(image), lang=self.lang).strip()
 
 
-class _TimedSession:
+class TimedSession:
     """Wraps an onnxruntime session and adds up the seconds its ``run`` takes (the model forward)."""
 
     def __init__(self, session: Any) -> None:
@@ -117,7 +117,7 @@ class RapidOcrEngine:
         holders = (self._ocr.text_det.infer, self._ocr.text_cls.infer, self._ocr.text_rec.session)
         self._timed = []
         for holder in holders:  # time every model forward (the share a GPU speeds up)
-            holder.session = _TimedSession(holder.session)
+            holder.session = TimedSession(holder.session)
             self._timed.append(holder.session)
         self.device = "cuda" if cuda and all(h.use_cuda for h in holders) else "cpu"
         self.description = (f"rapidocr-onnxruntime {importlib.metadata.version('rapidocr-onnxruntime')} "

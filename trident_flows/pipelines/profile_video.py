@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from trident_flows.pipelines.doc_ocr import TimedSession
 from trident_flows.runtime.costmodel import PROFILE_DIR, DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.scheduler.types import OpConfig
 
@@ -105,23 +106,6 @@ class _PeakRss:
         self.peak = max(self.peak, self.proc.memory_info().rss)
 
 
-class _TimedSession:
-    """Wraps an onnxruntime session and adds up the seconds spent in ``run`` (the model forward)."""
-
-    def __init__(self, session: Any) -> None:
-        self.session, self.seconds = session, 0.0
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.session.run(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.session, name)
-
-
 class _TimedModel:
     """Wraps a SentenceTransformer and adds up the seconds spent in ``encode``."""
 
@@ -153,7 +137,7 @@ def worker(op_name: str, config_json: str, inputs_path: str, result_path: str, r
     cold = time.perf_counter() - start
     timer = None
     if hasattr(op, "session"):
-        op.session = timer = _TimedSession(op.session)
+        op.session = timer = TimedSession(op.session)
     elif hasattr(op, "model"):
         op.model = timer = _TimedModel(op.model)
     points = []
