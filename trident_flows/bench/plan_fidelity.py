@@ -18,12 +18,12 @@ Contract of ``run(quick) -> BenchResult``:
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from trident_flows.bench.local_ray import start_local_ray
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.sim_fidelity import run_live
 from trident_flows.planning.catalogue import Catalogue, NodeType
@@ -39,18 +39,6 @@ ATTEMPTS = 5  # Ray start-ups tried: 3 all timed out at load average 60-90 on th
 TIME_SCALE = 0.5  # emulated seconds x 0.5: a scanned document's OCR (~5 s) in ~2.5 s, so a run of a few hundred items fits minutes
 
 
-def _start_ray(cpus: float, gpus: int) -> None:
-    for attempt in range(ATTEMPTS):  # Ray's raylet may miss its 30 s registration window on a loaded machine (see sim_fidelity)
-        try:
-            ray.init("local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            return
-        except Exception:  # noqa: BLE001 - retried; the last failure is raised
-            ray.shutdown()
-            if attempt == ATTEMPTS - 1:
-                raise
-            time.sleep(20)
-
-
 def measure(node: NodeType, items: int, log: Any = print) -> dict[str, Any]:
     catalogue = Catalogue((node,), "USD", "plan-fidelity")
     workload = from_regimes("documents", REGIMES)
@@ -58,7 +46,7 @@ def measure(node: NodeType, items: int, log: Any = print) -> dict[str, Any]:
     option = _Checker(demands, catalogue, items)({node.name: 1})
     sim = simulate_plan(workload, catalogue, option.counts, option.plan, max(items, 2000))
     spec, policy = planned_spec(workload, option.plan, items, int(node.cpus), time_scale=TIME_SCALE)
-    _start_ray(node.cpus, node.gpus)
+    start_local_ray(node.cpus, node.gpus, ATTEMPTS)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             live = run_live(spec, policy, Path(tmp) / "out")

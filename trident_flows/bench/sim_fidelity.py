@@ -48,6 +48,7 @@ from typing import Any, Sequence
 
 import ray
 
+from trident_flows.bench.local_ray import start_local_ray
 from trident_flows.bench.closed_loop import DEVICE_MEMORY, PIPELINES, TICK_S, tune, workloads
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.runtime.control import ControlLoop
@@ -178,20 +179,6 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     return fig
 
 
-def _start_ray(attempts: int = 3) -> None:
-    """A local Ray node; retried, because on a heavily loaded machine Ray's raylet may miss its
-    fixed 30 s registration window ("The current node timed out during startup")."""
-    for attempt in range(attempts):
-        try:
-            ray.init("local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
-            return
-        except Exception:  # noqa: BLE001 - retried; the last failure is raised
-            ray.shutdown()
-            if attempt == attempts - 1:
-                raise
-            time.sleep(20)
-
-
 COMMITTED = {"documents": "closed-loop.json", "video": "closed-loop-video.json"}
 COMMITTED_SYSTEMS = ("static-avg", "static-large", "oracle", "threshold", "ds2", "trident")
 # Live repeats further apart than this (max/min) did not measure the runtime but the machine's
@@ -272,7 +259,7 @@ def run_side_by_side(quick: bool = False, log: Any = print) -> list[dict[str, An
     """Fresh live and simulated runs of ``WORKLOADS`` (see the module docstring)."""
     started = not ray.is_initialized()
     if started:
-        _start_ray()
+        start_local_ray(CPUS, GPUS, attempts=3)
     work = Path(tempfile.mkdtemp(prefix="trident-sim-fidelity-"))
     rows: list[dict[str, Any]] = []
     try:
