@@ -49,6 +49,16 @@ def test_work_per_item_scales_the_demand():
     assert res.plan.for_operator("embed").replicas == 10
 
 
+def test_cpu_options_with_a_memory_bound_place_on_nodes_whose_host_memory_is_not_modelled():
+    # A cluster given as CPUs/GPUs only (host memory unknown, e.g. `simulate --cluster 1x(cpus=16,gpus=2)`)
+    # with CPU options that carry a host memory bound: the bound limits nothing (inf // bound was nan).
+    cluster = ClusterSpec((NodeClass("n", 1, 4),))
+    demands = [OperatorDemand("parse", 1.0, (PlacementOption.from_rate(CPU1, 8.0, host_mem_bytes=2 * GiB),))]
+    res = solve_placement(demands, cluster)
+    assert res.plan.for_operator("parse").replicas == 4
+    assert res.throughput == pytest.approx(32.0)
+
+
 def test_diminishing_returns_curve_is_respected():
     curve = PlacementOption(CPU1, ((1, 10.0), (2, 15.0), (4, 18.0)))
     assert curve.rate_at(3) == pytest.approx(16.5)

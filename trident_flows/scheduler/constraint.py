@@ -116,6 +116,7 @@ class FeatureWindow:
         self.quantile = quantile
         self._z = float(norm.ppf(quantile))
         self._rows: deque[tuple[dict[str, float], int | None]] = deque(maxlen=size)
+        self._worst: dict[int, dict[str, float]] = {}  # batch size -> worst(); emptied by add()
 
     def add(self, features: Mapping[str, float], items: int | None = None) -> None:
         """Add per-item ``features`` averaged over ``items`` items (``None``: unknown)."""
@@ -123,13 +124,16 @@ class FeatureWindow:
             raise ValueError(f"features must be averaged over >= 1 items, got items={items!r}")
         if features:
             self._rows.append(({k: float(v) for k, v in features.items()}, None if items is None else int(items)))
+            self._worst.clear()
 
     def worst(self, batch_size: int = 1) -> dict[str, float]:
         """Per feature, the ``quantile`` of the per-item mean of a batch of ``batch_size`` items."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        names = sorted({k for row, _ in self._rows for k in row})
-        return {k: self._worst_one(k, batch_size) for k in names}
+        if batch_size not in self._worst:  # the safety checks ask for the same few batch sizes many times between adds
+            names = sorted({k for row, _ in self._rows for k in row})
+            self._worst[batch_size] = {k: self._worst_one(k, batch_size) for k in names}
+        return dict(self._worst[batch_size])
 
     def _worst_one(self, name: str, batch_size: int) -> float:
         counted = [(row.get(name, 0.0), n) for row, n in self._rows if n is not None]

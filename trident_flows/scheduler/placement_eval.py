@@ -125,7 +125,7 @@ def _place_on_node(state: tuple, item: tuple[float, float, float], want: int) ->
     k = want
     if cpus > 0:
         k = min(k, int((cpu_free + _EPS) // cpus))
-    if mem > 0:
+    if mem > 0 and math.isfinite(mem_free):  # inf // mem is nan: unmodelled host memory bounds nothing
         k = min(k, int((mem_free + _EPS) // mem))
     if g <= 0 or k <= 0:
         return ((cpu_free - k * cpus, mem_free - k * mem, gpu_free), max(k, 0))

@@ -56,8 +56,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
-from trident_flows.scheduler.observe import NoModelError, OperatorModel
-from trident_flows.scheduler.types import BatchSample, Outcome
+from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.types import BatchSample
 
 
 class ChangeKind(str, Enum):
@@ -261,16 +261,40 @@ class RegimeDetector:
     # ---------------------------------------------------------------- update
     def observe(self, sample: BatchSample, model: OperatorModel | None, replicas: int) -> RegimeChange | None:
         """``update`` with the residual of ``sample`` under a snapshot of ``model`` (see the module docstring)."""
-        self._recent.append((self.n, sample, replicas))
+        return self.observe_many([sample], model, replicas)[0]
+
+    def observe_many(self, samples: Sequence[BatchSample], model: OperatorModel | None, replicas: int) -> list[RegimeChange | None]:
+        """``observe`` of each sample in order (one result per sample), with the residuals of all of
+        them under the snapshot in one GP prediction: one prediction per sample made this the
+        controller's largest cost (video: ~1 ms a sample, 100+ samples a tick). A newer fit is taken at
+        most once per call (at the first sample where the swap is allowed), so re-basing is not retried
+        on every sample while too few residuals exist."""
+        out: list[RegimeChange | None] = []
+        tried_rebase = False
+        snapshot, residuals = None, {}
+        for i, sample in enumerate(samples):
+            self._recent.append((self.n, sample, replicas))
+            if not tried_rebase and self._may_rebase(model):
+                tried_rebase = True
+                self._rebase(model)
+            if self._residual_model is not None and self._residual_model is not snapshot:
+                snapshot = self._residual_model
+                rest = samples[i:]
+                residuals = dict(enumerate(snapshot.log_residuals(rest, [replicas] * len(rest)), start=i))
+            out.append(self.update(sample, residuals.get(i) if snapshot is not None else None))
+        return out
+
+    def _may_rebase(self, model: OperatorModel | None) -> bool:
         settled = self._residual_model is not None and self._cal_left == 0
-        if model is not None and model.ready and model.report is not self._residual_report and (not settled or self.calm):
-            recent = [(s, r) for n, s, r in self._recent if n >= self._since]
-            residuals = [r for r in model.log_residuals([s for s, _ in recent], [r for _, r in recent]) if r is not None]
-            if len(residuals) >= min(20, self._recent.maxlen):
-                self._residual_model, self._residual_report = model.snapshot(), model.report
-                self.recalibrate(residuals)
-        residual = _residual(self._residual_model, sample, replicas) if self._residual_model is not None else None
-        return self.update(sample, residual)
+        return model is not None and model.ready and model.report is not self._residual_report and (not settled or self.calm)
+
+    def _rebase(self, model: OperatorModel) -> None:
+        """Take ``model``'s fit for residuals when enough recent samples (since the last change) have one under it."""
+        recent = [(s, r) for n, s, r in self._recent if n >= self._since]
+        residuals = [r for r in model.log_residuals([s for s, _ in recent], [r for _, r in recent]) if r is not None]
+        if len(residuals) >= min(20, self._recent.maxlen):
+            self._residual_model, self._residual_report = model.snapshot(), model.report
+            self.recalibrate(residuals)
 
     def update(self, sample: BatchSample, residual: float | None = None) -> RegimeChange | None:
         """Consume one sample (and its throughput residual, if a model exists)."""
@@ -360,12 +384,3 @@ class RegimeDetector:
                             f"throughput residual shifted by {math.expm1(shift):+.0%} and the features since sample {start} are "
                             f"{'those of regime ' + str(rid) if recurring else 'a new regime ' + str(rid)}", recurring)
 
-
-def _residual(model: OperatorModel, sample: BatchSample, replicas: int) -> float | None:
-    """The sample's log throughput residual under ``model``, or None where it has none (error/OOM batch, unseen device)."""
-    if sample.outcome != Outcome.OK:
-        return None
-    try:
-        return model.log_residual(sample, replicas)
-    except (NoModelError, ValueError):
-        return None

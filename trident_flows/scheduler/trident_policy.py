@@ -14,10 +14,13 @@ Contract:
   the switch costs, the bottlenecks; the measured throughputs of a rollback; the unsafe configs
   or the canary verdicts. The reason text says the same for the log.
 - observe: the samples go to a sliding window per operator and its ``OperatorModel`` is refitted
-  once ``refit_min_samples`` new samples have arrived since its last fit, at once when its
-  config epoch changed or its window was cut at a change point (samples of older config epochs
-  are invalidated by the model itself). A fit costs tens of milliseconds per operator; refitting
-  every operator on every tick made the tick the controller's largest cost.
+  once ``refit_min_samples`` new samples have arrived since its last fit when its config epoch
+  changed, its window was cut at a change point, or its workload moved (a features regime change
+  at its detector, its model turned stale); otherwise once the new samples are ``refit_fraction`` of those
+  the last fit used (samples of older config epochs are invalidated by the model itself). A fit
+  costs tens of milliseconds per operator: refitting every operator every few samples of an
+  unchanged workload made the fits most of the controller's CPU (video: 230 ms a tick), and that
+  CPU is taken from the pipeline it schedules when they share cores.
 - regime: each sample, with its throughput residual under the current model, goes to the
   operator's ``RegimeDetector``. On a residual change the window keeps only samples since the
   change point. On a change to a regime seen before, the remembered model and best config
@@ -153,6 +156,12 @@ class _Operator:
     unsafe: dict = field(default_factory=dict)
     unfitted: int = 0                  # samples since the last fit
     fitted_epoch: int | None = None    # the config epoch of the last fit (None: refit at the next samples)
+    fitted_on: int = 0                 # window samples the last fit used
+    workload_moved: bool = False       # a features regime change or a stale model since the last fit
+    remembered: tuple | None = None    # (regime, fit report) last stored in the regime memory
+    asked_tick: int = -1               # the tick its optimiser was last asked for a canary config
+    next_ask: int = 0                  # the first tick it may be asked again (after a proposal that could not start)
+    model_version: int = 0             # counts fits and restored models (the placement is re-solved after one)
 
 
 @dataclass
@@ -182,7 +191,7 @@ class TridentPolicy:
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  max_changes: int | None = None, refit_min_samples: int = 8, saturation_s: float = 8.0, stale_ratio: float = 1.5,
                  min_samples: int = 32, min_config_samples: int = 16, confidence_z: float = 1.0, verify_z: float = 2.0,
-                 **_options: Any) -> None:
+                 refit_fraction: float = 0.25, reask_ticks: int = 10, resolve_ticks: int = 10, **_options: Any) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if verify_ticks < 1 or apply_grace_ticks < 1:
@@ -228,12 +237,22 @@ class TridentPolicy:
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
+        self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
         if max_changes is not None and max_changes < 0:
             raise ValueError(f"trident: max_changes must be >= 0 or None, got {max_changes}")
         self.max_changes = max_changes
         if refit_min_samples < 1:
             raise ValueError(f"trident: refit_min_samples must be >= 1, got {refit_min_samples}")
         self.refit_min_samples = refit_min_samples
+        if not 0 <= refit_fraction <= 1:
+            raise ValueError(f"trident: refit_fraction must be in [0, 1], got {refit_fraction}")
+        self.refit_fraction = refit_fraction
+        if reask_ticks < 1:
+            raise ValueError(f"trident: reask_ticks must be >= 1, got {reask_ticks}")
+        self.reask_ticks = reask_ticks
+        if resolve_ticks < 1:
+            raise ValueError(f"trident: resolve_ticks must be >= 1, got {resolve_ticks}")
+        self.resolve_ticks = resolve_ticks
         if saturation_s <= 0 or stale_ratio < 1:
             raise ValueError(f"trident: saturation_s must be > 0 and stale_ratio >= 1, got {saturation_s}, {stale_ratio}")
         self.saturation_s = saturation_s
@@ -437,11 +456,14 @@ class TridentPolicy:
                 op.restored = False  # the remembered model serves this tick; refit from the next one
                 continue
             epoch = state.operator(name).config_epoch
-            if op.model.ready and op.fitted_epoch == epoch and op.unfitted < self.refit_min_samples:
+            due = not op.model.ready or op.fitted_epoch != epoch or op.workload_moved
+            need = self.refit_min_samples if due else max(self.refit_min_samples, math.ceil(self.refit_fraction * op.fitted_on))
+            if op.unfitted < need:
                 continue
             try:
                 op.model.fit([s for _, s in op.window], current_epoch=epoch)
-                op.unfitted, op.fitted_epoch = 0, epoch
+                op.unfitted, op.fitted_epoch, op.fitted_on, op.workload_moved = 0, epoch, len(op.window), False
+                op.model_version += 1
             except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
                 failed.append(f"{name}: {type(exc).__name__}: {exc}")
         if failed:
@@ -453,10 +475,9 @@ class TridentPolicy:
         for name, batch in new.items():
             op = self._ops[name]
             replicas = max(1, sum(state.operator(name).configs().values()))
-            for s in batch:
-                # observe() scores residuals under a snapshot of the model that it swaps only while the
-                # test is calm: residuals of a model refitted every tick would jump between fits.
-                change = op.detector.observe(s, op.model, replicas)
+            # the detector scores residuals under a snapshot of the model that it swaps only while the
+            # test is calm: residuals of a model refitted every tick would jump between fits.
+            for change in op.detector.observe_many(batch, op.model, replicas):
                 if change is None:
                     if op.detector.current is not None and name not in self._regime_started:
                         self._regime_started[name] = state.wall_s
@@ -464,6 +485,7 @@ class TridentPolicy:
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
                 if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms for every operator (module docstring)
                     self._changed_at = {n: o.fed for n, o in self._ops.items()}
+                    op.workload_moved = True  # the others refit when their own detectors see the new items
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 started = self._regime_started.get(name)
                 if started is not None and change.kind == ChangeKind.FEATURES:
@@ -480,12 +502,16 @@ class TridentPolicy:
                 if record is not None and record.model is not None:
                     op.model = record.model.snapshot()
                     op.restored = True
+                    op.model_version += 1
                     events.append(TickEvent(EventKind.REMEMBERED_REGIME, name, f"regime {change.new} seen before: serving its remembered model"
                                   + (f" and best config {record.best_config.label()}" if record.best_config else "")))
         for name, op in self._ops.items():
-            if op.model.ready and op.detector.current is not None:
+            # once per fit and regime: the optimiser's best() refits its memory model after new
+            # measurements (~20 ms), and calling it for every operator on every tick cost more than the fits
+            if op.model.ready and op.detector.current is not None and not _same_fit(op.remembered, op.detector.current, op.model.report):
                 best = self._optimizer(name).best() if self._spec_space(name) is not None else None
                 self.memory.remember(op.detector.current, name, model=op.model, best_config=best)
+                op.remembered = (op.detector.current, op.model.report)
 
     def _regime_key(self) -> tuple:
         return tuple(sorted((n, o.detector.current) for n, o in self._ops.items()))
@@ -576,6 +602,7 @@ class TridentPolicy:
     def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent],
                   ended: list[CanaryEnd]) -> dict[str, OperatorPlan]:
         canaries: dict[str, OperatorPlan] = {}
+        askable: list[tuple[int, float, str]] = []  # (last asked tick, -busy fraction, operator) of operators that may start one
         free_cpus, free_gpus = free_resources(state)
         for name, batch in new.items():
             op = self._ops[name]
@@ -607,18 +634,26 @@ class TridentPolicy:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events, ended)
                 if plan is not None:
                     canaries[name] = plan
-            elif (self.canaries and not canaries and op.model.ready and self._pending is None and self._settled
+            elif (self.canaries and op.model.ready and self._pending is None and self._settled and self._tick >= op.next_ask
                   and state_op.busy_fraction >= self.canary_min_busy):
-                plan = self._start_canary(state, name, opt, free_cpus, free_gpus, events)
-                if plan is not None:
-                    canaries[name] = plan
-                    free_cpus -= op.canary.config.cpus
-                    free_gpus -= op.canary.config.gpus
+                askable.append((op.asked_tick, -state_op.busy_fraction, name))
+        # At most one optimiser is asked per tick, the longest unasked (busiest first), and only with
+        # resources free for a canary; one whose proposal could not start waits ``reask_ticks`` ticks. An
+        # ask fits its surrogate (0.1-0.3 s): asking every operator every tick made canary search the
+        # controller's largest cost while the proposals could not start (no free CPU, already running).
+        if askable and not canaries and (free_cpus > 1e-9 or free_gpus > 1e-9):
+            name = min(askable)[2]
+            plan = self._start_canary(state, name, self._optimizer(name), free_cpus, free_gpus, events)
+            if plan is not None:
+                canaries[name] = plan
+            else:
+                self._ops[name].next_ask = self._tick + self.reask_ticks
         return canaries
 
     def _start_canary(self, state: RunnerState, name: str, opt: ConfigOptimizer, free_cpus: float, free_gpus: float,
                       events: list[TickEvent]) -> OperatorPlan | None:
         op = self._ops[name]
+        op.asked_tick = self._tick
         try:
             proposal = opt.ask()
         except NoSafeConfigError as exc:
@@ -809,7 +844,20 @@ class TridentPolicy:
         return cands, notes
 
     def _placement(self, state: RunnerState):
+        """The placement MILP's answer for ``state``: solved again only when an input it rests on changed
+        (a refit or restored model, a regime, the running placement, the cluster, a stale, unsafe or
+        accepted config) or ``resolve_ticks`` ticks passed; in between the last answer is priced anew.
+        The solve is the tick's largest cost once the models have settled (about 0.1 s)."""
         cluster = self._cluster_for_placement(state)
+        key = (cluster, placement_signature(state), frozenset(self._stale),
+               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted)) for n, o in sorted(self._ops.items())))
+        if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.resolve_ticks:
+            return self._solved[2]
+        solved = self._solve_placement(state, cluster)
+        self._solved = (key, self._tick, solved)
+        return solved
+
+    def _solve_placement(self, state: RunnerState, cluster: ClusterSpec):
         work = work_per_item(state, tuple(self._history))
         demands, forced, notes = [], [], []
         for op_state in state.operators:
@@ -872,6 +920,7 @@ class TridentPolicy:
             stale = self._stale_scale(state, op_state, []) < 1.0
             if stale and op_state.name not in self._stale:
                 self._changed_at = {n: o.fed for n, o in self._ops.items()}
+                op.workload_moved = True
                 events.append(TickEvent(EventKind.NOTE, op_state.name, "model stale (saturated, capacity under its prediction): "
                                         "the evidence gate waits for samples of the new workload"))
                 self._stale.add(op_state.name)
@@ -986,6 +1035,10 @@ def _saturated(op: Any) -> bool:
     downstream queue has work waiting but idle replicas)."""
     serving = [r for r in op.active if not r.canary]
     return op.queue_items > 0 and bool(serving) and all(r.inflight > 0 for r in serving)
+
+
+def _same_fit(remembered: tuple | None, regime: int, report: Any) -> bool:
+    return remembered is not None and remembered[0] == regime and remembered[1] is report
 
 
 def _counts(groups) -> list[tuple[OpConfig, int]]:
