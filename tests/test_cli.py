@@ -33,6 +33,8 @@ def used_out(tmp_path):
     (["run", "emulated-docs", "--address", "auto"], "give HOST:PORT of your cluster, or leave --address out"),
     (["run", "emulated-docs", "--address", "127.0.0.1:1"], "no Ray cluster answers at --address 127.0.0.1:1"),
     (["bench", "nope"], "choose one of overhead"),
+    (["bench", "closed-loop", "--systems", "static-avg,tridnet"], "unknown system 'tridnet': choose one of static-avg"),
+    (["bench", "placement", "--systems", "trident"], "benchmark 'placement' has no --systems option; drop it"),
     (["profile", "nope"], "choose one of documents, documents-rapidocr, video"),
     (["synth", "documents", "--out", "x", "--regimes", "weird:3"], "NAME in ['long', 'scans', 'short']"),
     (["synth", "video", "--out", "x", "--regimes", "weird:3"], "choose from ['hd', 'long', 'small', 'tiny']"),

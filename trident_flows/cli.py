@@ -9,11 +9,12 @@ stderr saying what to change, with exit status 2 and no traceback; a traceback m
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -239,13 +240,19 @@ def bench(
     name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png."),
+    systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video: run only these systems, comma-separated "
+                                          "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
+    repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
+                                          "(default 2; 1 with --quick)."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
     from trident_flows.bench.report import write_report
 
     with user_errors():
         _check_choice("benchmark", name, list(BENCHMARKS))
-    result = importlib.import_module(BENCHMARKS[name]).run(quick=quick)
+        module = importlib.import_module(BENCHMARKS[name])
+        options = _bench_options(name, module, systems, repeats)
+    result = module.run(quick=quick, **options)
     json_path, png_path = write_report(result, out, quick=quick)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
     for column in ("figure", "measured", "target", "met"):
@@ -256,6 +263,25 @@ def bench(
         table.add_row(key, shown, f"{target.op} {target.value}" if target else "", ("yes" if target.met(value) else "NO") if target else "")
     console.print(table)
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
+
+
+def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None) -> dict[str, Any]:
+    """``--systems`` / ``--repeats`` as keyword arguments of the benchmark's ``run``, refused where it has none."""
+    options: dict[str, Any] = {}
+    if systems is not None:
+        known = getattr(module, "SYSTEMS", None)
+        if known is None or "systems" not in inspect.signature(module.run).parameters:
+            raise RuntimeConfigError(f"benchmark {name!r} has no --systems option; drop it")
+        chosen = [s.strip() for s in systems.split(",") if s.strip()]
+        for s in chosen:
+            _check_choice("system", s, list(known))
+        options["systems"] = tuple(chosen)
+        options["spike_systems"] = tuple(s for s in getattr(module, "SPIKE_SYSTEMS", ()) if s in chosen)
+    if repeats is not None:
+        if "repeats" not in inspect.signature(module.run).parameters:
+            raise RuntimeConfigError(f"benchmark {name!r} has no --repeats option; drop it")
+        options["repeats"] = repeats
+    return options
 
 
 # ---------------------------------------------------------------- plan (capacity planning: trident_flows/planning)

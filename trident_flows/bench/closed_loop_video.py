@@ -3,12 +3,14 @@ video pipeline (cost models from ``profiles/video.json``). ``run(quick) -> Bench
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
 from trident_flows.bench import closed_loop
+from trident_flows.bench.closed_loop import SPIKE_SYSTEMS, SYSTEMS
 from trident_flows.bench.report import BenchResult
 
 
-def run(quick: bool = False, **options: Any) -> BenchResult:
+def run(quick: bool = False, *, systems: Sequence[str] = SYSTEMS, spike_systems: Sequence[str] = SPIKE_SYSTEMS,
+        repeats: int | None = None) -> BenchResult:
     """``closed_loop.run`` with ``pipeline="video"``."""
-    return closed_loop.run(quick, pipeline="video", **options)
+    return closed_loop.run(quick, pipeline="video", systems=systems, spike_systems=spike_systems, repeats=repeats)
