@@ -22,16 +22,18 @@ Contract:
   unchanged workload made the fits most of the controller's CPU (video: 230 ms a tick), and that
   CPU is taken from the pipeline it schedules when they share cores.
 - regime: each sample, with its throughput residual under the current model, goes to the
-  operator's ``RegimeDetector``. On a residual change the window keeps only samples since the
+  operator's ``RegimeDetector`` (``observe_many``: a tick's samples in one prediction). On a residual change the window keeps only samples since the
   change point. On a change to a regime seen before, the remembered model and best config
-  (``RegimeMemory``) are served at once. Every fitted model is remembered under its regime.
+  (``RegimeMemory``) are served at once. Every fit is remembered under its regime (once per fit).
 - optimize: a ``ConfigOptimizer`` per (operator, regime) is told measurements of the configs
   that run (every ``tell_every`` batches) and the OOMs. When a proposal differs from what runs
   and the free CPUs/GPUs fit one more replica, it is tried on a canary replica
   (``OperatorPlan.canary``) and judged by ``canary.decide``; an accepted config becomes a
   candidate of the placement. Canaries start only once the placement has settled (its last
-  solve found nothing worth rolling out) and no rollout is being verified, one per tick, only
-  for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
+  solve found nothing worth rolling out) and no rollout is being verified, with resources free
+  for one; at most one optimiser is asked per tick (the longest unasked, busiest first) and one
+  whose proposal could not start is not asked again for ``reask_ticks`` ticks (an ask costs
+  0.1-0.3 s of CPU); only for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
   nothing; one that gets no batch within ``canary_timeout_s`` is abandoned), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
@@ -49,7 +51,9 @@ Contract:
   best, the regime's remembered best) with capacity curves from the model's predictions
   (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
   (``placement.solve_placement``) runs on the cluster minus what running canaries hold and,
-  with canaries on, one CPU kept free for the next canary.
+  with canaries on, one CPU kept free for the next canary. It is solved again only when an input
+  changed (a refit or remembered model, a regime, the running placement, the cluster, a stale,
+  unsafe or accepted config) or ``resolve_ticks`` ticks passed; its answer is priced every tick.
 - stale models: an operator whose input queue stayed non-empty and whose serving replicas all
   held a batch over the last ``saturation_s`` seconds (sampled at each tick) ran at its
   capacity, so what it took in that time is its measured capacity (less than one batch per
