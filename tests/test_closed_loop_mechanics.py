@@ -14,11 +14,12 @@ import ray
 
 from test_controller import CLUSTER8, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
-from trident_flows.runtime.launch import start_runner
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
-from trident_flows.runtime.transition import placement_signature, plan_signature, plan_transition
+from trident_flows.control.launch import start_runner
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.signatures import placement_signature, plan_signature
+from trident_flows.runtime.transition import plan_transition
 from trident_flows.scheduler.trident_policy import TridentPolicy
-from trident_flows.scheduler.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=4)
@@ -137,7 +138,7 @@ def test_a_move_the_remaining_items_cannot_repay_is_not_made():
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
-    from trident_flows.scheduler.types import Outcome
+    from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
@@ -154,7 +155,7 @@ def _failing_solve(*_args, **_kwargs):
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
-    from trident_flows.scheduler.types import Outcome
+    from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=8, solve=_failing_solve)
@@ -169,7 +170,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_m
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified():
-    from trident_flows.scheduler.types import Outcome
+    from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=5)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.runtime.nodes import check_fits, pack, read_nodes
-from trident_flows.runtime.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
 from trident_flows.runtime.transition import plan_transition
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.placement_inputs import current_placement
-from trident_flows.scheduler.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
+from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 
 GiB = 2**30
 A = OpConfig.make("cpu", batch_size=8)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState, RuntimeConfigError
 from trident_flows.runtime.transition import plan_transition
-from trident_flows.scheduler.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=16)

@@ -2,7 +2,7 @@
 
 Contract:
 - ``PipelineRunner(spec, out_dir, settings, name, namespace, external_input)`` is created by
-  ``launch.start_runner`` as a named actor (findable with ``launch.find_runner``). ``start()``
+  ``control.launch.start_runner`` as a named actor (findable with ``control.launch.find_runner``). ``start()``
   begins streaming on the actor's event loop, so ``state()``, ``samples(since)``,
   ``apply(plan_or_transition)``, ``add_shard``/``close_input``/``shard_status`` and ``wait``
   are served while it runs, from this driver or any other in the cluster.
@@ -49,10 +49,10 @@ from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.replica import ReplicaResult
 from trident_flows.runtime.sink import Sink, check_shard_id
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, PipelineSpec, rows_to_batch
-from trident_flows.runtime.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
-                                         SamplePage, ShardStatus)
+from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
+                                      SamplePage, ShardStatus)
 from trident_flows.runtime.transition import check_plan, plan_transition
-from trident_flows.scheduler.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
+from trident_flows.core.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
 
 __all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
 

@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from trident_flows.runtime.state import RunnerState
+from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.replicas import main_config, replica_limits, scaled_plan
-from trident_flows.scheduler.types import BatchSample, Outcome, Plan
+from trident_flows.core.types import BatchSample, Outcome, Plan
 
 _SLACK = 1e-6
 

@@ -69,7 +69,7 @@ from trident_flows.scheduler.placement_eval import (
 )
 from trident_flows.scheduler.placement_bound import rounding_bound
 from trident_flows.scheduler.placement_types import CurrentPlacement, GiB, OperatorDemand
-from trident_flows.scheduler.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
 
 MAX_REPAIRS = 5
 SPLIT_MAX_NODES = 4

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from trident_flows.runtime.state import RunnerState
-from trident_flows.scheduler.types import BatchSample, Plan
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import BatchSample, Plan
 
 POLICIES: dict[str, str] = {
     "static": "trident_flows.scheduler.policies:StaticPolicy",

@@ -57,7 +57,7 @@ import numpy as np
 
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
-from trident_flows.scheduler.types import BatchSample, Outcome
+from trident_flows.core.types import BatchSample, Outcome
 
 
 class ChangeKind(str, Enum):

@@ -106,8 +106,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, RunnerState, end_to_end_throughput
-from trident_flows.runtime.transition import placement_signature, plan_signature
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState, end_to_end_throughput
+from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
@@ -121,8 +121,8 @@ from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.transition_cost import plan_transition
-from trident_flows.scheduler.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
-                                           OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
+from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
+                                      OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
 _STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
 

@@ -36,10 +36,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.runtime.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
+from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
 from trident_flows.runtime.transition import check_plan, plan_transition
-from trident_flows.scheduler.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
-                                           TransitionStep)
+from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
+                                      TransitionStep)
 from trident_flows.sim import outcome
 from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import SimCluster

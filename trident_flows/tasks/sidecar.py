@@ -20,12 +20,12 @@ import ray
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from trident_flows.scheduler.types import ClusterSpec, Plan
+from trident_flows.core.types import ClusterSpec, Plan
 from trident_flows.tasks.decision import Outcome, read_outcome
 
 
 def _runner(runner_name: str, namespace: str) -> Any | None:
-    from trident_flows.runtime.launch import find_runner
+    from trident_flows.control.launch import find_runner
 
     try:
         return find_runner(runner_name, namespace)

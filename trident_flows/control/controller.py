@@ -2,7 +2,7 @@
 
 Contract:
 - ``Controller(runner, policy=None, *, spec=None, cluster=None, decision_log=None)`` works on a
-  runner actor handle from any process of the cluster (``launch.find_runner(name)``): each
+  runner actor handle from any process of the cluster (``control.launch.find_runner(name)``): each
   ``tick()`` calls ``runner.state()`` and ``runner.samples(cursor)``, asks the policy (a
   ``TridentPolicy`` unless another object with ``tick(state, samples) -> TickRecord`` is given;
   the policy is built from the runner's own PipelineSpec when no spec is passed) and,
@@ -25,10 +25,10 @@ from typing import Any
 
 import ray
 
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus
+from trident_flows.core.state import ApplyOutcome, ApplyStatus
 from trident_flows.scheduler.decision_log import DecisionLog, Hold, HoldKind, TickRecord
 from trident_flows.scheduler.trident_policy import TridentPolicy
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 
 
 class Controller:
