@@ -149,7 +149,7 @@ class DS2Policy:
     name = "ds2"
 
     def __init__(self, spec: Any | None = None, cluster: Any | None = None, *, source_rate: float | None = None, min_batches: int = 4,
-                 window: int = 4000, **_options: Any) -> None:
+                 window: int = 4000) -> None:
         if source_rate is not None and not (source_rate > 0 and math.isfinite(source_rate)):
             raise ValueError(f"ds2: source_rate must be a positive number of items/s or None, got {source_rate!r}")
         if min_batches < 1:

@@ -98,7 +98,7 @@ class ThresholdPolicy:
     name = "threshold"
 
     def __init__(self, spec: Any | None = None, cluster: Any | None = None, *, up: float = UPSCALING_THRESHOLD,
-                 down: float = DOWNSCALING_THRESHOLD, **_options: Any) -> None:
+                 down: float = DOWNSCALING_THRESHOLD) -> None:
         if not 0 <= down < up:
             raise ValueError(f"threshold: need 0 <= down < up, got down={down} up={up}")
         self.spec = spec
