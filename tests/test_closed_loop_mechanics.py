@@ -17,7 +17,7 @@ from test_runtime_support import assert_exactly_once, small_pipeline
 from trident_flows.control.launch import start_runner
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
-from trident_flows.runtime.transition import plan_transition
+from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
 
@@ -34,11 +34,11 @@ def test_full_cluster_takes_room_from_another_operator_before_the_last_replica()
     # 3 CPUs, all in use: embed's only replica moves to b4 while parse shrinks 2 -> 1.
     state = RunnerState("p", (_op("parse", A, A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 3, 0, 0, 0)
     plan = Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)), OperatorPlan("parse", (ReplicaGroup(A, 1),))), reason="t")
-    steps = [(s.kind, s.operator, s.config.batch_size) for s in plan_transition(state, plan).steps]
+    steps = [(s.kind, s.operator, s.config.batch_size) for s in rolling_steps(state, plan).steps]
     assert steps == [(StepKind.RETIRE, "parse", 8), (StepKind.START, "embed", 4), (StepKind.RETIRE, "embed", 8)]
     # nothing else to take from: swapped in place, the retire of its last replica first and marked so
     state = RunnerState("p", (_op("parse", A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 2, 0, 0, 0)
-    t = plan_transition(state, Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)),), reason="t"))
+    t = rolling_steps(state, Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)),), reason="t"))
     assert [(s.kind, s.operator) for s in t.steps] == [(StepKind.RETIRE, "embed"), (StepKind.START, "embed")]
     assert "swapping it in place" in t.steps[0].reason
 

@@ -3,7 +3,7 @@
 Contract:
 - ``check_plan(plan, state)`` refuses (``RuntimeConfigError``) a plan naming an unknown
   operator, leaving an operator without replicas, or needing more CPUs/GPUs than the cluster.
-- ``plan_transition(state, plan) -> Transition``: per operator, the replicas to start and to
+- ``rolling_steps(state, plan) -> Transition``: per operator, the replicas to start and to
   retire per config (canaries apart: ``OperatorPlan.canary`` -> ``CANARY`` / ``END_CANARY``).
   The order is ``core.step_order.order_steps``, the same one the scheduler prices:
   starts before retires, to keep capacity high; when the free CPUs/GPUs do not fit a start,
@@ -137,7 +137,7 @@ def _class_counts(state: RunnerState, plan: Plan) -> tuple[dict[tuple, int], dic
     return current, target, {c: (v[0], v[1]) for c, v in capacity.items()}
 
 
-def plan_transition(state: RunnerState, plan: Plan) -> Transition:
+def rolling_steps(state: RunnerState, plan: Plan) -> Transition:
     """Rolling steps from ``state`` to ``plan`` (see the module docstring)."""
     check_plan(plan, state)
     if _names_classes(plan, state):
@@ -178,7 +178,7 @@ def plan_transition(state: RunnerState, plan: Plan) -> Transition:
 
 
 def _class_transition(state: RunnerState, plan: Plan) -> Transition:
-    """``plan_transition`` for a plan that names node classes: every step names its class."""
+    """``rolling_steps`` for a plan that names node classes: every step names its class."""
     current, target, capacity = _class_counts(state, plan)
     reasons = {o.operator: o.reason or "plan" for o in plan.operators}
     steps: list[TransitionStep] = []

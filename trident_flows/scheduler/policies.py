@@ -36,7 +36,6 @@ POLICIES: dict[str, str] = {
     "threshold": "trident_flows.scheduler.threshold:ThresholdPolicy",
     "trident": "trident_flows.scheduler.trident_policy:TridentPolicy",
 }
-PLANNED: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -89,8 +88,7 @@ def available_policies() -> list[str]:
 def policy_factory(name: str) -> Callable[..., Policy]:
     """The factory registered as ``name``; an unknown name is refused listing the available ones."""
     if name not in POLICIES:
-        planned = f" ({name!r} is planned but not built yet)" if name in PLANNED else ""
-        raise ValueError(f"unknown policy {name!r}{planned}; available policies: {', '.join(available_policies())}")
+        raise ValueError(f"unknown policy {name!r}; available policies: {', '.join(available_policies())}")
     module, _, attr = POLICIES[name].partition(":")
     return getattr(importlib.import_module(module), attr)
 

@@ -124,8 +124,6 @@ from trident_flows.scheduler.transition_cost import plan_transition
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
-_STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
-
 
 @dataclass
 class _Canary:
