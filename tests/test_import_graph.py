@@ -1,6 +1,6 @@
 """The layers import only downwards (docs/architecture.md, "Layers"): ``core`` imports nothing else of
-trident_flows, ``scheduler`` and ``runtime`` import only ``core`` (never each other), and the glue that
-needs both lives above them (``control``). Imports are read from the source with ``ast``; nothing
+trident_flows, ``scheduler`` and ``runtime`` import only ``core`` (never each other), the glue that
+needs both lives above them (``control``), and only the Prefect layer imports Prefect. Imports are read from the source with ``ast``; nothing
 is imported, so a violation is reported even where importing would fail."""
 
 from __future__ import annotations
@@ -72,6 +72,22 @@ def test_layer_imports_only_downwards(layer: str) -> None:
     assert files, f"no modules under {PACKAGE / layer}"
     found = [v for path in files for v in violations(path, layer)]
     assert not found, "imports that cross the layers:\n" + "\n".join(found)
+
+
+# The Prefect layer: the only code that imports Prefect (first part of the module name under trident_flows).
+PREFECT_LAYER = {"blocks", "flows", "tasks", "prefect_server", "demo"}
+
+
+def test_only_the_prefect_layer_imports_prefect() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = _module_name(path).split(".")
+        layer = parts[1] if len(parts) > 1 else ""
+        if layer in PREFECT_LAYER:
+            continue
+        found += [f"{_module_name(path)}:{line} imports {name} (only {sorted(PREFECT_LAYER)} may import Prefect)"
+                  for line, name in imports_of(path) if name.split(".")[0] == "prefect"]
+    assert not found, "Prefect imported outside the Prefect layer:\n" + "\n".join(found)
 
 
 def test_checker_names_the_offending_module_and_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
