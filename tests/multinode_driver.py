@@ -30,14 +30,14 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from test_runtime_support import small_pipeline  # noqa: E402
-from trident_flows.runtime.launch import start_runner  # noqa: E402
+from trident_flows.control.launch import start_runner  # noqa: E402
 from trident_flows.runtime.sink import read_ids  # noqa: E402
-from trident_flows.runtime.state import ApplyOutcome, RunnerSettings, RunnerState  # noqa: E402
+from trident_flows.core.state import ApplyOutcome, RunnerSettings, RunnerState  # noqa: E402
 from trident_flows.scheduler.live_cluster import live_cluster  # noqa: E402
 from trident_flows.scheduler.placement import solve_placement  # noqa: E402
 from trident_flows.scheduler.placement_inputs import current_placement  # noqa: E402
 from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption  # noqa: E402
-from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup  # noqa: E402
+from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup  # noqa: E402
 
 GiB = 2**30
 # Every raylet holds ~700 MB; the nodes are as small as the scenarios allow. Memory is given so

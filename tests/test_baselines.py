@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
-from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.ds2 import DS2Policy, ds2_decision
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.threshold import ThresholdPolicy, pool_utilisation, threshold_decision
-from trident_flows.scheduler.types import BatchSample, OpConfig
+from trident_flows.core.types import BatchSample, OpConfig
 
 CPU1 = OpConfig.make("cpu", batch_size=8)
 

@@ -13,7 +13,7 @@ from trident_flows.bench.closed_loop import OraclePolicy, RunRecord, Tuning, Wor
 from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 MIB = 2**20
 

@@ -14,11 +14,12 @@ import ray
 
 from test_controller import CLUSTER8, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
-from trident_flows.runtime.launch import start_runner
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
-from trident_flows.runtime.transition import placement_signature, plan_signature, plan_transition
+from trident_flows.control.launch import start_runner
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.signatures import placement_signature, plan_signature
+from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.trident_policy import TridentPolicy
-from trident_flows.scheduler.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=4)
@@ -33,11 +34,11 @@ def test_full_cluster_takes_room_from_another_operator_before_the_last_replica()
     # 3 CPUs, all in use: embed's only replica moves to b4 while parse shrinks 2 -> 1.
     state = RunnerState("p", (_op("parse", A, A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 3, 0, 0, 0)
     plan = Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)), OperatorPlan("parse", (ReplicaGroup(A, 1),))), reason="t")
-    steps = [(s.kind, s.operator, s.config.batch_size) for s in plan_transition(state, plan).steps]
+    steps = [(s.kind, s.operator, s.config.batch_size) for s in rolling_steps(state, plan).steps]
     assert steps == [(StepKind.RETIRE, "parse", 8), (StepKind.START, "embed", 4), (StepKind.RETIRE, "embed", 8)]
     # nothing else to take from: swapped in place, the retire of its last replica first and marked so
     state = RunnerState("p", (_op("parse", A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 2, 0, 0, 0)
-    t = plan_transition(state, Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)),), reason="t"))
+    t = rolling_steps(state, Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)),), reason="t"))
     assert [(s.kind, s.operator) for s in t.steps] == [(StepKind.RETIRE, "embed"), (StepKind.START, "embed")]
     assert "swapping it in place" in t.steps[0].reason
 
@@ -137,7 +138,7 @@ def test_a_move_the_remaining_items_cannot_repay_is_not_made():
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
-    from trident_flows.scheduler.types import Outcome
+    from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
@@ -154,7 +155,7 @@ def _failing_solve(*_args, **_kwargs):
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
-    from trident_flows.scheduler.types import Outcome
+    from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=8, solve=_failing_solve)
@@ -169,7 +170,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_m
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified():
-    from trident_flows.scheduler.types import Outcome
+    from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=5)

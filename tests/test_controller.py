@@ -13,12 +13,12 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.decision_log import DecisionLog, EventKind
 from trident_flows.scheduler.placement import PlacementError, solve_placement
 from trident_flows.scheduler.policies import decide_once, make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
-from trident_flows.scheduler.types import BatchSample, ClusterSpec, OpConfig, Plan
+from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, Plan
 
 MIB = 2**20
 B8 = OpConfig.make("cpu", batch_size=8)
@@ -224,8 +224,8 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
 
     from test_runtime_support import assert_exactly_once
     from trident_flows.pipelines.emulated import Stage, emulated_pipeline
-    from trident_flows.runtime.launch import start_runner
-    from trident_flows.scheduler.controller import Controller
+    from trident_flows.control.launch import start_runner
+    from trident_flows.control.controller import Controller
 
     stages = [Stage("a", B8, 2), Stage("b", B8, 2)]
     spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=1400, regimes="a_heavy:500,b_heavy:900")
@@ -270,8 +270,8 @@ def _spike_profile():
 def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_ooms(ray_cluster, tmp_path):
     from test_runtime_support import assert_exactly_once
     from trident_flows.pipelines.emulated import Stage, emulated_pipeline
-    from trident_flows.runtime.launch import run_pipeline
-    from trident_flows.runtime.state import RunnerSettings
+    from trident_flows.control.launch import run_pipeline
+    from trident_flows.core.state import RunnerSettings
     from trident_flows.scheduler.policies import StaticPolicy
 
     settings = RunnerSettings(device_memory_bytes=2**30)
@@ -313,7 +313,7 @@ class _DeadRunner:
 
 
 def test_controller_survives_a_failing_runner_call_and_logs_it(tmp_path):
-    from trident_flows.scheduler.controller import Controller
+    from trident_flows.control.controller import Controller
 
     policy = TridentPolicy(None, CLUSTER8)
     controller = Controller(_DeadRunner(), policy, decision_log=tmp_path / "d.jsonl")
@@ -338,7 +338,7 @@ def test_max_changes_caps_the_operators_one_plan_changes():
 
 def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
     from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
-    from trident_flows.scheduler.types import ConfigSpace
+    from trident_flows.core.types import ConfigSpace
 
     # a pays 80 ms per batch: larger batches are much better per replica; only a canary can show it
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]

@@ -12,7 +12,7 @@ import pytest
 from trident_flows.pipelines import documents
 from trident_flows.pipelines.quality import apply_quality
 from trident_flows.runtime.spec import ERROR, rows_to_batch
-from trident_flows.scheduler.types import CPU, GPU
+from trident_flows.core.types import CPU, GPU
 
 SENTENCE = ("The quarterly report describes shipping delays across northern warehouses and proposes "
             "cheaper packaging for fragile electronics before winter")

@@ -15,7 +15,7 @@ from trident_flows.pipelines.documents import (EMBEDDING_DIM, OPERATOR_NAMES, Ne
 from trident_flows.pipelines.doc_dedup import release_index
 from trident_flows.pipelines.synth_documents import generate
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 # Seed 1 gives, in six documents: a near-duplicate, a low-quality (repetitive) file, a
 # truncated file and a two-page scan; checked by ``test_corpus_has_every_case``.

@@ -13,7 +13,7 @@ from trident_flows.pipelines.synth_documents import generate
 @pytest.mark.models
 @pytest.mark.ray
 def test_document_pipeline_on_the_runtime_accounts_for_every_document(ray_cluster, tmp_path):
-    from trident_flows.runtime.launch import run_pipeline
+    from trident_flows.control.launch import run_pipeline
 
     manifest = generate(tmp_path / "corpus", n=5, regimes="short:5", duplicates=0.2, broken=0.2, seed=2)
     kinds = dict(zip(manifest.id, manifest.kind))

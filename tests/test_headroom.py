@@ -6,7 +6,7 @@ import pytest
 
 from trident_flows.bench.headroom import GiB, Workload, headroom, regime_optimum, with_derived_gpu
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
-from trident_flows.scheduler.types import CPU, GPU
+from trident_flows.core.types import CPU, GPU
 
 
 def _two_stage(b_on_gpu: bool = False) -> PipelineProfile:

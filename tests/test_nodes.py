@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.runtime.nodes import check_fits, pack, read_nodes
-from trident_flows.runtime.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
-from trident_flows.runtime.transition import plan_transition
+from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.placement_inputs import current_placement
-from trident_flows.scheduler.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
+from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 
 GiB = 2**30
 A = OpConfig.make("cpu", batch_size=8)
@@ -70,7 +70,7 @@ def test_a_plan_naming_classes_gives_steps_on_those_classes():
     state = _state(nodes, parse=(_rep("p0", A, nodes[1]),), embed=(_rep("e0", G, nodes[1]),))
     assert current_placement(state).for_operator("parse") == (ReplicaGroup(A, 1, gpu_class),)
     plan = Plan((OperatorPlan("parse", (ReplicaGroup(A, 2, cpu_class),)),), reason="test")
-    t = plan_transition(state, plan)
+    t = rolling_steps(state, plan)
     assert [(s.kind, s.operator, s.count, s.node_class) for s in t.steps] == [(StepKind.START, "parse", 2, cpu_class),
                                                                               (StepKind.RETIRE, "parse", 1, gpu_class)]
 
@@ -80,9 +80,9 @@ def test_a_plan_the_live_nodes_cannot_hold_is_refused_with_the_reason():
     state = _state(nodes, parse=(_rep("p0", A, nodes[0]),))
     big = A.with_changes(cpus=1.2)  # 3.6 of 4 CPUs in total, but two fit no node
     with pytest.raises(RuntimeConfigError, match="does not fit the live nodes"):
-        plan_transition(state, Plan((OperatorPlan("parse", (ReplicaGroup(big, 3, "2cpu-4g"),)),)))
+        rolling_steps(state, Plan((OperatorPlan("parse", (ReplicaGroup(big, 3, "2cpu-4g"),)),)))
     with pytest.raises(RuntimeConfigError, match="no live node has"):
-        plan_transition(state, Plan((OperatorPlan("parse", (ReplicaGroup(A, 1, "8cpu-1gpu-4g"),)),)))
+        rolling_steps(state, Plan((OperatorPlan("parse", (ReplicaGroup(A, 1, "8cpu-1gpu-4g"),)),)))
 
 
 def test_a_pipeline_is_sized_to_fit_node_by_node():

@@ -6,9 +6,9 @@ import pytest
 
 from trident_flows.bench import observe_live
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
-from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
-from trident_flows.scheduler.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 A = OpConfig.make(batch_size=8, threads=2)
 

@@ -10,7 +10,7 @@ import pytest
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
 from trident_flows.scheduler.constraint import MemoryBudget, MemoryModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError, Observation, Rollback
-from trident_flows.scheduler.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
+from trident_flows.core.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 
 GiB = 2**30
 

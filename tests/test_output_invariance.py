@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trident_flows.scheduler.types import GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 pytestmark = [pytest.mark.models, pytest.mark.ray]
 
@@ -30,7 +30,7 @@ def _plan(reason: str, *groups: tuple[str, OpConfig, int]) -> Plan:
 
 
 def _run_static(spec: Any, out: Path) -> None:
-    from trident_flows.runtime.launch import run_pipeline
+    from trident_flows.control.launch import run_pipeline
 
     summary = run_pipeline(spec, out)
     assert summary.error == "" and summary.items_missing == 0 and summary.duplicate_ids == 0 and summary.reconfigurations == 0
@@ -42,7 +42,7 @@ def _run_forced(spec: Any, out: Path, plans: Sequence[Plan], name: str) -> list[
     import ray
 
     from trident_flows.pipelines import finish_pipeline
-    from trident_flows.runtime.launch import start_runner, stop_runner
+    from trident_flows.control.launch import start_runner, stop_runner
     from trident_flows.runtime.sink import account
 
     rows = [dict(r) for r in reversed(list(spec.source()))]

@@ -8,7 +8,7 @@ from trident_flows.scheduler.placement import PlacementError, solve_placement
 from trident_flows.scheduler.placement_eval import class_capacity, throughput_of
 from trident_flows.scheduler.placement_types import GiB, CurrentPlacement, OperatorDemand, PlacementOption
 from trident_flows.scheduler.transition_cost import plan_transition, step_usage
-from trident_flows.scheduler.types import ClusterSpec, Decision, NodeClass, OpConfig, ReplicaGroup, StepKind
+from trident_flows.core.types import ClusterSpec, Decision, NodeClass, OpConfig, ReplicaGroup, StepKind
 
 CPU1 = OpConfig.make("cpu", cpus=1)
 GPU1 = OpConfig.make("gpu", cpus=1, gpus=1)

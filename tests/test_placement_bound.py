@@ -12,7 +12,7 @@ from trident_flows.scheduler import placement_bound
 from trident_flows.scheduler.placement import GAP_REL, solve_placement
 from trident_flows.scheduler.placement_bound import rounding_bound
 from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
-from trident_flows.scheduler.types import ClusterSpec, NodeClass, OpConfig
+from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
 
 def _two_ops_on_five_cpus() -> tuple[list[OperatorDemand], ClusterSpec]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.runtime.state import OperatorState, RunnerState
+from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.scheduler.placement_inputs import work_per_item
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from trident_flows.runtime.state import ApplyReport, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ApplyReport, OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.scheduler.trident_policy import TridentPolicy
-from trident_flows.scheduler.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.core.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.tasks.decision import explain_hold, read_decision, read_outcome
 
 from test_controller import CLUSTER8, SimRunner, two_ops

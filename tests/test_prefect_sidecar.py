@@ -15,10 +15,10 @@ import ray
 
 from trident_flows.blocks import TridentSettingsBlock
 from trident_flows.flows.trident_sidecar import PLAN_APPLIED, trident_sidecar
-from trident_flows.runtime.launch import start_runner
-from trident_flows.runtime.state import RunnerSettings
+from trident_flows.control.launch import start_runner
+from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler import policies
-from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 from trident_flows.tasks.sidecar_state import load_memory
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

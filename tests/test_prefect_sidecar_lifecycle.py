@@ -15,7 +15,7 @@ import pytest
 from trident_flows.blocks import TridentSettingsBlock
 from trident_flows.flows.document_curation import document_curation
 from trident_flows.scheduler import policies
-from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 
 pytestmark = [pytest.mark.prefect, pytest.mark.ray]
 RUNNER = "lifecycle-runner"

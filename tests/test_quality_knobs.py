@@ -17,7 +17,7 @@ from trident_flows.pipelines.doc_text import paragraph
 from trident_flows.pipelines.quality import (TUNABLE, apply_quality, declared, output_note, parse_settings, quality_settings,
                                              tunable_quality)
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.scheduler.types import KnobRole, OpConfig
+from trident_flows.core.types import KnobRole, OpConfig
 
 REAL = {"documents": documents.operator_specs, "video": video.operator_specs}
 

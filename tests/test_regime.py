@@ -8,7 +8,7 @@ from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.observe import OperatorModel
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.scheduler.types import BatchSample, OpConfig
+from trident_flows.core.types import BatchSample, OpConfig
 
 CFG = OpConfig.make(batch_size=16)
 

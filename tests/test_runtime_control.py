@@ -9,10 +9,10 @@ import pytest
 import ray
 
 from test_runtime_support import assert_exactly_once, small_pipeline
-from trident_flows.runtime.launch import start_runner
+from trident_flows.control.launch import start_runner
 from trident_flows.runtime.sink import read_ids
-from trident_flows.runtime.state import RunnerSettings, RuntimeConfigError
-from trident_flows.scheduler.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.core.state import RunnerSettings, RuntimeConfigError
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
 
 B8 = OpConfig.make("cpu", batch_size=8)
 

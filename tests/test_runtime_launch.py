@@ -12,7 +12,7 @@ import pytest
 from test_runtime_support import assert_exactly_once, docs_test_profile
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import parse_regimes, synthetic_rows
-from trident_flows.runtime.launch import run_pipeline
+from trident_flows.control.launch import run_pipeline
 from trident_flows.scheduler.policies import StaticPolicy, make_policy
 
 TESTS = Path(__file__).resolve().parent
@@ -64,7 +64,7 @@ from pathlib import Path
 from rich.console import Console
 import trident_flows.pipelines as pipelines
 pipelines.PIPELINES["rt-test"] = "test_runtime_support"
-from trident_flows.runtime.launch import run_command
+from trident_flows.control.launch import run_command
 run_command(pipeline="rt-test", out=Path({str(tmp_path / 'out')!r}), policy="static", input=None, synth=50, regimes=None, seed=0,
             cpus=4, gpus=0, address=None, summary_json=Path({str(tmp_path / 's.json')!r}), tick_s=0.5,
             decision_log=Path({str(tmp_path / 'd.jsonl')!r}), console=Console(width=120))
@@ -98,7 +98,7 @@ class _ScaleParseOnce:
         self.done = False
 
     def decide(self, state, samples):
-        from trident_flows.scheduler.types import OperatorPlan, Plan, ReplicaGroup
+        from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 
         if self.done or not samples:
             return None

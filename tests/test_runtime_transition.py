@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.runtime.state import OperatorState, ReplicaState, RunnerState, RuntimeConfigError
-from trident_flows.runtime.transition import plan_transition
-from trident_flows.scheduler.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.runtime.transition import rolling_steps
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=16)
@@ -32,40 +32,40 @@ def _kinds(t):
 
 def test_rolling_replacement_starts_before_it_retires_when_there_is_room():
     state = _state(8, 0, _op("parse", (A, False), (A, False)))
-    t = plan_transition(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2),))))
+    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2),))))
     assert _kinds(t) == [(StepKind.START, "parse", 16, 2), (StepKind.RETIRE, "parse", 8, 2)]
 
 
 def test_a_full_cluster_rolls_replica_by_replica():
     state = _state(2, 0, _op("parse", (A, False), (A, False)))
-    t = plan_transition(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2),))))
+    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2),))))
     assert _kinds(t) == [(StepKind.RETIRE, "parse", 8, 1), (StepKind.START, "parse", 16, 1),
                          (StepKind.RETIRE, "parse", 8, 1), (StepKind.START, "parse", 16, 1)]
 
 
 def test_moving_capacity_between_operators_and_untouched_operators():
     state = _state(5, 1, _op("parse", (A, False), (A, False), (A, False)), _op("embed", (G, False)), _op("other", (A, False)))
-    t = plan_transition(state, _plan(OperatorPlan("parse", (ReplicaGroup(A, 2),)), OperatorPlan("embed", (ReplicaGroup(G, 1), ReplicaGroup(A, 1)))))
+    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(A, 2),)), OperatorPlan("embed", (ReplicaGroup(G, 1), ReplicaGroup(A, 1)))))
     assert _kinds(t) == [(StepKind.RETIRE, "parse", 8, 1), (StepKind.START, "embed", 8, 1)]
     assert not any(s.operator == "other" for s in t.steps)
 
 
 def test_canary_steps_and_no_change():
     state = _state(8, 1, _op("embed", (G, False)))
-    t = plan_transition(state, _plan(OperatorPlan("embed", (ReplicaGroup(G, 1),), canary=B)))
+    t = rolling_steps(state, _plan(OperatorPlan("embed", (ReplicaGroup(G, 1),), canary=B)))
     assert _kinds(t) == [(StepKind.CANARY, "embed", 16, 1)]
     state = _state(8, 1, _op("embed", (G, False), (B, True)))
-    t = plan_transition(state, _plan(OperatorPlan("embed", (ReplicaGroup(G, 1),))))
+    t = rolling_steps(state, _plan(OperatorPlan("embed", (ReplicaGroup(G, 1),))))
     assert _kinds(t) == [(StepKind.END_CANARY, "embed", 16, 1)]
-    t = plan_transition(state, _plan(OperatorPlan("embed", (ReplicaGroup(G, 1),), canary=B)))
+    t = rolling_steps(state, _plan(OperatorPlan("embed", (ReplicaGroup(G, 1),), canary=B)))
     assert t.steps == ()
 
 
 def test_refusals_name_the_operator_and_the_fix():
     state = _state(4, 1, _op("parse", (A, False)))
     with pytest.raises(RuntimeConfigError, match="unknown operator 'ocr'"):
-        plan_transition(state, _plan(OperatorPlan("ocr", (ReplicaGroup(A, 1),))))
+        rolling_steps(state, _plan(OperatorPlan("ocr", (ReplicaGroup(A, 1),))))
     with pytest.raises(RuntimeConfigError, match="needs 5 CPUs but the cluster has 4"):
-        plan_transition(state, _plan(OperatorPlan("parse", (ReplicaGroup(A, 5),))))
+        rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(A, 5),))))
     with pytest.raises(RuntimeConfigError, match="'parse'.*gpus=2"):
-        plan_transition(state, _plan(OperatorPlan("parse", (ReplicaGroup(OpConfig.make("gpu", gpus=2.0), 1),))))
+        rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(OpConfig.make("gpu", gpus=2.0), 1),))))

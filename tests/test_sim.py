@@ -9,9 +9,9 @@ import pytest
 
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
-from trident_flows.runtime.state import RunnerSettings
+from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
+from trident_flows.core.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
 from trident_flows.sim.cluster import parse_cluster
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.runner import SimRunner

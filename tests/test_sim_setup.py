@@ -13,7 +13,7 @@ from trident_flows.bench.static_search import predict_throughput
 from trident_flows.cli import app
 from trident_flows.pipelines import build_pipeline
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 from trident_flows.sim import setup
 from trident_flows.sim.cluster import parse_cluster
 from trident_flows.sim.driver import simulate

@@ -16,8 +16,8 @@ from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import EmulatedOperator, cost_params, synthetic_rows
 from trident_flows.runtime.sizing import fit_to_cluster
 from trident_flows.runtime.spec import rows_to_batch
-from trident_flows.runtime.state import RuntimeConfigError
-from trident_flows.scheduler.types import CPU, GPU, ConfigSpace
+from trident_flows.core.state import RuntimeConfigError
+from trident_flows.core.types import CPU, GPU, ConfigSpace
 
 TESTS = Path(__file__).resolve().parent
 

@@ -9,7 +9,7 @@ import pytest
 from trident_flows.pipelines import synth_video
 from trident_flows.pipelines.video import Decode, build
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, rows_to_batch
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 SAMPLE_FPS = 2.0
 

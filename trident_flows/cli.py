@@ -23,7 +23,7 @@ from rich.table import Table
 
 from trident_flows.bench import BENCHMARKS
 from trident_flows.pipelines import PIPELINES
-from trident_flows.runtime.state import RuntimeConfigError
+from trident_flows.core.state import RuntimeConfigError
 from trident_flows.scheduler.policies import available_policies
 
 app = typer.Typer(help="Trident: adaptive scheduling of multimodal data-curation pipelines on Ray.", no_args_is_help=True,
@@ -140,7 +140,7 @@ def run(
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
     from trident_flows.pipelines.quality import check_settings, parse_settings
-    from trident_flows.runtime.launch import run_command
+    from trident_flows.control.launch import run_command
     from trident_flows.runtime.resume import RunInterrupted
 
     with user_errors():

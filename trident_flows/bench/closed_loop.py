@@ -59,16 +59,16 @@ from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.static_search import StaticConfig, largest_batch, predict_throughput, search_static
 from trident_flows.pipelines.emulated import emulated_pipeline, regime_plan, synthetic_rows
 from trident_flows.runtime import devices
-from trident_flows.runtime.control import ControlLoop
+from trident_flows.control.loop import ControlLoop
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.runtime.launch import start_runner, stop_runner
+from trident_flows.control.launch import start_runner, stop_runner
 from trident_flows.runtime.sink import read_ids
 from trident_flows.runtime.spec import ID, PipelineSpec
-from trident_flows.runtime.state import RunnerSettings, RunnerState
+from trident_flows.core.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
-from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import GPU, BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 CPUS, GPUS = 16, 2
 DEVICE_MEMORY = 8 * 2**30

@@ -46,7 +46,7 @@ from trident_flows.bench.static_search import StaticConfig, predict_throughput, 
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import ClusterSpec, NodeClass
+from trident_flows.core.types import ClusterSpec, NodeClass
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.setup import CPU_BATCH, GPU_BATCHES, mean_features, schedule_counts
 from trident_flows.sim.workload import Stream

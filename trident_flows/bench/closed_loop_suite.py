@@ -61,7 +61,7 @@ from trident_flows.pipelines.emulated_video import LAYOUT as VIDEO_LAYOUT
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.leftovers import ray_descendants
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 
 CPUS, GPUS = closed_loop.CPUS, closed_loop.GPUS
 DEVICE_MEMORY = closed_loop.DEVICE_MEMORY

@@ -67,11 +67,11 @@ from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import emulated_pipeline
 from trident_flows.runtime import resume
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.runtime.launch import find_runner, run_pipeline
+from trident_flows.control.launch import find_runner, run_pipeline
 from trident_flows.runtime.spec import ID, SOURCE_ID
-from trident_flows.runtime.state import RunnerSettings
+from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import ClusterSpec, StepKind, Transition, TransitionStep
+from trident_flows.core.types import ClusterSpec, StepKind, Transition, TransitionStep
 
 CPUS, GPUS = 8, 1
 # The static placement leaves this many CPUs free, so that a rolling update (one new replica
@@ -336,10 +336,10 @@ def case_runner_kill(work: Path, n: int) -> FaultRow:
 _CONTROLLER = """
 import sys, time
 import ray
-from trident_flows.runtime.launch import find_runner
-from trident_flows.runtime.control import ControlLoop
+from trident_flows.control.launch import find_runner
+from trident_flows.control.loop import ControlLoop
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 from trident_flows.bench.faults import _ocr_rollout
 address, name, namespace, mode = sys.argv[1:5]
 ray.init(address=address, log_to_driver=False, configure_logging=False)

@@ -34,7 +34,7 @@ import pulp
 from trident_flows.bench.report import BenchResult
 from trident_flows.bench.static_search import reach
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
-from trident_flows.scheduler.types import CPU, GPU
+from trident_flows.core.types import CPU, GPU
 
 GiB = 2**30
 BATCHES = (1, 2, 4, 8, 16, 32, 64)

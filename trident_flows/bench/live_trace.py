@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from trident_flows.runtime.state import NodeState, OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.types import BatchSample, OpConfig, Plan
+from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import BatchSample, OpConfig, Plan
 
 TRACE_DIR = Path(__file__).with_name("traces")
 

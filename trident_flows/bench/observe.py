@@ -37,7 +37,7 @@ from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.observe import OperatorModel
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 WINDOW = 2000
 MIB = 2**20

@@ -61,7 +61,7 @@ from trident_flows.scheduler.placement_inputs import concave_curve, work_per_ite
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
-from trident_flows.scheduler.types import BatchSample
+from trident_flows.core.types import BatchSample
 
 WINDOW = 1200              # samples per operator window, as the trident policy keeps
 REFIT_MIN_SAMPLES = 8      # as the trident policy

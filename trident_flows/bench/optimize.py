@@ -36,7 +36,7 @@ from trident_flows.bench.report import BenchResult, Target
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
 from trident_flows.scheduler.constraint import MemoryBudget
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError, objective, surrogate_optimizer
-from trident_flows.scheduler.types import CPU, GPU, BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
+from trident_flows.core.types import CPU, GPU, BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 
 MiB, GiB = 2**20, 2**30
 BATCH_MAX = 512

@@ -27,11 +27,11 @@ import ray
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
-from trident_flows.runtime.launch import start_runner
+from trident_flows.control.launch import start_runner
 from trident_flows.runtime.sink import account
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.runtime.state import RunnerSettings
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.state import RunnerSettings
+from trident_flows.core.types import OpConfig
 
 OPERATORS = ("parse", "langid", "quality", "embed")
 REPLICAS = {"parse": 2, "langid": 1, "quality": 1, "embed": 2}

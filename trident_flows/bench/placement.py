@@ -25,7 +25,7 @@ from trident_flows.bench.report import BenchResult, Target
 from trident_flows.scheduler.placement import GAP_REL, PlacementError, solve_placement
 from trident_flows.scheduler.placement_eval import class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
 from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
-from trident_flows.scheduler.types import ClusterSpec, NodeClass, OpConfig
+from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
 NODE_COUNTS = (1, 8, 16, 64, 256)
 TIME_LIMIT_S = 1.0  # the default of solve_placement

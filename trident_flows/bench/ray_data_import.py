@@ -39,9 +39,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ray_data_emulated.
 
 def _native(n: int, time_scale: float, out: Path, tick_s: float) -> tuple[float, Any]:
     from trident_flows.pipelines.emulated_docs import build
-    from trident_flows.runtime.launch import cluster_totals, run_pipeline
+    from trident_flows.control.launch import cluster_totals, run_pipeline
     from trident_flows.scheduler.policies import make_policy
-    from trident_flows.scheduler.types import ClusterSpec
+    from trident_flows.core.types import ClusterSpec
 
     start = time.perf_counter()
     spec = build(synth=n, seed=SEED, time_scale=time_scale)

@@ -30,10 +30,10 @@ import ray
 from trident_flows.bench import closed_loop as cl
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.runtime.launch import find_runner, run_pipeline
-from trident_flows.runtime.state import RunnerSettings
+from trident_flows.control.launch import find_runner, run_pipeline
+from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 
 EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident")}
 REAL = "real-docs-trident"

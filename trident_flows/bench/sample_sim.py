@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from trident_flows.runtime.costmodel import DeviceCost
-from trident_flows.scheduler.types import CPU, BatchSample, OpConfig
+from trident_flows.core.types import CPU, BatchSample, OpConfig
 
 
 @dataclass(frozen=True)

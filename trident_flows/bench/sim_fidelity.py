@@ -51,12 +51,12 @@ import ray
 from trident_flows.bench.local_ray import start_local_ray
 from trident_flows.bench.closed_loop import DEVICE_MEMORY, PIPELINES, TICK_S, tune, workloads
 from trident_flows.bench.report import BenchResult, Target
-from trident_flows.runtime.control import ControlLoop
+from trident_flows.control.loop import ControlLoop
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.runtime.launch import start_runner, stop_runner
-from trident_flows.runtime.state import RunnerSettings, RunnerState
+from trident_flows.control.launch import start_runner, stop_runner
+from trident_flows.core.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.types import GPU, BatchSample, ClusterSpec, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import GPU, BatchSample, ClusterSpec, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.sim.driver import simulate
 
 CPUS, GPUS = 16, 2

@@ -31,7 +31,7 @@ from typing import Iterator, Mapping, Sequence
 
 from trident_flows.pipelines.emulated import Stage
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.scheduler.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, Trident
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
-from trident_flows.runtime.launch import start_runner
+from trident_flows.control.launch import start_runner
 from trident_flows.runtime.resume import open_run
 from trident_flows.tasks.curation import CurationSummary, curate_shard, plan_shards, summarise
 

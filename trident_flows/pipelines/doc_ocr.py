@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trident_flows.scheduler.types import GPU, OpConfig
+from trident_flows.core.types import GPU, OpConfig
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ import numpy as np
 from trident_flows.pipelines.doc_ocr import ENGINES, RAPIDOCR, TESSERACT, open_engine
 from trident_flows.pipelines.quality import QualityKnob, apply_quality, quality_settings, stamp
 from trident_flows.runtime.spec import DROP, ERROR, ID, Batch, OperatorSpec, PipelineSpec, batch_len
-from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
+from trident_flows.core.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
 
 EMBEDDING_DIM = 384
 OPERATOR_NAMES = ("parse", "ocr", "langid", "quality", "dedup", "embed")

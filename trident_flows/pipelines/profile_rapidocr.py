@@ -32,7 +32,7 @@ from trident_flows.pipelines.profile_documents import FEATURES, FULL, GPU_CONTEX
 from trident_flows.pipelines.profile_video import GPU_FORWARD_SPEEDUP
 from trident_flows.runtime.costmodel import DeviceCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
-from trident_flows.scheduler.types import CPU, GPU
+from trident_flows.core.types import CPU, GPU
 
 PROFILE_NAME = "documents-rapidocr"
 

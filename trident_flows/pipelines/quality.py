@@ -1,7 +1,7 @@
 """Quality knobs: the settings that decide *what* a pipeline outputs, set by the user and held fixed.
 
 A scheduler changes how fast data is curated, never what is curated. So every knob an operator
-reads is declared as one of two kinds (``KnobRole`` in ``scheduler.types``):
+reads is declared as one of two kinds (``KnobRole`` in ``core.types``):
 
 - execution knobs (``EXECUTION_KNOBS`` on the operator class: threads, inference chunk sizes; plus
   every ``OpConfig`` field: device, batch size, cpus, gpus) change only speed; policies tune them;
@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
-from trident_flows.scheduler.types import KnobRole, KnobSpace, KnobValue, OpConfig
+from trident_flows.core.types import KnobRole, KnobSpace, KnobValue, OpConfig
 
 TUNABLE = "tunable"  # constructor param: names of the quality knobs a config may set
 AUDIT_PREFIX = "cfg_"

@@ -58,7 +58,7 @@ import numpy as np
 
 from trident_flows.pipelines.quality import QualityKnob, apply_quality, quality_settings, stamp
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, Batch, OperatorSpec, PipelineSpec, batch_len
-from trident_flows.scheduler.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
+from trident_flows.core.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from typing import Any, Mapping
 
 from trident_flows.planning.catalogue import Catalogue, NodeType, load_catalogue
 from trident_flows.planning.sizing import resource_prices
-from trident_flows.runtime.state import RunnerState
+from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.placement import solve_placement
 from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 
 CURRENT = "current"
 _LABEL = {"cpus": "CPU", "gpus": "GPU"}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from trident_flows.scheduler.types import ClusterSpec, NodeClass
+from trident_flows.core.types import ClusterSpec, NodeClass
 from trident_flows.sim.cluster import parse_size
 
 DEFAULT_CATALOGUE = Path(__file__).resolve().parent / "default_catalogue.toml"

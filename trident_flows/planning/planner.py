@@ -43,7 +43,7 @@ from trident_flows.planning.workload import PlanWorkload
 from trident_flows.scheduler.placement import PlacementError, PlacementResult, solve_placement
 from trident_flows.scheduler.placement_eval import throughput_of
 from trident_flows.scheduler.placement_types import OperatorDemand
-from trident_flows.scheduler.types import Plan
+from trident_flows.core.types import Plan
 
 MAX_RAISES = 5
 MAX_PRICE_LEVELS = 200  # measured: 1-10 levels on the default catalogue before the stop rule ends the walk

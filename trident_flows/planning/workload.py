@@ -112,7 +112,7 @@ def _document_items(files: list[Path], profile: PipelineProfile) -> tuple[list[d
     """Features of each readable PDF from the real parse step; the number of unreadable ones."""
     from trident_flows.pipelines.documents import ParsePdf, chunk_text, operator_specs
     from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
-    from trident_flows.scheduler.types import OpConfig
+    from trident_flows.core.types import OpConfig
 
     params = dict(next(s for s in operator_specs("plan") if s.name == "embed").params)
     chunk_words = int(params.get("chunk_words", 128))

@@ -12,7 +12,7 @@ Contract:
   ``prepare_target(target, work_dir, **options)`` does the same from ``MODULE:FUNCTION`` (the
   pipeline is named after the module: ``examples/ray_data_emulated.py:build`` -> ``ray-data-emulated``).
 - ``run_dataset(ds, out_dir, *, policy="trident", ...) -> RayDataRun`` is the one call: prepare,
-  run to the end with the policy on the current Ray cluster (``runtime.launch.run_pipeline``:
+  run to the end with the policy on the current Ray cluster (``control.launch.run_pipeline``:
   exactly-once output, dead-letter table), then ``pipeline.publish`` the rows Ray Data would
   have written to ``dest`` (default ``OUT/dataset``).
 """
@@ -99,7 +99,7 @@ def prepare_target(target: str, work_dir: Path | str, **options: Any) -> Pipelin
 class RayDataRun:
     """A finished run: the runtime's summary and where the Ray Data output was published."""
 
-    summary: Any  # runtime.launch.RunSummary
+    summary: Any  # control.launch.RunSummary
     dataset_dir: str
     rows_published: int
 
@@ -107,9 +107,9 @@ class RayDataRun:
 def run_dataset(ds: Any, out_dir: Path | str, *, policy: str = "trident", dest: Path | str | None = None, name: str | None = None,
                 tick_s: float = 2.0, decision_log: Path | None = None, settings: Any = None, **policy_options: Any) -> RayDataRun:
     """Run a Ray Data pipeline under trident on the current Ray cluster (see the module docstring)."""
-    from trident_flows.runtime.launch import cluster_totals, run_pipeline
+    from trident_flows.control.launch import cluster_totals, run_pipeline
     from trident_flows.scheduler.policies import make_policy
-    from trident_flows.scheduler.types import ClusterSpec
+    from trident_flows.core.types import ClusterSpec
 
     out = Path(out_dir)
     make_policy(policy)  # refuse an unknown policy before anything runs

@@ -40,7 +40,7 @@ import pyarrow as pa
 from trident_flows.ray_data import internals
 from trident_flows.ray_data.rows import ROW, decode_rows, encode_rows
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID, Batch
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 
 def _objects(values: list[Any]) -> np.ndarray:

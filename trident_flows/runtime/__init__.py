@@ -1,1 +1,1 @@
-"""The streaming runtime on Ray: operator pools, the pipeline runner, live control, emulated devices."""
+"""The streaming runtime on Ray: operator pools, the pipeline runner, rolling transitions, emulated devices. Speaks the core types; knows no policy."""

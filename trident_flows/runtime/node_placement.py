@@ -25,7 +25,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from trident_flows.runtime.nodes import read_nodes
-from trident_flows.runtime.state import NodeState
+from trident_flows.core.state import NodeState
 
 # How often the runner reads ``ray.nodes()``: one GCS call (about 1-5 ms here), so a node that
 # joins is planned for within a tick of the control loop (2 s by default).

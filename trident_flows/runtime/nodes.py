@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from trident_flows.runtime.state import NodeState, RuntimeConfigError
+from trident_flows.core.state import NodeState, RuntimeConfigError
 
 GiB = 2**30
 # Ray's own resources, not a node's hardware: per-node and head markers, the object store.

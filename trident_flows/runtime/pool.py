@@ -31,8 +31,8 @@ import ray
 from trident_flows.runtime.node_placement import NodePlacer
 from trident_flows.runtime.replica import ReplicaActor
 from trident_flows.runtime.spec import OperatorSpec
-from trident_flows.runtime.state import ReplicaState
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.state import ReplicaState
+from trident_flows.core.types import OpConfig
 
 
 @dataclass(eq=False)

@@ -28,7 +28,7 @@ import ray
 
 from trident_flows.runtime import devices
 from trident_flows.runtime.spec import Batch, batch_len
-from trident_flows.scheduler.types import BatchSample, OpConfig, Outcome
+from trident_flows.core.types import BatchSample, OpConfig, Outcome
 
 
 @dataclass(frozen=True)

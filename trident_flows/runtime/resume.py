@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.runtime.state import RuntimeConfigError
+from trident_flows.core.state import RuntimeConfigError
 
 MANIFEST = "_run.json"
 COMMITTED = "_committed"

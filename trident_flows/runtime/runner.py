@@ -2,7 +2,7 @@
 
 Contract:
 - ``PipelineRunner(spec, out_dir, settings, name, namespace, external_input)`` is created by
-  ``launch.start_runner`` as a named actor (findable with ``launch.find_runner``). ``start()``
+  ``control.launch.start_runner`` as a named actor (findable with ``control.launch.find_runner``). ``start()``
   begins streaming on the actor's event loop, so ``state()``, ``samples(since)``,
   ``apply(plan_or_transition)``, ``add_shard``/``close_input``/``shard_status`` and ``wait``
   are served while it runs, from this driver or any other in the cluster.
@@ -19,7 +19,7 @@ Contract:
 - Input comes from ``spec.source`` (implicit shards of ``settings.shard_items`` items) or,
   with ``external_input=True``, from ``add_shard(shard_id, rows)`` until ``close_input()``.
   A shard's output is committed atomically when its last item is done (see ``sink``).
-- ``apply(Plan)`` derives rolling steps with ``transition.plan_transition``; ``apply(Transition)``
+- ``apply(Plan)`` derives rolling steps with ``transition.rolling_steps``; ``apply(Transition)``
   runs the given steps in order (a START waits until the new replicas are warm). Applies
   are serialised; each returns an ``ApplyReport`` with the throughput dip.
 - Nodes: the runner reads the live nodes (``ray.nodes()``) every ``node_placement.REFRESH_S``
@@ -49,10 +49,10 @@ from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.replica import ReplicaResult
 from trident_flows.runtime.sink import Sink, check_shard_id
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, PipelineSpec, rows_to_batch
-from trident_flows.runtime.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
-                                         SamplePage, ShardStatus)
-from trident_flows.runtime.transition import check_plan, plan_transition
-from trident_flows.scheduler.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
+from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
+                                      SamplePage, ShardStatus)
+from trident_flows.runtime.transition import check_plan, rolling_steps
+from trident_flows.core.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
 
 __all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
 
@@ -727,7 +727,7 @@ class PipelineRunner:
 
     # ------------------------------------------------------------------ control
     async def apply(self, change: Plan | Transition) -> ApplyReport:
-        """Apply a Plan (rolling steps derived by ``plan_transition``) or a Transition (steps in order)."""
+        """Apply a Plan (rolling steps derived by ``rolling_steps``) or a Transition (steps in order)."""
         async with self._apply_lock:
             if self.finished:
                 return ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error="the run has finished")
@@ -735,7 +735,7 @@ class PipelineRunner:
                 raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
             try:
                 if isinstance(change, Plan):
-                    transition = plan_transition(self._state(), change)
+                    transition = rolling_steps(self._state(), change)
                 else:
                     transition = change
                     self._check_transition(transition)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, runtime
 
 import numpy as np
 
-from trident_flows.scheduler.types import ConfigSpace, OpConfig
+from trident_flows.core.types import ConfigSpace, OpConfig
 
 Batch = dict[str, np.ndarray]
 

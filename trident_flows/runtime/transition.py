@@ -3,9 +3,9 @@
 Contract:
 - ``check_plan(plan, state)`` refuses (``RuntimeConfigError``) a plan naming an unknown
   operator, leaving an operator without replicas, or needing more CPUs/GPUs than the cluster.
-- ``plan_transition(state, plan) -> Transition``: per operator, the replicas to start and to
+- ``rolling_steps(state, plan) -> Transition``: per operator, the replicas to start and to
   retire per config (canaries apart: ``OperatorPlan.canary`` -> ``CANARY`` / ``END_CANARY``).
-  The order is ``scheduler.transition_cost.order_steps``, the same one the scheduler prices:
+  The order is ``core.step_order.order_steps``, the same one the scheduler prices:
   starts before retires, to keep capacity high; when the free CPUs/GPUs do not fit a start,
   just enough replicas retire first, keeping every operator serving where possible, and an
   operator whose last replica must make room is swapped in place (drained, then replaced),
@@ -23,19 +23,13 @@ Contract:
 
 from __future__ import annotations
 
+from trident_flows.core.signatures import config_counts
+from trident_flows.core.state import OperatorState, RunnerState, RuntimeConfigError
+from trident_flows.core.step_order import order_steps
+from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.nodes import check_fits, classes
-from trident_flows.runtime.state import OperatorState, RunnerState, RuntimeConfigError
-from trident_flows.scheduler.transition_cost import order_steps
-from trident_flows.scheduler.types import OpConfig, Plan, StepKind, Transition, TransitionStep
 
 _EPS = 1e-9
-
-
-def _target_counts(plan_groups) -> dict[OpConfig, int]:
-    counts: dict[OpConfig, int] = {}
-    for g in plan_groups:
-        counts[g.config] = counts.get(g.config, 0) + g.replicas
-    return counts
 
 
 def check_plan(plan: Plan, state: RunnerState) -> None:
@@ -81,7 +75,7 @@ def _counts(op: OperatorState, op_plan) -> tuple[dict[tuple, int], dict[tuple, i
         current[key] = current.get(key, 0) + 1
     if op_plan is None:
         return current, dict(current)
-    target = {(op.name, c, _CLUSTER): n for c, n in _target_counts(op_plan.groups).items()}
+    target = {(op.name, c, _CLUSTER): n for c, n in config_counts(op_plan.groups).items()}
     if op_plan.canary is not None:
         target[(op.name, op_plan.canary, _CLUSTER, "canary")] = 1
     return current, target
@@ -143,7 +137,7 @@ def _class_counts(state: RunnerState, plan: Plan) -> tuple[dict[tuple, int], dic
     return current, target, {c: (v[0], v[1]) for c, v in capacity.items()}
 
 
-def plan_transition(state: RunnerState, plan: Plan) -> Transition:
+def rolling_steps(state: RunnerState, plan: Plan) -> Transition:
     """Rolling steps from ``state`` to ``plan`` (see the module docstring)."""
     check_plan(plan, state)
     if _names_classes(plan, state):
@@ -184,7 +178,7 @@ def plan_transition(state: RunnerState, plan: Plan) -> Transition:
 
 
 def _class_transition(state: RunnerState, plan: Plan) -> Transition:
-    """``plan_transition`` for a plan that names node classes: every step names its class."""
+    """``rolling_steps`` for a plan that names node classes: every step names its class."""
     current, target, capacity = _class_counts(state, plan)
     reasons = {o.operator: o.reason or "plan" for o in plan.operators}
     steps: list[TransitionStep] = []
@@ -211,25 +205,3 @@ def _class_transition(state: RunnerState, plan: Plan) -> Transition:
                                             reason=f"make room: {phase.note}" if phase.note else reason))
     reason = plan.reason or ("no change" if not steps else "apply plan")
     return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
-
-
-def plan_signature(plan: Plan) -> frozenset:
-    """What a plan asks for (replicas per operator and config, and canaries), for telling an
-    unchanged re-issue of a refused plan from a new one."""
-    out = set()
-    for o in plan.operators:
-        for c, n in _target_counts(o.groups).items():
-            if n:
-                out.add((o.operator, c, n))
-        if o.canary is not None:
-            out.add((o.operator, o.canary, "canary"))
-    return frozenset(out)
-
-
-def placement_signature(state: RunnerState) -> frozenset:
-    """What runs: non-draining replicas per (operator, config, canary or not)."""
-    counts: dict[tuple, int] = {}
-    for op in state.operators:
-        for r in op.active:
-            counts[(op.name, r.config, r.canary)] = counts.get((op.name, r.config, r.canary), 0) + 1
-    return frozenset((*key, n) for key, n in counts.items())

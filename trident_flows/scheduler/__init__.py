@@ -1,1 +1,1 @@
-"""The Trident scheduler: observe -> regime -> optimize -> placement -> controller. Pure Python, no Ray or Prefect imports."""
+"""The Trident scheduler: observe -> regime -> optimize -> placement -> transition, and the baseline policies. Pure Python on the core types: no Ray or Prefect imports, nothing of the runtime."""

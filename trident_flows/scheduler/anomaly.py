@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy.linalg import cho_solve
 
-from trident_flows.scheduler.types import BatchSample
+from trident_flows.core.types import BatchSample
 
 MAD_TO_SIGMA = 1.4826
 

@@ -33,7 +33,7 @@ from scipy import stats
 
 from trident_flows.scheduler.constraint import per_item
 from trident_flows.scheduler.optimize import DEFAULT_GPU_WEIGHT, resource_cost
-from trident_flows.scheduler.types import CPU, BatchSample, Outcome
+from trident_flows.core.types import CPU, BatchSample, Outcome
 
 
 class Verdict(str, Enum):

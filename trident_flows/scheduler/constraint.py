@@ -60,7 +60,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-from trident_flows.scheduler.types import CPU, ConfigSpace, KnobSpace, OpConfig
+from trident_flows.core.types import CPU, ConfigSpace, KnobSpace, OpConfig
 
 
 @dataclass(frozen=True)

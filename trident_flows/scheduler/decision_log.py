@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
-from trident_flows.scheduler.types import Plan
+from trident_flows.core.types import Plan
 
 class Action(str, Enum):
     """What a tick decided."""

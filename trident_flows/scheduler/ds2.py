@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from trident_flows.runtime.state import RunnerState
+from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.replicas import main_config, replica_limits, scaled_plan
-from trident_flows.scheduler.types import BatchSample, Outcome, Plan
+from trident_flows.core.types import BatchSample, Outcome, Plan
 
 _SLACK = 1e-6
 
@@ -149,7 +149,7 @@ class DS2Policy:
     name = "ds2"
 
     def __init__(self, spec: Any | None = None, cluster: Any | None = None, *, source_rate: float | None = None, min_batches: int = 4,
-                 window: int = 4000, **_options: Any) -> None:
+                 window: int = 4000) -> None:
         if source_rate is not None and not (source_rate > 0 and math.isfinite(source_rate)):
             raise ValueError(f"ds2: source_rate must be a positive number of items/s or None, got {source_rate!r}")
         if min_batches < 1:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trident_flows.scheduler.types import ClusterSpec, NodeClass
+from trident_flows.core.types import ClusterSpec, NodeClass
 
 _DEFAULT = ClusterSpec.single_node(1, 1).node_classes[0]
 

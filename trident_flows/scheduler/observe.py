@@ -116,7 +116,7 @@ from threadpoolctl import threadpool_limits
 from trident_flows.scheduler.anomaly import (Filtered, Reason, count_reasons, group_codes, loo_outliers, robust_filter,
                                              validate_sample)
 from trident_flows.scheduler.occupancy import SaturatedSpan
-from trident_flows.scheduler.types import CPU, BatchSample, OpConfig, Outcome
+from trident_flows.core.types import CPU, BatchSample, OpConfig, Outcome
 
 
 class NoModelError(RuntimeError):

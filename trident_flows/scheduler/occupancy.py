@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 
 class Occupancy(str, Enum):

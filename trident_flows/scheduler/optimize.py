@@ -73,7 +73,7 @@ from skopt.space import Space
 from skopt.utils import normalize_dimensions
 
 from trident_flows.scheduler.constraint import ConfigEncoder, FeatureWindow, MemoryBudget, MemoryModel, OomRegion, blocked
-from trident_flows.scheduler.types import ConfigSpace, KnobValue, OpConfig
+from trident_flows.core.types import ConfigSpace, KnobValue, OpConfig
 
 DEFAULT_GPU_WEIGHT = 4.0
 _MAX_CANDIDATES = 3000

@@ -4,7 +4,7 @@ Contract:
 - ``solve_placement(demands, cluster, current=None, solver="highs"|"cbc", time_limit_s=1.0)``
   returns a ``PlacementResult`` whose ``plan`` (a ``types.Plan``) maximises the pipeline
   throughput ``T`` (input items/s): ``max T`` s.t. for every operator the summed capacity
-  of its replicas >= ``work_per_item * T``; ``plan_placement`` returns just the ``Plan``.
+  of its replicas >= ``work_per_item * T``.
 - Variables are integers per (operator, option, node class): identical nodes form one
   class, so the model does not grow with the node count. Per class: CPUs, GPUs (effective
   fractions, see ``placement_eval.effective_gpus``), host memory, host<->device bandwidth
@@ -69,7 +69,7 @@ from trident_flows.scheduler.placement_eval import (
 )
 from trident_flows.scheduler.placement_bound import rounding_bound
 from trident_flows.scheduler.placement_types import CurrentPlacement, GiB, OperatorDemand
-from trident_flows.scheduler.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
 
 MAX_REPAIRS = 5
 SPLIT_MAX_NODES = 4
@@ -437,12 +437,6 @@ def _repair(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: d
                                  "per node combined); lower min_replicas, choose smaller configs or add nodes")
         counts = {key: n for key, n in greedy.counts.items() if n > 0}
     return counts, repair
-
-
-def plan_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement | None = None,
-                   **kwargs: object) -> Plan:
-    """``solve_placement(...).plan``."""
-    return solve_placement(demands, cluster, current, **kwargs).plan  # type: ignore[arg-type]
 
 
 def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int], cur: dict[Key, int],

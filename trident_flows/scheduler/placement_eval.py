@@ -31,7 +31,7 @@ import highspy
 import numpy as np
 
 from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
-from trident_flows.scheduler.types import CPU, ClusterSpec, NodeClass
+from trident_flows.core.types import CPU, ClusterSpec, NodeClass
 
 Key = tuple[str, int, str]
 SPLIT_SEP = "#node"  # a small class modelled node by node: "gpu#node0", "gpu#node1", ...

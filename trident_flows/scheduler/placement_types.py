@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Mapping
 
-from trident_flows.scheduler.types import CPU, OpConfig, Plan, ReplicaGroup
+from trident_flows.core.types import CPU, OpConfig, Plan, ReplicaGroup
 
 GiB = 2**30
 

@@ -56,8 +56,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
+from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.observe import OperatorModel
-from trident_flows.scheduler.types import BatchSample
 
 
 class ChangeKind(str, Enum):

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 
 from trident_flows.scheduler.observe import OperatorModel
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from trident_flows.runtime.state import OperatorState, RunnerState
-from trident_flows.scheduler.types import OpConfig, OperatorPlan, ReplicaGroup
+from trident_flows.core.state import OperatorState, RunnerState
+from trident_flows.core.types import OpConfig, OperatorPlan, ReplicaGroup
 
 
 def serving_groups(op: OperatorState) -> tuple[ReplicaGroup, ...]:

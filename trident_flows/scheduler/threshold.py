@@ -24,9 +24,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from trident_flows.runtime.state import OperatorState, RunnerState
+from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.scheduler.replicas import free_resources, main_config, replica_limits, scaled_plan
-from trident_flows.scheduler.types import BatchSample, Plan
+from trident_flows.core.types import BatchSample, Plan
 
 UPSCALING_THRESHOLD = 1.75    # ray.data.context.DEFAULT_ACTOR_POOL_UTIL_UPSCALING_THRESHOLD (Ray 2.60)
 DOWNSCALING_THRESHOLD = 0.5   # ray.data.context.DEFAULT_ACTOR_POOL_UTIL_DOWNSCALING_THRESHOLD (Ray 2.60)
@@ -98,7 +98,7 @@ class ThresholdPolicy:
     name = "threshold"
 
     def __init__(self, spec: Any | None = None, cluster: Any | None = None, *, up: float = UPSCALING_THRESHOLD,
-                 down: float = DOWNSCALING_THRESHOLD, **_options: Any) -> None:
+                 down: float = DOWNSCALING_THRESHOLD) -> None:
         if not 0 <= down < up:
             raise ValueError(f"threshold: need 0 <= down < up, got down={down} up={up}")
         self.spec = spec

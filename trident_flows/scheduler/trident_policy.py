@@ -113,8 +113,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus, RunnerState, end_to_end_throughput
-from trident_flows.runtime.transition import placement_signature, plan_signature
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState, end_to_end_throughput
+from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
@@ -128,10 +128,8 @@ from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.transition_cost import plan_transition
-from trident_flows.scheduler.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
-                                           OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
-
-_STEPS = ("observe", "regime", "optimize", "verify", "placement", "transition")
+from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
+                                      OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
 
 @dataclass
@@ -195,7 +193,7 @@ class TridentPolicy:
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  max_changes: int | None = None, refit_min_samples: int = 8, saturation_s: float = 8.0, stale_ratio: float = 1.5,
                  min_samples: int = 32, min_config_samples: int = 16, confidence_z: float = 1.0, verify_z: float = 2.0,
-                 refit_fraction: float = 0.25, reask_ticks: int = 10, resolve_ticks: int = 10, **_options: Any) -> None:
+                 refit_fraction: float = 0.25, reask_ticks: int = 10, resolve_ticks: int = 10) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if verify_ticks < 1 or apply_grace_ticks < 1:

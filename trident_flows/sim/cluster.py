@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from trident_flows.scheduler.types import ClusterSpec, NodeClass, OpConfig
+from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 from trident_flows.sim.memory import SimDevice
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

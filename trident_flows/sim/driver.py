@@ -33,11 +33,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trident_flows.runtime.launch import _operator_figures
+from trident_flows.control.launch import _operator_figures
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.runtime.state import ApplyOutcome, RunnerSettings
+from trident_flows.core.state import ApplyOutcome, RunnerSettings
 from trident_flows.scheduler.policies import Policy, decide_once
-from trident_flows.scheduler.types import ClusterSpec, StepKind
+from trident_flows.core.types import ClusterSpec, StepKind
 from trident_flows.sim.runner import SimRunner
 from trident_flows.sim.workload import Stream
 

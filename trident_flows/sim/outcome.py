@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from trident_flows.runtime.state import ApplyReport
+from trident_flows.core.state import ApplyReport
 
 
 def apply_report(steps_done: Sequence[dict[str, Any]], steps_total: int, seconds: float, before: float, during: float, error: str,

@@ -20,8 +20,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from trident_flows.runtime.state import ReplicaState
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.state import ReplicaState
+from trident_flows.core.types import OpConfig
 from trident_flows.sim.cluster import Placement
 
 

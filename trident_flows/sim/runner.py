@@ -7,7 +7,7 @@ Contract:
   clock until they are warm (as the live ``start()`` does); ``run_until(t)`` advances the clock.
 - It offers the policies what ``PipelineRunner`` offers: ``state() -> RunnerState``,
   ``samples(since) -> SamplePage`` (one ``BatchSample`` per batch, times in simulated seconds),
-  ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.plan_transition``; a
+  ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.rolling_steps``; a
   START waits, on the simulated clock, until its replicas are warm, a RETIRE until its
   replicas have drained; the pipeline keeps streaming meanwhile) and ``summary()``.
 - Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
@@ -36,10 +36,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.runtime.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
-from trident_flows.runtime.transition import check_plan, plan_transition
-from trident_flows.scheduler.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
-                                           TransitionStep)
+from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
+from trident_flows.runtime.transition import check_plan, rolling_steps
+from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
+                                      TransitionStep)
 from trident_flows.sim import outcome
 from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import SimCluster
@@ -501,7 +501,7 @@ class SimRunner:
         if self.finished:
             return outcome.refused("the run has finished")
         if isinstance(change, Plan):
-            transition = plan_transition(self.state(), change)
+            transition = rolling_steps(self.state(), change)
         elif isinstance(change, Transition):
             transition = change
             self._check_transition(transition)

@@ -56,7 +56,7 @@ def curate_shard(runner_name: str, namespace: str, shard_id: str, rows: list[dic
     (a retry after a timeout); an unknown one is added."""
     import ray
 
-    from trident_flows.runtime.launch import find_runner
+    from trident_flows.control.launch import find_runner
 
     logger = get_run_logger()
     runner = find_runner(runner_name, namespace)

@@ -28,9 +28,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
-from trident_flows.runtime.state import ApplyStatus
+from trident_flows.core.state import ApplyStatus
 from trident_flows.scheduler.decision_log import Hold, HoldKind
-from trident_flows.scheduler.types import Plan, PlanKind, Rationale
+from trident_flows.core.types import Plan, PlanKind, Rationale
 
 # Units of a pipeline's input items, for sentences ("+45% docs/s").
 UNITS = {"documents": "docs/s", "emulated-docs": "docs/s", "video": "videos/s", "emulated-video": "videos/s"}

@@ -5,7 +5,7 @@ Contract:
   None when no such runner runs (or it went away mid-call); ``pull_samples`` returns the batch
   samples after the sidecar's cursor; ``make_policy_for`` builds the configured policy once per
   runner and policy settings (``make_policy(name, spec=the runner's PipelineSpec, cluster=the
-  cluster capped by the CPU/GPU budgets, **options)``).
+  cluster capped by the CPU/GPU budgets, **the other options)``).
 - These are plain functions, not Prefect task runs: a tick that only observes leaves no trace
   in Prefect's database. ``roll_out`` is the one task run a tick can make: one per decision
   the policy hands to the runner, named after it, returning the ``Outcome`` (applied, partial,
@@ -20,12 +20,12 @@ import ray
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from trident_flows.scheduler.types import ClusterSpec, Plan
+from trident_flows.core.types import ClusterSpec, Plan
 from trident_flows.tasks.decision import Outcome, read_outcome
 
 
 def _runner(runner_name: str, namespace: str) -> Any | None:
-    from trident_flows.runtime.launch import find_runner
+    from trident_flows.control.launch import find_runner
 
     try:
         return find_runner(runner_name, namespace)
@@ -70,6 +70,10 @@ def output_note_of(runner_name: str, namespace: str) -> str:
     return "" if runner is None else output_note(ray.get(runner.pipeline_spec.remote()))
 
 
+# Options that cap the cluster a policy plans for rather than being options of the policy itself.
+BUDGETS = ("cpu_budget", "gpu_budget")
+
+
 def make_policy_for(runner_name: str, namespace: str, policy: str, options: dict[str, Any], state: Any) -> Any:
     """The policy ``policy`` for the named runner's pipeline on its cluster, within the budgets."""
     from trident_flows.scheduler.policies import make_policy
@@ -81,7 +85,8 @@ def make_policy_for(runner_name: str, namespace: str, policy: str, options: dict
     cpus = min(state.cluster_cpus, options.get("cpu_budget") or state.cluster_cpus)
     gpu_budget = options.get("gpu_budget")
     gpus = state.cluster_gpus if gpu_budget is None else min(state.cluster_gpus, gpu_budget)
-    return make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus)), **options)
+    policy_options = {k: v for k, v in options.items() if k not in BUDGETS}
+    return make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus)), **policy_options)
 
 
 @task(name="roll-out", cache_policy=NO_CACHE)

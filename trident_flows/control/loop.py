@@ -3,7 +3,7 @@
 Contract: every ``tick_s`` seconds it calls ``state()`` and ``samples(since)`` on the runner
 handle, asks the policy (``policies.decide_once``), and, for a plan, calls ``apply(plan)`` —
 exactly the calls another process (the Prefect sidecar) makes on a runner found by name.
-Every apply's ``state.ApplyOutcome`` (landed / partly landed / refused, with the reason; an
+Every apply's ``core.state.ApplyOutcome`` (landed / partly landed / refused, with the reason; an
 exception from ``apply`` is a refusal) goes back to the policy when it has
 ``observe_apply(plan, outcome)``, and is kept in ``outcomes``. ``applies_refused`` counts the
 applies that did not land fully; ``refused_repeated`` the plans issued again unchanged against
@@ -21,8 +21,8 @@ from typing import Any
 
 import ray
 
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus
-from trident_flows.runtime.transition import placement_signature, plan_signature
+from trident_flows.core.state import ApplyOutcome, ApplyStatus
+from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler.policies import Policy, decide_once
 
 

@@ -2,10 +2,11 @@
 
 Contract:
 - ``Controller(runner, policy=None, *, spec=None, cluster=None, decision_log=None)`` works on a
-  runner actor handle from any process of the cluster (``launch.find_runner(name)``): each
+  runner actor handle from any process of the cluster (``control.launch.find_runner(name)``): each
   ``tick()`` calls ``runner.state()`` and ``runner.samples(cursor)``, asks the policy (a
   ``TridentPolicy`` unless another object with ``tick(state, samples) -> TickRecord`` is given;
-  the policy is built from the runner's own PipelineSpec when no spec is passed) and,
+  the policy is built from the runner's own PipelineSpec when no spec is passed, with the
+  keyword options given to the controller: an unknown one is refused at construction) and,
   when the record carries a plan, calls ``runner.apply(plan)``. The decision logic stays pure
   in the policy; this class only moves data between it and the runner.
 - Every tick returns its frozen ``TickRecord`` and appends it to ``decision_log`` (JSON lines),
@@ -25,10 +26,10 @@ from typing import Any
 
 import ray
 
-from trident_flows.runtime.state import ApplyOutcome, ApplyStatus
+from trident_flows.core.state import ApplyOutcome, ApplyStatus
 from trident_flows.scheduler.decision_log import DecisionLog, Hold, HoldKind, TickRecord
-from trident_flows.scheduler.trident_policy import TridentPolicy
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.scheduler.policies import check_options, make_policy, policy_factory
+from trident_flows.core.types import ClusterSpec
 
 
 class Controller:
@@ -40,6 +41,11 @@ class Controller:
         self._policy = policy
         self._spec = spec
         self._cluster = cluster
+        if policy is None:  # a misspelt option is refused here, not at the first tick (where a failing policy is only logged)
+            check_options("trident", policy_factory("trident"), policy_options)
+        elif policy_options:
+            raise ValueError(f"Controller: policy options {sorted(policy_options)} apply only to the policy the controller builds; "
+                             "pass them to the policy given instead")
         self._options = policy_options
         self.log = DecisionLog(decision_log) if decision_log else None
         self.call_timeout_s = call_timeout_s
@@ -60,7 +66,7 @@ class Controller:
             if cluster is None:
                 state = ray.get(self.runner.state.remote(), timeout=self.call_timeout_s)
                 cluster = ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
-            self._policy = TridentPolicy(spec, cluster, **self._options)
+            self._policy = make_policy("trident", spec=spec, cluster=cluster, **self._options)
         return self._policy
 
     def _error(self, message: str) -> TickRecord:

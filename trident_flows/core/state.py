@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from trident_flows.scheduler.types import OpConfig
+from trident_flows.core.types import OpConfig
 
 
 class RuntimeConfigError(ValueError):

@@ -38,13 +38,13 @@ import ray
 from trident_flows.pipelines import finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
-from trident_flows.runtime.control import ControlLoop
+from trident_flows.control.loop import ControlLoop
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.runtime.state import RunnerSettings, RunnerState, RuntimeConfigError
+from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.scheduler.policies import Policy, make_policy
-from trident_flows.scheduler.types import ClusterSpec
+from trident_flows.core.types import ClusterSpec
 
 
 # How often ``trident-flows run`` restarts a pipeline runner that died (its process killed, its

@@ -1,0 +1,90 @@
+"""Policy options: a misspelt or foreign option is refused naming the known ones; every caller's options are taken."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from trident_flows.control.controller import Controller
+from trident_flows.core.types import ClusterSpec
+from trident_flows.scheduler.policies import POLICIES, StaticPolicy, make_policy
+
+CLUSTER = ClusterSpec.single_node(8, 0)
+
+
+@pytest.mark.parametrize("name, typo, closest", [
+    ("trident", "min_sample", "min_samples"),
+    ("trident", "memory_safety_marign", "memory_safety_margin"),
+    ("ds2", "min_batch", "min_batches"),
+    ("threshold", "upp", "up"),
+])
+def test_a_misspelt_option_is_refused_with_the_closest_and_the_known_ones(name, typo, closest):
+    with pytest.raises(ValueError) as err:
+        make_policy(name, spec=None, cluster=CLUSTER, **{typo: 1})
+    message = str(err.value)
+    assert message.startswith(f"{name}: unknown option {typo!r} (did you mean {closest!r}?); known options: ")
+    known = message.split("known options: ")[1].split(", ")
+    assert closest in known and known == sorted(known)
+    assert "spec" not in known and "cluster" not in known  # supplied by the caller, not a user's option
+
+
+def test_the_known_options_are_the_policies_keyword_parameters():
+    message = ""
+    try:
+        make_policy("ds2", nonsense=True)
+    except ValueError as exc:
+        message = str(exc)
+    assert message == "ds2: unknown option 'nonsense'; known options: min_batches, source_rate, window"
+    with pytest.raises(ValueError, match=re.escape("static: unknown option 'window'; known options: none")):
+        make_policy("static", spec=None, cluster=CLUSTER, window=3)
+    with pytest.raises(ValueError, match=re.escape("threshold: unknown options 'a', 'b'; known options: down, up")):
+        make_policy("threshold", a=1, b=2)
+
+
+def test_legitimate_options_reach_the_policy_and_keep_their_own_checks():
+    trident = make_policy("trident", spec=None, cluster=CLUSTER, min_samples=8, verify_ticks=2, canaries=False)
+    assert (trident.min_samples, trident.verify_ticks, trident.canaries) == (8, 2, False)
+    assert make_policy("ds2", spec=None, cluster=CLUSTER, source_rate=5.0, min_batches=2).source_rate == 5.0
+    assert make_policy("threshold", up=2.0, down=0.25).up == 2.0
+    assert isinstance(make_policy("static", spec=None, cluster=CLUSTER), StaticPolicy)
+    with pytest.raises(ValueError, match=re.escape("trident: memory_safety_margin must be in [0, 1), got 1.5")):
+        make_policy("trident", memory_safety_margin=1.5)
+    with pytest.raises(ValueError, match="unknown policy 'nope'; available policies: ds2, static, threshold, trident"):
+        make_policy("nope")
+
+
+class AcceptsAny:
+    """A policy whose factory takes ``**options`` (as the sidecar tests' policies do)."""
+
+    name = "accepts-any"
+
+    def __init__(self, **options):
+        self.options = options
+
+
+def test_a_factory_that_takes_any_option_is_given_them(monkeypatch):
+    monkeypatch.setitem(POLICIES, "accepts-any", f"{__name__}:AcceptsAny")
+    assert make_policy("accepts-any", spec=None, whatever=1).options == {"spec": None, "whatever": 1}
+
+
+def test_the_sidecar_gives_every_policy_only_options_it_takes():
+    from trident_flows.blocks import TridentSettingsBlock
+    from trident_flows.flows.trident_sidecar import policy_options
+    from trident_flows.tasks.sidecar import BUDGETS
+
+    for name in sorted(POLICIES):
+        settings = TridentSettingsBlock(policy=name, cpu_budget=4, gpu_budget=0, memory_safety_margin=0.2, max_reconfigurations_per_tick=2)
+        options = policy_options(settings)
+        assert options["cpu_budget"] == 4 and options["gpu_budget"] == 0
+        policy = make_policy(name, spec=None, cluster=CLUSTER, **{k: v for k, v in options.items() if k not in BUDGETS})
+        if name == "trident":
+            assert (policy.margin, policy.max_changes) == (0.2, 2)
+
+
+def test_the_controller_refuses_a_misspelt_option_when_built_not_at_its_first_tick():
+    with pytest.raises(ValueError, match=re.escape("trident: unknown option 'verify_tick' (did you mean 'verify_ticks'?)")):
+        Controller(object(), spec=None, cluster=CLUSTER, verify_tick=2)
+    with pytest.raises(ValueError, match="apply only to the policy the controller builds"):
+        Controller(object(), StaticPolicy(), verify_ticks=2)
+    Controller(object(), spec=None, cluster=CLUSTER, verify_ticks=2, canaries=False)  # known options: accepted
