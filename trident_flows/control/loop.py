@@ -79,6 +79,8 @@ class ControlLoop:
             report = ray.get(self.handle.apply.remote(decision.plan))
             record["apply"] = report.to_dict()
             outcome = report.outcome
+        except ray.exceptions.TaskCancelledError:  # the runner cancels a rollout still running when the run ends
+            outcome = ApplyOutcome.refused("the run ended before the apply finished (cancelled)")
         except Exception as exc:  # noqa: BLE001 - a refused plan is reported to the policy; the pipeline keeps running
             outcome = ApplyOutcome.refused(f"{type(exc).__name__}: {exc}")
         record["outcome"] = outcome.to_dict()
