@@ -33,7 +33,11 @@ Contract:
   solve found nothing worth rolling out) and no rollout is being verified, with resources free
   for one; at most one optimiser is asked per tick (the longest unasked, busiest first) and one
   whose proposal could not start is not asked again for ``reask_ticks`` ticks (an ask costs
-  0.1-0.3 s of CPU); only for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
+  0.1-0.3 s of CPU); only while the run (items left at the measured intake, when the input's size
+  is known) has ``canary_payback`` x (the operator's longest cold start + ``canary_timeout_s``) left
+  (in 80-second video runs canaries of 20-second GPU cold starts cost up to a fifth of the
+  throughput and could never pay); never a "seed" of a device the operator already runs on;
+  only for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
   nothing; one that gets no batch within ``canary_timeout_s`` is abandoned), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
@@ -193,7 +197,7 @@ class TridentPolicy:
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
                  max_changes: int | None = None, refit_min_samples: int = 8, saturation_s: float = 8.0, stale_ratio: float = 1.5,
                  min_samples: int = 32, min_config_samples: int = 16, confidence_z: float = 1.0, verify_z: float = 2.0,
-                 refit_fraction: float = 0.25, reask_ticks: int = 10, resolve_ticks: int = 10) -> None:
+                 refit_fraction: float = 0.25, reask_ticks: int = 10, resolve_ticks: int = 10, canary_payback: float = 2.0) -> None:
         if not 0 <= memory_safety_margin < 1:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if verify_ticks < 1 or apply_grace_ticks < 1:
@@ -215,6 +219,9 @@ class TridentPolicy:
         self.canary_timeout_s = canary_timeout_s
         self.canary_max_batch_s = canary_max_batch_s
         self.canary_min_busy = canary_min_busy
+        if canary_payback < 0:
+            raise ValueError(f"trident: canary_payback must be >= 0, got {canary_payback}")
+        self.canary_payback = canary_payback
         self._refused_canaries: set = set()
         self.tell_every = tell_every
         self.default_cold_start_s = default_cold_start_s
@@ -656,6 +663,13 @@ class TridentPolicy:
                       events: list[TickEvent]) -> OperatorPlan | None:
         op = self._ops[name]
         op.asked_tick = self._tick
+        left_s, needed_s = self._run_left_s(state), self._canary_needs_s(name)
+        if left_s is not None and left_s < needed_s:
+            if (name, "run left") not in self._refused_canaries:
+                self._refused_canaries.add((name, "run left"))
+                events.append(TickEvent(EventKind.CANARY, name, f"no canary: the run has about {left_s:.0f} s left, under the {needed_s:.0f} s "
+                                        f"a canary needs to pay (canary_payback={self.canary_payback:g} x (cold start + canary_timeout_s))"))
+            return None
         try:
             proposal = opt.ask()
         except NoSafeConfigError as exc:
@@ -667,6 +681,8 @@ class TridentPolicy:
         serving = state.operator(name).configs()
         if config in serving or config in op.accepted or self._is_unsafe(name, config):
             return None
+        if proposal.kind == "seed" and any(c.device == config.device for c in serving):
+            return None  # the running replicas measure that device already (they are told every tell_every batches)
         if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
             return None
         if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self._limit(config):
@@ -685,6 +701,22 @@ class TridentPolicy:
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
         events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
+
+    def _run_left_s(self, state: RunnerState) -> float | None:
+        """Seconds the run has left at the measured intake (items not yet read + queued); None for an
+        input of unknown size or before any intake is measured."""
+        left = remaining_items(state, getattr(self.spec, "items", None))
+        intake = sorted(self._intake)[len(self._intake) // 2] if self._intake else 0.0
+        return left / intake if left is not None and intake > 0 else None
+
+    def _canary_needs_s(self, name: str) -> float:
+        """Run time a canary of ``name`` must have left to pay: ``canary_payback`` x (its longest cold start
+        + ``canary_timeout_s``): the canary holds resources that long, and what it finds pays only after a
+        rollout (another cold start) and for the rest of the run."""
+        space = self._spec_space(name)
+        devices = space.devices if space is not None else ()
+        cold = max((self._cold_start(name, d) for d in devices), default=self.default_cold_start_s)
+        return self.canary_payback * (cold + self.canary_timeout_s)
 
     def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent],
                       ended: list[CanaryEnd]) -> OperatorPlan | None:
