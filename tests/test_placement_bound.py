@@ -11,6 +11,7 @@ from trident_flows.scheduler import placement as placement_mod
 from trident_flows.scheduler import placement_bound
 from trident_flows.scheduler.placement import GAP_REL, solve_placement
 from trident_flows.scheduler.placement_bound import rounding_bound
+from trident_flows.scheduler.placement_eval import Key
 from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
@@ -25,9 +26,9 @@ def _two_ops_on_five_cpus() -> tuple[list[OperatorDemand], ClusterSpec]:
 
 def test_bound_buys_whole_replicas_hand_computed():
     demands, _ = _two_ops_on_five_cpus()
-    eligible = {("a", 0, "n"): 2, ("b", 0, "n"): 5}
+    eligible = {Key("a", 0, "n"): 2, Key("b", 0, "n"): 5}
     cpu_price = 0.7  # any non-negative price gives a valid bound; here it is also tight
-    prices = {("a", 0, "n"): (2 * cpu_price, 0.0), ("b", 0, "n"): (cpu_price, 0.0)}
+    prices = {Key("a", 0, "n"): (2 * cpu_price, 0.0), Key("b", 0, "n"): (cpu_price, 0.0)}
     bound = rounding_bound(demands, prices, 5 * cpu_price, eligible, t_lo=5.0, t_hi=50 / 3)
     assert bound == pytest.approx(10.0, rel=1e-6)
     # Without prices nothing is scarce: the bound stays at the LP's.

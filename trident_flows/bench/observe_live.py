@@ -56,6 +56,7 @@ import numpy as np
 from trident_flows.bench.live_trace import Trace, available, load
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.placement_inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
@@ -232,7 +233,7 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
     at = np.array([t.at for t in ticks])
     for n, decision in enumerate(trace.decisions):
         plan = decision.plan
-        if plan is None or not plan.operators or (decision.record or {}).get("action") == "canary":
+        if plan is None or not plan.operators or (decision.record or {}).get("action") == Action.CANARY.value:
             continue   # a canary tries a config on one extra replica: no placement to judge
         k = int(np.searchsorted(at, decision.at))    # the first poll after the decision
         want = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}

@@ -27,7 +27,7 @@ from typing import Any
 import ray
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus
-from trident_flows.scheduler.decision_log import DecisionLog, Hold, HoldKind, TickRecord
+from trident_flows.scheduler.decision_log import Action, DecisionLog, Hold, HoldKind, TickRecord
 from trident_flows.scheduler.policies import check_options, make_policy, policy_factory
 from trident_flows.core.types import ClusterSpec
 
@@ -70,7 +70,7 @@ class Controller:
         return self._policy
 
     def _error(self, message: str) -> TickRecord:
-        return TickRecord(self.ticks, time.time(), "error", f"kept the current plan: {message}", error=message, hold=Hold(HoldKind.STEP_FAILED))
+        return TickRecord(self.ticks, time.time(), Action.ERROR, f"kept the current plan: {message}", error=message, hold=Hold(HoldKind.STEP_FAILED))
 
     def tick(self) -> TickRecord:
         """One tick: state + new samples -> policy -> apply (see the module docstring)."""

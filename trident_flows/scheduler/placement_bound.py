@@ -145,7 +145,7 @@ def rounding_bound(demands: Sequence[OperatorDemand], prices: Mapping[Key, tuple
         cap_hi = d.work_per_item * t_hi
         options, bw_price = [], math.inf
         for k, opt in enumerate(d.options):
-            keys = [key for key in eligible if key[0] == d.name and key[1] == k]
+            keys = [key for key in eligible if key.operator == d.name and key.option == k]
             if not keys:
                 continue
             price = min(prices[key][0] for key in keys)
