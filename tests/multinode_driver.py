@@ -32,9 +32,9 @@ from trident_flows.control.launch import start_runner
 from trident_flows.runtime.sink import read_ids
 from trident_flows.core.state import ApplyOutcome, RunnerSettings, RunnerState
 from trident_flows.scheduler.live_cluster import live_cluster
-from trident_flows.scheduler.placement import solve_placement
-from trident_flows.scheduler.placement_inputs import current_placement
-from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.placement.inputs import current_placement
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 
 GiB = 2**30

@@ -24,7 +24,7 @@ Summary (plain numbers):
   returned that then ran (its configs serving and warm in a later snapshot), |predicted -
   measured| / measured. Predicted: what the replayed (queue-aware) models say the placement after
   the plan sustains, at the tick the plan was made (per operator the concave capacity of its
-  configs over the items it gets per input item, ``placement_inputs.work_per_item``; the
+  configs over the items it gets per input item, ``placement.inputs.work_per_item``; the
   smallest). ``plan_error_median_busy_time``: the same without calibration;
   ``plan_error_median_trident_recorded``: the trident policy's own recorded prediction. Measured is
   ``throughput_measure.sustainable_throughput`` (completed input items/s) from the first
@@ -58,7 +58,7 @@ from trident_flows.bench.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
-from trident_flows.scheduler.placement_inputs import concave_curve, work_per_item
+from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput

@@ -22,9 +22,9 @@ import statistics
 import time
 
 from trident_flows.bench.report import BenchResult, Target
-from trident_flows.scheduler.placement import GAP_REL, PlacementError, solve_placement
-from trident_flows.scheduler.placement_eval import Key, class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
-from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.milp import GAP_REL, PlacementError, solve_placement
+from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
 NODE_COUNTS = (1, 8, 16, 64, 256)

@@ -1,16 +1,16 @@
 """The placement model with node counts as variables: the cheapest cluster for a throughput, and resource prices.
 
 Contract:
-- The model is the placement MILP's (``scheduler/placement.py``) aggregated per node class:
+- The model is the placement MILP's (``scheduler/placement/milp.py``) aggregated per node class:
   integer replicas per (operator, option, class) from ``OperatorDemand``s, each class's CPUs and
-  GPUs (``placement_eval.usage_vector``) at most its per-node capacity times its node count, and
+  GPUs (``placement.model.usage_vector``) at most its per-node capacity times its node count, and
   every operator's capacity at least ``work_per_item * T``. Its uses:
 - ``cheapest_counts(demands, catalogue, target, fixed=...)``: node counts become integer
   variables in ``[0, max_count]`` and the objective is the hourly price (fewest nodes break
   ties) subject to ``T >= target``. ``fixed`` pins some classes' counts (``{"g8": 0}``: without
   g8 nodes). Returns the counts, or ``None`` when no catalogue cluster reaches ``target``. The
   aggregate model ignores how replicas pack node by node, so its price is a lower bound: the
-  planner checks each answer with the placement MILP itself (``placement.solve_placement``).
+  planner checks each answer with the placement MILP itself (``placement.milp.solve_placement``).
 - ``most_efficient_counts(demands, catalogue, target, fixed=...)``: the same constraints, the
   least hourly price per item/s (a job's cost per item) instead of the least price (Dinkelbach).
 - ``fastest_within(demands, catalogue, price)``: the highest aggregate throughput (and its counts)
@@ -32,8 +32,8 @@ from typing import Mapping, Sequence
 import pulp
 
 from trident_flows.planning.catalogue import Catalogue, NodeType
-from trident_flows.scheduler.placement_eval import Key, ineligibility, usage_vector
-from trident_flows.scheduler.placement_types import OperatorDemand
+from trident_flows.scheduler.placement.model import Key, ineligibility, usage_vector
+from trident_flows.scheduler.placement.types import OperatorDemand
 
 RESOURCES = ("cpus", "gpus")
 SOLVE_LIMIT_S = 30.0

@@ -49,8 +49,8 @@ Contract:
   again (the simulated video spike run: 4 OOMs, the placement failing every tick).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
-  (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
-  (``placement.solve_placement``) runs on the cluster minus what running canaries hold and,
+  (``placement.inputs.concave_curve``) and memory upper bounds; the MILP
+  (``placement.milp.solve_placement``) runs on the cluster minus what running canaries hold and,
   with canaries on, one CPU kept free for the next canary. It is solved again only when an input
   changed (a refit or remembered model, a regime, the running placement, the cluster, a stale,
   unsafe or accepted config) or ``resolve_ticks`` ticks passed; its answer is priced every tick.
@@ -77,7 +77,7 @@ Contract:
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
   capacity beyond what runs now counts at its lower confidence bound (GP mean -
   ``confidence_z`` std), so a change is made only when its gain holds there.
-- transition: ``transition_cost.plan_transition`` orders the change exactly as the runner will
+- transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
   remaining time (past regimes longer than this one so far, less its elapsed time), capped by
   the items left (not yet read + queued, from the runner, input open or closed) at the measured
@@ -121,13 +121,13 @@ from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKi
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
-from trident_flows.scheduler.placement import DEFAULT_SOLVER, solve_placement
-from trident_flows.scheduler.placement_inputs import concave_curve, current_placement, work_per_item
-from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.milp import DEFAULT_SOLVER, solve_placement
+from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
-from trident_flows.scheduler.transition_cost import plan_transition
+from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 

@@ -33,7 +33,7 @@ from typing import Mapping, NamedTuple, Sequence
 import highspy
 import numpy as np
 
-from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import CPU, ClusterSpec, NodeClass
 
 

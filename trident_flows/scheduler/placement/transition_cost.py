@@ -29,8 +29,8 @@ from typing import Sequence
 
 from trident_flows.core.step_order import order_steps
 from trident_flows.core.types import ClusterSpec, Decision, OpConfig, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
-from trident_flows.scheduler.placement_eval import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
-from trident_flows.scheduler.placement_types import CurrentPlacement, OperatorDemand
+from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
+from trident_flows.scheduler.placement.types import CurrentPlacement, OperatorDemand
 
 
 def placement_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, groups_of: dict[str, Sequence[ReplicaGroup]],

@@ -7,13 +7,13 @@ Contract:
   of its replicas >= ``work_per_item * T``.
 - Variables are integers per (operator, option, node class): identical nodes form one
   class, so the model does not grow with the node count. Per class: CPUs, GPUs (effective
-  fractions, see ``placement_eval.effective_gpus``), host memory, host<->device bandwidth
+  fractions, see ``placement.model.effective_gpus``), host memory, host<->device bandwidth
   (bytes/item x items/s). Per operator: min/max replicas, allowed classes. Concave
   throughput curves are the minimum of their segments' lines (no extra binaries).
 - Solve path: LP relaxation (a bound) -> rounded-down replicas raised bottleneck-first by
   a greedy (``_Greedy``) -> if that is within ``GAP_REL`` of the bound it is the answer;
   otherwise the bound is tightened by buying whole replicas at the LP's resource prices
-  (``placement_bound.rounding_bound``; measured on benchmark instances at 1-16 nodes: the
+  (``placement.bound.rounding_bound``; measured on benchmark instances at 1-16 nodes: the
   LP relaxation is 0.1-7% above the integer optimum, this bound within 0.01% on most and
   1.7% at worst), and the greedy plan is the
   MIP start of the MILP (HiGHS in-process by default, CBC optional). HiGHS is stopped as
@@ -22,7 +22,7 @@ Contract:
   searches, for at most ``_TARGET_S`` of CPU, only among plans within ``GAP_REL`` of the bound
   (a lower bound on T); if none that packs turns up, the search from the greedy start
   follows. CBC gets the bound for its status and gap only.
-- Every solution is packed onto individual nodes and GPUs (``placement_eval.pack_class``);
+- Every solution is packed onto individual nodes and GPUs (``placement.model.pack_class``);
   if fragmentation leaves replicas unplaced, they are dropped, the class's aggregate
   capacity is reduced by them and the greedy refills (at most ``MAX_REPAIRS`` times), so a
   returned plan always fits node by node; the gap is then reported against the bound. With
@@ -30,7 +30,7 @@ Contract:
   beats the repaired plan.
 - After solving, replicas that do not raise throughput are trimmed (non-bottleneck
   operators keep only what ``work_per_item * T`` needs, current replicas last).
-- Switching cost is handled by "solve, then decide" (``transition_cost.plan_transition``):
+- Switching cost is handled by "solve, then decide" (``placement.transition_cost.plan_transition``):
   the MILP only carries a tie-break (worth < 1e-6 of T) that prefers keeping the current
   replicas among plans of equal throughput. Pricing cold starts inside the MILP would need
   the regime duration and the rollout order (which replicas can start before others
@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 
 import pulp
 
-from trident_flows.scheduler.placement_eval import (
+from trident_flows.scheduler.placement.model import (
     SPLIT_SEP,
     Key,
     base_class,
@@ -67,8 +67,8 @@ from trident_flows.scheduler.placement_eval import (
     throughput_of,
     usage_vector,
 )
-from trident_flows.scheduler.placement_bound import rounding_bound
-from trident_flows.scheduler.placement_types import CurrentPlacement, GiB, OperatorDemand
+from trident_flows.scheduler.placement.bound import rounding_bound
+from trident_flows.scheduler.placement.types import CurrentPlacement, GiB, OperatorDemand
 from trident_flows.core.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
 
 MAX_REPAIRS = 5
@@ -525,7 +525,7 @@ def _integer_bound(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], served: 
     """An upper bound on T no weaker than the LP relaxation's ``t_lp`` (``t_feasible``: the
     throughput of a plan that satisfies the model, which limits the search): the class resource
     rows summed with the LP's row duals as weights, then bought in whole replicas per
-    operator (``placement_bound.rounding_bound``). Call right after the LP relaxation
+    operator (``placement.bound.rounding_bound``). Call right after the LP relaxation
     solve (it reads the row duals). Any non-negative weights give a valid bound, so the
     duals' sign convention does not matter (their magnitude is the price)."""
     names = {var.name: key for key, var in x.items()}
