@@ -41,7 +41,7 @@ from trident_flows.planning.simcheck import simulate_plan
 from trident_flows.planning.sizing import cheapest_counts, fastest_within, most_efficient_counts, resource_prices
 from trident_flows.planning.workload import PlanWorkload
 from trident_flows.scheduler.placement.milp import PlacementError, PlacementResult, solve_placement
-from trident_flows.scheduler.placement.model import throughput_of
+from trident_flows.scheduler.placement.model import Key, throughput_of
 from trident_flows.scheduler.placement.types import OperatorDemand
 from trident_flows.core.types import Plan
 
@@ -256,11 +256,11 @@ def _regime_blocks(workload: PlanWorkload, option: ClusterOption, catalogue: Cat
     seconds = 0.0
     for regime, weight in workload.weights.items():
         demands = operator_demands(workload.profile, workload.regime_features(regime), workload.worst_features(), max_gpu_memory)
-        keyed: dict[tuple[str, int, str], int] = {}
+        keyed: dict[Key, int] = {}
         for op, d in zip(option.plan.operators, demands):
             for g in op.groups:
-                k = d.option_index(g.config)
-                keyed[(d.name, k, g.node_class or "")] = keyed.get((d.name, k, g.node_class or ""), 0) + g.replicas
+                key = Key(d.name, d.option_index(g.config), g.node_class or "")
+                keyed[key] = keyed.get(key, 0) + g.replicas
         seconds += weight / total / throughput_of(demands, cluster, keyed)
     return 1.0 / seconds
 

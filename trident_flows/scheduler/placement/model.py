@@ -283,7 +283,7 @@ def pack_cluster(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts
     by_name = {d.name: d for d in demands}
     left: dict[Key, int] = {}
     for nc in cluster.node_classes:
-        items = {key: (n, usage_vector(by_name[key[0]].options[key[1]], nc)) for key, n in counts.items() if key[2] == nc.name and n > 0}
+        items = {key: (n, usage_vector(by_name[key.operator].options[key.option], nc)) for key, n in counts.items() if key.node_class == nc.name and n > 0}
         left.update(pack_class(nc, items))
     return left
 
