@@ -24,20 +24,18 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ray
+from ray.cluster_utils import Cluster
 
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
-
-from test_runtime_support import small_pipeline  # noqa: E402
-from trident_flows.control.launch import start_runner  # noqa: E402
-from trident_flows.runtime.sink import read_ids  # noqa: E402
-from trident_flows.core.state import ApplyOutcome, RunnerSettings, RunnerState  # noqa: E402
-from trident_flows.scheduler.live_cluster import live_cluster  # noqa: E402
-from trident_flows.scheduler.placement import solve_placement  # noqa: E402
-from trident_flows.scheduler.placement_inputs import current_placement  # noqa: E402
-from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption  # noqa: E402
-from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup  # noqa: E402
+from test_runtime_support import small_pipeline
+from trident_flows.control.launch import start_runner
+from trident_flows.runtime.sink import read_ids
+from trident_flows.core.state import ApplyOutcome, RunnerSettings, RunnerState
+from trident_flows.scheduler.live_cluster import live_cluster
+from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.placement.inputs import current_placement
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
+from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 
 GiB = 2**30
 # Every raylet holds ~700 MB; the nodes are as small as the scenarios allow. Memory is given so

@@ -72,7 +72,7 @@ def test_run_help_lists_every_registered_pipeline():
 
 def test_planning_prints_no_solver_banner():
     script = """
-from trident_flows.scheduler import placement
+from trident_flows.scheduler.placement import milp
 import pulp
 x = pulp.LpVariable("x", 0, 3, cat="Integer")
 problem = pulp.LpProblem("p", pulp.LpMaximize)

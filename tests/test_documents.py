@@ -82,6 +82,7 @@ def test_near_duplicate_is_marked_and_original_kept(corpus, output):
 @pytest.mark.models
 def test_broken_file_is_dead_lettered_with_a_reason(corpus, output):
     broken = corpus[1][corpus[1].kind.str.startswith("broken:")]
+    assert len(broken) > 0
     for doc_id in broken.id:
         assert output.loc[doc_id, ERROR].startswith("corrupt PDF"), output.loc[doc_id, ERROR]
     ok = corpus[1][corpus[1].kind == "ok"]
@@ -90,6 +91,7 @@ def test_broken_file_is_dead_lettered_with_a_reason(corpus, output):
 
 @pytest.mark.models
 def test_low_quality_is_dropped_and_good_documents_are_kept(corpus, output):
+    assert {"low-quality", "ok"} <= {k.split(":", 1)[0] for k in corpus[1].kind}
     for _, doc in corpus[1].iterrows():
         row = output.loc[doc.id]
         if doc.kind.startswith("low-quality:"):

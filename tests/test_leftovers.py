@@ -11,13 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+from test_runtime_support import child_env
 from trident_flows.bench.report import BenchResult
 
-TESTS = Path(__file__).resolve().parent
 
 _LAUNCHER = """
 import sys
-sys.path.insert(0, {tests!r})
 import trident_flows.bench as bench
 bench.BENCHMARKS["stubborn"] = "test_leftovers"
 from trident_flows.cli import app
@@ -78,13 +77,13 @@ json.dump({"before": before, "rc": done.returncode, "output": (done.stdout + don
 
 
 def _watched(args: list[str], env: dict[str, str]) -> dict:
-    done = subprocess.run([sys.executable, "-c", _WATCH, sys.executable, "-c", _LAUNCHER.format(tests=str(TESTS)), *args],
+    done = subprocess.run([sys.executable, "-c", _WATCH, sys.executable, "-c", _LAUNCHER, *args],
                           capture_output=True, text=True, timeout=900, env=env)
     return json.loads(done.stdout)
 
 
 def test_a_command_leaves_no_ray_process_running_even_one_that_outlives_ray_shutdown(tmp_path):
-    report = _watched(["bench", "stubborn", "--out", str(tmp_path)], {**os.environ, "STUBBORN_PID_FILE": str(tmp_path / "worker.pid")})
+    report = _watched(["bench", "stubborn", "--out", str(tmp_path)], child_env(STUBBORN_PID_FILE=str(tmp_path / "worker.pid")))
     assert report["rc"] == 0, report["output"]
     assert report["before"] == [] and (tmp_path / "worker.pid").exists()
     assert report["left"] == [], f"left running after the command: {report['left']}"

@@ -8,7 +8,7 @@ from trident_flows.runtime.nodes import check_fits, pack, read_nodes
 from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
 from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.live_cluster import live_cluster
-from trident_flows.scheduler.placement_inputs import current_placement
+from trident_flows.scheduler.placement.inputs import current_placement
 from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 
 GiB = 2**30

@@ -51,8 +51,9 @@ def test_safe_expansion_starts_from_the_smallest_batch():
     second = opt.ask()
     assert second is not None and second.config.batch_size <= opt.headroom_growth * first.config.batch_size
     assert second.memory_upper_bound <= second.memory_limit
-    if second.config.batch_size > opt.growth * first.config.batch_size:  # a long step: room for its working set to double
-        assert op.resident + 2 * (second.memory_upper_bound - op.resident) <= second.memory_limit
+    # 4 GiB holds the working set of a long step twice over, so the second step is long, and safe
+    assert second.config.batch_size > opt.growth * first.config.batch_size, second.reason
+    assert op.resident + 2 * (second.memory_upper_bound - op.resident) <= second.memory_limit
 
 
 def test_no_proposal_exceeds_the_budget_once_two_samples_are_near_the_frontier():
@@ -189,8 +190,8 @@ def test_warm_start_reproduces_the_previous_best_immediately():
     second = op.optimiser()
     second.warm_start(replay)
     assert second.best() == first.best() and second.best() is not None
-    nxt = second.ask()
-    assert nxt is None or nxt.kind != "seed"
+    nxt = second.ask()  # it goes on from the replayed observations: no seeding again
+    assert nxt is not None and nxt.kind != "seed", second.status
 
 
 def _batches(config: OpConfig, rates: list[float], peak: int = GiB) -> list[BatchSample]:
@@ -279,6 +280,7 @@ def test_after_an_out_of_memory_larger_batches_need_room_to_double():
     for batch in (1, 4, 16, 32):
         op.tell(opt, op.space.config("cpu", batch, prefetch=1))
     assert op.tell(opt, op.space.config("cpu", 48, prefetch=1)) is not None  # the jump: out of memory
+    grew = []
     for _ in range(6):
         proposal = opt.ask()
         if proposal is None:
@@ -287,8 +289,10 @@ def test_after_an_out_of_memory_larger_batches_need_room_to_double():
         largest = max((o.config.batch_size for o in opt.observations if not o.oom and o.config.knobs == c.knobs), default=0)
         if c.batch_size > largest:
             assert op.resident + 2 * (proposal.memory_upper_bound - op.resident) <= 0.9 * op.budget, proposal.reason
+            grew.append(c)
         assert op.memory(c) <= op.budget, proposal.reason
         op.tell(opt, c)
+    assert grew, "no proposal was larger than a safe batch of its settings: the rule above was never checked"
 
 
 def test_a_device_whose_working_set_is_lost_in_its_resident_jitter_is_still_explored():

@@ -119,6 +119,7 @@ def test_documents_output_does_not_depend_on_the_schedule_or_arrival_order(ray_c
     manifest = generate(tmp_path / "corpus", n=8, regimes="short:6,scans:2", duplicates=0.25, broken=0.125, seed=4)
     kinds = dict(zip(manifest.id, manifest.kind))
     assert sum(k.startswith("duplicate-of:") for k in kinds.values()) == 2 and manifest.scanned_pages.sum() > 0
+    assert sum(k.startswith("broken:") for k in kinds.values()) == 1
     static_spec, forced_spec = build(input=tmp_path / "corpus"), build(input=tmp_path / "corpus")
     # One rolling config change per plan, with a CPU of the 8 free, so each starts its new replica
     # before it drains the old one (the runner refuses to retire an operator's last replica first).

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.scheduler.placement import PlacementError, solve_placement
-from trident_flows.scheduler.placement_eval import class_capacity, throughput_of
-from trident_flows.scheduler.placement_types import GiB, CurrentPlacement, OperatorDemand, PlacementOption
-from trident_flows.scheduler.transition_cost import plan_transition, step_usage
+from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
+from trident_flows.scheduler.placement.model import class_capacity, throughput_of
+from trident_flows.scheduler.placement.types import GiB, CurrentPlacement, OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.transition_cost import plan_transition, step_usage
 from trident_flows.core.types import ClusterSpec, Decision, NodeClass, OpConfig, ReplicaGroup, StepKind
 
 CPU1 = OpConfig.make("cpu", cpus=1)
@@ -211,7 +211,7 @@ def test_throughput_of_matches_plan():
 
 def test_time_limit_returns_a_feasible_plan_with_status_and_gap():
     from trident_flows.bench.placement import make_cluster, make_demands
-    from trident_flows.scheduler.placement_eval import pack_cluster
+    from trident_flows.scheduler.placement.model import pack_cluster
 
     demands, cluster = make_demands(10, seed=9), make_cluster(16)
     res = solve_placement(demands, cluster, time_limit_s=0.01)

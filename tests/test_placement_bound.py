@@ -7,11 +7,12 @@ import pulp
 import pytest
 
 from trident_flows.bench.placement import _small_instance, brute_force, make_cluster, make_demands
-from trident_flows.scheduler import placement as placement_mod
-from trident_flows.scheduler import placement_bound
-from trident_flows.scheduler.placement import GAP_REL, solve_placement
-from trident_flows.scheduler.placement_bound import rounding_bound
-from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement import bound as placement_bound
+from trident_flows.scheduler.placement import milp
+from trident_flows.scheduler.placement.milp import GAP_REL, solve_placement
+from trident_flows.scheduler.placement.bound import rounding_bound
+from trident_flows.scheduler.placement.model import Key
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
 
@@ -25,9 +26,9 @@ def _two_ops_on_five_cpus() -> tuple[list[OperatorDemand], ClusterSpec]:
 
 def test_bound_buys_whole_replicas_hand_computed():
     demands, _ = _two_ops_on_five_cpus()
-    eligible = {("a", 0, "n"): 2, ("b", 0, "n"): 5}
+    eligible = {Key("a", 0, "n"): 2, Key("b", 0, "n"): 5}
     cpu_price = 0.7  # any non-negative price gives a valid bound; here it is also tight
-    prices = {("a", 0, "n"): (2 * cpu_price, 0.0), ("b", 0, "n"): (cpu_price, 0.0)}
+    prices = {Key("a", 0, "n"): (2 * cpu_price, 0.0), Key("b", 0, "n"): (cpu_price, 0.0)}
     bound = rounding_bound(demands, prices, 5 * cpu_price, eligible, t_lo=5.0, t_hi=50 / 3)
     assert bound == pytest.approx(10.0, rel=1e-6)
     # Without prices nothing is scarce: the bound stays at the LP's.
@@ -43,14 +44,14 @@ def test_solve_reports_the_integer_optimum_as_proven():
 
 def _record_bounds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]]:
     seen: list[tuple[float, float]] = []
-    original = placement_mod._integer_bound
+    original = milp._integer_bound
 
     def recording(*args: object) -> float:
         bound = original(*args)  # type: ignore[arg-type]
         seen.append((bound, args[-1]))  # type: ignore[arg-type]
         return bound
 
-    monkeypatch.setattr(placement_mod, "_integer_bound", recording)
+    monkeypatch.setattr(milp, "_integer_bound", recording)
     return seen
 
 
@@ -77,14 +78,14 @@ def test_bound_is_never_below_the_exhaustive_optimum(monkeypatch, fractional):
 def test_bound_is_never_below_the_milp_optimum_on_bench_instances(monkeypatch):
     seen = _record_bounds(monkeypatch)
     built: list[pulp.LpProblem] = []
-    original_build = placement_mod._build
+    original_build = milp._build
 
     def build(*args: object) -> tuple:
         out = original_build(*args)  # type: ignore[arg-type]
         built.append(out[0])
         return out
 
-    monkeypatch.setattr(placement_mod, "_build", build)
+    monkeypatch.setattr(milp, "_build", build)
     checked = 0
     for seed in range(4):
         seen.clear()

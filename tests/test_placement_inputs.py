@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.core.state import OperatorState, RunnerState
-from trident_flows.scheduler.placement_inputs import work_per_item
+from trident_flows.scheduler.placement.inputs import work_per_item
 
 
 def _op_state(name, items_in, forwarded):

@@ -7,7 +7,6 @@ run ticks until the pipeline finishes."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import pytest
@@ -20,9 +19,7 @@ from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler import policies
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 from trident_flows.tasks.sidecar_state import load_memory
-
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from test_runtime_support import small_pipeline  # noqa: E402
+from test_runtime_support import small_pipeline
 
 pytestmark = [pytest.mark.prefect, pytest.mark.ray]
 NAMESPACE = "trident-tests"
@@ -52,9 +49,9 @@ def grow_policy(monkeypatch):
     return TridentSettingsBlock(policy="grow-busiest", min_samples=1, tick_interval_s=0.2)
 
 
-def _start(name, n):
+def _start(name, n, out):
     spec = small_pipeline(n, time_scale=8.0)
-    runner = start_runner(spec, f"/tmp/{name}", name=name, namespace=NAMESPACE, settings=RunnerSettings(shard_items=64))
+    runner = start_runner(spec, out / name, name=name, namespace=NAMESPACE, settings=RunnerSettings(shard_items=64))
     deadline = time.monotonic() + 60
     while not ray.get(runner.samples.remote(0)).samples:
         assert time.monotonic() < deadline, "the pipeline produced no batch samples"
@@ -84,8 +81,8 @@ def _read_back(flow_run_id, runner_name):
             time.sleep(0.5)
 
 
-def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, grow_policy):
-    runner = _start("sidecar-apply", 1500)
+def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, grow_policy, tmp_path):
+    runner = _start("sidecar-apply", 1500, tmp_path)
     try:
         before = {o.name: len(o.active) for o in ray.get(runner.state.remote()).operators}
         state = trident_sidecar(trident=grow_policy, runner_name="sidecar-apply", return_state=True)
@@ -118,11 +115,11 @@ def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, g
     assert load_memory("sidecar-apply", NAMESPACE) is None  # the memory of a gone pipeline is dropped
 
 
-def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_finishes(prefect_harness, ray_cluster):
+def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_finishes(prefect_harness, ray_cluster, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId
 
-    runner = _start("sidecar-long", 600)
+    runner = _start("sidecar-long", 600, tmp_path)
     try:
         state = trident_sidecar(trident=TridentSettingsBlock(policy="trident", tick_interval_s=0.5, min_samples=4),
                                 runner_name="sidecar-long", until_finished=True, return_state=True)

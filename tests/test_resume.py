@@ -16,12 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_runtime_support import small_pipeline
+from test_runtime_support import child_env, small_pipeline
 from trident_flows.runtime import resume
 from trident_flows.runtime.leftovers import is_ray_process
 from trident_flows.runtime.sink import Sink, read_ids
 
-TESTS = Path(__file__).resolve().parent
 
 
 def _rows(n: int, tag: str = "") -> list[dict]:
@@ -98,7 +97,6 @@ def build(*, synth: int | None = None, seed: int = 0, regimes: str | None = None
 
 _LAUNCHER = """
 import sys
-sys.path.insert(0, {tests!r})
 import trident_flows.pipelines as pipelines
 pipelines.PIPELINES["rt-slow"] = "test_resume"
 from trident_flows.cli import app
@@ -107,9 +105,8 @@ app(sys.argv[1:], prog_name="trident-flows")
 
 
 def _start(args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "COLUMNS": "160"}
-    return subprocess.Popen([sys.executable, "-c", _LAUNCHER.format(tests=str(TESTS)), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    return subprocess.Popen([sys.executable, "-c", _LAUNCHER, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=child_env(COLUMNS="160"))
 
 
 def _ray_below(proc: psutil.Process, seen: dict) -> None:

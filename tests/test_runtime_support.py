@@ -6,6 +6,7 @@ a known shape run fast.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
@@ -14,6 +15,14 @@ from trident_flows.runtime.sink import read_ids
 from trident_flows.core.types import OpConfig
 
 MIB = 2**20
+TESTS = Path(__file__).resolve().parent
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python process that imports the test modules (to register a test
+    pipeline or benchmark): this process's, with tests/ first on PYTHONPATH, plus ``extra``."""
+    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def tiny_profile() -> PipelineProfile:

@@ -7,11 +7,10 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from test_runtime_support import docs_test_profile
+from test_runtime_support import child_env, docs_test_profile
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import EmulatedOperator, cost_params, synthetic_rows
 from trident_flows.runtime.sizing import fit_to_cluster
@@ -19,7 +18,6 @@ from trident_flows.runtime.spec import rows_to_batch
 from trident_flows.core.state import RuntimeConfigError
 from trident_flows.core.types import CPU, GPU, ConfigSpace
 
-TESTS = Path(__file__).resolve().parent
 
 
 def build(*, synth: int | None = None, seed: int = 0, regimes: str | None = None, **_):
@@ -108,15 +106,13 @@ def test_the_run_command_sizes_the_pipeline_to_a_two_cpu_cluster(tmp_path):
     """``trident-flows run`` on a local Ray node of 2 CPUs and no GPU, in a fresh process: the
     8-CPU + 1-GPU layout is shrunk to fit, the trident policy schedules it, nothing is lost."""
     script = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
 import trident_flows.pipelines as pipelines
 pipelines.PIPELINES["sizing-test"] = "test_sizing"
 from trident_flows.cli import app
 app(["run", "sizing-test", "--synth", "200", "--cpus", "2", "--gpus", "0", "--policy", "trident", "--tick-s", "0.5",
      "--out", {str(tmp_path / 'out')!r}, "--summary-json", {str(tmp_path / 's.json')!r}])
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=child_env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "sized to the cluster (2 CPUs, 0 GPUs)" in proc.stdout and "Running HiGHS" not in proc.stdout
     summary = json.loads((tmp_path / "s.json").read_text())

@@ -37,7 +37,7 @@ def profile() -> PipelineProfile:
 
 def test_committed_profile_is_measured_and_says_what_is_derived(profile):
     names = [o.name for o in profile.operators]
-    assert names == list(emulated_video.OPERATORS)
+    assert names == list(emulated_video.OPERATORS) and set(MODEL_OPS) < set(names)
     assert profile.measured_on["date_utc"] and profile.measured_on["cores"] >= 1
     for op in profile.operators:
         cpu = op.device(CPU)

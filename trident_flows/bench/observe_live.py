@@ -24,7 +24,7 @@ Summary (plain numbers):
   returned that then ran (its configs serving and warm in a later snapshot), |predicted -
   measured| / measured. Predicted: what the replayed (queue-aware) models say the placement after
   the plan sustains, at the tick the plan was made (per operator the concave capacity of its
-  configs over the items it gets per input item, ``placement_inputs.work_per_item``; the
+  configs over the items it gets per input item, ``placement.inputs.work_per_item``; the
   smallest). ``plan_error_median_busy_time``: the same without calibration;
   ``plan_error_median_trident_recorded``: the trident policy's own recorded prediction. Measured is
   ``throughput_measure.sustainable_throughput`` (completed input items/s) from the first
@@ -56,8 +56,9 @@ import numpy as np
 from trident_flows.bench.live_trace import Trace, available, load
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
-from trident_flows.scheduler.placement_inputs import concave_curve, work_per_item
+from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
@@ -232,7 +233,7 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
     at = np.array([t.at for t in ticks])
     for n, decision in enumerate(trace.decisions):
         plan = decision.plan
-        if plan is None or not plan.operators or (decision.record or {}).get("action") == "canary":
+        if plan is None or not plan.operators or (decision.record or {}).get("action") == Action.CANARY.value:
             continue   # a canary tries a config on one extra replica: no placement to judge
         k = int(np.searchsorted(at, decision.at))    # the first poll after the decision
         want = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}

@@ -22,9 +22,9 @@ import statistics
 import time
 
 from trident_flows.bench.report import BenchResult, Target
-from trident_flows.scheduler.placement import GAP_REL, PlacementError, solve_placement
-from trident_flows.scheduler.placement_eval import class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
-from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.milp import GAP_REL, PlacementError, solve_placement
+from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
 NODE_COUNTS = (1, 8, 16, 64, 256)
@@ -76,7 +76,7 @@ def brute_force(demands: list[OperatorDemand], cluster: ClusterSpec, beat: float
     only placements that pack node by node. Branches that cannot beat ``beat`` (or the best
     found so far) are cut once an operator's counts are fixed; returns ``beat`` if nothing
     beats it."""
-    keys = [(d.name, k, nc.name) for d in demands for k, opt in enumerate(d.options) for nc in cluster.node_classes
+    keys = [Key(d.name, k, nc.name) for d in demands for k, opt in enumerate(d.options) for nc in cluster.node_classes
             if ineligibility(d, opt, nc) is None]
     by_name = {d.name: d for d in demands}
     vecs = [usage_vector(by_name[op].options[k], cluster.node_class(c)) for op, k, c in keys]
@@ -87,7 +87,7 @@ def brute_force(demands: list[OperatorDemand], cluster: ClusterSpec, beat: float
     def evaluate() -> None:
         nonlocal best
         placed = {key: n for key, n in counts.items() if n}
-        if any(sum(n for key, n in placed.items() if key[0] == d.name) < d.min_replicas for d in demands):
+        if any(sum(n for key, n in placed.items() if key.operator == d.name) < d.min_replicas for d in demands):
             return
         upper = min(operator_capacity(d, placed) / d.work_per_item for d in demands)
         if upper <= best or pack_cluster(demands, cluster, placed):
@@ -95,14 +95,14 @@ def brute_force(demands: list[OperatorDemand], cluster: ClusterSpec, beat: float
         best = max(best, throughput_of(demands, cluster, placed))
 
     def dfs(i: int, use: dict[str, list[float]]) -> None:
-        if i > 0 and (i == len(keys) or keys[i][0] != keys[i - 1][0]):  # an operator's counts are complete
-            d = by_name[keys[i - 1][0]]
-            if operator_capacity(d, {k: n for k, n in counts.items() if k[0] == d.name}) / d.work_per_item <= best:
+        if i > 0 and (i == len(keys) or keys[i].operator != keys[i - 1].operator):  # an operator's counts are complete
+            d = by_name[keys[i - 1].operator]
+            if operator_capacity(d, {k: n for k, n in counts.items() if k.operator == d.name}) / d.work_per_item <= best:
                 return
         if i == len(keys):
             evaluate()
             return
-        c, vec = keys[i][2], vecs[i]
+        c, vec = keys[i].node_class, vecs[i]
         n = 0
         while all(use[c][j] + n * vec[j] <= caps[c][j] + 1e-9 for j in range(3)):
             counts[keys[i]] = n

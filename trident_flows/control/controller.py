@@ -26,8 +26,9 @@ from typing import Any
 
 import ray
 
-from trident_flows.core.state import ApplyOutcome, ApplyStatus
-from trident_flows.scheduler.decision_log import DecisionLog, Hold, HoldKind, TickRecord
+from trident_flows.control.apply_step import apply_plan
+from trident_flows.core.state import ApplyStatus
+from trident_flows.scheduler.decision_log import Action, DecisionLog, Hold, HoldKind, TickRecord
 from trident_flows.scheduler.policies import check_options, make_policy, policy_factory
 from trident_flows.core.types import ClusterSpec
 
@@ -70,7 +71,7 @@ class Controller:
         return self._policy
 
     def _error(self, message: str) -> TickRecord:
-        return TickRecord(self.ticks, time.time(), "error", f"kept the current plan: {message}", error=message, hold=Hold(HoldKind.STEP_FAILED))
+        return TickRecord(self.ticks, time.time(), Action.ERROR, f"kept the current plan: {message}", error=message, hold=Hold(HoldKind.STEP_FAILED))
 
     def tick(self) -> TickRecord:
         """One tick: state + new samples -> policy -> apply (see the module docstring)."""
@@ -89,17 +90,13 @@ class Controller:
             return self._finish(self._error(f"policy failed: {type(exc).__name__}: {exc}"), extra)
         self.cursor = page.next
         if record.plan is not None and not state.finished:
-            try:
-                report = ray.get(self.runner.apply.remote(record.plan), timeout=self.call_timeout_s * 5)
-                extra["apply"] = report.to_dict()
-                outcome = report.outcome
-            except Exception as exc:  # noqa: BLE001 - a refused plan goes back to the policy; the pipeline keeps its configuration
-                outcome = ApplyOutcome.refused(f"{type(exc).__name__}: {exc}")
+            applied = apply_plan(lambda plan: ray.get(self.runner.apply.remote(plan), timeout=self.call_timeout_s * 5),
+                                 record.plan, self.policy)
+            if applied.report is not None:
+                extra["apply"] = applied.report.to_dict()
+            outcome = applied.outcome
             extra["outcome"] = outcome.to_dict()
             self.applied += int(outcome.status == ApplyStatus.LANDED and outcome.changed)
-            observe = getattr(self.policy, "observe_apply", None)
-            if observe is not None:
-                observe(record.plan, outcome)
         return self._finish(record, extra)
 
     def _finish(self, record: TickRecord, extra: dict[str, Any]) -> TickRecord:

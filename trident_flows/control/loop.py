@@ -4,12 +4,12 @@ Contract: every ``tick_s`` seconds it calls ``state()`` and ``samples(since)`` o
 handle, asks the policy (``policies.decide_once``), and, for a plan, calls ``apply(plan)`` —
 exactly the calls another process (the Prefect sidecar) makes on a runner found by name.
 Every apply's ``core.state.ApplyOutcome`` (landed / partly landed / refused, with the reason; an
-exception from ``apply`` is a refusal) goes back to the policy when it has
-``observe_apply(plan, outcome)``, and is kept in ``outcomes``. ``applies_refused`` counts the
-applies that did not land fully; ``refused_repeated`` the plans issued again unchanged against
-an unchanged placement after being refused (a policy bug: it must stay 0). Each plan, with its
-reason, the apply report and the outcome, is appended as one JSON line to ``decision_log``
-when given. A failing tick is logged and the loop goes on.
+exception from ``apply`` is a refusal; ``control.apply_step``, shared with the controller and the
+simulator) goes back to the policy when it has ``observe_apply(plan, outcome)``, and is kept in
+``outcomes``. ``applies_refused`` counts the applies that did not land fully; ``refused_repeated``
+the plans issued again unchanged against an unchanged placement after being refused (a policy
+bug: it must stay 0). Each plan, with its reason, the apply report and the outcome, is appended
+as one JSON line to ``decision_log`` when given. A failing tick is logged and the loop goes on.
 """
 
 from __future__ import annotations
@@ -21,9 +21,14 @@ from typing import Any
 
 import ray
 
+from trident_flows.control.apply_step import apply_plan
 from trident_flows.core.state import ApplyOutcome, ApplyStatus
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler.policies import Policy, decide_once
+
+
+class RunEnded(RuntimeError):
+    """An apply cut short because the run finished (its outcome: refused, with this reason)."""
 
 
 class ControlLoop:
@@ -75,25 +80,24 @@ class ControlLoop:
         if key in self._refused:
             self.refused_repeated += 1
             record["refused_repeated"] = True
-        try:
-            report = ray.get(self.handle.apply.remote(decision.plan))
-            record["apply"] = report.to_dict()
-            outcome = report.outcome
-        except ray.exceptions.TaskCancelledError:  # the runner cancels a rollout still running when the run ends
-            outcome = ApplyOutcome.refused("the run ended before the apply finished (cancelled)")
-        except Exception as exc:  # noqa: BLE001 - a refused plan is reported to the policy; the pipeline keeps running
-            outcome = ApplyOutcome.refused(f"{type(exc).__name__}: {exc}")
+        applied = apply_plan(self._apply, decision.plan, self.policy)
+        if applied.report is not None:
+            record["apply"] = applied.report.to_dict()
+        outcome = applied.outcome
         record["outcome"] = outcome.to_dict()
         self.outcomes.append(outcome)
         self.applied += int(outcome.status == ApplyStatus.LANDED and outcome.changed)
         if outcome.status != ApplyStatus.LANDED:
             self.applies_refused += 1
             self._refused.add(key)
-        observe = getattr(self.policy, "observe_apply", None)
-        if observe is not None:
-            observe(decision.plan, outcome)
         self._log(record)
         return True
+
+    def _apply(self, plan: Any) -> Any:
+        try:
+            return ray.get(self.handle.apply.remote(plan))
+        except ray.exceptions.TaskCancelledError:  # the runner cancels a rollout still running when the run ends
+            raise RunEnded("the run ended before the apply finished (cancelled)") from None
 
     def _run(self) -> None:
         while not self._stop.wait(self.tick_s):

@@ -4,7 +4,7 @@ phases, so that capacity stays as high as the free resources allow.
 Contract (a pure function): ``order_steps(current, target, capacity, usage, priority)`` returns
 ``Phase``s of STARTs and RETIREs from ``current`` to ``target`` replica counts per key
 (operator, option or config, node class, ...). The scheduler prices this order
-(``scheduler.transition_cost``) and the runner executes it (``runtime.transition``), so the
+(``scheduler.placement.transition_cost``) and the runner executes it (``runtime.transition``), so the
 change that was priced is the change that runs.
 """
 
@@ -35,7 +35,7 @@ def order_steps(current: Mapping[Any, int], target: Mapping[Any, int], capacity:
                 resource_names: Sequence[str] = _RES_NAMES, headroom: Callable[[str], float] | None = None,
                 label: Callable[[Any], str] = str) -> list[Phase]:
     """The rolling order from ``current`` to ``target`` replica counts per key (operator, option, class):
-    the one ordering the pricing (``scheduler.transition_cost``) and the runner (``runtime.transition``) both use.
+    the one ordering the pricing (``scheduler.placement.transition_cost``) and the runner (``runtime.transition``) both use.
 
     Starts come first (operators in ``priority`` order), each as many as fit the class's free
     resources; an operator's old replicas retire once its new ones are all started (warm).

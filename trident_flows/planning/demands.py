@@ -21,7 +21,7 @@ from typing import Mapping
 
 from trident_flows.bench.static_search import reach
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.core.types import CPU, OpConfig
 
 CPU_BATCHES = (4,)  # the emulated pipelines' starting CPU batch; larger batches on slow operators (OCR: ~5 s an item) leave replicas without work within a regime block

@@ -9,7 +9,7 @@ Contract:
 - ``plan_cluster(workload, catalogue, goal)`` returns a ``ClusterPlan``:
   1. the recommendation: ``_Checker.least_cost`` walks the node-count MILP (``sizing``) up the
      price levels from the throughput the goal needs, each answer checked by the placement MILP
-     itself on its node-by-node cluster (``placement.solve_placement``, whose throughput is the
+     itself on its node-by-node cluster (``placement.milp.solve_placement``, whose throughput is the
      prediction); when packing costs capacity the target is raised and the MILP re-solved (at
      most ``MAX_RAISES`` times);
   2. other options, for the runner-ups and the Pareto front of cost and duration: the cheapest
@@ -40,9 +40,9 @@ from trident_flows.planning.demands import operator_demands
 from trident_flows.planning.simcheck import simulate_plan
 from trident_flows.planning.sizing import cheapest_counts, fastest_within, most_efficient_counts, resource_prices
 from trident_flows.planning.workload import PlanWorkload
-from trident_flows.scheduler.placement import PlacementError, PlacementResult, solve_placement
-from trident_flows.scheduler.placement_eval import throughput_of
-from trident_flows.scheduler.placement_types import OperatorDemand
+from trident_flows.scheduler.placement.milp import PlacementError, PlacementResult, solve_placement
+from trident_flows.scheduler.placement.model import Key, throughput_of
+from trident_flows.scheduler.placement.types import OperatorDemand
 from trident_flows.core.types import Plan
 
 MAX_RAISES = 5
@@ -51,7 +51,7 @@ SWEEP = (0.25, 0.4, 0.6, 0.8, 1.25, 1.6, 2.0, 3.0)  # throughput targets around 
 # the throughput range is the prediction and the simulator's figure widened by this share: the simulator's worst
 # throughput error against live runs measured by `bench sim-fidelity` (16.8%), as the cost models behind both
 MODEL_ERROR = 0.168
-PLACEMENT_LIMIT_S = 2.0  # per placement solve; plans are within 0.5% of its bound well before (see scheduler/placement.py)
+PLACEMENT_LIMIT_S = 2.0  # per placement solve; plans are within 0.5% of its bound well before (see scheduler/placement/milp.py)
 SIM_ITEMS_MIN, SIM_ITEMS_MAX, SIM_SECONDS = 2000, 20000, 600  # the simulated stream: ~10 minutes at the predicted rate, bounded
 
 
@@ -256,11 +256,11 @@ def _regime_blocks(workload: PlanWorkload, option: ClusterOption, catalogue: Cat
     seconds = 0.0
     for regime, weight in workload.weights.items():
         demands = operator_demands(workload.profile, workload.regime_features(regime), workload.worst_features(), max_gpu_memory)
-        keyed: dict[tuple[str, int, str], int] = {}
+        keyed: dict[Key, int] = {}
         for op, d in zip(option.plan.operators, demands):
             for g in op.groups:
-                k = d.option_index(g.config)
-                keyed[(d.name, k, g.node_class or "")] = keyed.get((d.name, k, g.node_class or ""), 0) + g.replicas
+                key = Key(d.name, d.option_index(g.config), g.node_class or "")
+                keyed[key] = keyed.get(key, 0) + g.replicas
         seconds += weight / total / throughput_of(demands, cluster, keyed)
     return 1.0 / seconds
 

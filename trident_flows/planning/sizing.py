@@ -1,16 +1,16 @@
 """The placement model with node counts as variables: the cheapest cluster for a throughput, and resource prices.
 
 Contract:
-- The model is the placement MILP's (``scheduler/placement.py``) aggregated per node class:
+- The model is the placement MILP's (``scheduler/placement/milp.py``) aggregated per node class:
   integer replicas per (operator, option, class) from ``OperatorDemand``s, each class's CPUs and
-  GPUs (``placement_eval.usage_vector``) at most its per-node capacity times its node count, and
+  GPUs (``placement.model.usage_vector``) at most its per-node capacity times its node count, and
   every operator's capacity at least ``work_per_item * T``. Its uses:
 - ``cheapest_counts(demands, catalogue, target, fixed=...)``: node counts become integer
   variables in ``[0, max_count]`` and the objective is the hourly price (fewest nodes break
   ties) subject to ``T >= target``. ``fixed`` pins some classes' counts (``{"g8": 0}``: without
   g8 nodes). Returns the counts, or ``None`` when no catalogue cluster reaches ``target``. The
   aggregate model ignores how replicas pack node by node, so its price is a lower bound: the
-  planner checks each answer with the placement MILP itself (``placement.solve_placement``).
+  planner checks each answer with the placement MILP itself (``placement.milp.solve_placement``).
 - ``most_efficient_counts(demands, catalogue, target, fixed=...)``: the same constraints, the
   least hourly price per item/s (a job's cost per item) instead of the least price (Dinkelbach).
 - ``fastest_within(demands, catalogue, price)``: the highest aggregate throughput (and its counts)
@@ -32,8 +32,8 @@ from typing import Mapping, Sequence
 import pulp
 
 from trident_flows.planning.catalogue import Catalogue, NodeType
-from trident_flows.scheduler.placement_eval import ineligibility, usage_vector
-from trident_flows.scheduler.placement_types import OperatorDemand
+from trident_flows.scheduler.placement.model import Key, ineligibility, usage_vector
+from trident_flows.scheduler.placement.types import OperatorDemand
 
 RESOURCES = ("cpus", "gpus")
 SOLVE_LIMIT_S = 30.0
@@ -57,7 +57,7 @@ def _node_capacity(node: NodeType) -> tuple[float, float]:
 @dataclass
 class _Model:
     problem: pulp.LpProblem
-    x: dict[tuple[str, int, str], pulp.LpVariable]
+    x: dict[Key, pulp.LpVariable]
     rows: dict[tuple[str, str], str]  # (class, resource) -> constraint name
 
 
@@ -65,20 +65,20 @@ def _build(demands: Sequence[OperatorDemand], catalogue: Catalogue, nodes: Mappi
            sense: int, integer: bool, min_replicas: bool = True, problem: pulp.LpProblem | None = None) -> _Model:
     problem = problem or pulp.LpProblem("sizing", sense)
     cat = "Integer" if integer else "Continuous"
-    x: dict[tuple[str, int, str], pulp.LpVariable] = {}
+    x: dict[Key, pulp.LpVariable] = {}
     for d in demands:
         for k, opt in enumerate(d.options):
             for node in catalogue.nodes:
                 if ineligibility(d, opt, node.node_class(1)) is None:
-                    x[(d.name, k, node.name)] = problem.add_variable(f"x_{len(x)}", lowBound=0, cat=cat)
-        if not any(key[0] == d.name for key in x):
+                    x[Key(d.name, k, node.name)] = problem.add_variable(f"x_{len(x)}", lowBound=0, cat=cat)
+        if not any(key.operator == d.name for key in x):
             raise ValueError(f"operator {d.name!r} fits no node class of the catalogue; add one with a GPU or more GPU memory")
     rows = {}
     for node in catalogue.nodes:
         capacity = _node_capacity(node)
         for i, resource in enumerate(RESOURCES):
-            terms = [(var, usage_vector(next(d for d in demands if d.name == key[0]).options[key[1]], node.node_class(1))[i])
-                     for key, var in x.items() if key[2] == node.name]
+            terms = [(var, usage_vector(next(d for d in demands if d.name == key.operator).options[key.option], node.node_class(1))[i])
+                     for key, var in x.items() if key.node_class == node.name]
             terms = [(v, c) for v, c in terms if c > 0]
             if not terms:
                 continue
@@ -87,12 +87,12 @@ def _build(demands: Sequence[OperatorDemand], catalogue: Catalogue, nodes: Mappi
             rows[(node.name, resource)] = name
     if min_replicas:
         for d in demands:
-            problem += pulp.lpSum(x[key] for key in x if key[0] == d.name) >= 1, f"min_{d.name}"
+            problem += pulp.lpSum(x[key] for key in x if key.operator == d.name) >= 1, f"min_{d.name}"
     return _Model(problem, x, rows)
 
 
 def _capacity(demands: Sequence[OperatorDemand], x: Mapping[tuple[str, int, str], pulp.LpVariable], d: OperatorDemand):
-    return pulp.lpSum(d.options[key[1]].rate_per_replica * var for key, var in x.items() if key[0] == d.name)
+    return pulp.lpSum(d.options[key.option].rate_per_replica * var for key, var in x.items() if key.operator == d.name)
 
 
 def cheapest_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, target: float,

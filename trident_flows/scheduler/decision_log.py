@@ -36,6 +36,11 @@ class Action(str, Enum):
     def __str__(self) -> str:  # log text and f-strings show the value ("roll_out"), as the JSON does
         return self.value
 
+    @property
+    def issues_nothing(self) -> bool:
+        """The tick decided on no plan of its own: nothing to change, or a change judged not worth it."""
+        return self in (Action.NONE, Action.WAIT)
+
 
 ACTIONS = tuple(a.value for a in Action)
 
@@ -102,7 +107,7 @@ class TickRecord:
 
     tick: int
     at: float
-    action: str
+    action: Action
     reason: str
     measured: Mapping[str, float] = field(default_factory=dict)
     pipeline_throughput: float = 0.0

@@ -53,8 +53,8 @@ Contract:
   again (the simulated video spike run: 4 OOMs, the placement failing every tick).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
-  (``placement_inputs.concave_curve``) and memory upper bounds; the MILP
-  (``placement.solve_placement``) runs on the cluster minus what running canaries hold and,
+  (``placement.inputs.concave_curve``) and memory upper bounds; the MILP
+  (``placement.milp.solve_placement``) runs on the cluster minus what running canaries hold and,
   with canaries on, one CPU kept free for the next canary. It is solved again only when an input
   changed (a refit or remembered model, a regime, the running placement, the cluster, a stale,
   unsafe or accepted config) or ``resolve_ticks`` ticks passed; its answer is priced every tick.
@@ -81,7 +81,7 @@ Contract:
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
   capacity beyond what runs now counts at its lower confidence bound (GP mean -
   ``confidence_z`` std), so a change is made only when its gain holds there.
-- transition: ``transition_cost.plan_transition`` orders the change exactly as the runner will
+- transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
   remaining time (past regimes longer than this one so far, less its elapsed time), capped by
   the items left (not yet read + queued, from the runner, input open or closed) at the measured
@@ -125,13 +125,13 @@ from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKi
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
-from trident_flows.scheduler.placement import DEFAULT_SOLVER, solve_placement
-from trident_flows.scheduler.placement_inputs import concave_curve, current_placement, work_per_item
-from trident_flows.scheduler.placement_types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.milp import DEFAULT_SOLVER, solve_placement
+from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
-from trident_flows.scheduler.transition_cost import plan_transition
+from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
@@ -168,6 +168,32 @@ class _Operator:
     asked_tick: int = -1               # the tick its optimiser was last asked for a canary config
     next_ask: int = 0                  # the first tick it may be asked again (after a proposal that could not start)
     model_version: int = 0             # counts fits and restored models (the placement is re-solved after one)
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What the transition step decided: roll ``plan`` out, or keep the current placement (no plan,
+    with why as a ``Hold``); ``predicted`` is the MILP's pipeline throughput (input items/s)."""
+
+    action: Action
+    reason: str
+    plan: Plan | None
+    predicted: float
+    hold: Hold | None = None
+
+    @classmethod
+    def roll_out(cls, plan: Plan, reason: str, predicted: float) -> "_Decided":
+        return cls(Action.ROLL_OUT, reason, plan, predicted)
+
+    @classmethod
+    def optimal(cls, reason: str, predicted: float) -> "_Decided":
+        """The current placement is the MILP's optimum: nothing to change."""
+        return cls(Action.NONE, reason, None, predicted, Hold(HoldKind.OPTIMAL))
+
+    @classmethod
+    def wait(cls, reason: str, predicted: float, hold: Hold) -> "_Decided":
+        """A better placement exists but is not rolled out now, for the reason ``hold`` names."""
+        return cls(Action.WAIT, reason, None, predicted, hold)
 
 
 @dataclass
@@ -319,16 +345,16 @@ class TridentPolicy:
         if prev is not None:
             self._recent.append(pipeline_t)
         verification, rollback = verdict
-        action, reason, plan, predicted, hold = "none", "", None, 0.0, None
+        action, reason, plan, predicted, hold = Action.NONE, "", None, 0.0, None
         safety = step("safety", lambda: self._safety_plan(state))
         if safety is not None and self._pending is not None:
             # memory safety comes before verification: the move changes the placement being measured
             verification = f"verification dropped for a memory-safety move ({verification or 'measuring'})"
             self._pending, rollback = None, None
         if rollback is not None:
-            action, plan, reason = "rollback", rollback, rollback.reason
+            action, plan, reason = Action.ROLLBACK, rollback, rollback.reason
         elif safety is not None and not self._gate_passed():
-            action, plan, reason = "roll_out", safety, safety.reason
+            action, plan, reason = Action.ROLL_OUT, safety, safety.reason
         elif not self._gate_passed():
             reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator, "
                       f"{self.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence()) or 'every operator'}")
@@ -341,20 +367,20 @@ class TridentPolicy:
             if solved is not None:
                 decided = step("transition", lambda: self._transition(state, *solved))
                 if decided is not None:
-                    action, reason, plan, predicted, hold = decided
-                    self._settled = action in ("none", "wait")
+                    action, reason, plan, predicted, hold = decided.action, decided.reason, decided.plan, decided.predicted, decided.hold
+                    self._settled = action.issues_nothing
             if safety is not None and plan is None:
                 # the placement could not move an operator off an unsafe config (no priced option, no
                 # feasible order, a failed solve): the replica-for-replica move always fits
                 why = reason or "; ".join(errors) or "no placement"
-                action, plan, reason, hold = "roll_out", safety, f"{safety.reason} (the placement did not move it: {why})", None
+                action, plan, reason, hold = Action.ROLL_OUT, safety, f"{safety.reason} (the placement did not move it: {why})", None
         if canary_ops:
             plan = self._with_canaries(state, plan, canary_ops, ended)
-            if action in ("none", "wait"):
-                action, hold = "canary", None
+            if action.issues_nothing:
+                action, hold = Action.CANARY, None
                 reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {reason})" if reason else "")
-        if errors and plan is None and action in ("none", "wait"):
-            action, hold = "error", Hold(HoldKind.STEP_FAILED)
+        if errors and plan is None and action.issues_nothing:
+            action, hold = Action.ERROR, Hold(HoldKind.STEP_FAILED)
             reason = "kept the current plan after a failed step: " + "; ".join(errors)
         if plan is not None:
             issued = (placement_signature(state), plan_signature(plan))
@@ -363,11 +389,11 @@ class TridentPolicy:
                 action, plan, hold = Action.WAIT, None, Hold(HoldKind.REFUSED_BEFORE)
             else:
                 self._issued = issued
-        if action == "roll_out" and plan is not None and plan is not safety:  # a safety move is not undone for speed
+        if action == Action.ROLL_OUT and plan is not None and plan is not safety:  # a safety move is not undone for speed
             self._pending = _Pending(plan, predicted, list(self._recent), self._previous_groups(state, plan), self._regime_key())
         self._history.append(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
-        record = TickRecord(self._tick, time.time(), Action(action), reason or "no change", measured, pipeline_t,
+        record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
                             {n: o.detector.current for n, o in self._ops.items()}, tuple(events), plan, predicted,
                             verification, "; ".join(errors), timings, hold if plan is None else None)
         self.records.append(record)
@@ -994,25 +1020,25 @@ class TridentPolicy:
         return measured / predicted
 
     # ------------------------------------------------------------------ transition
-    def _transition(self, state: RunnerState, demands, cluster, result, forced, notes):
+    def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
         plan = result.plan
         current = current_placement(state)
         intake = sorted(self._intake)[len(self._intake) // 2] if self._intake else result.throughput
         expected = self._expected_regime_s(state, intake)
         changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
         if not changed:
-            return "none", f"the current placement is the MILP's optimum ({plan.reason})", None, plan.predicted_throughput, Hold(HoldKind.OPTIMAL)
+            return _Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
         limited = ""
         if self.max_changes is not None and len(changed) > self.max_changes:
             changed = self._limit_changes(state, changed)
             limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.max_changes})"
             if not changed:
-                return ("wait", f"the MILP's plan changes operators but max_changes={self.max_changes} allows none ({plan.reason})", None,
-                        result.throughput, Hold(HoldKind.MAX_CHANGES))
+                return _Decided.wait(f"the MILP's plan changes operators but max_changes={self.max_changes} allows none ({plan.reason})",
+                                     result.throughput, Hold(HoldKind.MAX_CHANGES))
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
         if (self._regime_key(), _signature(plan)) in self._rejected:
-            return ("wait", f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})", None,
-                    result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
+            return _Decided.wait(f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})",
+                                 result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
         named = {o.operator for o in changed}
         executed = replace(result.plan, operators=tuple(o if o.operator not in named else next(c for c in changed if c.operator == o.operator)
                                                         for o in result.plan.operators if o.operator in named)
@@ -1021,8 +1047,8 @@ class TridentPolicy:
         try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
             transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.benefit_ratio)
         except (ValueError, RuntimeError) as exc:
-            return ("wait", f"cannot order or price the change ({exc}); keeping the current placement", None, result.throughput,
-                    Hold(HoldKind.CANNOT_PRICE))
+            return _Decided.wait(f"cannot order or price the change ({exc}); keeping the current placement", result.throughput,
+                                 Hold(HoldKind.CANNOT_PRICE))
         t_now = result.throughput - transition.expected_gain
         gain = transition.expected_gain / t_now if t_now > 0 else math.inf
         figures = dict(throughput_before=t_now, throughput_after=result.throughput, rollout_s=transition.rollout_s,
@@ -1030,19 +1056,19 @@ class TridentPolicy:
         if forced:  # safety comes before gain, but only with a feasible order; the price is recorded
             runs = "; ".join(f"{name} runs {config.label()}: {why}" for name, config, why in forced)
             rationale = Rationale(PlanKind.MEMORY_SAFETY, **figures, unsafe=tuple((name, config) for name, config, _ in forced))
-            return ("roll_out", f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
-                    replace(plan, rationale=rationale), result.throughput, None)
+            return _Decided.roll_out(replace(plan, rationale=rationale), f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
+                                     result.throughput)
         if transition.decision != Decision.ROLL_OUT:
             kind = HoldKind.NO_GAIN if transition.expected_gain <= 0 else HoldKind.DOES_NOT_PAY
-            return "wait", f"{transition.reason} ({plan.reason})", None, result.throughput, Hold(kind)
+            return _Decided.wait(f"{transition.reason} ({plan.reason})", result.throughput, Hold(kind))
         if gain < self.min_gain:
-            return "wait", (f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
-                            f"{self.min_gain:.0%}: keeping the current placement"), None, result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.min_gain)
+            return _Decided.wait(f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
+                                 f"{self.min_gain:.0%}: keeping the current placement", result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.min_gain))
         head = f"predicted {t_now:.4g} -> {result.throughput:.4g} input items/s ({gain:+.1%}); {transition.reason}"
         if notes:
             head += "; " + "; ".join(notes)
-        return ("roll_out", f"{head}; {plan.reason}",
-                replace(plan, reason=f"{head}; {plan.reason}", rationale=Rationale(PlanKind.THROUGHPUT, **figures)), result.throughput, None)
+        return _Decided.roll_out(replace(plan, reason=f"{head}; {plan.reason}", rationale=Rationale(PlanKind.THROUGHPUT, **figures)),
+                                 f"{head}; {plan.reason}", result.throughput)
 
 
     def _limit_changes(self, state: RunnerState, changed: list[OperatorPlan]) -> list[OperatorPlan]:

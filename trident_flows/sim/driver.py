@@ -33,9 +33,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from trident_flows.control.apply_step import apply_plan
 from trident_flows.control.launch import _operator_figures
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.state import ApplyOutcome, RunnerSettings
+from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import Policy, decide_once
 from trident_flows.core.types import ClusterSpec, StepKind
 from trident_flows.sim.runner import SimRunner
@@ -99,16 +100,12 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
                 decisions += 1
                 record = decision.to_dict()
                 record["sim_t"] = round(runner.now, 3)
-                try:
-                    report = runner.apply(decision.plan)
-                    record["apply"] = report.to_dict()
-                    applied = report.outcome
-                except Exception as exc:  # noqa: BLE001 - a refused plan is logged; the pipeline keeps running (as live)
-                    record["apply_error"] = f"{type(exc).__name__}: {exc}"
-                    applied = ApplyOutcome.refused(record["apply_error"])
-                observe = getattr(policy, "observe_apply", None)
-                if observe is not None:  # every outcome goes back to the policy, as the live control loop does
-                    observe(decision.plan, applied)
+                # a refused plan is logged and the pipeline keeps running; every outcome goes back to the policy (as live)
+                applied = apply_plan(runner.apply, decision.plan, policy)
+                if applied.report is not None:
+                    record["apply"] = applied.report.to_dict()
+                else:
+                    record["apply_error"] = applied.error
                 run.decisions.append({k: record[k] for k in ("sim_t", "reason") if k in record}
                                      | {"error": record.get("apply_error") or record.get("apply", {}).get("error", "")})
                 if log is not None:

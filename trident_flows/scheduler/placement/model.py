@@ -2,13 +2,14 @@
 planner and the exhaustive-search check.
 
 Contract (pure functions, no solver state):
-- A placement is ``Counts``: ``(operator, option index, node class) -> replicas``.
+- A placement is ``Counts``: ``Key(operator, option, node_class) -> replicas`` (``option`` is the
+  index of the operator's ``PlacementOption``).
 - ``effective_gpus``: the GPU fraction a replica must request so that Ray's per-GPU
   fraction accounting also keeps device memory within one GPU: a fractional replica
   needing ``m`` bytes on a GPU of ``M`` bytes takes ``f = max(gpus, m / M)`` and requests
   ``1 / floor(1 / f)``, so replicas sharing a GPU can never exceed its memory and the
   aggregate GPU count equals what per-GPU packing of one kind of replica achieves.
-- ``ineligibility``: why an option cannot run on a node class (``None`` if it can).
+- ``ineligibility``: why an option cannot run on a node class, an ``Ineligibility`` (``None`` if it can).
 - ``usage_vector`` / ``class_capacity``: a replica's (CPUs, GPUs, host memory) and a
   class's totals (the MILP's linear constraints).
 - ``pack_class``: packs a class's replicas onto its individual nodes and GPUs (even
@@ -25,15 +26,25 @@ Contract (pure functions, no solver state):
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping, NamedTuple, Sequence
 
 import highspy
 import numpy as np
 
-from trident_flows.scheduler.placement_types import GiB, OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import CPU, ClusterSpec, NodeClass
 
-Key = tuple[str, int, str]
+
+class Key(NamedTuple):
+    """Where replicas of one placement option run: operator name, index of its option, node class."""
+
+    operator: str
+    option: int
+    node_class: str
+
+
 SPLIT_SEP = "#node"  # a small class modelled node by node: "gpu#node0", "gpu#node1", ...
 Counts = Mapping[Key, int]
 _EPS = 1e-9
@@ -63,24 +74,47 @@ def effective_gpus(option: PlacementOption, node_class: NodeClass) -> float:
     return 1.0 / per_gpu if per_gpu >= 1 else math.inf
 
 
-def ineligibility(demand: OperatorDemand, option: PlacementOption, node_class: NodeClass) -> str | None:
+class Unfit(str, Enum):
+    """What keeps an option off a node class."""
+
+    NOT_ALLOWED = "not_allowed"        # the operator or option names other node classes
+    NO_DEVICE = "no_device"            # the class has no accelerator of the option's device
+    GPU_MEMORY = "gpu_memory"          # one replica's device memory exceeds one GPU's
+    WHOLE_GPUS = "whole_gpus"          # over 1 GPU but not a whole number
+    GPUS_PER_NODE = "gpus_per_node"    # more GPUs per replica than a node has
+    CPUS = "cpus"                      # more CPUs per replica than a node has
+    HOST_MEMORY = "host_memory"        # more host memory per replica than a node has
+
+
+@dataclass(frozen=True)
+class Ineligibility:
+    """Why an option cannot run on a node class: the ``kind`` for control flow, ``text`` for people."""
+
+    kind: Unfit
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def ineligibility(demand: OperatorDemand, option: PlacementOption, node_class: NodeClass) -> Ineligibility | None:
     """Why ``option`` of ``demand`` cannot run on ``node_class``; ``None`` when it can."""
     cfg = option.config
     if not demand.allows(option, base_class(node_class.name)):
-        return f"not allowed on node class {node_class.name!r}"
+        return Ineligibility(Unfit.NOT_ALLOWED, f"not allowed on node class {node_class.name!r}")
     if cfg.device != CPU:
         if node_class.gpus <= 0 or node_class.accelerator != cfg.device:
-            return f"needs a {cfg.device} device"
+            return Ineligibility(Unfit.NO_DEVICE, f"needs a {cfg.device} device")
         if option.device_mem_bytes > node_class.gpu_memory_bytes:
-            return f"needs {_gib(option.device_mem_bytes)} GPU memory"
+            return Ineligibility(Unfit.GPU_MEMORY, f"needs {_gib(option.device_mem_bytes)} GPU memory")
         if cfg.gpus > 1 and cfg.gpus != int(cfg.gpus):
-            return f"gpus={cfg.gpus} is over 1 but not a whole number (Ray needs whole GPUs above 1)"
+            return Ineligibility(Unfit.WHOLE_GPUS, f"gpus={cfg.gpus} is over 1 but not a whole number (Ray needs whole GPUs above 1)")
         if effective_gpus(option, node_class) > node_class.gpus + _EPS:
-            return f"needs {cfg.gpus:g} GPUs on one node"
+            return Ineligibility(Unfit.GPUS_PER_NODE, f"needs {cfg.gpus:g} GPUs on one node")
     if cfg.cpus > node_class.cpus + _EPS:
-        return f"needs {cfg.cpus:g} CPUs per replica"
+        return Ineligibility(Unfit.CPUS, f"needs {cfg.cpus:g} CPUs per replica")
     if node_class.host_memory_bytes and option.host_mem_bytes > node_class.host_memory_bytes:
-        return f"needs {_gib(option.host_mem_bytes)} host memory per replica"
+        return Ineligibility(Unfit.HOST_MEMORY, f"needs {_gib(option.host_mem_bytes)} host memory per replica")
     return None
 
 
@@ -90,20 +124,21 @@ def no_fit_message(demand: OperatorDemand, cluster: ClusterSpec) -> str:
     largest_gpu = max((n.gpu_memory_bytes for n in gpu_classes), default=0)
     parts = []
     for opt in demand.options:
-        reasons = sorted({r for nc in cluster.node_classes if (r := ineligibility(demand, opt, nc))})
+        unfit = [r for nc in cluster.node_classes if (r := ineligibility(demand, opt, nc))]
+        kinds = {r.kind for r in unfit}
         label = opt.config.label()
-        if any("GPU memory" in r for r in reasons) and largest_gpu:
+        if Unfit.GPU_MEMORY in kinds and largest_gpu:
             parts.append(f"{label} needs {_gib(opt.device_mem_bytes)} GPU memory, largest GPU has {_gib(largest_gpu)}")
-        elif any(r.startswith("needs a ") for r in reasons) and not gpu_classes:
+        elif Unfit.NO_DEVICE in kinds and not gpu_classes:
             parts.append(f"{label} needs a {opt.config.device} device, the cluster has none")
-        elif any("CPUs per replica" in r for r in reasons):
+        elif Unfit.CPUS in kinds:
             parts.append(f"{label} needs {opt.config.cpus:g} CPUs per replica, largest node has "
                          f"{max(n.cpus for n in cluster.node_classes):g}")
-        elif any("host memory" in r for r in reasons):
+        elif Unfit.HOST_MEMORY in kinds:
             parts.append(f"{label} needs {_gib(opt.host_mem_bytes)} host memory per replica, largest node has "
                          f"{_gib(max(n.host_memory_bytes for n in cluster.node_classes))}")
         else:
-            parts.append(f"{label}: " + "; ".join(reasons))
+            parts.append(f"{label}: " + "; ".join(sorted({r.text for r in unfit})))
     return f"operator {demand.name!r} fits no device: " + "; ".join(parts)
 
 
@@ -248,7 +283,7 @@ def pack_cluster(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts
     by_name = {d.name: d for d in demands}
     left: dict[Key, int] = {}
     for nc in cluster.node_classes:
-        items = {key: (n, usage_vector(by_name[key[0]].options[key[1]], nc)) for key, n in counts.items() if key[2] == nc.name and n > 0}
+        items = {key: (n, usage_vector(by_name[key.operator].options[key.option], nc)) for key, n in counts.items() if key.node_class == nc.name and n > 0}
         left.update(pack_class(nc, items))
     return left
 

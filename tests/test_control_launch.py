@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from test_runtime_support import assert_exactly_once, docs_test_profile
+from test_runtime_support import assert_exactly_once, child_env, docs_test_profile
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import parse_regimes, synthetic_rows
 from trident_flows.control.launch import run_pipeline
 from trident_flows.scheduler.policies import StaticPolicy, make_policy
 
-TESTS = Path(__file__).resolve().parent
 
 
 def test_synthetic_stream_follows_the_regime_schedule_and_seed():
@@ -58,8 +56,6 @@ def test_unknown_policies_are_refused_listing_the_available_ones():
 def test_run_command_writes_the_summary_json(tmp_path):
     """The CLI glue end to end in a fresh process (its own local Ray cluster), on a test pipeline."""
     script = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
 from pathlib import Path
 from rich.console import Console
 import trident_flows.pipelines as pipelines
@@ -69,7 +65,7 @@ run_command(pipeline="rt-test", out=Path({str(tmp_path / 'out')!r}), policy="sta
             cpus=4, gpus=0, address=None, summary_json=Path({str(tmp_path / 's.json')!r}), tick_s=0.5,
             decision_log=Path({str(tmp_path / 'd.jsonl')!r}), console=Console(width=120))
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["items_in"] == 50 and summary["duplicate_ids"] == 0

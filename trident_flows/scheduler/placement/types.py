@@ -164,7 +164,7 @@ class OperatorDemand:
 
     def option_index(self, config: OpConfig) -> int | None:
         """The option running ``config``: an exact match, or the same config with its GPU
-        fraction raised by the placement (see ``placement.effective_gpus``)."""
+        fraction raised by the placement (see ``placement.model.effective_gpus``)."""
         for i, opt in enumerate(self.options):
             if opt.config == config:
                 return i

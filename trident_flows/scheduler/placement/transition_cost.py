@@ -29,8 +29,8 @@ from typing import Sequence
 
 from trident_flows.core.step_order import order_steps
 from trident_flows.core.types import ClusterSpec, Decision, OpConfig, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
-from trident_flows.scheduler.placement_eval import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
-from trident_flows.scheduler.placement_types import CurrentPlacement, OperatorDemand
+from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
+from trident_flows.scheduler.placement.types import CurrentPlacement, OperatorDemand
 
 
 def placement_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, groups_of: dict[str, Sequence[ReplicaGroup]],
@@ -50,14 +50,15 @@ def placement_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, gr
             c = g.node_class or next((nc.name for nc in cluster.node_classes if ineligibility(d, d.options[k], nc) is None), None)
             if c is None:
                 raise ValueError(f"operator {d.name!r}: {what} config {g.config.label()} fits no node class")
-            counts[(d.name, k, c)] = counts.get((d.name, k, c), 0) + g.replicas
-            configs[(d.name, k, c)] = g.config
+            key = Key(d.name, k, c)
+            counts[key] = counts.get(key, 0) + g.replicas
+            configs[key] = g.config
     return counts, configs
 
 
 def _usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, key: Key) -> tuple[float, float, float]:
-    d = next(d for d in demands if d.name == key[0])
-    return usage_vector(d.options[key[1]], cluster.node_class(key[2]))
+    d = next(d for d in demands if d.name == key.operator)
+    return usage_vector(d.options[key.option], cluster.node_class(key.node_class))
 
 
 def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement, plan: Plan,
@@ -69,7 +70,7 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     by_name = {d.name: d for d in demands}
     cur, cur_cfg = placement_counts(demands, cluster, {op: gs for op, gs in current.groups}, "current")
     new, new_cfg = placement_counts(demands, cluster, {o.operator: o.groups for o in plan.operators}, "planned")
-    t_now = throughput_of(demands, cluster, cur) if all(any(k[0] == d.name for k in cur) for d in demands) else 0.0
+    t_now = throughput_of(demands, cluster, cur) if all(any(k.operator == d.name for k in cur) for d in demands) else 0.0
     t_new = throughput_of(demands, cluster, new)
     starts = {k: new.get(k, 0) - cur.get(k, 0) for k in new if new.get(k, 0) > cur.get(k, 0)}
     retires = {k: cur[k] - new.get(k, 0) for k in cur if cur[k] > new.get(k, 0)}
@@ -82,11 +83,11 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     phases_plan = order_steps(cur, new, capacity, lambda k: _usage(demands, cluster, k), [d.name for d in order],
                               headroom=lambda name: operator_capacity(by_name[name], cur) / by_name[name].work_per_item,
                               label=lambda k: cfg[k].label())
-    growing = {k[0] for k in starts}
+    growing = {k.operator for k in starts}
 
     def pipeline_t(counts: dict[Key, int]) -> float:
         """Pipeline throughput with ``counts`` serving (0 while an operator has no replica)."""
-        if any(not any(n > 0 and k[0] == d.name for k, n in counts.items()) for d in demands):
+        if any(not any(n > 0 and k.operator == d.name for k, n in counts.items()) for d in demands):
             return 0.0
         return throughput_of(demands, cluster, {k: n for k, n in counts.items() if n > 0})
 
@@ -96,21 +97,21 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     interleaved: list[str] = []
     for phase in phases_plan:
         if phase.kind == StepKind.START:
-            phases.append((max(by_name[k[0]].options[k[1]].cold_start_s for k, _ in phase.moves), pipeline_t(active)))
+            phases.append((max(by_name[k.operator].options[k.option].cold_start_s for k, _ in phase.moves), pipeline_t(active)))
             for key, n in phase.moves:
                 active[key] = active.get(key, 0) + n
-                head = "current bottleneck first" if key[0] == order[0].name else "start before retiring"
-                steps.append(TransitionStep(StepKind.START, key[0], cfg[key], n, key[2], f"{head}: {plan.for_operator(key[0]).reason}"))
+                head = "current bottleneck first" if key.operator == order[0].name else "start before retiring"
+                steps.append(TransitionStep(StepKind.START, key.operator, cfg[key], n, key.node_class, f"{head}: {plan.for_operator(key.operator).reason}"))
             continue
         for key, n in phase.moves:
             active[key] -= n
-        phases.append((max(by_name[k[0]].options[k[1]].drain_s for k, _ in phase.moves), pipeline_t(active)))
+        phases.append((max(by_name[k.operator].options[k.option].drain_s for k, _ in phase.moves), pipeline_t(active)))
         if phase.note:
             interleaved.append(phase.note)
         for key, n in phase.moves:
             why = (f"interleaved: {phase.note}" if phase.note else
-                   "its replacements are warm" if key[0] in growing else "scale down once the others have started")
-            steps.append(TransitionStep(StepKind.RETIRE, key[0], cfg[key], n, key[2], why))
+                   "its replacements are warm" if key.operator in growing else "scale down once the others have started")
+            steps.append(TransitionStep(StepKind.RETIRE, key.operator, cfg[key], n, key.node_class, why))
 
     started_total = sum(s.count for s in steps if s.kind == StepKind.START)
     cap_s = sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].cold_start_s
@@ -147,13 +148,13 @@ def step_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current:
     used = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
     for key, n in cur.items():
         for i, v in enumerate(_usage(demands, cluster, key)):
-            used[key[2]][i] += v * n
+            used[key.node_class][i] += v * n
     out = []
     by_name = {d.name: d for d in demands}
     for step in transition.steps:
         k = by_name[step.operator].option_index(step.config)
         sign = 1 if step.kind == StepKind.START else -1
-        for i, v in enumerate(_usage(demands, cluster, (step.operator, k, step.node_class))):
+        for i, v in enumerate(_usage(demands, cluster, Key(step.operator, k, step.node_class))):
             used[step.node_class][i] += sign * v * step.count
         out.append({c: tuple(u) for c, u in used.items()})
     return out

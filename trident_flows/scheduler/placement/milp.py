@@ -7,13 +7,13 @@ Contract:
   of its replicas >= ``work_per_item * T``.
 - Variables are integers per (operator, option, node class): identical nodes form one
   class, so the model does not grow with the node count. Per class: CPUs, GPUs (effective
-  fractions, see ``placement_eval.effective_gpus``), host memory, host<->device bandwidth
+  fractions, see ``placement.model.effective_gpus``), host memory, host<->device bandwidth
   (bytes/item x items/s). Per operator: min/max replicas, allowed classes. Concave
   throughput curves are the minimum of their segments' lines (no extra binaries).
 - Solve path: LP relaxation (a bound) -> rounded-down replicas raised bottleneck-first by
   a greedy (``_Greedy``) -> if that is within ``GAP_REL`` of the bound it is the answer;
   otherwise the bound is tightened by buying whole replicas at the LP's resource prices
-  (``placement_bound.rounding_bound``; measured on benchmark instances at 1-16 nodes: the
+  (``placement.bound.rounding_bound``; measured on benchmark instances at 1-16 nodes: the
   LP relaxation is 0.1-7% above the integer optimum, this bound within 0.01% on most and
   1.7% at worst), and the greedy plan is the
   MIP start of the MILP (HiGHS in-process by default, CBC optional). HiGHS is stopped as
@@ -22,7 +22,7 @@ Contract:
   searches, for at most ``_TARGET_S`` of CPU, only among plans within ``GAP_REL`` of the bound
   (a lower bound on T); if none that packs turns up, the search from the greedy start
   follows. CBC gets the bound for its status and gap only.
-- Every solution is packed onto individual nodes and GPUs (``placement_eval.pack_class``);
+- Every solution is packed onto individual nodes and GPUs (``placement.model.pack_class``);
   if fragmentation leaves replicas unplaced, they are dropped, the class's aggregate
   capacity is reduced by them and the greedy refills (at most ``MAX_REPAIRS`` times), so a
   returned plan always fits node by node; the gap is then reported against the bound. With
@@ -30,7 +30,7 @@ Contract:
   beats the repaired plan.
 - After solving, replicas that do not raise throughput are trimmed (non-bottleneck
   operators keep only what ``work_per_item * T`` needs, current replicas last).
-- Switching cost is handled by "solve, then decide" (``transition_cost.plan_transition``):
+- Switching cost is handled by "solve, then decide" (``placement.transition_cost.plan_transition``):
   the MILP only carries a tie-break (worth < 1e-6 of T) that prefers keeping the current
   replicas among plans of equal throughput. Pricing cold starts inside the MILP would need
   the regime duration and the rollout order (which replicas can start before others
@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 
 import pulp
 
-from trident_flows.scheduler.placement_eval import (
+from trident_flows.scheduler.placement.model import (
     SPLIT_SEP,
     Key,
     base_class,
@@ -67,8 +67,8 @@ from trident_flows.scheduler.placement_eval import (
     throughput_of,
     usage_vector,
 )
-from trident_flows.scheduler.placement_bound import rounding_bound
-from trident_flows.scheduler.placement_types import CurrentPlacement, GiB, OperatorDemand
+from trident_flows.scheduler.placement.bound import rounding_bound
+from trident_flows.scheduler.placement.types import CurrentPlacement, GiB, OperatorDemand
 from trident_flows.core.types import ClusterSpec, NodeClass, OperatorPlan, Plan, ReplicaGroup
 
 MAX_REPAIRS = 5
@@ -163,7 +163,8 @@ def _merge(counts: dict[Key, int]) -> dict[Key, int]:
     """Counts of per-node model classes summed back onto their node classes."""
     merged: dict[Key, int] = {}
     for (op, k, c), n in counts.items():
-        merged[(op, k, base_class(c))] = merged.get((op, k, base_class(c)), 0) + n
+        key = Key(op, k, base_class(c))
+        merged[key] = merged.get(key, 0) + n
     return merged
 
 
@@ -178,7 +179,8 @@ def _current_counts(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                 continue
             c = g.node_class or next((nc.name for nc in cluster.node_classes if ineligibility(d, d.options[k], nc) is None), None)
             if c is not None:
-                counts[(d.name, k, c)] = counts.get((d.name, k, c), 0) + g.replicas
+                key = Key(d.name, k, c)
+                counts[key] = counts.get(key, 0) + g.replicas
     return counts
 
 
@@ -319,8 +321,8 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                     if d.max_replicas is not None:
                         ub = min(ub, d.max_replicas)
                     if ub > 0:
-                        eligible[(d.name, k, nc.name)] = ub
-        if not any(key[0] == d.name for key in eligible):
+                        eligible[Key(d.name, k, nc.name)] = ub
+        if not any(key.operator == d.name for key in eligible):
             raise PlacementError(no_fit_message(d, original))
     reductions: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
     build_ms = solve_ms = 0.0
@@ -424,13 +426,13 @@ def _repair(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: d
         repair += 1
         if repair > MAX_REPAIRS:
             raise PlacementError(f"could not pack the plan onto individual nodes after {MAX_REPAIRS} repairs: "
-                                 f"{sum(left.values())} replicas of {sorted({k[0] for k in left})} do not fit; "
+                                 f"{sum(left.values())} replicas of {sorted({k.operator for k in left})} do not fit; "
                                  "node resources are too fragmented for these replica sizes")
         for key, n in left.items():
             counts[key] -= n
-            vec = usage_vector(next(d for d in demands if d.name == key[0]).options[key[1]], cluster.node_class(key[2]))
+            vec = usage_vector(next(d for d in demands if d.name == key.operator).options[key.option], cluster.node_class(key.node_class))
             for i in range(3):
-                reductions[key[2]][i] += vec[i] * n
+                reductions[key.node_class][i] += vec[i] * n
         greedy = _Greedy(demands, cluster, eligible, reductions, {key: counts.get(key, 0) for key in eligible})
         if not greedy.run():
             raise PlacementError("the operators' minimum replicas do not pack onto individual nodes (CPU, GPU and memory "
@@ -460,36 +462,36 @@ def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: di
     for d in demands:
         op_caps = []
         for k, opt in enumerate(d.options):
-            keys = [key for key in x if key[0] == d.name and key[1] == k]
+            keys = [key for key in x if key.operator == d.name and key.option == k]
             if not keys:
                 continue
             n_caps += 1
             cap = prob.add_variable(f"cap_{n_caps}", lowBound=0)
             for j, (a, slope) in enumerate(opt.segments()):  # cap <= a + slope * replicas
                 row([(cap, 1.0)] + [(x[key], -slope) for key in keys], le, a, f"curve_{n_caps}_{j}")
-            bw_keys = [key for key in keys if opt.bandwidth_bytes_per_item > 0 and cluster.node_class(key[2]).host_device_bandwidth_bps > 0]
+            bw_keys = [key for key in keys if opt.bandwidth_bytes_per_item > 0 and cluster.node_class(key.node_class).host_device_bandwidth_bps > 0]
             if bw_keys:  # capacity on a bandwidth-limited class is its own variable, counted against the class
                 parts = [(cap, 1.0)]
                 for key in keys:
                     if key in bw_keys:
-                        cc = prob.add_variable(f"capc_{n_caps}_{key[2]}", lowBound=0)
+                        cc = prob.add_variable(f"capc_{n_caps}_{key.node_class}", lowBound=0)
                         served[cc.name] = key
-                        row([(cc, 1.0), (x[key], -opt.rate_per_replica)], le, 0.0, f"capc_{n_caps}_{key[2]}")
-                        bw_terms[key[2]].append((cc, opt.bandwidth_bytes_per_item / _BW_UNIT))
+                        row([(cc, 1.0), (x[key], -opt.rate_per_replica)], le, 0.0, f"capc_{n_caps}_{key.node_class}")
+                        bw_terms[key.node_class].append((cc, opt.bandwidth_bytes_per_item / _BW_UNIT))
                         parts.append((cc, -1.0))
                     else:
                         parts.append((x[key], -opt.rate_per_replica))
                 row(parts, le, 0.0, f"capsplit_{n_caps}")
             op_caps.append(cap)
         row([(c, 1.0) for c in op_caps] + [(T, -d.work_per_item)], ge, 0.0, f"work_{d.name}")
-        reps = [(x[key], 1.0) for key in x if key[0] == d.name]
+        reps = [(x[key], 1.0) for key in x if key.operator == d.name]
         row(reps, ge, d.min_replicas, f"min_{d.name}")
         if d.max_replicas is not None:
             row(reps, le, d.max_replicas, f"max_{d.name}")
     for nc in cluster.node_classes:
         capacity = class_capacity(nc)
-        keys = [key for key in x if key[2] == nc.name]
-        vecs = {key: usage_vector(by_name[key[0]].options[key[1]], nc) for key in keys}
+        keys = [key for key in x if key.node_class == nc.name]
+        vecs = {key: usage_vector(by_name[key.operator].options[key.option], nc) for key in keys}
         for i, res in enumerate(("cpus", "gpus", "mem")):
             unit = GiB if res == "mem" else 1.0  # memory in GiB keeps the matrix well scaled
             terms = [(x[key], vecs[key][i] / unit) for key in keys if vecs[key][i] > 0]
@@ -498,7 +500,7 @@ def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: di
         if bw_terms[nc.name]:
             row(bw_terms[nc.name], le, nc.host_device_bandwidth_bps / _BW_UNIT * nc.count, f"bw_{nc.name}")
     objective = [(T, 1.0 / _throughput_bound(demands, eligible))]
-    kept = {key: [xk for xk in x if xk[:2] == key[:2] and base_class(xk[2]) == key[2]] for key in cur}
+    kept = {key: [xk for xk in x if xk[:2] == key[:2] and base_class(xk.node_class) == key.node_class] for key in cur}
     kept = {key: xs for key, xs in kept.items() if xs}
     if kept:  # tie-break: keep current replicas
         total_cur = sum(cur[key] for key in kept)
@@ -508,8 +510,8 @@ def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: di
             objective.append((kv, _KEEP_WEIGHT / total_cur))
     for nc, nxt in zip(cluster.node_classes, cluster.node_classes[1:]):  # identical split nodes: fill in order
         if SPLIT_SEP in nc.name and base_class(nc.name) == base_class(nxt.name):
-            cpus = {k: by_name[k[0]].options[k[1]].config.cpus for k in x}
-            row([(x[k], cpus[k]) for k in x if k[2] == nc.name] + [(x[k], -cpus[k]) for k in x if k[2] == nxt.name], ge, 0.0,
+            cpus = {k: by_name[k.operator].options[k.option].config.cpus for k in x}
+            row([(x[k], cpus[k]) for k in x if k.node_class == nc.name] + [(x[k], -cpus[k]) for k in x if k.node_class == nxt.name], ge, 0.0,
                 f"order_{nxt.name}")
     prob.setObjective(pulp.LpAffineExpression(objective))
     return prob, x, served
@@ -523,7 +525,7 @@ def _integer_bound(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], served: 
     """An upper bound on T no weaker than the LP relaxation's ``t_lp`` (``t_feasible``: the
     throughput of a plan that satisfies the model, which limits the search): the class resource
     rows summed with the LP's row duals as weights, then bought in whole replicas per
-    operator (``placement_bound.rounding_bound``). Call right after the LP relaxation
+    operator (``placement.bound.rounding_bound``). Call right after the LP relaxation
     solve (it reads the row duals). Any non-negative weights give a valid bound, so the
     duals' sign convention does not matter (their magnitude is the price)."""
     names = {var.name: key for key, var in x.items()}
@@ -561,7 +563,7 @@ def _trim(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[
     target = throughput_of(demands, cluster, counts)
     trimmed = dict(counts)
     for d in demands:
-        keys = sorted((key for key in trimmed if key[0] == d.name), key=lambda key: (cur.get((key[0], key[1], base_class(key[2])), 0) > 0, key))
+        keys = sorted((key for key in trimmed if key.operator == d.name), key=lambda key: (cur.get(key._replace(node_class=base_class(key.node_class)), 0) > 0, key))
         before = {key: trimmed[key] for key in keys}
         for key in keys:
             while trimmed[key] > 0 and sum(trimmed[k] for k in keys) > d.min_replicas:
@@ -616,7 +618,7 @@ class _Greedy:
         self.eligible = eligible
         self.counts = counts
         by_name = self.demands
-        self.vecs = {key: usage_vector(by_name[key[0]].options[key[1]], cluster.node_class(key[2])) + (self._bandwidth(key, cluster),)
+        self.vecs = {key: usage_vector(by_name[key.operator].options[key.option], cluster.node_class(key.node_class)) + (self._bandwidth(key, cluster),)
                      for key in eligible}
         self.free = {nc.name: [class_capacity(nc)[i] - reductions[nc.name][i] for i in range(3)]
                      + [nc.host_device_bandwidth_bps * nc.count if nc.host_device_bandwidth_bps > 0 else math.inf]
@@ -625,37 +627,37 @@ class _Greedy:
         for key, n in counts.items():
             self.n_opt[key[:2]] = self.n_opt.get(key[:2], 0) + n
             for i in range(4):
-                self.free[key[2]][i] -= self.vecs[key][i] * n
+                self.free[key.node_class][i] -= self.vecs[key][i] * n
         totals = [sum(class_capacity(nc)[i] for nc in cluster.node_classes) for i in range(3)]
         totals.append(sum(nc.host_device_bandwidth_bps * nc.count for nc in cluster.node_classes))
         self.share = {key: sum(v / t for v, t in zip(vec, totals) if t > 0 and math.isfinite(t)) for key, vec in self.vecs.items()}
-        self.keys_of = {name: [key for key in eligible if key[0] == name] for name in by_name}
-        self.by_class = {nc.name: [key for key in eligible if key[2] == nc.name] for nc in cluster.node_classes}
+        self.keys_of = {name: [key for key in eligible if key.operator == name] for name in by_name}
+        self.by_class = {nc.name: [key for key in eligible if key.node_class == nc.name] for nc in cluster.node_classes}
         self.replicas = {name: sum(counts[k] for k in keys) for name, keys in self.keys_of.items()}
         self.level = {name: self._capacity(name) / d.work_per_item for name, d in by_name.items()}
 
     def _bandwidth(self, key: Key, cluster: ClusterSpec) -> float:
-        opt = self.demands[key[0]].options[key[1]]
-        return opt.bandwidth_bytes_per_item * opt.rate_per_replica if cluster.node_class(key[2]).host_device_bandwidth_bps > 0 else 0.0
+        opt = self.demands[key.operator].options[key.option]
+        return opt.bandwidth_bytes_per_item * opt.rate_per_replica if cluster.node_class(key.node_class).host_device_bandwidth_bps > 0 else 0.0
 
     def _capacity(self, name: str, change: dict[Key, int] | None = None) -> float:
         d = self.demands[name]
         total = 0.0
         for k, opt in enumerate(d.options):
-            n = self.n_opt.get((name, k), 0) + sum(v for key, v in (change or {}).items() if key[0] == name and key[1] == k)
+            n = self.n_opt.get((name, k), 0) + sum(v for key, v in (change or {}).items() if key.operator == name and key.option == k)
             total += opt.rate_at(n)
         return total
 
     def _apply(self, key: Key, delta: int) -> None:
         self.counts[key] += delta
         self.n_opt[key[:2]] = self.n_opt.get(key[:2], 0) + delta
-        self.replicas[key[0]] += delta
+        self.replicas[key.operator] += delta
         for i in range(4):
-            self.free[key[2]][i] -= self.vecs[key][i] * delta
-        self.level[key[0]] = self._capacity(key[0]) / self.demands[key[0]].work_per_item
+            self.free[key.node_class][i] -= self.vecs[key][i] * delta
+        self.level[key.operator] = self._capacity(key.operator) / self.demands[key.operator].work_per_item
 
     def _fits(self, key: Key) -> bool:
-        return self.counts[key] < self.eligible[key] and all(self.vecs[key][i] <= self.free[key[2]][i] + 1e-9 for i in range(4))
+        return self.counts[key] < self.eligible[key] and all(self.vecs[key][i] <= self.free[key.node_class][i] + 1e-9 for i in range(4))
 
     def _best_addition(self, name: str, cheapest: bool = False) -> Key | None:
         """The replica to add to ``name``: most items/s per resource share, or (``cheapest``,
@@ -677,21 +679,21 @@ class _Greedy:
         for key in self.keys_of[name]:
             if self.counts[key] >= self.eligible[key]:
                 continue
-            vec, free = self.vecs[key], self.free[key[2]]
+            vec, free = self.vecs[key], self.free[key.node_class]
             deficit = [vec[i] - free[i] for i in range(4)]
             new_level = self._capacity(name, {key: 1}) / self.demands[name].work_per_item
-            for donor in self.by_class[key[2]]:
-                if donor[0] == name or self.counts[donor] == 0:
+            for donor in self.by_class[key.node_class]:
+                if donor.operator == name or self.counts[donor] == 0:
                     continue
                 dvec = self.vecs[donor]
                 if any(deficit[i] > 1e-9 and dvec[i] <= 0 for i in range(4)):
                     continue
                 m = max([math.ceil((deficit[i] - 1e-9) / dvec[i]) for i in range(4) if deficit[i] > 1e-9] or [0])
-                donor_op = self.demands[donor[0]]
-                if m == 0 or m > self.counts[donor] or self.replicas[donor[0]] - m < donor_op.min_replicas:
+                donor_op = self.demands[donor.operator]
+                if m == 0 or m > self.counts[donor] or self.replicas[donor.operator] - m < donor_op.min_replicas:
                     continue
-                donor_level = self._capacity(donor[0], {donor: -m}) / donor_op.work_per_item
-                t = min([new_level, donor_level] + [lv for op, lv in self.level.items() if op not in (name, donor[0])])
+                donor_level = self._capacity(donor.operator, {donor: -m}) / donor_op.work_per_item
+                t = min([new_level, donor_level] + [lv for op, lv in self.level.items() if op not in (name, donor.operator)])
                 if t > best_t * (1 + 1e-9):
                     best, best_t = (key, donor, m), t
         return best
@@ -728,7 +730,7 @@ class _Greedy:
                 self._apply(k, -n)
             best, best_cost = None, cost - 1e-12
             for key in self.keys_of[name]:
-                opt = d.options[key[1]]
+                opt = d.options[key.option]
                 most = min(self.eligible[key], d.max_replicas or self.eligible[key])
                 if opt.rate_at(most) < need:
                     continue
@@ -736,7 +738,7 @@ class _Greedy:
                 while lo < hi:
                     mid = (lo + hi) // 2
                     lo, hi = (lo, mid) if opt.rate_at(mid) >= need else (mid + 1, hi)
-                if self.share[key] * lo < best_cost and all(self.vecs[key][i] * lo <= self.free[key[2]][i] + 1e-9 for i in range(4)):
+                if self.share[key] * lo < best_cost and all(self.vecs[key][i] * lo <= self.free[key.node_class][i] + 1e-9 for i in range(4)):
                     best, best_cost = (key, lo), self.share[key] * lo
             for k, n in ({best[0]: best[1]} if best else held).items():
                 self._apply(k, n)

@@ -1,5 +1,5 @@
 """An upper bound on the placement MILP's throughput that sees integer replicas
-(used by ``placement.solve_placement``).
+(used by ``placement.milp.solve_placement``).
 
 Contract:
 - ``rounding_bound(demands, prices, budget, eligible, t_lo, t_hi)`` returns ``U <= t_hi`` with
@@ -31,8 +31,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.scheduler.placement_eval import Key
-from trident_flows.scheduler.placement_types import OperatorDemand
+from trident_flows.scheduler.placement.model import Key
+from trident_flows.scheduler.placement.types import OperatorDemand
 
 _REL = 1e-7  # slack on budget comparisons, so rounding errors can only loosen the bound
 
@@ -145,7 +145,7 @@ def rounding_bound(demands: Sequence[OperatorDemand], prices: Mapping[Key, tuple
         cap_hi = d.work_per_item * t_hi
         options, bw_price = [], math.inf
         for k, opt in enumerate(d.options):
-            keys = [key for key in eligible if key[0] == d.name and key[1] == k]
+            keys = [key for key in eligible if key.operator == d.name and key.option == k]
             if not keys:
                 continue
             price = min(prices[key][0] for key in keys)
