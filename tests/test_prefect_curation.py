@@ -4,9 +4,13 @@ same output location writes no duplicate rows."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow.parquet as pq
 import pytest
+from conftest import TEST_CPUS
 
+import trident_flows.flows.document_curation as curation
 from trident_flows.flows.document_curation import document_curation
 from trident_flows.runtime.sink import read_ids
 
@@ -69,3 +73,28 @@ def test_ray_workers_get_the_api_url_and_a_missing_server_is_refused():
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
         with pytest.raises(PrefectServerRequired, match="PREFECT_API_URL is not set.*export PREFECT_API_URL="):
             worker_env()
+
+
+def test_a_pipeline_larger_than_the_cluster_is_sized_to_its_nodes(prefect_harness, ray_cluster, tmp_path, monkeypatch):
+    """A pipeline whose starting replicas need more CPUs than the cluster has runs sized to the
+    live nodes (as ``trident-flows run`` does) instead of being refused, and the flow says where
+    its replicas ran."""
+    build = curation.build_pipeline
+
+    def wide(name, **options):  # 8 OCR replicas of 1 CPU: 13 CPUs in all, on a cluster of TEST_CPUS
+        spec = build(name, **options)
+        return replace(spec, operators=tuple(replace(o, replicas=8) if o.name == "ocr" else o for o in spec.operators))
+
+    spec = wide("emulated-docs", synth=1, work_dir=tmp_path / "probe")
+    assert sum(o.config.cpus * o.replicas for o in spec.operators) > TEST_CPUS  # would be refused unsized
+    monkeypatch.setattr(curation, "build_pipeline", wide)
+    out = tmp_path / "curated"
+    settings = {"pipeline": "emulated-docs", "synth": 12, "output_location": str(out), "shard_size": 6, "runner_name": "sized-test"}
+    summary = curation.document_curation(pipeline=settings)
+    assert summary["items_in"] == 12 and summary["duplicate_ids"] == 0
+    data, dead = read_ids(out)
+    assert len(data) + len(dead) == 12
+    (node, ran), = summary["replicas_by_node"].items()  # the session's cluster is one node
+    assert node == ray_cluster.get_runtime_context().get_node_id()
+    # OCR gave up replicas until the pipeline fit the node's CPUs (the other operators hold one each)
+    assert ran == {"parse": 1, "ocr": TEST_CPUS - 5, "langid": 1, "quality": 1, "dedup": 1, "embed": 1}

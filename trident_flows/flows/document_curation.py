@@ -1,9 +1,12 @@
 """The ``document-curation`` flow: run a curation pipeline on Ray, one task run per input shard.
 
 Contract:
-- Connects to the Ray cluster of the ``RayClusterBlock`` (or starts a local node), starts the
-  pipeline runner as a named actor there (so the ``trident-sidecar`` flow can find it), cuts the
-  input into shards and runs each shard as a task run on Ray through prefect-ray's
+- Connects to the Ray cluster of the ``RayClusterBlock`` (or starts a local node), sizes the
+  pipeline's starting replicas to the live nodes as ``trident-flows run`` does
+  (``runtime.sizing.fit_to_nodes``: a cluster smaller than the pipeline's starting configuration
+  runs it with fewer or fractional replicas, each fitting one node; one too small is refused with
+  what to change), starts the pipeline runner as a named actor there (so the ``trident-sidecar``
+  flow can find it), cuts the input into shards and runs each shard as a task run on Ray through prefect-ray's
   ``RayTaskRunner``, with retries. Ray workers get ``PREFECT_API_URL`` through their runtime
   environment, so their task runs report to the flow's server.
 - ``pipeline.ray_data_pipeline`` (``MODULE:FUNCTION``) runs a user's Ray Data pipeline instead of
@@ -15,7 +18,8 @@ Contract:
   uninterrupted run curates.
 - A progress artifact follows the run (share of input items accounted for); a table artifact
   summarises kept / near-duplicates / filtered / dead-lettered items and throughput. Each shard
-  task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary.
+  task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary and
+  ``replicas_by_node`` (node id -> operator -> replicas that ran there), and logs it by node.
 - Given ``trident`` settings, the flow starts the ``trident-sidecar`` flow as its subflow as soon
   as the runner is up (in a thread of this process, ticking every ``tick_interval_s``) and
   waits for it to end once the pipeline has finished, before the runner is stopped: one
@@ -43,7 +47,9 @@ from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.control.launch import start_runner
+from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
+from trident_flows.runtime.sizing import fit_to_nodes
 from trident_flows.tasks.curation import CurationSummary, curate_shard, plan_shards, summarise
 
 
@@ -111,11 +117,11 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     connection = cluster.connect(env_vars=env)
     logger.info("%s", _ray_origin(cluster, connection))
     try:
-        summary = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s, trident)
+        summary, replicas_by_node = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s, trident)
     finally:
         if connection.started_by_us:
             ray.shutdown()
-    return summary.to_dict()
+    return {**summary.to_dict(), "replicas_by_node": replicas_by_node}
 
 
 class _Sidecar:
@@ -168,12 +174,17 @@ def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
             else build_pipeline(pipeline.pipeline, **options))
     shards = plan_shards(spec.source(), pipeline.shard_size)
     logger.info("inputs ready in %.1f s: %d items", time.monotonic() - start, sum(len(s.rows) for s in shards))
-    return spec, shards
+    nodes = read_nodes(ray.nodes())
+    sizing = fit_to_nodes(spec, nodes)
+    if sizing.notes:
+        logger.info("sized to the cluster (%d nodes, %g CPUs, %g GPUs): %s", len(nodes), sum(n.cpus for n in nodes),
+                    sum(n.gpus for n in nodes), "; ".join(sizing.notes))
+    return sizing.spec, shards
 
 
 def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace: str, env: dict[str, str], max_parallel_shards: int,
-            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> CurationSummary:
-    """The body of ``document_curation`` once connected to Ray."""
+            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> tuple[CurationSummary, dict[str, dict[str, int]]]:
+    """The body of ``document_curation`` once connected to Ray: the summary and where the replicas ran."""
     logger = get_run_logger()
     out_dir = Path(pipeline.output_location).resolve()
     spec, shards = _prepare_inputs(pipeline, out_dir)
@@ -225,6 +236,8 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
             raise RuntimeError(f"pipeline {spec.name} failed: {final.error}")
         finish_pipeline(spec, out_dir)  # e.g. near-duplicates found out of order, settled in the committed output
         wall_s = time.monotonic() - start
+        replicas_by_node = ray.get(runner.summary.remote())["replicas_by_node"]
+        _log_replicas_by_node(replicas_by_node)
         update_progress_artifact(progress_id, *_progress(runner, items_in))
     finally:
         if sidecar is not None and not ray.get(runner.state.remote()).finished:
@@ -242,4 +255,12 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.3g items/s",
                 summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
                 summary.throughput_items_per_s)
-    return summary
+    return summary, replicas_by_node
+
+
+def _log_replicas_by_node(replicas_by_node: dict[str, dict[str, int]]) -> None:
+    """One log line: on how many nodes the replicas ran, and which operators ran on each (node id, class)."""
+    classes = {n.node_id: n.node_class for n in read_nodes(ray.nodes())}
+    where = "; ".join(f"{node_id[:8]} ({classes.get(node_id, 'gone')}): " + ", ".join(f"{op} {n}" for op, n in sorted(ops.items()))
+                      for node_id, ops in sorted(replicas_by_node.items()))
+    get_run_logger().info("replicas ran on %d node(s): %s", len(replicas_by_node), where or "none")
