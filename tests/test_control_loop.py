@@ -138,3 +138,24 @@ def test_bad_settings_are_refused_before_anything_starts(ray_cluster, tmp_path):
     state = ray.get(handle.state.remote())
     assert len(state.operator("parse").replicas) == 1 and state.reconfigurations == 0, "a refused plan changes nothing"
     _finish(handle)
+
+
+def test_the_control_thread_never_outranks_the_ray_workers_it_steers():
+    # the runner actor (the pipeline's dispatcher) runs at Ray's worker niceness; a controller at a
+    # higher priority preempted it on every tick
+    import os
+    import threading
+
+    from trident_flows.control.loop import yield_to_ray_workers
+
+    seen = {}
+
+    def body():
+        yield_to_ray_workers()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert seen["nice"] >= int(os.environ.get("RAY_worker_niceness", "15"))
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < seen["nice"]  # only the control thread yields
