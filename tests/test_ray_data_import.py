@@ -158,43 +158,44 @@ def test_a_map_batches_changing_the_row_count_attributes_its_rows_to_the_batch(r
 
 
 class Warm:
-    """A UDF whose cold start records whether the replica was still importing Ray Data meanwhile."""
+    """A UDF whose cold start records whether the replica was still readying its conversions meanwhile."""
 
     built: list = []
 
     def __init__(self) -> None:
-        Warm.built.append(any(t.name == "trident-ray-data-import" and t.is_alive() for t in threading.enumerate()))
+        Warm.built.append(any(t.name == "trident-ray-data-warm-up" and t.is_alive() for t in threading.enumerate()))
 
     def __call__(self, batch):
         batch["score"] = batch["x"] * 2
         return batch
 
 
-def test_a_replica_builds_its_udfs_while_ray_data_is_still_importing(ray_cluster, monkeypatch):
-    from trident_flows.ray_data import internals
+def test_a_replica_builds_its_udfs_while_its_conversions_get_ready(ray_cluster, monkeypatch):
+    from trident_flows.ray_data import batches
 
-    # a replica's Ray Data import (3-4 s of CPU on the benchmark machine) must overlap the UDFs' cold
-    # start, not precede it: hold the import until the UDF has been built, then let the batch through
-    imported, release = threading.Event(), threading.Event()
-    load = internals.Loading._load
+    # readying the conversions (pyarrow importing pandas: 0.3 s of CPU) must overlap the UDFs' cold
+    # start, not precede it nor be paid by the first batch: hold it until the UDF has been built,
+    # then let the batch through
+    ready, release = threading.Event(), threading.Event()
+    run = batches.Warming._run
 
-    def held_load(self) -> None:
+    def held_run(self) -> None:
         release.wait(60)
-        load(self)
-        imported.set()
+        run(self)
+        ready.set()
 
-    monkeypatch.setattr(internals.Loading, "_load", held_load)
+    monkeypatch.setattr(batches.Warming, "_run", held_run)
     Warm.built.clear()
     _, stage = _stage(items().map_batches(Warm, compute=ActorPoolStrategy(size=1)))
-    assert Warm.built == [True]  # built while the conversions were being imported
+    assert Warm.built == [True]  # built while the conversions were getting ready
     out: dict = {}
     call = threading.Thread(target=lambda: out.update(stage(_batch(pa.table({"id": [1, 2], "x": [1.0, 3.0]}), ["a", "b"]))))
     call.start()
     call.join(0.5)
-    assert call.is_alive() and not out  # the first batch waits for the conversions
+    assert call.is_alive() and not out  # the first batch waits for them
     release.set()
     call.join(60)
-    assert imported.is_set() and list(out[ID]) == ["a", "b"]
+    assert ready.is_set() and list(out[ID]) == ["a", "b"]
     assert decode_rows(out[ROW]).column("score").to_pylist() == [2.0, 6.0]
 
 

@@ -146,6 +146,7 @@ def run(quick: bool = False, items: int | None = None, repeats: int | None = Non
              "run_pipeline; ray_data = examples/ray_data_emulated.py:build (the same stages and static layout as plain Ray Data "
              "map_batches) via trident_flows.ray_data.run_dataset, input staging and Parquet publishing included. Throughput = "
              f"items / wall seconds of the whole call; alternating order, medians over {repeats} repeats. ratio_runner_only: "
-             "the runner's own items/s (start of streaming to last commit).")
+             "the runner's own items/s (from the runner's start, replica cold starts included, to its last commit: "
+             "staging and publishing left out).")
     return BenchResult("ray-data-import", summary, {"ratio_ray_data_vs_native": Target(">=", 0.95),
                                                     "same_rows_and_marks": Target("==", True)}, raw, _figure(raw), notes)

@@ -18,22 +18,19 @@ Contract:
 - Block conversions are Ray Data's own, so a UDF sees exactly the batches and rows it sees
   under Ray Data and its outputs become the same Arrow blocks: ``batch_of(table, fmt, copy)``,
   ``rows_of(table)``, ``block_of_batch(batch)``, ``block_of_rows(rows)``, ``arrow_of(block)``
-  and ``filter_mask(table, expr)`` (which rows an expression-based ``filter`` keeps).
-- ``load_conversions()`` starts importing the Ray Data modules those conversions use on a
-  background thread and returns a ``Loading`` whose ``wait()`` blocks until they are imported
-  (re-raising an import error). A replica starts it before it builds the UDFs, so the import
-  (3-4 s of CPU per process on the 2-core benchmark machine, pandas included; 5-9 s at load
-  50) runs while the UDFs load their models instead of before; nothing else here needs Ray
-  Data imported:
-  ``is_callable_class`` reads what Ray Data 2.60 calls a callable class (``CallableClass =
-  type``) without importing it.
+  and ``filter_mask(table, expr)`` (which rows an expression-based ``filter`` keeps). Replicas
+  call them through ``batches``, which does the same with pyarrow and numpy alone for plain
+  data and calls these for the rest.
+- ``import_conversions()`` imports the Ray Data modules those conversions use (``batches``
+  does it on a background thread while a replica builds its UDFs); nothing else here needs
+  Ray Data imported: ``is_callable_class`` reads what Ray Data 2.60 calls a callable class
+  (``CallableClass = type``) without importing it.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -105,31 +102,10 @@ def is_callable_class(fn: Any) -> bool:
 _CONVERSION_MODULES = ("ray.data.block", "ray.data._internal.delegating_block_builder")
 
 
-class Loading:
-    """The Ray Data import started by ``load_conversions``; ``wait()`` returns once it is done."""
-
-    def __init__(self, modules: tuple[str, ...] = _CONVERSION_MODULES) -> None:
-        self._modules = modules
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._load, name="trident-ray-data-import", daemon=True)
-        self._thread.start()
-
-    def _load(self) -> None:
-        try:
-            for name in self._modules:
-                importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the thread that needs the modules
-            self._error = exc
-
-    def wait(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise RuntimeError(f"importing Ray Data for the block conversions failed: {self._error}") from self._error
-
-
-def load_conversions() -> Loading:
-    """Start importing what the block conversions need, on a background thread (see the module docstring)."""
-    return Loading()
+def import_conversions() -> None:
+    """Import what the block conversions need (Ray Data, pandas included: 0.5-1 s of CPU per process)."""
+    for name in _CONVERSION_MODULES:
+        importlib.import_module(name)
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,14 @@ Contract (the operator shape of ``runtime.spec``):
   batch: the runtime retries it, isolates the bad row and dead-letters it with the error.
 - ``workload_features(batch)`` (of the first UDF), ``last_device_peak_bytes`` and ``close()``
   are the UDFs' when they define them (optional hooks that feed trident's models); otherwise none / 0 / nothing.
-- Cold start: Ray Data (for the block conversions) is imported on a background thread while
-  the UDFs are built (``internals.load_conversions``); the first batch waits for it. A replica
-  is therefore warm after max(UDF cold start, Ray Data import), not their sum.
+- Conversions: ``batches`` (pyarrow and numpy where that is what Ray Data does, Ray Data's own
+  otherwise), so a replica whose stages only meet plain data never imports Ray Data. They are
+  readied on a background thread while the UDFs are built (``batches.Warming``; Ray Data
+  imported too for a stage that always needs it: ``batch_format="pandas"``, an expression
+  ``filter``); the first batch waits for it, so a replica is warm after max(UDF cold start,
+  readying), not their sum, and no stage's first batch pays it. Rows holding a Ray Data
+  extension type (tensors) are decoded again once Ray Data is imported (which registers
+  those types), so the UDF sees them as Ray Data gives them.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from trident_flows.ray_data import internals
+from trident_flows.ray_data import batches, internals
 from trident_flows.ray_data.rows import ROW, decode_rows, encode_rows
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID, Batch
 from trident_flows.core.types import OpConfig
@@ -72,8 +77,9 @@ class RayDataStage:
             raise ValueError("RayDataStage needs at least one Ray Data stage")
         self.config = config
         self.stages = tuple(stages)
-        # Ray Data imports while the UDFs load their models; the first batch waits for it
-        self._ray_data = internals.load_conversions()
+        # the conversions get ready while the UDFs load their models; the first batch waits for them
+        needs_ray_data = any(s.kind == "map_batches" and s.batch_format == "pandas" or s.predicate is not None for s in stages)
+        self._warming = batches.Warming(ray_data=needs_ray_data)
         self.udfs = [s.fn(*s.fn_constructor_args, **dict(s.fn_constructor_kwargs))
                      if s.fn is not None and internals.is_callable_class(s.fn) else s.fn for s in self.stages]
         self._decoded: tuple[Any, pa.Table] | None = None
@@ -82,9 +88,16 @@ class RayDataStage:
         # the replica asks for the workload features and then runs the same batch object: decode once
         if self._decoded is not None and self._decoded[0] is batch:
             return self._decoded[1]
-        self._ray_data.wait()
-        table = decode_rows(batch[ROW])
+        table = self._decode(batch[ROW])
         self._decoded = (batch, table)
+        return table
+
+    def _decode(self, blobs: Any) -> pa.Table:
+        self._warming.wait()
+        table = decode_rows(blobs)
+        if batches.has_unregistered_extension(table.schema):
+            batches.register_ray_data_types()  # decoded before Ray Data registered its types: decode again with them
+            table = decode_rows(blobs)
         return table
 
     def __call__(self, batch: Batch) -> Batch:
@@ -108,13 +121,13 @@ class RayDataStage:
                     ids.append(row_id)
                     sources.append(source)
                     blobs.append(blob)
-            table = decode_rows(blobs) if ids and not last else None
+            table = self._decode(blobs) if ids and not last else None
         return out.batch()
 
     def _map_batches(self, call: "_Call", table: pa.Table, ids: list[str], sources: list[Any], blobs: list[bytes], out: _Output) -> None:
-        result = call(internals.batch_of(table, call.stage.batch_format, copy=not call.stage.zero_copy_batch))
+        result = call(batches.batch_of(table, call.stage.batch_format, copy=not call.stage.zero_copy_batch))
         outputs = list(result) if isinstance(result, collections.abc.Iterator) else [result]
-        blocks = [internals.block_of_batch(b) for b in outputs]
+        blocks = [batches.block_of_batch(b) for b in outputs]
         produced = [blob for block in blocks for blob in encode_rows(block)]
         if len(produced) == len(ids):
             for row_id, source, blob in zip(ids, sources, produced):
@@ -127,29 +140,29 @@ class RayDataStage:
             out.add(ids[i], sources[i], blobs[i], reason)
 
     def _map(self, call: "_Call", table: pa.Table, ids: list[str], sources: list[Any], blobs: list[bytes], out: _Output) -> None:
-        rows = [call(row) for row in internals.rows_of(table)]
+        rows = [call(row) for row in batches.rows_of(table)]
         for row in rows:
             _check_row(row, call.stage.name)
-        for row_id, source, blob in zip(ids, sources, encode_rows(internals.block_of_rows(rows))):
+        for row_id, source, blob in zip(ids, sources, encode_rows(batches.block_of_rows(rows))):
             out.add(row_id, source, blob)
 
     def _filter(self, call: "_Call", table: pa.Table, ids: list[str], sources: list[Any], blobs: list[bytes], out: _Output) -> None:
         if call.stage.predicate is not None:
             keep = internals.filter_mask(table, call.stage.predicate)
         else:
-            keep = np.array([bool(call(row)) for row in internals.rows_of(table)], dtype=bool)
+            keep = np.array([bool(call(row)) for row in batches.rows_of(table)], dtype=bool)
         for row_id, source, blob, kept in zip(ids, sources, blobs, keep):
             out.add(row_id, source, blob, "" if kept else f"filter:{call.stage.name}")
 
     def _flat_map(self, call: "_Call", table: pa.Table, ids: list[str], sources: list[Any], blobs: list[bytes], out: _Output) -> None:
         parents: list[int] = []
         rows: list[Any] = []
-        for i, row in enumerate(internals.rows_of(table)):
+        for i, row in enumerate(batches.rows_of(table)):
             for child in call(row):
                 _check_row(child, call.stage.name)
                 parents.append(i)
                 rows.append(child)
-        encoded = encode_rows(internals.block_of_rows(rows)) if rows else []
+        encoded = encode_rows(batches.block_of_rows(rows)) if rows else []
         children: dict[int, list[bytes]] = {}
         for parent, blob in zip(parents, encoded):
             children.setdefault(parent, []).append(blob)
@@ -167,7 +180,7 @@ class RayDataStage:
         if not callable(features) or len(batch[ID]) == 0:
             return {}
         fmt = stage.batch_format if stage.kind == "map_batches" else "numpy"
-        return dict(features(internals.batch_of(self._table(batch), fmt, copy=False)))
+        return dict(features(batches.batch_of(self._table(batch), fmt, copy=False)))
 
     @property
     def last_device_peak_bytes(self) -> int:
