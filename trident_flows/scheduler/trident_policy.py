@@ -83,9 +83,8 @@ Contract:
   ``confidence_z`` std), so a change is made only when its gain holds there.
 - transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
-  remaining time (past regimes longer than this one so far, less its elapsed time), capped by
-  the items left (not yet read + queued, from the runner, input open or closed) at the measured
-  intake, with each option's cold start the
+  remaining time (past regimes longer than this one so far, less its elapsed time), capped by the items left (not yet read +
+  queued, from the runner, input open or closed) at the measured intake or end-to-end rate, with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
   ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
   when the pricing decides ROLL_OUT (items gained over the regime at least ``benefit_ratio``
@@ -238,8 +237,8 @@ class TridentPolicy:
         self.min_gain = min_gain
         self.benefit_ratio = benefit_ratio
         self.verify_ticks = verify_ticks
-        self.apply_grace_ticks = apply_grace_ticks
         self.regime_duration_s = regime_duration_s
+        self.apply_grace_ticks = apply_grace_ticks
         self.canaries = canaries
         self.canary_policy = canary_policy or canary_protocol.CanaryPolicy(max_window_s=30.0)
         self.canary_timeout_s = canary_timeout_s
@@ -728,12 +727,20 @@ class TridentPolicy:
         events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
 
+    def _completion_rate(self) -> float:
+        """Items/s the pipeline gets through: the larger of the median intake and the median end-to-end
+        throughput of the last ticks (once the input is all read the intake is 0, and time left measured
+        at it was unbounded); 0 before either is measured."""
+        def median(xs) -> float:
+            return sorted(xs)[len(xs) // 2] if xs else 0.0
+        return max(median(self._intake), median(self._recent))
+
     def _run_left_s(self, state: RunnerState) -> float | None:
-        """Seconds the run has left at the measured intake (items not yet read + queued); None for an
-        input of unknown size or before any intake is measured."""
+        """Seconds the run has left at ``_completion_rate`` (items not yet read + queued); None for an
+        input of unknown size or before any rate is measured."""
         left = remaining_items(state, getattr(self.spec, "items", None))
-        intake = sorted(self._intake)[len(self._intake) // 2] if self._intake else 0.0
-        return left / intake if left is not None and intake > 0 else None
+        rate = self._completion_rate()
+        return left / rate if left is not None and rate > 0 else None
 
     def _canary_needs_s(self, name: str) -> float:
         """Run time a canary of ``name`` must have left to pay: ``canary_payback`` x (its longest cold start
@@ -1023,8 +1030,7 @@ class TridentPolicy:
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
         plan = result.plan
         current = current_placement(state)
-        intake = sorted(self._intake)[len(self._intake) // 2] if self._intake else result.throughput
-        expected = self._expected_regime_s(state, intake)
+        expected = self._expected_regime_s(state, self._completion_rate() or result.throughput)
         changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
         if not changed:
             return _Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
