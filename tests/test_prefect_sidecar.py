@@ -32,6 +32,10 @@ class GrowBusiest:
 
     def __init__(self, **_options):
         self.done = False
+        self.told = []  # the outcomes the sidecar reported through observe_apply
+
+    def observe_apply(self, plan, outcome):
+        self.told.append((plan.operators[0].operator, outcome.status.value, outcome.steps_done))
 
     def decide(self, state, samples):
         if self.done:
@@ -106,6 +110,7 @@ def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, g
 
         memory = load_memory("sidecar-apply", NAMESPACE)
         assert memory.ticks == 1 and memory.plans_applied == 1 and memory.cursor > 0
+        assert memory.policy().told == [(grown, "landed", 1)]  # the policy kept between runs was told its plan landed
         second = trident_sidecar(trident=grow_policy, runner_name="sidecar-apply")  # the next scheduled run
         assert second["status"] == "unchanged"  # the policy's state (done=True) came back from the cluster
         assert load_memory("sidecar-apply", NAMESPACE).ticks == 2

@@ -4,8 +4,10 @@ Contract: ``apply_plan(apply, plan, policy)`` calls ``apply(plan)`` (a runner's 
 through Ray) and returns an ``Applied``: the ``ApplyReport`` and its ``ApplyOutcome``, or, when
 ``apply`` raised, no report, a refused outcome and the exception as ``error``
 ("TypeName: message"); a refused plan never stops the loop. The outcome then goes to the policy's
-``observe_apply(plan, outcome)`` when it has one. What a loop writes about it (log lines, counters)
-stays the loop's own.
+``observe_apply(plan, outcome)`` when it has one (``tell_policy``; a loop that applies in another
+place than where its policy lives, such as the Prefect sidecar's ``roll-out`` task, calls
+``apply_plan`` without a policy there and ``tell_policy`` where the policy is). What a loop writes
+about it (log lines, counters) stays the loop's own.
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ def apply_plan(apply: Callable[[Plan], ApplyReport], plan: Plan, policy: Any | N
     except Exception as exc:  # noqa: BLE001 - a refused plan goes back to the policy; the pipeline keeps its configuration
         error = f"{type(exc).__name__}: {exc}"
         applied = Applied(None, ApplyOutcome.refused(error), error)
+    tell_policy(policy, plan, applied.outcome)
+    return applied
+
+
+def tell_policy(policy: Any | None, plan: Plan, outcome: ApplyOutcome) -> None:
+    """Give ``policy`` the outcome of its ``plan`` through ``observe_apply`` when it has one."""
     observe = getattr(policy, "observe_apply", None)
     if observe is not None:
-        observe(plan, applied.outcome)
-    return applied
+        observe(plan, outcome)

@@ -7,7 +7,8 @@ Contract:
   ``TridentPolicy`` unless another object with ``tick(state, samples) -> TickRecord`` is given;
   the policy is built from the runner's own PipelineSpec when no spec is passed, with the
   keyword options given to the controller: an unknown one is refused at construction) and,
-  when the record carries a plan, calls ``runner.apply(plan)``. The decision logic stays pure
+  when the record carries a plan, calls ``runner.apply(plan)`` (``control.step.decide_and_apply``,
+  shared with the control loop and the simulator). The decision logic stays pure
   in the policy; this class only moves data between it and the runner.
 - Every tick returns its frozen ``TickRecord`` and appends it to ``decision_log`` (JSON lines),
   with the apply report under ``"apply"`` and its ``ApplyOutcome`` under ``"outcome"``; the
@@ -26,7 +27,7 @@ from typing import Any
 
 import ray
 
-from trident_flows.control.apply_step import apply_plan
+from trident_flows.control.step import decide_and_apply
 from trident_flows.core.state import ApplyStatus
 from trident_flows.scheduler.decision_log import Action, DecisionLog, Hold, HoldKind, TickRecord
 from trident_flows.scheduler.policies import check_options, make_policy, policy_factory
@@ -85,13 +86,15 @@ class Controller:
         if state.finished:
             self.finished = True
         try:
-            record = self.policy.tick(state, list(page.samples))
-        except Exception as exc:  # noqa: BLE001 - a failing policy must not stop the controller
+            step = decide_and_apply(self.policy, state, list(page.samples),
+                                    lambda plan: ray.get(self.runner.apply.remote(plan), timeout=self.call_timeout_s * 5),
+                                    decide=lambda policy, state, samples: policy.tick(state, samples),
+                                    may_apply=lambda: not state.finished)
+        except Exception as exc:  # noqa: BLE001 - a failing policy must not stop the controller (an apply's own error is a refusal)
             return self._finish(self._error(f"policy failed: {type(exc).__name__}: {exc}"), extra)
+        record, applied = step.decision, step.applied
         self.cursor = page.next
-        if record.plan is not None and not state.finished:
-            applied = apply_plan(lambda plan: ray.get(self.runner.apply.remote(plan), timeout=self.call_timeout_s * 5),
-                                 record.plan, self.policy)
+        if applied is not None:
             if applied.report is not None:
                 extra["apply"] = applied.report.to_dict()
             outcome = applied.outcome

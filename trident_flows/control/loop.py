@@ -1,7 +1,8 @@
 """The in-process control loop: ticks a policy against a runner handle in a background thread.
 
 Contract: every ``tick_s`` seconds it calls ``state()`` and ``samples(since)`` on the runner
-handle, asks the policy (``policies.decide_once``), and, for a plan, calls ``apply(plan)`` —
+handle, asks the policy (``policies.decide_once``), and, for a plan, calls ``apply(plan)``
+(``control.step.decide_and_apply``, shared with the controller and the simulator) —
 exactly the calls another process (the Prefect sidecar) makes on a runner found by name.
 Every apply's ``core.state.ApplyOutcome`` (landed / partly landed / refused, with the reason; an
 exception from ``apply`` is a refusal; ``control.apply_step``, shared with the controller and the
@@ -22,10 +23,10 @@ from typing import Any
 
 import ray
 
-from trident_flows.control.apply_step import apply_plan
-from trident_flows.core.state import ApplyOutcome, ApplyStatus
+from trident_flows.control.step import decide_and_apply
 from trident_flows.core.signatures import placement_signature, plan_signature
-from trident_flows.scheduler.policies import Policy, decide_once
+from trident_flows.core.state import ApplyOutcome, ApplyStatus
+from trident_flows.scheduler.policies import Policy
 
 
 def yield_to_ray_workers() -> None:
@@ -90,8 +91,9 @@ class ControlLoop:
             return False
         page = ray.get(self.handle.samples.remote(self._cursor))
         self._cursor = page.next
-        decision = decide_once(self.policy, state, page.samples)
-        if decision.plan is None:
+        step = decide_and_apply(self.policy, state, page.samples, self._apply)
+        decision, applied = step.decision, step.applied
+        if applied is None:
             return True
         self.decisions += 1
         record = decision.to_dict()
@@ -99,7 +101,6 @@ class ControlLoop:
         if key in self._refused:
             self.refused_repeated += 1
             record["refused_repeated"] = True
-        applied = apply_plan(self._apply, decision.plan, self.policy)
         if applied.report is not None:
             record["apply"] = applied.report.to_dict()
         outcome = applied.outcome

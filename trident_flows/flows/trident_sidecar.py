@@ -5,7 +5,9 @@ Contract:
   observes the pipeline, pulls its new batch samples and, once it has ``min_samples`` of them,
   asks the policy. Observing and deciding are not Prefect task runs; a decision the policy
   hands to the runner is exactly one task run (``roll-out``, named after the decision) and one
-  event (``trident.plan.applied`` / ``.partial`` / ``.refused``) related to the tuned flow run.
+  event (``trident.plan.applied`` / ``.partial`` / ``.refused``) related to the tuned flow run;
+  its outcome goes back to the policy's ``observe_apply`` (the shared apply step) before the
+  policy is kept for the next tick.
 - Two ways to run it:
   * with the pipeline: ``document-curation`` given ``trident`` settings starts this flow as its
     subflow (``until_finished=True``, ``tuned_flow_run_id`` = the curation run) for exactly the
@@ -31,8 +33,9 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
+from trident_flows.control.apply_step import tell_policy
 from trident_flows.scheduler.decision_log import Hold, HoldKind
-from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, unit_of
+from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown
 from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, output_note_of, pull_samples, roll_out
 from trident_flows.tasks.sidecar_report import (PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run,
@@ -102,14 +105,15 @@ class _Tuner:
                 logger.warning("the %s policy failed on this tick, keeping the configuration: %s: %s", self.settings.policy,
                                type(exc).__name__, exc)
                 plan = None
-            memory = memory.after_decide(policy, page.next)
             if plan is None:
                 status = explain_hold(policy_hold(policy), policy_reason(policy))
                 logger.debug("no change: %s", policy_reason(policy))
             else:
                 decision = read_decision(state, plan, page.samples, raw_reason=policy_reason(policy))
-                outcome = roll_out.with_options(task_run_name=_task_run_name(decision.sentence))(
+                applied = roll_out.with_options(task_run_name=_task_run_name(decision.sentence))(
                     self.runner_name, self.namespace, plan, decision.sentence)
+                tell_policy(policy, plan, applied.outcome)  # before the policy is kept: a refused plan is not retried as new
+                outcome = read_outcome(applied.report, applied.error)
                 self.decisions += 1
                 self.applied += outcome.status == "applied"
                 memory = memory.decided(decision_row(decision, outcome, state.wall_s, unit), applied=outcome.status == "applied")
@@ -123,6 +127,7 @@ class _Tuner:
                     + (f". Note: {self._output_note}" if self._output_note else "")))
                 status = f"{decision.sentence} ({outcome.text()})"
                 result = {"status": outcome.status, "decision": decision.sentence, "outcome": outcome.to_dict(), "plan": plan.to_dict()}
+            memory = memory.after_decide(policy, page.next)
         if status != self._last_status and result["status"] == "unchanged":  # a new reason to hold, not one per tick
             logger.info("%s", status)
         self._last_status = status

@@ -10,8 +10,9 @@ Contract:
   ``settings.queue_max_bytes``: a batch is sent to operator *i* only while the queue of
   operator *i+1* plus the expected output of *i*'s in-flight batches stays under the bound
   (backpressure up to the source); at most ``max_inflight_per_replica`` batches per replica;
-  results are routed in completion order. ``_drop`` rows go to the sink, ``_error`` rows to
-  the dead-letter table; neither reaches later operators.
+  results are routed in completion order (the queues: ``work_queue``; an output row's input
+  item: ``lineage``). ``_drop`` rows go to the sink, ``_error`` rows to the dead-letter table;
+  neither reaches later operators.
 - Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
   items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
   that dies has its in-flight batches re-queued (a batch that was in flight at two deaths is
@@ -51,78 +52,14 @@ from trident_flows.runtime.sink import Sink, check_shard_id
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, PipelineSpec, rows_to_batch
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
                                       SamplePage, ShardStatus)
+from trident_flows.runtime.lineage import parent_item
 from trident_flows.runtime.transition import check_plan, rolling_steps
+from trident_flows.runtime.work_queue import Item, Queue, Unit, row_bytes, split_in_halves
 from trident_flows.core.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
 
 __all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
 
 _PART_ROWS = 512
-
-
-def row_bytes(row: dict[str, Any]) -> int:
-    """Rough in-memory size of one row (what queue byte bounds count)."""
-    total = 64
-    for value in row.values():
-        if isinstance(value, np.ndarray):
-            total += value.nbytes
-        elif isinstance(value, (str, bytes)):
-            total += len(value)
-        else:
-            total += 8
-    return total
-
-
-@dataclass(eq=False)
-class Item:
-    row: dict[str, Any]
-    shard: str
-    nbytes: int
-    attempts: int = 0
-
-
-@dataclass(eq=False)
-class Unit:
-    """A pre-formed batch being retried (kept together or split, never merged)."""
-
-    items: list[Item]
-    deaths: int = 0
-
-
-@dataclass
-class Queue:
-    items: collections.deque = field(default_factory=collections.deque)
-    units: collections.deque = field(default_factory=collections.deque)
-    n_items: int = 0
-    n_bytes: int = 0
-    oldest: float = 0.0
-
-    def push(self, item: Item) -> None:
-        if not self.items and not self.units:
-            self.oldest = time.monotonic()
-        self.items.append(item)
-        self.n_items += 1
-        self.n_bytes += item.nbytes
-
-    def push_unit(self, unit: Unit) -> None:
-        if not self.items and not self.units:
-            self.oldest = time.monotonic()
-        self.units.appendleft(unit)
-        self.n_items += len(unit.items)
-        self.n_bytes += sum(i.nbytes for i in unit.items)
-
-    def take(self, n: int) -> Unit:
-        if self.units:
-            unit = self.units.popleft()
-        else:
-            unit = Unit([self.items.popleft() for _ in range(min(n, len(self.items)))])
-        self.n_items -= len(unit.items)
-        self.n_bytes -= sum(i.nbytes for i in unit.items)
-        if self.items or self.units:
-            self.oldest = time.monotonic()
-        return unit
-
-    def __len__(self) -> int:
-        return self.n_items
 
 
 @dataclass
@@ -542,7 +479,7 @@ class PipelineRunner:
                 return
             self.queues[i].push_unit(unit)
         elif unit.deaths >= 2:
-            for half in _halves(unit):
+            for half in split_in_halves(unit):
                 self.queues[i].push_unit(half)
         else:
             self.queues[i].push_unit(unit)
@@ -554,7 +491,7 @@ class PipelineRunner:
             c.ooms += 1
             self.ooms += 1
         if len(unit.items) > 1:
-            for half in _halves(unit):
+            for half in split_in_halves(unit):
                 self.queues[i].push_unit(half)
             return
         item = unit.items[0]
@@ -574,7 +511,7 @@ class PipelineRunner:
         rows = [{k: _scalar(v[j]) for k, v in out.items()} for j in range(n)]
         for row in rows:
             row[ID] = str(row[ID])
-        parents = [_parent(row, by_id) for row in rows]  # validates before anything is routed
+        parents = [parent_item(row, by_id) for row in rows]  # validates before anything is routed
         seen = {p.row[ID] for p in parents}
         last = i == len(self.ops) - 1
         c = self.counters[i]
@@ -845,31 +782,10 @@ def _track(estimate: float, observed: float) -> float:
     return max(observed, 0.9 * estimate + 0.1 * observed, 0.05)
 
 
-def _halves(unit: Unit) -> list[Unit]:
-    mid = len(unit.items) // 2
-    return [Unit(unit.items[:mid]), Unit(unit.items[mid:])]
-
-
 def _scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def _parent(row: dict[str, Any], by_id: dict[str, Item]) -> Item:
-    """The input item an output row came from: same id, an id prefix (splitter), or ``source_id``."""
-    rid = row[ID]
-    if rid in by_id:
-        return by_id[rid]
-    prefix = rid
-    while "/" in prefix:
-        prefix = prefix.rsplit("/", 1)[0]
-        if prefix in by_id:
-            return by_id[prefix]
-    source = row.get(SOURCE_ID)
-    if source is not None and str(source) in by_id:
-        return by_id[str(source)]
-    raise ValueError(f"output row {rid!r} matches no input row of its batch: keep ids, or derive child ids as '<parent>/<k>'")
 
 
 RunnerActor = ray.remote(num_cpus=0, max_restarts=0)(PipelineRunner)

@@ -3,7 +3,8 @@
 Contract:
 - ``simulate(spec, cluster, policy, duration_s=..., tick_s=...)`` starts a ``SimRunner`` and,
   like the live ``ControlLoop``, every ``tick_s`` simulated seconds calls ``state()``,
-  ``samples(since)``, ``policies.decide_once`` and, for a plan, ``apply``. The policy runs
+  ``samples(since)``, ``policies.decide_once`` and, for a plan, ``apply``
+  (``control.step.decide_and_apply``, shared with the live loop and the controller). The policy runs
   unchanged in this process; the time its tick really takes (model fits, BO, MILP) is charged
   to the simulated clock (the pipeline streams on while it decides). Charged is the tick's
   CPU time (``time.process_time``, all threads of this process): what the tick takes on a
@@ -33,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trident_flows.control.apply_step import apply_plan
 from trident_flows.control.launch import _operator_figures
+from trident_flows.control.step import decide_and_apply
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import Policy, decide_once
@@ -90,18 +91,26 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
             state = runner.state()
             page = runner.samples(cursor)
             cursor = page.next
-            t0, c0 = time.perf_counter(), time.process_time()
-            decision = decide_once(policy, state, page.samples)
-            spent = time.process_time() - c0
-            run.tick_ms.append(spent * 1e3)
-            run.tick_wall_ms.append((time.perf_counter() - t0) * 1e3)
-            runner.run_until(runner.now + spent)  # the decision's real compute time, charged to the simulated clock
-            if decision.plan is not None and not runner.finished:
+            decided_at: list[float] = []  # the simulated time the plan goes to the runner, after the charge
+
+            def charged_decide(policy: Policy, state: Any, samples: Sequence[Any]) -> Any:
+                t0, c0 = time.perf_counter(), time.process_time()
+                decision = decide_once(policy, state, samples)
+                spent = time.process_time() - c0
+                run.tick_ms.append(spent * 1e3)
+                run.tick_wall_ms.append((time.perf_counter() - t0) * 1e3)
+                runner.run_until(runner.now + spent)  # the decision's real compute time, charged to the simulated clock
+                decided_at.append(runner.now)
+                return decision
+
+            # a refused plan is logged and the pipeline keeps running; every outcome goes back to the policy (as live)
+            step = decide_and_apply(policy, state, page.samples, runner.apply, decide=charged_decide,
+                                    may_apply=lambda: not runner.finished)
+            decision, applied = step.decision, step.applied
+            if applied is not None:
                 decisions += 1
                 record = decision.to_dict()
-                record["sim_t"] = round(runner.now, 3)
-                # a refused plan is logged and the pipeline keeps running; every outcome goes back to the policy (as live)
-                applied = apply_plan(runner.apply, decision.plan, policy)
+                record["sim_t"] = round(decided_at[0], 3)
                 if applied.report is not None:
                     record["apply"] = applied.report.to_dict()
                 else:

@@ -8,8 +8,9 @@ Contract:
   cluster capped by the CPU/GPU budgets, **the other options)``).
 - These are plain functions, not Prefect task runs: a tick that only observes leaves no trace
   in Prefect's database. ``roll_out`` is the one task run a tick can make: one per decision
-  the policy hands to the runner, named after it, returning the ``Outcome`` (applied, partial,
-  refused with the reason); a runner that raises is a refusal, not a failed flow.
+  the policy hands to the runner, named after it, returning the ``Applied`` of the shared apply
+  step (the runner's report and its ``ApplyOutcome``, which the flow hands to the policy); a
+  runner that raises, or is gone, is a refusal, not a failed flow.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import ray
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from trident_flows.control.apply_step import Applied, apply_plan
+from trident_flows.core.state import ApplyOutcome, ApplyReport
 from trident_flows.core.types import ClusterSpec, Plan
-from trident_flows.tasks.decision import Outcome, read_outcome
+from trident_flows.tasks.decision import read_outcome
 
 
 def _runner(runner_name: str, namespace: str) -> Any | None:
@@ -90,18 +93,21 @@ def make_policy_for(runner_name: str, namespace: str, policy: str, options: dict
 
 
 @task(name="roll-out", cache_policy=NO_CACHE)
-def roll_out(runner_name: str, namespace: str, plan: Plan, sentence: str) -> Outcome:
+def roll_out(runner_name: str, namespace: str, plan: Plan, sentence: str) -> Applied:
     """Hand one decision's plan to the runner (a rolling update) and return what became of it."""
     logger = get_run_logger()
     logger.info("%s", sentence)
     runner = _runner(runner_name, namespace)
     if runner is None:
-        outcome = read_outcome(error=f"pipeline runner {runner_name!r} is gone from namespace {namespace!r}")
+        error = f"pipeline runner {runner_name!r} is gone from namespace {namespace!r}"
+        applied = Applied(None, ApplyOutcome.refused(error), error)
     else:
-        try:
-            outcome = read_outcome(ray.get(runner.apply.remote(plan)))
-        except (ray.exceptions.RayError, ValueError) as exc:  # a plan the runner refuses, or a runner that went away
-            cause = getattr(exc, "cause", None) or exc  # the runner's own error, without Ray's task wrapper
-            outcome = read_outcome(error=f"{type(cause).__name__}: {cause}")
-    logger.info("%s", outcome.text())
-    return outcome
+        def apply(plan: Plan) -> ApplyReport:
+            try:
+                return ray.get(runner.apply.remote(plan))
+            except ray.exceptions.RayError as exc:  # a plan the runner refuses, or a runner that went away
+                raise (getattr(exc, "cause", None) or exc) from None  # the runner's own error, without Ray's task wrapper
+
+        applied = apply_plan(apply, plan)
+    logger.info("%s", read_outcome(applied.report, applied.error).text())
+    return applied

@@ -1,0 +1,93 @@
+"""The operator input queues the runner streams through, and the retry split of a failing batch.
+
+Contract:
+- ``Item``: one input row in flight, with its shard, its size (``row_bytes``: what the queue byte
+  bounds count) and its failed attempts. ``Unit``: a pre-formed batch being retried, kept
+  together or split, never merged, with the replica deaths it was in flight at.
+- ``Queue``: an operator's input, items in arrival order and retried units ahead of them; it keeps
+  its item and byte counts (the backpressure bounds of ``RunnerSettings.queue_max_items`` /
+  ``queue_max_bytes`` are checked against them by the runner) and when its oldest entry arrived.
+  ``take(n)`` returns the next retried unit whole, else a new unit of up to ``n`` items.
+- ``split_in_halves(unit)``: the two halves a failing batch is retried as, isolating bad items.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def row_bytes(row: dict[str, Any]) -> int:
+    """Rough in-memory size of one row (what queue byte bounds count)."""
+    total = 64
+    for value in row.values():
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif isinstance(value, (str, bytes)):
+            total += len(value)
+        else:
+            total += 8
+    return total
+
+
+@dataclass(eq=False)
+class Item:
+    row: dict[str, Any]
+    shard: str
+    nbytes: int
+    attempts: int = 0
+
+
+@dataclass(eq=False)
+class Unit:
+    """A pre-formed batch being retried (kept together or split, never merged)."""
+
+    items: list[Item]
+    deaths: int = 0
+
+
+@dataclass
+class Queue:
+    items: collections.deque = field(default_factory=collections.deque)
+    units: collections.deque = field(default_factory=collections.deque)
+    n_items: int = 0
+    n_bytes: int = 0
+    oldest: float = 0.0
+
+    def push(self, item: Item) -> None:
+        if not self.items and not self.units:
+            self.oldest = time.monotonic()
+        self.items.append(item)
+        self.n_items += 1
+        self.n_bytes += item.nbytes
+
+    def push_unit(self, unit: Unit) -> None:
+        if not self.items and not self.units:
+            self.oldest = time.monotonic()
+        self.units.appendleft(unit)
+        self.n_items += len(unit.items)
+        self.n_bytes += sum(i.nbytes for i in unit.items)
+
+    def take(self, n: int) -> Unit:
+        if self.units:
+            unit = self.units.popleft()
+        else:
+            unit = Unit([self.items.popleft() for _ in range(min(n, len(self.items)))])
+        self.n_items -= len(unit.items)
+        self.n_bytes -= sum(i.nbytes for i in unit.items)
+        if self.items or self.units:
+            self.oldest = time.monotonic()
+        return unit
+
+    def __len__(self) -> int:
+        return self.n_items
+
+
+def split_in_halves(unit: Unit) -> list[Unit]:
+    """The two halves (first half rounded down) a failing batch is retried as."""
+    mid = len(unit.items) // 2
+    return [Unit(unit.items[:mid]), Unit(unit.items[mid:])]
