@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import ray
 
-from test_controller import CLUSTER8, SimRunner, run_ticks, two_ops
+from test_controller import CLUSTER8, STEADY, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
 from trident_flows.control.launch import start_runner
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
@@ -80,7 +80,7 @@ def test_a_refused_plan_is_not_reissued_unchanged():
 
 def test_no_rollout_before_the_evidence_gate():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=60)
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=60, regime_duration_s=STEADY)
     seen = {"a": 0, "b": 0}
     for _ in range(10):
         new = runner.advance(2.0)
@@ -128,10 +128,10 @@ class _ItemsLeft(_ClosedInput):
 
 
 def test_a_move_the_remaining_items_cannot_repay_is_not_made():
-    policy = TridentPolicy(_Spec(10**6), CLUSTER8, canaries=False)
+    policy = TridentPolicy(_Spec(10**6), CLUSTER8, canaries=False, regime_duration_s=STEADY)
     assert any(r.action == "roll_out" for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
         "the move pays with many items left"
-    policy = TridentPolicy(_Spec(60), CLUSTER8, canaries=False)  # about a second of work left, against a 5 s cold start
+    policy = TridentPolicy(_Spec(60), CLUSTER8, canaries=False, regime_duration_s=STEADY)  # about a second of work left, against a 5 s cold start
     records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
     assert not any(r.plan is not None for r in records), [(r.action, r.reason[:160]) for r in records]
     assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
@@ -235,3 +235,18 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
             assert min(since.values()) >= 40, f"rolled out on {since} samples since the model turned stale"
             return
     raise AssertionError(f"no rollout once the new workload was measured ({since})")
+
+
+def test_a_move_seconds_into_the_first_regime_waits_without_a_prior_for_its_length():
+    # the same profitable move: with a 60 s prior for the first regime it is made; without one the
+    # regime is expected to last as long again as it has (a few seconds), which cannot repay a cold start
+    def first_plan(**options):
+        runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+        records = run_ticks(runner, TridentPolicy(None, CLUSTER8, canaries=False, **options), 5)
+        return next((r for r in records if r.plan is not None), None), records
+
+    with_prior, _ = first_plan(regime_duration_s=STEADY)
+    assert with_prior is not None and with_prior.action == "roll_out"
+    without, records = first_plan()
+    assert without is None, without.reason
+    assert any(r.action == "wait" and "does not pay" in r.reason for r in records), [r.reason[:100] for r in records]

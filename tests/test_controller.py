@@ -134,6 +134,9 @@ def two_ops(**kw) -> list[SimOp]:
 
 
 CLUSTER8 = ClusterSpec.single_node(8, 0)
+# A steady workload (one regime for the whole run): these tests give trident the prior that its first
+# regime lasts a minute, so a move seconds into the run can pay; without it (the default) it waits.
+STEADY = 60.0
 
 
 # ------------------------------------------------------------------ pure ticks
@@ -177,7 +180,7 @@ def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
         return solve_placement(*args, **kwargs)
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, solve=flaky)
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, solve=flaky, regime_duration_s=STEADY)
     waiting = policy.tick(runner.state(), [])
     assert waiting.action == "none" and "waiting for samples" in waiting.reason and waiting.plan is None
     records = run_ticks(runner, policy, 4)
@@ -193,7 +196,7 @@ def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
 
 
 def test_trident_is_a_registered_policy_and_logs_its_tick_record():
-    policy = make_policy("trident", spec=None, cluster=CLUSTER8, canaries=False)
+    policy = make_policy("trident", spec=None, cluster=CLUSTER8, canaries=False, regime_duration_s=STEADY)
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     decision = None
     for _ in range(6):
@@ -328,7 +331,8 @@ def test_max_changes_caps_the_operators_one_plan_changes():
     # 10 CPUs, 6 in use: the bottleneck can grow without another operator shrinking first (a limited plan
     # that only shrinks would gain nothing and is not issued)
     runner = SimRunner(two_ops() + [SimOp("c", "x", 0.002)], [(1e9, {"x": 4.0, "y": 1.0})], cpus=10)
-    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), canaries=False, max_changes=1, min_samples=8)  # 3 ticks: a low gate
+    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), canaries=False, max_changes=1, min_samples=8,  # 3 ticks: a low gate
+                           regime_duration_s=STEADY)
     records = run_ticks(runner, policy, 3)
     plans = [r.plan for r in records if r.plan is not None]
     assert plans and all(len(p.operators) == 1 for p in plans)

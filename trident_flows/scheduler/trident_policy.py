@@ -216,7 +216,7 @@ class TridentPolicy:
 
     def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
                  k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, verify_ticks: int = 3, apply_grace_ticks: int = 5,
-                 regime_duration_s: float = 60.0, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
+                 regime_duration_s: float | None = None, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
                  canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
                  default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
                  time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
@@ -227,8 +227,8 @@ class TridentPolicy:
             raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
         if verify_ticks < 1 or apply_grace_ticks < 1:
             raise ValueError("trident: verify_ticks and apply_grace_ticks must be >= 1")
-        if min_gain < 0 or regime_duration_s <= 0:
-            raise ValueError("trident: min_gain must be >= 0 and regime_duration_s > 0")
+        if min_gain < 0 or (regime_duration_s is not None and regime_duration_s <= 0):
+            raise ValueError("trident: min_gain must be >= 0 and regime_duration_s > 0 (or None)")
         self.spec = spec
         self.cluster = cluster
         self._given_cluster = cluster  # memory figures of the live classes (``live_cluster``)
@@ -553,8 +553,11 @@ class TridentPolicy:
     def _expected_regime_s(self, state: RunnerState, throughput: float) -> float:
         """Seconds a change made now can pay off: the current regime's expected remaining time (past
         regimes that lasted longer than this one has so far, less its elapsed time; with none, as long
-        again as it has lasted, or the ``regime_duration_s`` prior before any regime is known), capped by
-        the time the items left (not yet read + queued, from the runner) take at ``throughput``."""
+        again as it has lasted; before any regime has ended, the ``regime_duration_s`` prior when one is
+        given, else again as long as it has lasted), capped by the time the items left (not yet read +
+        queued, from the runner) take at ``throughput``. Without a prior a change made seconds into a run
+        must pay within seconds: a fixed 60 s prior made trident roll out 5 s after the first output of
+        video runs whose regimes last 15 s, at a tenth of the run's throughput."""
         started = [t for t in self._regime_started.values()]
         elapsed = max(0.0, state.wall_s - max(started)) if started else state.wall_s
         longer = [x - elapsed for x in self._regime_lengths if x > elapsed]
@@ -563,7 +566,8 @@ class TridentPolicy:
         elif self._regime_lengths:
             expected = max(elapsed, 1.0)
         else:
-            expected = max(self.regime_duration_s - elapsed, elapsed, 1.0)
+            prior = self.regime_duration_s - elapsed if self.regime_duration_s is not None else 0.0
+            expected = max(prior, elapsed, 1.0)
         left = remaining_items(state, getattr(self.spec, "items", None))
         if left is not None and throughput > 0:
             expected = min(expected, left / throughput)
