@@ -281,7 +281,7 @@ class RegimeDetector:
                 snapshot = self._residual_model
                 rest = samples[i:]
                 residuals = dict(enumerate(snapshot.log_residuals(rest, [replicas] * len(rest)), start=i))
-            out.append(self.update(sample, residuals.get(i) if snapshot is not None else None))
+            out.append(self.update(sample, residuals.get(i)))  # no snapshot: no residuals, None
         return out
 
     def _may_rebase(self, model: OperatorModel | None) -> bool:

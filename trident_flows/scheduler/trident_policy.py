@@ -463,8 +463,8 @@ class TridentPolicy:
 
     def _drain(self, name: str) -> float:
         """Seconds a retiring replica needs to finish its in-flight batches (two median batches)."""
-        busy = sorted(s.busy_s for _, s in list(self._ops[name].window)[-64:])
-        return 2.0 * busy[len(busy) // 2] if busy else 1.0
+        busy = [s.busy_s for _, s in list(self._ops[name].window)[-64:]]
+        return 2.0 * _upper_median(busy) if busy else 1.0
 
     def _operator(self, name: str) -> _Operator:
         if name not in self._ops:
@@ -735,9 +735,7 @@ class TridentPolicy:
         """Items/s the pipeline gets through: the larger of the median intake and the median end-to-end
         throughput of the last ticks (once the input is all read the intake is 0, and time left measured
         at it was unbounded); 0 before either is measured."""
-        def median(xs) -> float:
-            return sorted(xs)[len(xs) // 2] if xs else 0.0
-        return max(median(self._intake), median(self._recent))
+        return max(_upper_median(self._intake), _upper_median(self._recent))
 
     def _run_left_s(self, state: RunnerState) -> float | None:
         """Seconds the run has left at ``_completion_rate`` (items not yet read + queued); None for an
@@ -1098,6 +1096,11 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
+
+
+def _upper_median(xs: Sequence[float]) -> float:
+    """The middle value (the upper one of an even count: a measured value, not a mean of two); 0.0 for none."""
+    return sorted(xs)[len(xs) // 2] if xs else 0.0
 
 
 def _saturated(op: Any) -> bool:
