@@ -137,16 +137,21 @@ def test_a_move_the_remaining_items_cannot_repay_is_not_made():
     assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
 
 
-def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
+def _tick_with_an_oom(runner: SimRunner, policy: TridentPolicy):
+    """One tick whose first sample ran out of memory; the memory-safety move it must issue, for that operator."""
     from trident_flows.core.types import Outcome
 
-    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
     new = runner.advance(2.0)
     new[0] = replace(new[0], outcome=Outcome.OOM)
     record = policy.tick(runner.state(), new)
     assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
-    moved = record.plan.for_operator(new[0].operator)
+    return record.plan.for_operator(new[0].operator)
+
+
+def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
+    moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
 
@@ -155,17 +160,11 @@ def _failing_solve(*_args, **_kwargs):
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
-    from trident_flows.core.types import Outcome
-
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=8, solve=_failing_solve)
     records = run_ticks(runner, policy, 4)
     assert policy._gate_passed() and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
-    new = runner.advance(2.0)
-    new[0] = replace(new[0], outcome=Outcome.OOM)
-    record = policy.tick(runner.state(), new)
-    assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
-    moved = record.plan.for_operator(new[0].operator)
+    moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
 
