@@ -110,6 +110,18 @@ def test_a_rollout_that_lowers_throughput_is_rolled_back_after_the_input_closed(
     assert runner.replicas("b") == 2
 
 
+def test_a_slower_verification_across_a_regime_change_keeps_the_plan():
+    # the same contended rollout, but the items turn 3x heavier for b just after it: the throughput after
+    # is not comparable with the throughput before, so the plan is kept rather than rolled back
+    contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
+    runner = _ClosedInput(two_ops(b={"contention": contention}), [(16.0, {"x": 1.0, "y": 4.0}), (1e9, {"x": 1.0, "y": 12.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    records = run_ticks(runner, policy, 16)
+    assert "roll_out" in [r.action for r in records]
+    assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
+    assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
+
+
 class _Spec:
     """Just what the policy reads of a pipeline spec here: the total item count."""
 
@@ -218,7 +230,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
     # the workload moved, so no plan until every operator has measured it
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
-    for _ in range(12):  # settle: the first move made, verified, then nothing left to gain
+    for _ in range(20):  # settle: the first move made, verified (over as many ticks as its baseline), then nothing left to gain
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.plan is not None:
             runner.apply(record.plan)
@@ -249,3 +261,23 @@ def test_a_move_seconds_into_the_first_regime_waits_without_a_prior_for_its_leng
     without, records = first_plan()
     assert without is None, without.reason
     assert any(r.action == "wait" and "does not pay" in r.reason for r in records), [r.reason[:100] for r in records]
+
+
+def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_with_no_work_left():
+    from trident_flows.scheduler.trident_policy import done_operators
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    run_ticks(runner, policy, 10)
+    state = runner.state()
+    policy._rearm_from(state, "b")  # a change first seen at the last operator: a has already measured those items
+    assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["b"]
+    policy._rearm_from(state, "a")
+    assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["a", "b"]
+    # input closed, nothing queued or in flight at a: a takes no more samples and stops holding the gate
+    idle = replace(state, input_closed=True, operators=(replace(state.operators[0], queue_items=0,
+                   replicas=tuple(replace(r, inflight=0) for r in state.operators[0].replicas)), state.operators[1]))
+    assert done_operators(idle) == frozenset({"a"})
+    assert done_operators(replace(idle, input_closed=False)) == frozenset()
+    policy._done_operators = done_operators(idle)
+    assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["b"]

@@ -221,3 +221,34 @@ def test_time_limit_returns_a_feasible_plan_with_status_and_gap():
     assert all(res.plan.for_operator(d.name).replicas >= 1 for d in demands)
     assert not pack_cluster(demands, cluster, res.count_map)  # fits node by node
     assert throughput_of(demands, cluster, res.count_map) == pytest.approx(res.throughput)
+
+
+def test_a_blocked_start_retires_just_enough_first_not_every_shrinking_operator():
+    # 4 CPUs all in use (parse 3, embed 1 on CPU); the plan: embed on the GPU (needs a CPU), parse 1.
+    # The GPU replica must not wait for parse's 2 retirements to drain: one CPU freed is enough to start it.
+    from trident_flows.core.step_order import order_steps
+
+    current = {("parse", 0, "n"): 3, ("embed", 0, "n"): 1}
+    target = {("parse", 0, "n"): 1, ("embed", 1, "n"): 1}
+    usage = {("parse", 0, "n"): (1.0, 0.0), ("embed", 0, "n"): (1.0, 0.0), ("embed", 1, "n"): (1.0, 1.0)}
+    phases = order_steps(current, target, {"n": (4.0, 1.0)}, usage.__getitem__, ["embed", "parse"])
+    first, second = phases[0], phases[1]
+    assert first.kind == StepKind.RETIRE and sum(n for _, n in first.moves) == 1, phases
+    assert second.kind == StepKind.START and second.moves == ((("embed", 1, "n"), 1),), phases
+    retired = sum(n for p in phases if p.kind == StepKind.RETIRE for k, n in p.moves if k[0] == "parse")
+    assert retired == 2
+
+
+def test_a_plan_that_only_starts_replicas_is_priced_over_the_run_left_not_the_regime():
+    # 8 CPUs + 1 GPU, embed on 4 CPU replicas, parse 3: one CPU free and the GPU idle. Adding a GPU embed
+    # replica stops nothing; over a 30 s regime its 60 s cold start never pays, over 10 minutes left it does.
+    demands, cluster, cpu_embed, gpu_embed = _scenario()
+    current = CurrentPlacement.from_mapping({"parse": [ReplicaGroup(CPU1, 3, "n")], "embed": [ReplicaGroup(cpu_embed.config, 4, "n")]})
+    plan = CurrentPlacement.from_mapping({"parse": [ReplicaGroup(CPU1, 3, "n")],
+                                          "embed": [ReplicaGroup(cpu_embed.config, 4, "n"), ReplicaGroup(GPU1, 1, "n")]})
+    from trident_flows.core.types import OperatorPlan, Plan
+    add = Plan(tuple(OperatorPlan(op, groups, "test") for op, groups in plan.groups), 0.0, "add a GPU replica")
+    assert all(s.kind == StepKind.START for s in plan_transition(demands, cluster, current, add, 30).steps)
+    assert plan_transition(demands, cluster, current, add, 30).decision == Decision.WAIT
+    assert plan_transition(demands, cluster, current, add, 30, run_left_s=600).decision == Decision.ROLL_OUT
+    assert plan_transition(demands, cluster, current, add, 30, run_left_s=20).decision == Decision.WAIT  # ends before it is warm

@@ -81,6 +81,8 @@ def order_steps(current: Mapping[Any, int], target: Mapping[Any, int], capacity:
         if started:
             phases.append(Phase(StepKind.START, tuple(started)))
         ready = [k for k in sorted(retires, key=by_rank) if not any(s[0] == k[0] for s in starts)]
+        if starts and not started:
+            ready = []  # a start is blocked: retire just enough for it first (below), not every shrinking operator at once
         if ready:  # operators whose new replicas are all started (or that only shrink) drain the old ones
             moves = tuple((k, retires.pop(k)) for k in ready)
             for key, n in moves:

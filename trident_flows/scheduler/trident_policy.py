@@ -74,10 +74,14 @@ Contract:
   with the gate re-armed no move was made: 1.00x).
 - evidence gate: no placement until every operator has a fitted model and ``min_samples``
   samples, ``min_config_samples`` of them taken since the workload last changed (a features
-  regime change at any operator re-arms it for all: the new items reach the downstream
+  regime change at an operator re-arms it there and downstream: the new items reach the downstream
   operators seconds later, and until they have been measured there, their models describe the
   old workload; in the simulated video run a move made on decode's first samples of the HD
-  block took 3 of safety's 7 replicas, which the HD items needed, and was rolled back); a config that does not run is compared only with ``min_config_samples`` samples of
+  block took 3 of safety's 7 replicas, which the HD items needed, and was rolled back). The
+  operators upstream have measured those items already, and an operator with no work left (input
+  closed, nothing queued or in flight at it or upstream) takes no more samples: neither holds the
+  gate (re-arming every operator kept it shut for whole runs once the head had read the last input).
+  A config that does not run is compared only with ``min_config_samples`` samples of
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
   capacity beyond what runs now counts at its lower confidence bound (GP mean -
   ``confidence_z`` std), so a change is made only when its gain holds there.
@@ -94,11 +98,14 @@ Contract:
   within the live models' error and chasing them costs cold starts); otherwise the record says WAIT and why.
 - verify: after a rollout, once the plan is in place, the end-to-end throughput
   (``state.end_to_end_throughput``: items finished at the sink, which filling queues do not
-  inflate) of the next ``verify_ticks`` ticks is compared with the ticks before the change,
-  whatever the input state or regime meanwhile (``worse_than_before``: lower by more than
-  ``verify_z`` standard errors and by 5%); a change that made things worse is rolled back (the
-  previous placement restored, with the figures as reason) and not proposed again in this
-  regime. New placements wait until the verification ends.
+  inflate) of the next ``verify_ticks`` ticks (at least as many as the baseline holds: a slow regime
+  finishes a batch at the sink only every few ticks) is compared with the ticks before the change,
+  whatever the input state (``worse_than_before``: lower by more than ``verify_z`` standard errors
+  and by 5%); a change that made things worse is rolled back (the previous placement restored,
+  with the figures as reason) and not proposed again in this regime, unless a features regime
+  change was seen while it was measured (the regimes' rates differ up to 8x on the documents
+  stream: a rollout made as scanned documents arrived was rolled back against the born-digital
+  rate before it). New placements wait until the verification ends.
 - ``max_changes`` (the Prefect sidecar's ``max_reconfigurations_per_tick``) caps the operators
   one plan changes: growing ones first, then the most saturated, as long as the cluster's
   CPUs/GPUs hold; the limited plan is what is priced (the MILP's full plan may gain more).
@@ -207,6 +214,7 @@ class _Pending:
     ticks_waiting: int = 0
     ticks_in_place: int = 0
     measured: list = field(default_factory=list)
+    workload_changed: bool = False  # a features regime change was seen while it was measured
 
 
 class TridentPolicy:
@@ -266,6 +274,7 @@ class TridentPolicy:
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []
         self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
+        self._done_operators: frozenset[str] = frozenset()  # operators with all their work done (this tick's state)
         self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
@@ -318,6 +327,7 @@ class TridentPolicy:
         events: list[TickEvent] = []
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured = self._measure(state)
+        self._done_operators = done_operators(state)
         prev = self._history[-1] if self._history else None
         pipeline_t = end_to_end_throughput(prev, state) if prev is not None else 0.0
         if prev is not None:
@@ -336,8 +346,11 @@ class TridentPolicy:
         self._track_cold_starts(state)
         new = step("observe", lambda: self._observe(state, samples)) or {}
         step("regime", lambda: self._regime(state, new, events))
-        if any(e.kind == EventKind.REGIME_CHANGE for e in events) and self._pending is None:
-            self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
+        if any(e.kind == EventKind.REGIME_CHANGE for e in events):
+            if self._pending is None:
+                self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
+            elif self._pending.ticks_in_place > 0:
+                self._pending.workload_changed = True
         step("stale", lambda: self._arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
@@ -403,9 +416,14 @@ class TridentPolicy:
         return bool(self._ops) and not self._short_of_evidence()
 
     def _short_of_evidence(self) -> list[str]:
-        """Operators the evidence gate waits for, with their sample counts (total, since the change)."""
+        """Operators the evidence gate waits for, with their sample counts (total, since the change).
+        An operator that has done all its work (input closed, nothing queued or in flight at it or
+        upstream) will take no more samples and does not hold the gate."""
         short = []
+        done = self._done_operators
         for name, o in sorted(self._ops.items()):
+            if name in done and o.model.ready:
+                continue
             since = o.fed - self._changed_at.get(name, 0)
             if not o.model.ready or len(o.window) < self.min_samples or since < self.min_config_samples:
                 short.append(f"{name} ({len(o.window)}, {since} since the change)")
@@ -517,8 +535,8 @@ class TridentPolicy:
                         self._regime_started[name] = state.wall_s
                     continue
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
-                if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms for every operator (module docstring)
-                    self._changed_at = {n: o.fed for n, o in self._ops.items()}
+                if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms here and downstream (module docstring)
+                    self._rearm_from(state, name)
                     op.workload_moved = True  # the others refit when their own detectors see the new items
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 started = self._regime_started.get(name)
@@ -837,12 +855,16 @@ class TridentPolicy:
         if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
             return "plan in place; measuring from the next tick", None
         p.measured.append(measured)
-        if len(p.measured) < self.verify_ticks:
-            return f"measuring ({len(p.measured)}/{self.verify_ticks}): {measured:.4g} items/s end to end", None
+        needed = max(self.verify_ticks, len(p.before))  # as many ticks as the baseline: a slow regime finishes a batch every few ticks
+        if len(p.measured) < needed:
+            return f"measuring ({len(p.measured)}/{needed}): {measured:.4g} items/s end to end", None
         self._pending = None
         worse, figures = worse_than_before(p.before, p.measured, self.verify_z)
         if not worse:
             return f"verified: {figures}; predicted {p.predicted:.4g} input items/s", None
+        if p.workload_changed:
+            return (f"slower ({figures}) but kept: the workload changed regime while it was measured, so before and after "
+                    f"are not comparable"), None
         unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self._is_unsafe(name, g.config)]
         if unsafe:
             return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
@@ -988,13 +1010,24 @@ class TridentPolicy:
                 continue
             stale = self._stale_scale(state, op_state, []) < 1.0
             if stale and op_state.name not in self._stale:
-                self._changed_at = {n: o.fed for n, o in self._ops.items()}
+                self._rearm_from(state, op_state.name)
                 op.workload_moved = True
                 events.append(TickEvent(EventKind.NOTE, op_state.name, "model stale (saturated, capacity under its prediction): "
                                         "the evidence gate waits for samples of the new workload"))
                 self._stale.add(op_state.name)
             elif not stale:
                 self._stale.discard(op_state.name)
+
+    def _rearm_from(self, state: RunnerState, name: str) -> None:
+        """Re-arm the evidence gate at ``name`` and every operator downstream of it: the new items reach
+        those next, while the operators upstream have already measured them (re-arming those too kept the
+        gate shut for a whole run once the head operator had read the last input: it never takes another
+        sample)."""
+        names = [op.name for op in state.operators]
+        start = names.index(name) if name in names else 0
+        for n in names[start:]:
+            if n in self._ops:
+                self._changed_at[n] = self._ops[n].fed
 
     def _stale_scale(self, state: RunnerState, op_state: Any, notes: list[str]) -> float:
         """1.0, or measured / predicted capacity of a saturated operator whose model over-predicts
@@ -1053,7 +1086,8 @@ class TridentPolicy:
                            + tuple(OperatorPlan(o.operator, current.for_operator(o.operator), "unchanged")
                                    for o in result.plan.operators if o.operator not in named))
         try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
-            transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.benefit_ratio)
+            transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.benefit_ratio,
+                                         run_left_s=self._run_left_s(state))
         except (ValueError, RuntimeError) as exc:
             return _Decided.wait(f"cannot order or price the change ({exc}); keeping the current placement", result.throughput,
                                  Hold(HoldKind.CANNOT_PRICE))
@@ -1149,3 +1183,16 @@ def remaining_items(state: RunnerState, total: int | None) -> float | None:
     if not total:
         return None
     return max(0, total - state.items_in) + sum(op.queue_items for op in state.operators)
+
+
+def done_operators(state: RunnerState) -> frozenset[str]:
+    """Operators that will receive no more work: the input is closed and nothing is queued or in
+    flight at them or at any operator upstream."""
+    if not state.input_closed:
+        return frozenset()
+    done: list[str] = []
+    for op in state.operators:
+        if op.queue_items > 0 or any(r.inflight > 0 for r in op.replicas):
+            break
+        done.append(op.name)
+    return frozenset(done)

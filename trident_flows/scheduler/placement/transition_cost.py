@@ -17,7 +17,10 @@ Contract (pure functions; applying a ``Transition`` is the runtime's job):
   when waiting. ``expected_gain`` = ``T_new - T_now`` (input items/s); the cost is the
   items lost against an instant switch (``cost_items``); ``cold_start_cost_s`` the
   replica-seconds spent warming up and draining; ``rollout_s`` the phases' summed length. ROLL_OUT when the gain over the regime exceeds
-  ``benefit_ratio`` x the cost (and the rollout beats waiting), else WAIT; both with reasons.
+  ``benefit_ratio`` x the cost (and the rollout beats waiting), else WAIT; both with reasons. A plan
+  that only starts replicas on free resources stops nothing running, and what it adds serves until a
+  later plan retires it: with ``run_left_s`` given it is priced over the run's time left when that is
+  longer than the regime's.
 - ``step_usage`` replays the steps and returns each class's resource use after every
   step, for callers (and tests) that check limits hold throughout.
 """
@@ -62,10 +65,12 @@ def _usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, key: Key) ->
 
 
 def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement, plan: Plan,
-                    regime_duration_s: float, *, benefit_ratio: float = 1.0) -> Transition:
+                    regime_duration_s: float, *, benefit_ratio: float = 1.0, run_left_s: float | None = None) -> Transition:
     """Order and price the change from ``current`` to ``plan``; see the module docstring."""
     if not (regime_duration_s >= 0 and math.isfinite(regime_duration_s)):
         raise ValueError(f"regime_duration_s must be a finite number >= 0, got {regime_duration_s!r}")
+    if run_left_s is not None and not (run_left_s >= 0 and math.isfinite(run_left_s)):
+        raise ValueError(f"run_left_s must be None or a finite number >= 0, got {run_left_s!r}")
     demands = list(demands)
     by_name = {d.name: d for d in demands}
     cur, cur_cfg = placement_counts(demands, cluster, {op: gs for op, gs in current.groups}, "current")
@@ -118,6 +123,10 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                 for s in steps if s.kind == StepKind.START)
     cap_s += sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].drain_s
                  for s in steps if s.kind == StepKind.RETIRE)
+    if not retires and run_left_s is not None:
+        # only replicas started on free resources: nothing running stops, and the added capacity serves
+        # until a later plan retires it, so it is priced over the run's time left, not the regime's
+        regime_duration_s = max(regime_duration_s, run_left_s)
     left = regime_duration_s
     items_roll = 0.0
     for seconds, t in phases:
