@@ -6,7 +6,8 @@ Contract:
   ``tick()`` calls ``runner.state()`` and ``runner.samples(cursor)``, asks the policy (a
   ``TridentPolicy`` unless another object with ``tick(state, samples) -> TickRecord`` is given;
   the policy is built from the runner's own PipelineSpec when no spec is passed, with the
-  keyword options given to the controller: an unknown one is refused at construction) and,
+  keyword options given to the controller, a ``TridentSettings``: an unknown option or a bad value
+  is refused at construction) and,
   when the record carries a plan, calls ``runner.apply(plan)`` (``control.step.decide_and_apply``,
   shared with the control loop and the simulator). The decision logic stays pure
   in the policy; this class only moves data between it and the runner.
@@ -30,7 +31,7 @@ import ray
 from trident_flows.control.step import decide_and_apply
 from trident_flows.core.state import ApplyStatus
 from trident_flows.scheduler.decision_log import Action, DecisionLog, Hold, HoldKind, TickRecord
-from trident_flows.scheduler.policies import check_options, make_policy, policy_factory
+from trident_flows.scheduler.policies import make_policy, policy_settings
 from trident_flows.core.types import ClusterSpec
 
 
@@ -43,8 +44,8 @@ class Controller:
         self._policy = policy
         self._spec = spec
         self._cluster = cluster
-        if policy is None:  # a misspelt option is refused here, not at the first tick (where a failing policy is only logged)
-            check_options("trident", policy_factory("trident"), policy_options)
+        if policy is None:  # a misspelt option or bad value is refused here, not at the first tick (where a failing policy is only logged)
+            policy_settings("trident", policy_options)
         elif policy_options:
             raise ValueError(f"Controller: policy options {sorted(policy_options)} apply only to the policy the controller builds; "
                              "pass them to the policy given instead")
