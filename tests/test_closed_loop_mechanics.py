@@ -132,7 +132,8 @@ def test_a_move_the_remaining_items_cannot_repay_is_not_made():
     policy = TridentPolicy(_Spec(10**6), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
     assert any(r.action == "roll_out" for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
         "the move pays with many items left"
-    policy = TridentPolicy(_Spec(60), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))  # about a second of work left, against a 5 s cold start
+    # about a second of work left, against a 5 s cold start
+    policy = TridentPolicy(_Spec(60), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
     records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
     assert not any(r.plan is not None for r in records), [(r.action, r.reason[:160]) for r in records]
     assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
