@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.ds2 import DS2Policy, ds2_decision
+from trident_flows.scheduler.ds2 import DS2Policy, DS2Settings, ds2_decision
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.scheduler.threshold import ThresholdPolicy, pool_utilisation, threshold_decision
+from trident_flows.scheduler.threshold import ThresholdSettings, pool_utilisation, threshold_decision
 from trident_flows.core.types import BatchSample, OpConfig
 
 CPU1 = OpConfig.make("cpu", batch_size=8)
@@ -62,8 +64,8 @@ def test_threshold_respects_free_resources_limits_and_pending_replicas():
 def test_threshold_utilisation_is_ray_datas_and_bad_thresholds_are_refused():
     assert pool_utilisation(op_state("a", 4, (2, 2, 1, 0))) == pytest.approx(1.25)
     assert pool_utilisation(OperatorState("x", (), 0, 0, 0, 0, 0, 0.0, 0, 0)) == float("inf")
-    with pytest.raises(ValueError, match="down < up"):
-        ThresholdPolicy(up=0.5, down=0.8)
+    with pytest.raises(ValueError, match=re.escape("threshold: down=0.8 is refused: need 0 <= down < up (up=0.5)")):
+        ThresholdSettings(up=0.5, down=0.8)
     policy = make_policy("threshold")
     assert policy.decide(runner_state(op_state("a", 1, 2)), []).for_operator("a").replicas == 2
 
@@ -95,5 +97,5 @@ def test_ds2_caps_the_source_rate_to_the_cluster_and_waits_for_fresh_batches():
     policy = DS2Policy()
     assert policy.decide(state, batches("a", 2, 8, 0.08)) is None
     assert policy.decide(state, batches("a", 3, 8, 0.08) + batches("b", 4, 8, 0.32)).for_operator("b").replicas == 4
-    with pytest.raises(ValueError, match="source_rate"):
-        DS2Policy(source_rate=-1)
+    with pytest.raises(ValueError, match=re.escape("ds2: source_rate=-1 is refused: give a positive number of items/s, or None")):
+        DS2Settings(source_rate=-1)

@@ -19,6 +19,7 @@ from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, R
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.trident_policy import TridentPolicy
+from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
 
 A = OpConfig.make("cpu", batch_size=8)
@@ -65,7 +66,7 @@ def test_runner_swaps_a_single_replica_operator_in_place(ray_cluster, tmp_path):
 
 def test_a_refused_plan_is_not_reissued_unchanged():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
     issued = []
     for _ in range(16):
         state = runner.state()
@@ -80,7 +81,7 @@ def test_a_refused_plan_is_not_reissued_unchanged():
 
 def test_no_rollout_before_the_evidence_gate():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=60, regime_duration_s=STEADY)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=60, regime_duration_s=STEADY))
     seen = {"a": 0, "b": 0}
     for _ in range(10):
         new = runner.advance(2.0)
@@ -103,7 +104,7 @@ def test_a_rollout_that_lowers_throughput_is_rolled_back_after_the_input_closed(
     # b is the bottleneck, but more than two replicas of b contend: the model cannot know before trying.
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 14)
     actions = [r.action for r in records]
     assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason[:100], r.verification) for r in records]
@@ -115,7 +116,7 @@ def test_a_slower_verification_across_a_regime_change_keeps_the_plan():
     # is not comparable with the throughput before, so the plan is kept rather than rolled back
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(16.0, {"x": 1.0, "y": 4.0}), (1e9, {"x": 1.0, "y": 12.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 16)
     assert "roll_out" in [r.action for r in records]
     assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
@@ -140,10 +141,11 @@ class _ItemsLeft(_ClosedInput):
 
 
 def test_a_move_the_remaining_items_cannot_repay_is_not_made():
-    policy = TridentPolicy(_Spec(10**6), CLUSTER8, canaries=False, regime_duration_s=STEADY)
+    policy = TridentPolicy(_Spec(10**6), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
     assert any(r.action == "roll_out" for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
         "the move pays with many items left"
-    policy = TridentPolicy(_Spec(60), CLUSTER8, canaries=False, regime_duration_s=STEADY)  # about a second of work left, against a 5 s cold start
+    # about a second of work left, against a 5 s cold start
+    policy = TridentPolicy(_Spec(60), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
     records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
     assert not any(r.plan is not None for r in records), [(r.action, r.reason[:160]) for r in records]
     assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
@@ -162,7 +164,7 @@ def _tick_with_an_oom(runner: SimRunner, policy: TridentPolicy):
 
 def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=10**6)  # the gate never opens
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=10**6))  # the gate never opens
     moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
@@ -173,7 +175,7 @@ def _failing_solve(*_args, **_kwargs):
 
 def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_samples=8, solve=_failing_solve)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=8), solve=_failing_solve)
     records = run_ticks(runner, policy, 4)
     assert policy._gate_passed() and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
     moved = _tick_with_an_oom(runner, policy)
@@ -184,7 +186,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified
     from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=5)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=5))
     for _ in range(12):
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.plan is not None:
@@ -205,7 +207,7 @@ def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_i
     from trident_flows.scheduler.decision_log import EventKind
 
     runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
     since = None  # samples per operator since the first workload change the policy saw
     for _ in range(40):
         new = runner.advance(2.0)
@@ -229,7 +231,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
     # a's model turns stale (saturated, measured at half its prediction) with no feature change seen:
     # the workload moved, so no plan until every operator has measured it
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
     for _ in range(20):  # settle: the first move made, verified (over as many ticks as its baseline), then nothing left to gain
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.plan is not None:
@@ -253,7 +255,7 @@ def test_a_move_seconds_into_the_first_regime_waits_without_a_prior_for_its_leng
     # regime is expected to last as long again as it has (a few seconds), which cannot repay a cold start
     def first_plan(**options):
         runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-        records = run_ticks(runner, TridentPolicy(None, CLUSTER8, canaries=False, **options), 5)
+        records = run_ticks(runner, TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, **options)), 5)
         return next((r for r in records if r.plan is not None), None), records
 
     with_prior, _ = first_plan(regime_duration_s=STEADY)
@@ -267,7 +269,7 @@ def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_wi
     from trident_flows.scheduler.trident_policy import done_operators
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, min_config_samples=40)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
     run_ticks(runner, policy, 10)
     state = runner.state()
     policy._rearm_from(state, "b")  # a change first seen at the last operator: a has already measured those items

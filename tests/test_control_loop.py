@@ -159,3 +159,37 @@ def test_the_control_thread_never_outranks_the_ray_workers_it_steers():
     t.join()
     assert seen["nice"] >= int(os.environ.get("RAY_worker_niceness", "15"))
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < seen["nice"]  # only the control thread yields
+
+
+class _FailsOnce:
+    """A test policy that raises at its first call and records the first sample it is offered at each call."""
+
+    name = "fails-once"
+
+    def __init__(self) -> None:
+        self.first_samples: list = []
+
+    def decide(self, state, samples):
+        self.first_samples.append(samples[0] if samples else None)
+        if len(self.first_samples) == 1:
+            raise RuntimeError("the policy failed")
+        return None
+
+
+def test_a_failing_tick_keeps_the_sample_cursor_so_the_next_tick_is_offered_the_same_samples(ray_cluster, tmp_path):
+    from trident_flows.control.loop import ControlLoop
+
+    spec = small_pipeline(100, regimes="short:100")
+    handle = start_runner(spec, tmp_path, name="rt-cursor", namespace="rt", external_input=True)
+    ray.get(handle.add_shard.remote("s0", list(spec.source())))
+    deadline = time.time() + 60
+    while not ray.get(handle.samples.remote(0)).samples and time.time() < deadline:
+        time.sleep(0.2)
+    policy = _FailsOnce()
+    loop = ControlLoop(handle, policy)
+    with pytest.raises(RuntimeError, match="the policy failed"):
+        loop.tick()
+    assert loop.tick()  # the run is still open (its input is not closed)
+    first, second = policy.first_samples
+    assert first is not None and second == first  # not lost with the failed tick
+    _finish(handle)

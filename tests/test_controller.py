@@ -18,6 +18,7 @@ from trident_flows.scheduler.decision_log import DecisionLog, EventKind
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
 from trident_flows.scheduler.policies import decide_once, make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
+from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, Plan
 
 MIB = 2**20
@@ -142,7 +143,7 @@ STEADY = 60.0
 # ------------------------------------------------------------------ pure ticks
 def test_trident_moves_replicas_to_the_new_bottleneck_within_a_few_ticks():
     runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
     first = run_ticks(runner, policy, 12)
     assert runner.replicas("a") > runner.replicas("b"), [r.reason for r in first if r.plan]
     rollouts = [r for r in first if r.action == "roll_out"]
@@ -160,7 +161,7 @@ def test_trident_rolls_back_a_plan_that_measures_worse_than_before():
     # b is the bottleneck, but more than two replicas of b contend: the model cannot know that before trying.
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = SimRunner(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 14)
     actions = [r.action for r in records]
     assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason, r.verification) for r in records]
@@ -180,7 +181,7 @@ def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
         return solve_placement(*args, **kwargs)
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, solve=flaky, regime_duration_s=STEADY)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY), solve=flaky)
     waiting = policy.tick(runner.state(), [])
     assert waiting.action == "none" and "waiting for samples" in waiting.reason and waiting.plan is None
     records = run_ticks(runner, policy, 4)
@@ -331,13 +332,13 @@ def test_max_changes_caps_the_operators_one_plan_changes():
     # 10 CPUs, 6 in use: the bottleneck can grow without another operator shrinking first (a limited plan
     # that only shrinks would gain nothing and is not issued)
     runner = SimRunner(two_ops() + [SimOp("c", "x", 0.002)], [(1e9, {"x": 4.0, "y": 1.0})], cpus=10)
-    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), canaries=False, max_changes=1, min_samples=8,  # 3 ticks: a low gate
-                           regime_duration_s=STEADY)
+    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), TridentSettings(canaries=False, max_changes=1, min_samples=8,  # 3 ticks: a low gate
+                                                                           regime_duration_s=STEADY))
     records = run_ticks(runner, policy, 3)
     plans = [r.plan for r in records if r.plan is not None]
     assert plans and all(len(p.operators) == 1 for p in plans)
     with pytest.raises(ValueError, match="max_changes"):
-        TridentPolicy(max_changes=-1)
+        TridentSettings(max_changes=-1)
 
 
 def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
@@ -380,7 +381,7 @@ def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, i
 
 
 def test_a_saturated_operator_whose_model_over_predicts_gets_its_capacity_scaled_to_the_measurement():
-    policy = TridentPolicy(saturation_s=8.0, stale_ratio=1.5)
+    policy = TridentPolicy(None, None, TridentSettings(saturation_s=8.0, stale_ratio=1.5))
     policy._operator("ocr").model = _FixedModel(5.0)  # the model of a cheap regime: 10 items/s on 2 replicas
     for t in range(0, 10, 2):  # a queue all along, but only 1 item/s taken: the workload got expensive
         policy._history.append(_queued_state(float(t), t, queue=40))

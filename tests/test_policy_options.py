@@ -1,14 +1,19 @@
-"""Policy options: a misspelt or foreign option is refused naming the known ones; every caller's options are taken."""
+"""Policy options: each policy's options are one frozen, validated settings value; a misspelt or foreign
+option is refused naming the known ones, a bad value naming the field and the fix; every caller's options are taken."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+import typing
 
 import pytest
 
 from trident_flows.control.controller import Controller
 from trident_flows.core.types import ClusterSpec
-from trident_flows.scheduler.policies import POLICIES, StaticPolicy, make_policy
+from trident_flows.scheduler.policies import POLICIES, StaticPolicy, make_policy, policy_factory
+from trident_flows.scheduler.trident_settings import TridentSettings
 
 CLUSTER = ClusterSpec.single_node(8, 0)
 
@@ -48,7 +53,7 @@ def test_legitimate_options_reach_the_policy_and_keep_their_own_checks():
     assert make_policy("ds2", spec=None, cluster=CLUSTER, source_rate=5.0, min_batches=2).source_rate == 5.0
     assert make_policy("threshold", up=2.0, down=0.25).up == 2.0
     assert isinstance(make_policy("static", spec=None, cluster=CLUSTER), StaticPolicy)
-    with pytest.raises(ValueError, match=re.escape("trident: memory_safety_margin must be in [0, 1), got 1.5")):
+    with pytest.raises(ValueError, match=re.escape("trident: memory_safety_margin=1.5 is refused: give a fraction in [0, 1)")):
         make_policy("trident", memory_safety_margin=1.5)
     with pytest.raises(ValueError, match="unknown policy 'nope'; available policies: ds2, static, threshold, trident"):
         make_policy("nope")
@@ -74,7 +79,7 @@ def test_the_sidecar_gives_every_policy_only_options_it_takes():
     from trident_flows.tasks.sidecar import BUDGETS
 
     for name in sorted(POLICIES):
-        settings = TridentSettingsBlock(policy=name, cpu_budget=4, gpu_budget=0, memory_safety_margin=0.2, max_reconfigurations_per_tick=2)
+        settings = TridentSettingsBlock(policy=name, cpu_budget=4, gpu_budget=0, memory_safety_margin=0.2, max_changes=2)
         options = policy_options(settings)
         assert options["cpu_budget"] == 4 and options["gpu_budget"] == 0
         policy = make_policy(name, spec=None, cluster=CLUSTER, **{k: v for k, v in options.items() if k not in BUDGETS})
@@ -88,3 +93,56 @@ def test_the_controller_refuses_a_misspelt_option_when_built_not_at_its_first_ti
     with pytest.raises(ValueError, match="apply only to the policy the controller builds"):
         Controller(object(), StaticPolicy(), verify_ticks=2)
     Controller(object(), spec=None, cluster=CLUSTER, verify_ticks=2, canaries=False)  # known options: accepted
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_has_a_frozen_settings_type_whose_fields_are_typed_and_documented(name):
+    settings_type = policy_factory(name).settings_type
+    assert dataclasses.is_dataclass(settings_type) and settings_type.__dataclass_params__.frozen
+    hints = typing.get_type_hints(settings_type)
+    for f in dataclasses.fields(settings_type):
+        assert f.name in hints and f.metadata.get("doc"), f"{name}: {f.name} has no type hint or doc"
+    policy = make_policy(name, spec=None, cluster=CLUSTER)
+    assert policy.settings == settings_type()  # built with every default
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"min_samples": "8"}, "trident: min_samples='8' is refused: give a whole number"),
+    ({"min_samples": 8.5}, "trident: min_samples=8.5 is refused: give a whole number"),
+    ({"canaries": "no"}, "trident: canaries='no' is refused: give True or False"),
+    ({"min_gain": math.nan}, "trident: min_gain=nan is refused: give a finite number"),
+    ({"max_changes": "4"}, "trident: max_changes='4' is refused: give a whole number or None"),
+    ({"verify_ticks": 0}, "trident: verify_ticks=0 is refused: give a count of ticks >= 1"),
+    ({"solver": "gurobi"}, "trident: solver='gurobi' is refused: choose one of highs, cbc"),
+    ({"stale_ratio": 0.5}, "trident: stale_ratio=0.5 is refused: give a ratio >= 1"),
+])
+def test_a_bad_trident_setting_is_refused_naming_the_field_the_value_and_the_fix(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_policy("trident", spec=None, cluster=CLUSTER, **options)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Controller(object(), spec=None, cluster=CLUSTER, **options)  # at construction, not at the first tick
+
+
+def test_trident_settings_are_frozen_and_reach_the_policy():
+    settings = TridentSettings(min_samples=8, max_changes=2, canaries=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.min_samples = 9
+    policy = make_policy("trident", spec=None, cluster=CLUSTER, min_samples=8, max_changes=2, canaries=False)
+    assert policy.settings == settings
+    assert (policy.min_samples, policy.max_changes, policy.canaries, policy.margin) == (8, 2, False, settings.memory_safety_margin)
+    with pytest.raises(TypeError, match="settings must be a TridentSettings"):
+        policy_factory("trident")(None, CLUSTER, {"min_samples": 8})
+
+
+def test_the_prefect_block_carries_trident_settings_under_their_own_names():
+    from pydantic import ValidationError
+
+    from trident_flows.blocks import TridentSettingsBlock
+    from trident_flows.blocks.trident_settings import TRIDENT_FIELDS
+
+    fields = {f.name for f in dataclasses.fields(TridentSettings)}
+    assert set(TRIDENT_FIELDS) <= fields and set(TRIDENT_FIELDS) <= set(TridentSettingsBlock.model_fields)
+    block = TridentSettingsBlock(memory_safety_margin=0.3, max_changes=1)
+    assert TridentSettings(**block.trident_options()) == TridentSettings(memory_safety_margin=0.3, max_changes=1)
+    with pytest.raises(ValidationError, match=re.escape("unknown field 'max_change' (did you mean 'max_changes'?); known fields: ")):
+        TridentSettingsBlock(max_change=1)

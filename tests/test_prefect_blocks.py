@@ -49,6 +49,8 @@ def test_trident_settings_normalises_policy():
     ({"memory_safety_margin": 0.95}, "less than 0.9"),
     ({"memory_safety_margin": -0.1}, "greater than or equal to 0"),
     ({"gpu_budget": -1}, "greater than or equal to 0"),
+    ({"max_changes": -1}, "greater than or equal to 0"),
+    ({"max_reconfigurations_per_tick": 2}, "unknown field 'max_reconfigurations_per_tick'; known fields: .*max_changes"),
 ])
 def test_trident_settings_refuses(fields, message):
     with pytest.raises(ValidationError, match=message):

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from trident_flows.core.state import ApplyReport, OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.scheduler.trident_policy import TridentPolicy
+from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.tasks.decision import explain_hold, read_decision, read_outcome
 
@@ -85,7 +86,7 @@ def test_the_trident_controllers_own_rollouts_and_rollbacks_read_with_their_figu
     # Two simulated operators; more than two replicas of b contend, so a rollout is followed by a rollback.
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = SimRunner(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, canaries=False, verify_ticks=2)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     states, records = [], []
     for _ in range(14):
         new = runner.advance(2.0)

@@ -1,18 +1,30 @@
 """``TridentSettingsBlock``: how the Trident sidecar schedules a running pipeline.
 
-Contract: names the scheduling policy (one registered in ``trident_flows.scheduler.policies``), the tick interval, the memory safety margin every proposed
-configuration must keep free, and the resource budgets the scheduler may spend. Invalid values
-are refused at construction with a message naming the field and what to change.
+Contract: names the scheduling policy (one registered in ``trident_flows.scheduler.policies``),
+the sidecar's own settings (tick interval, the samples a tick needs, the CPU/GPU budgets that cap
+the cluster the policy plans for) and the Trident policy's settings a sidecar user sets
+(``TRIDENT_FIELDS``: ``memory_safety_margin``, ``max_changes``), under the names and with the
+docs of ``scheduler.trident_settings.TridentSettings``. ``trident_options()`` gives those as the
+policy's options; with ``policy="trident"`` they are checked by ``TridentSettings`` at
+construction. Invalid values and unknown fields are refused at construction with a message naming
+the field and what to change.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import difflib
+from typing import Any, Optional
 
 from prefect.blocks.core import Block
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
+from trident_flows.scheduler.settings import documented
+from trident_flows.scheduler.trident_settings import TridentSettings
+
+# The block's fields that are TridentSettings fields (same names): what the sidecar passes to the policy.
+TRIDENT_FIELDS = ("memory_safety_margin", "max_changes")
+_DOC = documented(TridentSettings)
 
 
 class TridentSettingsBlock(Block):
@@ -26,14 +38,27 @@ class TridentSettingsBlock(Block):
 
     policy: str = Field(default="trident", description="Scheduling policy: trident (the adaptive controller) or a baseline: static, ds2, threshold.")
     tick_interval_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between two ticks of a long-running sidecar.")
-    memory_safety_margin: float = Field(
-        default=0.15, ge=0.0, lt=0.9,
-        description="Fraction of each device's memory a proposed configuration must leave free (0.15 = plan for at most 85%).",
-    )
+    min_samples: int = Field(default=8, ge=1, description="New batch samples a sidecar tick needs before it asks the policy.")
     cpu_budget: Optional[float] = Field(default=None, gt=0, description="Most logical CPUs the pipeline may hold (empty: the whole cluster).")
     gpu_budget: Optional[float] = Field(default=None, ge=0, description="Most GPUs the pipeline may hold (empty: the whole cluster).")
-    max_reconfigurations_per_tick: int = Field(default=4, ge=0, description="Most operators one plan may change.")
-    min_samples: int = Field(default=8, ge=1, description="Batch samples a tick needs before it decides anything.")
+    # Trident's own settings. The sidecar plans for at most 85% of device memory by default (the
+    # policy's own default is 90%): the sidecar tunes a pipeline it did not size.
+    memory_safety_margin: float = Field(default=0.15, ge=0.0, lt=0.9,
+                                        description=f"Trident: {_DOC['memory_safety_margin']} (0.15 = plan for at most 85%).")
+    max_changes: int = Field(default=4, ge=0, description=f"Trident: {_DOC['max_changes']}.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown_fields(cls, values: Any) -> Any:
+        # Prefect blocks accept any extra field, so a misspelt one would be ignored silently.
+        if isinstance(values, dict):
+            known = sorted(cls.model_fields)
+            for name in values:
+                if name not in cls.model_fields and name != "block_type_slug":
+                    close = difflib.get_close_matches(name, known, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"unknown field {name!r}{hint}; known fields: {', '.join(known)}")
+        return values
 
     @field_validator("policy")
     @classmethod
@@ -44,3 +69,13 @@ class TridentSettingsBlock(Block):
         if name not in POLICIES:
             raise ValueError(f"policy={value!r} is not available: choose one of {', '.join(available_policies())}")
         return name
+
+    @model_validator(mode="after")
+    def _check_trident_settings(self) -> "TridentSettingsBlock":
+        if self.policy == "trident":
+            TridentSettings(**self.trident_options())  # its ValueError names the field, the value and the fix
+        return self
+
+    def trident_options(self) -> dict[str, Any]:
+        """The Trident policy's options this block sets, by their ``TridentSettings`` names."""
+        return {name: getattr(self, name) for name in TRIDENT_FIELDS}

@@ -6,9 +6,11 @@ Contract:
   ``tick()`` calls ``runner.state()`` and ``runner.samples(cursor)``, asks the policy (a
   ``TridentPolicy`` unless another object with ``tick(state, samples) -> TickRecord`` is given;
   the policy is built from the runner's own PipelineSpec when no spec is passed, with the
-  keyword options given to the controller: an unknown one is refused at construction) and,
-  when the record carries a plan, calls ``runner.apply(plan)`` (``control.step.decide_and_apply``,
-  shared with the control loop and the simulator). The decision logic stays pure
+  keyword options given to the controller, a ``TridentSettings``: an unknown option or a bad value
+  is refused at construction) and,
+  when the record carries a plan, calls ``runner.apply(plan)``: the tick of the control loop
+  (``control.loop.tick_runner``), which also decides on the finished run's last state (no apply).
+  The decision logic stays pure
   in the policy; this class only moves data between it and the runner.
 - Every tick returns its frozen ``TickRecord`` and appends it to ``decision_log`` (JSON lines),
   with the apply report under ``"apply"`` and its ``ApplyOutcome`` under ``"outcome"``; the
@@ -23,15 +25,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import ray
 
-from trident_flows.control.step import decide_and_apply
-from trident_flows.core.state import ApplyStatus
+from trident_flows.control.loop import RunnerCallFailed, tick_runner
+from trident_flows.core.state import ApplyStatus, RunnerState
 from trident_flows.scheduler.decision_log import Action, DecisionLog, Hold, HoldKind, TickRecord
-from trident_flows.scheduler.policies import check_options, make_policy, policy_factory
-from trident_flows.core.types import ClusterSpec
+from trident_flows.scheduler.policies import make_policy, policy_settings
+from trident_flows.core.types import BatchSample, ClusterSpec
 
 
 class Controller:
@@ -43,8 +45,8 @@ class Controller:
         self._policy = policy
         self._spec = spec
         self._cluster = cluster
-        if policy is None:  # a misspelt option is refused here, not at the first tick (where a failing policy is only logged)
-            check_options("trident", policy_factory("trident"), policy_options)
+        if policy is None:  # a misspelt option or bad value is refused here, not at the first tick (where a failing policy is only logged)
+            policy_settings("trident", policy_options)
         elif policy_options:
             raise ValueError(f"Controller: policy options {sorted(policy_options)} apply only to the policy the controller builds; "
                              "pass them to the policy given instead")
@@ -79,21 +81,17 @@ class Controller:
         self.ticks += 1
         extra: dict[str, Any] = {}
         try:
-            state = ray.get(self.runner.state.remote(), timeout=self.call_timeout_s)
-            page = ray.get(self.runner.samples.remote(self.cursor), timeout=self.call_timeout_s)
+            policy = self.policy
         except Exception as exc:  # noqa: BLE001 - the runner may be busy or gone; try again next tick
             return self._finish(self._error(f"runner call failed: {type(exc).__name__}: {exc}"), extra)
-        if state.finished:
-            self.finished = True
         try:
-            step = decide_and_apply(self.policy, state, list(page.samples),
-                                    lambda plan: ray.get(self.runner.apply.remote(plan), timeout=self.call_timeout_s * 5),
-                                    decide=lambda policy, state, samples: policy.tick(state, samples),
-                                    may_apply=lambda: not state.finished)
+            tick = tick_runner(self.runner, policy, self.cursor, decide=self._decide, timeout_s=self.call_timeout_s, decide_finished=True)
+        except RunnerCallFailed as exc:  # the runner may be busy or gone; try again next tick
+            return self._finish(self._error(f"runner call failed: {exc}"), extra)
         except Exception as exc:  # noqa: BLE001 - a failing policy must not stop the controller (an apply's own error is a refusal)
             return self._finish(self._error(f"policy failed: {type(exc).__name__}: {exc}"), extra)
-        record, applied = step.decision, step.applied
-        self.cursor = page.next
+        self.cursor = tick.cursor
+        record, applied = tick.step.decision, tick.step.applied
         if applied is not None:
             if applied.report is not None:
                 extra["apply"] = applied.report.to_dict()
@@ -101,6 +99,11 @@ class Controller:
             extra["outcome"] = outcome.to_dict()
             self.applied += int(outcome.status == ApplyStatus.LANDED and outcome.changed)
         return self._finish(record, extra)
+
+    def _decide(self, policy: Any, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
+        if state.finished:  # known before the policy runs: a policy that fails on the final state still ends ``run``
+            self.finished = True
+        return policy.tick(state, samples)
 
     def _finish(self, record: TickRecord, extra: dict[str, Any]) -> TickRecord:
         self.records.append(record)

@@ -11,7 +11,8 @@ when nothing was applied). An exception from ``decide`` propagates: what a faili
 the loop (log and go on, an error record, the sample cursor kept or moved) is each loop's own, as
 is how it reads state and samples and what it writes (decision logs, counters, summaries).
 
-Used by ``control/loop.py``, ``control/controller.py`` and ``sim/driver.py``. The Prefect sidecar
+Used by ``control/loop.py`` (``tick_runner``, the tick of the ``ControlLoop`` and the Trident
+``Controller``) and ``sim/driver.py``. The Prefect sidecar
 (``flows/trident_sidecar.py``) does not use it: there the decision is taken in the flow and the
 plan applied in a separate ``roll-out`` task run (one per decision, named after it), with the
 policy pickled into a Ray actor between ticks, so it uses the two halves of the apply step

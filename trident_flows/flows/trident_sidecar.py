@@ -51,11 +51,12 @@ END_POLL_S = 0.5
 
 def policy_options(settings: TridentSettingsBlock) -> dict[str, Any]:
     """What the policy is built with besides its name: the CPU/GPU budgets (they cap the cluster it
-    plans for) and, for the Trident policy, the memory safety margin and the most operators one plan
-    may change (the baselines take neither: they have no memory model and scale every operator)."""
+    plans for) and, for the Trident policy, the block's ``TridentSettings`` fields (memory safety
+    margin, most operators one plan may change; the baselines take neither: they have no memory
+    model and scale every operator)."""
     options: dict[str, Any] = {"cpu_budget": settings.cpu_budget, "gpu_budget": settings.gpu_budget}
     if settings.policy == "trident":
-        options.update(memory_safety_margin=settings.memory_safety_margin, max_changes=settings.max_reconfigurations_per_tick)
+        options.update(settings.trident_options())
     return options
 
 

@@ -14,7 +14,8 @@ Contract:
 - It decides only when every operator has ``min_batches`` fresh batches; the decision is one
   DS2 step (all operators at once), carrying per operator the rates and the arithmetic as
   its reason. ``DS2Policy`` keeps the samples of the current config epochs between ticks and
-  returns the step's ``Plan`` (only the operators whose parallelism changes), or ``None``.
+  returns the step's ``Plan`` (only the operators whose parallelism changes), or ``None``; its
+  options are a ``DS2Settings``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.replicas import main_config, replica_limits, scaled_plan
+from trident_flows.scheduler.settings import check_types, refuse, setting
 from trident_flows.core.types import BatchSample, Outcome, Plan
 
 _SLACK = 1e-6
@@ -143,21 +145,37 @@ def ds2_decision(state: RunnerState, samples: Sequence[BatchSample], *, spec: An
     return DS2Decision(targets, rates, source, plan, reason if ops else "DS2 targets equal the current parallelism")
 
 
+@dataclass(frozen=True)
+class DS2Settings:
+    """The DS2 policy's options, validated at construction (see ``scheduler/settings.py``)."""
+
+    source_rate: float | None = setting(None, "source rate in items/s (None: the first operator's measured true capacity)")
+    min_batches: int = setting(4, "fresh batches every operator needs before a DS2 step, >= 1")
+    window: int = setting(4000, "batch samples of the current config epochs kept between ticks, >= 1")
+
+    def __post_init__(self) -> None:
+        check_types("ds2", self)
+        if self.source_rate is not None and self.source_rate <= 0:
+            raise refuse("ds2", "source_rate", self.source_rate, "give a positive number of items/s, or None")
+        if self.min_batches < 1:
+            raise refuse("ds2", "min_batches", self.min_batches, "give a count of batches >= 1")
+        if self.window < 1:
+            raise refuse("ds2", "window", self.window, "give a count of samples >= 1")
+
+
 class DS2Policy:
     """DS2 behind the ``Policy`` interface (see the module docstring)."""
 
     name = "ds2"
+    settings_type = DS2Settings
 
-    def __init__(self, spec: Any | None = None, cluster: Any | None = None, *, source_rate: float | None = None, min_batches: int = 4,
-                 window: int = 4000) -> None:
-        if source_rate is not None and not (source_rate > 0 and math.isfinite(source_rate)):
-            raise ValueError(f"ds2: source_rate must be a positive number of items/s or None, got {source_rate!r}")
-        if min_batches < 1:
-            raise ValueError(f"ds2: min_batches must be >= 1, got {min_batches}")
+    def __init__(self, spec: Any | None = None, cluster: Any | None = None, settings: DS2Settings | None = None) -> None:
+        settings = settings if settings is not None else DS2Settings()
+        self.settings = settings
         self.spec = spec
-        self.source_rate = source_rate
-        self.min_batches = min_batches
-        self.window = window
+        self.source_rate = settings.source_rate
+        self.min_batches = settings.min_batches
+        self.window = settings.window
         self._samples: list[BatchSample] = []
         self.last: DS2Decision | None = None
 

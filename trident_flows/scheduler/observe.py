@@ -359,17 +359,63 @@ class OperatorModel:
             return self._fit(samples, current_epoch)
 
     def _fit(self, samples: Sequence[BatchSample], current_epoch: int | None) -> FitReport:
+        """Screen the samples, fit the memory model, drop stale epochs and transient spikes, bin the rest into
+        windows, fit the throughput GP on them (less held-out windows and residual outliers), and report."""
         t0 = time.perf_counter()
-        filtered: list[Filtered] = []
-        ok: list[int] = []
-        mem_ok: list[int] = []
-        ooms: set[OpConfig] = set()
-        cfg_code: dict[OpConfig, int] = {}
+        filtered, ok, mem_ok, ooms = self._screen(samples)
+        epoch = max((samples[i].config_epoch for i in ok), default=0) if current_epoch is None else current_epoch
+
+        self._mem = self._fit_memory(samples, mem_ok)
+        ok, age = self._invalidate(samples, ok, epoch, filtered)
+        common = dict(operator=self.operator, n_samples=len(samples), memory_samples=len(mem_ok), current_epoch=epoch,
+                      ooms=tuple(sorted(ooms, key=OpConfig.label)))
+        if not ok:
+            return self._no_model(common, filtered, "no usable ok samples in the window", t0)
+
+        feature_names = tuple(sorted({f for i in ok for f in samples[i].features}))
+        latest_end = max(samples[i].end for i in ok)
+        ok, groups = self._drop_spikes(samples, ok, filtered)
+        windows, bin_size = self._windows(samples, ok, groups, feature_names, filtered)
+        if len(windows) < 2:
+            return self._no_model(common, filtered, f"{len(ok)} usable sample(s) make {len(windows)} window(s); need >= 2", t0)
+
+        windows.sort(key=lambda w: w.end)
+        hold = len(windows) >= 2 * self.holdout_every
+        held = [w for k, w in enumerate(windows) if hold and k % self.holdout_every == 2]
+        train = [w for k, w in enumerate(windows) if not (hold and k % self.holdout_every == 2)]
+        train, dropped = self._subsample(train)
+        encoder = _Encoder.build([w.config for w in windows], feature_names)
+        fit, train = self._fit_throughput(encoder, train, [age[(w.config, w.epoch)] for w in train], feature_names, filtered)
+        self._tp = fit
+        self._kernel = fit.gp.kernel_
+
+        held_out = self._held_out(held, feature_names)
+        mape = float(np.mean([h.ape for h in held_out])) if held_out else None
+        recent = windows[-self.current_windows:]
+        tot = sum(w.items for w in recent)
+        current = {f: sum(w.features[f] * w.items for w in recent) / tot for f in feature_names}
+        report = FitReport(status="fitted", reason=f"{len(train)} training windows of {bin_size} batches", fitted_on=tuple(sorted(i for w in train for i in w.indices)),
+                           filtered=tuple(filtered), filtered_counts=count_reasons(filtered), downweighted=sum(len(w.indices) for w in train if age[(w.config, w.epoch)] > 0),
+                           windows=len(train), bin_size=bin_size, subsampled=tuple(sorted(i for w in dropped for i in w.indices)), held_out=held_out, mape=mape, current_features=current,
+                           kernel=str(fit.gp.kernel_), fit_ms=(time.perf_counter() - t0) * 1e3, **common)
+        self.report = report
+        if self._span is not None and float(latest_end) - self._span.end > self.calibration_max_age_s:
+            self._span = None
+        self._derive_calibration()
+        return report
+
+    def _screen(self, samples: Sequence[BatchSample]) -> tuple[list[Filtered], list[int], list[int], set[OpConfig]]:
+        """Sort the window's samples: (filtered with their reason, OK ones, OK ones with a memory peak, configs
+        that ran out of memory). A sample that is not this operator's ``BatchSample`` raises."""
         for i, s in enumerate(samples):
             if not isinstance(s, BatchSample):
                 raise TypeError(f"samples[{i}] is a {type(s).__name__}, expected BatchSample")
             if s.operator != self.operator:
                 raise ValueError(f"samples[{i}] belongs to operator {s.operator!r}, this model is for {self.operator!r}")
+        filtered: list[Filtered] = []
+        ok: list[int] = []
+        mem_ok: list[int] = []
+        ooms: set[OpConfig] = set()
         valid = _quick_valid(samples)
         for i, s in enumerate(samples):
             problem = None if valid[i] else validate_sample(s)
@@ -383,40 +429,29 @@ class OperatorModel:
                 ok.append(i)
                 if (s.peak_host_mem_bytes if s.config.device == CPU else s.peak_device_mem_bytes) > 0:
                     mem_ok.append(i)
-        epoch = max((samples[i].config_epoch for i in ok), default=0) if current_epoch is None else current_epoch
+        return filtered, ok, mem_ok, ooms
 
-        self._mem = self._fit_memory(samples, mem_ok)
-        ok, age = self._invalidate(samples, ok, epoch, filtered)
-        common = dict(operator=self.operator, n_samples=len(samples), memory_samples=len(mem_ok), current_epoch=epoch,
-                      ooms=tuple(sorted(ooms, key=OpConfig.label)))
-        if not ok:
-            return self._no_model(common, filtered, "no usable ok samples in the window", t0)
-
-        feature_names = tuple(sorted({f for i in ok for f in samples[i].features}))
+    def _drop_spikes(self, samples: Sequence[BatchSample], ok: list[int], filtered: list[Filtered]) -> tuple[list[int], np.ndarray]:
+        """Drop transient outliers of busy time per item within each (config, epoch) group (``robust_filter``).
+        Returns the kept indices and their group codes."""
+        cfg_code: dict[OpConfig, int] = {}
         items = np.array([samples[i].items_in for i in ok], dtype=float)
         busy = np.array([samples[i].busy_s for i in ok], dtype=float)
         end = np.array([samples[i].end for i in ok], dtype=float)
         groups = group_codes([(cfg_code.setdefault(samples[i].config, len(cfg_code)), samples[i].config_epoch) for i in ok])
-
         spikes = robust_filter(np.log(busy / items), groups, end, k=self.spike_k)
         for j in np.flatnonzero(spikes):
             filtered.append(Filtered(ok[j], Reason.SPIKE, f"busy_s={busy[j]:.4g} for {int(items[j])} items is a transient outlier"))
         keep = np.flatnonzero(~spikes)
-        ok = [ok[j] for j in keep]
-        groups = groups[keep]
-        windows, bin_size = self._windows(samples, ok, groups, feature_names, filtered)
-        if len(windows) < 2:
-            return self._no_model(common, filtered, f"{len(ok)} usable sample(s) make {len(windows)} window(s); need >= 2", t0)
+        return [ok[j] for j in keep], groups[keep]
 
-        windows.sort(key=lambda w: w.end)
-        held = [w for k, w in enumerate(windows) if len(windows) >= 2 * self.holdout_every and k % self.holdout_every == 2]
-        train = [w for k, w in enumerate(windows) if not (len(windows) >= 2 * self.holdout_every and k % self.holdout_every == 2)]
-        train, dropped = self._subsample(train)
-        encoder = _Encoder.build([w.config for w in windows], feature_names)
+    def _fit_throughput(self, encoder: _Encoder, train: list[Window], ages: Sequence[float], feature_names: tuple[str, ...],
+                        filtered: list[Filtered]) -> tuple[_ThroughputFit, list[Window]]:
+        """The GP of log per-replica rate on the training windows; windows that are leave-one-out outliers against
+        it are filtered and the GP refitted without them (kernel kept). Returns the fit and the windows it used."""
         X = encoder.encode([w.config for w in train], np.array([w.replicas for w in train], float), _feature_matrix(train, feature_names))
         y = np.log([w.per_replica_rate for w in train])
-        ages = np.array([age[(w.config, w.epoch)] for w in train], dtype=float)
-
+        ages = np.array(ages, dtype=float)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -428,26 +463,14 @@ class OperatorModel:
                 keep = ~outliers
                 train = [w for w, k in zip(train, keep) if k]
                 fit = self._fit_gp(encoder, X[keep], y[keep], ages[keep], fit.gp.kernel_, optimise=False)
-        self._tp = fit
-        self._kernel = fit.gp.kernel_
+        return fit, train
 
-        held_out = ()
-        if held:
-            mean, std = self._predict_log([w.config for w in held], np.array([w.replicas for w in held], float), _feature_matrix(held, feature_names))
-            held_out = tuple(HeldOut(w, *_lognormal(m, s, w.replicas)) for w, m, s in zip(held, mean, std))
-        mape = float(np.mean([h.ape for h in held_out])) if held_out else None
-        recent = windows[-self.current_windows:]
-        tot = sum(w.items for w in recent)
-        current = {f: sum(w.features[f] * w.items for w in recent) / tot for f in feature_names}
-        report = FitReport(status="fitted", reason=f"{len(train)} training windows of {bin_size} batches", fitted_on=tuple(sorted(i for w in train for i in w.indices)),
-                           filtered=tuple(filtered), filtered_counts=count_reasons(filtered), downweighted=sum(len(w.indices) for w in train if age[(w.config, w.epoch)] > 0),
-                           windows=len(train), bin_size=bin_size, subsampled=tuple(sorted(i for w in dropped for i in w.indices)), held_out=held_out, mape=mape, current_features=current,
-                           kernel=str(fit.gp.kernel_), fit_ms=(time.perf_counter() - t0) * 1e3, **common)
-        self.report = report
-        if self._span is not None and float(end.max()) - self._span.end > self.calibration_max_age_s:
-            self._span = None
-        self._derive_calibration()
-        return report
+    def _held_out(self, held: list[Window], feature_names: tuple[str, ...]) -> tuple[HeldOut, ...]:
+        """The fitted model's predictions for the held-out windows, against what they measured."""
+        if not held:
+            return ()
+        mean, std = self._predict_log([w.config for w in held], np.array([w.replicas for w in held], float), _feature_matrix(held, feature_names))
+        return tuple(HeldOut(w, *_lognormal(m, s, w.replicas)) for w, m, s in zip(held, mean, std))
 
     def _no_model(self, common: dict, filtered: list[Filtered], reason: str, t0: float) -> FitReport:
         self._tp = None

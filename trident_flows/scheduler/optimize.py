@@ -427,7 +427,36 @@ class ConfigOptimizer:
         if len(closed) == len(self.space.devices):
             raise self._no_safe_error(closed)
         measured = {o.config for o in self._observations}
-        for device in self.space.devices:  # every open device is entered at its seed first
+        seed = self._seed_proposal(closed, measured)
+        if seed is not None:
+            return seed
+        open_idx = np.array([i for i, c in enumerate(self._candidates)
+                             if c.device not in closed and c not in measured and not blocked(c, self._regions)], dtype=int)
+        # 1. The safe set: near a measured safe config and with a memory upper bound under the limit.
+        eligible = self._safe_set(open_idx)
+        if not eligible:
+            self.status = "stopped: no unmeasured candidate is both near a safe config and under the memory limit"
+            return None
+        # 2. Safe expansion first: grow the batch of every device until throughput stops growing or
+        #    the memory frontier is reached.
+        explore = self._exploration_step(eligible)
+        # 3. Then the target: the largest constrained expected improvement (EI x P(memory under the
+        #    limit)) anywhere, reachable yet or not; proposed when safe, else the safe step closest to it.
+        eic = self._constrained_ei(open_idx)
+        gain = dict(zip(open_idx.tolist(), eic.tolist()))
+        t = int(np.argmax(eic))
+        if explore is not None:
+            pick, toward = explore
+        elif eic[t] >= self.min_expected_gain:
+            pick, toward = self._step_toward(int(open_idx[t]), eic[t], eligible, gain)
+        else:
+            self.status = f"converged: largest expected gain {eic[t]:.2g} (log objective) < min_expected_gain {self.min_expected_gain}"
+            return None
+        return self._proposal(pick, toward, eligible, gain)
+
+    def _seed_proposal(self, closed: Mapping[str, str], measured: set[OpConfig]) -> Proposal | None:
+        """Every open device is entered at its seed (its smallest config) first: that seed, or None once all were."""
+        for device in self.space.devices:
             seed = self._encoder.seed(device)
             if device not in closed and not self._safe_points(device) and seed not in measured:
                 upper = float(self._memory[device].upper([seed], self._worst_for([seed]), self.k)[0]) if len(self._memory[device]) else math.inf
@@ -435,9 +464,11 @@ class ConfigOptimizer:
                 self.status = f"proposed {seed.label()}"
                 return Proposal(seed, predicted[0] if predicted else math.nan, upper, self.limits[device], "seed",
                                 f"seed: nothing measured safe on {device} yet, starting from its smallest config")
-        open_idx = np.array([i for i, c in enumerate(self._candidates)
-                             if c.device not in closed and c not in measured and not blocked(c, self._regions)], dtype=int)
-        # 1. The safe set: near a measured safe config and with a memory upper bound under the limit.
+        return None
+
+    def _safe_set(self, open_idx: np.ndarray) -> dict[int, float]:
+        """The open candidates near a measured safe config (within ``growth``, or ``headroom_growth`` where the
+        working set could double and still fit) whose memory upper bound is under the limit, with that bound."""
         eligible: dict[int, float] = {}
         for device in self.space.devices:
             safe = self._safe_points(device)
@@ -453,14 +484,10 @@ class ConfigOptimizer:
                 surprised = any(o.oom and o.config.device == device for o in self._observations)
                 eligible.update((i, float(u)) for i, u, c in zip(idx, upper, configs)
                                 if u <= (self.limits[device] if i in near and not self._needs_room(c, safe, surprised) else roomy))
-        if not eligible:
-            self.status = "stopped: no unmeasured candidate is both near a safe config and under the memory limit"
-            return None
-        # 2. Safe expansion first: grow the batch of every device until throughput stops growing or
-        #    the memory frontier is reached.
-        explore = self._exploration_step(eligible)
-        # 3. Then the target: the largest constrained expected improvement (EI x P(memory under the
-        #    limit)) anywhere, reachable yet or not; proposed when safe, else the safe step closest to it.
+        return eligible
+
+    def _constrained_ei(self, open_idx: np.ndarray) -> np.ndarray:
+        """Per open candidate: expected improvement of the log objective x P(memory under the device's limit)."""
         model = self._model()
         y_best = min(-math.log(max(objective(o.config, o.throughput, self.gpu_weight), 1e-12))
                      for o in self._observations if self._is_safe(o))
@@ -470,29 +497,28 @@ class ConfigOptimizer:
             if on.any():
                 configs = [self._candidates[i] for i in open_idx[on]]
                 eic[on] *= self._memory[device].p_feasible(configs, self._worst_for(configs), self.limits[device])
-        gain = dict(zip(open_idx.tolist(), eic.tolist()))
-        t = int(np.argmax(eic))
-        target = int(open_idx[t])
-        if explore is not None:
-            pick, toward = explore
-        elif eic[t] >= self.min_expected_gain:
-            pick, toward = target, ""
-            if target not in eligible:
-                # a safe step toward the target, if one gets closer to it than every safe measurement
-                # (else stepping "toward" it only re-measures the region it is already known to be beyond)
-                device = self._candidates[target].device
-                reached = min((self._gap(s, target) for s in self._safe_points(device)), default=math.inf)
-                closer = [i for i in eligible if self._candidates[i].device == device and self._distance(i, target) < reached - 1e-9]
-                best_safe = max(eligible, key=gain.__getitem__)
-                if not closer and gain[best_safe] >= self.min_expected_gain:
-                    pick = best_safe
-                else:  # no safe candidate worth it on its own: refine the memory model next to the target
-                    same = closer or [i for i in eligible if self._candidates[i].device == device] or list(eligible)
-                    pick = min(same, key=lambda i: (round(self._distance(i, target), 9), -gain[i]))
-                    toward = f" toward {self._candidates[target].label()} (expected gain {eic[t]:.3g}, not yet known safe)"
-        else:
-            self.status = f"converged: largest expected gain {eic[t]:.2g} (log objective) < min_expected_gain {self.min_expected_gain}"
-            return None
+        return eic
+
+    def _step_toward(self, target: int, target_gain: float, eligible: Mapping[int, float], gain: Mapping[int, float]) -> tuple[int, str]:
+        """The candidate to propose for ``target`` and the note saying so: the target itself when it is safe; else the
+        best safe candidate when none gets closer to the target and it is worth it on its own; else the safe step
+        closest to the target (refining the memory model next to it)."""
+        if target in eligible:
+            return target, ""
+        # a safe step toward the target, if one gets closer to it than every safe measurement
+        # (else stepping "toward" it only re-measures the region it is already known to be beyond)
+        device = self._candidates[target].device
+        reached = min((self._gap(s, target) for s in self._safe_points(device)), default=math.inf)
+        closer = [i for i in eligible if self._candidates[i].device == device and self._distance(i, target) < reached - 1e-9]
+        best_safe = max(eligible, key=gain.__getitem__)
+        if not closer and gain[best_safe] >= self.min_expected_gain:
+            return best_safe, ""
+        same = closer or [i for i in eligible if self._candidates[i].device == device] or list(eligible)
+        pick = min(same, key=lambda i: (round(self._distance(i, target), 9), -gain[i]))
+        return pick, f" toward {self._candidates[target].label()} (expected gain {target_gain:.3g}, not yet known safe)"
+
+    def _proposal(self, pick: int, toward: str, eligible: Mapping[int, float], gain: Mapping[int, float]) -> Proposal:
+        """Candidate ``pick`` as a proposal: "expand" when its batch exceeds every safe one of its knobs, else "exploit"."""
         chosen = self._candidates[pick]
         largest = max((s.batch_size for s in self._safe_points(chosen.device) if s.knobs == chosen.knobs), default=0)
         kind = "expand" if chosen.batch_size > largest else "exploit"

@@ -10,17 +10,20 @@ Contract:
   (time, policy, plan or None, reason), the record the control loop logs; a policy that keeps
   a ``last_record`` (e.g. Trident's ``TickRecord``) has it added as ``detail``.
 - ``make_policy(name, **options)`` builds a registered policy; ``POLICIES`` maps a name to
-  ``"module:factory"``, imported lazily. Factories are called with keyword options (the
-  control loop passes ``spec=`` the PipelineSpec and ``cluster=`` a ClusterSpec). An unknown
-  name is refused listing the available ones; an option the factory does not take (a keyword
-  parameter of its signature; a factory taking ``**options`` takes any) is refused naming the
-  closest known option and all of them (``check_options``), so a misspelt option is never
-  silently ignored.
+  ``"module:factory"``, imported lazily. The caller supplies ``spec=`` (the PipelineSpec) and
+  ``cluster=`` (a ClusterSpec); every other option is a field of the policy's settings:
+  each registered policy declares ``settings_type``, a frozen, validated dataclass
+  (``TridentSettings``, ``DS2Settings``, ``ThresholdSettings``, ``StaticSettings``), built by
+  ``policy_settings(name, options)`` and passed as the factory's ``settings``. An unknown name is
+  refused listing the available ones; an unknown option is refused naming the closest known one
+  and all of them, a bad value naming the field, the value and what to change, so a misspelt
+  option is never silently ignored. A factory without ``settings_type`` (a test's policy) is
+  called with the options as keywords, checked against its signature (``check_options``; one
+  taking ``**options`` takes any).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import time
@@ -29,6 +32,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, Plan
+from trident_flows.scheduler.settings import settings_from_options, unknown_options
 
 POLICIES: dict[str, str] = {
     "static": "trident_flows.scheduler.policies:StaticPolicy",
@@ -62,13 +66,19 @@ class PolicyDecision:
         return data
 
 
+@dataclass(frozen=True)
+class StaticSettings:
+    """The static policy has no options."""
+
+
 class StaticPolicy:
     """Keep the pipeline's initial configuration: never changes anything."""
 
     name = "static"
+    settings_type = StaticSettings
 
-    def __init__(self, spec: Any | None = None, cluster: Any | None = None) -> None:
-        pass
+    def __init__(self, spec: Any | None = None, cluster: Any | None = None, settings: StaticSettings | None = None) -> None:
+        self.settings = settings if settings is not None else StaticSettings()
 
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         return None
@@ -96,27 +106,32 @@ def policy_factory(name: str) -> Callable[..., Policy]:
 def make_policy(name: str, **options: Any) -> Policy:
     """Build the policy registered as ``name`` (see the module docstring)."""
     factory = policy_factory(name)
-    check_options(name, factory, options)
-    return factory(**options)
+    if getattr(factory, "settings_type", None) is None:
+        check_options(name, factory, options)
+        return factory(**options)
+    supplied = {key: options.pop(key) for key in _SUPPLIED if key in options}
+    return factory(**supplied, settings=policy_settings(name, options))
 
 
-# What the caller supplies to every factory rather than the user: not listed as the policy's options.
+# What the caller supplies to every factory rather than the user: not among the policy's options.
 _SUPPLIED = ("spec", "cluster")
 
 
+def policy_settings(name: str, options: Mapping[str, Any]) -> Any:
+    """The validated settings (its ``settings_type``) of the policy registered as ``name``, from ``options``."""
+    factory = policy_factory(name)
+    settings_type = getattr(factory, "settings_type", None)
+    if settings_type is None:
+        raise ValueError(f"{name}: the policy declares no settings_type; its options are its factory's keyword parameters")
+    return settings_from_options(name, settings_type, options)
+
+
 def check_options(policy: str, factory: Callable[..., Any], options: Mapping[str, Any]) -> None:
-    """Refuse options that ``factory`` does not take, naming the closest known one and all of them."""
+    """Refuse options that ``factory`` does not take as keywords, naming the closest known one and all of them."""
     params = inspect.signature(factory).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     keywords = {n for n, p in params.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
     unknown = [n for n in options if n not in keywords]
-    if not unknown:
-        return
-    known = sorted(keywords - set(_SUPPLIED))
-    named = []
-    for n in unknown:
-        close = difflib.get_close_matches(n, known, n=1)
-        named.append(f"{n!r} (did you mean {close[0]!r}?)" if close else repr(n))
-    raise ValueError(f"{policy}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
-                     f"known options: {', '.join(known) or 'none'}")
+    if unknown:
+        raise unknown_options(policy, unknown, keywords - set(_SUPPLIED))

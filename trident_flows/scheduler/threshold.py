@@ -15,7 +15,8 @@ Contract:
   pending"). One step (+-1 replica) per operator per decision, each with its reason.
   (Ray Data itself scales up by ``max(1, ceil(size * (util / up - 1)))``; this baseline takes
   one step at a time.)
-- ``ThresholdPolicy`` returns the decision's ``Plan`` (only the operators that change) or None.
+- ``ThresholdPolicy`` returns the decision's ``Plan`` (only the operators that change) or None;
+  its options are a ``ThresholdSettings``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.scheduler.replicas import free_resources, main_config, replica_limits, scaled_plan
+from trident_flows.scheduler.settings import check_types, refuse, setting
 from trident_flows.core.types import BatchSample, Plan
 
 UPSCALING_THRESHOLD = 1.75    # ray.data.context.DEFAULT_ACTOR_POOL_UTIL_UPSCALING_THRESHOLD (Ray 2.60)
@@ -92,18 +94,31 @@ def threshold_decision(state: RunnerState, *, spec: Any | None = None, up: float
     return ThresholdDecision(utils, reasons, Plan(tuple(ops), 0.0, reason) if ops else None, reason)
 
 
+@dataclass(frozen=True)
+class ThresholdSettings:
+    """The threshold policy's options, validated at construction (see ``scheduler/settings.py``)."""
+
+    up: float = setting(UPSCALING_THRESHOLD, "pool utilisation (batches in flight per serving replica) at or above which a replica is added")
+    down: float = setting(DOWNSCALING_THRESHOLD, "pool utilisation at or below which a replica is removed, in [0, up)")
+
+    def __post_init__(self) -> None:
+        check_types("threshold", self)
+        if not 0 <= self.down < self.up:
+            raise refuse("threshold", "down", self.down, f"need 0 <= down < up (up={self.up!r}): lower down or raise up")
+
+
 class ThresholdPolicy:
     """Ray Data's utilisation-threshold autoscaling behind the ``Policy`` interface."""
 
     name = "threshold"
+    settings_type = ThresholdSettings
 
-    def __init__(self, spec: Any | None = None, cluster: Any | None = None, *, up: float = UPSCALING_THRESHOLD,
-                 down: float = DOWNSCALING_THRESHOLD) -> None:
-        if not 0 <= down < up:
-            raise ValueError(f"threshold: need 0 <= down < up, got down={down} up={up}")
+    def __init__(self, spec: Any | None = None, cluster: Any | None = None, settings: ThresholdSettings | None = None) -> None:
+        settings = settings if settings is not None else ThresholdSettings()
+        self.settings = settings
         self.spec = spec
-        self.up = up
-        self.down = down
+        self.up = settings.up
+        self.down = settings.down
         self.last: ThresholdDecision | None = None
 
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:

@@ -1,8 +1,9 @@
 """The Trident decision logic: one tick = observe -> regime -> optimize -> placement -> transition -> verify.
 
 Contract:
-- ``TridentPolicy(spec, cluster, ...)`` implements the ``Policy`` protocol. ``tick(state, samples)``
-  is a function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since the
+- ``TridentPolicy(spec, cluster, settings)`` (``settings``: a ``TridentSettings``, every option
+  validated; ``make_policy("trident", **options)`` builds it from options) implements the
+  ``Policy`` protocol. ``tick(state, samples)`` is a function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since the
   last tick (plus the policy's own memory of earlier ticks) and returns a frozen ``TickRecord``
   whose ``plan`` is the change to apply (``None``: keep the current configuration); ``decide``
   returns just that plan. It makes no runner call: applying the plan is the caller's step, which
@@ -106,7 +107,7 @@ Contract:
   change was seen while it was measured (the regimes' rates differ up to 8x on the documents
   stream: a rollout made as scanned documents arrived was rolled back against the born-digital
   rate before it). New placements wait until the verification ends.
-- ``max_changes`` (the Prefect sidecar's ``max_reconfigurations_per_tick``) caps the operators
+- ``max_changes`` (also a field of the Prefect ``TridentSettingsBlock``) caps the operators
   one plan changes: growing ones first, then the most saturated, as long as the cluster's
   CPUs/GPUs hold; the limited plan is what is priced (the MILP's full plan may gain more).
   (The sidecar's CPU/GPU budgets arrive already applied to ``cluster``.)
@@ -131,13 +132,14 @@ from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKi
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
-from trident_flows.scheduler.placement.milp import DEFAULT_SOLVER, solve_placement
+from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.placement.transition_cost import plan_transition
+from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
@@ -222,49 +224,55 @@ class TridentPolicy:
 
     name = "trident"
 
-    def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, *, memory_safety_margin: float = 0.1,
-                 k: float = 2.0, min_gain: float = 0.1, benefit_ratio: float = 2.0, verify_ticks: int = 3, apply_grace_ticks: int = 5,
-                 regime_duration_s: float | None = None, canaries: bool = True, canary_policy: canary_protocol.CanaryPolicy | None = None,
-                 canary_timeout_s: float = 30.0, canary_max_batch_s: float = 10.0, canary_min_busy: float = 0.5, tell_every: int = 16,
-                 default_cold_start_s: float = 5.0, window: int = 1200, solver: str = DEFAULT_SOLVER,
-                 time_limit_s: float = 1.0, seed: int = 0, solve: Callable[..., Any] = solve_placement, max_records: int = 2000,
-                 max_changes: int | None = None, refit_min_samples: int = 8, saturation_s: float = 8.0, stale_ratio: float = 1.5,
-                 min_samples: int = 32, min_config_samples: int = 16, confidence_z: float = 1.0, verify_z: float = 2.0,
-                 refit_fraction: float = 0.25, reask_ticks: int = 10, resolve_ticks: int = 10, canary_payback: float = 2.0) -> None:
-        if not 0 <= memory_safety_margin < 1:
-            raise ValueError(f"trident: memory_safety_margin must be in [0, 1), got {memory_safety_margin}")
-        if verify_ticks < 1 or apply_grace_ticks < 1:
-            raise ValueError("trident: verify_ticks and apply_grace_ticks must be >= 1")
-        if min_gain < 0 or (regime_duration_s is not None and regime_duration_s <= 0):
-            raise ValueError("trident: min_gain must be >= 0 and regime_duration_s > 0 (or None)")
+    settings_type = TridentSettings
+
+    def __init__(self, spec: Any | None = None, cluster: ClusterSpec | None = None, settings: TridentSettings | None = None, *,
+                 solve: Callable[..., Any] = solve_placement) -> None:
+        """``settings``: the options (defaults when None); ``solve``: the placement solver (tests swap in a failing one)."""
+        settings = settings if settings is not None else TridentSettings()
+        if not isinstance(settings, TridentSettings):
+            raise TypeError(f"trident: settings must be a TridentSettings, got {type(settings).__name__}; "
+                            "build one with TridentSettings(...) or use make_policy('trident', **options)")
+        self.settings = settings
         self.spec = spec
         self.cluster = cluster
         self._given_cluster = cluster  # memory figures of the live classes (``live_cluster``)
-        self.margin = memory_safety_margin
-        self.k = k
-        self.min_gain = min_gain
-        self.benefit_ratio = benefit_ratio
-        self.verify_ticks = verify_ticks
-        self.regime_duration_s = regime_duration_s
-        self.apply_grace_ticks = apply_grace_ticks
-        self.canaries = canaries
-        self.canary_policy = canary_policy or canary_protocol.CanaryPolicy(max_window_s=30.0)
-        self.canary_timeout_s = canary_timeout_s
-        self.canary_max_batch_s = canary_max_batch_s
-        self.canary_min_busy = canary_min_busy
-        if canary_payback < 0:
-            raise ValueError(f"trident: canary_payback must be >= 0, got {canary_payback}")
-        self.canary_payback = canary_payback
-        self._refused_canaries: set = set()
-        self.tell_every = tell_every
-        self.default_cold_start_s = default_cold_start_s
-        self._cold: dict[tuple[str, str], float] = {}
-        self.window = window
-        self.solver = solver
-        self.time_limit_s = time_limit_s
-        self.seed = seed
         self.solve = solve
-        self.records: deque[TickRecord] = deque(maxlen=max_records)
+        # the settings the decision steps read, under their historical attribute names
+        self.margin = settings.memory_safety_margin
+        self.k = settings.k
+        self.min_gain = settings.min_gain
+        self.benefit_ratio = settings.benefit_ratio
+        self.verify_ticks = settings.verify_ticks
+        self.regime_duration_s = settings.regime_duration_s
+        self.apply_grace_ticks = settings.apply_grace_ticks
+        self.canaries = settings.canaries
+        self.canary_policy = settings.canary_policy
+        self.canary_timeout_s = settings.canary_timeout_s
+        self.canary_max_batch_s = settings.canary_max_batch_s
+        self.canary_min_busy = settings.canary_min_busy
+        self.canary_payback = settings.canary_payback
+        self.tell_every = settings.tell_every
+        self.default_cold_start_s = settings.default_cold_start_s
+        self.window = settings.window
+        self.solver = settings.solver
+        self.time_limit_s = settings.time_limit_s
+        self.seed = settings.seed
+        self.max_changes = settings.max_changes
+        self.refit_min_samples = settings.refit_min_samples
+        self.refit_fraction = settings.refit_fraction
+        self.reask_ticks = settings.reask_ticks
+        self.resolve_ticks = settings.resolve_ticks
+        self.saturation_s = settings.saturation_s
+        self.stale_ratio = settings.stale_ratio
+        self.min_samples = settings.min_samples
+        self.min_config_samples = settings.min_config_samples
+        self.confidence_z = settings.confidence_z
+        self.verify_z = settings.verify_z
+        # what the policy keeps between ticks
+        self._refused_canaries: set = set()
+        self._cold: dict[tuple[str, str], float] = {}
+        self.records: deque[TickRecord] = deque(maxlen=settings.max_records)
         self.last_record: TickRecord | None = None
         self.memory = RegimeMemory()
         self._ops: dict[str, _Operator] = {}
@@ -281,32 +289,6 @@ class TridentPolicy:
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
-        if max_changes is not None and max_changes < 0:
-            raise ValueError(f"trident: max_changes must be >= 0 or None, got {max_changes}")
-        self.max_changes = max_changes
-        if refit_min_samples < 1:
-            raise ValueError(f"trident: refit_min_samples must be >= 1, got {refit_min_samples}")
-        self.refit_min_samples = refit_min_samples
-        if not 0 <= refit_fraction <= 1:
-            raise ValueError(f"trident: refit_fraction must be in [0, 1], got {refit_fraction}")
-        self.refit_fraction = refit_fraction
-        if reask_ticks < 1:
-            raise ValueError(f"trident: reask_ticks must be >= 1, got {reask_ticks}")
-        self.reask_ticks = reask_ticks
-        if resolve_ticks < 1:
-            raise ValueError(f"trident: resolve_ticks must be >= 1, got {resolve_ticks}")
-        self.resolve_ticks = resolve_ticks
-        if saturation_s <= 0 or stale_ratio < 1:
-            raise ValueError(f"trident: saturation_s must be > 0 and stale_ratio >= 1, got {saturation_s}, {stale_ratio}")
-        self.saturation_s = saturation_s
-        self.stale_ratio = stale_ratio
-        if min_samples < 1 or min_config_samples < 1 or confidence_z < 0 or verify_z < 0:
-            raise ValueError(f"trident: min_samples and min_config_samples must be >= 1 and confidence_z, verify_z >= 0, "
-                             f"got {min_samples}, {min_config_samples}, {confidence_z}, {verify_z}")
-        self.min_samples = min_samples
-        self.min_config_samples = min_config_samples
-        self.confidence_z = confidence_z
-        self.verify_z = verify_z
         self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
         self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
 

@@ -312,7 +312,24 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     _validate(demands, cluster, solver)
     cur = _current_counts(demands, cluster, current) if current is not None else None
     original, cluster = cluster, _split_small_classes(cluster)
-    eligible: dict[Key, int] = {}  # key -> upper bound on replicas
+    eligible = _eligible(demands, cluster, original)
+    reductions: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
+    tb = time.perf_counter()
+    prob, x, served = _build(demands, cluster, eligible, cur or {}, reductions)
+    ts = time.perf_counter()
+    build_ms = (ts - tb) * 1e3
+    found = _search(prob, x, served, demands, cluster, eligible, reductions, cur or {}, solver=solver, time_limit_s=time_limit_s,
+                    threads=threads, t0=t0)
+    solve_ms = (time.perf_counter() - ts) * 1e3
+    counts, repair, gap = _packed(found, demands, cluster, eligible, reductions)
+    counts = _merge(_trim(demands, cluster, counts, cur or {}))
+    return _result(demands, original, counts, cur, found.status, gap, solver, repair, build_ms, solve_ms, t0)
+
+
+def _eligible(demands: Sequence[OperatorDemand], cluster: ClusterSpec, original: ClusterSpec) -> dict[Key, int]:
+    """Every (operator, option, class) that may hold replicas, with an upper bound on them (what fits the
+    class's nodes, capped by ``max_replicas``). An operator with none raises ``PlacementError`` (on ``original``)."""
+    eligible: dict[Key, int] = {}
     for d in demands:
         for k, opt in enumerate(d.options):
             for nc in cluster.node_classes:
@@ -324,82 +341,104 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                         eligible[Key(d.name, k, nc.name)] = ub
         if not any(key.operator == d.name for key in eligible):
             raise PlacementError(no_fit_message(d, original))
-    reductions: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
-    build_ms = solve_ms = 0.0
-    tb = time.perf_counter()
-    prob, x, served = _build(demands, cluster, eligible, cur or {}, reductions)
-    ts = time.perf_counter()
-    build_ms += (ts - tb) * 1e3
-    relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions, cur or {})
+    return eligible
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """What the search found: replica counts (they may not pack node by node yet), the solver's status and gap,
+    the best solution seen that does pack (``fallback``), and the bound the gap is measured against
+    (``relaxed_bound``, in units of ``t_scale`` input items/s; 0 when unknown)."""
+
+    counts: dict[Key, int]
+    status: str
+    gap: float
+    fallback: dict[Key, int] | None
+    relaxed_bound: float
+    t_scale: float
+
+
+def _search(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], served: dict[str, Key], demands: Sequence[OperatorDemand],
+            cluster: ClusterSpec, eligible: dict[Key, int], reductions: dict[str, list[float]], cur: dict[Key, int], *,
+            solver: str, time_limit_s: float, threads: int, t0: float) -> _Searched:
+    """A greedy start and the LP bound; the greedy plan when it is within GAP_REL of the bound, else a
+    search among plans near the bound (HiGHS, when time allows), else the full MILP warm-started from the greedy plan."""
+    relaxed_bound, start = _heuristic_start(prob, x, demands, cluster, eligible, reductions, cur)
     t_scale = _throughput_bound(demands, eligible)
     start_counts = {key: n for key, n in start.items() if n > 0}
-    fallback: dict[Key, int] | None = None
     t_start = throughput_of(demands, cluster, start_counts) if start_counts else 0.0
     if relaxed_bound and t_start / t_scale < (1 - GAP_REL) * relaxed_bound:
         upper = _integer_bound(prob, x, served, demands, eligible, t_start, relaxed_bound * t_scale)
         relaxed_bound = min(relaxed_bound, upper / t_scale)
     if relaxed_bound and t_start / t_scale >= (1 - GAP_REL) * relaxed_bound:
-        counts = start_counts  # the heuristic is within GAP_REL of the LP bound: no search needed
-        status, gap = "optimal", max(0.0, 1 - t_start / t_scale / relaxed_bound)
-    else:
-        stop_at = (1 - GAP_REL) * relaxed_bound if relaxed_bound else None
+        # the heuristic is within GAP_REL of the LP bound: no search needed
+        return _Searched(start_counts, "optimal", max(0.0, 1 - t_start / t_scale / relaxed_bound), None, relaxed_bound, t_scale)
+    stop_at = (1 - GAP_REL) * relaxed_bound if relaxed_bound else None
 
-        def as_counts(values: Sequence[float]) -> dict[Key, int]:
-            return {key: n for key, var in x.items() if (n := int(round(values[var.index]))) > 0}
+    def as_counts(values: Sequence[float]) -> dict[Key, int]:
+        return {key: n for key, var in x.items() if (n := int(round(values[var.index]))) > 0}
 
-        def packs(values: Sequence[float]) -> bool:
-            return not pack_cluster(demands, cluster, as_counts(values))
+    def packs(values: Sequence[float]) -> bool:
+        return not pack_cluster(demands, cluster, as_counts(values))
 
-        packed: list[tuple[float, list[float]]] = []  # improving solutions that pack node by node
-        at_bound: dict[Key, int] | None = None
-        if solver == "highs" and stop_at is not None and relaxed_bound and \
-                _TARGET_SHARE * (time_limit_s - (time.perf_counter() - t0)) >= _TARGET_S:
-            # First a search among plans within GAP_REL of the bound only (T >= stop_at cuts off
-            # every branch below it); the greedy start is not one of them.
-            T = prob.variablesDict()["T"]
-            T.lowBound = stop_at * t_scale
-            first = _WarmHiGHS({}, stop_at, packs, _TARGET_S, msg=False, gapRel=GAP_REL, threads=threads if threads > 1 else None,
-                               timeLimit=max(0.05, time_limit_s - (time.perf_counter() - t0)))
-            prob.solve(first)
-            T.lowBound = 0
-            packed = list(first.packed)
-            if packed and max(obj for obj, _ in packed) >= stop_at:
-                at_bound = as_counts(max(packed, key=lambda p: p[0])[1])
-        if at_bound is not None and relaxed_bound:
-            counts, status = at_bound, "optimal"
+    packed: list[tuple[float, list[float]]] = []  # improving solutions that pack node by node
+    if solver == "highs" and stop_at is not None and relaxed_bound and \
+            _TARGET_SHARE * (time_limit_s - (time.perf_counter() - t0)) >= _TARGET_S:
+        # First a search among plans within GAP_REL of the bound only (T >= stop_at cuts off
+        # every branch below it); the greedy start is not one of them.
+        T = prob.variablesDict()["T"]
+        T.lowBound = stop_at * t_scale
+        first = _WarmHiGHS({}, stop_at, packs, _TARGET_S, msg=False, gapRel=GAP_REL, threads=threads if threads > 1 else None,
+                           timeLimit=max(0.05, time_limit_s - (time.perf_counter() - t0)))
+        prob.solve(first)
+        T.lowBound = 0
+        packed = list(first.packed)
+        if packed and max(obj for obj, _ in packed) >= stop_at:
+            counts = as_counts(max(packed, key=lambda p: p[0])[1])
             gap = max(0.0, 1 - throughput_of(demands, cluster, counts) / t_scale / relaxed_bound)
-        else:
-            for key, n in start.items():
-                x[key].setInitialValue(n)
-            remaining = max(0.05, time_limit_s - (time.perf_counter() - t0))
-            cmd = _solver_cmd(solver, remaining, threads, {x[key]: n for key, n in start.items()}, stop_at, packs)
-            prob.solve(cmd)
-            if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-                if prob.status == pulp.LpStatusInfeasible:
-                    raise PlacementError(_diagnose_infeasible(demands, cluster, eligible))
-                raise PlacementError(f"no feasible placement found within time_limit_s={time_limit_s} "
-                                     f"(solver {solver}: {pulp.LpStatus[prob.status]}); raise time_limit_s")
-            counts = {key: int(round(var.value() or 0)) for key, var in x.items()}
-            counts = {key: n for key, n in counts.items() if n > 0}
-            status, gap = _status_gap(prob, solver, relaxed_bound)
-            if isinstance(cmd, _WarmHiGHS):
-                packed += cmd.packed
-            if packed:  # the best solution that fits node by node, the alternative to repairing one that does not
-                fallback = as_counts(max(packed, key=lambda p: p[0])[1])
-    solve_ms += (time.perf_counter() - ts) * 1e3
+            return _Searched(counts, "optimal", gap, None, relaxed_bound, t_scale)
+    for key, n in start.items():
+        x[key].setInitialValue(n)
+    remaining = max(0.05, time_limit_s - (time.perf_counter() - t0))
+    cmd = _solver_cmd(solver, remaining, threads, {x[key]: n for key, n in start.items()}, stop_at, packs)
+    prob.solve(cmd)
+    if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        if prob.status == pulp.LpStatusInfeasible:
+            raise PlacementError(_diagnose_infeasible(demands, cluster, eligible))
+        raise PlacementError(f"no feasible placement found within time_limit_s={time_limit_s} "
+                             f"(solver {solver}: {pulp.LpStatus[prob.status]}); raise time_limit_s")
+    counts = {key: int(round(var.value() or 0)) for key, var in x.items()}
+    counts = {key: n for key, n in counts.items() if n > 0}
+    status, gap = _status_gap(prob, solver, relaxed_bound)
+    if isinstance(cmd, _WarmHiGHS):
+        packed += cmd.packed
+    # the best solution that fits node by node, the alternative to repairing one that does not
+    fallback = as_counts(max(packed, key=lambda p: p[0])[1]) if packed else None
+    return _Searched(counts, status, gap, fallback, relaxed_bound, t_scale)
+
+
+def _packed(found: _Searched, demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int],
+            reductions: dict[str, list[float]]) -> tuple[dict[Key, int], int, float]:
+    """Counts that pack node by node: the search's, repaired (``_repair``), or the best packing solution it saw
+    when repairing fails or yields less. Returns (counts, repairs made, gap widened by what the repair cost)."""
+    gap = found.gap
     replaced = False
     try:
-        counts, repair = _repair(demands, cluster, eligible, reductions, dict(counts))
+        counts, repair = _repair(demands, cluster, eligible, reductions, dict(found.counts))
     except PlacementError:
-        if fallback is None:
+        if found.fallback is None:
             raise
-        counts, repair, replaced = fallback, 0, True
-    if repair and fallback and throughput_of(demands, cluster, fallback) > throughput_of(demands, cluster, counts):
-        counts, repair, replaced = fallback, 0, True
-    if (repair or replaced) and relaxed_bound:
-        gap = max(gap, 1 - throughput_of(demands, cluster, counts) / t_scale / relaxed_bound)
-    counts = _merge(_trim(demands, cluster, counts, cur or {}))
-    cluster = original
+        counts, repair, replaced = found.fallback, 0, True
+    if repair and found.fallback and throughput_of(demands, cluster, found.fallback) > throughput_of(demands, cluster, counts):
+        counts, repair, replaced = found.fallback, 0, True
+    if (repair or replaced) and found.relaxed_bound:
+        gap = max(gap, 1 - throughput_of(demands, cluster, counts) / found.t_scale / found.relaxed_bound)
+    return counts, repair, gap
+
+
+def _result(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[Key, int], cur: dict[Key, int] | None,
+            status: str, gap: float, solver: str, repair: int, build_ms: float, solve_ms: float, t0: float) -> PlacementResult:
+    """The plan of ``counts`` (one replica group per option and class, each with its reason) and the solve's figures."""
     throughput = throughput_of(demands, cluster, counts)
     bottlenecks = tuple(d.name for d in demands if operator_capacity(d, counts) / d.work_per_item <= throughput * (1 + 1e-6))
     ops = []

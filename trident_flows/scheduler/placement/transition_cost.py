@@ -28,6 +28,7 @@ Contract (pure functions; applying a ``Transition`` is the runtime's job):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from trident_flows.core.step_order import order_steps
@@ -72,37 +73,44 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     if run_left_s is not None and not (run_left_s >= 0 and math.isfinite(run_left_s)):
         raise ValueError(f"run_left_s must be None or a finite number >= 0, got {run_left_s!r}")
     demands = list(demands)
-    by_name = {d.name: d for d in demands}
     cur, cur_cfg = placement_counts(demands, cluster, {op: gs for op, gs in current.groups}, "current")
     new, new_cfg = placement_counts(demands, cluster, {o.operator: o.groups for o in plan.operators}, "planned")
+    if all(cur.get(k, 0) == new.get(k, 0) for k in {*cur, *new}):
+        return Transition((), Decision.WAIT, "the plan equals the current placement", 0.0, 0.0, plan)
     t_now = throughput_of(demands, cluster, cur) if all(any(k.operator == d.name for k in cur) for d in demands) else 0.0
     t_new = throughput_of(demands, cluster, new)
-    starts = {k: new.get(k, 0) - cur.get(k, 0) for k in new if new.get(k, 0) > cur.get(k, 0)}
-    retires = {k: cur[k] - new.get(k, 0) for k in cur if cur[k] > new.get(k, 0)}
-    if not starts and not retires:
-        return Transition((), Decision.WAIT, "the plan equals the current placement", 0.0, 0.0, plan)
+    rollout = _rollout(demands, cluster, cur, new, {**cur_cfg, **new_cfg}, plan)
+    return _priced(rollout, demands, plan, t_now, t_new, regime_duration_s, benefit_ratio, run_left_s)
 
+
+@dataclass(frozen=True)
+class _Rollout:
+    """The ordered steps of a change and the phases they run in: (seconds, pipeline throughput during them)."""
+
+    steps: tuple[TransitionStep, ...]
+    phases: tuple[tuple[float, float], ...]
+    interleaved: tuple[str, ...]  # why retires had to be interleaved with starts (resources too tight)
+
+
+def _rollout(demands: list[OperatorDemand], cluster: ClusterSpec, cur: dict[Key, int], new: dict[Key, int],
+             cfg: dict[Key, OpConfig], plan: Plan) -> _Rollout:
+    """The steps from ``cur`` to ``new`` in the runner's order (``order_steps``, bottleneck first),
+    each phase with how long it lasts (its longest cold start or drain) and what the pipeline serves meanwhile."""
+    by_name = {d.name: d for d in demands}
     capacity = {nc.name: class_capacity(nc) for nc in cluster.node_classes}
     order = sorted(demands, key=lambda d: operator_capacity(d, cur) / d.work_per_item)  # bottleneck first
-    cfg = {**cur_cfg, **new_cfg}
     phases_plan = order_steps(cur, new, capacity, lambda k: _usage(demands, cluster, k), [d.name for d in order],
                               headroom=lambda name: operator_capacity(by_name[name], cur) / by_name[name].work_per_item,
                               label=lambda k: cfg[k].label())
-    growing = {k.operator for k in starts}
-
-    def pipeline_t(counts: dict[Key, int]) -> float:
-        """Pipeline throughput with ``counts`` serving (0 while an operator has no replica)."""
-        if any(not any(n > 0 and k.operator == d.name for k, n in counts.items()) for d in demands):
-            return 0.0
-        return throughput_of(demands, cluster, {k: n for k, n in counts.items() if n > 0})
-
+    growing = {k.operator for k in new if new[k] > cur.get(k, 0)}
     active = dict(cur)
     steps: list[TransitionStep] = []
-    phases: list[tuple[float, float]] = []  # (seconds, pipeline throughput during them)
+    phases: list[tuple[float, float]] = []
     interleaved: list[str] = []
     for phase in phases_plan:
         if phase.kind == StepKind.START:
-            phases.append((max(by_name[k.operator].options[k.option].cold_start_s for k, _ in phase.moves), pipeline_t(active)))
+            phases.append((max(by_name[k.operator].options[k.option].cold_start_s for k, _ in phase.moves),
+                           _serving_throughput(demands, cluster, active)))
             for key, n in phase.moves:
                 active[key] = active.get(key, 0) + n
                 head = "current bottleneck first" if key.operator == order[0].name else "start before retiring"
@@ -110,26 +118,42 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
             continue
         for key, n in phase.moves:
             active[key] -= n
-        phases.append((max(by_name[k.operator].options[k.option].drain_s for k, _ in phase.moves), pipeline_t(active)))
+        phases.append((max(by_name[k.operator].options[k.option].drain_s for k, _ in phase.moves), _serving_throughput(demands, cluster, active)))
         if phase.note:
             interleaved.append(phase.note)
         for key, n in phase.moves:
             why = (f"interleaved: {phase.note}" if phase.note else
                    "its replacements are warm" if key.operator in growing else "scale down once the others have started")
             steps.append(TransitionStep(StepKind.RETIRE, key.operator, cfg[key], n, key.node_class, why))
+    return _Rollout(tuple(steps), tuple(phases), tuple(interleaved))
+
+
+def _serving_throughput(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[Key, int]) -> float:
+    """Pipeline throughput with ``counts`` serving (0 while an operator has no replica)."""
+    if any(not any(n > 0 and k.operator == d.name for k, n in counts.items()) for d in demands):
+        return 0.0
+    return throughput_of(demands, cluster, {k: n for k, n in counts.items() if n > 0})
+
+
+def _priced(rollout: _Rollout, demands: Sequence[OperatorDemand], plan: Plan, t_now: float, t_new: float,
+            regime_duration_s: float, benefit_ratio: float, run_left_s: float | None = None) -> Transition:
+    """The items the rollout gains and costs over the regime, and ROLL_OUT or WAIT (see the module docstring)."""
+    by_name = {d.name: d for d in demands}
+    steps = rollout.steps
+
+    def replica_s(kind: StepKind, seconds: str) -> float:
+        return sum(s.count * getattr(by_name[s.operator].options[by_name[s.operator].option_index(s.config)], seconds)
+                   for s in steps if s.kind == kind)
 
     started_total = sum(s.count for s in steps if s.kind == StepKind.START)
-    cap_s = sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].cold_start_s
-                for s in steps if s.kind == StepKind.START)
-    cap_s += sum(s.count * by_name[s.operator].options[by_name[s.operator].option_index(s.config)].drain_s
-                 for s in steps if s.kind == StepKind.RETIRE)
-    if not retires and run_left_s is not None:
+    cap_s = replica_s(StepKind.START, "cold_start_s") + replica_s(StepKind.RETIRE, "drain_s")
+    if run_left_s is not None and not any(s.kind == StepKind.RETIRE for s in steps):
         # only replicas started on free resources: nothing running stops, and the added capacity serves
         # until a later plan retires it, so it is priced over the run's time left, not the regime's
         regime_duration_s = max(regime_duration_s, run_left_s)
     left = regime_duration_s
     items_roll = 0.0
-    for seconds, t in phases:
+    for seconds, t in rollout.phases:
         dt = min(seconds, left)
         items_roll += t * dt
         left -= dt
@@ -137,16 +161,16 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     items_wait = t_now * regime_duration_s
     gain_items = (t_new - t_now) * regime_duration_s
     cost_items = max(0.0, gain_items - (items_roll - items_wait))
-    rollout_s = sum(s for s, _ in phases)
+    rollout_s = sum(s for s, _ in rollout.phases)
     detail = (f"T {t_now:.4g} -> {t_new:.4g} input items/s over a {regime_duration_s:.0f} s regime: gain {gain_items:.0f} items, "
               f"cost {cost_items:.0f} items ({started_total} replicas starting, {cap_s:.0f} replica-s of cold start and drain, "
               f"rollout {rollout_s:.0f} s)")
-    if interleaved:
-        detail += "; resources too tight to start everything before retiring, interleaved: " + "; ".join(interleaved)
+    if rollout.interleaved:
+        detail += "; resources too tight to start everything before retiring, interleaved: " + "; ".join(rollout.interleaved)
     if t_new > t_now and gain_items > benefit_ratio * cost_items and items_roll > items_wait:
-        return Transition(tuple(steps), Decision.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
+        return Transition(steps, Decision.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
     why = "no throughput gain" if t_new <= t_now else "the gain does not pay for the switch"
-    return Transition(tuple(steps), Decision.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
+    return Transition(steps, Decision.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
 
 
 def step_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement,
