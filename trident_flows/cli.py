@@ -240,10 +240,12 @@ def bench(
     name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png."),
-    systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video: run only these systems, comma-separated "
+    systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite: run only these systems, comma-separated "
                                           "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
                                           "(default 2; 1 with --quick)."),
+    workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
+                                            "(e.g. 'cpu-only,docs-baseline')."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
     from trident_flows.bench.report import write_report
@@ -251,7 +253,7 @@ def bench(
     with user_errors():
         _check_choice("benchmark", name, list(BENCHMARKS))
         module = importlib.import_module(BENCHMARKS[name])
-        options = _bench_options(name, module, systems, repeats)
+        options = _bench_options(name, module, systems, repeats, workloads)
     result = module.run(quick=quick, **options)
     json_path, png_path = write_report(result, out, quick=quick)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
@@ -265,9 +267,17 @@ def bench(
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
 
 
-def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None) -> dict[str, Any]:
-    """``--systems`` / ``--repeats`` as keyword arguments of the benchmark's ``run``, refused where it has none."""
+def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None, workloads: str | None = None) -> dict[str, Any]:
+    """``--systems`` / ``--repeats`` / ``--workloads`` as keyword arguments of the benchmark's ``run``, refused where it has none."""
     options: dict[str, Any] = {}
+    if workloads is not None:
+        known = getattr(module, "WORKLOADS", None)
+        if known is None or "workloads" not in inspect.signature(module.run).parameters:
+            raise RuntimeConfigError(f"benchmark {name!r} has no --workloads option; drop it")
+        chosen = [w.strip() for w in workloads.split(",") if w.strip()]
+        for w in chosen:
+            _check_choice("workload", w, list(known))
+        options["workloads"] = tuple(chosen)
     if systems is not None:
         known = getattr(module, "SYSTEMS", None)
         if known is None or "systems" not in inspect.signature(module.run).parameters:

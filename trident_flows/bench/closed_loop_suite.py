@@ -66,6 +66,7 @@ from trident_flows.core.types import ClusterSpec
 CPUS, GPUS = closed_loop.CPUS, closed_loop.GPUS
 DEVICE_MEMORY = closed_loop.DEVICE_MEMORY
 SYSTEMS = (STATIC_DEFAULT, "static-first-n", STATIC_HINDSIGHT, "trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling")
+SPIKE_SYSTEMS = SYSTEMS
 QUICK_SPIKE_SYSTEMS = (STATIC_DEFAULT, "trident")
 # Production seconds per block, and the time scale they run at. A full run keeps blocks of a minute
 # (longer than the 20 s embed cold start they must amortise); the scale keeps the fastest regime
@@ -205,12 +206,18 @@ def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], headroom_r
     }
 
 
-def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: int | None = None, log: Any = print) -> BenchResult:
+def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: int | None = None, systems: Sequence[str] = SYSTEMS,
+        spike_systems: Sequence[str] | None = None, log: Any = print) -> BenchResult:
     """The benchmark (see the module docstring); ``quick``: blocks of ``QUICK_BLOCK_S`` s, the baseline workloads'
-    quick streams, one repeat, the spike variant for static-default and trident only."""
+    quick streams, one repeat, the spike variant for static-default and trident only. ``systems`` /
+    ``spike_systems`` run a subset (the others' figures are then None)."""
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        raise ValueError(f"unknown suite system(s) {unknown}; choose from {list(SYSTEMS)}")
     chosen = suite_workloads(quick, workloads)
     repeats = repeats if repeats is not None else (1 if quick else 2)
-    spike_systems = QUICK_SPIKE_SYSTEMS if quick else SYSTEMS
+    if spike_systems is None:
+        spike_systems = [s for s in (QUICK_SPIKE_SYSTEMS if quick else SYSTEMS) if s in systems]
     started = not ray.is_initialized()
     if started:  # GPUs exist for every workload; cpu-only's configurations and policies are given none
         _start_ray()
@@ -230,7 +237,7 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
             bound = headroom.headroom(suite.headroom_workload(profile))
             log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; headroom {bound.ratio:.3f}; "
                 + "; ".join(f"{n} {c.label()}" for n, c in baselines.configs.items()))
-            main = run_systems(profile, suite, main_stream, baselines, SYSTEMS, repeats, work, log)
+            main = run_systems(profile, suite, main_stream, baselines, tuple(systems), repeats, work, log)
             spikes = run_systems(profile, suite, spike_stream, baselines, spike_systems, 1, work, log)
             results[suite.name] = {"suite": suite, "main": main, "spikes": spikes, "headroom": bound, "baselines": baselines,
                                    "reach": float(np.prod([op.selectivity for op in profile.operators[:-1]])),
@@ -241,7 +248,8 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
             ray.shutdown()
     summary = {name: r["summary"] for name, r in results.items()}
     raw = {name: _raw(r) for name, r in results.items()}
-    raw["_run"] = {"repeats": repeats, "systems": list(SYSTEMS), "spike_systems": list(spike_systems), "quick": quick,
+    raw["_run"] = {"repeats": repeats, "systems": list(systems), "spike_systems": list(spike_systems), "quick": quick,
+                   "workloads": [w.name for w in chosen],
                    "bench_seconds": time.perf_counter() - t_start, "cpus": CPUS, "device_memory_bytes": DEVICE_MEMORY,
                    "definitions": DEFINITIONS, "targets": TARGETS, "ray": ray.__version__}
     return BenchResult("closed-loop-suite", summary, raw=raw, figure=figure(results), notes=_notes(results, quick, repeats))
