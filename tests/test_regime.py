@@ -144,33 +144,3 @@ def test_a_residual_shift_that_the_operators_own_concurrency_explains_is_load_no
     det = RegimeDetector("ocr", ("pages",))
     changes = _run(det, _stream(rng, [(3.0, 600)]), residuals)
     assert [c.kind for c in changes] == [ChangeKind.RESIDUAL] and det.load_shifts == 0
-
-
-class _LevelPerCount:
-    """A model whose residuals sit at a different level for each replica count (fitted at one, extrapolated at another)."""
-
-    ready = True
-
-    def __init__(self, rng, levels):
-        self.rng, self.levels, self.report = rng, levels, object()
-
-    def snapshot(self):
-        return self
-
-    def log_residuals(self, samples, replicas):
-        return [self.levels[r] + float(self.rng.normal(0.0, 0.05)) for r in replicas]
-
-
-def test_a_placement_that_only_changes_the_replica_count_re_baselines_the_residual_test():
-    rng = np.random.default_rng(5)
-    samples = _stream(rng, [(3.0, 600)])
-    det = RegimeDetector("ocr", ("pages",))
-    model = _LevelPerCount(rng, {8: 0.0, 4: 0.5})
-    changes = [c for k in range(0, 600, 20) for c in det.observe_many(samples[k:k + 20], model, 8 if k < 300 else 4) if c is not None]
-    assert changes == []
-    # the same level shift with the replica count unchanged is reported
-    det, model, changes = RegimeDetector("ocr", ("pages",)), _LevelPerCount(rng, {8: 0.0}), []
-    for k in range(0, 600, 20):
-        model.levels[8] = 0.0 if k < 300 else 0.5
-        changes += [c for c in det.observe_many(samples[k:k + 20], model, 8) if c is not None]
-    assert [c.kind for c in changes] == [ChangeKind.RESIDUAL]

@@ -50,10 +50,7 @@ Contract:
   ``OperatorModel`` and takes a newer fit only when the CUSUM is calm (or not yet
   calibrated), re-basing on the residuals of up to ``rebase_samples`` recent samples (since
   the last change) under it; so a refit every tick never looks like a shift. A sample with a higher ``config_epoch`` than
-  seen before (a configuration change) re-baselines the residual test by itself, and so does a change
-  of the ``replicas`` given (a placement that only adds or retires replicas keeps the config epoch,
-  but residual levels under a model fitted at one count do not carry over to another: in a live
-  ds2 run, safety shrunk from 8 to 4 replicas raised a +93% residual alarm).
+  seen before (a configuration change) re-baselines the residual test by itself.
 - On a CUSUM alarm the samples since the estimated change point decide the kind: their
   mean features in another regime -> ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL``
   (same workload, different behaviour: ``old == new``; the caller should drop samples
@@ -152,7 +149,6 @@ class RegimeDetector:
         self._switched_at = -10**9
         self._since = 0                      # sample number of the last change / config change
         self._epoch: int | None = None
-        self._replicas: int | None = None    # the replica count given to the last ``observe_many``
         self._residual_model: OperatorModel | None = None
         self._residual_report = None
         self._recent: deque = deque(maxlen=rebase_samples)  # (sample number, sample, replicas)
@@ -290,10 +286,6 @@ class RegimeDetector:
         controller's largest cost (video: ~1 ms a sample, 100+ samples a tick). A newer fit is taken at
         most once per call (at the first sample where the swap is allowed), so re-basing is not retried
         on every sample while too few residuals exist."""
-        if self._replicas is not None and replicas != self._replicas:
-            self.reset_baseline()                # residual levels move with the replica count (module docstring)
-            self._since = self.n
-        self._replicas = replicas
         out: list[RegimeChange | None] = []
         tried_rebase = False
         snapshot, residuals = None, {}
