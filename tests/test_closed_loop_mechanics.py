@@ -18,6 +18,7 @@ from trident_flows.control.launch import start_runner
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.runtime.transition import rolling_steps
+from trident_flows.scheduler.occupancy import SaturatedSpan, serving_configs
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
@@ -228,8 +229,8 @@ def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_i
 
 
 def test_a_model_turning_stale_re_arms_the_evidence_gate():
-    # a's model turns stale (saturated, measured at half its prediction) with no feature change seen:
-    # the workload moved, so no plan until every operator has measured it
+    # a's model turns stale (saturated, measured at half its prediction: a calibrated model) with no
+    # feature change seen: the workload moved, so no plan until every operator has measured it
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
     for _ in range(20):  # settle: the first move made, verified (over as many ticks as its baseline), then nothing left to gain
@@ -237,7 +238,10 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
         if record.plan is not None:
             runner.apply(record.plan)
     assert policy._gate_passed() and policy._pending is None, record.reason
-    policy._stale_scale = lambda state, op_state, notes: 0.5 if op_state.name == "a" else 1.0
+    a, configs = policy._ops["a"], serving_configs(runner.state().operator("a"))
+    predicted = sum(a.model.throughput(c, n).mean for c, n in configs)
+    end = max(s.end for _, s in a.window)
+    a.model.calibrate(SaturatedSpan("a", end - 8.0, end, configs, int(4 * predicted), predicted / 2, False))
     since = {"a": 0, "b": 0}
     for _ in range(12):
         new = runner.advance(2.0)

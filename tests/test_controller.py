@@ -362,42 +362,44 @@ def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
     assert start.reconfigurations == 0 and len(runner.applied) >= 3
 
 
-class _FixedModel:
-    """A model that predicts ``per_replica`` items/s for each replica, whatever the workload."""
-
-    def __init__(self, per_replica: float) -> None:
-        self.per_replica = per_replica
-
-    def predict_many(self, configs, replicas=1, features=None):
-        reps = np.broadcast_to(np.asarray(replicas, dtype=float), (len(configs),))
-        return reps * self.per_replica, reps * 0.0
+OCR_B4 = OpConfig.make("cpu", batch_size=4)
 
 
 def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, inflight: int = 1) -> RunnerState:
-    config = OpConfig.make("cpu", batch_size=4)
-    reps = tuple(ReplicaState(f"r{k}", f"r{k}", config, True, False, False, inflight, 1.0, 10, 1) for k in range(replicas))
+    reps = tuple(ReplicaState(f"r{k}", f"r{k}", OCR_B4, True, False, False, inflight, 1.0, 10, 1) for k in range(replicas))
     op = OperatorState("ocr", reps, queue, 0, items_in, items_in, 1, 1.0, 0, 0, 0)
     return RunnerState("sim", (op,), items_in, 0, 0, 0, 0, False, False, wall_s, 0.0, 8.0, 0.0, 0, 0)
 
 
-def test_a_saturated_operator_whose_model_over_predicts_gets_its_capacity_scaled_to_the_measurement():
+def _cheap_regime_policy() -> TridentPolicy:
+    """A policy whose ocr model learned a cheap regime: batches of 4 in 0.8 s, 10 items/s on 2 replicas."""
     policy = TridentPolicy(None, None, TridentSettings(saturation_s=8.0, stale_ratio=1.5))
-    policy._operator("ocr").model = _FixedModel(5.0)  # the model of a cheap regime: 10 items/s on 2 replicas
-    for t in range(0, 10, 2):  # a queue all along, but only 1 item/s taken: the workload got expensive
-        policy._history.append(_queued_state(float(t), t, queue=40))
-    now = _queued_state(10.0, 10, queue=40)
-    notes: list[str] = []
-    assert policy._stale_scale(now, now.operators[0], notes) == pytest.approx(0.1)
-    assert "scaled by 0.10" in notes[0]
+    samples = [BatchSample("ocr", f"r{k % 2}", OCR_B4, t - 0.8, t, 0.8, 4, 4, config_epoch=1)
+               for k, t in enumerate(np.linspace(-40.0, 0.0, 100))]
+    policy._operator("ocr").model.fit(samples)
+    return policy
+
+
+def _calibrated(policy: TridentPolicy, states: list[RunnerState]) -> float:
+    """Feed the snapshots (one sample each, ending at the snapshot) and return 2 replicas' capacity as the model reports it."""
+    for state in states:
+        policy._calibrate(state, [BatchSample("ocr", "r0", OCR_B4, state.wall_s - 0.8, state.wall_s, 0.8, 4, 4, config_epoch=1)])
+    return policy._ops["ocr"].model.throughput(OCR_B4, 2).mean
+
+
+def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_measurably_has():
+    # a queue all along, but only 1 item/s taken: the workload got expensive, the model (10 items/s) is stale
+    policy = _cheap_regime_policy()
+    assert policy._ops["ocr"].model.throughput(OCR_B4, 2).mean == pytest.approx(10.0, rel=0.05)
+    assert _calibrated(policy, [_queued_state(float(t), t, queue=40) for t in range(0, 12, 2)]) == pytest.approx(1.0, rel=1e-6)
+    assert policy._is_stale("ocr") and "scaled by 0.10" in policy._ops["ocr"].model.calibration.describe()
     # the queue ran dry inside the window: the operator was not saturated, its model stands
-    policy._history[2] = _queued_state(4.0, 4, queue=0)
-    assert policy._stale_scale(now, now.operators[0], []) == 1.0
+    states = [_queued_state(float(t), t, queue=0 if t == 4 else 40) for t in range(0, 12, 2)]
+    assert _calibrated(_cheap_regime_policy(), states) == pytest.approx(10.0, rel=0.05)
     # work waiting but idle replicas (blocked by a full downstream queue): not saturated
-    policy._history[2] = _queued_state(4.0, 4, queue=40, inflight=0)
-    assert policy._stale_scale(now, now.operators[0], []) == 1.0
+    states = [_queued_state(float(t), t, queue=40, inflight=0 if t == 4 else 1) for t in range(0, 12, 2)]
+    assert _calibrated(_cheap_regime_policy(), states) == pytest.approx(10.0, rel=0.05)
     # measured close to the prediction: no correction
-    policy._history.clear()
-    for t in range(0, 10, 2):
-        policy._history.append(_queued_state(float(t), 8 * t, queue=40))
-    now = _queued_state(10.0, 80, queue=40)
-    assert policy._stale_scale(now, now.operators[0], []) == 1.0
+    policy = _cheap_regime_policy()
+    _calibrated(policy, [_queued_state(float(t), 10 * t, queue=40) for t in range(0, 12, 2)])
+    assert policy._ops["ocr"].model.calibration is None and not policy._is_stale("ocr")

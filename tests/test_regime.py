@@ -124,3 +124,23 @@ def test_observe_with_a_refitting_model_and_a_config_change_flags_only_the_hidde
     switch = run.switches[0][0]
     assert [c.kind for c in changes] == [ChangeKind.RESIDUAL]
     assert switch <= changes[0].at_sample <= switch + 20
+
+
+def test_a_residual_shift_that_the_operators_own_concurrency_explains_is_load_not_a_regime():
+    # 300 batches one at a time, then the operator gets more work and runs 4 at once, each 40% slower
+    # (replicas sharing a device): the residual shifts with unchanged features, but that is load
+    rng = np.random.default_rng(3)
+    samples, t = [], 0.0
+    for n in range(600):
+        busy = 1.0 if n < 300 else 1.5
+        at_once = 1 if n < 300 else 4
+        samples.append(BatchSample("ocr", f"r{n % at_once}", CFG, t, t + busy, busy, 16, 16, {"pages": 48 * rng.lognormal(0, 0.1)}))
+        t += busy / at_once
+    residuals = rng.normal(0.0, 0.05, 600)
+    residuals[300:] -= np.log(1.5)
+    det = RegimeDetector("ocr", ("pages",))
+    assert _run(det, samples, residuals) == [] and det.load_shifts >= 1
+    # the same shift with the concurrency unchanged is a hidden change
+    det = RegimeDetector("ocr", ("pages",))
+    changes = _run(det, _stream(rng, [(3.0, 600)]), residuals)
+    assert [c.kind for c in changes] == [ChangeKind.RESIDUAL] and det.load_shifts == 0

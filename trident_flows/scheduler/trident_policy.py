@@ -59,15 +59,18 @@ Contract:
   with canaries on, one CPU kept free for the next canary. It is solved again only when an input
   changed (a refit or remembered model, a regime, the running placement, the cluster, a stale,
   unsafe or accepted config) or ``resolve_ticks`` ticks passed; its answer is priced every tick.
-- stale models: an operator whose input queue stayed non-empty and whose serving replicas all
-  held a batch over the last ``saturation_s`` seconds (sampled at each tick) ran at its
-  capacity, so what it took in that time is its measured capacity (less than one batch per
-  replica when it finished nothing; an operator blocked by a full downstream queue has idle
-  replicas and is not counted). When that is under ``1 / stale_ratio``
-  of what its model predicts for the replicas it runs, the model describes a workload that has
-  passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes too
-  few batches to refit soon): its capacity curves are scaled down to the measurement until it
-  refits, and the note says so. Without this, such an operator stayed starved for a minute.
+- queue awareness: every runner snapshot goes to an ``occupancy.OccupancyTracker``; an operator
+  whose input queue stayed non-empty and whose serving replicas all held a batch over the last
+  ``saturation_s`` seconds ran at its capacity, and the ``SaturatedSpan`` of what it took then
+  calibrates its model (``OperatorModel.calibrate``), so every capacity the model reports (the
+  placement's curves included) is what the operator measurably can do; a regime change or a
+  remembered model drops the calibration (it measured another workload). Spans are timed on the
+  samples' clock (the runner's ``wall_s`` plus its origin on that clock, estimated from the
+  newest sample ends), as the model compares their age with its newest sample.
+- stale models: a calibration under ``1 / stale_ratio`` says the model describes a workload that
+  has passed (an operator shrunk for a cheap regime, then flooded by an expensive one, finishes
+  too few batches to refit soon); the placement's note says so. Without the calibration, such an
+  operator stayed starved for a minute.
   A model turning stale also re-arms the evidence gate, as a features regime change does
   (``_arm_on_stale``): the workload moved without its features saying so, and the operators
   downstream have not measured it yet (in the simulated video run, decode turned stale on the HD
@@ -131,6 +134,7 @@ from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.occupancy import OccupancyTracker
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
@@ -289,6 +293,8 @@ class TridentPolicy:
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
+        self._occupancy = OccupancyTracker(self.saturation_s)
+        self._clock_origin: float | None = None  # the runner's wall_s = 0 on the samples' clock (``_calibrate``)
         self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
         self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
 
@@ -333,6 +339,7 @@ class TridentPolicy:
                 self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
             elif self._pending.ticks_in_place > 0:
                 self._pending.workload_changed = True
+        step("calibrate", lambda: self._calibrate(state, samples))
         step("stale", lambda: self._arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
@@ -517,6 +524,7 @@ class TridentPolicy:
                         self._regime_started[name] = state.wall_s
                     continue
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
+                op.model.forget_calibration()  # a saturated span of the old regime measured another workload
                 if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms here and downstream (module docstring)
                     self._rearm_from(state, name)
                     op.workload_moved = True  # the others refit when their own detectors see the new items
@@ -535,6 +543,7 @@ class TridentPolicy:
                 record = self.memory.visit(change.new, name) if change.recurring else None
                 if record is not None and record.model is not None:
                     op.model = record.model.snapshot()
+                    op.model.forget_calibration()
                     op.restored = True
                     op.model_version += 1
                     events.append(TickEvent(EventKind.REMEMBERED_REGIME, name, f"regime {change.new} seen before: serving its remembered model"
@@ -923,7 +932,8 @@ class TridentPolicy:
         The solve is the tick's largest cost once the models have settled (about 0.1 s)."""
         cluster = self._cluster_for_placement(state)
         key = (cluster, placement_signature(state), frozenset(self._stale),
-               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted)) for n, o in sorted(self._ops.items())))
+               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), _calibration_step(o.model))
+                     for n, o in sorted(self._ops.items())))
         if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.resolve_ticks:
             return self._solved[2]
         solved = self._solve_placement(state, cluster)
@@ -941,7 +951,8 @@ class TridentPolicy:
             lo, hi = replica_limits(name, self.spec)
             cands, cand_notes = self._candidates(state, name)
             notes += cand_notes
-            scale = self._stale_scale(state, op_state, notes)
+            if op.model.calibration is not None:
+                notes.append(op.model.calibration.describe())
             serving_counts = op_state.configs()
             moving_off = any(self._is_unsafe(name, c) is not None for c in serving_counts)
             seen = {}
@@ -969,7 +980,7 @@ class TridentPolicy:
                     z = 0.0 if moving_off else self.confidence_z
                     now = serving_counts.get(config, 0)
                     totals = [float(m) - (z * float(sd) if r + 1 > now else 0.0) for r, (m, sd) in enumerate(zip(mean, std))]
-                    curve = concave_curve([max(0.0, t) * scale for t in totals])
+                    curve = concave_curve([max(0.0, t) for t in totals])
                 except (NoModelError, ValueError):
                     continue
                 bound = self._memory_bound(name, config) or 0.0
@@ -983,6 +994,23 @@ class TridentPolicy:
         result = self.solve(demands, cluster, current_placement(state), solver=self.solver, time_limit_s=self.time_limit_s)
         return demands, cluster, result, forced, notes
 
+    def _calibrate(self, state: RunnerState, samples: Sequence[BatchSample]) -> None:
+        """Each operator saturated over the last ``saturation_s`` seconds calibrates its model with what it took."""
+        ends = [s.end for s in samples if isinstance(s, BatchSample)]
+        if ends:  # a sample ended before the snapshot was taken: the origin is at least this
+            origin = max(ends) - state.wall_s
+            self._clock_origin = origin if self._clock_origin is None else max(self._clock_origin, origin)
+        if self._clock_origin is None:
+            return
+        for name, span in self._occupancy.update(state, state.wall_s + self._clock_origin).items():
+            if name in self._ops:
+                self._ops[name].model.calibrate(span)
+
+    def _is_stale(self, name: str) -> bool:
+        """The operator's model over-predicts what it measurably took while saturated by more than ``stale_ratio``."""
+        calibration = self._ops[name].model.calibration
+        return calibration is not None and calibration.factor * self.stale_ratio < 1.0
+
     def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
         """An operator whose model turns stale saw a heavier workload that its features did not flag:
         the evidence gate re-arms as for a regime change (the workload reaches the others next)."""
@@ -990,7 +1018,7 @@ class TridentPolicy:
             op = self._ops.get(op_state.name)
             if op is None or not op.model.ready:
                 continue
-            stale = self._stale_scale(state, op_state, []) < 1.0
+            stale = self._is_stale(op_state.name)
             if stale and op_state.name not in self._stale:
                 self._rearm_from(state, op_state.name)
                 op.workload_moved = True
@@ -1010,38 +1038,6 @@ class TridentPolicy:
         for n in names[start:]:
             if n in self._ops:
                 self._changed_at[n] = self._ops[n].fed
-
-    def _stale_scale(self, state: RunnerState, op_state: Any, notes: list[str]) -> float:
-        """1.0, or measured / predicted capacity of a saturated operator whose model over-predicts
-        by more than ``stale_ratio`` (see the module docstring)."""
-        start = None
-        for old in reversed(self._history):
-            if len(old.operators) != len(state.operators):
-                return 1.0
-            before = old.operator(op_state.name)
-            if not _saturated(before):
-                return 1.0  # idle replicas or a dry queue inside the window: not running at capacity
-            start = old
-            if state.wall_s - old.wall_s >= self.saturation_s:
-                break
-        if start is None or not _saturated(op_state) or state.wall_s - start.wall_s < self.saturation_s:
-            return 1.0
-        serving = op_state.configs()
-        if not serving:
-            return 1.0
-        dt = state.wall_s - start.wall_s
-        taken = op_state.items_in - start.operator(op_state.name).items_in
-        replicas = sum(serving.values())
-        measured = taken / dt if taken > 0 else sum(c.batch_size * n for c, n in serving.items()) / dt
-        try:
-            predicted = sum(float(self._ops[op_state.name].model.predict_many([c], n)[0][0]) for c, n in serving.items())
-        except (NoModelError, ValueError):
-            return 1.0
-        if predicted <= 0 or measured * self.stale_ratio >= predicted:
-            return 1.0
-        notes.append(f"{op_state.name}: queue non-empty for {dt:.0f} s, it took {measured:.3g} items/s on {replicas} replica(s) "
-                     f"where its model predicts {predicted:.3g}: capacities scaled by {measured / predicted:.2f} until it refits")
-        return measured / predicted
 
     # ------------------------------------------------------------------ transition
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
@@ -1119,11 +1115,10 @@ def _upper_median(xs: Sequence[float]) -> float:
     return sorted(xs)[len(xs) // 2] if xs else 0.0
 
 
-def _saturated(op: Any) -> bool:
-    """Work waiting and every serving replica holding a batch (an operator blocked by a full
-    downstream queue has work waiting but idle replicas)."""
-    serving = [r for r in op.active if not r.canary]
-    return op.queue_items > 0 and bool(serving) and all(r.inflight > 0 for r in serving)
+def _calibration_step(model: OperatorModel) -> int | None:
+    """The model's calibration in 10% (log) steps, None for none: a placement input that changes
+    only when the calibration moves by a step, not with every tick's new span."""
+    return None if model.calibration is None else round(math.log(model.calibration.factor) / math.log(1.1))
 
 
 def _same_fit(remembered: tuple | None, regime: int, report: Any) -> bool:
