@@ -287,3 +287,42 @@ def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_wi
     assert done_operators(replace(idle, input_closed=False)) == frozenset()
     policy._done_operators = done_operators(idle)
     assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["b"]
+
+
+def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_samples():
+    # b finishes a batch a minute on the new workload: 40 samples would take 40 minutes
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
+    run_ticks(runner, policy, 10)
+    state = runner.state()
+    short = lambda: [s.split(" ")[0] for s in policy._short_of_evidence()]  # noqa: E731
+    policy._rearm_from(state, "b")
+    policy._ops["b"].fed += 2  # two samples of the new workload
+    policy._wall_now = state.wall_s + 10.0
+    assert short() == ["b"]
+    policy._wall_now = state.wall_s + 31.0
+    assert short() == []
+    policy._rearm_from(state, "b")
+    policy._ops["b"].fed += 1  # one sample is no evidence, however long it took
+    assert short() == ["b"]
+
+
+def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predicted_to_do_now():
+    # the end-to-end rate fell from 20 to 6 items/s after the rollout, but the previous placement was predicted
+    # to do 5 items/s on the current (heavier) workload: the drop is the workload's, not the change's
+    from trident_flows.core.types import PlanKind, Rationale
+    from trident_flows.scheduler.trident_policy import _Pending
+
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy._in_place = lambda state, plan: True
+    policy._operator("a")
+    plan = Plan((OperatorPlan("a", (ReplicaGroup(A, 2),)),), reason="t")
+    for old, kept in ((5.0, True), (19.0, False)):
+        policy._pending = _Pending(replace(plan, rationale=Rationale(PlanKind.THROUGHPUT, throughput_before=old, throughput_after=8.0)),
+                                   8.0, [20.0, 21.0, 19.0, 20.0], {"a": (ReplicaGroup(A, 1),)}, ())
+        policy._pending.ticks_in_place = 1
+        state = RunnerState("p", (_op("a", A, A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
+        verdicts = [policy._verify(state, m) for m in (6.0, 6.2, 5.9, 6.1)]
+        why, rollback = verdicts[-1]
+        assert (rollback is None) == kept, why
+        assert ("previous placement was predicted" in why) == kept, why

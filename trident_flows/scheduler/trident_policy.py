@@ -85,6 +85,9 @@ Contract:
   operators upstream have measured those items already, and an operator with no work left (input
   closed, nothing queued or in flight at it or upstream) takes no more samples: neither holds the
   gate (re-arming every operator kept it shut for whole runs once the head had read the last input).
+  An operator so slow on the new workload that ``evidence_max_s`` seconds pass before it has
+  ``min_config_samples`` samples passes with ``SLOW_EVIDENCE_SAMPLES`` (embed on long documents
+  finished a batch a minute; waiting for 16 held a starved pipeline at 0.2 items/s for 13 minutes).
   A config that does not run is compared only with ``min_config_samples`` samples of
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
   capacity beyond what runs now counts at its lower confidence bound (GP mean -
@@ -109,7 +112,9 @@ Contract:
   with the figures as reason) and not proposed again in this regime, unless a features regime
   change was seen while it was measured (the regimes' rates differ up to 8x on the documents
   stream: a rollout made as scanned documents arrived was rolled back against the born-digital
-  rate before it). New placements wait until the verification ends.
+  rate before it), or the throughput after is at least what the previous placement was predicted
+  to do on the current workload (within ``VERIFY_TOLERANCE``: the sink may still drain a lighter
+  regime's items when the plan is made). New placements wait until the verification ends.
 - ``max_changes`` (also a field of the Prefect ``TridentSettingsBlock``) caps the operators
   one plan changes: growing ones first, then the most saturated, as long as the cluster's
   CPUs/GPUs hold; the limited plan is what is priced (the MILP's full plan may gain more).
@@ -147,6 +152,14 @@ from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
+
+# Samples since a workload change that the evidence gate takes once ``evidence_max_s`` has passed: in
+# the simulated cpu-only documents stream with 5-minute regimes, embed on long documents finished a
+# batch every ~50 s, so 16 samples took 13 minutes while the pipeline ran at 0.2 items/s (0.37x static).
+SLOW_EVIDENCE_SAMPLES = 2
+# A verification keeps a plan whose end-to-end throughput after is within this share of what the previous
+# placement was predicted to do on the current workload, however far under the throughput before it fell.
+VERIFY_TOLERANCE = 0.05
 
 @dataclass
 class _Canary:
@@ -271,6 +284,7 @@ class TridentPolicy:
         self.stale_ratio = settings.stale_ratio
         self.min_samples = settings.min_samples
         self.min_config_samples = settings.min_config_samples
+        self.evidence_max_s = settings.evidence_max_s
         self.confidence_z = settings.confidence_z
         self.verify_z = settings.verify_z
         # what the policy keeps between ticks
@@ -286,6 +300,8 @@ class TridentPolicy:
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []
         self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
+        self._changed_wall: dict[str, float] = {}  # the runner's wall_s at each operator's last workload change
+        self._wall_now = 0.0  # this tick's runner wall_s
         self._done_operators: frozenset[str] = frozenset()  # operators with all their work done (this tick's state)
         self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
@@ -316,6 +332,7 @@ class TridentPolicy:
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured = self._measure(state)
         self._done_operators = done_operators(state)
+        self._wall_now = state.wall_s
         prev = self._history[-1] if self._history else None
         pipeline_t = end_to_end_throughput(prev, state) if prev is not None else 0.0
         if prev is not None:
@@ -414,7 +431,9 @@ class TridentPolicy:
             if name in done and o.model.ready:
                 continue
             since = o.fed - self._changed_at.get(name, 0)
-            if not o.model.ready or len(o.window) < self.min_samples or since < self.min_config_samples:
+            waited = self._wall_now - self._changed_wall.get(name, -math.inf)
+            enough = since >= self.min_config_samples or (since >= SLOW_EVIDENCE_SAMPLES and waited >= self.evidence_max_s)
+            if not o.model.ready or len(o.window) < self.min_samples or not enough:
                 short.append(f"{name} ({len(o.window)}, {since} since the change)")
         return short
 
@@ -856,6 +875,13 @@ class TridentPolicy:
         if p.workload_changed:
             return (f"slower ({figures}) but kept: the workload changed regime while it was measured, so before and after "
                     f"are not comparable"), None
+        old = p.plan.rationale.throughput_before if p.plan.rationale is not None else None
+        after = sum(p.measured) / len(p.measured)
+        if old is not None and after >= old * (1 - VERIFY_TOLERANCE):
+            # the workload slowed while the change was made (the sink still drained a lighter regime's items
+            # before it): the old placement was predicted to do no better now, so the drop is not the change's
+            return (f"slower ({figures}) but kept: at least the {old:.4g} input items/s the previous placement was "
+                    f"predicted to do on the current workload"), None
         unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self._is_unsafe(name, g.config)]
         if unsafe:
             return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
@@ -1038,6 +1064,7 @@ class TridentPolicy:
         for n in names[start:]:
             if n in self._ops:
                 self._changed_at[n] = self._ops[n].fed
+                self._changed_wall[n] = state.wall_s
 
     # ------------------------------------------------------------------ transition
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:

@@ -40,6 +40,9 @@ class TridentSettings:
     # the evidence gate
     min_samples: int = setting(32, "batch samples every operator needs before the first placement")
     min_config_samples: int = setting(16, "samples of a config taken since the last workload change before it is compared")
+    evidence_max_s: float = setting(45.0, "seconds after a workload change at an operator after which 2 samples of it since "
+                                          "the change are enough for the evidence gate (a slow operator may take minutes "
+                                          "to finish min_config_samples batches)")
     confidence_z: float = setting(1.0, "standard deviations below the predicted capacity at which added capacity counts")
     # verification of a rollout
     verify_ticks: int = setting(3, "ticks after a rollout whose end-to-end throughput is compared with the ticks before")
@@ -80,6 +83,7 @@ class TridentSettings:
             ("default_cold_start_s", self.default_cold_start_s >= 0, "give seconds >= 0"),
             ("min_samples", self.min_samples >= 1, "give a count >= 1"),
             ("min_config_samples", self.min_config_samples >= 1, "give a count >= 1"),
+            ("evidence_max_s", self.evidence_max_s > 0, "give seconds > 0"),
             ("confidence_z", self.confidence_z >= 0, "give a number of standard deviations >= 0"),
             ("verify_ticks", self.verify_ticks >= 1, "give a count of ticks >= 1"),
             ("verify_z", self.verify_z >= 0, "give a number of standard errors >= 0"),
