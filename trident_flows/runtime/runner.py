@@ -127,6 +127,7 @@ class PipelineRunner:
         self.writer = SinkWriterActor.options(scheduling_strategy=here).remote(str(self.out_dir))
         self.runner_bytes = 0  # bytes this process serialised for replicas and the writer (sent and received)
         self.bytes_from_other_nodes = 0
+        self.rows_lost = 0  # rows whose stored object was lost with its node (each produced again)
         self.device_prefix = f"{name}-device"
         self.ops = [o.name for o in spec.operators]
         self.placer = NodePlacer(settings.device_memory_bytes)
@@ -599,6 +600,7 @@ class PipelineRunner:
         """Rows of operator ``outputs_of`` whose stored object is gone: run each one's source item again
         from the first operator, keeping only those rows. ``held``: the rows are still pending (queued or
         in flight); else they were routed to the sink and become pending again."""
+        self.rows_lost += len(items)
         runs: dict[tuple[int, int], list[Item]] = {}
         for item in items:
             upto = item.upto if item.wanted is not None else outputs_of
@@ -750,6 +752,7 @@ class PipelineRunner:
         state["replicas_by_node"] = self.placer.replicas_by_node()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         state["runner"] = {"pid": os.getpid(), "bytes_serialised": self.runner_bytes, "bytes_from_other_nodes": self.bytes_from_other_nodes,
+                           "rows_lost": self.rows_lost,
                            "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}
         return state
 
