@@ -233,6 +233,8 @@ def run(quick: bool = False) -> BenchResult:
     for label, res in (("1node", one), ("3nodes", three)):
         for size in SIZES if res else ():
             summary[f"ratio_vs_ray_data_{size}_{label}"] = res[size]["ratio_vs_ray_data"]
+            summary[f"runner_bytes_per_item_{size}_{label}"] = res[size]["runner_bytes_per_item"]
+            summary[f"bytes_from_other_nodes_per_item_{size}_{label}"] = res[size]["bytes_from_other_nodes_per_item"]
             summary[f"runner_cpu_s_per_1000_items_{size}_{label}"] = res[size]["runner_cpu_s_per_1000_items"]
             summary[f"runner_peak_rss_mb_{size}_{label}"] = res[size]["runner_peak_rss_mb"]
     targets = {"runner_bytes_per_item_max": Target("<=", KB), "ratio_vs_ray_data_8mb_1node": Target(">=", 0.95),
