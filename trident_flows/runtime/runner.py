@@ -54,11 +54,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trident_flows.runtime import devices
+from trident_flows.runtime import devices, sink_writer
 from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime import sink_writer
 from trident_flows.runtime.payload import REF_WIRE_BYTES, Outline, Piece, row_bytes
 from trident_flows.runtime.replica import ReplicaResult
 from trident_flows.runtime.sink import check_shard_id
@@ -121,8 +121,6 @@ class PipelineRunner:
         self.namespace = namespace
         self.external_input = external_input
         self.out_dir = Path(out_dir)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.writer = SinkWriterActor.options(scheduling_strategy=here).remote(str(self.out_dir))
         self.runner_bytes = 0  # bytes this process serialised for replicas and the writer (sent and received)
@@ -471,7 +469,8 @@ class PipelineRunner:
                 return
             if result.lost:  # input rows gone with their node: not the operator's failure, so no sample
                 lost = [it for k in result.lost for it in groups[k]]
-                rest = [it for it in unit.items if all(it is not x for x in lost)]
+                gone = {id(it) for it in lost}
+                rest = [it for it in unit.items if id(it) not in gone]
                 if rest:
                     self.queues[i].push_unit(Unit(rest, unit.deaths))
                 self._reproduce(lost, held=True, outputs_of=i - 1)
