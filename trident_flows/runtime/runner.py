@@ -16,7 +16,8 @@ Contract:
 - Data plane: the runner holds the source's rows and, for every row an operator produced, only
   its outline (``payload``: reference, id, lineage, marks, size). A replica's output stays in the
   object store on its node (owned by this actor, so it outlives the replica); the next
-  operator's replica and the sink's writer (``sink_writer``, on this node) fetch it from there.
+  operator's replica and the sink's writer (``sink_writer``, on this node) fetch it from there;
+  among equally loaded replicas, one on the node that stores the batch's rows gets it.
   A row whose object was lost with its node is produced again from its source item, keeping only
   that row's lineage (``Item.wanted``), so nothing is lost or written twice.
   ``summary()`` reports the bytes this process serialised, the bytes replicas fetched from other
@@ -417,7 +418,8 @@ class PipelineRunner:
         for i in reversed(range(len(self.ops))):
             q, pool = self.queues[i], self.pools[i]
             while len(q):
-                replica = pool.pick()
+                # prefer a replica on the node that stores the next batch's rows (its first row's, as a rule all of them)
+                replica = pool.pick(near=(q.units[0].items[0] if q.units else q.items[0]).node)
                 if replica is None:
                     break
                 size = replica.config.batch_size
