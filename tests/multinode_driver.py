@@ -14,10 +14,14 @@ one raylet each), runs the scenarios in order on that one cluster, prints one
   live classes) fits the smaller cluster and lands, the run finishes with every item once.
 - ``node_join``: a node joins mid-run; the runner lists it, the MILP's next plan uses its class
   and replicas start on it; the run finishes with every item once.
+- ``lost_outputs``: rows held by reference (256 KB each, so in the object store of the node that
+  made them) are lost when the node that joined is killed; they are produced again from their
+  source items and the run finishes with every item once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -144,7 +148,7 @@ def _finish(handle, spec, out: Path, timeout_s: float = 600.0) -> dict:
     return {"finished": summary["finished"], "error": summary["error"], "items_in": len(ids), "written": len(data),
             "dead_lettered": len(dead), "duplicates": len(data) - len(set(data)) + len(set(data) & set(dead)),
             "missing": len(set(ids) - set(data) - set(dead)), "replicas_by_node": summary["replicas_by_node"],
-            "applies_refused": summary["applies_refused"]}
+            "applies_refused": summary["applies_refused"], "rows_lost": summary["runner"]["rows_lost"]}
 
 
 def _apply(handle, plan: Plan) -> dict:
@@ -234,6 +238,29 @@ def node_join(cluster: Cluster, out: Path, nodes: dict) -> dict:
             "after": after, **_finish(handle, spec, out)}
 
 
+def lost_outputs(cluster: Cluster, out: Path, nodes: dict) -> dict:
+    from trident_flows.bench.dataplane import build_spec
+
+    spec = build_spec(256 * 1024, 4, 160)
+    # half a CPU per replica, so all four fit the head and the GPU worker once the joined node is gone;
+    # a slow touch2 keeps produced rows queued (by reference) when the node dies
+    ops = tuple(dataclasses.replace(op, config=dataclasses.replace(op.config, cpus=0.5),
+                                    params={**op.params, "delay_s": 0.4} if op.name == "touch2" else op.params) for op in spec.operators)
+    spec = dataclasses.replace(spec, operators=ops)
+    joined = next(n for n in cluster.worker_nodes if n.node_id == nodes["new"])
+    handle = _start(spec, out, "mn-lost")
+    state = _wait_for(lambda s: all(r.warm for o in s.operators for r in o.replicas), handle)
+    joined_class = next(n.node_class for n in state.nodes if n.node_id == nodes["new"])
+    make = state.operator("make").configs().popitem()[0]
+    put = _apply(handle, Plan((OperatorPlan("make", (ReplicaGroup(make, 1, joined_class),)),), reason="test: make on the joined node"))
+    _feed(handle, spec, 0)
+    mid = _wait_for(lambda s: s.items_written + s.items_dead_lettered >= 8, handle)
+    before = _where(mid)
+    cluster.remove_node(joined, allow_graceful=False)
+    return {"nodes": nodes, "put": put, "before": before, "done_at_kill": mid.items_written + mid.items_dead_lettered,
+            **_finish(handle, spec, out)}
+
+
 def main(out_dir: str) -> None:
     out = Path(out_dir)
     t0 = time.monotonic()
@@ -248,15 +275,18 @@ def main(out_dir: str) -> None:
         driver_node = ray.get_runtime_context().get_node_id()  # the runner is pinned here: it must be the head
         print(f"RESULT {json.dumps({'scenario': 'cluster', 'nodes': nodes, 'driver_node': driver_node, 'seconds': round(time.monotonic() - t0, 1)})}",
               flush=True)
+        results: dict[str, dict] = {}
         for name, run in (("placement", lambda: placement(cluster, out / "placement", nodes)),
                           ("node_loss", lambda: node_loss(cluster, out / "loss", nodes, workers)),
-                          ("node_join", lambda: node_join(cluster, out / "join", nodes))):
+                          ("node_join", lambda: node_join(cluster, out / "join", nodes)),
+                          ("lost_outputs", lambda: lost_outputs(cluster, out / "lost", {**nodes, "new": results["node_join"]["nodes"]["new"]}))):  # noqa: E501
             t = time.monotonic()
             try:
                 result = run()
             except Exception:  # noqa: BLE001 - reported to the test, which fails on it
                 result = {"exception": traceback.format_exc()}
             result.update(scenario=name, seconds=round(time.monotonic() - t, 1))
+            results[name] = result
             print(f"RESULT {json.dumps(result, default=str)}", flush=True)
     finally:
         ray.shutdown()

@@ -94,3 +94,12 @@ def test_a_node_added_mid_run_is_used(scenarios):
     assert any(node == new for op in r["after"].values() for node, _ in op)
     assert sum(r["replicas_by_node"][new].values()) >= 1
     _exactly_once(r)
+
+
+def test_rows_lost_with_their_node_are_produced_again_once(scenarios):
+    r = _scenario(scenarios, "lost_outputs")
+    assert r["put"]["status"] == "landed"
+    assert [n for n, _ in r["before"]["make"]] == [r["nodes"]["new"]]
+    assert r["done_at_kill"] < r["items_in"]  # the node died mid-run
+    assert r["rows_lost"] > 0  # rows held by reference on the dead node were lost, and produced again
+    _exactly_once(r)

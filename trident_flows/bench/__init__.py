@@ -17,4 +17,5 @@ BENCHMARKS: dict[str, str] = {
     "sim-fidelity": "trident_flows.bench.sim_fidelity",
     "closed-loop-sim": "trident_flows.bench.closed_loop_sim",
     "plan-fidelity": "trident_flows.bench.plan_fidelity",
+    "dataplane": "trident_flows.bench.dataplane",
 }

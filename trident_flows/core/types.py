@@ -130,6 +130,8 @@ class BatchSample:
     ``config_epoch`` increases each time the operator's configuration changes, so the
     observation layer can tell samples taken under an old configuration apart.
     ``inflight`` is how many batches the replica held (queued or running) when this one started.
+    ``bytes_from_other_nodes``: input bytes the replica fetched from another node's object store;
+    ``runner_bytes``: bytes the runner serialised for this batch (what it sent and got back).
     """
 
     operator: str
@@ -147,6 +149,8 @@ class BatchSample:
     config_epoch: int = 0
     inflight: int = 1
     error: str = ""
+    bytes_from_other_nodes: int = 0
+    runner_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -5,8 +5,9 @@ Contract:
   (``num_cpus=config.cpus``, ``num_gpus=config.gpus``), named
   ``{runner}:{operator}:{replica_id}`` in the runner's namespace (so another driver can find,
   or ``ray.kill``, one); each becomes warm when its ``ready()`` returns.
-- ``pick()`` chooses the warm, non-draining replica with the fewest batches in flight, below
-  ``max_inflight``; draining replicas get no new batches.
+- ``pick(near)`` chooses the warm, non-draining replica with the fewest batches in flight, below
+  ``max_inflight``, and among those one on node ``near`` (where the batch's rows are stored) when
+  there is one; draining replicas get no new batches.
 - ``retire(record)`` drains (waits until its in-flight batches are back), lets the operator
   release what it holds, then kills the actor. ``forget(record)`` removes a dead one.
 - ``forget`` also releases the replica's resident memory on the emulated devices (holder key:
@@ -132,11 +133,11 @@ class OperatorPool:
             self.placer.ran(self.name, record.replica_id, record.node_id)
         return record
 
-    def pick(self) -> ReplicaRecord | None:
+    def pick(self, near: str = "") -> ReplicaRecord | None:
         best = None
         for r in self.replicas.values():
             if r.warm and not r.draining and not r.dead and r.inflight < self.max_inflight:
-                if best is None or r.inflight < best.inflight:
+                if best is None or (r.inflight, r.node_id != near) < (best.inflight, best.node_id != near):
                     best = r
         return best
 

@@ -5,8 +5,12 @@ Contract:
   cold-starts ``cls(config=config, **params)`` in ``__init__``; ``ready()`` returns once
   warm with the cold-start seconds. The pool creates it with ``num_cpus=config.cpus``,
   ``num_gpus=config.gpus``.
-- ``process(batch, inflight, epoch)`` never raises for a failing batch: it returns a
-  ``ReplicaResult`` with the output batch (or ``None``), and a ``BatchSample`` with busy
+- ``process(inputs, inflight, epoch)`` takes a batch by value or a list of ``payload.Piece``
+  (fetched here, node to node, never through the runner) and has two return values: a
+  ``ReplicaResult`` and the output batch (``None`` when it failed), which stays in this node's
+  object store, owned by the caller. It never raises for a failing batch: the result holds the
+  output's ``payload.Outline`` (or ``None``; ``lost`` names input pieces whose object is gone),
+  the error, and a ``BatchSample`` with busy
   seconds, items, workload features (the operator's optional ``workload_features(batch)``),
   peak host memory (RSS high-water during the batch: Linux ``clear_refs`` + ``VmHWM``, else
   psutil RSS), peak device memory (the operator's ``last_device_peak_bytes`` when it is
@@ -27,19 +31,21 @@ from typing import Any, Mapping
 import ray
 
 from trident_flows.runtime import devices
+from trident_flows.runtime.payload import LostPieces, Outline, Piece, assemble, outline
 from trident_flows.runtime.spec import Batch, batch_len
 from trident_flows.core.types import BatchSample, OpConfig, Outcome
 
 
 @dataclass(frozen=True)
 class ReplicaResult:
-    batch: Batch | None
+    output: Outline | None
     sample: BatchSample
     error: str = ""
+    lost: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.sample.outcome == Outcome.OK
+        return self.output is not None
 
 
 def _reset_peak_rss() -> bool:
@@ -89,7 +95,15 @@ class Replica:
         return {"replica_id": self.replica_id, "cold_start_s": self.cold_start_s, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
-    def process(self, batch: Batch, inflight: int = 1, epoch: int = 0) -> ReplicaResult:
+    @ray.method(num_returns=2)
+    def process(self, inputs: Batch | list[Piece], inflight: int = 1, epoch: int = 0) -> tuple[ReplicaResult, Batch | None]:
+        try:
+            batch = assemble(inputs)
+        except LostPieces as exc:
+            sample = BatchSample(operator=self.operator, replica_id=self.replica_id, config=self.config, start=time.time(),
+                                 end=time.time(), busy_s=0.0, items_in=0, items_out=0, outcome=Outcome.ERROR, config_epoch=epoch,
+                                 inflight=inflight, error=str(exc))
+            return ReplicaResult(None, sample, str(exc), exc.lost), None
         items = batch_len(batch)
         features: dict[str, float] = {}
         if callable(self.features_fn):
@@ -121,7 +135,12 @@ class Replica:
                              end=start_wall + busy, busy_s=busy, items_in=items, items_out=batch_len(out) if out is not None else 0,
                              features=features, peak_host_mem_bytes=_peak_rss(rss_start), peak_device_mem_bytes=device_peak,
                              outcome=outcome, config_epoch=epoch, inflight=inflight, error=error)
-        return ReplicaResult(out if outcome == Outcome.OK else None, sample, error)
+        if outcome != Outcome.OK or out is None:
+            return ReplicaResult(None, sample, error), None
+        try:
+            return ReplicaResult(outline(self.operator, out), sample), out
+        except ValueError as exc:  # a malformed output batch fails like an operator error
+            return ReplicaResult(None, sample, f"bad output batch: ValueError: {exc}"), None
 
     def stop(self) -> None:
         close = getattr(self.op, "close", None)

@@ -13,6 +13,15 @@ Contract:
   results are routed in completion order (the queues: ``work_queue``; an output row's input
   item: ``lineage``). ``_drop`` rows go to the sink, ``_error`` rows to the dead-letter table;
   neither reaches later operators.
+- Data plane: the runner holds the source's rows and, for every row an operator produced, only
+  its outline (``payload``: reference, id, lineage, marks, size). A replica's output stays in the
+  object store on its node (owned by this actor, so it outlives the replica); the next
+  operator's replica and the sink's writer (``sink_writer``, on this node) fetch it from there;
+  among equally loaded replicas, one on the node that stores the batch's rows gets it.
+  A row whose object was lost with its node is produced again from its source item, keeping only
+  that row's lineage (``Item.wanted``), so nothing is lost or written twice.
+  ``summary()`` reports the bytes this process serialised, the bytes replicas fetched from other
+  nodes, and its CPU seconds and peak RSS; each ``BatchSample`` carries its share.
 - Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
   items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
   that dies has its in-flight batches re-queued (a batch that was in flight at two deaths is
@@ -35,31 +44,40 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import itertools
+import os
+import pickle
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trident_flows.runtime import devices
+from trident_flows.runtime import devices, sink_writer
 from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
+from trident_flows.runtime.payload import REF_WIRE_BYTES, Outline, Piece, row_bytes
 from trident_flows.runtime.replica import ReplicaResult
-from trident_flows.runtime.sink import Sink, check_shard_id
-from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, PipelineSpec, rows_to_batch
+from trident_flows.runtime.sink import check_shard_id
+from trident_flows.runtime.sink_writer import SinkWriterActor
+from trident_flows.runtime.spec import ID, SOURCE_ID, Batch, PipelineSpec, rows_to_batch
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
                                       SamplePage, ShardStatus)
 from trident_flows.runtime.lineage import parent_item
 from trident_flows.runtime.transition import check_plan, rolling_steps
-from trident_flows.runtime.work_queue import Item, Queue, Unit, row_bytes, split_in_halves
+from trident_flows.runtime.work_queue import Item, Queue, Unit, split_in_halves
 from trident_flows.core.types import Decision, OpConfig, Outcome, Plan, StepKind, Transition, TransitionStep
 
 __all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
 
 _PART_ROWS = 512
+# A staging part is also written once its rows reach this many bytes: the rows' objects stay in
+# the object store until written, so large rows (video frames, page images) are written sooner.
+_PART_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -73,7 +91,8 @@ class Shard:
     closed: bool = False
     done: bool = False
     committing: bool = False
-    rows: list = field(default_factory=list)
+    rows: list = field(default_factory=list)  # (item, operator index, dropped) of rows to write
+    rows_bytes: int = 0
     dead_rows: list = field(default_factory=list)
     writes: list = field(default_factory=list)
 
@@ -103,7 +122,11 @@ class PipelineRunner:
         self.namespace = namespace
         self.external_input = external_input
         self.out_dir = Path(out_dir)
-        self.sink = Sink(self.out_dir)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.writer = SinkWriterActor.options(scheduling_strategy=here).remote(str(self.out_dir))
+        self.runner_bytes = 0  # bytes this process serialised for replicas and the writer (sent and received)
+        self.bytes_from_other_nodes = 0
+        self.rows_lost = 0  # rows whose stored object was lost with its node (each produced again)
         self.device_prefix = f"{name}-device"
         self.ops = [o.name for o in spec.operators]
         self.placer = NodePlacer(settings.device_memory_bytes)
@@ -259,7 +282,11 @@ class PipelineRunner:
         for d in self._devices:
             ray.kill(d)
         self._devices = []
-        self.sink.close()
+        try:
+            await asyncio.wait_for(sink_writer.call(self.writer.close), 30)
+        except (asyncio.TimeoutError, ray.exceptions.RayError):
+            pass
+        ray.kill(self.writer)
 
     # ------------------------------------------------------------------ input
     async def _feed(self) -> None:
@@ -330,7 +357,7 @@ class PipelineRunner:
         if old is not None and not old.done:
             raise RuntimeError(f"shard {shard_id!r} is still running; wait for it before re-running it")
         shard = self._new_shard(shard_id)
-        await asyncio.to_thread(self.sink.discard, shard_id)
+        await sink_writer.call(self.writer.discard, shard_id)
         start = 0
         while start < len(rows):
             room = min(await self._wait_room(), 256)
@@ -391,7 +418,8 @@ class PipelineRunner:
         for i in reversed(range(len(self.ops))):
             q, pool = self.queues[i], self.pools[i]
             while len(q):
-                replica = pool.pick()
+                # prefer a replica on the node that stores the next batch's rows (its first row's, as a rule all of them)
+                replica = pool.pick(near=(q.units[0].items[0] if q.units else q.items[0]).node)
                 if replica is None:
                     break
                 size = replica.config.batch_size
@@ -430,21 +458,37 @@ class PipelineRunner:
     async def _run_batch(self, i: int, replica: ReplicaRecord, unit: Unit, reserve_items: int, reserve_bytes: int) -> None:
         c, pool = self.counters[i], self.pools[i]
         try:
-            batch = rows_to_batch([it.row for it in unit.items])
+            inputs, groups, sent = _batch_inputs(unit)
+            remote = sum(it.nbytes for it in unit.items if it.node and replica.node_id and it.node != replica.node_id)
             try:
-                result: ReplicaResult = await replica.handle.process.remote(batch, replica.inflight, pool.config_epoch)
+                result_ref, payload_ref = replica.handle.process.remote(inputs, replica.inflight, pool.config_epoch)
+                result: ReplicaResult = await result_ref
             except ray.exceptions.RayActorError as exc:
                 self._on_replica_death(i, replica, unit, exc)
                 return
             except ray.exceptions.RayError as exc:
                 self._on_batch_failure(i, unit, f"{type(exc).__name__}: {str(exc)[:1000]}", oom=devices.is_oom(exc))
                 return
-            self._record_sample(result)
+            if result.lost:  # input rows gone with their node: not the operator's failure, so no sample
+                lost = [it for k in result.lost for it in groups[k]]
+                gone = {id(it) for it in lost}
+                rest = [it for it in unit.items if id(it) not in gone]
+                if rest:
+                    self.queues[i].push_unit(Unit(rest, unit.deaths))
+                self._reproduce(lost, held=True, outputs_of=i - 1)
+                return
+            # an output Ray returned inline is received here, and copied to the object store when sent on
+            received = len(pickle.dumps(result.sample, protocol=5)) + (
+                result.output.wire_bytes + 2 * result.output.inline_bytes if result.output else 0)
+            self.runner_bytes += sent + received
+            self.bytes_from_other_nodes += remote
+            self._record_sample(dataclasses.replace(result, sample=dataclasses.replace(
+                result.sample, bytes_from_other_nodes=remote, runner_bytes=sent + received)))
             replica.batches += 1
             replica.busy_s += result.sample.busy_s
             if result.ok:
                 try:
-                    self._route(i, unit, result.batch)
+                    self._route(i, unit, dataclasses.replace(result.output, ref=payload_ref), replica.node_id)
                 except Exception as exc:  # noqa: BLE001 - a malformed output batch fails like an operator error
                     self._on_batch_failure(i, unit, f"bad output batch: {type(exc).__name__}: {exc}", oom=False)
             else:
@@ -501,16 +545,9 @@ class PipelineRunner:
         else:
             self.queues[i].push_unit(unit)
 
-    def _route(self, i: int, unit: Unit, out: dict[str, np.ndarray]) -> None:
-        if ID not in out:
-            raise ValueError(f"operator {self.ops[i]!r} returned a batch without the {ID!r} column")
-        n = len(out[ID])
-        if any(len(v) != n for v in out.values()):
-            raise ValueError(f"operator {self.ops[i]!r} returned columns of different lengths")
+    def _route(self, i: int, unit: Unit, out: Outline, node: str) -> None:
         by_id = {it.row[ID]: it for it in unit.items}
-        rows = [{k: _scalar(v[j]) for k, v in out.items()} for j in range(n)]
-        for row in rows:
-            row[ID] = str(row[ID])
+        rows = [{ID: rid} if sid is None else {ID: rid, SOURCE_ID: sid} for rid, sid in zip(out.ids, out.source_ids)]
         parents = [parent_item(row, by_id) for row in rows]  # validates before anything is routed
         seen = {p.row[ID] for p in parents}
         last = i == len(self.ops) - 1
@@ -518,48 +555,78 @@ class PipelineRunner:
         in_bytes = sum(it.nbytes for it in unit.items)
         out_bytes = 0
         continuing: list[Item] = []
-        for row, parent in zip(rows, parents):
+        produced: dict[int, set[str]] = {}  # re-run items: the rows they were run for that came out
+        for j, (row, parent) in enumerate(zip(rows, parents)):
+            wanted, upto = parent.wanted, parent.upto
+            if wanted is not None:
+                covered = {w for w in wanted if _leads_to(row[ID], w)}
+                if not covered:
+                    continue  # a row of a re-run source item that was not lost: it was routed the first time
+                produced.setdefault(id(parent), set()).update(covered)
+                if i >= upto:
+                    wanted = None  # the lost row itself: routed as it was the first time
             shard = self.shards[parent.shard]
-            if row.get(ERROR):
-                self._dead_letter(Item(row, parent.shard, 0, parent.attempts), self.ops[i], str(row[ERROR]), pending_delta=0)
-            elif row.get(DROP):
-                row.pop(ERROR, None)
-                self._write(shard, row, dropped=True)
+            item = Item(row, parent.shard, out.nbytes[j], 0, out.ref, j, node, parent.origin or parent, wanted, upto)
+            if out.error[j]:
+                self._dead_letter(Item(row, parent.shard, 0, parent.attempts), self.ops[i], out.error[j], pending_delta=0)
+            elif out.drop[j] or last:
+                self._write(shard, item, i, dropped=out.drop[j])
             else:
-                row.pop(DROP, None)
-                row.pop(ERROR, None)
-                if last:
-                    self._write(shard, row, dropped=False)
-                else:
-                    item = Item(row, parent.shard, row_bytes(row))
-                    out_bytes += item.nbytes
-                    continuing.append(item)
-                    shard.pending += 1
+                out_bytes += item.nbytes
+                continuing.append(item)
+                shard.pending += 1
         for item in unit.items:
             self.shards[item.shard].pending -= 1
             if item.row[ID] not in seen:
                 self._dead_letter(item, self.ops[i], "operator returned no row for this item (rows must be marked, never dropped)",
                                   pending_delta=0)
+            elif item.wanted is not None:
+                for w in sorted(item.wanted - produced.get(id(item), set())):
+                    origin = item.origin or item
+                    self._dead_letter(Item({ID: w, SOURCE_ID: origin.row[ID]}, item.shard, 0, item.attempts), self.ops[i],
+                                      "its output was lost with a node, and running its source item again did not produce it "
+                                      f"(operator {self.ops[i]!r} must keep ids or derive them as '<parent>/<k>')", pending_delta=0)
         for item in continuing:
             self.queues[i + 1].push(item)
         c.items_in += len(unit.items)
-        c.items_out += n
+        c.items_out += len(out)
         c.items_forwarded += len(continuing)
-        c.growth_items = _track(c.growth_items, n / max(1, len(unit.items)))
+        c.growth_items = _track(c.growth_items, len(out) / max(1, len(unit.items)))
         if continuing:
             c.growth_bytes = _track(c.growth_bytes, out_bytes / max(1, in_bytes))
         for shard_id in {it.shard for it in unit.items}:
             self._maybe_commit(self.shards[shard_id])
 
-    def _write(self, shard: Shard, row: dict[str, Any], dropped: bool) -> None:
-        shard.rows.append(row)
+    def _reproduce(self, items: list[Item], held: bool, outputs_of: int) -> None:
+        """Rows of operator ``outputs_of`` whose stored object is gone: run each one's source item again
+        from the first operator, keeping only those rows. ``held``: the rows are still pending (queued or
+        in flight); else they were routed to the sink and become pending again."""
+        self.rows_lost += len(items)
+        runs: dict[tuple[int, int], list[Item]] = {}
+        for item in items:
+            upto = item.upto if item.wanted is not None else outputs_of
+            runs.setdefault((id(item.origin), upto), []).append(item)
+        for group in runs.values():
+            first = group[0]
+            origin = first.origin
+            assert origin is not None, "only rows an operator produced are held by reference"
+            wanted = frozenset(w for it in group for w in (it.wanted if it.wanted is not None else {it.row[ID]}))
+            upto = first.upto if first.wanted is not None else outputs_of
+            shard = self.shards[first.shard]
+            shard.pending += 1 - (len(group) if held else 0)
+            self.queues[0].push(Item(origin.row, origin.shard, origin.nbytes, origin.attempts, origin=origin, wanted=wanted, upto=upto))
+        self._wake.set()
+
+    def _write(self, shard: Shard, item: Item, op: int, dropped: bool) -> None:
+        shard.rows.append((item, op, dropped))
+        shard.rows_bytes += item.nbytes
         if dropped:
             shard.dropped += 1
             self.rows_dropped += 1
         shard.written += 1
         self.rows_written += 1
         self._completed()
-        if len(shard.rows) >= _PART_ROWS:
+        if len(shard.rows) >= _PART_ROWS or shard.rows_bytes >= _PART_BYTES:
             self._flush(shard)
 
     def _dead_letter(self, item: Item, operator: str, error: str, pending_delta: int = -1) -> None:
@@ -583,9 +650,30 @@ class PipelineRunner:
 
     def _flush(self, shard: Shard) -> None:
         rows, dead = shard.rows, shard.dead_rows
-        shard.rows, shard.dead_rows = [], []
+        shard.rows, shard.dead_rows, shard.rows_bytes = [], [], 0
         if rows or dead:
-            shard.writes.append(asyncio.ensure_future(asyncio.to_thread(self.sink.write_part, shard.shard_id, rows, dead)))
+            shard.writes.append(self._spawn(self._write_part(shard, rows, dead)))
+
+    async def _write_part(self, shard: Shard, rows: list[tuple[Item, int, bool]], dead: list[dict[str, Any]]) -> None:
+        """Have the writer fetch and write rows (by reference) and dead letters; rows whose object is gone
+        are un-counted and produced again."""
+        pieces, groups, sent = _batch_inputs(Unit([item for item, _, _ in rows])) if rows else ([], [], 0)
+        self.runner_bytes += sent + len(pickle.dumps(dead, protocol=5))
+        lost = await sink_writer.call(self.writer.write_part, shard.shard_id, pieces, dead)
+        if not lost:
+            return
+        gone = {id(it) for k in lost for it in groups[k]}
+        by_op: dict[int, list[Item]] = {}
+        for item, op, dropped in rows:
+            if id(item) in gone:
+                shard.written -= 1
+                self.rows_written -= 1
+                if dropped:
+                    shard.dropped -= 1
+                    self.rows_dropped -= 1
+                by_op.setdefault(op, []).append(item)
+        for op, items in by_op.items():
+            self._reproduce(items, held=False, outputs_of=op)
 
     def _maybe_commit(self, shard: Shard) -> None:
         if shard.closed and shard.pending == 0 and not shard.done and not shard.committing:
@@ -594,9 +682,12 @@ class PipelineRunner:
             self._spawn(self._commit(shard))
 
     async def _commit(self, shard: Shard) -> None:
-        await asyncio.gather(*shard.writes)
-        shard.writes = []
-        await asyncio.to_thread(self.sink.commit, shard.shard_id)
+        writes, shard.writes = shard.writes, []
+        await asyncio.gather(*writes)
+        if shard.pending:  # a part lost rows with a node: they are being produced again, then it commits
+            shard.committing = False
+            return
+        await sink_writer.call(self.writer.commit, shard.shard_id)
         shard.done = True
         shard.committing = False
         self._wake.set()
@@ -660,6 +751,10 @@ class PipelineRunner:
                                     if r.outcome.status != ApplyStatus.LANDED]
         state["out_dir"] = str(self.out_dir)
         state["replicas_by_node"] = self.placer.replicas_by_node()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        state["runner"] = {"pid": os.getpid(), "bytes_serialised": self.runner_bytes, "bytes_from_other_nodes": self.bytes_from_other_nodes,
+                           "rows_lost": self.rows_lost,
+                           "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}
         return state
 
     # ------------------------------------------------------------------ control
@@ -782,10 +877,25 @@ def _track(estimate: float, observed: float) -> float:
     return max(observed, 0.9 * estimate + 0.1 * observed, 0.05)
 
 
-def _scalar(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+def _batch_inputs(unit: Unit) -> tuple[Batch | list[Piece], list[list[Item]], int]:
+    """What a replica is sent for ``unit``: source rows by value, produced rows as pieces (one per run
+    of rows from the same stored batch); the items behind each piece; and the bytes this serialises."""
+    if all(it.ref is None for it in unit.items):
+        batch = rows_to_batch([it.row for it in unit.items])
+        return batch, [unit.items], len(pickle.dumps(batch, protocol=5))
+    groups: list[list[Item]] = []
+    for it in unit.items:
+        if groups and groups[-1][0].ref is it.ref:
+            groups[-1].append(it)
+        else:
+            groups.append([it])
+    pieces = [Piece(g[0].ref, tuple(it.index for it in g)) for g in groups]
+    return pieces, groups, len(pickle.dumps([p.rows for p in pieces], protocol=5)) + REF_WIRE_BYTES * len(pieces)
+
+
+def _leads_to(row_id: str, wanted: str) -> bool:
+    """Whether the row ``row_id`` is the wanted row or one it was split from (child ids are ``<parent>/<k>``)."""
+    return wanted == row_id or wanted.startswith(row_id + "/")
 
 
 RunnerActor = ray.remote(num_cpus=0, max_restarts=0)(PipelineRunner)

@@ -1,9 +1,14 @@
 """The operator input queues the runner streams through, and the retry split of a failing batch.
 
 Contract:
-- ``Item``: one input row in flight, with its shard, its size (``row_bytes``: what the queue byte
-  bounds count) and its failed attempts. ``Unit``: a pre-formed batch being retried, kept
-  together or split, never merged, with the replica deaths it was in flight at.
+- ``Item``: one input row in flight, with its shard, its size (``payload.row_bytes``: what the
+  queue byte bounds count) and its failed attempts. A source row is held by value (``row``); a
+  row an operator produced is held by reference (``ref``, ``index``: its stored batch and row,
+  with ``row`` keeping only its id and ``source_id``), with the node that holds it (``node``)
+  and the source item it descends from (``origin``), from which it is produced again if its node
+  dies: such a re-run item keeps only the rows of ``wanted`` ids, up to the output of operator
+  ``upto``. ``Unit``: a pre-formed batch being retried, kept together or split, never merged,
+  with the replica deaths it was in flight at.
 - ``Queue``: an operator's input, items in arrival order and retried units ahead of them; it keeps
   its item and byte counts (the backpressure bounds of ``RunnerSettings.queue_max_items`` /
   ``queue_max_bytes`` are checked against them by the runner) and when its oldest entry arrived.
@@ -18,21 +23,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-
-def row_bytes(row: dict[str, Any]) -> int:
-    """Rough in-memory size of one row (what queue byte bounds count)."""
-    total = 64
-    for value in row.values():
-        if isinstance(value, np.ndarray):
-            total += value.nbytes
-        elif isinstance(value, (str, bytes)):
-            total += len(value)
-        else:
-            total += 8
-    return total
-
 
 @dataclass(eq=False)
 class Item:
@@ -40,6 +30,12 @@ class Item:
     shard: str
     nbytes: int
     attempts: int = 0
+    ref: Any = None
+    index: int = -1
+    node: str = ""
+    origin: "Item | None" = None
+    wanted: frozenset[str] | None = None
+    upto: int = -1
 
 
 @dataclass(eq=False)
