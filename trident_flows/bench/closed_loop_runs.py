@@ -114,6 +114,8 @@ def _device_busy_s(prefix: str, namespace: str | None) -> float:
 
 
 def make_system_policy(system: str, spec: PipelineSpec, tuning: Tuning, workload: Workload) -> Any:
+    """The policy ``system`` runs in the control loop: None for static-avg and static-large (no loop),
+    ``OraclePolicy`` for oracle, else the registry's policy on the benchmark's one node."""
     if system in ("static-avg", "static-large"):
         return None
     if system == "oracle":
