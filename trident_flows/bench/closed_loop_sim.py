@@ -11,7 +11,7 @@ Contract of ``run(quick) -> BenchResult``:
 - Systems (the live benchmark's, where a system can be simulated): ``static-avg`` (the per-node
   static search on the stream's mean item, replicated over the nodes), ``static-<regime>`` (each
   regime's best static config, run all along: the candidates for the best single static in
-  hindsight), ``oracle`` (``closed_loop.OraclePolicy``: knows the schedule, switches to each
+  hindsight), ``oracle`` (``oracle_policy.OraclePolicy``: knows the schedule, switches to each
   regime's config when the block reaches each operator, paying real cold starts), ``ds2``,
   ``threshold``, ``trident`` (the registry's policies, unchanged, ticking every ``TICK_S``
   simulated seconds; each tick's CPU time charged to the clock). Ray Data's autoscaler and
@@ -19,7 +19,7 @@ Contract of ``run(quick) -> BenchResult``:
   runner's ``apply``.
 - Figures per run: throughput (input items / (last output - first output)), OOMs,
   reconfigurations, tick milliseconds, simulation wall seconds and events.
-- Headroom (by the cost model, as ``closed_loop.model_headroom``): the stream's throughput with
+- Headroom (by the cost model, as ``closed_loop_workload.model_headroom``): the stream's throughput with
   each block run by its regime's best config switched for free, over the best single static
   config's (static-avg or a per-regime config run all along). A workload "has headroom" when
   this ratio is at least ``HEADROOM_MIN``.
@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop import OraclePolicy
+from trident_flows.bench.oracle_policy import OraclePolicy
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan

@@ -51,9 +51,11 @@ import numpy as np
 import psutil
 import ray
 
-from trident_flows.bench import closed_loop, headroom
+from trident_flows.bench import closed_loop_figure, closed_loop_workload, headroom
 from trident_flows.bench.baselines import DEFINITIONS, STATIC_DEFAULT, STATIC_HINDSIGHT, STATIC_SYSTEMS, Baselines, tune_baselines
-from trident_flows.bench.closed_loop import RunRecord, Workload, per_system, run_ray_data, run_runtime
+from trident_flows.bench.closed_loop_runs import RunRecord, run_ray_data, run_runtime
+from trident_flows.bench.closed_loop_stats import per_system
+from trident_flows.bench.closed_loop_workload import Workload
 from trident_flows.bench.report import BenchResult
 from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
@@ -63,8 +65,8 @@ from trident_flows.runtime.leftovers import ray_descendants
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec
 
-CPUS, GPUS = closed_loop.CPUS, closed_loop.GPUS
-DEVICE_MEMORY = closed_loop.DEVICE_MEMORY
+CPUS, GPUS = closed_loop_workload.CPUS, closed_loop_workload.GPUS
+DEVICE_MEMORY = closed_loop_workload.DEVICE_MEMORY
 SYSTEMS = (STATIC_DEFAULT, "static-first-n", STATIC_HINDSIGHT, "trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling")
 SPIKE_SYSTEMS = SYSTEMS
 QUICK_SPIKE_SYSTEMS = (STATIC_DEFAULT, "trident")
@@ -78,7 +80,7 @@ TIME_SCALE = 0.5
 FIRST_N_SHARE = 0.05  # static-first-n profiles the first 5% of the stream (at least MIN_FIRST_N items)
 MIN_FIRST_N = 10
 SEED = 11
-SPIKE_FACTOR = closed_loop.SPIKE_FACTOR
+SPIKE_FACTOR = closed_loop_workload.SPIKE_FACTOR
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def suite_workloads(quick: bool, names: Sequence[str] = WORKLOADS) -> list[Suite
         raise ValueError(f"unknown suite workload(s) {unknown}; choose from {list(WORKLOADS)}")
     seconds = QUICK_BLOCK_S if quick else BLOCK_S
     doc_blocks, video_blocks = ("short", "scans", "long", "short"), ("small", "hd", "long", "small")
-    old_docs, old_video = closed_loop.PIPELINES["documents"], closed_loop.PIPELINES["video"]
+    old_docs, old_video = closed_loop_workload.PIPELINES["documents"], closed_loop_workload.PIPELINES["video"]
     each = f"blocks of {seconds:g} s each at their optimum (production time), time scale {TIME_SCALE:g}"
 
     def equal_time(profile: str, gpus: int, blocks: Sequence[str]) -> str:
@@ -234,8 +236,8 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
             main_stream, spike_stream = suite.streams()
             rows = main_stream.rows(profile)
             baselines = tune_baselines(profile, suite.layout, rows, main_stream.blocks(), cpus=CPUS, gpus=suite.gpus,
-                                       device_memory_bytes=DEVICE_MEMORY, gpu_batches=closed_loop.GPU_BATCHES,
-                                       cpu_batch=closed_loop.CPU_BATCH, first_n=max(MIN_FIRST_N, int(len(rows) * FIRST_N_SHARE)))
+                                       device_memory_bytes=DEVICE_MEMORY, gpu_batches=closed_loop_workload.GPU_BATCHES,
+                                       cpu_batch=closed_loop_workload.CPU_BATCH, first_n=max(MIN_FIRST_N, int(len(rows) * FIRST_N_SHARE)))
             bound = headroom.headroom(suite.headroom_workload(profile))
             log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; headroom {bound.ratio:.3f}; "
                 + "; ".join(f"{n} {c.label()}" for n, c in baselines.configs.items()))
@@ -325,18 +327,18 @@ def figure(results: Mapping[str, Mapping[str, Any]]) -> Any:
     for k, (name, result) in enumerate(results.items()):
         ax, ax_rep = axes[k]
         main, suite, s = result["main"], result["suite"], result["summary"]
-        trident = closed_loop._median_run(main, "trident")
+        trident = closed_loop_figure.median_run(main, "trident")
         if trident is not None and trident.tail:
-            colors = {**closed_loop.PIPELINES["documents"].colors, **closed_loop.PIPELINES["video"].colors}
-            for regime, a, b in closed_loop._regime_spans(trident, suite.streams()[0].blocks(), result["reach"]):
+            colors = {**closed_loop_workload.PIPELINES["documents"].colors, **closed_loop_workload.PIPELINES["video"].colors}
+            for regime, a, b in closed_loop_figure.regime_spans(trident, suite.streams()[0].blocks(), result["reach"]):
                 ax.axvspan(a, b, color=colors.get(regime, "#eeeeee"), alpha=0.8, lw=0)
                 ax.text((a + b) / 2, 1.0, regime, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
         for system in dict.fromkeys(r.system for r in main):
-            run = closed_loop._median_run(main, system)
+            run = closed_loop_figure.median_run(main, system)
             if run is None:
                 continue
             span = (run.wall_s or 1.0) - (run.startup_s or 0.0)
-            x, y = closed_loop._rate(closed_loop._since_first_output(run), max(1.0, span / 60))
+            x, y = closed_loop_figure.completion_rate(closed_loop_figure.since_first_output(run), max(1.0, span / 60))
             ax.plot(x, y, lw=2.2 if system == "trident" else 1.0, label=f"{system} ({run.items_per_s:.1f}/s)")
         fmt = {key: ("n/a" if v is None else f"{v:.2f}") for key, v in s.items()}
         ax.set_title(f"{name}: completed items/s (median run); headroom {fmt['headroom']}x, trident vs static-hindsight "

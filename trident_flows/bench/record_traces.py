@@ -27,7 +27,8 @@ from typing import Any
 
 import ray
 
-from trident_flows.bench import closed_loop as cl
+from trident_flows.bench.closed_loop_runs import TICK_S
+from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import find_runner, run_pipeline
@@ -50,11 +51,11 @@ def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path
 
     def progress(state: Any) -> None:
         if not poller:
-            poller.append(RunnerPoller(find_runner(runner, NAMESPACE), writer, cl.TICK_S))
+            poller.append(RunnerPoller(find_runner(runner, NAMESPACE), writer, TICK_S))
         poller[0](state)
 
     try:
-        summary = run_pipeline(spec, work / "out", settings=settings, policy=RecordingPolicy(policy, writer), tick_s=cl.TICK_S,
+        summary = run_pipeline(spec, work / "out", settings=settings, policy=RecordingPolicy(policy, writer), tick_s=TICK_S,
                                overwrite=True, progress=progress, name=runner, namespace=NAMESPACE, poll_s=0.25)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -67,17 +68,17 @@ def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path
 
 def record_emulated(name: str, out: Path) -> None:
     pipeline, policy_name = EMULATED[name]
-    bench = cl.PIPELINES["documents" if pipeline == "docs" else "video"]
+    bench = PIPELINES["documents" if pipeline == "docs" else "video"]
     profile = PipelineProfile.load(bench.profile)
-    workload, _ = cl.workloads(False, bench)
-    tuning = cl.tune(profile, workload)
+    workload, _ = workloads(False, bench)
+    tuning = tune(profile, workload)
     spec = workload.spec(profile, tuning.static_avg, f"trace-{name}")
-    cluster = ClusterSpec.single_node(cl.CPUS, cl.GPUS, gpu_memory_bytes=cl.DEVICE_MEMORY)
+    cluster = ClusterSpec.single_node(CPUS, GPUS, gpu_memory_bytes=DEVICE_MEMORY)
     policy = make_policy(policy_name, spec=spec, cluster=cluster)
-    header = {"pipeline": bench.profile, "emulated": True, "policy": policy_name, "cluster": {"cpus": cl.CPUS, "gpus": cl.GPUS},
-              "blocks": workload.blocks(), "regimes": workload.regimes, "time_scale": workload.time_scale, "tick_s": cl.TICK_S,
+    header = {"pipeline": bench.profile, "emulated": True, "policy": policy_name, "cluster": {"cpus": CPUS, "gpus": GPUS},
+              "blocks": workload.blocks(), "regimes": workload.regimes, "time_scale": workload.time_scale, "tick_s": TICK_S,
               "start_config": tuning.static_avg.label()}
-    _record(name, spec, policy, header, out, RunnerSettings(device_memory_bytes=cl.DEVICE_MEMORY))
+    _record(name, spec, policy, header, out, RunnerSettings(device_memory_bytes=DEVICE_MEMORY))
 
 
 def record_real_documents(out: Path, corpus_dir: Path) -> None:
@@ -97,7 +98,7 @@ def record_real_documents(out: Path, corpus_dir: Path) -> None:
             start = k
     cluster = ClusterSpec.single_node(REAL_CPUS, 0)
     header = {"pipeline": "documents", "emulated": False, "policy": "trident", "cluster": {"cpus": REAL_CPUS, "gpus": 0},
-              "blocks": blocks if "unknown" not in order else [], "regimes": REAL_REGIMES, "time_scale": 1.0, "tick_s": cl.TICK_S}
+              "blocks": blocks if "unknown" not in order else [], "regimes": REAL_REGIMES, "time_scale": 1.0, "tick_s": TICK_S}
     _record(REAL, spec, make_policy("trident", spec=spec, cluster=cluster), header, out, RunnerSettings())
 
 
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown trace(s) {unknown}; choose from {sorted(EMULATED) + [REAL]}")
     emulated = [n for n in names if n in EMULATED]
     if emulated:
-        ray.init("local", num_cpus=cl.CPUS, num_gpus=cl.GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init("local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
             for name in emulated:
                 record_emulated(name, args.out)

@@ -3,12 +3,12 @@ the simulator, side by side: can the simulated figures be trusted?
 
 Contract of ``run(quick) -> BenchResult``:
 - Workloads (``WORKLOADS``), each on one logical node of 16 CPUs + 2 emulated GPUs (8 GiB
-  each), the closed-loop benchmark's static-avg configuration (``closed_loop.tune``) and its
+  each), the closed-loop benchmark's static-avg configuration (``closed_loop_workload.tune``) and its
   seeded streams: ``docs-static`` (emulated documents, no policy), ``video-static`` (emulated
   video, no policy), ``docs-rolling`` (documents with a scripted rolling update: once
   ``ROLL_AT_S`` seconds have passed, ``embed`` is replaced by replicas at another batch size,
   start-before-retire) and ``docs-ds2`` (documents under the DS2 policy, ticking every
-  ``closed_loop.TICK_S``).
+  ``closed_loop_runs.TICK_S``).
 - Live: ``launch.start_runner`` + the runtime's ``ControlLoop`` on a local Ray cluster (the
   emulated operators sleep their modelled seconds). Simulated: ``sim.driver.simulate`` on the
   same ``PipelineSpec`` (the very rows of its source) and the same policy class.
@@ -49,7 +49,8 @@ from typing import Any, Sequence
 import ray
 
 from trident_flows.bench.local_ray import start_local_ray
-from trident_flows.bench.closed_loop import DEVICE_MEMORY, PIPELINES, TICK_S, tune, workloads
+from trident_flows.bench.closed_loop_runs import TICK_S
+from trident_flows.bench.closed_loop_workload import DEVICE_MEMORY, PIPELINES, tune, workloads
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.control.loop import ControlLoop
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -87,7 +88,7 @@ class RollingUpdate:
 @dataclass(frozen=True)
 class FidelityWorkload:
     name: str
-    pipeline: str          # a key of closed_loop.PIPELINES
+    pipeline: str          # a key of closed_loop_workload.PIPELINES
     policy: str            # "static", "rolling" or a registered policy
 
 
@@ -193,7 +194,7 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print,
     """The committed live closed-loop runs of ``pipeline`` re-run in the simulator (see the module docstring)."""
     import json
 
-    from trident_flows.bench.closed_loop import _make_policy
+    from trident_flows.bench.closed_loop_runs import make_system_policy
 
     path = Path(__file__).resolve().parents[2] / "bench-results" / COMMITTED[pipeline]
     committed = json.loads(path.read_text())
@@ -214,7 +215,7 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print,
             continue
         config = tuning.static_large if system == "static-large" else tuning.static_avg
         spec = workload.spec(profile, config, f"fidelity-{system}")
-        run = simulate(spec, _cluster(), _make_policy(system, spec, tuning, workload), tick_s=TICK_S)
+        run = simulate(spec, _cluster(), make_system_policy(system, spec, tuning, workload), tick_s=TICK_S)
         s = run.summary
         span = (run.runner.last_output_at or 0) - (run.runner.first_output_at or 0)
         busy = sum(d.busy_s for d in run.runner.cluster.devices) / (GPUS * span) if span > 0 else None
