@@ -26,7 +26,7 @@ test: install lint
 	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install
-	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video faults sim-fidelity ray-data-import plan-fidelity dataplane; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
+	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video faults sim-fidelity ray-data-import plan-fidelity dataplane closed-loop-suite; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
 
 stop:
 	@$(PY) -m trident_flows.demo --stop
