@@ -105,8 +105,7 @@ Contract:
   within the live models' error and chasing them costs cold starts); otherwise the record says WAIT and why.
 - verify: after a rollout, once the plan is in place, the end-to-end throughput
   (``state.end_to_end_throughput``: items finished at the sink, which filling queues do not
-  inflate) of the next ``verify_ticks`` ticks (at least as many as the baseline holds: a slow regime
-  finishes a batch at the sink only every few ticks) is compared with the ticks before the change,
+  inflate) of the next ``verify_ticks`` ticks is compared with the ticks before the change,
   whatever the input state (``worse_than_before``: lower by more than ``verify_z`` standard errors
   and by 5%); a change that made things worse is rolled back (the previous placement restored,
   with the figures as reason) and not proposed again in this regime, unless a features regime
@@ -865,9 +864,8 @@ class TridentPolicy:
         if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
             return "plan in place; measuring from the next tick", None
         p.measured.append(measured)
-        needed = max(self.verify_ticks, len(p.before))  # as many ticks as the baseline: a slow regime finishes a batch every few ticks
-        if len(p.measured) < needed:
-            return f"measuring ({len(p.measured)}/{needed}): {measured:.4g} items/s end to end", None
+        if len(p.measured) < self.verify_ticks:
+            return f"measuring ({len(p.measured)}/{self.verify_ticks}): {measured:.4g} items/s end to end", None
         self._pending = None
         worse, figures = worse_than_before(p.before, p.measured, self.verify_z)
         if not worse:
