@@ -326,3 +326,19 @@ def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predic
         why, rollback = verdicts[-1]
         assert (rollback is None) == kept, why
         assert ("previous placement was predicted" in why) == kept, why
+
+
+def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
+    # live, load moved a cheap operator's residuals every few seconds: each shift restarted the regime's
+    # clock, and every move was then priced over a regime of a second or two
+    from trident_flows.scheduler.regime import ChangeKind, RegimeChange
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
+    run_ticks(runner, policy, 10)
+    state = runner.state()
+    before = policy._expected_regime_s(state, 1e-9)
+    shift = RegimeChange("a", 0, 0, ChangeKind.RESIDUAL, False, 0, 0, {}, "injected load shift")
+    policy._ops["a"].detector.observe_many = lambda batch, model, replicas: [shift]
+    policy._regime(state, {"a": [object()]}, [])
+    assert policy._expected_regime_s(state, 1e-9) == before > 5.0

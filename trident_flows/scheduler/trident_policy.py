@@ -547,10 +547,13 @@ class TridentPolicy:
                     self._rearm_from(state, name)
                     op.workload_moved = True  # the others refit when their own detectors see the new items
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
-                started = self._regime_started.get(name)
-                if started is not None and change.kind == ChangeKind.FEATURES:
-                    self._regime_lengths.append(max(0.0, state.wall_s - started))
-                self._regime_started[name] = state.wall_s
+                if change.kind == ChangeKind.FEATURES:
+                    # a residual shift keeps the workload, so the regime's clock runs on: live, load moved cheap
+                    # operators' residuals every few seconds, and each restart priced every move over a 1 s regime
+                    started = self._regime_started.get(name)
+                    if started is not None:
+                        self._regime_lengths.append(max(0.0, state.wall_s - started))
+                    self._regime_started[name] = state.wall_s
                 if change.kind == ChangeKind.RESIDUAL:
                     # same workload, new behaviour: only samples since the change point describe it
                     keep = [(seq, x) for seq, x in op.window if seq >= change.change_point]
