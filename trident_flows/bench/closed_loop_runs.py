@@ -87,7 +87,7 @@ def _finish(record: RunRecord, items: int, wall_s: float, first_s: float | None,
     record.wall_s, record.startup_s = wall_s, first_s
     record.items_per_s_total = items / wall_s if wall_s > 0 else None
     record.items_per_s = items / (wall_s - first_s) if first_s is not None and wall_s > first_s else None
-    record.accel_busy = busy_s / (gpus * (wall_s - first_s)) if first_s is not None and wall_s > first_s else None
+    record.accel_busy = busy_s / (gpus * (wall_s - first_s)) if gpus and first_s is not None and wall_s > first_s else None
 
 
 def _ray_gpus() -> int:

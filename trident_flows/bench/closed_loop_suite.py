@@ -222,9 +222,10 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
     repeats = repeats if repeats is not None else (1 if quick else 2)
     if spike_systems is None:
         spike_systems = [s for s in (QUICK_SPIKE_SYSTEMS if quick else SYSTEMS) if s in systems]
-    started = not ray.is_initialized()
-    if started:  # GPUs exist for every workload; cpu-only's configurations and policies are given none
-        _start_ray()
+    # A local node per workload with exactly its GPUs: the runtime and Trident read the live node, and on a
+    # node with 2 GPUs cpu-only's trident planned embed onto GPUs the workload does not have. A caller's
+    # own Ray session is used as it is.
+    own_ray = not ray.is_initialized()
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="trident-suite-"))
@@ -232,6 +233,9 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
     results: dict[str, dict[str, Any]] = {}
     try:
         for suite in chosen:
+            if own_ray:
+                ray.shutdown()
+                _start_ray(suite.gpus)
             profile = PipelineProfile.load(suite.profile)
             main_stream, spike_stream = suite.streams()
             rows = main_stream.rows(profile)
@@ -248,7 +252,7 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
                                    "summary": summarise(main, spikes, bound.ratio)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        if started:
+        if own_ray:
             ray.shutdown()
     summary = {name: r["summary"] for name, r in results.items()}
     raw = {name: _raw(r) for name, r in results.items()}
@@ -259,14 +263,14 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
     return BenchResult("closed-loop-suite", summary, raw=raw, figure=figure(results), notes=_notes(results, quick, repeats))
 
 
-def _start_ray(attempts: int = 8) -> None:
+def _start_ray(gpus: int, attempts: int = 8) -> None:
     """``ray.init`` for the suite, tried again when the node misses Ray's fixed 30 s start-up wait (seen at load 30+: the
     raylet gives up waiting for its dashboard agent's ports); the Ray processes a failed attempt left (GCS, dashboard,
     monitors) are killed before the next."""
     for attempt in range(attempts):
         before = {(r.pid, r.create_time) for r in ray_descendants()}
         try:
-            ray.init("local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init("local", num_cpus=CPUS, num_gpus=gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
             return
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this timeout
             ray.shutdown()
