@@ -271,27 +271,27 @@ def _bench_options(name: str, module: Any, systems: str | None, repeats: int | N
     """``--systems`` / ``--repeats`` / ``--workloads`` as keyword arguments of the benchmark's ``run``, refused where it has none."""
     options: dict[str, Any] = {}
     if workloads is not None:
-        known = getattr(module, "WORKLOADS", None)
-        if known is None or "workloads" not in inspect.signature(module.run).parameters:
-            raise RuntimeConfigError(f"benchmark {name!r} has no --workloads option; drop it")
-        chosen = [w.strip() for w in workloads.split(",") if w.strip()]
-        for w in chosen:
-            _check_choice("workload", w, list(known))
-        options["workloads"] = tuple(chosen)
+        options["workloads"] = _bench_choices(name, module, "workloads", "WORKLOADS", "workload", workloads)
     if systems is not None:
-        known = getattr(module, "SYSTEMS", None)
-        if known is None or "systems" not in inspect.signature(module.run).parameters:
-            raise RuntimeConfigError(f"benchmark {name!r} has no --systems option; drop it")
-        chosen = [s.strip() for s in systems.split(",") if s.strip()]
-        for s in chosen:
-            _check_choice("system", s, list(known))
-        options["systems"] = tuple(chosen)
+        chosen = _bench_choices(name, module, "systems", "SYSTEMS", "system", systems)
+        options["systems"] = chosen
         options["spike_systems"] = tuple(s for s in getattr(module, "SPIKE_SYSTEMS", ()) if s in chosen)
     if repeats is not None:
         if "repeats" not in inspect.signature(module.run).parameters:
             raise RuntimeConfigError(f"benchmark {name!r} has no --repeats option; drop it")
         options["repeats"] = repeats
     return options
+
+
+def _bench_choices(name: str, module: Any, option: str, registry: str, kind: str, given: str) -> tuple[str, ...]:
+    """``--OPTION a,b`` checked against the benchmark's ``REGISTRY`` list; refused where its ``run`` has no such option."""
+    known = getattr(module, registry, None)
+    if known is None or option not in inspect.signature(module.run).parameters:
+        raise RuntimeConfigError(f"benchmark {name!r} has no --{option} option; drop it")
+    chosen = tuple(c.strip() for c in given.split(",") if c.strip())
+    for c in chosen:
+        _check_choice(kind, c, list(known))
+    return chosen
 
 
 # ---------------------------------------------------------------- plan (capacity planning: trident_flows/planning)
