@@ -73,6 +73,7 @@ def _stop_leftover_ray_processes(ctx: typer.Context) -> None:
     guard = RayProcessGuard().start()
 
     def finish() -> None:
+        guard.sample()  # before shutdown: a worker that outlives its raylet is re-parented out of reach
         if connected() and not connected_before:
             sys.modules["ray"].shutdown()
         killed = guard.finish()
