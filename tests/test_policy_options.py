@@ -49,7 +49,7 @@ def test_the_known_options_are_the_policies_keyword_parameters():
 
 def test_legitimate_options_reach_the_policy_and_keep_their_own_checks():
     trident = make_policy("trident", spec=None, cluster=CLUSTER, min_samples=8, verify_ticks=2, canaries=False)
-    assert (trident.min_samples, trident.verify_ticks, trident.canaries) == (8, 2, False)
+    assert (trident.settings.min_samples, trident.settings.verify_ticks, trident.settings.canaries) == (8, 2, False)
     assert make_policy("ds2", spec=None, cluster=CLUSTER, source_rate=5.0, min_batches=2).source_rate == 5.0
     assert make_policy("threshold", up=2.0, down=0.25).up == 2.0
     assert isinstance(make_policy("static", spec=None, cluster=CLUSTER), StaticPolicy)
@@ -84,7 +84,7 @@ def test_the_sidecar_gives_every_policy_only_options_it_takes():
         assert options["cpu_budget"] == 4 and options["gpu_budget"] == 0
         policy = make_policy(name, spec=None, cluster=CLUSTER, **{k: v for k, v in options.items() if k not in BUDGETS})
         if name == "trident":
-            assert (policy.margin, policy.max_changes) == (0.2, 2)
+            assert (policy.settings.memory_safety_margin, policy.settings.max_changes) == (0.2, 2)
 
 
 def test_the_controller_refuses_a_misspelt_option_when_built_not_at_its_first_tick():
@@ -129,7 +129,6 @@ def test_trident_settings_are_frozen_and_reach_the_policy():
         settings.min_samples = 9
     policy = make_policy("trident", spec=None, cluster=CLUSTER, min_samples=8, max_changes=2, canaries=False)
     assert policy.settings == settings
-    assert (policy.min_samples, policy.max_changes, policy.canaries, policy.margin) == (8, 2, False, settings.memory_safety_margin)
     with pytest.raises(TypeError, match="settings must be a TridentSettings"):
         policy_factory("trident")(None, CLUSTER, {"min_samples": 8})
 

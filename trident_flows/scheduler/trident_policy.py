@@ -254,38 +254,6 @@ class TridentPolicy:
         self.cluster = cluster
         self._given_cluster = cluster  # memory figures of the live classes (``live_cluster``)
         self.solve = solve
-        # the settings the decision steps read, under their historical attribute names
-        self.margin = settings.memory_safety_margin
-        self.k = settings.k
-        self.min_gain = settings.min_gain
-        self.benefit_ratio = settings.benefit_ratio
-        self.verify_ticks = settings.verify_ticks
-        self.regime_duration_s = settings.regime_duration_s
-        self.apply_grace_ticks = settings.apply_grace_ticks
-        self.canaries = settings.canaries
-        self.canary_policy = settings.canary_policy
-        self.canary_timeout_s = settings.canary_timeout_s
-        self.canary_max_batch_s = settings.canary_max_batch_s
-        self.canary_min_busy = settings.canary_min_busy
-        self.canary_payback = settings.canary_payback
-        self.tell_every = settings.tell_every
-        self.default_cold_start_s = settings.default_cold_start_s
-        self.window = settings.window
-        self.solver = settings.solver
-        self.time_limit_s = settings.time_limit_s
-        self.seed = settings.seed
-        self.max_changes = settings.max_changes
-        self.refit_min_samples = settings.refit_min_samples
-        self.refit_fraction = settings.refit_fraction
-        self.reask_ticks = settings.reask_ticks
-        self.resolve_ticks = settings.resolve_ticks
-        self.saturation_s = settings.saturation_s
-        self.stale_ratio = settings.stale_ratio
-        self.min_samples = settings.min_samples
-        self.min_config_samples = settings.min_config_samples
-        self.evidence_max_s = settings.evidence_max_s
-        self.confidence_z = settings.confidence_z
-        self.verify_z = settings.verify_z
         # what the policy keeps between ticks
         self._refused_canaries: set = set()
         self._cold: dict[tuple[str, str], float] = {}
@@ -308,7 +276,7 @@ class TridentPolicy:
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
-        self._occupancy = OccupancyTracker(self.saturation_s)
+        self._occupancy = OccupancyTracker(self.settings.saturation_s)
         self._clock_origin: float | None = None  # the runner's wall_s = 0 on the samples' clock (``_calibrate``)
         self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
         self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
@@ -373,8 +341,8 @@ class TridentPolicy:
         elif safety is not None and not self._gate_passed():
             action, plan, reason = Action.ROLL_OUT, safety, safety.reason
         elif not self._gate_passed():
-            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.min_samples} samples per operator, "
-                      f"{self.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence()) or 'every operator'}")
+            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.settings.min_samples} samples per operator, "
+                      f"{self.settings.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence()) or 'every operator'}")
             hold = Hold(HoldKind.WAITING_FOR_SAMPLES)
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
@@ -431,8 +399,8 @@ class TridentPolicy:
                 continue
             since = o.fed - self._changed_at.get(name, 0)
             waited = self._wall_now - self._changed_wall.get(name, -math.inf)
-            enough = since >= self.min_config_samples or (since >= SLOW_EVIDENCE_SAMPLES and waited >= self.evidence_max_s)
-            if not o.model.ready or len(o.window) < self.min_samples or not enough:
+            enough = since >= self.settings.min_config_samples or (since >= SLOW_EVIDENCE_SAMPLES and waited >= self.settings.evidence_max_s)
+            if not o.model.ready or len(o.window) < self.settings.min_samples or not enough:
                 short.append(f"{name} ({len(o.window)}, {since} since the change)")
         return short
 
@@ -484,7 +452,7 @@ class TridentPolicy:
         if (name, device) in self._cold:
             return self._cold[(name, device)]
         known = [v for (n, _d), v in self._cold.items() if n == name]
-        return max(known) if known else self.default_cold_start_s
+        return max(known) if known else self.settings.default_cold_start_s
 
     def _drain(self, name: str) -> float:
         """Seconds a retiring replica needs to finish its in-flight batches (two median batches)."""
@@ -493,7 +461,7 @@ class TridentPolicy:
 
     def _operator(self, name: str) -> _Operator:
         if name not in self._ops:
-            self._ops[name] = _Operator(name, OperatorModel(name), RegimeDetector(name), deque(maxlen=self.window))
+            self._ops[name] = _Operator(name, OperatorModel(name), RegimeDetector(name), deque(maxlen=self.settings.window))
         return self._ops[name]
 
     def _observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> dict[str, list[BatchSample]]:
@@ -516,7 +484,7 @@ class TridentPolicy:
                 continue
             epoch = state.operator(name).config_epoch
             due = not op.model.ready or op.fitted_epoch != epoch or op.workload_moved
-            need = self.refit_min_samples if due else max(self.refit_min_samples, math.ceil(self.refit_fraction * op.fitted_on))
+            need = self.settings.refit_min_samples if due else max(self.settings.refit_min_samples, math.ceil(self.settings.refit_fraction * op.fitted_on))
             if op.unfitted < need:
                 continue
             try:
@@ -557,7 +525,7 @@ class TridentPolicy:
                 if change.kind == ChangeKind.RESIDUAL:
                     # same workload, new behaviour: only samples since the change point describe it
                     keep = [(seq, x) for seq, x in op.window if seq >= change.change_point]
-                    op.window = deque(keep, maxlen=self.window)
+                    op.window = deque(keep, maxlen=self.settings.window)
                     op.fitted_epoch = None  # refit on the kept samples at the next ones
                     events.append(TickEvent(EventKind.NOTE, name, f"dropped samples before the change point; refit on {len(keep)}"))
                     continue
@@ -596,7 +564,7 @@ class TridentPolicy:
         elif self._regime_lengths:
             expected = max(elapsed, 1.0)
         else:
-            prior = self.regime_duration_s - elapsed if self.regime_duration_s is not None else 0.0
+            prior = self.settings.regime_duration_s - elapsed if self.settings.regime_duration_s is not None else 0.0
             expected = max(prior, elapsed, 1.0)
         left = remaining_items(state, getattr(self.spec, "items", None))
         if left is not None and throughput > 0:
@@ -624,7 +592,7 @@ class TridentPolicy:
         return MemoryBudget(cpu_bytes=int(host), gpu_bytes=int(gpu) if gpu else None)
 
     def _limit(self, config: OpConfig) -> float:
-        return self._budget().limit(config.device, self.margin)
+        return self._budget().limit(config.device, self.settings.memory_safety_margin)
 
     def _optimizer(self, name: str) -> ConfigOptimizer:
         op = self._ops[name]
@@ -634,7 +602,7 @@ class TridentPolicy:
             if space is None:
                 raise ValueError(f"operator {name!r}: no config space known (the policy needs the pipeline spec)")
             incumbent = self.spec.operator(name).config
-            opt = ConfigOptimizer(space, self._budget(), operator=name, safety_margin=self.margin, k=self.k, seed=self.seed,
+            opt = ConfigOptimizer(space, self._budget(), operator=name, safety_margin=self.settings.memory_safety_margin, k=self.settings.k, seed=self.settings.seed,
                                   max_evals=None, incumbent=incumbent if incumbent.device in space.devices else None)
             previous = next((o for r, o in op.optimizers.items() if o is not None), None)
             if previous is not None:
@@ -650,10 +618,10 @@ class TridentPolicy:
         except ValueError:
             worst = {}
         try:
-            return op.model.memory_upper(config, self.k, worst or None)
+            return op.model.memory_upper(config, self.settings.k, worst or None)
         except (NoModelError, ValueError):
             try:
-                return op.model.memory_upper(config, self.k)
+                return op.model.memory_upper(config, self.settings.k)
             except (NoModelError, ValueError):
                 return None
 
@@ -693,7 +661,7 @@ class TridentPolicy:
                 if s.outcome == Outcome.OK and s.replica_id not in canary_ids and s.config.device in space.devices:
                     op.to_tell.setdefault(s.config, []).append(s)
             for config, batch in list(op.to_tell.items()):
-                if len(batch) >= self.tell_every:
+                if len(batch) >= self.settings.tell_every:
                     m = canary_protocol.measure(batch)
                     if m.throughput > 0 and m.peak_memory > 0 and space.batch_size_min <= config.batch_size <= space.batch_size_max:
                         opt.tell(config, m.throughput, m.peak_memory, m.features, items=m.items)
@@ -702,8 +670,8 @@ class TridentPolicy:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events, ended)
                 if plan is not None:
                     canaries[name] = plan
-            elif (self.canaries and op.model.ready and self._pending is None and self._settled and self._tick >= op.next_ask
-                  and state_op.busy_fraction >= self.canary_min_busy):
+            elif (self.settings.canaries and op.model.ready and self._pending is None and self._settled and self._tick >= op.next_ask
+                  and state_op.busy_fraction >= self.settings.canary_min_busy):
                 askable.append((op.asked_tick, -state_op.busy_fraction, name))
         # At most one optimiser is asked per tick, the longest unasked (busiest first), and only with
         # resources free for a canary; one whose proposal could not start waits ``reask_ticks`` ticks. An
@@ -715,7 +683,7 @@ class TridentPolicy:
             if plan is not None:
                 canaries[name] = plan
             else:
-                self._ops[name].next_ask = self._tick + self.reask_ticks
+                self._ops[name].next_ask = self._tick + self.settings.reask_ticks
         return canaries
 
     def _start_canary(self, state: RunnerState, name: str, opt: ConfigOptimizer, free_cpus: float, free_gpus: float,
@@ -727,7 +695,7 @@ class TridentPolicy:
             if (name, "run left") not in self._refused_canaries:
                 self._refused_canaries.add((name, "run left"))
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary: the run has about {left_s:.0f} s left, under the {needed_s:.0f} s "
-                                        f"a canary needs to pay (canary_payback={self.canary_payback:g} x (cold start + canary_timeout_s))"))
+                                        f"a canary needs to pay (canary_payback={self.settings.canary_payback:g} x (cold start + canary_timeout_s))"))
             return None
         try:
             proposal = opt.ask()
@@ -750,11 +718,11 @@ class TridentPolicy:
             rate = op.model.per_replica(config, max(1, sum(serving.values()))).mean
         except (NoModelError, ValueError):
             rate = 0.0
-        if rate > 0 and config.batch_size / rate > self.canary_max_batch_s:
+        if rate > 0 and config.batch_size / rate > self.settings.canary_max_batch_s:
             if (name, config) not in self._refused_canaries:
                 self._refused_canaries.add((name, config))
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
-                              f"(> canary_max_batch_s={self.canary_max_batch_s:g}); draining it would stall the rollouts"))
+                              f"(> canary_max_batch_s={self.settings.canary_max_batch_s:g}); draining it would stall the rollouts"))
             return None
         op.canary = _Canary(config, state.wall_s, proposal.reason)
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
@@ -780,8 +748,8 @@ class TridentPolicy:
         rollout (another cold start) and for the rest of the run."""
         space = self._spec_space(name)
         devices = space.devices if space is not None else ()
-        cold = max((self._cold_start(name, d) for d in devices), default=self.default_cold_start_s)
-        return self.canary_payback * (cold + self.canary_timeout_s)
+        cold = max((self._cold_start(name, d) for d in devices), default=self.settings.default_cold_start_s)
+        return self.settings.canary_payback * (cold + self.settings.canary_timeout_s)
 
     def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent],
                       ended: list[CanaryEnd]) -> OperatorPlan | None:
@@ -795,15 +763,15 @@ class TridentPolicy:
         elapsed = state.wall_s - c.started_s
         running = canary_config(state.operator(name)) == c.config
         if not c.candidate:
-            if elapsed < self.canary_timeout_s:
+            if elapsed < self.settings.canary_timeout_s:
                 return None
             op.canary = None
             why = "got no batch (the operator is starved)" if running else "never became warm"
-            reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.canary_timeout_s:g}"
+            reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.settings.canary_timeout_s:g}"
             events.append(TickEvent(EventKind.CANARY, name, reason))
             ended.append(CanaryEnd(name, c.config, CanaryVerdict.ABANDONED))
             return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
-        decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.canary_policy,
+        decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.settings.canary_policy,
                                           memory_limit=self._limit(c.config))
         if decision.verdict == canary_protocol.Verdict.MEASURE:
             return None
@@ -859,18 +827,18 @@ class TridentPolicy:
             return "", None
         if not self._in_place(state, p.plan):
             p.ticks_waiting += 1
-            if p.ticks_waiting > self.apply_grace_ticks:
+            if p.ticks_waiting > self.settings.apply_grace_ticks:
                 self._pending = None
-                return f"the plan was not in place after {self.apply_grace_ticks} ticks (refused or failed): dropped", None
+                return f"the plan was not in place after {self.settings.apply_grace_ticks} ticks (refused or failed): dropped", None
             return "waiting for the plan to be in place", None
         p.ticks_in_place += 1
         if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
             return "plan in place; measuring from the next tick", None
         p.measured.append(measured)
-        if len(p.measured) < self.verify_ticks:
-            return f"measuring ({len(p.measured)}/{self.verify_ticks}): {measured:.4g} items/s end to end", None
+        if len(p.measured) < self.settings.verify_ticks:
+            return f"measuring ({len(p.measured)}/{self.settings.verify_ticks}): {measured:.4g} items/s end to end", None
         self._pending = None
-        worse, figures = worse_than_before(p.before, p.measured, self.verify_z)
+        worse, figures = worse_than_before(p.before, p.measured, self.settings.verify_z)
         if not worse:
             return f"verified: {figures}; predicted {p.predicted:.4g} input items/s", None
         if p.workload_changed:
@@ -914,7 +882,7 @@ class TridentPolicy:
         """The cluster minus what running canaries hold and, with canaries on, one CPU kept free for the next one."""
         cluster = self.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
         held = [r.config for op in state.operators for r in op.active if r.canary]
-        cpus = sum(c.cpus for c in held) + (1.0 if self.canaries else 0.0)
+        cpus = sum(c.cpus for c in held) + (1.0 if self.settings.canaries else 0.0)
         gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
         if cpus == 0 and gpus == 0:
             return cluster
@@ -961,7 +929,7 @@ class TridentPolicy:
         key = (cluster, placement_signature(state), frozenset(self._stale),
                tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), _calibration_step(o.model))
                      for n, o in sorted(self._ops.items())))
-        if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.resolve_ticks:
+        if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.settings.resolve_ticks:
             return self._solved[2]
         solved = self._solve_placement(state, cluster)
         self._solved = (key, self._tick, solved)
@@ -998,13 +966,13 @@ class TridentPolicy:
                     cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
                 if cap < 1:
                     continue
-                if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.min_config_samples:
+                if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.settings.min_config_samples:
                     continue  # evidence gate: too few measurements to compare it (an accepted canary passed its own test; a safety move is exempt)
                 try:
                     mean, std = op.model.predict_many([config] * cap, list(range(1, cap + 1)))
                     # Evidence gate: capacity beyond what runs now counts at its lower confidence bound, so a
                     # change is chosen only when its gain holds there (a safety move uses the mean).
-                    z = 0.0 if moving_off else self.confidence_z
+                    z = 0.0 if moving_off else self.settings.confidence_z
                     now = serving_counts.get(config, 0)
                     totals = [float(m) - (z * float(sd) if r + 1 > now else 0.0) for r, (m, sd) in enumerate(zip(mean, std))]
                     curve = concave_curve([max(0.0, t) for t in totals])
@@ -1018,7 +986,7 @@ class TridentPolicy:
             if not options:
                 raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
             demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
-        result = self.solve(demands, cluster, current_placement(state), solver=self.solver, time_limit_s=self.time_limit_s)
+        result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
         return demands, cluster, result, forced, notes
 
     def _calibrate(self, state: RunnerState, samples: Sequence[BatchSample]) -> None:
@@ -1036,7 +1004,7 @@ class TridentPolicy:
     def _is_stale(self, name: str) -> bool:
         """The operator's model over-predicts what it measurably took while saturated by more than ``stale_ratio``."""
         calibration = self._ops[name].model.calibration
-        return calibration is not None and calibration.factor * self.stale_ratio < 1.0
+        return calibration is not None and calibration.factor * self.settings.stale_ratio < 1.0
 
     def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
         """An operator whose model turns stale saw a heavier workload that its features did not flag:
@@ -1076,11 +1044,11 @@ class TridentPolicy:
         if not changed:
             return _Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
         limited = ""
-        if self.max_changes is not None and len(changed) > self.max_changes:
+        if self.settings.max_changes is not None and len(changed) > self.settings.max_changes:
             changed = self._limit_changes(state, changed)
-            limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.max_changes})"
+            limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.settings.max_changes})"
             if not changed:
-                return _Decided.wait(f"the MILP's plan changes operators but max_changes={self.max_changes} allows none ({plan.reason})",
+                return _Decided.wait(f"the MILP's plan changes operators but max_changes={self.settings.max_changes} allows none ({plan.reason})",
                                      result.throughput, Hold(HoldKind.MAX_CHANGES))
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
         if (self._regime_key(), _signature(plan)) in self._rejected:
@@ -1092,7 +1060,7 @@ class TridentPolicy:
                            + tuple(OperatorPlan(o.operator, current.for_operator(o.operator), "unchanged")
                                    for o in result.plan.operators if o.operator not in named))
         try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
-            transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.benefit_ratio,
+            transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.settings.benefit_ratio,
                                          run_left_s=self._run_left_s(state))
         except (ValueError, RuntimeError) as exc:
             return _Decided.wait(f"cannot order or price the change ({exc}); keeping the current placement", result.throughput,
@@ -1109,9 +1077,9 @@ class TridentPolicy:
         if transition.decision != Decision.ROLL_OUT:
             kind = HoldKind.NO_GAIN if transition.expected_gain <= 0 else HoldKind.DOES_NOT_PAY
             return _Decided.wait(f"{transition.reason} ({plan.reason})", result.throughput, Hold(kind))
-        if gain < self.min_gain:
+        if gain < self.settings.min_gain:
             return _Decided.wait(f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
-                                 f"{self.min_gain:.0%}: keeping the current placement", result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.min_gain))
+                                 f"{self.settings.min_gain:.0%}: keeping the current placement", result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.settings.min_gain))
         head = f"predicted {t_now:.4g} -> {result.throughput:.4g} input items/s ({gain:+.1%}); {transition.reason}"
         if notes:
             head += "; " + "; ".join(notes)
@@ -1126,7 +1094,7 @@ class TridentPolicy:
         kept = []
         grows = lambda o: sum(n for _, n in _counts(o.groups)) > sum(state.operator(o.operator).configs().values())  # noqa: E731
         for o in sorted(changed, key=lambda o: (not grows(o), -state.operator(o.operator).busy_fraction)):
-            if len(kept) == self.max_changes:
+            if len(kept) == self.settings.max_changes:
                 break
             new_cpus, new_gpus = held(dict(_counts(o.groups)))
             old_cpus, old_gpus = held(state.operator(o.operator).configs())
