@@ -178,7 +178,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_m
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=8), solve=_failing_solve)
     records = run_ticks(runner, policy, 4)
-    assert policy._gate_passed() and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
+    assert policy._gate_passed(runner.state()) and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
     moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
@@ -237,7 +237,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.plan is not None:
             runner.apply(record.plan)
-    assert policy._gate_passed() and policy._pending is None, record.reason
+    assert policy._gate_passed(runner.state()) and policy._pending is None, record.reason
     a, configs = policy._ops["a"], serving_configs(runner.state().operator("a"))
     predicted = sum(a.model.throughput(c, n).mean for c, n in configs)
     end = max(s.end for _, s in a.window)
@@ -277,16 +277,15 @@ def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_wi
     run_ticks(runner, policy, 10)
     state = runner.state()
     policy._rearm_from(state, "b")  # a change first seen at the last operator: a has already measured those items
-    assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["b"]
+    assert [s.split(" ")[0] for s in policy._short_of_evidence(state)] == ["b"]
     policy._rearm_from(state, "a")
-    assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["a", "b"]
+    assert [s.split(" ")[0] for s in policy._short_of_evidence(state)] == ["a", "b"]
     # input closed, nothing queued or in flight at a: a takes no more samples and stops holding the gate
     idle = replace(state, input_closed=True, operators=(replace(state.operators[0], queue_items=0,
                    replicas=tuple(replace(r, inflight=0) for r in state.operators[0].replicas)), state.operators[1]))
     assert done_operators(idle) == frozenset({"a"})
     assert done_operators(replace(idle, input_closed=False)) == frozenset()
-    policy._done_operators = done_operators(idle)
-    assert [s.split(" ")[0] for s in policy._short_of_evidence()] == ["b"]
+    assert [s.split(" ")[0] for s in policy._short_of_evidence(idle)] == ["b"]
 
 
 def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_samples():
@@ -295,16 +294,14 @@ def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(runner, policy, 10)
     state = runner.state()
-    short = lambda: [s.split(" ")[0] for s in policy._short_of_evidence()]  # noqa: E731
+    short = lambda wall_s: [s.split(" ")[0] for s in policy._short_of_evidence(replace(state, wall_s=wall_s))]  # noqa: E731
     policy._rearm_from(state, "b")
     policy._ops["b"].fed += 2  # two samples of the new workload
-    policy._wall_now = state.wall_s + 10.0
-    assert short() == ["b"]
-    policy._wall_now = state.wall_s + 31.0
-    assert short() == []
+    assert short(state.wall_s + 10.0) == ["b"]
+    assert short(state.wall_s + 31.0) == []
     policy._rearm_from(state, "b")
     policy._ops["b"].fed += 1  # one sample is no evidence, however long it took
-    assert short() == ["b"]
+    assert short(state.wall_s + 31.0) == ["b"]
 
 
 def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predicted_to_do_now():

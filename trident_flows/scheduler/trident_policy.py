@@ -268,8 +268,6 @@ class TridentPolicy:
         self._regime_lengths: list[float] = []
         self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
         self._changed_wall: dict[str, float] = {}  # the runner's wall_s at each operator's last workload change
-        self._wall_now = 0.0  # this tick's runner wall_s
-        self._done_operators: frozenset[str] = frozenset()  # operators with all their work done (this tick's state)
         self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
@@ -298,8 +296,6 @@ class TridentPolicy:
         events: list[TickEvent] = []
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured = self._measure(state)
-        self._done_operators = done_operators(state)
-        self._wall_now = state.wall_s
         prev = self._history[-1] if self._history else None
         pipeline_t = end_to_end_throughput(prev, state) if prev is not None else 0.0
         if prev is not None:
@@ -338,11 +334,11 @@ class TridentPolicy:
             self._pending, rollback = None, None
         if rollback is not None:
             action, plan, reason = Action.ROLLBACK, rollback, rollback.reason
-        elif safety is not None and not self._gate_passed():
+        elif safety is not None and not self._gate_passed(state):
             action, plan, reason = Action.ROLL_OUT, safety, safety.reason
-        elif not self._gate_passed():
+        elif not self._gate_passed(state):
             reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.settings.min_samples} samples per operator, "
-                      f"{self.settings.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence()) or 'every operator'}")
+                      f"{self.settings.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence(state)) or 'every operator'}")
             hold = Hold(HoldKind.WAITING_FOR_SAMPLES)
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
@@ -385,20 +381,20 @@ class TridentPolicy:
         self.last_record = record
         return record
 
-    def _gate_passed(self) -> bool:
-        return bool(self._ops) and not self._short_of_evidence()
+    def _gate_passed(self, state: RunnerState) -> bool:
+        return bool(self._ops) and not self._short_of_evidence(state)
 
-    def _short_of_evidence(self) -> list[str]:
+    def _short_of_evidence(self, state: RunnerState) -> list[str]:
         """Operators the evidence gate waits for, with their sample counts (total, since the change).
         An operator that has done all its work (input closed, nothing queued or in flight at it or
         upstream) will take no more samples and does not hold the gate."""
         short = []
-        done = self._done_operators
+        done = done_operators(state)
         for name, o in sorted(self._ops.items()):
             if name in done and o.model.ready:
                 continue
             since = o.fed - self._changed_at.get(name, 0)
-            waited = self._wall_now - self._changed_wall.get(name, -math.inf)
+            waited = state.wall_s - self._changed_wall.get(name, -math.inf)
             enough = since >= self.settings.min_config_samples or (since >= SLOW_EVIDENCE_SAMPLES and waited >= self.settings.evidence_max_s)
             if not o.model.ready or len(o.window) < self.settings.min_samples or not enough:
                 short.append(f"{name} ({len(o.window)}, {since} since the change)")
