@@ -246,7 +246,9 @@ def bench(
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
                                           "(default 2; 1 with --quick)."),
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
-                                            "(e.g. 'cpu-only,docs-baseline')."),
+                                            "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
+    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default: "
+                                          "4 h up to 8 nodes, less above)."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
     from trident_flows.bench.report import write_report
@@ -254,7 +256,7 @@ def bench(
     with user_errors():
         _check_choice("benchmark", name, list(BENCHMARKS))
         module = importlib.import_module(BENCHMARKS[name])
-        options = _bench_options(name, module, systems, repeats, workloads)
+        options = _bench_options(name, module, systems, repeats, workloads, hours)
     result = module.run(quick=quick, **options)
     json_path, png_path = write_report(result, out, quick=quick)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
@@ -268,15 +270,22 @@ def bench(
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
 
 
-def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None, workloads: str | None = None) -> dict[str, Any]:
-    """``--systems`` / ``--repeats`` / ``--workloads`` as keyword arguments of the benchmark's ``run``, refused where it has none."""
+def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None, workloads: str | None = None,
+                   hours: float | None = None) -> dict[str, Any]:
+    """``--systems`` / ``--repeats`` / ``--workloads`` / ``--hours`` as keyword arguments of the benchmark's ``run``, refused
+    where it has none."""
     options: dict[str, Any] = {}
+    if hours is not None:
+        if "hours" not in inspect.signature(module.run).parameters:
+            raise RuntimeConfigError(f"benchmark {name!r} has no --hours option; drop it")
+        options["hours"] = hours
     if workloads is not None:
         options["workloads"] = _bench_choices(name, module, "workloads", "WORKLOADS", "workload", workloads)
     if systems is not None:
         chosen = _bench_choices(name, module, "systems", "SYSTEMS", "system", systems)
         options["systems"] = chosen
-        options["spike_systems"] = tuple(s for s in getattr(module, "SPIKE_SYSTEMS", ()) if s in chosen)
+        if "spike_systems" in inspect.signature(module.run).parameters:
+            options["spike_systems"] = tuple(s for s in getattr(module, "SPIKE_SYSTEMS", ()) if s in chosen)
     if repeats is not None:
         if "repeats" not in inspect.signature(module.run).parameters:
             raise RuntimeConfigError(f"benchmark {name!r} has no --repeats option; drop it")

@@ -27,14 +27,20 @@ Contract of ``run(quick) -> BenchResult``:
   trident's throughput / (the best simulated static's x the model headroom);
   ``worst_vs_best_static_8_nodes`` = smallest, over those without, of trident / best simulated
   static; ``trident_ooms`` (all trident runs); ``tick_ms_p95_256_nodes`` (trident's tick p95, CPU
-  milliseconds, at the largest node count run: ``tick_nodes``); ``sim_wall_s_8_nodes_4h`` (wall seconds of the 8-node static-avg
+  milliseconds, on 256 nodes; ``tick_ms_p95_largest`` at the largest node count run: ``tick_nodes``); ``sim_wall_s_8_nodes_4h`` (wall seconds of the 8-node static-avg
   documents simulation, scaled to 4 simulated hours when the stream is shorter: the hours
   simulated are ``sim_wall_s_8_nodes_simulated_hours``; ``sim_cpu_s_8_nodes_4h`` the same in CPU
-  seconds, the wall time on a machine the simulation does not share).
+  seconds, the wall time on a machine the simulation does not share; ``sim_cpu_s_8_nodes_4h_trident``
+  the same for the 8-node trident documents run, policy ticks included).
+- Subsets (``run(workloads=, systems=, hours=)``, the command's ``--workloads``, ``--systems``,
+  ``--hours``): pipeline-nodes pairs (``WORKLOADS``), systems (``SYSTEMS``) and simulated hours
+  per stream; the report's notes and ``raw.workloads_run`` say what ran. The load average is
+  recorded per run (``load_after``): ticks are charged their CPU time, not their wall time.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -54,6 +60,10 @@ from trident_flows.sim.workload import Stream
 NODE = dict(cpus=16, gpus=2, gpu_memory_bytes=8 * 2**30)
 NODES = (1, 8, 64, 256)
 QUICK_NODES = (1, 8)
+PIPELINES = ("documents", "video")
+# ``--workloads`` picks pipeline-nodes pairs (e.g. ``documents-8,video-8``): the full run, every
+# system on 8 nodes for 4 simulated hours and both pipelines, does not fit an evening on 2 cores
+WORKLOADS = tuple(f"{p}-{n}" for p in PIPELINES for n in NODES)
 # simulated hours of stream per node count: the event count grows with the cluster, and the
 # whole benchmark has to run on a 2-core machine
 HOURS = {1: 4.0, 8: 4.0, 64: 0.5, 256: 0.25}
@@ -64,6 +74,8 @@ SCHEDULES = {"documents": "short:20m,long:5m,scans:10m,short:1m,long:30m,scans:3
 QUICK_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m", "video": "small:3m,hd:2m,long:1m"}
 PIPELINE_NAMES = {"documents": "emulated-docs", "video": "emulated-video"}
 ADAPTIVE = ("oracle", "ds2", "threshold", "trident")
+# every system a workload may run (``--systems``); a per-regime static that a pipeline lacks is skipped there
+SYSTEMS = ("static-avg", "static-short", "static-long", "static-scans", "static-small", "static-hd", *ADAPTIVE)
 
 
 def cluster(nodes: int) -> ClusterSpec:
@@ -131,13 +143,14 @@ def run_one(pipeline: str, system: str, nodes: int, schedule: str, items: int, s
             "timeline": [(p["t"], round(p["items_per_s"], 2)) for p in run.timeline]}
 
 
-def _items_for(profile: PipelineProfile, schedule: str, statics: Mapping[str, StaticConfig], hours: float) -> int:
-    """Items of ``hours`` of the schedule at static-avg's predicted rate (whole passes, at least one)."""
+def _items_for(profile: PipelineProfile, schedule: str, statics: Mapping[str, StaticConfig], hours: float, whole: bool = True) -> int:
+    """Items of ``hours`` of the schedule at static-avg's predicted rate: whole passes, at least one,
+    or (``whole=False``, a chosen ``hours``) exactly ``hours``, which may end inside a pass."""
     blocks = regime_plan(profile.workloads, None, schedule)
     one_pass = sum(c for _, c in blocks)
     seconds = sum(c / predict_throughput(profile, statics["static-avg"].as_dict(), mean_features(profile, {r: 1.0})) for r, c in blocks)
-    passes = max(1.0, hours * 3600 / seconds)
-    return int(one_pass * passes)
+    passes = max(1.0, hours * 3600 / seconds) if whole else hours * 3600 / seconds
+    return max(1, int(one_pass * passes))
 
 
 def figure(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> Any:
@@ -171,47 +184,63 @@ def figure(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> Any:
     return fig
 
 
-def run(quick: bool = False, log: Any = print, nodes: Sequence[int] | None = None,
-        pipelines: Sequence[str] = ("documents", "video"), systems: Sequence[str] | None = None) -> BenchResult:
-    nodes = tuple(nodes or (QUICK_NODES if quick else NODES))
-    t_start = time.perf_counter()
+def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None = None, systems: Sequence[str] | None = None,
+        hours: float | None = None) -> BenchResult:
+    """``workloads``: pipeline-nodes pairs to run (default: every pipeline on ``NODES``, quick:
+    ``QUICK_NODES``); ``systems``: the systems each runs (default: every one up to 8 nodes,
+    static-avg and trident above); ``hours``: simulated hours of stream for every workload instead
+    of ``HOURS`` (it may end inside a pass of the schedule)."""
+    if hours is not None and hours <= 0:
+        raise ValueError(f"hours must be > 0, got {hours}")
+    chosen = tuple(workloads or (f"{p}-{n}" for p in PIPELINES for n in (QUICK_NODES if quick else NODES)))
+    t_start, cpu_start, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
     rows: list[dict[str, Any]] = []
-    workloads: dict[str, Any] = {}
-    for pipeline in pipelines:
+    runs_for: dict[str, Any] = {}
+    for key in chosen:
+        pipeline, n = key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
         profile = PipelineProfile.load(pipeline)
-        for n in nodes:
-            # the schedule's durations become counts at the 1-node static-avg rate times the nodes
-            base = configs(profile, [(r, 1) for r in profile.workloads], 1)
-            schedule = schedule_counts((QUICK_SCHEDULES if quick else SCHEDULES)[pipeline], profile, _scaled(base["static-avg"], n))
-            blocks = regime_plan(profile.workloads, None, schedule)
-            statics = configs(profile, blocks, n)
+        # the schedule's durations become counts at the 1-node static-avg rate times the nodes
+        base = configs(profile, [(r, 1) for r in profile.workloads], 1)
+        schedule = schedule_counts((QUICK_SCHEDULES if quick else SCHEDULES)[pipeline], profile, _scaled(base["static-avg"], n))
+        blocks = regime_plan(profile.workloads, None, schedule)
+        statics = configs(profile, blocks, n)
+        if hours is not None:
+            items = _items_for(profile, schedule, statics, hours, whole=False)
+        else:
             items = sum(c for _, c in blocks) if quick else _items_for(profile, schedule, statics, HOURS.get(n, 0.25))
-            headroom = model_headroom(profile, blocks, statics)
-            key = f"{pipeline}-{n}"
-            workloads[key] = {"schedule": schedule, "items": items, "headroom": headroom,
-                              "configs": {k: v.label() for k, v in statics.items()}}
-            big = n > 8
-            names = systems or (("static-avg", "trident") if big else (*statics, *ADAPTIVE))
-            for system in names:
-                t0 = time.perf_counter()
-                try:
-                    row = run_one(pipeline, system, n, schedule, items, statics)
-                except Exception as exc:  # noqa: BLE001 - a system that fails is reported, the others still run
-                    row = {"pipeline": pipeline, "system": system, "nodes": n, "items_per_s": None, "error": f"{type(exc).__name__}: {exc}",
-                           "ooms": None, "tick_ms_p95": None, "sim_wall_s": time.perf_counter() - t0}
-                rows.append(row)
-                log(f"{key} {system}: {row['items_per_s'] if row['items_per_s'] is None else round(row['items_per_s'], 2)} items/s, "
-                    f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s {row['error'][:200]}")
+        # the headroom of the stream that runs (a chosen ``hours`` may end inside a pass)
+        headroom = model_headroom(profile, regime_plan(profile.workloads, items, schedule), statics)
+        runs_for[key] = {"schedule": schedule, "items": items, "headroom": headroom,
+                         "configs": {k: v.label() for k, v in statics.items()}}
+        names = [s for s in systems if s in statics or s in ADAPTIVE] if systems else \
+            (["static-avg", "trident"] if n > 8 else [*statics, *ADAPTIVE])
+        for system in names:
+            t0 = time.perf_counter()
+            try:
+                row = run_one(pipeline, system, n, schedule, items, statics)
+            except Exception as exc:  # noqa: BLE001 - a system that fails is reported, the others still run
+                row = {"pipeline": pipeline, "system": system, "nodes": n, "items_per_s": None, "error": f"{type(exc).__name__}: {exc}",
+                       "ooms": None, "tick_ms_p95": None, "sim_wall_s": time.perf_counter() - t0}
+            row["load_after"] = round(os.getloadavg()[0], 1)
+            rows.append(row)
+            log(f"{key} {system}: {row['items_per_s'] if row['items_per_s'] is None else round(row['items_per_s'], 2)} items/s, "
+                f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s, "
+                f"cpu {row.get('sim_cpu_s') or 0:.0f} s {row['error'][:200]}")
+    workloads = runs_for
     summary = summarise(rows, workloads)
     targets = {"captured_8_nodes": Target(">=", 0.9), "worst_vs_best_static_8_nodes": Target(">=", 0.97), "trident_ooms": Target("==", 0),
                "tick_ms_p95_256_nodes": Target("<=", 1000.0), "sim_wall_s_8_nodes_4h": Target("<=", 300.0)}
-    raw = {"node": NODE, "nodes": list(nodes), "tick_s": TICK_S, "hours": HOURS, "headroom_min": HEADROOM_MIN, "workloads": workloads,
-           "runs": rows, "bench_seconds": time.perf_counter() - t_start,
+    raw = {"node": NODE, "workloads_run": list(chosen), "systems_chosen": list(systems or ()), "tick_s": TICK_S,
+           "hours": hours if hours is not None else HOURS, "headroom_min": HEADROOM_MIN, "workloads": workloads, "runs": rows,
+           "bench_seconds": time.perf_counter() - t_start, "bench_cpu_s": time.process_time() - cpu_start,
+           "load_average_1m": {"start": round(load_start[0], 1), "end": round(os.getloadavg()[0], 1)},
            "not_simulated": {"ray-data": "Ray Data's own autoscaler runs its own streaming executor, not this runner's apply",
                              "xenna": "cosmos-xenna schedules stages with its own runtime, not this runner's apply"}}
     notes = ("ALL FIGURES SIMULATED (trident_flows.sim, checked against the live emulated runtime by bench sim-fidelity). "
              f"Nodes of {NODE['cpus']} CPUs + {NODE['gpus']} GPUs ({NODE['gpu_memory_bytes'] / 2**30:g} GiB); policies tick every "
-             f"{TICK_S:g} simulated s with their CPU time charged. Largest node count run: {max(nodes)}.")
+             f"{TICK_S:g} simulated s with their CPU time charged. Ran: {', '.join(chosen)}"
+             f"{' (systems ' + ', '.join(systems) + ')' if systems else ''}"
+             f"{f', {hours:g} simulated hours each' if hours is not None else ''}.")
     return BenchResult("closed-loop-sim", summary, targets, raw, figure(rows, summary), notes)
 
 
@@ -234,12 +263,21 @@ def summarise(rows: Sequence[Mapping[str, Any]], workloads: Mapping[str, Any]) -
     trident_rows = [r for r in rows if r["system"] == "trident"]
     largest = max((r["nodes"] for r in trident_rows), default=None)
     ticks = [r["tick_ms_p95"] for r in trident_rows if r["nodes"] == largest and r.get("tick_ms_p95") is not None]
-    static8 = next((r for r in rows if r["pipeline"] == "documents" and r["nodes"] == 8 and r["system"] == "static-avg"
-                    and r.get("wall_s")), None)
+    ticks_256 = [r["tick_ms_p95"] for r in trident_rows if r["nodes"] == 256 and r.get("tick_ms_p95") is not None]
+    static8, trident8 = ({"sim_wall_s": None, "sim_cpu_s": None, "wall_s": None} | next(
+        (r for r in rows if r["pipeline"] == "documents" and r["nodes"] == 8 and r["system"] == system and r.get("wall_s")), {})
+        for system in ("static-avg", "trident"))
     return {"captured_8_nodes": min(captured) if captured else None,
             "worst_vs_best_static_8_nodes": min(vs_static) if vs_static else None,
             "trident_ooms": sum(r["ooms"] or 0 for r in trident_rows),
-            "tick_ms_p95_256_nodes": max(ticks) if ticks else None, "tick_nodes": largest,
-            "sim_wall_s_8_nodes_4h": static8["sim_wall_s"] * 4 * 3600 / static8["wall_s"] if static8 else None,
-            "sim_cpu_s_8_nodes_4h": static8["sim_cpu_s"] * 4 * 3600 / static8["wall_s"] if static8 else None,
-            "sim_wall_s_8_nodes_simulated_hours": static8["wall_s"] / 3600 if static8 else None}
+            "tick_ms_p95_256_nodes": max(ticks_256) if ticks_256 else None,
+            "tick_ms_p95_largest": max(ticks) if ticks else None, "tick_nodes": largest,
+            "sim_wall_s_8_nodes_4h": _per_4h(static8, "sim_wall_s"), "sim_cpu_s_8_nodes_4h": _per_4h(static8, "sim_cpu_s"),
+            "sim_wall_s_8_nodes_simulated_hours": static8["wall_s"] / 3600 if static8["wall_s"] else None,
+            "sim_cpu_s_8_nodes_4h_trident": _per_4h(trident8, "sim_cpu_s"),
+            "sim_cpu_s_8_nodes_trident_simulated_hours": trident8["wall_s"] / 3600 if trident8["wall_s"] else None}
+
+
+def _per_4h(row: Mapping[str, Any], key: str) -> float | None:
+    """``row[key]`` scaled to 4 simulated hours (None when the run is missing)."""
+    return row[key] * 4 * 3600 / row["wall_s"] if row[key] is not None and row["wall_s"] else None

@@ -44,7 +44,7 @@ class SimOperator:
         self._hasher = Hasher(cost.name)
         names = tuple(cost.features) or tuple(sorted({f for d in cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}))
         self.feature_names = tuple(f for f in names if f in features)
-        self._feature_idx = [list(features).index(f) for f in self.feature_names]
+        self._feature_idx = np.array([list(features).index(f) for f in self.feature_names], dtype=np.intp)
         self._devices = {d: self._arrays(c, features) for d, c in cost.devices.items()}
 
     @classmethod
@@ -86,7 +86,7 @@ class SimOperator:
 
     def features(self, sums: np.ndarray) -> dict[str, float]:
         """The operator's workload features of a batch whose feature columns sum to ``sums``."""
-        return {f: float(sums[k]) for f, k in zip(self.feature_names, self._feature_idx)}
+        return dict(zip(self.feature_names, sums[self._feature_idx].tolist()))
 
     def route(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows passed on, rows dropped by a filter)."""

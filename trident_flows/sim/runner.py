@@ -63,6 +63,7 @@ HOST_WORKING_SET_CAP = 64 * 2**20
 OOM_RETURN_S = 0.002
 _BUCKET_S = 0.1
 _NONE: frozenset[int] = frozenset()
+_add_reduce = np.add.reduce
 
 
 class _Counters:
@@ -326,7 +327,7 @@ class SimRunner:
         rows, reserve, inflight, epoch = replica.assigned.popleft()
         replica.serving, replica.serving_unit, replica.serving_reserve = True, rows, reserve
         op, device = self.ops[i], replica.config.device
-        sums = rows[:, FEATURES:].sum(axis=0)
+        sums = _add_reduce(rows[:, FEATURES:], 0)  # ndarray.sum without its Python wrapper: 8% of a run was this line
         seconds, work = op.batch_cost(device, rows, sums, self.stream.uniform_memory)
         start = self.now
         if device == CPU:
