@@ -13,8 +13,9 @@ alternately as
 with the same policy (``trident``), ``repeats`` times each, alternating which goes first.
 Throughput = items / wall seconds from the call to the written output, cold starts and (for
 ``ray_data``) staging and publishing included; the one-time imports of the policy's models are
-done before the first timed run (``_warm_up``), so neither system's first run pays them alone. Each run is checked: no item lost or duplicated,
-and the same rows kept and filtered with the same reasons in both. Headline:
+done before the first timed run (``_warm_up``), so neither system's first run pays them alone.
+Each run is checked: no item lost or duplicated, and the same rows kept and filtered with the
+same reasons in both. The 1-minute load average at each run's start and end is recorded. Headline:
 ``ratio_ray_data_vs_native`` = median(ray_data) / median(native), target >= 0.95.
 """
 
