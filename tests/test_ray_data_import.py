@@ -127,6 +127,46 @@ def test_udfs_trident_cannot_rebuild_and_unplaceable_resources_are_refused(ray_c
         read_dataset(None)
 
 
+def _staged(plan, directory: Path) -> list[bytes]:
+    from trident_flows.ray_data.pipeline import staged_rows
+
+    count = plan.stage_input(directory)
+    blobs = [row[ROW] for row in staged_rows(str(directory))]
+    assert count == len(blobs)
+    return blobs
+
+
+@pytest.mark.parametrize("make", [
+    lambda: items(),
+    lambda: ray.data.from_items([{"id": i, "v": [i, i + 1], "s": None if i % 3 else f"s{i}", "m": {"k": i}} for i in range(25)],
+                                override_num_blocks=4),
+    lambda: ray.data.from_pandas([__import__("pandas").DataFrame({"id": [1, 2], "f": np.array([1.5, 2.5], np.float32)}),
+                                  __import__("pandas").DataFrame({"id": [3], "f": np.array([3.5], np.float32)})]),
+    lambda: ray.data.from_arrow(pa.Table.from_batches([pa.record_batch({"id": [1, 2]}), pa.record_batch({"id": [3]})])),
+    lambda: ray.data.from_numpy(np.arange(12, dtype=np.float32).reshape(4, 3)),
+    lambda: items(30).materialize(),
+], ids=["from_items", "from_items-nested", "from_pandas", "from_arrow", "from_numpy", "materialized"])
+def test_an_input_already_in_the_object_store_is_staged_as_ray_data_reads_it_without_running_it(ray_cluster, tmp_path, make):
+    import dataclasses
+
+    plan = read_dataset(make().map(label))
+    assert plan.source_blocks is not None
+    reference = _staged(dataclasses.replace(plan, source_blocks=None), tmp_path / "through-ray-data")  # Ray Data's executor reads it
+
+    def not_run(*args, **kwargs):
+        raise AssertionError("the in-memory input was run through Ray Data's executor")
+
+    plan.source.iter_batches = not_run
+    assert _staged(plan, tmp_path / "fetched") == reference  # the same rows, in the same order, with the same Arrow types
+
+
+def test_a_read_is_staged_through_ray_data(ray_cluster, tmp_path):
+    pq.write_table(pa.table({"id": [1, 2, 3], "x": [1.0, 2.0, 3.0]}), tmp_path / "a.parquet")
+    plan = read_dataset(ray.data.read_parquet(str(tmp_path / "a.parquet")).map(label))
+    assert plan.source_blocks is None
+    assert decode_rows(_staged(plan, tmp_path / "staged")).column("id").to_pylist() == [1, 2, 3]
+
+
 # ---------------------------------------------------------------------------- lineage in one replica
 def test_map_filter_and_flat_map_keep_every_rows_lineage(ray_cluster):
     table = pa.table({"id": [1, 2, 3], "x": [1.0, 5.0, 9.0]})

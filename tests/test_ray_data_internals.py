@@ -97,6 +97,16 @@ def test_the_source_dataset_reads_only_the_input(ray_cluster):
     assert source.context.execution_options.preserve_order
 
 
+def test_an_in_memory_input_gives_its_block_references_in_read_order(ray_cluster, tmp_path):
+    ds = ray.data.from_items([{"x": i} for i in range(7)], override_num_blocks=3).map(keep)
+    refs = internals.in_memory_blocks(internals.plan_chain(ds)[:1])
+    assert len(refs) == 3
+    assert [r["x"] for ref in refs for r in internals.arrow_of(ray.get(ref)).to_pylist()] == list(range(7))
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "a.parquet")
+    read = internals.plan_chain(ray.data.read_parquet(str(tmp_path)))
+    assert internals.in_memory_blocks(read) is None
+
+
 def test_callable_classes_are_recognised_as_ray_data_recognises_them():
     from ray.data.block import CallableClass
 

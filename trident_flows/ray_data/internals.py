@@ -14,7 +14,10 @@ Contract:
   dataset at once (sort, groupby, repartition, shuffle, aggregate); ``op_name(op)`` is the name
   Ray Data shows for it (``MapBatches(ParsePdf)``).
 - ``source_dataset(ds, op)`` is a Dataset of ``ds``'s plan cut after ``op`` (its input only),
-  read in a fixed order.
+  read in a fixed order. ``in_memory_blocks(chain)`` is, for a plan whose input is already in
+  the object store (``from_items`` / ``from_pandas`` / ``from_arrow`` / ... or a materialized
+  Dataset: one source operator holding whole blocks), the references of those blocks in the
+  order Ray Data reads them; None for a read (or for blocks held as slices).
 - Block conversions are Ray Data's own, so a UDF sees exactly the batches and rows it sees
   under Ray Data and its outputs become the same Arrow blocks: ``batch_of(table, fmt, copy)``,
   ``rows_of(table)``, ``block_of_batch(batch)``, ``block_of_rows(rows)``, ``arrow_of(block)``
@@ -179,6 +182,19 @@ def source_dataset(ds: Any, op: Any) -> Any:
     context = ds.context.copy()
     context.execution_options.preserve_order = True
     return Dataset(LogicalPlan(op, context), context, ds._in_stats)
+
+
+def in_memory_blocks(chain: list[Any]) -> tuple[Any, ...] | None:
+    """The block references of an input already in the object store, in read order (see the module docstring)."""
+    o = _ops()
+    if len(chain) == 0 or not isinstance(chain[0], (o.InputData, o.AbstractFrom)) or any(is_source(op) for op in chain[1:]):
+        return None
+    refs = []
+    for bundle in chain[0].output_data() or ():
+        if any(piece is not None for piece in bundle.slices):
+            return None
+        refs.extend(entry.ref for entry in bundle.blocks)
+    return tuple(refs)
 
 
 # ---------------------------------------------------------------------------- block conversions
