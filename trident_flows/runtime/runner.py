@@ -20,7 +20,9 @@ Contract:
   among equally loaded replicas, one on the node that stores the batch's rows gets it.
   A row whose object was lost with its node is produced again from its source item, keeping only
   that row's lineage (``Item.wanted``), so nothing is lost or written twice.
-  ``summary()`` reports the bytes this process serialised, the bytes replicas fetched from other
+  Per batch the runner sends a replica the source's rows or ``(reference, rows)`` pieces and gets
+  back one compact reply (``wire``). ``summary()`` reports the bytes this process serialised
+  (those messages as Ray writes them), the bytes replicas fetched from other
   nodes, and its CPU seconds and peak RSS; each ``BatchSample`` carries its share.
 - Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
   items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
