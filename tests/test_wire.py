@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trident_flows.core.types import OpConfig, Outcome
-from trident_flows.runtime.payload import REPLICA_ENV, Outline, Piece
+from trident_flows.runtime.payload import INLINE_BYTES, Outline, Piece, fetch
 from trident_flows.runtime.replica import ReplicaActor
 from trident_flows.runtime.spec import ID
 from trident_flows.runtime.wire import Measured, decode_reply, encode_reply, piece_message, serialised_size, source_message
@@ -53,10 +53,10 @@ def test_sizes_are_what_ray_writes_and_a_run_of_rows_costs_as_much_as_two(ray_cl
     class Producer:
         @ray.method(num_returns=2)
         def make(self):
-            return b"", np.zeros(8, np.uint8)
+            return b"", np.zeros(INLINE_BYTES, np.uint8)
 
     # a batch in the object store, owned by this process, as the runner owns its replicas' outputs
-    producer = Producer.options(runtime_env={"env_vars": dict(REPLICA_ENV)}).remote()
+    producer = Producer.remote()
     (_, ref), (_, other) = producer.make.remote(), producer.make.remote()
     ray.get([ref, other])
     blob = encode_reply(None, (), MEASURED)
@@ -80,11 +80,13 @@ def test_a_replica_keeps_even_a_small_output_batch_in_its_object_store(ray_clust
         def __call__(self, batch):
             return batch
 
-    replica = ReplicaActor.options(num_cpus=0, runtime_env={"env_vars": dict(REPLICA_ENV)}).remote("echo", "echo-0", Echo, {}, CONFIG)
+    replica = ReplicaActor.options(num_cpus=0).remote("echo", "echo-0", Echo, {}, CONFIG)
     reply_ref, batch_ref = replica.process.remote([{ID: "a"}, {ID: "b"}])
     result = _decode(ray.get(reply_ref), ["a", "b"])
     assert result.ok and result.output.ids == ("a", "b")
-    assert list(ray.get(batch_ref)[ID]) == ["a", "b"]
-    # a few hundred bytes: Ray would return it inline, through the caller's memory, without REPLICA_ENV
+    [batch] = fetch([Piece(batch_ref, (0, 1))])
+    assert list(batch[ID]) == ["a", "b"]
+    # a few hundred bytes, which Ray would return inline, through the caller's memory, unless filled up
     assert ray.experimental.get_object_locations([batch_ref])[batch_ref]["node_ids"]
+    assert result.output.stored_bytes >= INLINE_BYTES
     ray.kill(replica)

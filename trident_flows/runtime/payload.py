@@ -6,12 +6,14 @@ Contract:
   and an ``Outline``: per output row its id, ``source_id``, ``_drop``/``_error`` marks and size;
   the runner adds the reference. The runner routes rows, traces lineage, dead-letters and bounds
   its queues with outlines only; it never deserialises a payload.
-- Ray returns a value smaller than its ``max_direct_call_object_size`` (100 KiB by default)
-  inline to the caller instead of through the object store; the executing worker decides. So
-  replicas run with ``REPLICA_ENV``, which sets it to 0: every batch they return stays in the
-  object store, however small. ``INLINE_BYTES`` is that setting as this process sees it; where
-  the cluster's ``_system_config`` overrides it, small batches do pass through the runner
-  (``Outline.inline_bytes`` then says how many bytes, as far as the replica can tell).
+- Ray returns a value smaller than its ``max_direct_call_object_size`` (``INLINE_BYTES``, 100
+  KiB by default) inline to the caller instead of through the object store. So a replica returns
+  its batch as ``stored(batch, rows_bytes)``: a ``Stored`` that carries zeros (``filler``) when
+  the batch alone would be under that size, so every batch stays in the object store however
+  small, and moves between nodes as an object of at least ``INLINE_BYTES``
+  (``Outline.stored_bytes``: the stored object's size). (Where a cluster's ``_system_config``
+  raises the setting beyond what the replica's environment says, small batches do pass through
+  the runner.) ``fetch`` reads a ``Stored`` or a plain stored batch.
 - ``Piece(ref, rows)``: rows ``rows`` of the stored batch ``ref`` (a plain ``(ref, rows)`` pair
   is read the same). A batch sent to a replica is a list of pieces (several upstream outputs, or
   the rows of a retried half) or a list of rows by value (the source's rows, which the runner
@@ -35,12 +37,13 @@ import ray
 
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, Batch, rows_to_batch
 
-# The environment replicas run with: Ray puts every value they return in the object store, so
-# an output batch never travels inline to the runner. Measured with the 1 KB payloads of
-# ``bench dataplane`` (batches of 64 KB): 6.6 KB per item through the runner without it.
-REPLICA_ENV = {"RAY_max_direct_call_object_size": "0"}
 # Ray returns an object smaller than this inline to the caller instead of through the object store.
+# With the 1 KB payloads of ``bench dataplane`` (batches of 64 KB) that was 6.6 KB per item through
+# the runner before batches were filled up to it.
 INLINE_BYTES = int(os.environ.get("RAY_max_direct_call_object_size", 100 * 1024))
+# Filled beyond INLINE_BYTES by this much: Ray's serialised size differs from the pickled size by
+# tens of bytes (its msgpack frame).
+_FILLER_MARGIN = 4096
 
 
 class Piece(NamedTuple):
@@ -54,7 +57,7 @@ class Piece(NamedTuple):
 class Outline:
     """What the runner knows of an output batch: the reference and per row its id, lineage,
     marks (``drop``: filtered; ``error``: the reason it failed, or empty) and size in bytes.
-    ``inline_bytes``: the pickled size of the batch when Ray returns it inline to the runner, else 0."""
+    ``stored_bytes``: the size of the stored object (the rows' sizes and the filler)."""
 
     ref: Any
     ids: tuple[str, ...]
@@ -62,7 +65,7 @@ class Outline:
     drop: tuple[bool, ...]
     error: tuple[str, ...]
     nbytes: tuple[int, ...]
-    inline_bytes: int = 0
+    stored_bytes: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -125,9 +128,27 @@ def outline(operator: str, out: Batch) -> Outline:
         errors.append(str(error) if error else "")
         drops.append(not errors[-1] and bool(out[DROP][j]) if DROP in out else False)
         sizes.append(row_bytes(clean_row(out, j)))
-    inline = len(pickle.dumps(out, protocol=5)) if sum(sizes) < 2 * INLINE_BYTES else 0
-    return Outline(None, tuple(ids), tuple(sources), tuple(drops), tuple(errors), tuple(sizes),
-                   inline_bytes=inline if inline < INLINE_BYTES else 0)
+    return Outline(None, tuple(ids), tuple(sources), tuple(drops), tuple(errors), tuple(sizes))
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An output batch as it stays in the object store (see the module docstring)."""
+
+    batch: Batch
+    filler: np.ndarray | None = None
+
+    @property
+    def filler_bytes(self) -> int:
+        return 0 if self.filler is None else int(self.filler.nbytes)
+
+
+def stored(out: Batch, rows_bytes: int) -> Stored:
+    """``out`` as a replica returns it: with zeros enough to stay out of Ray's inline returns."""
+    if rows_bytes >= 2 * INLINE_BYTES:
+        return Stored(out)
+    short = INLINE_BYTES + _FILLER_MARGIN - len(pickle.dumps(out, protocol=5))
+    return Stored(out, np.zeros(short, np.uint8) if short > 0 else None)
 
 
 def fetch(pieces: Sequence[Piece]) -> list[Batch]:
@@ -144,7 +165,7 @@ def fetch(pieces: Sequence[Piece]) -> list[Batch]:
             except ray.exceptions.ObjectLostError:
                 gone.add(ref.binary())
         raise LostPieces([k for k, p in enumerate(pieces) if p.ref.binary() in gone], f"{type(exc).__name__}") from None
-    by_ref = {ref.binary(): value for ref, value in zip(refs, values)}
+    by_ref = {ref.binary(): value.batch if isinstance(value, Stored) else value for ref, value in zip(refs, values)}
     return [by_ref[p.ref.binary()] for p in pieces]
 
 

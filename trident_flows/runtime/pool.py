@@ -2,8 +2,7 @@
 
 Contract:
 - ``start(config, count, canary)`` creates replica actors with the resources of ``config``
-  (``num_cpus=config.cpus``, ``num_gpus=config.gpus``) and the environment
-  ``payload.REPLICA_ENV`` (merged into the job's runtime environment), named
+  (``num_cpus=config.cpus``, ``num_gpus=config.gpus``), named
   ``{runner}:{operator}:{replica_id}`` in the runner's namespace (so another driver can find,
   or ``ray.kill``, one); each becomes warm when its ``ready()`` returns.
 - ``pick(near)`` chooses the warm, non-draining replica with the fewest batches in flight, below
@@ -31,7 +30,6 @@ from typing import Any, Callable
 import ray
 
 from trident_flows.runtime.node_placement import NodePlacer
-from trident_flows.runtime.payload import REPLICA_ENV
 from trident_flows.runtime.replica import ReplicaActor
 from trident_flows.runtime.spec import OperatorSpec
 from trident_flows.core.state import ReplicaState
@@ -110,7 +108,7 @@ class OperatorPool:
                 if node_id:
                     options["scheduling_strategy"] = self.placer.strategy(node_id)
             handle = ReplicaActor.options(name=actor_name, namespace=self.namespace, num_cpus=config.cpus, num_gpus=config.gpus,
-                                          runtime_env={"env_vars": dict(REPLICA_ENV)}, **options).remote(
+                                          **options).remote(
                 self.name, rid, self.spec.cls, dict(self.spec.params), config, self.device_prefix, self.namespace)
             record = ReplicaRecord(rid, actor_name, config, handle, canary, self.config_epoch + (1 if (config, canary) not in before else 0),
                                    node_id=node_id, node_class=self.placer.class_of(node_id) if self.placer and node_id else "")

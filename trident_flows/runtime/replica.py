@@ -7,9 +7,8 @@ Contract:
   ``num_gpus=config.gpus``.
 - ``process(inputs)`` takes rows by value or a list of ``payload.Piece`` pairs (fetched here,
   node to node, never through the runner; see ``wire``) and has two return values: the reply
-  (``wire.encode_reply``: ``bytes``) and the output batch (``None`` when it failed), which stays
-  in this node's object store (the pool starts replicas with ``payload.REPLICA_ENV``), owned by
-  the caller. It never raises for a failing batch: the reply holds the output's
+  (``wire.encode_reply``: ``bytes``) and the output batch (``payload.stored``; ``None`` when it
+  failed), which stays in this node's object store, however small, owned by the caller. It never raises for a failing batch: the reply holds the output's
   ``payload.Outline`` (or none; ``lost`` names input pieces whose object is gone), the error,
   and what this replica measured of the batch (``wire.Measured``): busy seconds, items,
   workload features (the operator's optional ``workload_features(batch)``), peak host memory
@@ -23,6 +22,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import ray
 
 from trident_flows.runtime import devices
-from trident_flows.runtime.payload import LostPieces, Piece, assemble, outline
+from trident_flows.runtime.payload import LostPieces, Piece, Stored, assemble, outline, stored
 from trident_flows.runtime.spec import ID, Batch, batch_len
 from trident_flows.runtime.wire import Measured, encode_reply
 from trident_flows.core.types import OpConfig, Outcome
@@ -85,7 +85,7 @@ class Replica:
                 "node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
     @ray.method(num_returns=2)
-    def process(self, inputs: list[dict[str, Any]] | list[Piece]) -> tuple[bytes, Batch | None]:
+    def process(self, inputs: list[dict[str, Any]] | list[Piece]) -> tuple[bytes, Stored | None]:
         try:
             batch = assemble(inputs)
         except LostPieces as exc:
@@ -127,7 +127,8 @@ class Replica:
             output = outline(self.operator, out)
         except ValueError as exc:  # a malformed output batch fails like an operator error
             return encode_reply(None, input_ids, measured, f"bad output batch: ValueError: {exc}"), None
-        return encode_reply(output, input_ids, measured), out
+        value = stored(out, sum(output.nbytes))
+        return encode_reply(dataclasses.replace(output, stored_bytes=sum(output.nbytes) + value.filler_bytes), input_ids, measured), value
 
     def stop(self) -> None:
         close = getattr(self.op, "close", None)

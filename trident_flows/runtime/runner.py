@@ -460,7 +460,9 @@ class PipelineRunner:
         c, pool = self.counters[i], self.pools[i]
         try:
             inputs, groups, sent = _batch_inputs(unit)
-            remote = sum(it.nbytes for it in unit.items if it.node and replica.node_id and it.node != replica.node_id)
+            # Ray moves whole objects: each stored batch this one reads from another node, counted once
+            remote = sum({id(it.ref): it.ref_bytes for it in unit.items
+                          if it.ref is not None and it.node and replica.node_id and it.node != replica.node_id}.values())
             epoch, inflight = pool.config_epoch, replica.inflight
             try:
                 reply_ref, payload_ref = replica.handle.process.remote(inputs)
@@ -481,8 +483,7 @@ class PipelineRunner:
                     self.queues[i].push_unit(Unit(rest, unit.deaths))
                 self._reproduce(lost, held=True, outputs_of=i - 1)
                 return
-            # an output Ray returned inline is received here, and copied to the object store when sent on
-            received = len(reply) + (2 * result.output.inline_bytes if result.output else 0)
+            received = len(reply)
             self.runner_bytes += sent + received
             self.bytes_from_other_nodes += remote
             self._record_sample(dataclasses.replace(result, sample=dataclasses.replace(
@@ -569,7 +570,7 @@ class PipelineRunner:
                 if i >= upto:
                     wanted = None  # the lost row itself: routed as it was the first time
             shard = self.shards[parent.shard]
-            item = Item(row, parent.shard, out.nbytes[j], 0, out.ref, j, node, parent.origin or parent, wanted, upto)
+            item = Item(row, parent.shard, out.nbytes[j], 0, out.ref, j, node, parent.origin or parent, wanted, upto, out.stored_bytes)
             if out.error[j]:
                 self._dead_letter(Item(row, parent.shard, 0, parent.attempts), self.ops[i], out.error[j], pending_delta=0)
             elif out.drop[j] or last:

@@ -103,7 +103,7 @@ def encode_reply(output: Outline | None, input_ids: Sequence[str], measured: Mea
                    tuple(j for j, d in enumerate(output.drop) if d),
                    tuple((j, e) for j, e in enumerate(output.error) if e),
                    sizes[0] if sizes and all(s == sizes[0] for s in sizes) else array.array("q", sizes).tobytes(),
-                   len(output), output.inline_bytes)
+                   len(output), output.stored_bytes)
     m = measured
     sample = (m.start, m.busy_s, m.items_in, m.items_out, m.features or None, m.peak_host_mem_bytes, m.peak_device_mem_bytes,
               m.outcome.value, m.error)
@@ -121,11 +121,11 @@ def decode_reply(blob: bytes, input_ids: Sequence[str], operator: str, replica_i
                                error=sample_error)
     output = None
     if outline is not None:
-        ids, source_ids, drops, errors, sizes, n, inline = outline
+        ids, source_ids, drops, errors, sizes, n, stored_bytes = outline
         ids = tuple(input_ids) if ids is None else ids
         by_row = dict(errors)
         dropped = set(drops)
         nbytes = (sizes,) * n if isinstance(sizes, int) else tuple(array.array("q", sizes))
         output = Outline(None, ids, source_ids or (None,) * n, tuple(j in dropped for j in range(n)),
-                         tuple(by_row.get(j, "") for j in range(n)), nbytes, inline_bytes=inline)
+                         tuple(by_row.get(j, "") for j in range(n)), nbytes, stored_bytes=stored_bytes)
     return ReplicaResult(output, batch_sample, error, lost)
