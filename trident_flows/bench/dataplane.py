@@ -243,6 +243,7 @@ def run(quick: bool = False) -> BenchResult:
              f"(one raylet each, same machine); batch sizes {({k: v[1] for k, v in SIZES.items()})}; medians over {repeats} "
              "alternating repeats. Runner bytes: what Ray's serialiser writes for every argument the runner sends replicas and "
              "the sink writer (references included) and every reply it gets back (runtime.wire); Ray's per-call envelope is not "
-             "counted. Replicas run with RAY_max_direct_call_object_size=0, so no output batch returns inline to the runner."
+             "counted. A batch under Ray's 100 KiB inline limit is stored with zeros up to it (runtime.payload.stored), so no output "
+             "batch returns inline to the runner; bytes from other nodes count each stored object read from another node once."
              + (f" 3 nodes: not measured ({why})." if why else ""))
     return BenchResult("dataplane", summary, targets, raw, _figure(raw), notes)
