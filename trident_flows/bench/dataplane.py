@@ -241,7 +241,9 @@ def run(quick: bool = False) -> BenchResult:
                "ratio_vs_ray_data_8mb_3nodes": Target(">=", 0.95)}
     notes = (f"Four trivial operators, one replica of 1 CPU each, {NODE_CPUS * 3} CPUs on one node or {NODE_CPUS} on each of three "
              f"(one raylet each, same machine); batch sizes {({k: v[1] for k, v in SIZES.items()})}; medians over {repeats} "
-             "alternating repeats. Runner bytes: pickled size of what the runner sends replicas and the writer and gets back "
-             "(references at 128 bytes each; an output Ray returns inline counted twice: received, then copied to the object store)."
+             "alternating repeats. Runner bytes: what Ray's serialiser writes for every argument the runner sends replicas and "
+             "the sink writer (references included) and every reply it gets back (runtime.wire); Ray's per-call envelope is not "
+             "counted. A batch under Ray's 100 KiB inline limit is stored with zeros up to it (runtime.payload.stored), so no output "
+             "batch returns inline to the runner; bytes from other nodes count each stored object read from another node once."
              + (f" 3 nodes: not measured ({why})." if why else ""))
     return BenchResult("dataplane", summary, targets, raw, _figure(raw), notes)

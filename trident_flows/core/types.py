@@ -130,7 +130,8 @@ class BatchSample:
     ``config_epoch`` increases each time the operator's configuration changes, so the
     observation layer can tell samples taken under an old configuration apart.
     ``inflight`` is how many batches the replica held (queued or running) when this one started.
-    ``bytes_from_other_nodes``: input bytes the replica fetched from another node's object store;
+    ``bytes_from_other_nodes``: bytes of the stored batches (whole objects) the replica read from
+    another node's object store;
     ``runner_bytes``: bytes the runner serialised for this batch (what it sent and got back).
     """
 

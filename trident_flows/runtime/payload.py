@@ -5,13 +5,20 @@ Contract:
   of the replica's node, owned by the runner, the caller, and outlives the replica that made it)
   and an ``Outline``: per output row its id, ``source_id``, ``_drop``/``_error`` marks and size;
   the runner adds the reference. The runner routes rows, traces lineage, dead-letters and bounds
-  its queues with outlines only; it never deserialises a payload. Ray returns an object under
-  ``INLINE_BYTES`` inline to its caller, so a small batch does pass through the runner's memory
-  (``Outline.inline_bytes`` says how many bytes).
-- ``Piece(ref, rows)``: rows ``rows`` of the stored batch ``ref``. A batch sent to a replica is a
-  list of pieces (several upstream outputs, or the rows of a retried half) or rows by value (the
-  source's rows, which the runner reads itself). ``assemble(pieces)`` (in the replica, where the
-  data goes) fetches them and builds the batch exactly as ``rows_to_batch`` of the routed rows.
+  its queues with outlines only; it never deserialises a payload.
+- Ray returns a value smaller than its ``max_direct_call_object_size`` (``INLINE_BYTES``, 100
+  KiB by default) inline to the caller instead of through the object store. So a replica returns
+  its batch as ``stored(batch, rows_bytes)``: a ``Stored`` that carries zeros (``filler``) when
+  the batch alone would be under that size, so every batch stays in the object store however
+  small, and moves between nodes as an object of at least ``INLINE_BYTES``
+  (``Outline.stored_bytes``: the stored object's size). (Where a cluster's ``_system_config``
+  raises the setting beyond what the replica's environment says, small batches do pass through
+  the runner.) ``fetch`` reads a ``Stored`` or a plain stored batch.
+- ``Piece(ref, rows)``: rows ``rows`` of the stored batch ``ref`` (a plain ``(ref, rows)`` pair
+  is read the same). A batch sent to a replica is a list of pieces (several upstream outputs, or
+  the rows of a retried half) or a list of rows by value (the source's rows, which the runner
+  reads itself). ``assemble(inputs)`` (in the replica, where the data goes) fetches the pieces
+  and builds the batch exactly as ``rows_to_batch`` of the routed rows.
 - ``clean_row(batch, j)`` is the one definition of a routed row: scalars unwrapped, ``id`` a
   str, ``_error`` removed, ``_drop`` kept only when set (the sink writes it as the reason).
 - A piece whose object is gone (its node died) raises ``LostPieces`` naming the pieces, so the
@@ -23,35 +30,34 @@ from __future__ import annotations
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import ray
 
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, Batch, rows_to_batch
 
-# Bytes of one reference as the runner sends it: the 28-byte object id plus its owner's address
-# (worker id, node IP, port: ~80 bytes in Ray 2.x's serialised ObjectRef), rounded up.
-REF_WIRE_BYTES = 128
-# Ray returns an object smaller than this inline to the caller instead of through the object store
-# (its ``max_direct_call_object_size``, 100 KiB unless set in the environment of the cluster).
+# Ray returns an object smaller than this inline to the caller instead of through the object store.
+# With the 1 KB payloads of ``bench dataplane`` (batches of 64 KB) that was 6.6 KB per item through
+# the runner before batches were filled up to it.
 INLINE_BYTES = int(os.environ.get("RAY_max_direct_call_object_size", 100 * 1024))
+# Filled beyond INLINE_BYTES by this much: Ray's serialised size differs from the pickled size by
+# tens of bytes (its msgpack frame).
+_FILLER_MARGIN = 4096
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     """Rows ``rows`` (indices) of the batch stored at ``ref``."""
 
     ref: Any
-    rows: tuple[int, ...]
+    rows: Sequence[int]
 
 
 @dataclass(frozen=True)
 class Outline:
     """What the runner knows of an output batch: the reference and per row its id, lineage,
     marks (``drop``: filtered; ``error``: the reason it failed, or empty) and size in bytes.
-    ``wire_bytes``: the pickled size of this outline (what it costs to return); ``inline_bytes``:
-    the pickled size of the batch when Ray returns it inline to the runner, else 0."""
+    ``stored_bytes``: the size of the stored object (the rows' sizes and the filler)."""
 
     ref: Any
     ids: tuple[str, ...]
@@ -59,8 +65,7 @@ class Outline:
     drop: tuple[bool, ...]
     error: tuple[str, ...]
     nbytes: tuple[int, ...]
-    wire_bytes: int = 0
-    inline_bytes: int = 0
+    stored_bytes: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -123,14 +128,32 @@ def outline(operator: str, out: Batch) -> Outline:
         errors.append(str(error) if error else "")
         drops.append(not errors[-1] and bool(out[DROP][j]) if DROP in out else False)
         sizes.append(row_bytes(clean_row(out, j)))
-    fields = (tuple(ids), tuple(sources), tuple(drops), tuple(errors), tuple(sizes))
-    inline = len(pickle.dumps(out, protocol=5)) if sum(sizes) < 2 * INLINE_BYTES else 0
-    return Outline(None, *fields, wire_bytes=len(pickle.dumps(fields, protocol=5)) + REF_WIRE_BYTES,
-                   inline_bytes=inline if inline < INLINE_BYTES else 0)
+    return Outline(None, tuple(ids), tuple(sources), tuple(drops), tuple(errors), tuple(sizes))
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An output batch as it stays in the object store (see the module docstring)."""
+
+    batch: Batch
+    filler: np.ndarray | None = None
+
+    @property
+    def filler_bytes(self) -> int:
+        return 0 if self.filler is None else int(self.filler.nbytes)
+
+
+def stored(out: Batch, rows_bytes: int) -> Stored:
+    """``out`` as a replica returns it: with zeros enough to stay out of Ray's inline returns."""
+    if rows_bytes >= 2 * INLINE_BYTES:
+        return Stored(out)
+    short = INLINE_BYTES + _FILLER_MARGIN - len(pickle.dumps(out, protocol=5))
+    return Stored(out, np.zeros(short, np.uint8) if short > 0 else None)
 
 
 def fetch(pieces: Sequence[Piece]) -> list[Batch]:
     """The stored batch of each piece (one fetch per distinct object); ``LostPieces`` for the gone ones."""
+    pieces = [Piece(*p) for p in pieces]
     refs = list({id(p.ref): p.ref for p in pieces}.values())
     try:
         values = ray.get(refs)
@@ -142,18 +165,20 @@ def fetch(pieces: Sequence[Piece]) -> list[Batch]:
             except ray.exceptions.ObjectLostError:
                 gone.add(ref.binary())
         raise LostPieces([k for k, p in enumerate(pieces) if p.ref.binary() in gone], f"{type(exc).__name__}") from None
-    by_ref = {ref.binary(): value for ref, value in zip(refs, values)}
+    by_ref = {ref.binary(): value.batch if isinstance(value, Stored) else value for ref, value in zip(refs, values)}
     return [by_ref[p.ref.binary()] for p in pieces]
 
 
-def assemble(inputs: Sequence[Piece] | Batch) -> Batch:
-    """The batch a replica runs: ``inputs`` itself when sent by value, else the pieces' rows in order."""
+def assemble(inputs: Sequence[Piece] | Sequence[dict[str, Any]] | Batch) -> Batch:
+    """The batch a replica runs: ``inputs`` itself when it is a batch, the batch of rows sent by
+    value, else the pieces' rows in order."""
     if isinstance(inputs, dict):
         return inputs
-    rows = [clean_row(batch, j) for piece, batch in zip(inputs, fetch(inputs)) for j in piece.rows]
-    return rows_to_batch(rows)
+    if inputs and isinstance(inputs[0], dict):
+        return rows_to_batch(list(inputs))
+    return rows_to_batch(rows_of(inputs))
 
 
 def rows_of(pieces: Sequence[Piece]) -> list[dict[str, Any]]:
     """The routed rows of pieces, in order (what the sink writes); ``LostPieces`` for gone ones."""
-    return [clean_row(batch, j) for piece, batch in zip(pieces, fetch(pieces)) for j in piece.rows]
+    return [clean_row(batch, j) for (_, rows), batch in zip(pieces, fetch(pieces)) for j in rows]

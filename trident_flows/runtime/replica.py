@@ -5,16 +5,16 @@ Contract:
   cold-starts ``cls(config=config, **params)`` in ``__init__``; ``ready()`` returns once
   warm with the cold-start seconds. The pool creates it with ``num_cpus=config.cpus``,
   ``num_gpus=config.gpus``.
-- ``process(inputs, inflight, epoch)`` takes a batch by value or a list of ``payload.Piece``
-  (fetched here, node to node, never through the runner) and has two return values: a
-  ``ReplicaResult`` and the output batch (``None`` when it failed), which stays in this node's
-  object store, owned by the caller. It never raises for a failing batch: the result holds the
-  output's ``payload.Outline`` (or ``None``; ``lost`` names input pieces whose object is gone),
-  the error, and a ``BatchSample`` with busy
-  seconds, items, workload features (the operator's optional ``workload_features(batch)``),
-  peak host memory (RSS high-water during the batch: Linux ``clear_refs`` + ``VmHWM``, else
-  psutil RSS), peak device memory (the operator's ``last_device_peak_bytes`` when it is
-  emulated, ``torch.cuda.max_memory_allocated`` on real CUDA) and outcome ok/error/oom.
+- ``process(inputs)`` takes rows by value or a list of ``payload.Piece`` pairs (fetched here,
+  node to node, never through the runner; see ``wire``) and has two return values: the reply
+  (``wire.encode_reply``: ``bytes``) and the output batch (``payload.stored``; ``None`` when it
+  failed), which stays in this node's object store, however small, owned by the caller. It never raises for a failing batch: the reply holds the output's
+  ``payload.Outline`` (or none; ``lost`` names input pieces whose object is gone), the error,
+  and what this replica measured of the batch (``wire.Measured``): busy seconds, items,
+  workload features (the operator's optional ``workload_features(batch)``), peak host memory
+  (RSS high-water during the batch: Linux ``clear_refs`` + ``VmHWM``, else psutil RSS), peak
+  device memory (the operator's ``last_device_peak_bytes`` when it is emulated,
+  ``torch.cuda.max_memory_allocated`` on real CUDA) and outcome ok/error/oom.
   Only the death of the process (crash, OOM kill, ``ray.kill``) surfaces as a Ray error.
 - ``stop()`` lets the operator release what it holds (its ``close()``, e.g. emulated
   device memory) before the pool kills the actor.
@@ -22,30 +22,19 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import ray
 
 from trident_flows.runtime import devices
-from trident_flows.runtime.payload import LostPieces, Outline, Piece, assemble, outline
-from trident_flows.runtime.spec import Batch, batch_len
-from trident_flows.core.types import BatchSample, OpConfig, Outcome
-
-
-@dataclass(frozen=True)
-class ReplicaResult:
-    output: Outline | None
-    sample: BatchSample
-    error: str = ""
-    lost: tuple[int, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.output is not None
+from trident_flows.runtime.payload import LostPieces, Piece, Stored, assemble, outline, stored
+from trident_flows.runtime.spec import ID, Batch, batch_len
+from trident_flows.runtime.wire import Measured, encode_reply
+from trident_flows.core.types import OpConfig, Outcome
 
 
 def _reset_peak_rss() -> bool:
@@ -96,15 +85,14 @@ class Replica:
                 "node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
 
     @ray.method(num_returns=2)
-    def process(self, inputs: Batch | list[Piece], inflight: int = 1, epoch: int = 0) -> tuple[ReplicaResult, Batch | None]:
+    def process(self, inputs: list[dict[str, Any]] | list[Piece]) -> tuple[bytes, Stored | None]:
         try:
             batch = assemble(inputs)
         except LostPieces as exc:
-            sample = BatchSample(operator=self.operator, replica_id=self.replica_id, config=self.config, start=time.time(),
-                                 end=time.time(), busy_s=0.0, items_in=0, items_out=0, outcome=Outcome.ERROR, config_epoch=epoch,
-                                 inflight=inflight, error=str(exc))
-            return ReplicaResult(None, sample, str(exc), exc.lost), None
+            measured = Measured(time.time(), 0.0, 0, 0, {}, 0, 0, Outcome.ERROR, str(exc))
+            return encode_reply(None, (), measured, str(exc), exc.lost), None
         items = batch_len(batch)
+        input_ids = [str(i) for i in batch[ID]]
         features: dict[str, float] = {}
         if callable(self.features_fn):
             try:
@@ -131,16 +119,16 @@ class Replica:
         device_peak = int(getattr(self.op, "last_device_peak_bytes", 0) or 0)
         if cuda is not None:
             device_peak = max(device_peak, int(cuda.max_memory_allocated()))
-        sample = BatchSample(operator=self.operator, replica_id=self.replica_id, config=self.config, start=start_wall,
-                             end=start_wall + busy, busy_s=busy, items_in=items, items_out=batch_len(out) if out is not None else 0,
-                             features=features, peak_host_mem_bytes=_peak_rss(rss_start), peak_device_mem_bytes=device_peak,
-                             outcome=outcome, config_epoch=epoch, inflight=inflight, error=error)
+        measured = Measured(start_wall, busy, items, batch_len(out) if out is not None else 0, features, _peak_rss(rss_start),
+                            device_peak, outcome, error)
         if outcome != Outcome.OK or out is None:
-            return ReplicaResult(None, sample, error), None
+            return encode_reply(None, input_ids, measured, error), None
         try:
-            return ReplicaResult(outline(self.operator, out), sample), out
+            output = outline(self.operator, out)
         except ValueError as exc:  # a malformed output batch fails like an operator error
-            return ReplicaResult(None, sample, f"bad output batch: ValueError: {exc}"), None
+            return encode_reply(None, input_ids, measured, f"bad output batch: ValueError: {exc}"), None
+        value = stored(out, sum(output.nbytes))
+        return encode_reply(dataclasses.replace(output, stored_bytes=sum(output.nbytes) + value.filler_bytes), input_ids, measured), value
 
     def stop(self) -> None:
         close = getattr(self.op, "close", None)

@@ -20,7 +20,9 @@ Contract:
   among equally loaded replicas, one on the node that stores the batch's rows gets it.
   A row whose object was lost with its node is produced again from its source item, keeping only
   that row's lineage (``Item.wanted``), so nothing is lost or written twice.
-  ``summary()`` reports the bytes this process serialised, the bytes replicas fetched from other
+  Per batch the runner sends a replica the source's rows or ``(reference, rows)`` pieces and gets
+  back one compact reply (``wire``). ``summary()`` reports the bytes this process serialised
+  (those messages as Ray writes them), the bytes replicas fetched from other
   nodes, and its CPU seconds and peak RSS; each ``BatchSample`` carries its share.
 - Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
   items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
@@ -47,7 +49,6 @@ import collections
 import dataclasses
 import itertools
 import os
-import pickle
 import resource
 import time
 from dataclasses import dataclass, field
@@ -60,11 +61,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from trident_flows.runtime import devices, sink_writer
 from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.payload import REF_WIRE_BYTES, Outline, Piece, row_bytes
-from trident_flows.runtime.replica import ReplicaResult
+from trident_flows.runtime.payload import Outline, Piece, row_bytes
 from trident_flows.runtime.sink import check_shard_id
 from trident_flows.runtime.sink_writer import SinkWriterActor
-from trident_flows.runtime.spec import ID, SOURCE_ID, Batch, PipelineSpec, rows_to_batch
+from trident_flows.runtime.spec import ID, SOURCE_ID, PipelineSpec
+from trident_flows.runtime.wire import ReplicaResult, decode_reply, piece_message, serialised_size, source_message
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError,
                                       SamplePage, ShardStatus)
 from trident_flows.runtime.lineage import parent_item
@@ -459,16 +460,21 @@ class PipelineRunner:
         c, pool = self.counters[i], self.pools[i]
         try:
             inputs, groups, sent = _batch_inputs(unit)
-            remote = sum(it.nbytes for it in unit.items if it.node and replica.node_id and it.node != replica.node_id)
+            # Ray moves whole objects: each stored batch this one reads from another node, counted once
+            remote = sum({id(it.ref): it.ref_bytes for it in unit.items
+                          if it.ref is not None and it.node and replica.node_id and it.node != replica.node_id}.values())
+            epoch, inflight = pool.config_epoch, replica.inflight
             try:
-                result_ref, payload_ref = replica.handle.process.remote(inputs, replica.inflight, pool.config_epoch)
-                result: ReplicaResult = await result_ref
+                reply_ref, payload_ref = replica.handle.process.remote(inputs)
+                reply: bytes = await reply_ref
             except ray.exceptions.RayActorError as exc:
                 self._on_replica_death(i, replica, unit, exc)
                 return
             except ray.exceptions.RayError as exc:
                 self._on_batch_failure(i, unit, f"{type(exc).__name__}: {str(exc)[:1000]}", oom=devices.is_oom(exc))
                 return
+            result = decode_reply(reply, [it.row[ID] for it in unit.items], self.ops[i], replica.replica_id, replica.config, epoch,
+                                  inflight)
             if result.lost:  # input rows gone with their node: not the operator's failure, so no sample
                 lost = [it for k in result.lost for it in groups[k]]
                 gone = {id(it) for it in lost}
@@ -477,9 +483,7 @@ class PipelineRunner:
                     self.queues[i].push_unit(Unit(rest, unit.deaths))
                 self._reproduce(lost, held=True, outputs_of=i - 1)
                 return
-            # an output Ray returned inline is received here, and copied to the object store when sent on
-            received = len(pickle.dumps(result.sample, protocol=5)) + (
-                result.output.wire_bytes + 2 * result.output.inline_bytes if result.output else 0)
+            received = len(reply)
             self.runner_bytes += sent + received
             self.bytes_from_other_nodes += remote
             self._record_sample(dataclasses.replace(result, sample=dataclasses.replace(
@@ -566,7 +570,7 @@ class PipelineRunner:
                 if i >= upto:
                     wanted = None  # the lost row itself: routed as it was the first time
             shard = self.shards[parent.shard]
-            item = Item(row, parent.shard, out.nbytes[j], 0, out.ref, j, node, parent.origin or parent, wanted, upto)
+            item = Item(row, parent.shard, out.nbytes[j], 0, out.ref, j, node, parent.origin or parent, wanted, upto, out.stored_bytes)
             if out.error[j]:
                 self._dead_letter(Item(row, parent.shard, 0, parent.attempts), self.ops[i], out.error[j], pending_delta=0)
             elif out.drop[j] or last:
@@ -658,8 +662,8 @@ class PipelineRunner:
         """Have the writer fetch and write rows (by reference) and dead letters; rows whose object is gone
         are un-counted and produced again."""
         pieces, groups, sent = _batch_inputs(Unit([item for item, _, _ in rows])) if rows else ([], [], 0)
-        self.runner_bytes += sent + len(pickle.dumps(dead, protocol=5))
         lost = await sink_writer.call(self.writer.write_part, shard.shard_id, pieces, dead)
+        self.runner_bytes += serialised_size(shard.shard_id) + sent + serialised_size(dead) + serialised_size(lost)
         if not lost:
             return
         gone = {id(it) for k in lost for it in groups[k]}
@@ -877,20 +881,20 @@ def _track(estimate: float, observed: float) -> float:
     return max(observed, 0.9 * estimate + 0.1 * observed, 0.05)
 
 
-def _batch_inputs(unit: Unit) -> tuple[Batch | list[Piece], list[list[Item]], int]:
-    """What a replica is sent for ``unit``: source rows by value, produced rows as pieces (one per run
-    of rows from the same stored batch); the items behind each piece; and the bytes this serialises."""
+def _batch_inputs(unit: Unit) -> tuple[list[Any], list[list[Item]], int]:
+    """What a replica is sent for ``unit`` (``wire``): source rows by value, produced rows as pieces (one
+    per run of rows from the same stored batch); the items behind each piece; and the bytes this serialises."""
     if all(it.ref is None for it in unit.items):
-        batch = rows_to_batch([it.row for it in unit.items])
-        return batch, [unit.items], len(pickle.dumps(batch, protocol=5))
+        rows, size = source_message([it.row for it in unit.items])
+        return rows, [unit.items], size
     groups: list[list[Item]] = []
     for it in unit.items:
         if groups and groups[-1][0].ref is it.ref:
             groups[-1].append(it)
         else:
             groups.append([it])
-    pieces = [Piece(g[0].ref, tuple(it.index for it in g)) for g in groups]
-    return pieces, groups, len(pickle.dumps([p.rows for p in pieces], protocol=5)) + REF_WIRE_BYTES * len(pieces)
+    pairs, size = piece_message([Piece(g[0].ref, tuple(it.index for it in g)) for g in groups])
+    return pairs, groups, size
 
 
 def _leads_to(row_id: str, wanted: str) -> bool:

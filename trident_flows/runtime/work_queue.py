@@ -4,8 +4,8 @@ Contract:
 - ``Item``: one input row in flight, with its shard, its size (``payload.row_bytes``: what the
   queue byte bounds count) and its failed attempts. A source row is held by value (``row``); a
   row an operator produced is held by reference (``ref``, ``index``: its stored batch and row,
-  with ``row`` keeping only its id and ``source_id``), with the node that holds it (``node``)
-  and the source item it descends from (``origin``), from which it is produced again if its node
+  with ``row`` keeping only its id and ``source_id``), with the node that holds it (``node``),
+  the size of that stored object (``ref_bytes``) and the source item it descends from (``origin``), from which it is produced again if its node
   dies: such a re-run item keeps only the rows of ``wanted`` ids, up to the output of operator
   ``upto``. ``Unit``: a pre-formed batch being retried, kept together or split, never merged,
   with the replica deaths it was in flight at.
@@ -36,6 +36,7 @@ class Item:
     origin: "Item | None" = None
     wanted: frozenset[str] | None = None
     upto: int = -1
+    ref_bytes: int = 0
 
 
 @dataclass(eq=False)
