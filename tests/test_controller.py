@@ -403,3 +403,35 @@ def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_
     policy = _cheap_regime_policy()
     _calibrated(policy, [_queued_state(float(t), 10 * t, queue=40) for t in range(0, 12, 2)])
     assert policy._ops["ocr"].model.calibration is None and not policy._is_stale("ocr")
+
+
+class StarvedCanaryRunner(SimRunner):
+    """A runner whose canary replicas never get a batch (the incumbents take all the work)."""
+
+    def advance(self, dt: float) -> list[BatchSample]:
+        canaries = {rid for op in self.ops for rid, _c, canary in op.replicas if canary}
+        new = [s for s in super().advance(dt) if s.replica_id not in canaries]
+        self.samples = [s for s in self.samples if s.replica_id not in canaries]
+        return new
+
+
+def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload_changes():
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+    from trident_flows.core.types import ConfigSpace
+
+    ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
+    runner = StarvedCanaryRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    policy = TridentPolicy(spec, CLUSTER8)
+    records = run_ticks(runner, policy, 80)
+    texts = [e.text for r in records for e in r.events if e.kind == EventKind.CANARY]
+    started = [t for t in texts if t.startswith("canary cpu/b") and " for " in t]
+    abandoned = [t for t in texts if " abandoned: it " in t]
+    assert abandoned, texts
+    # one canary per operator, abandoned once: no loop of replica starts that cannot be measured
+    assert len(started) == len({t.split(" for ")[1].split(":")[0] for t in started}) == len(abandoned), texts
+    name = abandoned[0].split(" of ")[1].split(" abandoned")[0]
+    assert policy._canary_abandoned_here(name)
+    policy._rearm_from(runner.state(), name)  # its workload changed: a canary may measure it again
+    assert not policy._canary_abandoned_here(name)

@@ -39,7 +39,9 @@ Contract:
   (in 80-second video runs canaries of 20-second GPU cold starts cost up to a fifth of the
   throughput and could never pay); never a "seed" of a device the operator already runs on;
   only for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
-  nothing; one that gets no batch within ``canary_timeout_s`` is abandoned), and
+  nothing; one that gets no batch within ``canary_timeout_s`` is abandoned, and the operator gets
+  no other canary until its workload changes: in a live cpu-only run OCR's canaries were abandoned
+  six times in a row while born-digital items left it starved, each one a replica start), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
@@ -192,6 +194,7 @@ class _Operator:
     asked_tick: int = -1               # the tick its optimiser was last asked for a canary config
     next_ask: int = 0                  # the first tick it may be asked again (after a proposal that could not start)
     model_version: int = 0             # counts fits and restored models (the placement is re-solved after one)
+    canary_abandoned_s: float | None = None  # runner wall_s when its last canary was abandoned (none again until the workload changes)
 
 
 @dataclass(frozen=True)
@@ -667,7 +670,7 @@ class TridentPolicy:
                 if plan is not None:
                     canaries[name] = plan
             elif (self.settings.canaries and op.model.ready and self._pending is None and self._settled and self._tick >= op.next_ask
-                  and state_op.busy_fraction >= self.settings.canary_min_busy):
+                  and state_op.busy_fraction >= self.settings.canary_min_busy and not self._canary_abandoned_here(name)):
                 askable.append((op.asked_tick, -state_op.busy_fraction, name))
         # At most one optimiser is asked per tick, the longest unasked (busiest first), and only with
         # resources free for a canary; one whose proposal could not start waits ``reask_ticks`` ticks. An
@@ -738,6 +741,11 @@ class TridentPolicy:
         rate = self._completion_rate()
         return left / rate if left is not None and rate > 0 else None
 
+    def _canary_abandoned_here(self, name: str) -> bool:
+        """True while ``name``'s last canary was abandoned since its workload last changed."""
+        abandoned = self._ops[name].canary_abandoned_s
+        return abandoned is not None and self._changed_wall.get(name, -math.inf) <= abandoned
+
     def _canary_needs_s(self, name: str) -> float:
         """Run time a canary of ``name`` must have left to pay: ``canary_payback`` x (its longest cold start
         + ``canary_timeout_s``): the canary holds resources that long, and what it finds pays only after a
@@ -761,7 +769,7 @@ class TridentPolicy:
         if not c.candidate:
             if elapsed < self.settings.canary_timeout_s:
                 return None
-            op.canary = None
+            op.canary, op.canary_abandoned_s = None, state.wall_s
             why = "got no batch (the operator is starved)" if running else "never became warm"
             reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.settings.canary_timeout_s:g}"
             events.append(TickEvent(EventKind.CANARY, name, reason))
