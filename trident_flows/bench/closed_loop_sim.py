@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -51,6 +52,7 @@ from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec, NodeClass
 from trident_flows.sim.driver import simulate
@@ -140,7 +142,21 @@ def run_one(pipeline: str, system: str, nodes: int, schedule: str, items: int, s
             "wall_s": s["wall_s"], "ooms": s["ooms"], "reconfigurations": s["reconfigurations"], "items_missing": s["items_missing"],
             "items_dead_lettered": s["items_dead_lettered"], "tick_ms_p50": s["tick_ms_p50"], "tick_ms_p95": s["tick_ms_p95"], "tick_wall_ms_p95": s["tick_wall_ms_p95"],
             "ticks": len(run.tick_ms), "sim_wall_s": s["sim_wall_s"], "sim_cpu_s": s["sim_cpu_s"], "events": s["events"], "error": s["error"],
-            "timeline": [(p["t"], round(p["items_per_s"], 2)) for p in run.timeline]}
+            "timeline": [(p["t"], round(p["items_per_s"], 2)) for p in run.timeline], **decisions(policy)}
+
+
+MOVES_KEPT = 40  # decisions kept per run in the report (a 4-hour run ticks 1,440 times)
+
+
+def decisions(policy: Any) -> dict[str, Any]:
+    """Why an adaptive policy moved or held (its ``records``, the ticks it still keeps): how often each
+    hold kind came up, and the first ``MOVES_KEPT`` ticks that issued a plan, with their reasons."""
+    records = list(getattr(policy, "records", ()))
+    if not records:
+        return {}
+    holds = Counter(r.hold.kind.value for r in records if r.hold is not None)
+    moves = [{"tick": r.tick, "action": Action(r.action).value, "reason": r.reason[:300]} for r in records if r.plan is not None]
+    return {"holds": dict(holds.most_common()), "moves": moves[:MOVES_KEPT], "last_reason": records[-1].reason[:300]}
 
 
 def _items_for(profile: PipelineProfile, schedule: str, statics: Mapping[str, StaticConfig], hours: float, whole: bool = True) -> int:
