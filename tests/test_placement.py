@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
@@ -237,6 +239,21 @@ def test_a_blocked_start_retires_just_enough_first_not_every_shrinking_operator(
     assert second.kind == StepKind.START and second.moves == ((("embed", 1, "n"), 1),), phases
     retired = sum(n for p in phases if p.kind == StepKind.RETIRE for k, n in p.moves if k[0] == "parse")
     assert retired == 2
+
+
+def test_steps_are_ordered_on_a_cluster_that_does_not_state_its_host_memory():
+    # a node class without host memory has infinite memory capacity (class_capacity); the simulator's
+    # '8x(cpus=16,gpus=2,gpu_mem=8GiB)' is one: every trident move on video-8 failed with "cannot convert
+    # float NaN to integer" (inf // bytes) and the policy never moved
+    from trident_flows.core.step_order import order_steps
+
+    current = {("parse", 0, "n"): 3, ("embed", 0, "n"): 1}
+    target = {("parse", 0, "n"): 1, ("embed", 0, "n"): 3}
+    usage = {("parse", 0, "n"): (1.0, 0.0, 2.0e8), ("embed", 0, "n"): (1.0, 0.0, 5.0e8)}
+    phases = order_steps(current, target, {"n": (4.0, 0.0, math.inf)}, usage.__getitem__, ["embed", "parse"])
+    started = sum(n for p in phases if p.kind == StepKind.START for _, n in p.moves)
+    retired = sum(n for p in phases if p.kind == StepKind.RETIRE for _, n in p.moves)
+    assert (started, retired) == (2, 2), phases
 
 
 def test_a_plan_that_only_starts_replicas_is_priced_over_the_run_left_not_the_regime():

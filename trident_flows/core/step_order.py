@@ -59,7 +59,8 @@ def order_steps(current: Mapping[Any, int], target: Mapping[Any, int], capacity:
     def fits(key) -> int:
         room = [capacity[key[2]][i] - used[key[2]][i] for i in range(len(used[key[2]]))]
         vec = usage(key)
-        return min((int((room[i] + 1e-9) // vec[i]) if vec[i] > 0 else starts[key]) for i in range(len(vec)))
+        # an unmodelled resource has infinite capacity (e.g. host memory no node class states): no limit
+        return min((int((room[i] + 1e-9) // vec[i]) if vec[i] > 0 and room[i] != math.inf else starts[key]) for i in range(len(vec)))
 
     def take(key, n: int, sign: int) -> None:
         for i, v in enumerate(usage(key)):
