@@ -276,8 +276,7 @@ def _bench_options(name: str, module: Any, systems: str | None, repeats: int | N
     where it has none."""
     options: dict[str, Any] = {}
     if hours is not None:
-        if "hours" not in inspect.signature(module.run).parameters:
-            raise RuntimeConfigError(f"benchmark {name!r} has no --hours option; drop it")
+        _bench_takes(name, module, "hours")
         options["hours"] = hours
     if workloads is not None:
         options["workloads"] = _bench_choices(name, module, "workloads", "WORKLOADS", "workload", workloads)
@@ -287,17 +286,21 @@ def _bench_options(name: str, module: Any, systems: str | None, repeats: int | N
         if "spike_systems" in inspect.signature(module.run).parameters:
             options["spike_systems"] = tuple(s for s in getattr(module, "SPIKE_SYSTEMS", ()) if s in chosen)
     if repeats is not None:
-        if "repeats" not in inspect.signature(module.run).parameters:
-            raise RuntimeConfigError(f"benchmark {name!r} has no --repeats option; drop it")
+        _bench_takes(name, module, "repeats")
         options["repeats"] = repeats
     return options
+
+
+def _bench_takes(name: str, module: Any, option: str, registered: bool = True) -> None:
+    """Refuse ``--OPTION`` for a benchmark whose ``run`` has no such keyword (or no registry of its choices)."""
+    if not registered or option not in inspect.signature(module.run).parameters:
+        raise RuntimeConfigError(f"benchmark {name!r} has no --{option} option; drop it")
 
 
 def _bench_choices(name: str, module: Any, option: str, registry: str, kind: str, given: str) -> tuple[str, ...]:
     """``--OPTION a,b`` checked against the benchmark's ``REGISTRY`` list; refused where its ``run`` has no such option."""
     known = getattr(module, registry, None)
-    if known is None or option not in inspect.signature(module.run).parameters:
-        raise RuntimeConfigError(f"benchmark {name!r} has no --{option} option; drop it")
+    _bench_takes(name, module, option, known is not None)
     chosen = tuple(c.strip() for c in given.split(",") if c.strip())
     for c in chosen:
         _check_choice(kind, c, list(known))
