@@ -211,7 +211,7 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
     chosen = tuple(workloads or (f"{p}-{n}" for p in PIPELINES for n in (QUICK_NODES if quick else NODES)))
     t_start, cpu_start, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
     rows: list[dict[str, Any]] = []
-    runs_for: dict[str, Any] = {}
+    workloads_ran: dict[str, Any] = {}
     for key in chosen:
         pipeline, n = key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
         profile = PipelineProfile.load(pipeline)
@@ -226,7 +226,7 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
             items = sum(c for _, c in blocks) if quick else _items_for(profile, schedule, statics, HOURS.get(n, 0.25))
         # the headroom of the stream that runs (a chosen ``hours`` may end inside a pass)
         headroom = model_headroom(profile, regime_plan(profile.workloads, items, schedule), statics)
-        runs_for[key] = {"schedule": schedule, "items": items, "headroom": headroom,
+        workloads_ran[key] = {"schedule": schedule, "items": items, "headroom": headroom,
                          "configs": {k: v.label() for k, v in statics.items()}}
         names = [s for s in systems if s in statics or s in ADAPTIVE] if systems else \
             (["static-avg", "trident"] if n > 8 else [*statics, *ADAPTIVE])
@@ -242,12 +242,11 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
             log(f"{key} {system}: {row['items_per_s'] if row['items_per_s'] is None else round(row['items_per_s'], 2)} items/s, "
                 f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s, "
                 f"cpu {row.get('sim_cpu_s') or 0:.0f} s {row['error'][:200]}")
-    workloads = runs_for
-    summary = summarise(rows, workloads)
+    summary = summarise(rows, workloads_ran)
     targets = {"captured_8_nodes": Target(">=", 0.9), "worst_vs_best_static_8_nodes": Target(">=", 0.97), "trident_ooms": Target("==", 0),
                "tick_ms_p95_256_nodes": Target("<=", 1000.0), "sim_wall_s_8_nodes_4h": Target("<=", 300.0)}
     raw = {"node": NODE, "workloads_run": list(chosen), "systems_chosen": list(systems or ()), "tick_s": TICK_S,
-           "hours": hours if hours is not None else HOURS, "headroom_min": HEADROOM_MIN, "workloads": workloads, "runs": rows,
+           "hours": hours if hours is not None else HOURS, "headroom_min": HEADROOM_MIN, "workloads": workloads_ran, "runs": rows,
            "bench_seconds": time.perf_counter() - t_start, "bench_cpu_s": time.process_time() - cpu_start,
            "load_average_1m": {"start": round(load_start[0], 1), "end": round(os.getloadavg()[0], 1)},
            "not_simulated": {"ray-data": "Ray Data's own autoscaler runs its own streaming executor, not this runner's apply",

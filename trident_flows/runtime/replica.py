@@ -127,8 +127,9 @@ class Replica:
             output = outline(self.operator, out)
         except ValueError as exc:  # a malformed output batch fails like an operator error
             return encode_reply(None, input_ids, measured, f"bad output batch: ValueError: {exc}"), None
-        value = stored(out, sum(output.nbytes))
-        return encode_reply(dataclasses.replace(output, stored_bytes=sum(output.nbytes) + value.filler_bytes), input_ids, measured), value
+        rows_bytes = sum(output.nbytes)
+        value = stored(out, rows_bytes)
+        return encode_reply(dataclasses.replace(output, stored_bytes=rows_bytes + value.filler_bytes), input_ids, measured), value
 
     def stop(self) -> None:
         close = getattr(self.op, "close", None)
