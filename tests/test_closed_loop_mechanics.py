@@ -304,6 +304,29 @@ def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_
     assert short(state.wall_s + 31.0) == ["b"]
 
 
+def test_an_operators_own_detection_counts_its_detecting_samples_and_keeps_the_upstream_announcement_clock():
+    # a change found at a announces the new workload to b; b's own detector confirms it later with 6 samples:
+    # those 6 are evidence, and the slow-evidence clock runs from the announcement
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
+    run_ticks(runner, policy, 10)
+    state = runner.state()
+    later = replace(state, wall_s=state.wall_s + 31.0)
+    short = lambda s: [x.split(" ")[0] for x in policy._short_of_evidence(s)]  # noqa: E731
+    policy._rearm_from(state, "a")
+    policy._ops["a"].fed += 40  # a measured the new items
+    policy._ops["b"].fed += 6
+    policy._rearm_from(later, "b", first_new_sample=policy._ops["b"].fed - 6)
+    assert short(later) == []
+    # without an announcement upstream, b's clock starts at its own detection: 6 samples are not yet enough
+    fresh = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
+    run_ticks(SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), fresh, 10)
+    fresh._ops["b"].fed += 6
+    fresh._rearm_from(later, "b", first_new_sample=fresh._ops["b"].fed - 6)
+    assert [x.split(" ")[0] for x in fresh._short_of_evidence(later)] == ["b"]
+    assert [x.split(" ")[0] for x in fresh._short_of_evidence(replace(later, wall_s=later.wall_s + 31.0))] == []
+
+
 def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predicted_to_do_now():
     # the end-to-end rate fell from 20 to 6 items/s after the rollout, but the previous placement was predicted
     # to do 5 items/s on the current (heavier) workload: the drop is the workload's, not the change's

@@ -271,6 +271,7 @@ class TridentPolicy:
         self._regime_lengths: list[float] = []
         self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
         self._changed_wall: dict[str, float] = {}  # the runner's wall_s at each operator's last workload change
+        self._announced: set[str] = set()  # operators re-armed by a change upstream that their own detector has not seen yet
         self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
         self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
@@ -511,7 +512,7 @@ class TridentPolicy:
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
                 op.model.forget_calibration()  # a saturated span of the old regime measured another workload
                 if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms here and downstream (module docstring)
-                    self._rearm_from(state, name)
+                    self._rearm_from(state, name, first_new_sample=change.change_point)
                     op.workload_moved = True  # the others refit when their own detectors see the new items
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 if change.kind == ChangeKind.FEATURES:
@@ -1027,17 +1028,37 @@ class TridentPolicy:
             elif not stale:
                 self._stale.discard(op_state.name)
 
-    def _rearm_from(self, state: RunnerState, name: str) -> None:
+    def _rearm_from(self, state: RunnerState, name: str, first_new_sample: int | None = None) -> None:
         """Re-arm the evidence gate at ``name`` and every operator downstream of it: the new items reach
         those next, while the operators upstream have already measured them (re-arming those too kept the
         gate shut for a whole run once the head operator had read the last input: it never takes another
-        sample)."""
+        sample).
+
+        ``first_new_sample`` is given when ``name``'s own detector found the change: the samples from that
+        one on are of the new workload and count as evidence. Its clock for ``evidence_max_s`` then keeps
+        the time when a change upstream first announced the workload, if one did: in the simulated cpu-only
+        stream, embed on long documents needed about 60 s to finish the 6 batches its detector votes on,
+        and restarting the clock there (and the count at 0) held the gate 55 s more while the pipeline
+        ran at 3 of the 10 embed replicas the long documents needed."""
         names = [op.name for op in state.operators]
         start = names.index(name) if name in names else 0
         for n in names[start:]:
-            if n in self._ops:
-                self._changed_at[n] = self._ops[n].fed
-                self._changed_wall[n] = state.wall_s
+            if n not in self._ops:
+                continue
+            if n == name and first_new_sample is not None:
+                self._changed_at[n] = min(first_new_sample, self._ops[n].fed)
+                if n not in self._announced:
+                    self._changed_wall[n] = state.wall_s
+                self._announced.discard(n)
+                continue
+            self._changed_at[n] = self._ops[n].fed
+            if n != name and n in self._announced:
+                continue  # the workload's first announcement here starts the clock
+            self._changed_wall[n] = state.wall_s
+            if n != name:
+                self._announced.add(n)
+            else:
+                self._announced.discard(n)
 
     # ------------------------------------------------------------------ transition
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
