@@ -362,6 +362,29 @@ def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
     assert start.reconfigurations == 0 and len(runner.applied) >= 3
 
 
+def test_the_cpu_kept_for_a_canary_goes_back_to_the_placement_once_no_operator_may_get_one():
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+    from trident_flows.core.types import ConfigSpace
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0))
+    run_ticks(runner, policy, 10)
+    state = runner.state()
+    held = sum(r.config.cpus for op in state.operators for r in op.active if r.canary)
+    kept = lambda: CLUSTER8.node_classes[0].cpus - held - policy._cluster_for_placement(state).node_classes[0].cpus  # noqa: E731
+    for name in ("a", "b"):
+        policy._ops[name].canary = None
+        policy._optimizer(name).status = "proposed cpu/b16"
+    assert kept() == 1.0  # an optimiser has something to try: one CPU stays free for its canary
+    for name in ("a", "b"):
+        policy._optimizer(name).status = "converged: largest expected gain 1e-09 (log objective) < min_expected_gain 0.002"
+    assert kept() == 0.0
+    policy._optimizer("b").status = "proposed cpu/b16"
+    assert kept() == 1.0
+
+
 OCR_B4 = OpConfig.make("cpu", batch_size=4)
 
 

@@ -417,6 +417,11 @@ class ConfigOptimizer:
         return NoSafeConfigError(f"operator {self.operator!r} has no configuration that fits its memory budget: " + "; ".join(parts)
                                  + ". Raise the MemoryBudget, lower safety_margin, or allow a smaller batch_size_min / lighter knobs.")
 
+    @property
+    def finished(self) -> bool:
+        """True when the last ``ask`` found nothing left worth trying (``status`` says why)."""
+        return self.status.startswith(("converged", "stopped"))
+
     def ask(self) -> Proposal | None:
         """The next config to try on a canary, or ``None`` (see ``status``). Raises ``NoSafeConfigError``
         when no device has a safe starting point."""
