@@ -460,9 +460,10 @@ class PipelineRunner:
         c, pool = self.counters[i], self.pools[i]
         try:
             inputs, groups, sent = _batch_inputs(unit)
-            # Ray moves whole objects: each stored batch this one reads from another node, counted once
-            remote = sum({id(it.ref): it.ref_bytes for it in unit.items
-                          if it.ref is not None and it.node and replica.node_id and it.node != replica.node_id}.values())
+            # Ray moves whole objects: each stored batch this one reads, and the part from another node, counted once
+            stored = {id(it.ref): it for it in unit.items if it.ref is not None}
+            read = sum(it.ref_bytes for it in stored.values())
+            remote = sum(it.ref_bytes for it in stored.values() if it.node and replica.node_id and it.node != replica.node_id)
             epoch, inflight = pool.config_epoch, replica.inflight
             try:
                 reply_ref, payload_ref = replica.handle.process.remote(inputs)
@@ -487,7 +488,7 @@ class PipelineRunner:
             self.runner_bytes += sent + received
             self.bytes_from_other_nodes += remote
             self._record_sample(dataclasses.replace(result, sample=dataclasses.replace(
-                result.sample, bytes_from_other_nodes=remote, runner_bytes=sent + received)))
+                result.sample, bytes_read=read, bytes_from_other_nodes=remote, runner_bytes=sent + received)))
             replica.batches += 1
             replica.busy_s += result.sample.busy_s
             if result.ok:
