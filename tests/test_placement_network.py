@@ -8,7 +8,9 @@ import math
 import pytest
 
 from trident_flows.bench.placement import make_cluster, make_demands
+from trident_flows.core.state import RuntimeConfigError
 from trident_flows.core.types import BatchSample, ClusterSpec, NodeClass, OpConfig
+from trident_flows.runtime.nodes import NIC_LABEL, read_nodes
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.placement.model import Key, throughput_of
@@ -92,13 +94,35 @@ def test_transfer_estimate_weighs_bytes_not_batches():
     assert BatchSample.from_dict(_sample(3, 7, 2).to_dict()).bytes_read == 7
 
 
-def test_live_cluster_keeps_the_declared_link():
-    from trident_flows.core.state import NodeState
+def _raw(node_id: str, nic: str | None = None) -> dict:
+    return {"NodeID": node_id, "Alive": True, "Resources": {"CPU": 8.0, "memory": 32 * GiB},
+            "Labels": {"ray.io/node-id": node_id, **({NIC_LABEL: nic} if nic else {})}}
 
-    nodes = (NodeState("n1", "8cpu-32g", 8.0, 0.0, 32 * GiB), NodeState("n2", "8cpu-32g", 8.0, 0.0, 32 * GiB))
-    given = ClusterSpec((NodeClass("cpu", 2, 8, nic_bandwidth_bps=12.5e9),))
-    state = type("S", (), {"nodes": nodes})()
-    (nc,) = live_cluster(state, given).node_classes
-    assert nc.count == 2 and nc.nic_bandwidth_bps == 12.5e9
-    (nc,) = live_cluster(state).node_classes
-    assert nc.nic_bandwidth_bps == 0.0
+
+def test_live_nodes_declare_their_link_by_label_and_the_policy_plans_with_it():
+    nodes = read_nodes([_raw("a", "100Gbps"), _raw("b", "12.5GBps"), _raw("c")])
+    assert [n.nic_bandwidth_bps for n in nodes] == [12.5e9, 12.5e9, 0.0]
+    assert nodes[0].node_class == nodes[1].node_class == "8cpu-32g-nic12.5GBps" and nodes[2].node_class == "8cpu-32g"
+    state = type("State", (), {"nodes": nodes})()
+    spec = live_cluster(state)
+    assert spec.node_class("8cpu-32g-nic12.5GBps").count == 2 and spec.node_class("8cpu-32g-nic12.5GBps").nic_bandwidth_bps == 12.5e9
+    assert spec.node_class("8cpu-32g").nic_bandwidth_bps == 0.0
+    # a class the policy was given with a link keeps it when the nodes carry no label
+    given = ClusterSpec((NodeClass("cpu", 1, 8, nic_bandwidth_bps=1e9),))
+    assert live_cluster(state, given).node_class("8cpu-32g").nic_bandwidth_bps == 1e9
+    with pytest.raises(RuntimeConfigError, match=r"node a: label trident\.nic='fast' is not a rate.*--labels trident\.nic=100Gbps"):
+        read_nodes([_raw("a", "fast")])
+
+
+@pytest.mark.prefect
+def test_ray_cluster_block_declares_the_local_nodes_link():
+    from pydantic import ValidationError
+
+    from trident_flows.blocks import RayClusterBlock
+
+    assert RayClusterBlock(num_cpus=4, nic_bandwidth="100Gbps").init_kwargs()["labels"] == {NIC_LABEL: "100Gbps"}
+    assert "labels" not in RayClusterBlock(num_cpus=4).init_kwargs()
+    with pytest.raises(ValidationError, match=r"nic_bandwidth='lots' is not a rate; write e\.g\. 100Gbps"):
+        RayClusterBlock(nic_bandwidth="lots")
+    with pytest.raises(ValidationError, match=r"start them with `ray start --labels trident\.nic=100Gbps`"):
+        RayClusterBlock(address="10.0.0.1:6379", nic_bandwidth="100Gbps")

@@ -8,9 +8,9 @@ Contract:
   figures Ray does not measure, or measures roughly, come from ``given`` (the cluster the policy
   was built with) when it has a class of the same CPUs and GPUs: host memory (Ray's estimate on a
   shared machine is far below what replicas may use), device memory, host<->device bandwidth and
-  the network link (``nic_bandwidth_bps``, which Ray does not report at all); else host memory is
-  the node's Ray ``memory``, the network link not declared and the rest the
-  ``ClusterSpec.single_node`` defaults. ``None`` when the state lists no nodes (the simulator, an old trace): keep ``given``.
+  the network link (``nic_bandwidth_bps``, which Ray does not report at all) unless the node's
+  ``trident.nic`` label declares it; else host memory is the node's Ray ``memory``, the network
+  link not declared and the rest the ``ClusterSpec.single_node`` defaults. ``None`` when the state lists no nodes (the simulator, an old trace): keep ``given``.
 """
 
 from __future__ import annotations
@@ -39,5 +39,5 @@ def live_cluster(state: Any, given: ClusterSpec | None = None) -> ClusterSpec | 
         gpu_mem = (like.gpu_memory_bytes if like and like.gpu_memory_bytes else node.gpu_memory_bytes or _DEFAULT.gpu_memory_bytes) if gpus else 0
         bandwidth = like.host_device_bandwidth_bps if like else _DEFAULT.host_device_bandwidth_bps
         classes.append(NodeClass(name, len(nodes), float(node.cpus), gpus, gpu_mem, host, bandwidth,
-                                 nic_bandwidth_bps=like.nic_bandwidth_bps if like else 0.0))
+                                 nic_bandwidth_bps=node.nic_bandwidth_bps or (like.nic_bandwidth_bps if like else 0.0)))
     return ClusterSpec(tuple(classes))
