@@ -696,7 +696,9 @@ def _heuristic_start(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], demand
 class _Greedy:
     """Integer replica counts improved by bottleneck-first moves over aggregate class
     resources: CPUs, GPUs, host memory and host<->device bandwidth (a replica counted at
-    its full single-replica rate, which is conservative)."""
+    its full single-replica rate, which is conservative). The network rows are not among
+    them (they couple operators, not replicas): its plans are priced by ``throughput_of``,
+    which has them, and the MILP search improves on them."""
 
     def __init__(self, demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int],
                  reductions: dict[str, list[float]], counts: dict[Key, int]) -> None:

@@ -27,7 +27,9 @@ Contract (pure functions, no solver state):
   crosses nodes: per class, bytes/s in and bytes/s out each <= ``nic_bandwidth_bps * count``.
   A class of several nodes is taken as spread evenly over them (what ``pack_class`` tries
   first), so its own nodes' traffic among themselves is not seen; a small cluster is modelled
-  node by node (``placement.milp``), where the rows are per node.
+  node by node (``placement.milp``), where the rows are per node. A plan names node classes, not
+  nodes: among identical nodes, keeping producer and consumer together is left to the runtime's
+  node choice (it spreads replicas) and its dispatch (it prefers the replica beside the batch).
 - Resource fields of a ``NodeClass`` that are 0 (host memory, bandwidths) are "not
   modelled": they do not constrain.
 """
