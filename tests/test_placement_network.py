@@ -126,3 +126,31 @@ def test_ray_cluster_block_declares_the_local_nodes_link():
         RayClusterBlock(nic_bandwidth="lots")
     with pytest.raises(ValidationError, match=r"start them with `ray start --labels trident\.nic=100Gbps`"):
         RayClusterBlock(address="10.0.0.1:6379", nic_bandwidth="100Gbps")
+
+
+def test_the_trident_policy_gives_the_milp_each_operators_measured_bytes_per_item():
+    from test_controller import CLUSTER8, STEADY, SimRunner, two_ops
+    from trident_flows.scheduler.trident_policy import TridentPolicy
+    from trident_flows.scheduler.trident_settings import TridentSettings
+
+    seen: list[list[OperatorDemand]] = []
+
+    def solve(demands, *args, **kwargs):
+        seen.append(list(demands))
+        return solve_placement(demands, *args, **kwargs)
+
+    runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
+    linked = ClusterSpec((dataclasses.replace(CLUSTER8.node_classes[0], nic_bandwidth_bps=1e9),))
+    policy = TridentPolicy(None, linked, TridentSettings(canaries=False, regime_duration_s=STEADY), solve=solve)
+    for _ in range(12):
+        # "b" reads 3 KB per item from "a", a third of it from another node; "a" reads source rows sent by value
+        new = [dataclasses.replace(s, bytes_read=3000 * s.items_in, bytes_from_other_nodes=1000 * s.items_in) if s.operator == "b" else s
+               for s in runner.advance(2.0)]
+        record = policy.tick(runner.state(), new)
+        if record.plan is not None:
+            runner.apply(record.plan)
+        if seen:
+            break
+    assert seen, "the placement was never solved"
+    by_name = {d.name: d for d in seen[-1]}
+    assert by_name["a"].input_bytes_per_item == 0.0 and by_name["b"].input_bytes_per_item == pytest.approx(3000.0)
