@@ -12,6 +12,7 @@ from trident_flows.control.launch import find_runner, run_pipeline, start_runner
 from trident_flows.runtime.sink import account, read_ids
 from trident_flows.core.state import RunnerSettings
 from trident_flows.core.types import Outcome
+from trident_flows.scheduler.transfer import transfer_estimate
 
 
 def _wait(handle, timeout: float = 60.0) -> dict:
@@ -46,6 +47,9 @@ def test_static_run_writes_every_item_once_with_samples(ray_cluster, tmp_path):
     assert all(s.outcome == Outcome.OK and s.busy_s > 0 and s.peak_host_mem_bytes > 0 for s in samples)
     parse = [s for s in samples if s.operator == "parse"]
     assert sum(s.items_in for s in parse) == 200 and all(s.features["pages"] > 0 for s in parse)
+    assert all(s.bytes_read == 0 for s in parse), "the runner sends source rows by value: no stored batch is read"
+    moved = transfer_estimate(s for s in samples if s.operator == "filter")
+    assert moved is not None and moved.bytes_per_item > 0 and moved.cross_node_share == 0  # one node: every read is local
     embed = [s for s in samples if s.operator == "embed"]
     assert all(s.peak_device_mem_bytes >= 100 * MIB for s in embed), "emulated device memory is reported"
     assert later.samples == () and later.next == page.next

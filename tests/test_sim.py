@@ -135,10 +135,15 @@ def test_node_loss_requeues_work_and_replaces_replicas() -> None:
 
 
 def test_parse_cluster_spec() -> None:
-    spec = parse_cluster("8x(cpus=96,gpus=8,gpu_mem=80GiB)+2x(cpus=32,host_mem=256GiB,net=100Gbps,name=cpu)")
+    spec = parse_cluster("8x(cpus=96,gpus=8,gpu_mem=80GiB,host_device=32GBps)+2x(cpus=32,host_mem=256GiB,nic=100Gbps,name=cpu)")
     assert spec.total_cpus == 8 * 96 + 64 and spec.total_gpus == 64
     assert spec.node_classes[0].gpu_memory_bytes == 80 * 2**30 and spec.node_classes[1].name == "cpu"
-    assert spec.node_classes[1].host_device_bandwidth_bps == pytest.approx(100e9 / 8)
+    assert spec.node_classes[0].host_device_bandwidth_bps == pytest.approx(32e9) and spec.node_classes[0].nic_bandwidth_bps == 0
+    assert spec.node_classes[1].nic_bandwidth_bps == pytest.approx(100e9 / 8) and spec.node_classes[1].host_device_bandwidth_bps == 0
+    with pytest.raises(ValueError, match=r"'net' is ambiguous; write nic=100Gbps .* or host_device=100Gbps"):
+        parse_cluster("2x(cpus=8,net=100Gbps)")
+    with pytest.raises(ValueError, match=r"nic='fast' is not a rate; write e.g. 100Gbps"):
+        parse_cluster("2x(cpus=8,nic=fast)")
     with pytest.raises(ValueError, match="gpu_mem"):
         parse_cluster("2x(cpus=8,gpus=1)")
     with pytest.raises(ValueError, match="COUNTx"):

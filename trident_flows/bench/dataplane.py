@@ -9,7 +9,8 @@ pool per operator -> ``write_parquet``), on one local node, then on a local 3-no
 (``ray.cluster_utils.Cluster``, one raylet per node) when it starts. Per payload size: items/s
 (wall from submission to written output, cold starts included for both), and for this runtime
 the bytes its runner process serialised per item, its CPU seconds per 1,000 items and its peak
-RSS (``summary()["runner"]``). Headlines: ``runner_bytes_per_item_max`` (target <= 1 KB) and
+RSS since it started (``summary()["runner"]``; Ray may start the runner in a worker process that
+ran Ray Data tasks before, whose lifetime peak is not the runner's: ``runtime.peak_memory``). Headlines: ``runner_bytes_per_item_max`` (target <= 1 KB) and
 ``ratio_vs_ray_data_8mb_1node`` / ``_3nodes`` = median items/s of this runtime / of Ray Data at
 8 MB (target >= 0.95).
 """

@@ -11,6 +11,10 @@ Contract:
   (``ray get-auth-token``) into ``auth_token`` or export ``RAY_AUTH_TOKEN`` yourself.
 - ``connect()`` reuses a Ray connection this process already holds and reports whether it
   started one; ``task_runner()`` gives prefect-ray's ``RayTaskRunner`` for the same target.
+- ``nic_bandwidth`` (e.g. ``100Gbps``) declares the local node's network link as its Ray label
+  ``trident.nic`` (``runtime.nodes``), which the placement's network rows use; nodes of an existing
+  cluster carry their own label (``ray start --labels trident.nic=100Gbps``), so with ``address``
+  set it is refused saying so. A value that is not a rate is refused saying what to write.
 - Both pass ``env_vars`` (e.g. ``PREFECT_API_URL``) to every Ray worker through the job's
   runtime environment, so Prefect task runs on workers report to the right server.
 """
@@ -27,6 +31,8 @@ from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
+from trident_flows.core.units import parse_rate
+from trident_flows.runtime.nodes import NIC_LABEL
 
 _ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{2,5}$")
 
@@ -59,6 +65,12 @@ class RayClusterBlock(Block):
     num_cpus: Optional[int] = Field(default=None, ge=1, description="Logical CPUs of the local node (empty: the machine's cores).")
     num_gpus: float = Field(default=0.0, ge=0, description="Logical GPUs of the local node (may exceed the physical ones for emulation).")
     object_store_mb: Optional[int] = Field(default=None, ge=100, description="Object store size of the local node in MiB (empty: Ray's default).")
+    nic_bandwidth: Optional[str] = Field(
+        default=None,
+        description="Network link of the local node, each way, e.g. '100Gbps' (bits) or '12.5GBps' (bytes); Ray does not measure it. "
+                    "The placement keeps cross-node bytes within it. Empty: not declared. Nodes of an existing cluster declare theirs "
+                    "with `ray start --labels trident.nic=100Gbps`.",
+    )
     namespace: str = Field(default="trident", min_length=1, description="Ray namespace the pipeline runner and the sidecar share.")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="How long connect() waits for the cluster's address to answer.")
     auth_token: Optional[SecretStr] = Field(
@@ -79,11 +91,22 @@ class RayClusterBlock(Block):
             raise ValueError(f"address={value!r} is not a Ray address: use 'ray://HOST:10001' or 'HOST:6379'")
         return value
 
+    @field_validator("nic_bandwidth")
+    @classmethod
+    def _check_nic(cls, value: Optional[str]) -> Optional[str]:
+        if value is None or not value.strip():
+            return None
+        parse_rate(value, "nic_bandwidth")  # raises naming the field and what to write
+        return value.strip()
+
     @model_validator(mode="after")
     def _check_local_resources(self) -> "RayClusterBlock":
         if self.address and (self.num_cpus is not None or self.num_gpus or self.object_store_mb is not None):
             raise ValueError("num_cpus / num_gpus / object_store_mb describe a local node and are ignored for an existing cluster: "
                              f"clear them, or clear address={self.address!r} to start a local node")
+        if self.address and self.nic_bandwidth:
+            raise ValueError(f"nic_bandwidth describes the local node; the nodes of the cluster at {self.address!r} declare their own: "
+                             f"start them with `ray start --labels {NIC_LABEL}={self.nic_bandwidth}` and clear nic_bandwidth")
         return self
 
     def init_kwargs(self, env_vars: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -95,6 +118,8 @@ class RayClusterBlock(Block):
                 kwargs["num_cpus"] = self.num_cpus
             if self.object_store_mb is not None:
                 kwargs["object_store_memory"] = self.object_store_mb * 2**20
+            if self.nic_bandwidth:
+                kwargs["labels"] = {NIC_LABEL: self.nic_bandwidth}
         if env_vars:
             kwargs["runtime_env"] = {"env_vars": dict(env_vars)}
         return kwargs

@@ -103,7 +103,9 @@ class ReplicaState:
 class NodeState:
     """One live Ray node. ``node_class`` is the same for nodes of identical CPUs, GPUs, accelerator
     type, custom resources and memory (whole GiB); ``gpu_memory_bytes`` is the memory of one of its
-    GPUs (the emulated devices' capacity; 0 without GPUs). ``resources`` are its custom resources."""
+    GPUs (the emulated devices' capacity; 0 without GPUs). ``resources`` are its custom resources;
+    ``nic_bandwidth_bps`` its network link in bytes/s each way, as its ``trident.nic`` label declares
+    it (Ray does not measure it; 0 = not declared)."""
 
     node_id: str
     node_class: str
@@ -114,6 +116,7 @@ class NodeState:
     accelerator: str = ""
     resources: tuple[tuple[str, float], ...] = ()
     is_head: bool = False
+    nic_bandwidth_bps: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -130,8 +130,9 @@ class BatchSample:
     ``config_epoch`` increases each time the operator's configuration changes, so the
     observation layer can tell samples taken under an old configuration apart.
     ``inflight`` is how many batches the replica held (queued or running) when this one started.
-    ``bytes_from_other_nodes``: bytes of the stored batches (whole objects) the replica read from
-    another node's object store;
+    ``bytes_read``: bytes of the stored batches (whole objects) the replica read, wherever they were
+    (0 for rows the runner sent by value: the first operator's source rows);
+    ``bytes_from_other_nodes``: the part of ``bytes_read`` that came from another node's object store;
     ``runner_bytes``: bytes the runner serialised for this batch (what it sent and got back).
     """
 
@@ -152,6 +153,7 @@ class BatchSample:
     error: str = ""
     bytes_from_other_nodes: int = 0
     runner_bytes: int = 0
+    bytes_read: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -244,7 +246,9 @@ class ConfigSpace:
 
 @dataclass(frozen=True)
 class NodeClass:
-    """``count`` identical nodes. Memory in bytes, bandwidth in bytes/s (host<->device, per node)."""
+    """``count`` identical nodes. Memory in bytes; bandwidths in bytes/s per node: ``host_device_bandwidth_bps``
+    between host and accelerators, ``nic_bandwidth_bps`` the node's network link in each direction (Ray does not
+    report it, so it is declared; 0 = not declared: cross-node traffic does not constrain the placement)."""
 
     name: str
     count: int
@@ -254,8 +258,14 @@ class NodeClass:
     host_memory_bytes: int = 0
     host_device_bandwidth_bps: float = 0.0
     accelerator: str = GPU
+    nic_bandwidth_bps: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("host_device_bandwidth_bps", "nic_bandwidth_bps"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"node class {self.name!r}: {name} must be bytes/s >= 0 (0: not declared), got {value!r}; "
+                                 f"e.g. 12.5e9 for a 100 Gbit/s link")
         if self.count < 1:
             raise ValueError(f"node class {self.name!r}: count must be >= 1, got {self.count}")
         if self.cpus <= 0:

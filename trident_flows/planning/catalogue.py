@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from trident_flows.core.types import ClusterSpec, NodeClass
-from trident_flows.sim.cluster import parse_size
+from trident_flows.core.units import parse_size
 
 DEFAULT_CATALOGUE = Path(__file__).resolve().parent / "default_catalogue.toml"
 DEFAULT_MAX_COUNT = 64

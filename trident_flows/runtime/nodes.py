@@ -8,6 +8,11 @@ Contract:
   says what the nodes are (``4cpu-1gpu-A100-16g``, ``2cpu-ssd-8g``), so it stays the same from
   one read to the next while the hardware does: a node joining a class raises its count, a node
   of new hardware adds a class, and a class whose last node left disappears.
+- A node's network link is declared by its Ray label ``trident.nic`` (``NIC_LABEL``; e.g.
+  ``ray start --labels trident.nic=100Gbps``, or ``RayClusterBlock.nic_bandwidth`` for the local
+  node it starts), as ``NodeState.nic_bandwidth_bps``; nodes declaring different links are
+  different classes (``...-nic12.5GBps``). A label that is not a rate raises ``RuntimeConfigError``
+  naming the node and what to write.
 - ``pack(nodes, replicas)`` places ``(label, node_class or None, cpus, gpus)`` replicas on the
   nodes, largest first, each on the node of its class (any node for ``None``) with the most free
   CPUs; it returns the labels that fit nowhere. ``check_fits(nodes, replicas)`` raises
@@ -22,11 +27,13 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from trident_flows.core.state import NodeState, RuntimeConfigError
+from trident_flows.core.units import parse_rate
 
 GiB = 2**30
 # Ray's own resources, not a node's hardware: per-node and head markers, the object store.
 _NOT_HARDWARE = ("CPU", "GPU", "memory", "object_store_memory")
 _EPS = 1e-6
+NIC_LABEL = "trident.nic"  # a node's declared network link (Ray labels are strings: "100Gbps", "12.5GBps")
 
 
 def _hardware(resources: Mapping[str, float]) -> tuple[str, tuple[tuple[str, float], ...]]:
@@ -64,8 +71,15 @@ def read_nodes(raw: Sequence[Mapping[str, Any]], gpu_memory_bytes: int = 0) -> t
         cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
         memory = int(res.get("memory", 0))
         accelerator, custom = _hardware(res)
-        nodes.append(NodeState(str(node["NodeID"]), class_name(cpus, gpus, memory, accelerator, custom), cpus, gpus, memory,
-                               int(gpu_memory_bytes) if gpus else 0, accelerator, custom, "node:__internal_head__" in res))
+        nic_text = str((node.get("Labels") or {}).get(NIC_LABEL, "")).strip()
+        try:
+            nic = parse_rate(nic_text, NIC_LABEL) if nic_text else 0.0
+        except ValueError as exc:
+            raise RuntimeConfigError(f"node {node['NodeID']}: label {exc}; start the node with e.g. "
+                                     f"'ray start --labels {NIC_LABEL}=100Gbps', or without the label") from None
+        name = class_name(cpus, gpus, memory, accelerator, custom) + (f"-nic{nic / 1e9:g}GBps" if nic else "")
+        nodes.append(NodeState(str(node["NodeID"]), name, cpus, gpus, memory, int(gpu_memory_bytes) if gpus else 0, accelerator, custom,
+                               "node:__internal_head__" in res, nic))
     return tuple(sorted(nodes, key=lambda n: n.node_id))
 
 

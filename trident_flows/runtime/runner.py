@@ -23,7 +23,8 @@ Contract:
   Per batch the runner sends a replica the source's rows or ``(reference, rows)`` pieces and gets
   back one compact reply (``wire``). ``summary()`` reports the bytes this process serialised
   (those messages as Ray writes them), the bytes replicas fetched from other
-  nodes, and its CPU seconds and peak RSS; each ``BatchSample`` carries its share.
+  nodes, and its CPU seconds and its peak RSS since it started (``peak_memory``: Ray may start it in
+  a worker process that ran other work first); each ``BatchSample`` carries its share.
 - Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
   items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
   that dies has its in-flight batches re-queued (a batch that was in flight at two deaths is
@@ -58,7 +59,7 @@ from typing import Any, Iterator
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trident_flows.runtime import devices, sink_writer
+from trident_flows.runtime import devices, peak_memory, sink_writer
 from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.payload import Outline, Piece, row_bytes
@@ -117,6 +118,7 @@ class PipelineRunner:
 
     def __init__(self, spec: PipelineSpec, out_dir: str, settings: RunnerSettings, name: str, namespace: str | None,
                  external_input: bool = False) -> None:
+        self.peak_since_start = peak_memory.reset_peak()  # the worker process may have run other work before
         self.spec = spec
         self.settings = settings
         self.name = name
@@ -460,9 +462,10 @@ class PipelineRunner:
         c, pool = self.counters[i], self.pools[i]
         try:
             inputs, groups, sent = _batch_inputs(unit)
-            # Ray moves whole objects: each stored batch this one reads from another node, counted once
-            remote = sum({id(it.ref): it.ref_bytes for it in unit.items
-                          if it.ref is not None and it.node and replica.node_id and it.node != replica.node_id}.values())
+            # Ray moves whole objects: each stored batch this one reads, and the part from another node, counted once
+            stored = {id(it.ref): it for it in unit.items if it.ref is not None}
+            read = sum(it.ref_bytes for it in stored.values())
+            remote = sum(it.ref_bytes for it in stored.values() if it.node and replica.node_id and it.node != replica.node_id)
             epoch, inflight = pool.config_epoch, replica.inflight
             try:
                 reply_ref, payload_ref = replica.handle.process.remote(inputs)
@@ -487,7 +490,7 @@ class PipelineRunner:
             self.runner_bytes += sent + received
             self.bytes_from_other_nodes += remote
             self._record_sample(dataclasses.replace(result, sample=dataclasses.replace(
-                result.sample, bytes_from_other_nodes=remote, runner_bytes=sent + received)))
+                result.sample, bytes_read=read, bytes_from_other_nodes=remote, runner_bytes=sent + received)))
             replica.batches += 1
             replica.busy_s += result.sample.busy_s
             if result.ok:
@@ -758,7 +761,8 @@ class PipelineRunner:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         state["runner"] = {"pid": os.getpid(), "bytes_serialised": self.runner_bytes, "bytes_from_other_nodes": self.bytes_from_other_nodes,
                            "rows_lost": self.rows_lost,
-                           "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": usage.ru_maxrss * 1024}
+                           "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_bytes": peak_memory.peak_rss_bytes(),
+                           "peak_rss_since_start": self.peak_since_start}
         return state
 
     # ------------------------------------------------------------------ control

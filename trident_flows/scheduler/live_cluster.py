@@ -7,9 +7,10 @@ Contract:
   counting its nodes. Nodes without CPUs are left out (they cannot host a replica). Memory
   figures Ray does not measure, or measures roughly, come from ``given`` (the cluster the policy
   was built with) when it has a class of the same CPUs and GPUs: host memory (Ray's estimate on a
-  shared machine is far below what replicas may use), device memory and host<->device bandwidth;
-  else host memory is the node's Ray ``memory`` and the rest the ``ClusterSpec.single_node``
-  defaults. ``None`` when the state lists no nodes (the simulator, an old trace): keep ``given``.
+  shared machine is far below what replicas may use), device memory, host<->device bandwidth and
+  the network link (``nic_bandwidth_bps``, which Ray does not report at all) unless the node's
+  ``trident.nic`` label declares it; else host memory is the node's Ray ``memory``, the network
+  link not declared and the rest the ``ClusterSpec.single_node`` defaults. ``None`` when the state lists no nodes (the simulator, an old trace): keep ``given``.
 """
 
 from __future__ import annotations
@@ -37,5 +38,6 @@ def live_cluster(state: Any, given: ClusterSpec | None = None) -> ClusterSpec | 
         host = like.host_memory_bytes if like and like.host_memory_bytes else int(node.memory_bytes) or _DEFAULT.host_memory_bytes
         gpu_mem = (like.gpu_memory_bytes if like and like.gpu_memory_bytes else node.gpu_memory_bytes or _DEFAULT.gpu_memory_bytes) if gpus else 0
         bandwidth = like.host_device_bandwidth_bps if like else _DEFAULT.host_device_bandwidth_bps
-        classes.append(NodeClass(name, len(nodes), float(node.cpus), gpus, gpu_mem, host, bandwidth))
+        classes.append(NodeClass(name, len(nodes), float(node.cpus), gpus, gpu_mem, host, bandwidth,
+                                 nic_bandwidth_bps=node.nic_bandwidth_bps or (like.nic_bandwidth_bps if like else 0.0)))
     return ClusterSpec(tuple(classes))

@@ -56,8 +56,9 @@ Contract:
   again (the simulated video spike run: 4 OOMs, the placement failing every tick).
 - placement: per operator, candidates (the running configs, accepted canaries, the optimiser's
   best, the regime's remembered best) with capacity curves from the model's predictions
-  (``placement.inputs.concave_curve``) and memory upper bounds; the MILP
-  (``placement.milp.solve_placement``) runs on the cluster minus what running canaries hold and,
+  (``placement.inputs.concave_curve``), memory upper bounds and the bytes per item it reads from
+  the operator before it (``transfer.transfer_estimate`` over its window, for the network rows of
+  node classes that declare a link); the MILP (``placement.milp.solve_placement``) runs on the cluster minus what running canaries hold and,
   with canaries on, one CPU kept free for the next canary. It is solved again only when an input
   changed (a refit or remembered model, a regime, the running placement, the cluster, a stale,
   unsafe or accepted config) or ``resolve_ticks`` ticks passed; its answer is priced every tick.
@@ -143,6 +144,7 @@ from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.occupancy import OccupancyTracker
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
@@ -150,7 +152,7 @@ from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, NodeClass, OpConfig,
+from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
 
@@ -897,8 +899,7 @@ class TridentPolicy:
         nc = classes[big]
         if nc.count != 1 or nc.cpus - cpus < len(state.operators) or nc.gpus - gpus < 0:
             return cluster
-        classes[big] = NodeClass(nc.name, nc.count, nc.cpus - cpus, nc.gpus - gpus, nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0,
-                                 nc.host_memory_bytes, nc.host_device_bandwidth_bps, nc.accelerator)
+        classes[big] = replace(nc, cpus=nc.cpus - cpus, gpus=nc.gpus - gpus, gpu_memory_bytes=nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0)
         return ClusterSpec(tuple(classes))
 
     def _exploring(self, state: RunnerState) -> bool:
@@ -1010,7 +1011,9 @@ class TridentPolicy:
                                                cold_start_s=self._cold_start(name, config.device), drain_s=self._drain(name)))
             if not options:
                 raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
-            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
+            moved = transfer_estimate(smp for _, smp in op.window)
+            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi,
+                                          input_bytes_per_item=moved.bytes_per_item if moved else 0.0))
         result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
         return demands, cluster, result, forced, notes
 

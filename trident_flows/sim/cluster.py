@@ -4,8 +4,11 @@ Contract:
 - ``parse_cluster("8x(cpus=96,gpus=8,gpu_mem=80GiB)+2x(cpus=32,host_mem=256GiB)")`` returns a
   ``ClusterSpec`` (one ``NodeClass`` per ``COUNTx(...)`` term, named ``c0``, ``c1``, ... unless
   ``name=`` is given). Keys: ``cpus`` (required), ``gpus``, ``gpu_mem``, ``host_mem`` (sizes
-  such as ``80GiB``, ``512MiB``, ``1.5TB``), ``net`` (host<->device bandwidth: ``16GBps`` or
-  ``100Gbps``), ``name``. A bad term is refused naming it and the expected form.
+  such as ``80GiB``, ``512MiB``, ``1.5TB``), ``nic`` (the node's network link, each direction:
+  ``NodeClass.nic_bandwidth_bps``; unset = cross-node traffic not constrained), ``host_device``
+  (host<->accelerator bandwidth: ``NodeClass.host_device_bandwidth_bps``), rates as ``100Gbps``
+  (bits) or ``16GBps`` (bytes) per second, and ``name``. A bad term is refused naming it and the
+  expected form; ``net`` (which once meant host<->device) is refused with the two keys to write instead.
 - ``SimCluster(spec)`` holds the nodes: free CPUs, one ``SimDevice`` per GPU, free host memory.
   ``place(config, holder, resident_bytes, host_bytes)`` puts one replica on the first live
   node with room (first fit, like a packing scheduler; a CPU replica first looks for a node
@@ -21,32 +24,14 @@ import re
 from dataclasses import dataclass
 
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
+from trident_flows.core.units import parse_rate, parse_size
 from trident_flows.sim.memory import SimDevice
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_RATE_UNITS = {"bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8,  # bits per second
-               "bytes/s": 1, "kbytes/s": 1e3, "mbytes/s": 1e6, "gbytes/s": 1e9}
+_KEYS = ("cpus", "gpus", "gpu_mem", "host_mem", "nic", "host_device", "name")
 _TERM = re.compile(r"^\s*(\d+)\s*x\s*\((.*)\)\s*$")
-FORM = "COUNTx(cpus=N,gpus=N,gpu_mem=SIZE,host_mem=SIZE,net=RATE), terms joined by '+', e.g. '8x(cpus=96,gpus=8,gpu_mem=80GiB)'"
+FORM = "COUNTx(cpus=N,gpus=N,gpu_mem=SIZE,host_mem=SIZE,nic=RATE,host_device=RATE), terms joined by '+', e.g. '8x(cpus=96,gpus=8,gpu_mem=80GiB)'"
 # a node's host memory when the spec does not say: large enough never to bind (the live runtime does not model it either)
 DEFAULT_HOST_MEMORY = 1 << 50
-
-
-def parse_size(text: str, what: str) -> int:
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(f"{what}={text!r} is not a size; write e.g. 80GiB, 512MiB or 1.5TB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-
-
-def parse_rate(text: str, what: str) -> float:
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z/]+)\s*", text)
-    unit = m.group(2) if m else ""
-    if unit.endswith("Bps"):
-        unit = unit[:-3].lower() + "bytes/s"
-    if not m or unit.lower() not in _RATE_UNITS:
-        raise ValueError(f"{what}={text!r} is not a rate; write e.g. 100Gbps (bits) or 16GBps (bytes)")
-    return float(m.group(1)) * _RATE_UNITS[unit.lower()]
 
 
 def parse_cluster(text: str) -> ClusterSpec:
@@ -59,9 +44,11 @@ def parse_cluster(text: str) -> ClusterSpec:
         fields: dict[str, str] = {}
         for part in filter(None, (p.strip() for p in m.group(2).split(","))):
             key, sep, value = part.partition("=")
-            if not sep or key.strip() not in ("cpus", "gpus", "gpu_mem", "host_mem", "net", "name"):
-                raise ValueError(f"cluster term {term.strip()!r}: unknown or malformed {part!r}; keys are cpus, gpus, gpu_mem, "
-                                 f"host_mem, net, name ({FORM})")
+            if key.strip() == "net":
+                raise ValueError(f"cluster term {term.strip()!r}: 'net' is ambiguous; write nic={value.strip()} for the node's network "
+                                 f"link or host_device={value.strip()} for host<->accelerator bandwidth")
+            if not sep or key.strip() not in _KEYS:
+                raise ValueError(f"cluster term {term.strip()!r}: unknown or malformed {part!r}; keys are {', '.join(_KEYS)} ({FORM})")
             fields[key.strip()] = value.strip()
         if "cpus" not in fields:
             raise ValueError(f"cluster term {term.strip()!r} needs cpus=N ({FORM})")
@@ -71,7 +58,8 @@ def parse_cluster(text: str) -> ClusterSpec:
         classes.append(NodeClass(fields.get("name", f"c{k}"), int(m.group(1)), float(fields["cpus"]), gpus,
                                  parse_size(fields["gpu_mem"], "gpu_mem") if gpus else 0,
                                  parse_size(fields["host_mem"], "host_mem") if "host_mem" in fields else 0,
-                                 parse_rate(fields["net"], "net") if "net" in fields else 0.0))
+                                 parse_rate(fields["host_device"], "host_device") if "host_device" in fields else 0.0,
+                                 nic_bandwidth_bps=parse_rate(fields["nic"], "nic") if "nic" in fields else 0.0))
     return ClusterSpec(tuple(classes))
 
 

@@ -8,7 +8,10 @@ Contract:
 - Variables are integers per (operator, option, node class): identical nodes form one
   class, so the model does not grow with the node count. Per class: CPUs, GPUs (effective
   fractions, see ``placement.model.effective_gpus``), host memory, host<->device bandwidth
-  (bytes/item x items/s). Per operator: min/max replicas, allowed classes. Concave
+  (bytes/item x items/s) and, where a class declares its network link (``NodeClass.nic_bandwidth_bps``)
+  and operators' ``input_bytes_per_item`` are known, the bytes/s the placement sends across
+  nodes in each direction (``placement.model`` docstring; flow variables per operator and class,
+  unset links add no variable or row). Per operator: min/max replicas, allowed classes. Concave
   throughput curves are the minimum of their segments' lines (no extra binaries).
 - Solve path: LP relaxation (a bound) -> rounded-down replicas raised bottleneck-first by
   a greedy (``_Greedy``) -> if that is within ``GAP_REL`` of the bound it is the answer;
@@ -56,11 +59,13 @@ import pulp
 from trident_flows.scheduler.placement.model import (
     SPLIT_SEP,
     Key,
+    NetworkEdge,
     base_class,
     _place_on_node,
     class_capacity,
     effective_gpus,
     ineligibility,
+    network_edges,
     no_fit_message,
     operator_capacity,
     pack_cluster,
@@ -450,7 +455,7 @@ def _result(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dic
         ops.append(OperatorPlan(d.name, groups, _operator_reason(d, cluster, counts, cur, throughput)))
     total_ms = (time.perf_counter() - t0) * 1e3
     plan = Plan(tuple(ops), throughput,
-                f"T={throughput:.4g} input items/s, bottleneck {', '.join(bottlenecks) or '-'}; {status} "
+                f"T={throughput:.4g} input items/s, bottleneck {', '.join(bottlenecks) or 'bandwidth'}; {status} "
                 f"({solver}, {total_ms:.0f} ms, gap {gap:.2g}{f', {repair} packing repairs' if repair else ''})")
     return PlacementResult(plan, tuple(sorted(counts.items())), throughput, status, gap, solver, build_ms, solve_ms, total_ms,
                            repair, bottlenecks)
@@ -538,6 +543,9 @@ def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: di
                 row(terms, le, (capacity[i] - reductions[nc.name][i]) / unit, f"{res}_{nc.name}")
         if bw_terms[nc.name]:
             row(bw_terms[nc.name], le, nc.host_device_bandwidth_bps / _BW_UNIT * nc.count, f"bw_{nc.name}")
+    edges = network_edges(demands, cluster)
+    if edges:
+        _network_rows(prob, row, T, x, demands, cluster, edges)
     objective = [(T, 1.0 / _throughput_bound(demands, eligible))]
     kept = {key: [xk for xk in x if xk[:2] == key[:2] and base_class(xk.node_class) == key.node_class] for key in cur}
     kept = {key: xs for key, xs in kept.items() if xs}
@@ -554,6 +562,45 @@ def _build(demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: di
                 f"order_{nxt.name}")
     prob.setObjective(pulp.LpAffineExpression(objective))
     return prob, x, served
+
+
+def _network_rows(prob: pulp.LpProblem, row: Callable[..., None], T: pulp.LpVariable, x: dict[Key, pulp.LpVariable],
+                  demands: Sequence[OperatorDemand], cluster: ClusterSpec, edges: Sequence[NetworkEdge]) -> None:
+    """The network rows (``placement.model`` docstring): per operator on an edge, its items/s on each class
+    (``flow``: under its replicas' full rate there, summing to ``work_per_item * T``, so no class can be
+    credited with items the operator does not serve); per edge and class, the bytes/s read on the node that
+    produced them (``local``, at most what the class produces and what it consumes); per class with a
+    declared NIC, bytes/s in and bytes/s out each <= ``nic_bandwidth_bps * count``."""
+    le = pulp.LpConstraintLE
+    flow: dict[tuple[int, int], pulp.LpVariable] = {}
+    for i in sorted({i for e in edges for i in (e.producer, e.consumer)}):
+        d = demands[i]
+        for ci, nc in enumerate(cluster.node_classes):
+            keys = [key for key in x if key.operator == d.name and key.node_class == nc.name]
+            if keys:
+                f = flow[i, ci] = prob.add_variable(f"flow_{i}_{ci}", lowBound=0)
+                row([(f, 1.0)] + [(x[key], -d.options[key.option].rate_per_replica) for key in keys], le, 0.0, f"flowcap_{i}_{ci}")
+        row([(f, 1.0) for (j, _), f in flow.items() if j == i] + [(T, -d.work_per_item)], pulp.LpConstraintEQ, 0.0, f"flow_{i}")
+    for ci, nc in enumerate(cluster.node_classes):
+        if nc.nic_bandwidth_bps <= 0:
+            continue  # no declared link: traffic here constrains nothing (the other end's link still counts it)
+        inbound: list[tuple[pulp.LpVariable, float]] = []
+        outbound: list[tuple[pulp.LpVariable, float]] = []
+        for e in edges:
+            consumer, producer = flow.get((e.consumer, ci)), flow.get((e.producer, ci))
+            if consumer is not None:
+                inbound.append((consumer, e.consumed_bytes_per_item / _BW_UNIT))
+            if producer is not None:
+                outbound.append((producer, e.produced_bytes_per_item / _BW_UNIT))
+            if consumer is not None and producer is not None:
+                local = prob.add_variable(f"local_{e.consumer}_{ci}", lowBound=0)
+                row([(local, 1.0), (consumer, -e.consumed_bytes_per_item / _BW_UNIT)], le, 0.0, f"localin_{e.consumer}_{ci}")
+                row([(local, 1.0), (producer, -e.produced_bytes_per_item / _BW_UNIT)], le, 0.0, f"localout_{e.consumer}_{ci}")
+                inbound.append((local, -1.0))
+                outbound.append((local, -1.0))
+        for name, terms in (("nicin", inbound), ("nicout", outbound)):
+            if terms:
+                row(terms, le, nc.nic_bandwidth_bps / _BW_UNIT * nc.count, f"{name}_{ci}")
 
 
 _RESOURCE_ROWS = ("cpus_", "gpus_", "mem_", "bw_")
@@ -649,7 +696,9 @@ def _heuristic_start(prob: pulp.LpProblem, x: dict[Key, pulp.LpVariable], demand
 class _Greedy:
     """Integer replica counts improved by bottleneck-first moves over aggregate class
     resources: CPUs, GPUs, host memory and host<->device bandwidth (a replica counted at
-    its full single-replica rate, which is conservative)."""
+    its full single-replica rate, which is conservative). The network rows are not among
+    them (they couple operators, not replicas): its plans are priced by ``throughput_of``,
+    which has them, and the MILP search improves on them."""
 
     def __init__(self, demands: Sequence[OperatorDemand], cluster: ClusterSpec, eligible: dict[Key, int],
                  reductions: dict[str, list[float]], counts: dict[Key, int]) -> None:

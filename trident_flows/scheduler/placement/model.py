@@ -17,9 +17,20 @@ Contract (pure functions, no solver state):
   CPUs can be stranded next to a full GPU), so every plan is checked with it.
 - ``throughput_of``: the pipeline throughput (input items/s) a placement sustains:
   ``max T`` s.t. each operator's capacity >= work_per_item * T, capacities from the
-  concave curves and capped by host<->device bandwidth per class (an LP solved with
-  highspy when bandwidth binds, a closed form otherwise).
-- Resource fields of a ``NodeClass`` that are 0 (host memory, bandwidth) are "not
+  concave curves and capped by host<->device bandwidth per class and by the network links
+  (an LP solved with highspy when a bandwidth can bind, a closed form otherwise).
+- Network (``network_edges``): when a class declares ``nic_bandwidth_bps`` and an operator
+  reads ``input_bytes_per_item`` > 0 from the operator before it, the items/s each operator
+  serves on each class (its "flow", summing to ``work_per_item * T``) set the bytes/s that edge
+  produces and consumes there; what a class both produces and consumes is read on the node
+  that holds it (the runner hands a batch to a replica on its node when one is free), the rest
+  crosses nodes: per class, bytes/s in and bytes/s out each <= ``nic_bandwidth_bps * count``.
+  A class of several nodes is taken as spread evenly over them (what ``pack_class`` tries
+  first), so its own nodes' traffic among themselves is not seen; a small cluster is modelled
+  node by node (``placement.milp``), where the rows are per node. A plan names node classes, not
+  nodes: among identical nodes, keeping producer and consumer together is left to the runtime's
+  node choice (it spreads replicas) and its dispatch (it prefers the replica beside the batch).
+- Resource fields of a ``NodeClass`` that are 0 (host memory, bandwidths) are "not
   modelled": they do not constrain.
 """
 
@@ -297,6 +308,23 @@ def operator_capacity(demand: OperatorDemand, counts: Counts) -> float:
     return sum(demand.options[k].rate_at(n) for k, n in per_option.items())
 
 
+class NetworkEdge(NamedTuple):
+    """Stored batches flowing from ``demands[producer]`` to ``demands[consumer]``: bytes per item of each."""
+
+    producer: int
+    consumer: int
+    consumed_bytes_per_item: float  # per consumer item (its input_bytes_per_item)
+    produced_bytes_per_item: float  # per producer item: the same bytes, over the producer's items
+
+
+def network_edges(demands: Sequence[OperatorDemand], cluster: ClusterSpec) -> tuple[NetworkEdge, ...]:
+    """The edges whose traffic the network rows count: none unless a class declares ``nic_bandwidth_bps``."""
+    if not any(nc.nic_bandwidth_bps > 0 for nc in cluster.node_classes):
+        return ()
+    return tuple(NetworkEdge(i - 1, i, d.input_bytes_per_item, d.input_bytes_per_item * d.work_per_item / demands[i - 1].work_per_item)
+                 for i, d in enumerate(demands) if i > 0 and d.input_bytes_per_item > 0)
+
+
 def _bandwidth_bound(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> bool:
     by_name = {d.name: d for d in demands}
     return any(n > 0 and by_name[op].options[k].bandwidth_bytes_per_item > 0 and cluster.node_class(c).host_device_bandwidth_bps > 0
@@ -305,37 +333,59 @@ def _bandwidth_bound(demands: Sequence[OperatorDemand], cluster: ClusterSpec, co
 
 def throughput_of(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: Counts) -> float:
     """Pipeline throughput (input items/s) sustained by the placement ``counts``."""
-    if not _bandwidth_bound(demands, cluster, counts):
+    edges = network_edges(demands, cluster)
+    if not edges and not _bandwidth_bound(demands, cluster, counts):
         return min(operator_capacity(d, counts) / d.work_per_item for d in demands)
     by_name = {d.name: d for d in demands}
     keys = [key for key, n in counts.items() if n > 0]
-    nvar = 1 + len(keys)  # T, then capacity per (op, option, class), each under its replicas' full rate
-    upper = np.array([highspy.kHighsInf] + [by_name[op].options[k].rate_per_replica * counts[(op, k, c)] for op, k, c in keys])
-    rows: list[tuple[dict[int, float], float]] = []  # (coefficients, upper bound) of "row <= bound"
+    # columns: T, capacity per (op, option, class) each under its replicas' full rate, then per edge and class the bytes/s kept local
+    upper = [highspy.kHighsInf] + [by_name[op].options[k].rate_per_replica * counts[(op, k, c)] for op, k, c in keys]
+    rows: list[tuple[dict[int, float], float, float]] = []  # (coefficients, lower, upper) of "lower <= row <= upper"
+    inf = highspy.kHighsInf
     option_keys: dict[tuple[str, int], list[int]] = {}
     for j, (op, k, _) in enumerate(keys, start=1):
         option_keys.setdefault((op, k), []).append(j)
     for (op, k), idx in option_keys.items():  # an option's classes together stay under its curve
-        rows.append(({j: 1.0 for j in idx}, by_name[op].options[k].rate_at(sum(counts[keys[j - 1]] for j in idx))))
-    for d in demands:  # work * T <= capacity
+        rows.append(({j: 1.0 for j in idx}, -inf, by_name[op].options[k].rate_at(sum(counts[keys[j - 1]] for j in idx))))
+    on_edges = {i for e in edges for i in (e.producer, e.consumer)}
+    for i, d in enumerate(demands):  # work * T <= capacity; = the items/s served where they set network traffic
         row = {0: d.work_per_item}
         row.update({j: -1.0 for j, (op, _, _) in enumerate(keys, start=1) if op == d.name})
-        rows.append((row, 0.0))
+        rows.append((row, 0.0 if i in on_edges else -inf, 0.0))
     for nc in cluster.node_classes:
         if nc.host_device_bandwidth_bps > 0:
             row = {j: by_name[op].options[k].bandwidth_bytes_per_item / 1e9 for j, (op, k, c) in enumerate(keys, start=1)
                    if c == nc.name and by_name[op].options[k].bandwidth_bytes_per_item > 0}
             if row:
-                rows.append((row, nc.host_device_bandwidth_bps / 1e9 * nc.count))
+                rows.append((row, -inf, nc.host_device_bandwidth_bps / 1e9 * nc.count))
+    for nc in cluster.node_classes:
+        inbound: dict[int, float] = {}
+        outbound: dict[int, float] = {}
+        for e in edges:
+            consumed = {j: e.consumed_bytes_per_item / 1e9 for j, (op, _, c) in enumerate(keys, start=1)
+                        if c == nc.name and op == demands[e.consumer].name}
+            produced = {j: e.produced_bytes_per_item / 1e9 for j, (op, _, c) in enumerate(keys, start=1)
+                        if c == nc.name and op == demands[e.producer].name}
+            inbound.update(consumed)
+            outbound.update(produced)
+            if consumed and produced:  # local <= consumed and local <= produced
+                local = len(upper)
+                upper.append(inf)
+                rows.append(({local: 1.0, **{j: -v for j, v in consumed.items()}}, -inf, 0.0))
+                rows.append(({local: 1.0, **{j: -v for j, v in produced.items()}}, -inf, 0.0))
+                inbound[local] = outbound[local] = -1.0
+        if nc.nic_bandwidth_bps > 0:
+            rows += [(row, -inf, nc.nic_bandwidth_bps / 1e9 * nc.count) for row in (inbound, outbound) if row]
+    nvar = len(upper)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     cost = np.zeros(nvar)
     cost[0] = -1.0
-    h.addCols(nvar, cost, np.zeros(nvar), upper, 0, np.array([], dtype=np.int32), np.array([], dtype=np.int32), np.array([]))
-    starts = np.cumsum([0] + [len(r) for r, _ in rows[:-1]]).astype(np.int32)
-    index = np.array([j for r, _ in rows for j in r], dtype=np.int32)
-    value = np.array([v for r, _ in rows for v in r.values()])
-    h.addRows(len(rows), np.full(len(rows), -highspy.kHighsInf), np.array([b for _, b in rows]), len(index), starts, index, value)
+    h.addCols(nvar, cost, np.zeros(nvar), np.array(upper), 0, np.array([], dtype=np.int32), np.array([], dtype=np.int32), np.array([]))
+    starts = np.cumsum([0] + [len(r) for r, _, _ in rows[:-1]]).astype(np.int32)
+    index = np.array([j for r, _, _ in rows for j in r], dtype=np.int32)
+    value = np.array([v for r, _, _ in rows for v in r.values()])
+    h.addRows(len(rows), np.array([lo for _, lo, _ in rows]), np.array([hi for _, _, hi in rows]), len(index), starts, index, value)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"throughput LP failed: {h.modelStatusToString(h.getModelStatus())}")

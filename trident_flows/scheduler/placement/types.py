@@ -132,7 +132,11 @@ class OperatorDemand:
 
     ``work_per_item``: items of this operator one pipeline input item creates (e.g. 40
     chunks per document for the embedder; 1.0 for a one-to-one stage). ``node_classes``
-    restricts every option to those classes (``None`` = any).
+    restricts every option to those classes (``None`` = any). ``input_bytes_per_item``: bytes
+    of stored batches one item of this operator reads from the replicas of the operator before
+    it in the pipeline (the demands are given in pipeline order; measured by
+    ``scheduler.transfer.transfer_estimate``); 0 = not known, its traffic is not counted
+    against the nodes' network links.
     """
 
     name: str
@@ -141,6 +145,7 @@ class OperatorDemand:
     min_replicas: int = 1
     max_replicas: int | None = None
     node_classes: tuple[str, ...] | None = None
+    input_bytes_per_item: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "options", tuple(self.options))
@@ -156,6 +161,9 @@ class OperatorDemand:
             raise ValueError(f"operator {self.name!r}: max_replicas={self.max_replicas} < min_replicas={self.min_replicas}")
         if self.node_classes is not None:
             object.__setattr__(self, "node_classes", tuple(self.node_classes))
+        if not (math.isfinite(self.input_bytes_per_item) and self.input_bytes_per_item >= 0):
+            raise ValueError(f"operator {self.name!r}: input_bytes_per_item must be a finite number >= 0 (0: not known), "
+                             f"got {self.input_bytes_per_item!r}")
 
     def allows(self, option: PlacementOption, node_class: str) -> bool:
         """Whether the operator and the option both allow ``node_class``."""
