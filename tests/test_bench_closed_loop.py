@@ -152,3 +152,16 @@ def test_one_tiny_round_of_two_policies_loses_no_item(ray_cluster, tmp_path):
         assert r.error == "", r.error
         assert r.items_lost == 0 and r.items_per_s and r.items_per_s > 0 and r.ooms == 0
         assert r.timeline[-1][1] == workload.items
+
+
+def test_a_run_record_thins_its_poll_series_for_the_results_file_without_changing_what_they_show():
+    from trident_flows.bench.closed_loop_runs import RunRecord
+
+    polls = [(round(0.2 * k, 3), k // 3) for k in range(50)]  # 10 s of 0.2 s polls
+    record = RunRecord("trident", "regimes", 0, 50, timeline=list(polls), tail=list(polls),
+                       replicas={"ocr": [(t, 1 if t < 4 else 3) for t, _ in polls]})
+    data = record.to_dict()
+    assert len(data["timeline"]) == 10 and data["timeline"][-1] == polls[-1]
+    assert all(dict(polls)[t] == n for t, n in data["timeline"])  # every kept point is a real poll
+    assert data["replicas"]["ocr"] == [(0.0, 1), (4.0, 3), (9.8, 3)]  # the step plot's change points and end
+    assert record.timeline == polls  # the record itself keeps every poll
