@@ -63,9 +63,10 @@ def test_summary_relates_trident_to_each_baseline_and_the_headroom():
     main = [_record("trident", 30.0), _record(STATIC_HINDSIGHT, 20.0), _record(STATIC_DEFAULT, 10.0),
             _record("ray-data-autoscaling", 15.0, lost=1)]
     spikes = [_record("trident", 25.0, variant="spikes", ooms=2), _record(STATIC_DEFAULT, 9.0, variant="spikes", lost=2)]
-    s = suite.summarise(main, spikes, headroom_ratio=2.0)
+    s = suite.summarise(main, spikes, headroom_ratio=2.0, simulated_ratio=1.6)
     assert s["trident_vs_static_hindsight"] == pytest.approx(1.5)
     assert s["captured"] == pytest.approx(0.75)
+    assert s["headroom_simulated"] == 1.6 and s["captured_simulated"] == pytest.approx(1.5 / 1.6)
     assert s["trident_vs_static_default"] == pytest.approx(3.0)
     assert s["trident_vs_ray_data_autoscaling"] == pytest.approx(2.0)
     assert s["trident_ooms"] == 2 and s["items_lost"] == 3

@@ -29,7 +29,10 @@ Contract of ``run(quick) -> BenchResult``:
   over every regime's own optimum switched for free, on the cost models, whole replicas),
   ``trident_vs_static_hindsight``, ``trident_vs_static_default``,
   ``trident_vs_ray_data_autoscaling`` (ratios of median items/s, regimes variant), ``captured``
-  (``trident_vs_static_hindsight / headroom``), ``trident_ooms`` (trident, both variants) and
+  (``trident_vs_static_hindsight / headroom``), ``headroom_simulated`` and ``captured_simulated``
+  (the same with ``sim_headroom.simulated_headroom``: the model's allocations measured in the
+  simulator, where they are not what the model says: on gpu-ocr the model's per-regime optima
+  ran slower than its best static), ``trident_ooms`` (trident, both variants) and
   ``items_lost`` (every run of every system). ``None`` where a system could not run (its error is
   in ``raw``). Throughput and run records are those of ``closed_loop`` (first to last output).
 - The figure has one row per workload: completed items/s over time of each system's median run,
@@ -51,12 +54,13 @@ import numpy as np
 import psutil
 import ray
 
-from trident_flows.bench import closed_loop_figure, closed_loop_workload, headroom
+from trident_flows.bench import closed_loop_figure, closed_loop_workload, headroom, sim_headroom
 from trident_flows.bench.baselines import DEFINITIONS, STATIC_DEFAULT, STATIC_HINDSIGHT, STATIC_SYSTEMS, Baselines, tune_baselines
 from trident_flows.bench.closed_loop_runs import RunRecord, run_ray_data, run_runtime
 from trident_flows.bench.closed_loop_stats import per_system
 from trident_flows.bench.closed_loop_workload import Workload
 from trident_flows.bench.report import BenchResult
+from trident_flows.bench.sim_headroom import simulated_headroom
 from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
 from trident_flows.pipelines.emulated_video import LAYOUT as VIDEO_LAYOUT
@@ -76,6 +80,7 @@ QUICK_SPIKE_SYSTEMS = (STATIC_DEFAULT, "trident")
 # blocks, which end before a change has paid for its cold starts. The scale keeps the fastest regime
 # (short born-digital documents, ~73 items/s at its optimum) within what the runtime moves on 2 cores.
 BLOCK_S, QUICK_BLOCK_S = 300.0, 6.0
+QUICK_SIM_EVALS = 10  # allocations one hill-climb of the simulated headroom may measure with --quick
 TIME_SCALE = 0.5
 FIRST_N_SHARE = 0.05  # static-first-n profiles the first 5% of the stream (at least MIN_FIRST_N items)
 MIN_FIRST_N = 10
@@ -193,7 +198,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], headroom_ratio: float) -> dict[str, Any]:
+def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], headroom_ratio: float,
+              simulated_ratio: float | None = None) -> dict[str, Any]:
     """The summary keys of one workload (see the module docstring)."""
     tp = {s: v["items_per_s_median"] for s, v in per_system(main).items()}
     vs_hindsight = _ratio(tp.get("trident"), tp.get(STATIC_HINDSIGHT))
@@ -202,6 +208,8 @@ def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], headroom_r
     return {
         "headroom": headroom_ratio,
         "captured": _ratio(vs_hindsight, headroom_ratio),
+        "headroom_simulated": simulated_ratio,
+        "captured_simulated": _ratio(vs_hindsight, simulated_ratio),
         "trident_vs_static_hindsight": vs_hindsight,
         "trident_vs_static_default": _ratio(tp.get("trident"), tp.get(STATIC_DEFAULT)),
         "trident_vs_ray_data_autoscaling": _ratio(tp.get("trident"), tp.get("ray-data-autoscaling")),
@@ -243,13 +251,18 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
                                        device_memory_bytes=DEVICE_MEMORY, gpu_batches=closed_loop_workload.GPU_BATCHES,
                                        cpu_batch=closed_loop_workload.CPU_BATCH, first_n=max(MIN_FIRST_N, int(len(rows) * FIRST_N_SHARE)))
             bound = headroom.headroom(suite.headroom_workload(profile))
-            log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; headroom {bound.ratio:.3f}; "
+            simulated = simulated_headroom(suite.headroom_workload(profile), main_stream,
+                                           ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY),
+                                           max_evals=QUICK_SIM_EVALS if quick else sim_headroom.MAX_EVALS)
+            log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; headroom {bound.ratio:.3f} "
+                f"(simulated {simulated.ratio:.3f}); "
                 + "; ".join(f"{n} {c.label()}" for n, c in baselines.configs.items()))
             main = run_systems(profile, suite, main_stream, baselines, tuple(systems), repeats, work, log)
             spikes = run_systems(profile, suite, spike_stream, baselines, spike_systems, 1, work, log)
-            results[suite.name] = {"suite": suite, "main": main, "spikes": spikes, "headroom": bound, "baselines": baselines,
+            results[suite.name] = {"suite": suite, "main": main, "spikes": spikes, "headroom": bound, "simulated_headroom": simulated,
+                                   "baselines": baselines,
                                    "reach": float(np.prod([op.selectivity for op in profile.operators[:-1]])),
-                                   "summary": summarise(main, spikes, bound.ratio)}
+                                   "summary": summarise(main, spikes, bound.ratio, simulated.ratio)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if own_ray:
@@ -298,7 +311,8 @@ def _raw(result: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "note": suite.note, "profile": suite.profile, "gpus": suite.gpus, "regimes": suite.regimes, "items": main_stream.items,
         "time_scale": suite.time_scale, "memory_spikes": [list(s) for s in spike_stream.memory_spikes],
-        "headroom": result["headroom"].to_dict(), "baselines": result["baselines"].to_dict(),
+        "headroom": result["headroom"].to_dict(), "headroom_simulated": result["simulated_headroom"].to_dict(),
+        "baselines": result["baselines"].to_dict(),
         "per_system": per_system(result["main"]), "per_system_spikes": per_system(result["spikes"]),
         "runs": [r.to_dict() for r in (*result["main"], *result["spikes"])],
     }
@@ -315,7 +329,9 @@ def _notes(results: Mapping[str, Mapping[str, Any]], quick: bool, repeats: int) 
             f"Headroom: whole-replica cost-model optimum per regime switched for free over the best single static in hindsight, "
             f"searched over mixed configurations and fractional GPUs (headroom.py); static-hindsight as run is searched over "
             f"one configuration per operator and whole GPUs (static_search.py), so captured can exceed what the run's "
-            f"static-hindsight leaves. Baselines: " + " ".join(f"{k}: {v}." for k, v in DEFINITIONS.items())
+            f"static-hindsight leaves. Simulated headroom: the model's allocations (batches capped at 8, 16 and 64) and their "
+            f"hill-climbed neighbours, each measured at steady state in the simulator; the best per regime over the best static "
+            f"(sim_headroom.py). Baselines: " + " ".join(f"{k}: {v}." for k, v in DEFINITIONS.items())
             + f" cosmos-xenna is not run (its autoscaler cannot start from given worker counts). Errors: {errors or 'none'}.")
 
 
