@@ -2,12 +2,13 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trident_flows.bench import observe_live
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 A = OpConfig.make(batch_size=8, threads=2)
@@ -109,3 +110,33 @@ def test_replay_of_a_committed_trace_scores_every_figure():
     assert all(len(t) == 3 for t in trace["truth"].values())
     assert result.raw["switches_observable"] == len(result.raw["switches_missed"]) + sum(
         len(d["delays"]) for d in trace["detection"].values())
+
+
+def _replica(rid: str, batches: int, warm: bool = True, draining: bool = False) -> ReplicaState:
+    return ReplicaState(rid, f"a-{rid}", A, warm, draining, False, 1, 0.5, batches, 1, 1.5)
+
+
+def test_a_placement_settles_once_every_replica_finished_a_batch_and_none_drains():
+    def state(*replicas: ReplicaState) -> RunnerState:
+        op = OperatorState("ocr", replicas, 50, 500, 100, 100, 1, 0.9, 0, 0, 100)
+        return RunnerState("p", (op,), 100, 0, 0, 0, 0, False, False, 5.0, 0.0, 8, 0, 1, 0)
+
+    # warm but not yet through its first batch: the operator's output is still the old replica's
+    assert not placement_settled(state(_replica("old", 40), _replica("new", 0)), ["ocr"])
+    # a replica being drained still adds the old placement's output
+    assert not placement_settled(state(_replica("old", 40), _replica("new", 1), _replica("gone", 9, draining=True)), ["ocr"])
+    assert not placement_settled(state(_replica("old", 40), _replica("cold", 0, warm=False)), ["ocr"])
+    assert placement_settled(state(_replica("old", 40), _replica("new", 1)), ["ocr"])
+    assert placement_settled(state(_replica("new", 0)), [])   # nothing changed: nothing to wait for
+
+
+def test_a_plan_is_not_scored_on_a_workload_its_bottleneck_had_not_run():
+    ends = np.arange(0.0, 20.0, 1.0)    # one batch a second
+    switches = {"ocr": (ends, [("long", 10.0)])}
+    # the bottleneck reached the new block after the plan, while it was measured
+    assert "after the plan" in observe_live._unseen_workload(switches, decided_at=8.0, until=15.0)
+    # ... or three batches before it: its model had not been refitted on the new workload
+    assert "finished 3 batch(es)" in observe_live._unseen_workload(switches, decided_at=12.0, until=18.0)
+    # a block it has run long enough, or one it reaches after the measurement, is no reason
+    assert observe_live._unseen_workload(switches, decided_at=18.0, until=19.0) == ""
+    assert observe_live._unseen_workload(switches, decided_at=2.0, until=9.0) == ""

@@ -27,9 +27,18 @@ Summary (plain numbers):
   configs over the items it gets per input item, ``placement.inputs.work_per_item``; the
   smallest). ``plan_error_median_busy_time``: the same without calibration;
   ``plan_error_median_trident_recorded``: the trident policy's own recorded prediction. Measured is
-  ``throughput_measure.sustainable_throughput`` (completed input items/s) from the first
-  snapshot with the plan in place over the next ``SETTLE_S`` seconds, cut at the next applied
-  plan, the end of the input and a regime boundary reaching the head operator.
+  ``throughput_measure.sustainable_throughput`` (completed input items/s, as the trident policy's
+  verification measures) from the first snapshot with the plan in place and settled
+  (``throughput_measure.placement_settled`` for the operators it changed, as the verification
+  waits for) over the next ``SETTLE_S`` seconds, cut at the next applied plan, the end of the
+  input and a block boundary entering the pipeline or reaching its end. A plan is scored only on
+  a workload its prediction had seen: when the predicted bottleneck reached another block of the
+  schedule during the measurement, or fewer than ``REFIT_MIN_SAMPLES`` of its batches before the
+  plan, the plan is listed as "workload changed" and not scored (a model cannot know a workload
+  it has not run; the trident policy's verification does not judge such a plan either). Other
+  operators' blocks are not checked: one that became the bottleneck on a new block counts as
+  the model's error.
+  ``plan_error_median_all`` / ``plan_error_p90_all`` (raw) include those plans.
 - ``detection_delay_samples``: median, over the regime switches of the known schedule that
   change the operator's cost per item by more than ``OBSERVABLE`` (by the profile's cost model;
   a switch that leaves an operator's cost alone is not one it must find), of samples of the new
@@ -61,7 +70,7 @@ from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
-from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
 from trident_flows.core.types import BatchSample
 
 WINDOW = 1200              # samples per operator window, as the trident policy keeps
@@ -72,6 +81,7 @@ MIN_SETTLE_S = 3.0         # shorter measurement windows (cut by the run's end o
 OBSERVABLE = 1.25          # a switch changes the operator's modelled seconds per item by more than this factor
 MATCH_SAMPLES = 80         # a report within this many samples after a switch (and before the next) matches it
 QUICK = ("docs-trident", "video-trident")
+WORKLOAD_CHANGED = "not scored: workload changed"
 
 
 # ---------------------------------------------------------------------------- replay
@@ -237,15 +247,20 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
             continue   # a canary tries a config on one extra replica: no placement to judge
         k = int(np.searchsorted(at, decision.at))    # the first poll after the decision
         want = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}
-        settled = next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state)), None)
+        before = ticks[max(k - 1, 0)].state
+        changed = [name for name, groups in want.items() if dict(serving_configs(before.operator(name))) != groups]
+        settled = next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state)
+                        and placement_settled(ticks[j].state, changed)), None)
         record = decision.record or {}
         policy_predicted = float(record.get("predicted_throughput") or plan.predicted_throughput or 0.0)
         entry = {"t": round(decision.at - ticks[0].at, 2), **predictions.get(n, {"error": "not replayed"}), "policy_predicted": policy_predicted,
                  "policy_measured": float(record.get("pipeline_throughput", 0.0)), "reason": plan.reason[:300]}
         if settled is None:
-            out.append({**entry, "status": "never in place"})
+            in_place = any(_in_place(want, t.state) for t in ticks[k:])
+            out.append({**entry, "status": "never settled (a replica never finished a batch)" if in_place else "never in place"})
             continue
         applied_at.append((k, settled, entry, decision.at))
+    switches = {name: _switch_times(trace, name) for name in trace.operators}
     for n, (k, settled, entry, decided_at) in enumerate(applied_at):
         start = ticks[settled].state
         next_plan = applied_at[n + 1][0] if n + 1 < len(applied_at) else len(ticks)
@@ -270,9 +285,42 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
         measured = sustainable_throughput(start, ticks[end].state)
         errors = {f"error_{key}": abs(entry[key] - measured) / measured if measured > 0 else math.inf
                   for key in ("queue_aware", "busy_time", "policy_predicted") if entry[key] > 0}
-        out.append({**entry, "status": "scored", "settled_after_s": settled_after, "measured": measured, "measured_over_s": round(seconds, 2),
-                    **errors})
+        unseen = _unseen_workload({entry["queue_aware_bottleneck"]: switches[entry["queue_aware_bottleneck"]]}, decided_at, ticks[end].at)
+        out.append({**entry, "status": f"{WORKLOAD_CHANGED}: {unseen}" if unseen else "scored", "settled_after_s": settled_after,
+                    "measured": measured, "measured_over_s": round(seconds, 2), **errors})
     return out
+
+
+def _switch_times(trace: Trace, name: str) -> tuple[np.ndarray, list[tuple[str, float]]]:
+    """The operator's sample end times (sorted) and, per block boundary of the schedule, the new block and the
+    end time of its first sample past the boundary (inf when none; as ``_truth`` places switches)."""
+    samples = [s for s in trace.samples(name) if s.items_in >= 1]
+    ends = np.array([s.end for s in samples])
+    if len(trace.blocks) < 2 or not samples:
+        return ends, []
+    pos = _sample_positions(trace, name, samples)
+    out = []
+    for new, start, _ in trace.blocks[1:]:
+        idx = int(np.searchsorted(pos, start, side="right"))
+        out.append((new, float(ends[idx]) if idx < len(samples) else math.inf))
+    return ends, out
+
+
+def _unseen_workload(switches: dict[str, tuple[np.ndarray, list[tuple[str, float]]]], decided_at: float, until: float) -> str:
+    """Why a plan's measurement (up to ``until``) ran on a workload its prediction (at ``decided_at``) had not seen:
+    one of the operators of ``switches`` reached another block of the schedule during the measurement or fewer
+    than ``REFIT_MIN_SAMPLES`` of its samples before the plan (its model had not been refitted on it); "" when
+    none did."""
+    for name, (ends, blocks) in switches.items():
+        for new, t_switch in blocks:
+            if t_switch > until:
+                continue
+            if t_switch > decided_at:
+                return f"{name} reached the {new!r} block {t_switch - decided_at:.1f} s after the plan, while it was measured"
+            seen = int(np.searchsorted(ends, decided_at, side="right") - np.searchsorted(ends, t_switch, side="left"))
+            if seen < REFIT_MIN_SAMPLES:
+                return f"{name} had finished {seen} batch(es) of the {new!r} block when the plan was made (a refit needs {REFIT_MIN_SAMPLES})"
+    return ""
 
 
 # ---------------------------------------------------------------------------- regimes
@@ -411,6 +459,7 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
     plans = [p for r in results.values() for p in r["plans"]]
     scored = [p for p in plans if p["status"] == "scored"]
     errors = [p["error_queue_aware"] for p in scored]
+    errors_all = errors + [p["error_queue_aware"] for p in plans if p["status"].startswith(WORKLOAD_CHANGED) and "error_queue_aware" in p]
     busy_errors = [p["error_busy_time"] for p in scored if "error_busy_time" in p]
     policy_errors = [p["error_policy_predicted"] for r in results.values() if r["policy"] == "trident" for p in r["plans"]
                      if p["status"] == "scored" and "error_policy_predicted" in p]
@@ -444,6 +493,9 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
         "saturated_capacity_mape_all_spans": float(np.mean([s["ape"] for s in spans])) if spans else None,
         "saturated_capacity_mape_all_spans_busy_time": float(np.mean([s["ape_busy_time"] for s in spans])) if spans else None,
         "plans_scored": len(errors), "plans_returned": len(plans),
+        "plans_workload_changed": len(errors_all) - len(errors),
+        "plan_error_median_all": float(np.median(errors_all)) if errors_all else None,
+        "plan_error_p90_all": float(np.percentile(errors_all, 90)) if errors_all else None,
         "switches_observable": len(delays) + len(missed), "switches_missed": missed, "false_alarms": false, "trace_hours": hours,
         "fit_ms_cpu": {"median": float(np.median(fits)) if fits else None, "p95": float(np.percentile(fits, 95)) if fits else None, "fits": len(fits)},
         "replay_s": time.perf_counter() - t_start,
