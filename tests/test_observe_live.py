@@ -140,3 +140,15 @@ def test_a_plan_is_not_scored_on_a_workload_its_bottleneck_had_not_run():
     # a block it has run long enough, or one it reaches after the measurement, is no reason
     assert observe_live._unseen_workload(switches, decided_at=18.0, until=19.0) == ""
     assert observe_live._unseen_workload(switches, decided_at=2.0, until=9.0) == ""
+
+
+def test_a_report_of_late_batches_from_an_earlier_block_is_not_a_false_alarm():
+    truth = [{"index": 100, "old": "scans", "new": "short", "cost_ratio": 150.0, "observable": True}]
+    changes = [{"index": 104, "kind": "features"}, {"index": 300, "kind": "features"}]
+    reordered = np.zeros(310, dtype=bool)
+    # without out-of-order completions the second report matches no switch
+    assert observe_live._score_detection(truth, changes, 310, reordered)["false_alarms"] == [changes[1]]
+    # five of the eight batches it voted on began in the scans block and completed 200 batches later
+    reordered[294:299] = True
+    scored = observe_live._score_detection(truth, changes, 310, reordered)
+    assert scored["false_alarms"] == [] and scored["out_of_order"] == [changes[1]] and scored["delays"] == [5]
