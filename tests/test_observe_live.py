@@ -152,3 +152,21 @@ def test_a_report_of_late_batches_from_an_earlier_block_is_not_a_false_alarm():
     reordered[294:299] = True
     scored = observe_live._score_detection(truth, changes, 310, reordered)
     assert scored["false_alarms"] == [] and scored["out_of_order"] == [changes[1]] and scored["delays"] == [5]
+
+
+def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmark_does():
+    from trident_flows.core.types import ClusterSpec
+    from trident_flows.scheduler.trident_policy import TridentPolicy
+
+    def state(wall: float, videos: int) -> RunnerState:
+        # decode splits every video into 5 clips; embed finished all the clips it was given
+        decode = OperatorState("decode", (_replica("d0", 9),), 0, 0, videos, 5 * videos, 1, 0.5, 0, 0, 5 * videos)
+        embed = OperatorState("embed", (_replica("e0", 9),), 0, 0, 5 * videos, 5 * videos, 1, 0.5, 0, 0, 0)
+        return RunnerState("p", (decode, embed), videos, 5 * videos, 0, 0, 5 * videos, False, False, wall, 0.0, 8, 0, 0, 0)
+
+    policy = TridentPolicy(None, ClusterSpec.single_node(8, 0))
+    policy.tick(state(10.0, 10), [])
+    record = policy.tick(state(20.0, 30), [])
+    # 20 videos in 10 s: 2 input items/s, the unit of every predicted throughput (100 rows were written)
+    assert record.pipeline_throughput == pytest.approx(2.0)
+    assert record.pipeline_throughput == pytest.approx(sustainable_throughput(state(10.0, 10), state(20.0, 30)))
