@@ -211,3 +211,24 @@ def test_residuals_of_many_samples_match_one_at_a_time():
     assert many[3] is None and many[7] is None
     assert [m is None for m in many] == [o is None for o in one]
     assert [m for m in many if m is not None] == pytest.approx([o for o in one if o is not None], rel=1e-9, abs=1e-9)
+
+
+def _replicas_phase(replicas: int, rate: float, start: float, batches: int = 40) -> list[BatchSample]:
+    """``replicas`` replicas each finishing 4-item batches back to back at ``rate`` items/s per replica."""
+    busy = 4 / rate
+    return [BatchSample("parse", f"r{replicas}-{j}", A, start + k * busy, start + (k + 1) * busy, busy, 4, 4, {"pages": 12.0}, 100 * MIB)
+            for j in range(replicas) for k in range(batches)]
+
+
+def test_replica_counts_beyond_those_seen_keep_the_nearest_per_replica_rate():
+    # 7, 8 and 9 replicas whose per-replica rate moved with the machine's load (no contention trend): a
+    # log-linear trend fitted over so narrow a range, extrapolated to 1-4 replicas, predicted 1 item/s per
+    # replica on a live trace where 4 replicas did 8.5 each; beyond the counts seen the rate stays flat
+    samples = _replicas_phase(7, 8.0, 0.0) + _replicas_phase(8, 6.0, 100.0) + _replicas_phase(9, 7.5, 200.0)
+    model = OperatorModel("parse")
+    assert model.fit(samples).fitted
+    seen = [model.per_replica(A, r).mean for r in (7, 8, 9)]
+    for r in (1, 2, 4, 16):
+        assert min(seen) * 0.9 <= model.per_replica(A, r).mean <= max(seen) * 1.1
+    assert model.per_replica(A, 4).mean == pytest.approx(model.per_replica(A, 7).mean, rel=1e-6)
+    assert model.per_replica(A, 16).mean == pytest.approx(model.per_replica(A, 9).mean, rel=1e-6)

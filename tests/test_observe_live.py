@@ -2,12 +2,13 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trident_flows.bench import observe_live
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 A = OpConfig.make(batch_size=8, threads=2)
@@ -109,3 +110,63 @@ def test_replay_of_a_committed_trace_scores_every_figure():
     assert all(len(t) == 3 for t in trace["truth"].values())
     assert result.raw["switches_observable"] == len(result.raw["switches_missed"]) + sum(
         len(d["delays"]) for d in trace["detection"].values())
+
+
+def _replica(rid: str, batches: int, warm: bool = True, draining: bool = False) -> ReplicaState:
+    return ReplicaState(rid, f"a-{rid}", A, warm, draining, False, 1, 0.5, batches, 1, 1.5)
+
+
+def test_a_placement_settles_once_every_replica_finished_a_batch_and_none_drains():
+    def state(*replicas: ReplicaState) -> RunnerState:
+        op = OperatorState("ocr", replicas, 50, 500, 100, 100, 1, 0.9, 0, 0, 100)
+        return RunnerState("p", (op,), 100, 0, 0, 0, 0, False, False, 5.0, 0.0, 8, 0, 1, 0)
+
+    # warm but not yet through its first batch: the operator's output is still the old replica's
+    assert not placement_settled(state(_replica("old", 40), _replica("new", 0)), ["ocr"])
+    # a replica being drained still adds the old placement's output
+    assert not placement_settled(state(_replica("old", 40), _replica("new", 1), _replica("gone", 9, draining=True)), ["ocr"])
+    assert not placement_settled(state(_replica("old", 40), _replica("cold", 0, warm=False)), ["ocr"])
+    assert placement_settled(state(_replica("old", 40), _replica("new", 1)), ["ocr"])
+    assert placement_settled(state(_replica("new", 0)), [])   # nothing changed: nothing to wait for
+
+
+def test_a_plan_is_not_scored_on_a_workload_its_bottleneck_had_not_run():
+    ends = np.arange(0.0, 20.0, 1.0)    # one batch a second
+    switches = {"ocr": (ends, [("long", 10.0)])}
+    # the bottleneck reached the new block after the plan, while it was measured
+    assert "after the plan" in observe_live._unseen_workload(switches, decided_at=8.0, until=15.0)
+    # ... or three batches before it: its model had not been refitted on the new workload
+    assert "finished 3 batch(es)" in observe_live._unseen_workload(switches, decided_at=12.0, until=18.0)
+    # a block it has run long enough, or one it reaches after the measurement, is no reason
+    assert observe_live._unseen_workload(switches, decided_at=18.0, until=19.0) == ""
+    assert observe_live._unseen_workload(switches, decided_at=2.0, until=9.0) == ""
+
+
+def test_a_report_of_late_batches_from_an_earlier_block_is_not_a_false_alarm():
+    truth = [{"index": 100, "old": "scans", "new": "short", "cost_ratio": 150.0, "observable": True}]
+    changes = [{"index": 104, "kind": "features"}, {"index": 300, "kind": "features"}]
+    reordered = np.zeros(310, dtype=bool)
+    # without out-of-order completions the second report matches no switch
+    assert observe_live._score_detection(truth, changes, 310, reordered)["false_alarms"] == [changes[1]]
+    # five of the eight batches it voted on began in the scans block and completed 200 batches later
+    reordered[294:299] = True
+    scored = observe_live._score_detection(truth, changes, 310, reordered)
+    assert scored["false_alarms"] == [] and scored["out_of_order"] == [changes[1]] and scored["delays"] == [5]
+
+
+def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmark_does():
+    from trident_flows.core.types import ClusterSpec
+    from trident_flows.scheduler.trident_policy import TridentPolicy
+
+    def state(wall: float, videos: int) -> RunnerState:
+        # decode splits every video into 5 clips; embed finished all the clips it was given
+        decode = OperatorState("decode", (_replica("d0", 9),), 0, 0, videos, 5 * videos, 1, 0.5, 0, 0, 5 * videos)
+        embed = OperatorState("embed", (_replica("e0", 9),), 0, 0, 5 * videos, 5 * videos, 1, 0.5, 0, 0, 0)
+        return RunnerState("p", (decode, embed), videos, 5 * videos, 0, 0, 5 * videos, False, False, wall, 0.0, 8, 0, 0, 0)
+
+    policy = TridentPolicy(None, ClusterSpec.single_node(8, 0))
+    policy.tick(state(10.0, 10), [])
+    record = policy.tick(state(20.0, 30), [])
+    # 20 videos in 10 s: 2 input items/s, the unit of every predicted throughput (100 rows were written)
+    assert record.pipeline_throughput == pytest.approx(2.0)
+    assert record.pipeline_throughput == pytest.approx(sustainable_throughput(state(10.0, 10), state(20.0, 30)))

@@ -27,9 +27,18 @@ Summary (plain numbers):
   configs over the items it gets per input item, ``placement.inputs.work_per_item``; the
   smallest). ``plan_error_median_busy_time``: the same without calibration;
   ``plan_error_median_trident_recorded``: the trident policy's own recorded prediction. Measured is
-  ``throughput_measure.sustainable_throughput`` (completed input items/s) from the first
-  snapshot with the plan in place over the next ``SETTLE_S`` seconds, cut at the next applied
-  plan, the end of the input and a regime boundary reaching the head operator.
+  ``throughput_measure.sustainable_throughput`` (completed input items/s, as the trident policy's
+  verification measures) from the first snapshot with the plan in place and settled
+  (``throughput_measure.placement_settled`` for the operators it changed, as the verification
+  waits for) over the next ``SETTLE_S`` seconds, cut at the next applied plan, the end of the
+  input and a block boundary entering the pipeline or reaching its end. A plan is scored only on
+  a workload its prediction had seen: when the predicted bottleneck reached another block of the
+  schedule during the measurement, or fewer than ``REFIT_MIN_SAMPLES`` of its batches before the
+  plan, the plan is listed as "workload changed" and not scored (a model cannot know a workload
+  it has not run; the trident policy's verification does not judge such a plan either). Other
+  operators' blocks are not checked: one that became the bottleneck on a new block counts as
+  the model's error.
+  ``plan_error_median_all`` / ``plan_error_p90_all`` (raw) include those plans.
 - ``detection_delay_samples``: median, over the regime switches of the known schedule that
   change the operator's cost per item by more than ``OBSERVABLE`` (by the profile's cost model;
   a switch that leaves an operator's cost alone is not one it must find), of samples of the new
@@ -38,7 +47,11 @@ Summary (plain numbers):
   interpolated between snapshots) puts past the block boundary. ``switches_within_6``: the share
   found within 6 samples; missed switches are in raw.
 - ``false_alarms_per_hour``: reported changes that match no switch (observable or not), per hour
-  of trace (sum of trace durations; all operators). Regimes are scored on the emulated traces only:
+  of trace (sum of trace durations; all operators). A report most of whose last ``VOTE_WINDOW``
+  samples began in another block than the truth places their completion in is listed apart
+  (``out_of_order`` in raw), not counted: the truth assumes completion in input order, and the
+  detector reading batches of an earlier block that complete late (held by a replica for tens
+  of seconds, or re-queued when one retired) is right about its input. Regimes are scored on the emulated traces only:
   the real-document trace (24 PDFs, a few batches per operator) has no cost model to say which
   switches change an operator's cost, and too few batches per block to detect any.
 """
@@ -61,7 +74,7 @@ from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
-from trident_flows.scheduler.throughput_measure import completed_input_items, stream_positions, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
 from trident_flows.core.types import BatchSample
 
 WINDOW = 1200              # samples per operator window, as the trident policy keeps
@@ -70,8 +83,10 @@ SATURATION_S = 8.0         # as the trident policy's saturation_s
 SETTLE_S = 10.0            # seconds of completed throughput measured once a plan is in place
 MIN_SETTLE_S = 3.0         # shorter measurement windows (cut by the run's end or a boundary) are not scored
 OBSERVABLE = 1.25          # a switch changes the operator's modelled seconds per item by more than this factor
+VOTE_WINDOW = 8            # the regime detector's vote window (a features change needs 6 of its last 8 samples)
 MATCH_SAMPLES = 80         # a report within this many samples after a switch (and before the next) matches it
 QUICK = ("docs-trident", "video-trident")
+WORKLOAD_CHANGED = "not scored: workload changed"
 
 
 # ---------------------------------------------------------------------------- replay
@@ -237,15 +252,20 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
             continue   # a canary tries a config on one extra replica: no placement to judge
         k = int(np.searchsorted(at, decision.at))    # the first poll after the decision
         want = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}
-        settled = next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state)), None)
+        before = ticks[max(k - 1, 0)].state
+        changed = [name for name, groups in want.items() if dict(serving_configs(before.operator(name))) != groups]
+        settled = next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state)
+                        and placement_settled(ticks[j].state, changed)), None)
         record = decision.record or {}
         policy_predicted = float(record.get("predicted_throughput") or plan.predicted_throughput or 0.0)
         entry = {"t": round(decision.at - ticks[0].at, 2), **predictions.get(n, {"error": "not replayed"}), "policy_predicted": policy_predicted,
                  "policy_measured": float(record.get("pipeline_throughput", 0.0)), "reason": plan.reason[:300]}
         if settled is None:
-            out.append({**entry, "status": "never in place"})
+            in_place = any(_in_place(want, t.state) for t in ticks[k:])
+            out.append({**entry, "status": "never settled (a replica never finished a batch)" if in_place else "never in place"})
             continue
         applied_at.append((k, settled, entry, decision.at))
+    switches = {name: _switch_times(trace, name) for name in trace.operators}
     for n, (k, settled, entry, decided_at) in enumerate(applied_at):
         start = ticks[settled].state
         next_plan = applied_at[n + 1][0] if n + 1 < len(applied_at) else len(ticks)
@@ -270,9 +290,42 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
         measured = sustainable_throughput(start, ticks[end].state)
         errors = {f"error_{key}": abs(entry[key] - measured) / measured if measured > 0 else math.inf
                   for key in ("queue_aware", "busy_time", "policy_predicted") if entry[key] > 0}
-        out.append({**entry, "status": "scored", "settled_after_s": settled_after, "measured": measured, "measured_over_s": round(seconds, 2),
-                    **errors})
+        unseen = _unseen_workload({entry["queue_aware_bottleneck"]: switches[entry["queue_aware_bottleneck"]]}, decided_at, ticks[end].at)
+        out.append({**entry, "status": f"{WORKLOAD_CHANGED}: {unseen}" if unseen else "scored", "settled_after_s": settled_after,
+                    "measured": measured, "measured_over_s": round(seconds, 2), **errors})
     return out
+
+
+def _switch_times(trace: Trace, name: str) -> tuple[np.ndarray, list[tuple[str, float]]]:
+    """The operator's sample end times (sorted) and, per block boundary of the schedule, the new block and the
+    end time of its first sample past the boundary (inf when none; as ``_truth`` places switches)."""
+    samples = [s for s in trace.samples(name) if s.items_in >= 1]
+    ends = np.array([s.end for s in samples])
+    if len(trace.blocks) < 2 or not samples:
+        return ends, []
+    pos = _sample_positions(trace, name, samples)
+    out = []
+    for new, start, _ in trace.blocks[1:]:
+        idx = int(np.searchsorted(pos, start, side="right"))
+        out.append((new, float(ends[idx]) if idx < len(samples) else math.inf))
+    return ends, out
+
+
+def _unseen_workload(switches: dict[str, tuple[np.ndarray, list[tuple[str, float]]]], decided_at: float, until: float) -> str:
+    """Why a plan's measurement (up to ``until``) ran on a workload its prediction (at ``decided_at``) had not seen:
+    one of the operators of ``switches`` reached another block of the schedule during the measurement or fewer
+    than ``REFIT_MIN_SAMPLES`` of its samples before the plan (its model had not been refitted on it); "" when
+    none did."""
+    for name, (ends, blocks) in switches.items():
+        for new, t_switch in blocks:
+            if t_switch > until:
+                continue
+            if t_switch > decided_at:
+                return f"{name} reached the {new!r} block {t_switch - decided_at:.1f} s after the plan, while it was measured"
+            seen = int(np.searchsorted(ends, decided_at, side="right") - np.searchsorted(ends, t_switch, side="left"))
+            if seen < REFIT_MIN_SAMPLES:
+                return f"{name} had finished {seen} batch(es) of the {new!r} block when the plan was made (a refit needs {REFIT_MIN_SAMPLES})"
+    return ""
 
 
 # ---------------------------------------------------------------------------- regimes
@@ -305,7 +358,22 @@ def _truth(trace: Trace, profile: PipelineProfile, name: str) -> list[dict[str, 
     return out
 
 
-def _score_detection(truth: list[dict], changes: list[dict], n_samples: int) -> dict[str, Any]:
+def _reordered(trace: Trace, name: str) -> np.ndarray:
+    """Per sample (completion order): whether its batch started while the operator's stream position was in
+    another block than the one the truth places its completion in (``_truth`` assumes completion in input order;
+    a batch held for tens of seconds, or re-queued by a retiring replica, completes among a later block's)."""
+    samples = [s for s in trace.samples(name) if s.items_in >= 1]
+    if len(trace.blocks) < 2 or not samples:
+        return np.zeros(len(samples), dtype=bool)
+    at = np.array([t.at for t in trace.ticks])
+    pos = np.array([stream_positions(t.state)[name] for t in trace.ticks])
+    starts = [a for _, a, _ in trace.blocks]
+    begun = np.searchsorted(starts, np.interp([s.start for s in samples], at, pos), side="right")
+    done = np.searchsorted(starts, np.interp([s.end for s in samples], at, pos), side="right")
+    return begun != done
+
+
+def _score_detection(truth: list[dict], changes: list[dict], n_samples: int, reordered: np.ndarray | None = None) -> dict[str, Any]:
     matched, delays, missed = set(), [], []
     for n, sw in enumerate(truth):
         limit = min(sw["index"] + MATCH_SAMPLES, truth[n + 1]["index"] if n + 1 < len(truth) else n_samples)
@@ -316,8 +384,13 @@ def _score_detection(truth: list[dict], changes: list[dict], n_samples: int) -> 
                 delays.append(max(1, changes[hits[0]]["index"] - sw["index"] + 1))
         elif sw["observable"]:
             missed.append(sw)
-    false = [c for k, c in enumerate(changes) if k not in matched]
-    return {"delays": delays, "missed": missed, "false_alarms": false}
+    unmatched = [c for k, c in enumerate(changes) if k not in matched]
+    # a report most of whose vote window (the detector's 8 samples) began in another block is the detector reading
+    # out-of-order completions right, not a false alarm; listed apart
+    out_of_order = [c for c in unmatched if reordered is not None and reordered[max(0, c["index"] - VOTE_WINDOW + 1):c["index"] + 1].sum() * 2
+                    > min(VOTE_WINDOW, c["index"] + 1)]
+    false = [c for c in unmatched if c not in out_of_order]
+    return {"delays": delays, "missed": missed, "false_alarms": false, "out_of_order": out_of_order}
 
 
 # ---------------------------------------------------------------------------- figure
@@ -350,6 +423,10 @@ def _figure(results: dict[str, dict]):
         if pts:
             line, = ax.loglog([p["measured"] for p in pts], [p["queue_aware"] for p in pts], "o", label=f"{n} (queue-aware)")
             ax.loglog([p["measured"] for p in pts], [p["busy_time"] for p in pts], "o", mfc="none", color=line.get_color(), label="busy time only")
+    moved = [p for n in names for p in results[n]["plans"] if p["status"].startswith(WORKLOAD_CHANGED) and p.get("measured", 0) > 0]
+    if moved:
+        ax.loglog([p["measured"] for p in moved], [p["queue_aware"] for p in moved], "x", color="grey",
+                  label="workload changed at the bottleneck (not scored)")
     lim = ax.get_xlim() if ax.has_data() else (1, 100)
     lo, hi = min(lim[0], ax.get_ylim()[0]) if ax.has_data() else 1, max(lim[1], ax.get_ylim()[1]) if ax.has_data() else 100
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="predicted = measured")
@@ -398,7 +475,8 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
             profile = PipelineProfile.load(str(trace.header["pipeline"]))
             res["truth"] = {op: _truth(trace, profile, op) for op in trace.operators}
             n_samples = {op: len([s for s in trace.samples(op) if s.items_in >= 1]) for op in trace.operators}
-            res["detection"] = {op: _score_detection(res["truth"][op], [c for c in res["changes"] if c["operator"] == op], n_samples[op])
+            res["detection"] = {op: _score_detection(res["truth"][op], [c for c in res["changes"] if c["operator"] == op], n_samples[op],
+                                                     _reordered(trace, op))
                                 for op in trace.operators}
             hours += trace.duration_s / 3600
         res["duration_s"] = trace.duration_s
@@ -411,11 +489,13 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
     plans = [p for r in results.values() for p in r["plans"]]
     scored = [p for p in plans if p["status"] == "scored"]
     errors = [p["error_queue_aware"] for p in scored]
+    errors_all = errors + [p["error_queue_aware"] for p in plans if p["status"].startswith(WORKLOAD_CHANGED) and "error_queue_aware" in p]
     busy_errors = [p["error_busy_time"] for p in scored if "error_busy_time" in p]
     policy_errors = [p["error_policy_predicted"] for r in results.values() if r["policy"] == "trident" for p in r["plans"]
                      if p["status"] == "scored" and "error_policy_predicted" in p]
     delays = [d for r in results.values() for det in r["detection"].values() for d in det["delays"]]
     false = sum(len(det["false_alarms"]) for r in results.values() for det in r["detection"].values())
+    out_of_order = sum(len(det["out_of_order"]) for r in results.values() for det in r["detection"].values())
     missed = [dict(m, trace=n, operator=op) for n, r in results.items() for op, det in r["detection"].items() for m in det["missed"]]
     summary = {
         "capacity_mape": float(np.mean(held)) if held else math.nan,
@@ -435,7 +515,8 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
                        "held_out_windows": len(r["held"]), "capacity_mape": float(np.mean([h["ape"] for h in r["held"]])) if r["held"] else None,
                        "saturated_spans": r["spans"], "plans": r["plans"], "occupancy": r["occupancy"],
                        "changes": r["changes"], "truth": r["truth"],
-                       "detection": {op: {"delays": d["delays"], "missed": d["missed"], "false_alarms": d["false_alarms"]}
+                       "detection": {op: {"delays": d["delays"], "missed": d["missed"], "false_alarms": d["false_alarms"],
+                                          "out_of_order": d["out_of_order"]}
                                      for op, d in r["detection"].items()}}
                    for n, r in results.items()},
         "held_out_windows": len(held), "capacity_ape_median": float(np.median(held)) if held else None,
@@ -444,7 +525,10 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
         "saturated_capacity_mape_all_spans": float(np.mean([s["ape"] for s in spans])) if spans else None,
         "saturated_capacity_mape_all_spans_busy_time": float(np.mean([s["ape_busy_time"] for s in spans])) if spans else None,
         "plans_scored": len(errors), "plans_returned": len(plans),
-        "switches_observable": len(delays) + len(missed), "switches_missed": missed, "false_alarms": false, "trace_hours": hours,
+        "plans_workload_changed": len(errors_all) - len(errors),
+        "plan_error_median_all": float(np.median(errors_all)) if errors_all else None,
+        "plan_error_p90_all": float(np.percentile(errors_all, 90)) if errors_all else None,
+        "switches_observable": len(delays) + len(missed), "switches_missed": missed, "false_alarms": false, "reports_out_of_order": out_of_order, "trace_hours": hours,
         "fit_ms_cpu": {"median": float(np.median(fits)) if fits else None, "p95": float(np.percentile(fits, 95)) if fits else None, "fits": len(fits)},
         "replay_s": time.perf_counter() - t_start,
         "settings": {"window": WINDOW, "refit_min_samples": REFIT_MIN_SAMPLES, "saturation_s": SATURATION_S, "settle_s": SETTLE_S,

@@ -284,21 +284,6 @@ class ApplyOutcome:
         return {"status": self.status.value, "steps_done": self.steps_done, "steps_total": self.steps_total, "reason": self.reason}
 
 
-def end_to_end_throughput(before: "RunnerState", after: "RunnerState") -> float:
-    """Items/s the pipeline finished between two snapshots: rows written (filtered ones included) or
-    dead-lettered at the sink (an input item split into several rows counts each). Filling queues and in-flight batches do not count (an operator's intake
-    rises while a downstream queue fills; what comes out of the pipeline does not), so this is the
-    measure to judge a change by."""
-    dt = after.wall_s - before.wall_s
-    if dt <= 0:
-        return 0.0
-    return (_completed(after) - _completed(before)) / dt
-
-
-def _completed(state: "RunnerState") -> int:
-    return state.items_written + state.items_dead_lettered
-
-
 @dataclass(frozen=True)
 class ShardStatus:
     """Progress of one input shard; ``done`` once every row is written or dead-lettered and the

@@ -17,8 +17,13 @@ Contract:
   (``current_features``: the item-weighted mean of the most recent windows).
 - A device (or a value of a categorical knob) no sample of the window ran with has no
   throughput prediction: ``NoModelError`` (a model of "cpu" cannot guess "gpu"; the optimiser
-  must canary it). Numeric knobs, batch sizes and replica counts are inter/extrapolated,
-  with the uncertainty growing away from the data.
+  must canary it). Numeric knobs and batch sizes are inter/extrapolated, with the uncertainty
+  growing away from the data. Replica counts are interpolated only: outside the range of counts
+  the training windows ran with, the per-replica rate is that of the nearest count seen, so
+  throughput scales linearly in replicas beyond the evidence. A trend fitted over a narrow range
+  is mostly the machine's load between ticks, and extrapolated it is wild: in the live video
+  trace under ds2, safety fitted on 7-9 replicas predicted 1.0 items/s per replica at 4 (it did
+  8.5) and 368 items/s for a single replica.
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
@@ -47,9 +52,9 @@ Model (deliberate design, to keep fit + predict of a 2,000-sample window well un
   log1p cpus/gpus per replica, log2 replicas, numeric knobs (log2 when positive),
   categorical knobs one-hot, log1p per-item workload features.
 - Target: log per-replica rate (positive, multiplicative noise). A weighted ridge
-  regression on the inputs is the GP's prior mean (so extrapolation in batch size, replicas
-  and features follows a log-linear trend, and with no evidence of contention throughput
-  scales linearly in replicas); a GaussianProcessRegressor with Constant*Matern(2.5, ARD)
+  regression on the inputs is the GP's prior mean (so extrapolation in batch size and features
+  follows a log-linear trend; within the replica counts seen, with no evidence of contention
+  throughput scales linearly in replicas); a GaussianProcessRegressor with Constant*Matern(2.5, ARD)
   + WhiteKernel (bounded hyperparameters, normalised target) models the residual. The
   optimiser starts from the previous fit's hyperparameters (warm start).
 - ``Prediction.mean`` is the log-normal median ``exp(mu)``, ``std`` the log-normal std.
@@ -102,7 +107,7 @@ import math
 import time
 import warnings
 from copy import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -267,6 +272,7 @@ class _ThroughputFit:
     coef: np.ndarray
     intercept: float
     gp: GaussianProcessRegressor
+    replicas_seen: tuple[float, float]   # fewest and most replicas of the training windows (predictions clamp to it)
 
 
 @dataclass(frozen=True)
@@ -463,7 +469,7 @@ class OperatorModel:
                 keep = ~outliers
                 train = [w for w, k in zip(train, keep) if k]
                 fit = self._fit_gp(encoder, X[keep], y[keep], ages[keep], fit.gp.kernel_, optimise=False)
-        return fit, train
+        return replace(fit, replicas_seen=(float(min(w.replicas for w in train)), float(max(w.replicas for w in train)))), train
 
     def _held_out(self, held: list[Window], feature_names: tuple[str, ...]) -> tuple[HeldOut, ...]:
         """The fitted model's predictions for the held-out windows, against what they measured."""
@@ -593,7 +599,7 @@ class OperatorModel:
             kernel = tuned.fit(Z[sub], resid[sub]).kernel_
         gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, optimizer=None)
         gp.fit(Z, resid)
-        return _ThroughputFit(encoder, x_mean, x_scale, coef, intercept, gp)
+        return _ThroughputFit(encoder, x_mean, x_scale, coef, intercept, gp, (1.0, math.inf))
 
     def _fit_memory(self, samples: Sequence[BatchSample], idx: list[int]) -> dict[str, _MemoryFit]:
         fits: dict[str, _MemoryFit] = {}
@@ -686,6 +692,7 @@ class OperatorModel:
 
     def _predict_log(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         fit = self._require(configs)
+        replicas = np.clip(replicas, *fit.replicas_seen)   # per-replica rate flat beyond the counts seen (module docstring)
         Z = (fit.encoder.encode(configs, replicas, feats) - fit.x_mean) / fit.x_scale
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -12,11 +12,18 @@ Contract:
 - ``sustainable_throughput(before, after) -> float``: completed input items per second between
   two snapshots of one run (``RunnerState.wall_s`` is the clock); ``ValueError`` for snapshots
   of different pipelines or out of order.
+- ``placement_settled(state, operators) -> bool``: whether the named operators run only their
+  current placement: no replica draining, every other one warm and with a finished batch. A
+  throughput measured before that is the old placement's: a new replica's first batch completes
+  a batch time after it is warm, and a draining one still adds the old replicas' output. In the
+  live document trace under ds2, OCR batches of long documents took 15-25 s: a plan taking OCR
+  from 2 to 6 replicas, measured for 9 s from the tick its replicas were warm, counted only the
+  2 old replicas' output.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 
 def stream_positions(state: Any) -> dict[str, float]:
@@ -52,3 +59,12 @@ def sustainable_throughput(before: Any, after: Any) -> float:
         raise ValueError(f"sustainable_throughput: snapshots out of order or equal (wall_s {before.wall_s} -> {after.wall_s}); "
                          "pass the earlier one first")
     return (completed_input_items(after) - completed_input_items(before)) / dt
+
+
+def placement_settled(state: Any, operators: Iterable[str]) -> bool:
+    """True when ``operators`` run only their current placement (see the module docstring)."""
+    for name in operators:
+        op = state.operator(name)
+        if any(r.draining or not r.warm or r.batches < 1 for r in op.replicas):
+            return False
+    return True

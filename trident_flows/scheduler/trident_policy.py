@@ -106,9 +106,13 @@ Contract:
   replica actor's own start-up) and the predicted gain is at least
   ``min_gain`` of the current predicted throughput (10% by default: smaller predicted gains are
   within the live models' error and chasing them costs cold starts); otherwise the record says WAIT and why.
-- verify: after a rollout, once the plan is in place, the end-to-end throughput
-  (``state.end_to_end_throughput``: items finished at the sink, which filling queues do not
-  inflate) of the next ``verify_ticks`` ticks is compared with the ticks before the change,
+- verify: after a rollout, once the plan is in place and settled (``placement_settled``: no
+  replica of its operators draining, each with a finished batch; waited for within the same
+  ``apply_grace_ticks``, then measured anyway, as an operator with no work finishes no batch), the end-to-end throughput
+  (``throughput_measure.sustainable_throughput``: input items the whole pipeline finished per
+  second, which filling queues do not inflate; the unit of every predicted throughput, so the
+  decision log's predicted and measured figures compare, and the same measure the benchmarks
+  score plans by) of the next ``verify_ticks`` ticks is compared with the ticks before the change,
   whatever the input state (``worse_than_before``: lower by more than ``verify_z`` standard errors
   and by 5%); a change that made things worse is rolled back (the previous placement restored,
   with the figures as reason) and not proposed again in this regime, unless a features regime
@@ -134,7 +138,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState, end_to_end_throughput
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
@@ -150,6 +154,7 @@ from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOpt
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
+from trident_flows.scheduler.throughput_measure import placement_settled, sustainable_throughput
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, OpConfig,
@@ -276,7 +281,7 @@ class TridentPolicy:
         self._announced: set[str] = set()  # operators re-armed by a change upstream that their own detector has not seen yet
         self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
-        self._recent: deque[float] = deque(maxlen=8)  # end-to-end items/s of the last ticks (verification's baseline)
+        self._recent: deque[float] = deque(maxlen=8)  # completed input items/s of the last ticks (verification's baseline)
         self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
@@ -303,7 +308,7 @@ class TridentPolicy:
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured = self._measure(state)
         prev = self._history[-1] if self._history else None
-        pipeline_t = end_to_end_throughput(prev, state) if prev is not None else 0.0
+        pipeline_t = sustainable_throughput(prev, state) if prev is not None and state.wall_s > prev.wall_s else 0.0
         if prev is not None:
             self._intake.append(next(iter(measured.values()), 0.0))
 
@@ -838,6 +843,10 @@ class TridentPolicy:
                 self._pending = None
                 return f"the plan was not in place after {self.settings.apply_grace_ticks} ticks (refused or failed): dropped", None
             return "waiting for the plan to be in place", None
+        if (p.ticks_in_place == 0 and p.ticks_waiting < self.settings.apply_grace_ticks
+                and not placement_settled(state, (o.operator for o in p.plan.operators))):
+            p.ticks_waiting += 1
+            return "plan in place; waiting for every replica's first batch (until then the output is the old placement's)", None
         p.ticks_in_place += 1
         if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
             return "plan in place; measuring from the next tick", None
