@@ -1,16 +1,19 @@
 """The headroom replayed in the simulator: the cost model's best allocations, measured where runs happen.
 
 Contract:
-- ``simulated_headroom(workload, stream, cluster)`` takes the fluid model's allocations
-  (``headroom.regime_optimum`` per regime, ``headroom.best_static`` for the stream), each searched
-  over batch sizes up to a cap, for every cap in ``BATCH_CAPS``, and measures them in the
-  simulator. An allocation's rate on a regime is its steady rate there: the simulator runs a
-  stream of that regime alone, ``STEADY_BLOCKS`` times the regime's largest block, and the rate
-  is what the middle third of the items took (pipeline fill and drain left out, as the fluid
-  model leaves them out). The oracle takes, per regime, the best rate of any cap's optimum and
-  switches at the block boundaries for free; the static is the cap whose one allocation gives the
-  stream the shortest duration, the regimes' rates weighted by their items.
-  ``SimulatedHeadroom.ratio`` is the static's duration over the oracle's.
+- ``simulated_headroom(workload, stream, cluster)`` measures allocations in the simulator. The
+  candidates are the fluid model's answers (``headroom.regime_optimum`` per regime and
+  ``headroom.best_static``), searched over batch sizes up to each cap in ``BATCH_CAPS``. An
+  allocation's rate on a regime is its steady rate there: the simulator runs a stream of that
+  regime alone (``STEADY_BLOCKS`` times its largest block, at most ``STEADY_ITEMS_MAX`` items),
+  and the rate is what a third of the items took once the allocation was in place and the
+  pipeline filled (fill and drain left out, as the fluid model leaves them out). Per regime,
+  the best candidate is hill-climbed (``_neighbours``: one CPU replica moved between operators,
+  or one group's batch doubled or halved; at most ``max_evals`` measures); so is the static
+  whose measured duration, the regimes' rates weighted by their items, is shortest. The oracle
+  runs each regime at its best rate, switched at the block boundaries for free (a regime's best
+  is never under the static's rate there). ``SimulatedHeadroom.ratio`` is the static's duration
+  over the oracle's.
 - Why: the fluid model counts a batch's cost per item and nothing else, so larger batches are
   never worse there, and its allocations use batches of 64. In the simulator (as live) a batch
   is served whole by one replica and the queues between operators are bounded, so 64 scanned or
@@ -39,8 +42,9 @@ from trident_flows.sim.runner import SimRunner
 
 BATCH_CAPS = (8, 16, 64)  # the model's answers at these batch-size caps are each measured
 MAX_EVALS = 120  # allocations one hill-climb may measure
-STEADY_BLOCKS = 3  # a regime's measuring stream, in multiples of its largest block (its middle third is timed)
-_STEP_S = 1.0  # simulated seconds between two looks at the items done, until the first is
+STEADY_BLOCKS = 3  # a regime's measuring stream, in multiples of its largest block (its middle third is timed) ...
+STEADY_ITEMS_MAX = 3000  # ... up to this many items (gpu-ocr's born-digital blocks hold 17,000: one measure took minutes)
+_STEP_S = 1.0  # the longest step, in simulated seconds, between two looks at the items done
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: Clu
     for regime, n in workload.schedule:
         items[regime] += n
         largest[regime] = max(largest[regime], n)
-    measure = _Meter(workload.profile, stream, cluster, {r: STEADY_BLOCKS * largest[r] for r in items})
+    measure = _Meter(workload.profile, stream, cluster, {r: min(STEADY_BLOCKS * largest[r], STEADY_ITEMS_MAX) for r in items})
     optima: list[Allocation] = []
     statics: list[Allocation] = []
     for cap in BATCH_CAPS:
@@ -161,7 +165,7 @@ def _with(allocation: Allocation, name: str, groups: tuple[tuple[OpConfig, int],
 
 
 def steady_rate(profile: PipelineProfile, allocation: Allocation, regime: str, count: int, stream: Stream, cluster: ClusterSpec) -> float:
-    """Input items/s of ``allocation`` on ``count`` items of ``regime`` alone, over the middle third of them."""
+    """Input items/s of ``allocation`` on ``count`` items of ``regime`` alone, over a third of them once it is in place."""
     start = StaticConfig(tuple((name, *max(groups, key=lambda g: g[1])) for name, groups in allocation), 0.0)
     spec = replace(stream, variant=f"steady-{regime}", regimes=f"{regime}:{count}", memory_spikes=()).spec(profile, start, f"steady-{regime}")
     runner = SimRunner(spec, cluster)
@@ -169,22 +173,23 @@ def steady_rate(profile: PipelineProfile, allocation: Allocation, regime: str, c
     if any(len(groups) > 1 for _, groups in allocation):
         runner.apply(Plan(tuple(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in groups), "allocation") for name, groups in allocation),
                           0.0, "the allocation measured"))
-    first, last = count // 3, 2 * count // 3
-    if runner.inputs_done > first:
-        raise RuntimeError(f"{regime}: the allocation took {runner.inputs_done} items before it was in place; "
-                           f"raise STEADY_BLOCKS (now {STEADY_BLOCKS})")
+    first = max(count // 3, runner.inputs_done + count // 6)  # the timed third starts once the allocation is in place and filled
+    last = first + count // 3
+    if last > count:
+        raise RuntimeError(f"{regime}: the allocation took {runner.inputs_done} of {count} items before it was in place; "
+                           f"raise STEADY_ITEMS_MAX (now {STEADY_ITEMS_MAX})")
     t_first = t_last = None
     t0 = runner.now
     while t_last is None and not runner.finished:
-        # steps of about count / 300 items at the rate so far: the timed third spans ~100 of them
-        step = _STEP_S if runner.inputs_done == 0 else (runner.now - t0) / runner.inputs_done * count / 300
+        # steps of about count / 300 items at the rate so far (the timed third spans ~100 of them), at most _STEP_S
+        step = _STEP_S if runner.inputs_done == 0 else min(_STEP_S, (runner.now - t0) / runner.inputs_done * count / 300)
         runner.run_until(runner.now + max(step, 1e-3))
         if t_first is None and runner.inputs_done >= first:
             t_first = runner.now
         if runner.inputs_done >= last:
             t_last = runner.now
     if t_first is None or t_last is None or t_last <= t_first:
-        raise RuntimeError(f"{regime}: the simulated run ended before its middle third could be timed")
+        raise RuntimeError(f"{regime}: the simulated run ended before a third of its items could be timed")
     return (last - first) / (t_last - t_first)
 
 
