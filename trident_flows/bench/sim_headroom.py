@@ -13,7 +13,8 @@ Contract:
   whose measured duration, the regimes' rates weighted by their items, is shortest. The oracle
   runs each regime at its best rate, switched at the block boundaries for free (a regime's best
   is never under the static's rate there). ``SimulatedHeadroom.ratio`` is the static's duration
-  over the oracle's.
+  over the oracle's. An allocation that dead-letters an item (out of memory until its retries ran
+  out) scores 0: it is no choice, though its dead-lettered items count as done, and fast.
 - Why: the fluid model counts a batch's cost per item and nothing else, so larger batches are
   never worse there, and its allocations use batches of 64. In the simulator (as live) a batch
   is served whole by one replica and the queues between operators are bounded, so 64 scanned or
@@ -95,6 +96,10 @@ def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: Clu
     for r in items:  # a climb may stop under the static's rate on a regime; the static is a candidate too
         if measure.rate(static, r) > measure.rate(best[r], r):
             best[r] = static
+    lost = [r for r in items if measure.rate(best[r], r) <= 0]
+    if lost:
+        raise RuntimeError(f"regime(s) {lost}: every allocation measured dead-lettered items (out of memory); "
+                           "the workload's device memory is too small for its batches")
     oracle_s = sum(n / measure.rate(best[r], r) for r, n in items.items())
     return SimulatedHeadroom(oracle_s, duration(static), {r: measure.rate(a, r) for r, a in best.items()},
                              {r: _label(a) for r, a in best.items()}, {r: measure.rate(static, r) for r in items}, _label(static), measure.evals)
@@ -190,6 +195,8 @@ def steady_rate(profile: PipelineProfile, allocation: Allocation, regime: str, c
             t_last = runner.now
     if t_first is None or t_last is None or t_last <= t_first:
         raise RuntimeError(f"{regime}: the simulated run ended before a third of its items could be timed")
+    if runner.inputs_dead:
+        return 0.0  # items ran out of memory until dead-lettered: no choice (they count as done, and fast)
     return (last - first) / (t_last - t_first)
 
 
