@@ -15,6 +15,7 @@ import pytest
 
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.decision_log import DecisionLog, EventKind
+from trident_flows.scheduler.observe import OperatorModel
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
 from trident_flows.scheduler.policies import decide_once, make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
@@ -458,3 +459,23 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
     assert policy._canary_abandoned_here(name)
     policy._rearm_from(runner.state(), name)  # its workload changed: a canary may measure it again
     assert not policy._canary_abandoned_here(name)
+
+
+def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_config_at_once(monkeypatch):
+    # every tick brings enough samples for a refit (refit_fraction 0): an unchanged workload's model is
+    # refitted every third tick, a changed configuration's at the next samples
+    runner = SimRunner(two_ops(), [(1e9, {"x": 1.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, refit_fraction=0.0, refit_ticks=3))
+    fits: list[tuple[str, int]] = []
+    tick = [0]
+    fit = OperatorModel.fit
+    monkeypatch.setattr(OperatorModel, "fit", lambda self, *a, **k: (fits.append((self.operator, tick[0])), fit(self, *a, **k))[1])
+    for tick[0] in range(1, 10):
+        run_ticks(runner, policy, 1)
+    assert [t for op, t in fits if op == "a"] == [1, 4, 7]
+    runner.ops[0].epoch += 1   # a new configuration of "a" (as after a rollout)
+    for tick[0] in range(10, 12):
+        run_ticks(runner, policy, 1)
+    assert [t for op, t in fits if op == "a"] == [1, 4, 7, 10]
+    with pytest.raises(ValueError, match="refit_ticks"):
+        TridentSettings(refit_ticks=0)

@@ -144,3 +144,62 @@ def test_a_residual_shift_that_the_operators_own_concurrency_explains_is_load_no
     det = RegimeDetector("ocr", ("pages",))
     changes = _run(det, _stream(rng, [(3.0, 600)]), residuals)
     assert [c.kind for c in changes] == [ChangeKind.RESIDUAL] and det.load_shifts == 0
+
+
+def _outcome(det, changes):
+    """What a caller acts on (each change) and the state the next samples meet."""
+    return ([(c.kind, c.old, c.new, c.recurring, c.at_sample, c.change_point) for c in changes if c is not None],
+            det.n, det.current, det.transients, det.load_shifts, sorted(det.regimes))
+
+
+def test_many_samples_at_once_decide_exactly_as_one_by_one():
+    # quiet runs are consumed as arrays (``update_many``): the same changes, at the same samples, as
+    # ``update`` one by one, through feature switches, a recurring regime, outliers, a config change,
+    # a CUSUM burst and a lasting hidden slowdown
+    rng = np.random.default_rng(7)
+    samples = _stream(rng, [(3.0, 700), (40.0, 500), (3.0, 900), (12.0, 400)], spread=0.25)
+    samples = [s if n < 1500 else BatchSample(s.operator, s.replica_id, s.config, s.start, s.end, s.busy_s, s.items_in, s.items_out,
+                                               s.features, config_epoch=1) for n, s in enumerate(samples)]
+    for n in rng.choice(len(samples), 25, replace=False):   # outliers far from every regime
+        s = samples[n]
+        samples[n] = BatchSample(s.operator, s.replica_id, s.config, s.start, s.end, s.busy_s, s.items_in, s.items_out, {"pages": 1e4})
+    residuals = rng.normal(0.0, 0.05, len(samples))
+    residuals[900:906] -= 0.6                  # a burst: a transient
+    residuals[1800:] -= 0.4                    # a lasting slowdown no feature shows
+    residuals[rng.random(len(samples)) < 0.1] = np.nan   # samples without a residual
+    one = RegimeDetector("ocr", ("pages",))
+    reference = _outcome(one, [one.update(s, None if np.isnan(r) else float(r)) for s, r in zip(samples, residuals)])
+    assert [k for k, *_ in reference[0]].count(ChangeKind.RESIDUAL) == 1 and one.transients >= 1
+    for chunk in (1, 37, 500, len(samples)):
+        det = RegimeDetector("ocr", ("pages",))
+        changes = []
+        for at in range(0, len(samples), chunk):
+            part = residuals[at:at + chunk]
+            changes += det.update_many(samples[at:at + chunk], [None if np.isnan(r) else float(r) for r in part])
+        assert _outcome(det, changes) == reference
+        for rid, regime in det.regimes.items():
+            assert regime.centroid == pytest.approx(one.regimes[rid].centroid, rel=1e-9)
+            assert regime.count == one.regimes[rid].count
+        assert det.effective_radius == pytest.approx(one.effective_radius, rel=1e-9)
+
+
+def test_observe_many_decides_as_the_detector_sample_by_sample(monkeypatch):
+    # a refitting model (newer fits taken only while calm) and a config change: whole ticks of samples
+    # give the changes that samples fed one at a time without quiet runs give
+    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.05)
+    normal, slow = Regime("normal", {"pages": 5.0}), Regime("noisy-neighbour", {"pages": 5.0}, slowdown=1.5)
+    phases = [Phase(CFG, 2, 700), Phase(OpConfig.make(batch_size=32), 3, 700)]
+    run = simulate(op, phases, [(normal, 1000), (slow, 400)], anomalies=Anomalies(spike_prob=0.03, burst_prob=0.002), seed=5)
+
+    def feed(tick: int) -> tuple:
+        model, det, changes = OperatorModel("ocr"), RegimeDetector("ocr", ("pages",)), []
+        for at in range(0, len(run.samples), tick):
+            changes += det.observe_many(run.samples[at:at + tick], model, int(run.replicas[at]))
+            model.fit(run.samples[max(0, at + tick - 400):at + tick])   # the live model refits every tick
+        return _outcome(det, changes)
+
+    ticks = feed(100)
+    assert [k for k, *_ in ticks[0]] == [ChangeKind.RESIDUAL]
+    with monkeypatch.context() as m:
+        m.setattr(RegimeDetector, "_quiet_run", lambda *args: [])   # every sample through ``update``'s steps
+        assert feed(100) == ticks

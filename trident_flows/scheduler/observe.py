@@ -259,8 +259,11 @@ class _Encoder:
         return row
 
     def encode(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> np.ndarray:
-        rows = {}
-        base = np.array([rows.setdefault(c, self.config_row(c)) for c in configs], dtype=float).reshape(len(configs), -1)
+        rows: dict[int, list[float]] = {}   # by object: placement encodes one config for each of up to thousands of replica counts
+        for c in configs:
+            if id(c) not in rows:
+                rows[id(c)] = self.config_row(c)
+        base = np.array([rows[id(c)] for c in configs], dtype=float).reshape(len(configs), -1)
         return np.column_stack([base, np.log2(np.maximum(replicas, 1.0)), np.log1p(feats)])
 
 
@@ -690,12 +693,15 @@ class OperatorModel:
                                        f"(seen: {list(choices)}); run a canary replica with it first")
         return self._tp
 
-    def _predict_log(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _predict_log(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray,
+                     return_std: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         fit = self._require(configs)
         replicas = np.clip(replicas, *fit.replicas_seen)   # per-replica rate flat beyond the counts seen (module docstring)
         Z = (fit.encoder.encode(configs, replicas, feats) - fit.x_mean) / fit.x_scale
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if not return_std:
+                return Z @ fit.coef + fit.intercept + fit.gp.predict(Z), None
             mu, std = fit.gp.predict(Z, return_std=True)
         return Z @ fit.coef + fit.intercept + mu, std
 
@@ -775,19 +781,25 @@ class OperatorModel:
         knob the model has not seen."""
         out: list[float | None] = [None] * len(samples)
         keep = []
+        surely_valid = _quick_valid(samples)
+        known: dict[OpConfig, bool] = {}   # configs the model can predict (a tick's samples share a few)
         for k, s in enumerate(samples):
-            if s.outcome != Outcome.OK or validate_sample(s) is not None:
+            if s.outcome != Outcome.OK or (not surely_valid[k] and validate_sample(s) is not None):
                 continue
-            try:
-                self._require([s.config])
-            except NoModelError:
-                continue
-            keep.append(k)
+            if s.config not in known:
+                try:
+                    self._require([s.config])
+                    known[s.config] = True
+                except NoModelError:
+                    known[s.config] = False
+            if known[s.config]:
+                keep.append(k)
         if not keep:
             return out
         features = self._tp.encoder.features
         feats = np.array([[samples[k].features.get(f, 0.0) / samples[k].items_in for f in features] for k in keep]).reshape(len(keep), -1)
-        mu, _ = self._predict_log([samples[k].config for k in keep], np.array([float(replicas[k]) for k in keep]), feats)
+        # the mean only: the GP's std over a tick's samples (O(n_train^2) each) was most of this call at 256 nodes
+        mu, _ = self._predict_log([samples[k].config for k in keep], np.array([float(replicas[k]) for k in keep]), feats, return_std=False)
         for j, k in enumerate(keep):
             out[k] = math.log(samples[k].items_in / samples[k].busy_s) - float(mu[j])
         return out

@@ -18,10 +18,12 @@ Contract:
   once ``refit_min_samples`` new samples have arrived since its last fit when its config epoch
   changed, its window was cut at a change point, or its workload moved (a features regime change
   at its detector, its model turned stale); otherwise once the new samples are ``refit_fraction`` of those
-  the last fit used (samples of older config epochs are invalidated by the model itself). A fit
-  costs tens of milliseconds per operator: refitting every operator every few samples of an
-  unchanged workload made the fits most of the controller's CPU (video: 230 ms a tick), and that
-  CPU is taken from the pipeline it schedules when they share cores.
+  the last fit used (samples of older config epochs are invalidated by the model itself) and
+  ``refit_ticks`` ticks have passed since that fit. A fit costs tens of milliseconds per operator:
+  refitting every operator every few samples of an unchanged workload made the fits most of the
+  controller's CPU (video: 230 ms a tick), and that CPU is taken from the pipeline it schedules when
+  they share cores. On 8 simulated nodes an operator brings ~1,000 samples a tick, so
+  ``refit_fraction`` alone refitted every operator (and re-solved the placement after it) on every tick.
 - regime: each sample, with its throughput residual under the current model, goes to the
   operator's ``RegimeDetector`` (``observe_many``: a tick's samples in one prediction). On a residual change the window keeps only samples since the
   change point. On a change to a regime seen before, the remembered model and best config
@@ -196,6 +198,7 @@ class _Operator:
     unfitted: int = 0                  # samples since the last fit
     fitted_epoch: int | None = None    # the config epoch of the last fit (None: refit at the next samples)
     fitted_on: int = 0                 # window samples the last fit used
+    fitted_tick: int = -10**9          # the tick of the last fit
     workload_moved: bool = False       # a features regime change or a stale model since the last fit
     remembered: tuple | None = None    # (regime, fit report) last stored in the regime memory
     asked_tick: int = -1               # the tick its optimiser was last asked for a canary config
@@ -492,11 +495,12 @@ class TridentPolicy:
             epoch = state.operator(name).config_epoch
             due = not op.model.ready or op.fitted_epoch != epoch or op.workload_moved
             need = self.settings.refit_min_samples if due else max(self.settings.refit_min_samples, math.ceil(self.settings.refit_fraction * op.fitted_on))
-            if op.unfitted < need:
+            if op.unfitted < need or (not due and self._tick - op.fitted_tick < self.settings.refit_ticks):
                 continue
             try:
                 op.model.fit([s for _, s in op.window], current_epoch=epoch)
                 op.unfitted, op.fitted_epoch, op.fitted_on, op.workload_moved = 0, epoch, len(op.window), False
+                op.fitted_tick = self._tick
                 op.model_version += 1
             except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
                 failed.append(f"{name}: {type(exc).__name__}: {exc}")

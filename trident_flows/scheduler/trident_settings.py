@@ -52,6 +52,7 @@ class TridentSettings:
     window: int = setting(1200, "batch samples kept per operator for its model")
     refit_min_samples: int = setting(8, "new samples an operator needs before its model is refitted")
     refit_fraction: float = setting(0.25, "new samples, as a fraction of those of the last fit, that trigger a refit of an unchanged workload")
+    refit_ticks: int = setting(3, "ticks from one refit of an unchanged workload's model to the next")
     saturation_s: float = setting(8.0, "seconds an operator must be saturated for its intake to count as its measured capacity")
     stale_ratio: float = setting(1.5, "predicted over measured capacity at which a model is stale, >= 1")
     # configuration search on canary replicas
@@ -91,6 +92,7 @@ class TridentSettings:
             ("window", self.window >= 1, "give a count of samples >= 1"),
             ("refit_min_samples", self.refit_min_samples >= 1, "give a count >= 1"),
             ("refit_fraction", 0 <= self.refit_fraction <= 1, "give a fraction in [0, 1]"),
+            ("refit_ticks", self.refit_ticks >= 1, "give a count of ticks >= 1 (1: whenever refit_fraction new samples arrived)"),
             ("saturation_s", self.saturation_s > 0, "give seconds > 0"),
             ("stale_ratio", self.stale_ratio >= 1, "give a ratio >= 1 (1.5 = measured under two thirds of the prediction)"),
             ("canary_timeout_s", self.canary_timeout_s > 0, "give seconds > 0"),
