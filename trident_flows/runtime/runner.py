@@ -66,6 +66,7 @@ from trident_flows.runtime.feed import Feed
 from trident_flows.runtime.lineage import reruns
 from trident_flows.runtime.metrics import OpCounters, RunMetrics
 from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
+from trident_flows.runtime.payload import Outline
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.retry import Retry, after_death, after_failure
 from trident_flows.runtime.rollout import Rollout
@@ -77,7 +78,7 @@ from trident_flows.runtime.spec import ID, PipelineSpec
 from trident_flows.runtime.wire import decode_reply, items_message
 from trident_flows.runtime.work_queue import Item, Queue, Unit
 
-__all__ = ["PipelineRunner", "RunnerSettings", "RunnerState", "ApplyReport", "ShardStatus", "SamplePage", "RuntimeConfigError"]
+__all__ = ["PipelineRunner", "RunnerActor"]
 
 
 class PipelineRunner:
@@ -338,12 +339,7 @@ class PipelineRunner:
             result = decode_reply(reply, [it.row[ID] for it in unit.items], self.ops[i], replica.replica_id, replica.config, epoch,
                                   inflight)
             if result.lost:  # input rows gone with their node: not the operator's failure, so no sample
-                lost = [it for k in result.lost for it in groups[k]]
-                gone = {id(it) for it in lost}
-                rest = [it for it in unit.items if id(it) not in gone]
-                if rest:
-                    self.queues[i].push_unit(Unit(rest, unit.deaths))
-                self._reproduce(lost, held=True, outputs_of=i - 1)
+                self._on_lost_inputs(i, unit, [it for k in result.lost for it in groups[k]])
                 return
             received = len(reply)
             self.metrics.runner_bytes += sent + received
@@ -365,7 +361,15 @@ class PipelineRunner:
                 replica.idle.set()
             self._wake.set()
 
-    def _route(self, i: int, unit: Unit, out: Any, node: str) -> None:
+    def _on_lost_inputs(self, i: int, unit: Unit, lost: list[Item]) -> None:
+        """Some input rows of ``unit`` were gone with their node: the rest go again, the lost ones are produced again."""
+        gone = {id(it) for it in lost}
+        rest = [it for it in unit.items if id(it) not in gone]
+        if rest:
+            self.queues[i].push_unit(Unit(rest, unit.deaths))
+        self._reproduce(lost, held=True, outputs_of=i - 1)
+
+    def _route(self, i: int, unit: Unit, out: Outline, node: str) -> None:
         routed = route(unit, out, node, i, self.ops[i], self.ledger, self.queues[i + 1] if i + 1 < len(self.queues) else None)
         c = self.counters[i]
         c.items_in += len(unit.items)
