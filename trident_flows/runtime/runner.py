@@ -2,48 +2,34 @@
 
 Contract:
 - ``PipelineRunner(spec, out_dir, settings, name, namespace, external_input)`` is created by
-  ``control.launch.start_runner`` as a named actor (findable with ``control.launch.find_runner``). ``start()``
-  begins streaming on the actor's event loop, so ``state()``, ``samples(since)``,
-  ``apply(plan_or_transition)``, ``add_shard``/``close_input``/``shard_status`` and ``wait``
-  are served while it runs, from this driver or any other in the cluster.
-- It composes one part per concept: input admission (``feed``), dispatch under backpressure
-  (``dispatch``, ``backpressure``), the operator queues (``work_queue``), routing an output batch
-  (``routing``, ``lineage``), retries (``retry``), per-shard accounting and the exactly-once commit
-  (``shards``), samples and throughput (``metrics``), rolling updates (``rollout``), and one replica
-  pool per operator (``pool``). What it does itself: start and stop, watch replicas until warm and
-  replace the ones that die or fail to start, follow the nodes, and run one batch on a replica.
-- Streaming: each operator has an input queue bounded by ``settings.queue_max_items`` and
-  ``settings.queue_max_bytes``, with backpressure up to the source; at most
-  ``max_inflight_per_replica`` batches per replica; results are routed in completion order.
-  ``_drop`` rows go to the sink, ``_error`` rows to the dead-letter table; neither reaches later
-  operators.
-- Data plane: the runner holds the source's rows and, for every row an operator produced, only
-  its outline (``payload``: reference, id, lineage, marks, size). A replica's output stays in the
-  object store on its node (owned by this actor, so it outlives the replica); the next
-  operator's replica and the sink's writer (``sink_writer``, on this node) fetch it from there;
-  among equally loaded replicas, one on the node that stores the batch's rows gets it.
-  A row whose object was lost with its node is produced again from its source item, keeping only
-  that row's lineage (``Item.wanted``), so nothing is lost or written twice.
-  Per batch the runner sends a replica the source's rows or ``(reference, rows)`` pieces and gets
-  back one compact reply (``wire``). ``summary()`` reports the bytes this process serialised
-  (those messages as Ray writes them), the bytes replicas fetched from other
-  nodes, and its CPU seconds and peak RSS; each ``BatchSample`` carries its share.
-- Exactly once: a failing batch (error or OOM) is split in halves and retried, isolating bad
-  items; a single item failing ``max_attempts`` times goes to the dead-letter table. A replica
-  that dies has its in-flight batches re-queued (a batch that was in flight at two deaths is
-  split) and is replaced by a new replica with the same config.
-- Input comes from ``spec.source`` (implicit shards of ``settings.shard_items`` items) or,
-  with ``external_input=True``, from ``add_shard(shard_id, rows)`` until ``close_input()``.
-  A shard's output is committed atomically when its last item is done (see ``sink``).
-- ``apply(Plan)`` derives rolling steps with ``transition.rolling_steps``; ``apply(Transition)``
-  runs the given steps in order (a START waits until the new replicas are warm). Applies
-  are serialised; each returns an ``ApplyReport`` with the throughput dip.
-- Nodes: the runner reads the live nodes (``ray.nodes()``) every ``node_placement.REFRESH_S``
-  seconds into ``RunnerState.nodes`` and the cluster's CPUs/GPUs; every replica is pinned to a
-  node (``node_placement.NodePlacer``), on the node class a plan names. When a node leaves, its
-  replicas are dropped and replaced on the nodes left, and their in-flight batches re-queued
-  (as for any replica that dies); a node that joins gets emulated devices for its GPUs.
-  ``summary()["replicas_by_node"]`` is node id -> operator -> replicas that ran there.
+  ``control.launch.start_runner`` as a named actor (findable with ``control.launch.find_runner``).
+  ``start()`` creates the replicas, waits until they are warm and begins streaming on the actor's
+  event loop, so ``state()``, ``samples(since)``, ``apply(plan_or_transition)``,
+  ``add_shard``/``close_input``/``shard_status``, ``wait``, ``summary`` and ``stop`` are served
+  while it runs, from this driver or any other in the cluster.
+- It composes one part per concept: input admission (``feed``: from ``spec.source`` in implicit
+  shards of ``settings.shard_items`` items or, with ``external_input=True``, from
+  ``add_shard(shard_id, rows)`` until ``close_input()``), the bounded operator queues
+  (``work_queue``) and dispatch under backpressure (``dispatch``, ``backpressure``), routing an
+  output batch (``routing``, ``lineage``), retries and dead letters (``retry``), per-shard
+  accounting and the exactly-once commit (``shards``, ``sink_writer``, ``sink``), samples and
+  throughput (``metrics``), rolling updates (``rollout``) and one replica pool per operator
+  (``pool``).
+- What it does itself: run one batch on a replica (the message and the reply: ``wire``; the
+  replica's output stays in the object store on its node, owned by this actor, and later
+  operators and the sink's writer fetch it from there: ``payload``), then route it, retry it, or
+  produce again the input rows that were lost with their node (keeping only their lineage, so
+  nothing is lost or written twice); replace a replica that dies (its in-flight batches are
+  retried) or fails its cold start (an operator whose replicas fail ``max_attempts`` times in a
+  row with none running fails the run).
+- Nodes: the live nodes (``ray.nodes()``) are read every ``node_placement.REFRESH_S`` seconds
+  into ``RunnerState.nodes`` and the cluster's CPUs/GPUs; every replica is pinned to a node
+  (``node_placement.NodePlacer``), on the node class a plan names. When a node leaves, its
+  replicas are replaced on the nodes left; a node that joins gets emulated devices for its GPUs.
+- ``summary()``: the state, the apply reports and rolling-update dip, ``replicas_by_node`` (node
+  id -> operator -> replicas that ran there) and the runner process's cost (bytes it serialised,
+  bytes replicas fetched from other nodes, rows lost, CPU seconds, peak RSS); each
+  ``BatchSample`` carries its batch's share of those bytes.
 """
 
 from __future__ import annotations
