@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from trident_flows.core.signatures import config_counts
 from trident_flows.core.state import OperatorState, RunnerState, RuntimeConfigError
-from trident_flows.core.step_order import order_steps
+from trident_flows.core.step_order import Phase, order_steps
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.nodes import check_fits, classes
 
@@ -163,16 +163,7 @@ def rolling_steps(state: RunnerState, plan: Plan) -> Transition:
                              resource_names=("CPUs", "GPUs"), label=lambda k: k[1].label())
     except ValueError as exc:
         raise RuntimeConfigError(f"{exc}; the cluster has no free resources left: free some or plan fewer replicas") from exc
-    for phase in phases:
-        for key, n in phase.moves:
-            name, config = key[0], key[1]
-            if phase.kind == StepKind.START:
-                canary = len(key) == 4
-                steps.append(TransitionStep(StepKind.CANARY if canary else StepKind.START, name, config, n,
-                                            reason=f"canary: {reasons[name]}" if canary else reasons[name]))
-            else:
-                steps.append(TransitionStep(StepKind.RETIRE, name, config, n,
-                                            reason=f"make room: {phase.note}" if phase.note else reasons[name]))
+    steps += _phase_steps(phases, reasons, by_class=False)
     reason = plan.reason or ("no change" if not steps else "apply plan")
     return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
 
@@ -192,9 +183,19 @@ def _class_transition(state: RunnerState, plan: Plan) -> Transition:
                              resource_names=("CPUs", "GPUs"), label=lambda k: f"{k[1].label()} on {k[2]}")
     except ValueError as exc:
         raise RuntimeConfigError(f"{exc}; the node class has no free resources left: free some or plan fewer replicas") from exc
+    steps += _phase_steps(phases, reasons, by_class=True)
+    reason = plan.reason or ("no change" if not steps else "apply plan")
+    return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
+
+
+def _phase_steps(phases: list[Phase], reasons: dict[str, str], by_class: bool) -> list[TransitionStep]:
+    """The START/CANARY/RETIRE steps of ``order_steps``'s phases, keys (operator, config, class[, "canary"]);
+    with ``by_class`` every step names its node class."""
+    steps = []
     for phase in phases:
         for key, n in phase.moves:
-            name, config, where = key[0], key[1], key[2]
+            name, config = key[0], key[1]
+            where = key[2] if by_class else None
             reason = reasons.get(name, "plan")
             if phase.kind == StepKind.START:
                 canary = len(key) == 4
@@ -203,5 +204,4 @@ def _class_transition(state: RunnerState, plan: Plan) -> Transition:
             else:
                 steps.append(TransitionStep(StepKind.RETIRE, name, config, n, node_class=where,
                                             reason=f"make room: {phase.note}" if phase.note else reason))
-    reason = plan.reason or ("no change" if not steps else "apply plan")
-    return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
+    return steps

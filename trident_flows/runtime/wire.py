@@ -4,7 +4,8 @@ Contract:
 - Inputs (runner -> replica): ``source_message(rows)``: the source's rows by value, a list of
   dicts (the replica builds the batch); ``piece_message(pieces)``: per stored batch a plain
   ``(ref, rows)`` pair, ``rows`` a ``range`` when it is a run of more than ``_RUN_MIN`` rows.
-  Each returns the message and its size (see below).
+  Each returns the message and its size (see below). ``items_message(items)`` picks between
+  them for a batch of queued items and returns the items behind each piece too.
 - Reply (replica -> runner): ``encode_reply`` packs the output's outline, the batch's
   measurements, the error and the lost input pieces into one ``bytes`` (Ray passes ``bytes``
   as they are, so its length is what the runner receives); ``decode_reply`` unpacks it into a
@@ -24,12 +25,15 @@ from __future__ import annotations
 import array
 import pickle
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import ray
 
 from trident_flows.core.types import BatchSample, OpConfig, Outcome
 from trident_flows.runtime.payload import Outline, Piece
+
+if TYPE_CHECKING:
+    from trident_flows.runtime.work_queue import Item
 
 # A run of row indices longer than this travels as a range (about 30 bytes) instead of a tuple
 # (about 2 bytes a row).
@@ -90,6 +94,23 @@ def piece_message(pieces: Sequence[Piece]) -> tuple[list[tuple[Any, Sequence[int
     """Pieces as sent (plain ``(ref, rows)`` pairs), and their size."""
     pairs = [(p.ref, _compact_rows(p.rows)) for p in pieces]
     return pairs, serialised_size(pairs)
+
+
+def items_message(items: Sequence["Item"]) -> tuple[list[Any], list[list["Item"]], int]:
+    """What a replica (or the sink's writer) is sent for ``items``: source rows by value, produced rows
+    as pieces (one per run of rows from the same stored batch); the items behind each piece; and the
+    bytes this serialises."""
+    if all(it.ref is None for it in items):
+        rows, size = source_message([it.row for it in items])
+        return rows, [list(items)], size
+    groups: list[list[Item]] = []
+    for it in items:
+        if groups and groups[-1][0].ref is it.ref:
+            groups[-1].append(it)
+        else:
+            groups.append([it])
+    pairs, size = piece_message([Piece(g[0].ref, tuple(it.index for it in g)) for g in groups])
+    return pairs, groups, size
 
 
 def encode_reply(output: Outline | None, input_ids: Sequence[str], measured: Measured, error: str = "",

@@ -1,4 +1,4 @@
-"""The operator input queues the runner streams through, and the retry split of a failing batch.
+"""The operator input queues the runner streams through.
 
 Contract:
 - ``Item``: one input row in flight, with its shard, its size (``payload.row_bytes``: what the
@@ -13,7 +13,7 @@ Contract:
   its item and byte counts (the backpressure bounds of ``RunnerSettings.queue_max_items`` /
   ``queue_max_bytes`` are checked against them by the runner) and when its oldest entry arrived.
   ``take(n)`` returns the next retried unit whole, else a new unit of up to ``n`` items.
-- ``split_in_halves(unit)``: the two halves a failing batch is retried as, isolating bad items.
+  How a failed unit is retried is ``retry``'s.
 """
 
 from __future__ import annotations
@@ -83,8 +83,3 @@ class Queue:
     def __len__(self) -> int:
         return self.n_items
 
-
-def split_in_halves(unit: Unit) -> list[Unit]:
-    """The two halves (first half rounded down) a failing batch is retried as."""
-    mid = len(unit.items) // 2
-    return [Unit(unit.items[:mid]), Unit(unit.items[mid:])]

@@ -1,0 +1,74 @@
+"""Backpressure: how much may enter an operator's input queue, given its bounds and what is on its way.
+
+Contract (pure: no Ray, no I/O, no clock):
+- Every queue is bounded by ``RunnerSettings.queue_max_items`` and ``queue_max_bytes``.
+- ``source_room(queue, row_bytes, settings)``: how many source rows of about ``row_bytes`` bytes
+  operator 0's queue can take now; an empty queue always takes one (a row larger than the byte
+  bound still passes, alone), a full one takes none.
+- ``Reservation``: per operator, the items and bytes its in-flight batches are expected to add to
+  the next queue (input size times the growth estimates), held from dispatch until the batch is
+  routed, and the growth estimates themselves (``observe``: output/input items and bytes, tracked
+  by ``track``).
+- ``downstream_has_room(next_queue, reservation, n_items, n_bytes, settings)``: whether a batch of
+  ``n_items`` items and ``n_bytes`` bytes may be sent: the next queue, plus what is reserved, plus
+  this batch's expected output stays within the bounds (an empty next queue with nothing reserved
+  always takes one batch, so a large batch still moves). The last operator has no next queue and
+  always has room.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trident_flows.core.state import RunnerSettings
+from trident_flows.runtime.work_queue import Queue, Unit
+
+
+def track(estimate: float, observed: float) -> float:
+    """A conservative growth estimate: jumps up to a larger observation, decays slowly down."""
+    return max(observed, 0.9 * estimate + 0.1 * observed, 0.05)
+
+
+def source_room(queue: Queue, row_bytes: float, settings: RunnerSettings) -> int:
+    """Source rows ``queue`` takes now (see the module docstring); 0 when full."""
+    room = min(settings.queue_max_items - queue.n_items, int((settings.queue_max_bytes - queue.n_bytes) / max(1.0, row_bytes)))
+    if room > 0 or queue.n_items == 0:
+        return max(1, room)
+    return 0
+
+
+@dataclass
+class Reservation:
+    items: int = 0
+    bytes: int = 0
+    growth_items: float = 2.0  # conservative until measured
+    growth_bytes: float = 2.0
+
+    def reserve(self, unit: Unit) -> tuple[int, int]:
+        """Reserve the expected output of ``unit``; returns what to ``release`` once it is routed."""
+        items = int(len(unit.items) * self.growth_items + 0.999)
+        nbytes = int(sum(it.nbytes for it in unit.items) * self.growth_bytes)
+        self.items += items
+        self.bytes += nbytes
+        return items, nbytes
+
+    def release(self, reserved: tuple[int, int]) -> None:
+        self.items -= reserved[0]
+        self.bytes -= reserved[1]
+
+    def observe(self, items_in: int, items_out: int, in_bytes: int, forwarded: int, forwarded_bytes: int) -> None:
+        """Update the growth estimates from one routed batch (bytes only when rows were forwarded)."""
+        self.growth_items = track(self.growth_items, items_out / max(1, items_in))
+        if forwarded:
+            self.growth_bytes = track(self.growth_bytes, forwarded_bytes / max(1, in_bytes))
+
+
+def downstream_has_room(next_queue: Queue | None, reservation: Reservation, n_items: int, n_bytes: int, settings: RunnerSettings) -> bool:
+    """Whether a batch may be sent (see the module docstring)."""
+    if next_queue is None:
+        return True
+    if len(next_queue) == 0 and reservation.items == 0:
+        return True
+    items = next_queue.n_items + reservation.items + n_items * reservation.growth_items
+    nbytes = next_queue.n_bytes + reservation.bytes + n_bytes * reservation.growth_bytes
+    return items <= settings.queue_max_items and nbytes <= settings.queue_max_bytes
