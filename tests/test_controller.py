@@ -463,9 +463,9 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
 
 def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_config_at_once(monkeypatch):
     # every tick brings enough samples for a refit (refit_fraction 0): an unchanged workload's model is
-    # refitted every third tick, a changed configuration's at the next samples
+    # refitted every third tick, a changed configuration's at the next samples (no rollout: min_gain 100x)
     runner = SimRunner(two_ops(), [(1e9, {"x": 1.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, refit_fraction=0.0, refit_ticks=3))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, refit_fraction=0.0, refit_ticks=3, min_gain=100.0))
     fits: list[tuple[str, int]] = []
     tick = [0]
     fit = OperatorModel.fit
