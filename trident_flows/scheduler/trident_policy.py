@@ -61,7 +61,7 @@ Contract:
   (``placement.inputs.concave_curve``), memory upper bounds and the bytes per item it reads from
   the operator before it (``transfer.transfer_estimate`` over its window, for the network rows of
   node classes that declare a link); the MILP (``placement.milp.solve_placement``) runs on the cluster minus what running canaries hold and,
-  with canaries on, one CPU kept free for the next canary. It is solved again only when an input
+  while an operator may still get a canary (``_exploring``), one CPU kept free for it. It is solved again only when an input
   changed (a refit or remembered model, a regime, the running placement, the cluster, a stale,
   unsafe or accepted config) or ``resolve_ticks`` ticks passed; its answer is priced every tick.
 - queue awareness: every runner snapshot goes to an ``occupancy.OccupancyTracker``; an operator
