@@ -25,8 +25,8 @@ def reset_peak() -> bool:
         return False
 
 
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process since the last ``reset_peak()`` (else since it started)."""
+def high_water_bytes() -> int | None:
+    """The kernel's high-water mark of this process's resident memory (Linux ``VmHWM``), None where it has none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -34,5 +34,13 @@ def peak_rss_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process since the last ``reset_peak()`` (else since it started)."""
+    mark = high_water_bytes()
+    if mark is not None:
+        return mark
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux

@@ -30,30 +30,19 @@ from typing import Any, Mapping
 
 import ray
 
-from trident_flows.runtime import devices
+from trident_flows.runtime import devices, peak_memory
 from trident_flows.runtime.payload import LostPieces, Piece, Stored, assemble, outline, stored
 from trident_flows.runtime.spec import ID, Batch, batch_len
 from trident_flows.runtime.wire import Measured, encode_reply
 from trident_flows.core.types import OpConfig, Outcome
 
 
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def _peak_rss(fallback_start: int) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    """The batch's peak resident memory: the high-water mark reset before it, else the larger of the
+    resident memory before and after it."""
+    mark = peak_memory.high_water_bytes()
+    if mark is not None:
+        return mark
     import psutil
 
     return max(fallback_start, psutil.Process().memory_info().rss)
@@ -101,7 +90,7 @@ class Replica:
                 features = {}
         import psutil
 
-        rss_start = psutil.Process().memory_info().rss if not _reset_peak_rss() else 0
+        rss_start = psutil.Process().memory_info().rss if not peak_memory.reset_peak() else 0
         cuda = _cuda()
         if cuda is not None:
             cuda.reset_peak_memory_stats()
