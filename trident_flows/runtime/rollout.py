@@ -30,7 +30,7 @@ import ray
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import Decision, OpConfig, Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import check_plan, rolling_steps
+from trident_flows.runtime.transition import check_plan, retire_victims, rolling_steps
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.
@@ -166,16 +166,7 @@ class Rollout:
 
     async def _retire(self, i: int, step: TransitionStep, replaced: bool) -> list[str]:
         pool = self.pools[i]
-        canary = step.kind == StepKind.END_CANARY
-        victims = pool.choose_retire(step.config, step.count, canary=canary, node_class=step.node_class)
-        if canary and not victims:
-            victims = pool.active(canary=True)[: step.count]
-        if len(victims) < step.count:
-            raise RuntimeConfigError(f"operator {step.operator!r}: asked to retire {step.count} replica(s) of {step.config.label()} "
-                                     f"but only {len(victims)} run with that config")
-        if not canary and not replaced and len(pool.active(canary=False)) - len(victims) < 1:
-            raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica and no later step "
-                                     "starts a replacement; start new ones first")
+        victims = retire_victims(pool, step, replaced, node_class=step.node_class)
         pool.begin_drain(victims)
         await asyncio.gather(*[pool.retire(v) for v in victims])
         return [v.replica_id for v in victims]

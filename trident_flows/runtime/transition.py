@@ -19,6 +19,9 @@ Contract:
   total but not node by node, is refused with the reason (the plan that was priced is the plan
   that runs, or none). Groups without a class go where there is room; a plan naming no class
   runs as before (one pool of the cluster's CPUs/GPUs).
+- ``retire_victims(pool, step, replaced, **choose)``: the replicas a RETIRE / END_CANARY step takes from a
+  pool (the live runner's and the simulator's alike), or ``RuntimeConfigError`` when the pool runs
+  too few of that config or the step would leave the operator with no replica and no replacement.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from __future__ import annotations
 from trident_flows.core.signatures import config_counts
 from trident_flows.core.state import OperatorState, RunnerState, RuntimeConfigError
 from trident_flows.core.step_order import Phase, order_steps
+from typing import Any
+
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.nodes import check_fits, classes
 
@@ -205,3 +210,19 @@ def _phase_steps(phases: list[Phase], reasons: dict[str, str], by_class: bool) -
                 steps.append(TransitionStep(StepKind.RETIRE, name, config, n, node_class=where,
                                             reason=f"make room: {phase.note}" if phase.note else reason))
     return steps
+
+
+def retire_victims(pool: Any, step: TransitionStep, replaced: bool, **choose: Any) -> list[Any]:
+    """The replicas ``step`` retires from ``pool`` (see the module docstring); ``replaced``: a later step starts a
+    replacement; ``choose``: more arguments for the pool's ``choose_retire`` (the live pool's ``node_class``)."""
+    canary = step.kind == StepKind.END_CANARY
+    victims = pool.choose_retire(step.config, step.count, canary=canary, **choose)
+    if canary and not victims:
+        victims = pool.active(canary=True)[: step.count]
+    if len(victims) < step.count:
+        raise RuntimeConfigError(f"operator {step.operator!r}: asked to retire {step.count} replica(s) of {step.config.label()} "
+                                 f"but only {len(victims)} run with that config")
+    if not canary and not replaced and len(pool.active(canary=False)) - len(victims) < 1:
+        raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica and no later step "
+                                 "starts a replacement; start new ones first")
+    return victims

@@ -37,7 +37,7 @@ import numpy as np
 
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
-from trident_flows.runtime.transition import check_plan, rolling_steps
+from trident_flows.runtime.transition import check_plan, retire_victims, rolling_steps
 from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
                                       TransitionStep)
 from trident_flows.sim import outcome
@@ -561,16 +561,7 @@ class SimRunner:
                                    "(no node with room for them?)")
             self._dispatch()
             return [r.replica_id for r in records]
-        canary = step.kind == StepKind.END_CANARY
-        victims = pool.choose_retire(step.config, step.count, canary=canary)
-        if canary and not victims:
-            victims = pool.active(canary=True)[: step.count]
-        if len(victims) < step.count:
-            raise RuntimeConfigError(f"operator {step.operator!r}: asked to retire {step.count} replica(s) of {step.config.label()} "
-                                     f"but only {len(victims)} run with that config")
-        if not canary and not replaced and len(pool.active(canary=False)) - len(victims) < 1:
-            raise RuntimeConfigError(f"operator {step.operator!r}: retiring {len(victims)} would leave no replica and no later step "
-                                     "starts a replacement; start new ones first")
+        victims = retire_victims(pool, step, replaced)
         pool.begin_drain(victims)
         self.events.run_until(self.now + 600.0, stop=lambda: all(v.inflight == 0 for v in victims))
         for v in victims:
