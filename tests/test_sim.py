@@ -121,6 +121,29 @@ def test_rolling_replace_keeps_every_item() -> None:
     assert {r.config.batch_size for r in runner.state().operator("work").active} == {8}
 
 
+def test_each_retired_replica_leaves_when_its_own_batches_are_back() -> None:
+    # 3 replicas, batch 1, 1 s per item, 5 items at t=0: r0 and r1 get 2 batches each (busy until t=2), r2 one
+    # (until t=1). Retiring 2 at t=0.5 drains the least loaded: r2 (leaves at t=1, its CPU free from then on,
+    # as the live rollout releases each victim) and one of r0/r1 (leaves at t=2). Replica-seconds at t=2:
+    # the survivor 2 + 1 + 2 = 5 (held until the slowest victim drained, it would be 6).
+    cost = {CPU: DeviceCost(per_item_s=1.0)}
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", config, 3)], 5)
+    runner = SimRunner(spec, ClusterSpec.single_node(3), actor_start_s=0.0)
+    runner.start()
+    runner.run_until(0.5)
+    free_cpus_at_1_5: list[float] = []
+    runner.events.at(1.5, lambda: free_cpus_at_1_5.append(runner.cluster.nodes[0].free_cpus))
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(config, 1),)),)))
+    assert report.ok and [(s["kind"], s["count"]) for s in report.steps_done] == [("retire", 2)]
+    assert report.steps_done[0]["seconds"] == pytest.approx(1.5) and "r2" in report.steps_done[0]["replicas"]
+    assert free_cpus_at_1_5 == [pytest.approx(1.0)]  # r2's CPU, back while the other victim still drains
+    assert runner.replica_seconds()["work"] == pytest.approx(5.0)
+    while not runner.finished:
+        runner.run_until(runner.now + 0.5)
+    assert runner.inputs_done == 5 and runner.cluster.nodes[0].free_cpus == pytest.approx(2.0)
+
+
 def test_node_loss_requeues_work_and_replaces_replicas() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.1)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=2), 3)], 200)

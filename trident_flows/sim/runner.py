@@ -9,7 +9,9 @@ Contract:
   ``samples(since) -> SamplePage`` (one ``BatchSample`` per batch, times in simulated seconds),
   ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.rolling_steps``; a
   START waits, on the simulated clock, until its replicas are warm, a RETIRE until its
-  replicas have drained; the pipeline keeps streaming meanwhile) and ``summary()``.
+  replicas have drained, each leaving with its resources as soon as its own batches are back;
+  the pipeline keeps streaming meanwhile), ``summary()`` and ``replica_seconds()`` (per
+  operator, replica-seconds since streaming began).
 - Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
   served one at a time; an operator's input queue is bounded by ``queue_max_items`` (a batch
   is sent only while the next queue plus the expected output of batches in flight stays under
@@ -49,16 +51,21 @@ from trident_flows.sim.queues import SimQueue
 from trident_flows.sim.workload import ATTEMPTS, FEATURES, SRC, Stream
 
 # Starting a replica costs more than the operator's constructor: Ray schedules the actor and
-# starts its worker process. On the 2-core development machine the 8 initial replicas of
-# emulated-docs, started together, took 4-14 s beyond their constructors (8 processes at once on
-# 2 cores); a replica started alone during a rollout takes a fraction of that: 2 s is an estimate.
-ACTOR_START_S = 2.0
+# starts its worker process. Measured in the committed live traces (bench/traces, cold start from
+# the request to warm minus the constructor's modelled seconds) for the 19 replicas started during
+# a run: docs-ds2 0.66-1.55 s (median 1.33, load 1-3), video-ds2 1.08-4.21 s (median 1.85, load
+# 10-15; up to 5 started at once); median of all 1.55 s. (The initial replicas, started together,
+# take 1-16 s more than their constructors; the benchmarks leave that start-up out.)
+# `bench sim-fidelity` re-measures it (raw.actor_start_overhead_s).
+ACTOR_START_S = 1.5
 # Peak RSS of a replica actor process (Python, numpy, Ray worker): the smallest peak host memory
 # a CPU replica reported in the same run, 126 MiB.
 ACTOR_RSS_BYTES = 126 * 2**20
 # An emulated operator holds at most this much of a CPU batch's working set (EmulatedOperator's
 # host_memory_cap_bytes default), so a CPU sample's peak host memory is capped the same way.
 HOST_WORKING_SET_CAP = 64 * 2**20
+# How long a retiring replica may drain before it is stopped anyway (runtime.pool.OperatorPool.retire's timeout_s).
+RETIRE_TIMEOUT_S = 600.0
 # A batch refused by the device (OOM) returns after one device round trip, not after its kernel.
 OOM_RETURN_S = 0.002
 _BUCKET_S = 0.1
@@ -122,6 +129,8 @@ class SimRunner:
         self.error = ""
         self.started = False
         self.streaming = False  # as live: no batch is sent before every initial replica is warm
+        self.streamed_from = 0.0  # when streaming began (the initial replicas warm)
+        self._gone_replica_s = [0.0 for _ in self.names]  # replica-seconds of replicas that left, since streaming began
         self._linger_armed = False
         self.input_closed = self.stream.done  # the stream has no rows left to feed (updated by _feed)
         self._lingering: set[int] = set()  # operators whose last dispatch held a partial batch back
@@ -150,7 +159,7 @@ class SimRunner:
             raise RuntimeConfigError(f"operator {self.names[i]!r}: no node of the cluster has room for a replica of {r.config.label()} "
                                      f"(cpus={r.config.cpus:g}, gpus={r.config.gpus:g}); use a smaller initial placement or more nodes")
         self.events.run_until(max(r.requested_at for r in initial) + 1e9, stop=lambda: all(r.warm for r in initial))
-        self.streaming = True
+        self.streaming, self.streamed_from = True, self.now
         self._dispatch()
 
     def run_until(self, t: float) -> None:
@@ -194,6 +203,7 @@ class SimRunner:
         if record.placement is not None and record.placement.node.alive:
             self.cluster.release(record.placement, record.actor_name, record.config, record.host_bytes)
         record.placement = None
+        self._gone_replica_s[i] += max(0.0, self.now - max(record.requested_at, self.streamed_from))
         self.pools[i].forget(record)
         self.waiting = [(j, r) for j, r in self.waiting if not r.dead]
         for j, r in list(self.waiting):
@@ -487,6 +497,12 @@ class SimRunner:
     def wall_s(self) -> float:
         return self.finished_at if self.finished else self.now
 
+    def replica_seconds(self) -> dict[str, float]:
+        """Per operator, replica-seconds since streaming began: every replica, starting, warm or draining,
+        from its request (or the start of streaming) until it left (or now)."""
+        return {name: gone + sum(max(0.0, self.now - max(r.requested_at, self.streamed_from)) for r in pool.replicas.values())
+                for name, gone, pool in zip(self.names, self._gone_replica_s, self.pools)}
+
     def samples(self, since: int = 0) -> SamplePage:
         picked = tuple(self._sample(fields) for seq, fields in self.samples_buf if seq > since)
         return SamplePage(picked, self.sample_seq)
@@ -563,8 +579,20 @@ class SimRunner:
             return [r.replica_id for r in records]
         victims = retire_victims(pool, step, replaced)
         pool.begin_drain(victims)
-        self.events.run_until(self.now + 600.0, stop=lambda: all(v.inflight == 0 for v in victims))
+
+        def leave(v: SimReplica) -> None:
+            if not v.dead:  # a replica lost with its node has left already
+                self._release(i, v)
+
+        # as live (runtime.rollout: one pool.retire per victim, gathered): each victim leaves, and gives
+        # its resources back, once its own batches are back, not when the slowest victim's are
         for v in victims:
-            self._release(i, v)
+            if v.inflight == 0:
+                leave(v)
+            else:
+                v.on_idle.append(leave)
+        self.events.run_until(self.now + RETIRE_TIMEOUT_S, stop=lambda: all(v.dead for v in victims))
+        for v in victims:  # as live, a victim still busy after the timeout is stopped anyway
+            leave(v)
         self._dispatch()
         return [v.replica_id for v in victims]
