@@ -1,0 +1,83 @@
+"""What the fidelity benchmark takes from a live trace, against hand-computed cases: throughput and
+busy fractions, how far the batches ran over their model (a starved machine), the actor start
+overhead of replicas started during the run, and which references it refuses (another stream or
+starting configuration, or an older version of the policy)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from trident_flows.bench import fidelity_traces as ft
+from trident_flows.bench.live_trace import Tick, Trace
+from trident_flows.bench.sim_fidelity import _stale_policy
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import CPU, BatchSample, OpConfig
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+
+CONFIG = OpConfig.make(CPU, batch_size=2)
+PROFILE = PipelineProfile("hand", (OperatorCost("a", {CPU: DeviceCost(per_item_s=0.5, cold_start_s=2.0)}, 1.0),
+                                   OperatorCost("b", {CPU: DeviceCost(per_item_s=0.25)}, 1.0)), workloads={"default": {}})
+
+
+def _replica(rid: str, cold_start_s: float = 0.0, draining: bool = False) -> ReplicaState:
+    return ReplicaState(rid, f"x:{rid}", CONFIG, True, draining, False, 0, 0.0, 0, 0, cold_start_s)
+
+
+def _state(replicas: dict[str, tuple[ReplicaState, ...]]) -> RunnerState:
+    ops = tuple(OperatorState(n, r, 0, 0, 0, 0, 0, 0.0, 0, 0) for n, r in replicas.items())
+    return RunnerState("hand", ops, 4, 0, 0, 0, 0, True, False, 0.0, 0.0, 4.0, 0.0, 0, 0)
+
+
+def _sample(op: str, rid: str, start: float, end: float, busy: float, n_in: int = 2, n_out: int = 2) -> BatchSample:
+    return BatchSample(op, rid, CONFIG, start, end, busy, n_in, n_out)
+
+
+def _trace() -> Trace:
+    # a: 2 replicas from t=0; b: 1 replica, a second one started at t=10 (cold start 3.5 s, of which the
+    # constructor's model is 0: 3.5 s of actor start) and draining from t=20 to the end at t=40
+    t0 = _state({"a": (_replica("a0"), _replica("a1")), "b": (_replica("b0"),)})
+    t10 = _state({"a": (_replica("a0"), _replica("a1")), "b": (_replica("b0"), _replica("b1", 3.5))})
+    t20 = _state({"a": (_replica("a0"), _replica("a1")), "b": (_replica("b0"), _replica("b1", 3.5, draining=True))})
+    samples = (_sample("a", "a0", 0.0, 1.0, 1.2), _sample("a", "a1", 0.0, 1.0, 1.0),     # modelled 1.0 s each
+               _sample("b", "b0", 1.0, 2.0, 0.5), _sample("b", "b0", 2.0, 3.0, 0.5),     # modelled 0.5 s each
+               _sample("b", "b1", 14.0, 41.0, 27.0))
+    ticks = (Tick(0.0, t0, samples[:4]), Tick(10.0, t10, ()), Tick(20.0, t20, ()), Tick(40.0, t20, samples[4:]))
+    return Trace("docs-ds2", {"blocks": [["short", 0, 4]], "start_config": "a 2xcpu/b2", "time_scale": 1.0}, ticks, (),
+                 {"items_in": 4, "reconfigurations": 1})
+
+
+def test_live_figures_from_the_batches_and_the_polled_states() -> None:
+    live = ft.live_figures(_trace(), gpus=0)
+    # first output: b's first batch ends at 2.0; last: b1's batch at 41.0 -> 4 items / 39 s
+    assert live["items_per_s"] == pytest.approx(4 / 39.0)
+    # a: 2.2 busy s over 2 replicas x 40 s; b: 28 busy s over 1 x 10 + 2 x 30 = 70 replica-s (the draining one counts)
+    assert live["busy"] == {"a": pytest.approx(2.2 / 80.0), "b": pytest.approx(28.0 / 70.0)}
+    assert live["reconfigurations"] == 1 and live["accel_busy"] is None
+
+
+def test_overrun_is_the_median_of_measured_over_modelled_seconds() -> None:
+    # ratios 1.2, 1.0, 1.0, 1.0 and b1's 27 s against 0.5 s modelled (54): median 1.0
+    assert ft.overrun(_trace(), PROFILE) == pytest.approx(1.0)
+
+
+def test_start_overhead_is_the_cold_start_beyond_the_constructor_of_replicas_started_during_the_run() -> None:
+    assert ft.start_overheads(_trace(), PROFILE) == [pytest.approx(3.5)]
+
+
+def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> None:
+    trace = _trace()
+    assert ft.stale_reason(trace, [("short", 0, 4)], "a 2xcpu/b2") == ""
+    assert "another stream" in ft.stale_reason(trace, [("short", 0, 5)], "a 2xcpu/b2")
+    assert "another starting configuration" in ft.stale_reason(trace, [("short", 0, 4)], "a 1xcpu/b2")
+    assert ft.trace_workload("video-ds2")[1] == "ds2"
+    with pytest.raises(ValueError, match="known"):
+        ft.trace_workload("real-docs-trident")
+
+
+def test_a_run_of_an_older_policy_is_not_a_reference() -> None:
+    utc = datetime.timezone.utc
+    assert "older trident" in _stale_policy("trident", datetime.datetime(2026, 11, 30, 15, 34, tzinfo=utc))
+    assert _stale_policy("trident", datetime.datetime(2026, 12, 1, 2, 30, tzinfo=utc)) == ""
+    assert _stale_policy("ds2", datetime.datetime(2026, 11, 30, 15, 34, tzinfo=utc)) == ""
