@@ -81,3 +81,28 @@ def test_a_run_of_an_older_policy_is_not_a_reference() -> None:
     assert "older trident" in _stale_policy("trident", datetime.datetime(2026, 11, 30, 15, 34, tzinfo=utc))
     assert _stale_policy("trident", datetime.datetime(2026, 12, 1, 2, 30, tzinfo=utc)) == ""
     assert _stale_policy("ds2", datetime.datetime(2026, 11, 30, 15, 34, tzinfo=utc)) == ""
+
+
+def _reference(path, quick: bool, per_system: dict) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"quick": quick, "machine": {"time_utc": "2026-12-01T03:00:00Z"}, "raw": {"per_system": per_system}}))
+
+
+def test_recorded_policy_runs_are_read_from_the_live_dir_and_a_quick_run_is_no_reference_for_the_full_benchmark(tmp_path) -> None:
+    from trident_flows.bench.sim_fidelity import LIVE_DIR, against_committed
+
+    live = {"items_per_s_median": 25.0, "items_per_s": [24.9, 25.1], "accel_busy_median": 0.7, "reconfigurations_median": 0.0}
+    spread = {**live, "items_per_s": [10.0, 25.0]}
+    _reference(tmp_path / LIVE_DIR / "closed-loop.json", False, {"static-avg": live, "static-large": spread})
+    left_out: list = []
+    rows = against_committed("documents", ("static-avg", "static-large"), lambda *_: None, left_out, f"{LIVE_DIR}/closed-loop.json", tmp_path)
+    assert [r["workload"] for r in rows] == ["documents/static-avg"] and rows[0]["live"]["items_per_s"] == 25.0
+    assert rows[0]["sim"]["items_per_s"] > 0 and rows[0]["reconfiguration_diff"] == 0
+    assert [u["workload"] for u in left_out] == ["documents/static-large"]  # repeats 2.5x apart
+    _reference(tmp_path / LIVE_DIR / "closed-loop.json", True, {"static-avg": live})
+    left_out.clear()
+    assert against_committed("documents", ("static-avg",), lambda *_: None, left_out, f"{LIVE_DIR}/closed-loop.json", tmp_path) == []
+    assert left_out[0]["reason"] == "recorded with --quick"
+    assert against_committed("documents", ("static-avg",), lambda *_: None, None, f"{LIVE_DIR}/missing.json", tmp_path) == []
