@@ -172,14 +172,15 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
     names = [f"{r['workload']} ({r.get('source', 'side by side')})" for r in rows]
     x = np.arange(len(rows))
     axes[0].bar(x - 0.2, [r["live"]["items_per_s"] or 0 for r in rows], 0.4, label="emulated Ray runtime (live)")
     axes[0].bar(x + 0.2, [r["sim"]["items_per_s"] or 0 for r in rows], 0.4, label="simulator")
     axes[0].set_xticks(x, names, fontsize=7, rotation=30, ha="right")
     axes[0].set_ylabel("input items/s")
-    axes[0].legend(fontsize=8)
+    axes[0].set_ylim(0, 1.3 * max([r["live"]["items_per_s"] or 0 for r in rows] + [r["sim"]["items_per_s"] or 0 for r in rows] + [1.0]))
+    axes[0].legend(fontsize=8, loc="upper center", ncol=2)
     axes[0].set_title("throughput")
     for name, r in zip(names, rows):
         if "busy" in r["live"]:  # traces and side-by-side runs: every operator
@@ -192,7 +193,7 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     axes[1].plot([0, 90], [10, 100], "k:", lw=0.5)
     axes[1].set_xlabel("busy % live")
     axes[1].set_ylabel("busy % simulated")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     axes[1].set_title("busy fraction (closed-loop: GPUs; traces: every operator), dotted: +-10 points", fontsize=9)
     fig.suptitle("sim-fidelity: the simulator against the emulated Ray runtime, same workloads and policies")
     fig.tight_layout()
