@@ -106,3 +106,20 @@ def test_recorded_policy_runs_are_read_from_the_live_dir_and_a_quick_run_is_no_r
     assert against_committed("documents", ("static-avg",), lambda *_: None, left_out, f"{LIVE_DIR}/closed-loop.json", tmp_path) == []
     assert left_out[0]["reason"] == "recorded with --quick"
     assert against_committed("documents", ("static-avg",), lambda *_: None, None, f"{LIVE_DIR}/missing.json", tmp_path) == []
+
+
+def test_traces_recorded_for_the_benchmark_are_found_next_to_the_committed_ones(tmp_path) -> None:
+    import shutil
+
+    from trident_flows.bench.live_trace import TRACE_DIR
+    from trident_flows.bench.sim_fidelity import LIVE_DIR, against_traces
+
+    (tmp_path / LIVE_DIR / "traces").mkdir(parents=True)
+    shutil.copy(TRACE_DIR / "docs-ds2.jsonl.gz", tmp_path / LIVE_DIR / "traces" / "docs-ds2.jsonl.gz")
+    logged: list[str] = []
+    rows = against_traces(("docs-ds2", "docs-oracle"), logged.append, results=tmp_path)
+    assert [r["source"] for r in rows] == ["trace docs-ds2", f"trace {LIVE_DIR}/traces/docs-ds2"]
+    # the same run twice (a policy tick's CPU time is charged to the simulated clock: equal to a few ms)
+    assert rows[0]["sim"]["items_per_s"] == pytest.approx(rows[1]["sim"]["items_per_s"], rel=1e-3)
+    assert rows[0]["live"] == rows[1]["live"] and rows[0]["live"]["reconfigurations"] == 5
+    assert any(line.startswith("trace docs-oracle: not recorded") for line in logged)

@@ -9,6 +9,10 @@ every ``TICK_S`` by ``live_trace.RunnerPoller``:
   starting from the benchmark's static-avg configuration;
 - ``video-{static,ds2,trident}``: the emulated video pipeline likewise (small:150, hd:150,
   long:30, small:150);
+- with ``--only``: ``{docs,video}-{threshold,oracle}`` likewise (the oracle: the closed-loop
+  benchmark's ``OraclePolicy``), references for ``bench sim-fidelity`` (record them with
+  ``--out bench-results/sim-fidelity-live/traces``: ``bench observe-live`` replays every trace of
+  ``bench/traces``);
 - ``real-docs-trident``: the real document pipeline (pypdfium2, tesseract, ...) on a generated
   24-PDF corpus (short:12, long:4, scans:8) on 8 logical CPUs, policy trident (as ``make demo``).
 Each trace is a few hundred KB compressed; every run is checked for lost items (a run that lost
@@ -27,7 +31,7 @@ from typing import Any
 
 import ray
 
-from trident_flows.bench.closed_loop_runs import TICK_S
+from trident_flows.bench.closed_loop_runs import TICK_S, make_system_policy
 from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -36,7 +40,10 @@ from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec
 
-EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident")}
+EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident", "threshold", "oracle")}
+# what a plain run records (the traces bench observe-live replays); the threshold and oracle traces are
+# references for bench sim-fidelity, recorded with --only into its own directory
+DEFAULT = tuple(sorted(n for n, (_, policy) in EMULATED.items() if policy in ("static", "ds2", "trident")))
 REAL = "real-docs-trident"
 NAMESPACE = "trident-traces"
 REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:12,long:4,scans:8", 24, 8
@@ -74,7 +81,10 @@ def record_emulated(name: str, out: Path) -> None:
     tuning = tune(profile, workload)
     spec = workload.spec(profile, tuning.static_avg, f"trace-{name}")
     cluster = ClusterSpec.single_node(CPUS, GPUS, gpu_memory_bytes=DEVICE_MEMORY)
-    policy = make_policy(policy_name, spec=spec, cluster=cluster)
+    if policy_name == "oracle":  # knows the schedule: the closed-loop benchmark's labelled upper reference
+        policy = make_system_policy("oracle", spec, tuning, workload)
+    else:
+        policy = make_policy(policy_name, spec=spec, cluster=cluster)
     header = {"pipeline": bench.profile, "emulated": True, "policy": policy_name, "cluster": {"cpus": CPUS, "gpus": GPUS},
               "blocks": workload.blocks(), "regimes": workload.regimes, "time_scale": workload.time_scale, "tick_s": TICK_S,
               "start_config": tuning.static_avg.label()}
@@ -104,11 +114,12 @@ def record_real_documents(out: Path, corpus_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", nargs="*", default=None, help=f"traces to record (default all): {sorted(EMULATED) + [REAL]}")
+    parser.add_argument("--only", nargs="*", default=None, help=f"traces to record (default {list(DEFAULT) + [REAL]}): "
+                        f"{sorted(EMULATED) + [REAL]}")
     parser.add_argument("--out", type=Path, default=TRACE_DIR)
     parser.add_argument("--corpus-dir", type=Path, default=Path(tempfile.gettempdir()) / "trident-trace-corpus")
     args = parser.parse_args(argv)
-    names = args.only or sorted(EMULATED) + [REAL]
+    names = args.only or list(DEFAULT) + [REAL]
     unknown = [n for n in names if n not in EMULATED and n != REAL]
     if unknown:
         parser.error(f"unknown trace(s) {unknown}; choose from {sorted(EMULATED) + [REAL]}")

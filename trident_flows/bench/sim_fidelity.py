@@ -24,9 +24,10 @@ Contract of ``run(quick) -> BenchResult``:
   quick run: at its time scale the runtime's per-batch overhead sets the pace), compared:
   throughput, GPU busy fraction (``accel_busy``), median reconfigurations; systems static-avg,
   static-large, oracle, threshold, ds2, trident (quick: static-avg, static-large, threshold);
-  (2) the committed live traces (``TRACES``, ``bench/traces``: one run each with every batch, read
-  by ``fidelity_traces``), compared: throughput, every operator's busy fraction over the run and
-  the GPUs', reconfigurations (quick: ``QUICK_TRACES``).
+  (2) the live traces (``TRACES``: one run each with every batch, read by ``fidelity_traces``)
+  committed in ``bench/traces`` (static, ds2, trident) and, once recorded, in ``LIVE_DIR/traces``
+  (threshold, oracle, or any re-recorded), compared: throughput, every operator's busy fraction
+  over the run and the GPUs', reconfigurations (quick: ``QUICK_TRACES``).
 - A live run is a reference only when: its repeats agree (max/min <= ``REPEAT_SPREAD_MAX``;
   the video runs committed at load 30-105 had static-avg repeats of 1.35 and 10.56 items/s); a
   trace's batches took what the cost model says (``fidelity_traces.OVERRUN_MAX``) on today's
@@ -38,8 +39,11 @@ Contract of ``run(quick) -> BenchResult``:
 - Recording the policy references (oracle, threshold, ds2, trident on today's code; static-avg
   again as a check of the machine; about 25 minutes per pipeline on the 2-core machine, alone):
   ``trident-flows bench closed-loop --systems static-avg,oracle,threshold,ds2,trident --repeats 3
-  --out bench-results/sim-fidelity-live``, then the same with ``closed-loop-video``; the next
-  ``bench sim-fidelity`` compares them.
+  --out bench-results/sim-fidelity-live``, then the same with ``closed-loop-video``; and one
+  traced run each (every batch recorded; about 10 minutes for the eight):
+  ``python -m trident_flows.bench.record_traces --only docs-threshold docs-oracle docs-trident
+  docs-ds2 video-threshold video-oracle video-trident video-ds2 --out
+  bench-results/sim-fidelity-live/traces``. The next ``bench sim-fidelity`` compares them.
 - ``run(quick, live=True)`` adds the fresh side-by-side runs of ``WORKLOADS`` (live and simulated
   in one process). They are not in the committed result: on the shared 2-core machine (load
   average 80-130 while it was measured) the live runtime was starved (documents static-avg at
@@ -212,7 +216,8 @@ COMMITTED_SYSTEMS = ("static-avg", "static-large", "oracle", "threshold", "ds2",
 # 19.54 items/s), those at load 30-105 differ up to 7.8x.
 REPEAT_SPREAD_MAX = 1.2
 QUICK_SYSTEMS = ("static-avg", "static-large", "threshold")
-TRACES = ("docs-static", "docs-ds2", "docs-trident", "video-static", "video-ds2", "video-trident")
+# the committed traces (bench/traces) and the policy traces recorded for this benchmark into LIVE_DIR/traces
+TRACES = tuple(f"{p}-{policy}" for p in ("docs", "video") for policy in ("static", "ds2", "threshold", "oracle", "trident"))
 # A live run of a policy is a reference only for the policy's code it ran: the simulator runs today's.
 # Trident's decisions last changed at this time (UTC): its evidence gate (re-armed at the changed
 # operator and downstream only; an operator with no work left no longer holds it; a slow operator
@@ -303,34 +308,51 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, u
     return rows
 
 
+def _trace_paths(names: Sequence[str], results: Path, log: Any) -> list[tuple[str, Path]]:
+    """(label, path) of each of ``names`` found in ``bench/traces`` and in ``results/LIVE_DIR/traces``."""
+    from trident_flows.bench.live_trace import TRACE_DIR
+
+    found = []
+    for name in names:
+        paths = [(label, d / f"{name}.jsonl.gz") for label, d in ((f"trace {name}", TRACE_DIR),
+                                                                  (f"trace {LIVE_DIR}/traces/{name}", results / LIVE_DIR / "traces"))]
+        paths = [(label, p) for label, p in paths if p.exists()]
+        if not paths:
+            log(f"trace {name}: not recorded (see the module docstring for the command)")
+        found += paths
+    return found
+
+
 def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict[str, Any]] | None = None,
-                   overheads: dict[str, list[float]] | None = None) -> list[dict[str, Any]]:
-    """The committed live traces (``bench/traces``) re-run in the simulator: every operator's busy fraction compared."""
+                   overheads: dict[str, list[float]] | None = None, results: Path = RESULTS) -> list[dict[str, Any]]:
+    """The live traces re-run in the simulator: every operator's busy fraction compared (see the module docstring)."""
     from trident_flows.bench import fidelity_traces as ft
-    from trident_flows.bench.live_trace import TRACE_DIR, load
+    from trident_flows.bench.closed_loop_runs import make_system_policy
+    from trident_flows.bench.live_trace import load
 
     rows = []
-    for name in names:
-        trace = load(TRACE_DIR / f"{name}.jsonl.gz")
+    for source, path in _trace_paths(names, results, log):
+        trace = load(path)
+        name = trace.name
         bench, policy = ft.trace_workload(name)
         profile = PipelineProfile.load(bench.profile)
         workload, _ = workloads(False, bench)
         tuning = tune(profile, workload)
         if overheads is not None:
-            overheads[name] = [round(x, 3) for x in ft.start_overheads(trace, profile)]
+            overheads[source.removeprefix("trace ")] = [round(x, 3) for x in ft.start_overheads(trace, profile)]
         stretch = ft.overrun(trace, profile)
         recorded_at = datetime.datetime.fromtimestamp(trace.ticks[0].at, datetime.timezone.utc)
         reason = ft.stale_reason(trace, workload.blocks(), tuning.static_avg.label()) or _stale_policy(policy, recorded_at) or \
             (f"its batches took {stretch:.2f}x their modelled seconds (median; > {ft.OVERRUN_MAX}): a starved machine"
              if not stretch <= ft.OVERRUN_MAX else "")
         if reason:
-            log(f"trace {name}: not a reference: {reason}")
+            log(f"{source}: not a reference: {reason}")
             if unreliable is not None:
-                unreliable.append({"workload": f"{bench.profile}/{policy}", "source": f"trace {name}", "reason": reason})
+                unreliable.append({"workload": f"{bench.profile}/{policy}", "source": source, "reason": reason})
             continue
         live = ft.live_figures(trace, GPUS)
         spec = workload.spec(profile, tuning.static_avg, f"fidelity-{name}")
-        run = simulate(spec, _cluster(), _policy(policy, spec, _cluster()), tick_s=TICK_S)
+        run = simulate(spec, _cluster(), None if policy == "static" else make_system_policy(policy, spec, tuning, workload), tick_s=TICK_S)
         s = run.summary
         samples = run.runner.samples(0).samples
         if len(samples) >= run.runner.settings.sample_buffer:
@@ -341,14 +363,14 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
         if gpu is not None and live["accel_busy"] is not None:
             busy_points["GPUs"] = round(100 * abs(gpu - live["accel_busy"]), 2)
         err = abs(s["steady_items_per_s"] - live["items_per_s"]) / live["items_per_s"]
-        row = {"workload": f"{bench.profile}/{'static-avg' if policy == 'static' else policy}", "source": f"trace {name}",
+        row = {"workload": f"{bench.profile}/{'static-avg' if policy == 'static' else policy}", "source": source,
                "live": {**live, "overrun": stretch, "load_average": [trace.header.get("load_average_start", [None])[0],
                                                                       trace.summary.get("load_average_end", [None])[0]]},
                "sim": {"items_per_s": s["steady_items_per_s"], "accel_busy": gpu, "busy": sim_busy, "reconfigurations": s["reconfigurations"],
                        "ooms": s["ooms"], "sim_cpu_s": s["sim_cpu_s"]},
                "throughput_error": err, "busy_error_points": busy_points, "max_busy_error_points": max(busy_points.values()),
                "reconfiguration_diff": abs(s["reconfigurations"] - live["reconfigurations"])}
-        log(f"{row['workload']} (trace {name}, batches {stretch:.3f}x modelled): live {live['items_per_s']:.2f} items/s, sim "
+        log(f"{row['workload']} ({source}, batches {stretch:.3f}x modelled): live {live['items_per_s']:.2f} items/s, sim "
             f"{s['steady_items_per_s']:.2f} (error {err:.1%}), largest busy gap {row['max_busy_error_points']:.1f} points "
             f"({max(busy_points, key=busy_points.get)}), reconfigurations {live['reconfigurations']} vs {s['reconfigurations']}")
         rows.append(row)
@@ -361,7 +383,7 @@ def run(quick: bool = False, log: Any = print, live: bool = False, results: Path
     overheads: dict[str, list[float]] = {}
     systems = QUICK_SYSTEMS if quick else COMMITTED_SYSTEMS
     rows = [r for p, ref in REFERENCES for r in against_committed(p, systems, log, unreliable, ref, results, quick)]
-    rows += against_traces(QUICK_TRACES if quick else TRACES, log, unreliable, overheads)
+    rows += against_traces(QUICK_TRACES if quick else TRACES, log, unreliable, overheads, results)
     if live:
         rows += run_side_by_side(quick, log)
     errors = [r["throughput_error"] for r in rows if r["throughput_error"] is not None]
