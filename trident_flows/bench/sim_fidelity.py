@@ -40,7 +40,7 @@ Contract of ``run(quick) -> BenchResult``:
   again as a check of the machine; about 25 minutes per pipeline on the 2-core machine, alone):
   ``trident-flows bench closed-loop --systems static-avg,oracle,threshold,ds2,trident --repeats 3
   --out bench-results/sim-fidelity-live``, then the same with ``closed-loop-video``; and one
-  traced run each (every batch recorded; about 10 minutes for the eight):
+  traced run each (every batch recorded; about 15 minutes for the eight: docs-oracle took 143 s):
   ``python -m trident_flows.bench.record_traces --only docs-threshold docs-oracle docs-trident
   docs-ds2 video-threshold video-oracle video-trident video-ds2 --out
   bench-results/sim-fidelity-live/traces``. The next ``bench sim-fidelity`` compares them.
