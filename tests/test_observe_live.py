@@ -1,5 +1,6 @@
 """Live traces (format, recording wrapper), the completed-throughput measure, and their replay (no Ray)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from trident_flows.bench import observe_live
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import (completed_input_items, placement_settled, remaining_input_items, stream_positions,
+                                                        sustainable_throughput)
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 A = OpConfig.make(batch_size=8, threads=2)
@@ -45,6 +47,20 @@ def test_rows_filtered_upstream_do_not_hold_the_tail_back():
     # parse forwarded 80 of 100 rows (20 filtered): embed having taken all 80 means all 100 inputs are done
     state = _state(5.0, (100, 80, 0), (80, 0, 0))
     assert completed_input_items(state) == 100.0
+
+
+def test_items_left_are_counted_in_input_items_not_rows():
+    # decode read 10 of 20 videos and split them into 50 clips; embed took 25 clips, 25 wait in its queue
+    decode = OperatorState("decode", (_replica("d0", 9),), 0, 0, 10, 50, 1, 0.5, 0, 0, 50)
+    embed = OperatorState("embed", (_replica("e0", 9),), 25, 250, 25, 25, 1, 0.5, 0, 0, 0)
+    state = RunnerState("p", (decode, embed), 10, 25, 0, 0, 25, False, False, 5.0, 0.0, 8, 0, 0, 0)
+    # 10 videos not read + 5 read and not finished (25 queued clips are 5 videos, not 25 items)
+    assert remaining_input_items(state, 20) == 15.0
+    assert remaining_input_items(state, None) is None
+    # everything read and finished: nothing left, whatever the rows written
+    done = RunnerState("p", (replace(decode, items_in=20, items_out=100, items_forwarded=100), replace(embed, queue_items=0, items_in=100)),
+                       20, 100, 0, 0, 100, True, False, 9.0, 0.0, 8, 0, 0, 0)
+    assert remaining_input_items(done, 20) == 0.0
 
 
 class _Inner:
