@@ -186,3 +186,23 @@ def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmar
     # 20 videos in 10 s: 2 input items/s, the unit of every predicted throughput (100 rows were written)
     assert record.pipeline_throughput == pytest.approx(2.0)
     assert record.pipeline_throughput == pytest.approx(sustainable_throughput(state(10.0, 10), state(20.0, 30)))
+
+
+def test_a_plan_made_before_its_workload_was_seen_is_judged_on_the_models_refitted_when_it_settled():
+    ends = np.arange(0.0, 40.0, 0.5)     # the bottleneck finishes two batches a second
+    switches = {"ocr": (ends, [("long", 10.0)])}
+    decision = {"queue_aware": 5.0, "queue_aware_bottleneck": "ocr", "busy_time": 5.0}
+    settle = {"queue_aware": 2.0, "queue_aware_bottleneck": "ocr", "busy_time": 2.0}
+    # decided 1 s into the new block (3 batches), settled 8 s in (17 batches, enough for a refit): the refitted models' prediction
+    judged = observe_live._judged_prediction(decision, settle, switches, decided_at=11.0, settled_at=18.0, until=28.0)
+    assert judged["status"] == "scored" and judged["predicted_at"] == "settled" and judged["queue_aware"] == 2.0
+    assert judged["decision_prediction"] == 5.0 and "finished 3 batch(es)" in judged["decision_unseen"]
+    # settled 2 s in (4 batches): neither had seen the workload
+    judged = observe_live._judged_prediction(decision, settle, switches, decided_at=11.0, settled_at=12.0, until=22.0)
+    assert judged["status"].startswith(observe_live.WORKLOAD_CHANGED) and judged["queue_aware"] == 5.0
+    # a decision made on a workload its model had run is judged as it was made
+    judged = observe_live._judged_prediction(decision, settle, switches, decided_at=20.0, settled_at=22.0, until=30.0)
+    assert judged["predicted_at"] == "decision" and judged["queue_aware"] == 5.0
+    # no model at the decision: the refitted models' prediction, when they had seen the workload
+    judged = observe_live._judged_prediction({"error": "embed: no model"}, settle, switches, decided_at=1.0, settled_at=2.0, until=9.0)
+    assert judged["status"] == "scored" and judged["queue_aware"] == 2.0 and "no model" in judged["decision_unseen"]
