@@ -838,23 +838,29 @@ def _lbfgs(maxiter: int):
 
 def _work_weights(windows: Sequence[Window], names: Sequence[str]) -> tuple[float, ...]:
     """Seconds per item as a non-negative linear function of the per-item features (``[intercept, weight per
-    feature]``), fitted by NNLS in relative error on the training windows. The model's workload input is the
-    log of that work, not each feature apart: a batch's time is a sum over its items, so a window of mixed
-    items runs at the harmonic mean of their rates, which a trend in log features cannot give. On the live
-    document trace an OCR window of five short-document batches and one of scans (0.14 scanned pages per
-    item) took 49 items/s where the log-feature model, fitted on windows of either kind, predicted 354."""
+    feature]``), fitted by NNLS in relative error on the training windows, with an intercept of each
+    (config, replica count) of its own (a batch's fixed cost and the replicas' contention differ between
+    them; the returned intercept is their median). The model's workload input is the log of that work, not
+    each feature apart: a batch's time is a sum over its items, so a window of mixed items runs at the
+    harmonic mean of their rates, which a trend in log features cannot give. On the live document trace an
+    OCR window of five short-document batches and one of scans (0.14 scanned pages per item) took 49 items/s
+    where the log-feature model, fitted on windows of either kind, predicted 354."""
     if not names or not windows:
         return ()
     F = _feature_matrix(windows, names)
     spi = np.array([1.0 / w.per_replica_rate for w in windows])
-    A = np.column_stack([np.ones(len(windows)), F]) / spi[:, None]
+    groups = group_codes([(w.config, w.replicas) for w in windows])
+    G = np.eye(int(groups.max()) + 1)[groups]
+    A = np.column_stack([G, F]) / spi[:, None]
     scale = np.abs(A).max(axis=0)
     scale[scale == 0] = 1.0
     weights, _ = nnls(A / scale, np.ones(len(windows)))
     weights = weights / scale
-    if not weights.any():
-        weights[0] = float(np.median(spi))
-    return tuple(float(x) for x in weights)
+    intercept = float(np.median(weights[groups]))
+    features = weights[G.shape[1]:]
+    if intercept <= 0 and not features.any():
+        intercept = float(np.median(spi))
+    return (intercept, *(float(x) for x in features))
 
 
 def _feature_matrix(windows: Sequence[Window], names: Sequence[str]) -> np.ndarray:
