@@ -50,7 +50,8 @@ Model (deliberate design, to keep fit + predict of a 2,000-sample window well un
   subset of ``optimise_points`` windows; the GP is then conditioned exactly on all of them.
 - Inputs (standardised): device one-hot (when several devices), log2 batch size,
   log1p cpus/gpus per replica, log2 replicas, numeric knobs (log2 when positive),
-  categorical knobs one-hot, log1p per-item workload features.
+  categorical knobs one-hot, and the workload as log(work per item): a non-negative linear fit of seconds per
+  item on the per-item features (``_work_weights``), so items mix as their costs add up.
 - Target: log per-replica rate (positive, multiplicative noise). A weighted ridge
   regression on the inputs is the GP's prior mean (so extrapolation in batch size and features
   follows a log-linear trend; within the replica counts seen, with no evidence of contention
