@@ -232,3 +232,40 @@ def test_replica_counts_beyond_those_seen_keep_the_nearest_per_replica_rate():
         assert min(seen) * 0.9 <= model.per_replica(A, r).mean <= max(seen) * 1.1
     assert model.per_replica(A, 4).mean == pytest.approx(model.per_replica(A, 7).mean, rel=1e-6)
     assert model.per_replica(A, 16).mean == pytest.approx(model.per_replica(A, 9).mean, rel=1e-6)
+
+
+def test_batches_whose_end_timestamp_was_rounded_below_start_plus_busy_are_kept():
+    # end = start + busy_s in float64 seconds since the epoch (spacing 2.4e-7 s): a 25 ms batch's
+    # end - start comes out up to 1.2e-7 s short of its busy_s; a third of a live video trace's
+    # dedup batches were discarded as invalid for it
+    rng = np.random.default_rng(4)
+    samples, t = [], 1_796_052_177.950555
+    for k in range(200):
+        busy = float(rng.uniform(0.02, 0.03))
+        samples.append(BatchSample("dedup", "r0", A, t, t + busy, busy, 4, 4))
+        t += busy + 0.001
+    assert sum(s.end - s.start < s.busy_s for s in samples) > 40    # the rounding is real
+    late = replace(samples[50], busy_s=samples[50].busy_s + 1e-3)    # a busy time 1 ms past its interval is not
+    report = OperatorModel("dedup").fit(samples[:50] + [late] + samples[51:])
+    invalid = [f for f in report.filtered if f.reason == Reason.INVALID]
+    assert [f.index for f in invalid] == [50] and "exceeds end - start" in invalid[0].detail
+
+
+def test_a_window_of_mixed_items_is_predicted_at_the_harmonic_mean_of_their_rates():
+    # seconds per item = 0.008 + 1.2 per scanned page: short documents (no scans) run 150x faster than scans;
+    # a batch's time is the sum over its items, so a mix runs at the harmonic mean of the two rates
+    def batch(t: float, scanned: float, items: int = 4) -> BatchSample:
+        busy = items * 0.008 + 1.2 * scanned
+        return BatchSample("ocr", "r0", A, t, t + busy, busy, items, items, {"scanned_pages": scanned})
+
+    rng = np.random.default_rng(5)
+    samples, t = [], 0.0
+    for k in range(240):
+        s = batch(t, 0.0 if k < 160 else float(rng.uniform(3.6, 4.4)))   # short documents, then scans (~1 scanned page/item)
+        samples.append(s)
+        t = s.end
+    model = OperatorModel("ocr")
+    assert model.fit(samples).fitted
+    for scanned in (0.0, 0.14, 0.5, 1.0):
+        truth = 1.0 / (0.008 + 1.2 * scanned)
+        assert model.throughput(A, 1, {"scanned_pages": scanned}).mean == pytest.approx(truth, rel=0.1), scanned

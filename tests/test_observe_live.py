@@ -1,5 +1,6 @@
 """Live traces (format, recording wrapper), the completed-throughput measure, and their replay (no Ray)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from trident_flows.bench import observe_live
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import (completed_input_items, placement_settled, remaining_input_items, stream_positions,
+                                                        sustainable_throughput)
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 A = OpConfig.make(batch_size=8, threads=2)
@@ -45,6 +47,20 @@ def test_rows_filtered_upstream_do_not_hold_the_tail_back():
     # parse forwarded 80 of 100 rows (20 filtered): embed having taken all 80 means all 100 inputs are done
     state = _state(5.0, (100, 80, 0), (80, 0, 0))
     assert completed_input_items(state) == 100.0
+
+
+def test_items_left_are_counted_in_input_items_not_rows():
+    # decode read 10 of 20 videos and split them into 50 clips; embed took 25 clips, 25 wait in its queue
+    decode = OperatorState("decode", (_replica("d0", 9),), 0, 0, 10, 50, 1, 0.5, 0, 0, 50)
+    embed = OperatorState("embed", (_replica("e0", 9),), 25, 250, 25, 25, 1, 0.5, 0, 0, 0)
+    state = RunnerState("p", (decode, embed), 10, 25, 0, 0, 25, False, False, 5.0, 0.0, 8, 0, 0, 0)
+    # 10 videos not read + 5 read and not finished (25 queued clips are 5 videos, not 25 items)
+    assert remaining_input_items(state, 20) == 15.0
+    assert remaining_input_items(state, None) is None
+    # everything read and finished: nothing left, whatever the rows written
+    done = RunnerState("p", (replace(decode, items_in=20, items_out=100, items_forwarded=100), replace(embed, queue_items=0, items_in=100)),
+                       20, 100, 0, 0, 100, True, False, 9.0, 0.0, 8, 0, 0, 0)
+    assert remaining_input_items(done, 20) == 0.0
 
 
 class _Inner:
@@ -170,3 +186,23 @@ def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmar
     # 20 videos in 10 s: 2 input items/s, the unit of every predicted throughput (100 rows were written)
     assert record.pipeline_throughput == pytest.approx(2.0)
     assert record.pipeline_throughput == pytest.approx(sustainable_throughput(state(10.0, 10), state(20.0, 30)))
+
+
+def test_a_plan_made_before_its_workload_was_seen_is_judged_on_the_models_refitted_when_it_settled():
+    ends = np.arange(0.0, 40.0, 0.5)     # the bottleneck finishes two batches a second
+    switches = {"ocr": (ends, [("long", 10.0)])}
+    decision = {"queue_aware": 5.0, "queue_aware_bottleneck": "ocr", "busy_time": 5.0}
+    settle = {"queue_aware": 2.0, "queue_aware_bottleneck": "ocr", "busy_time": 2.0}
+    # decided 1 s into the new block (3 batches), settled 8 s in (17 batches, enough for a refit): the refitted models' prediction
+    judged = observe_live._judged_prediction(decision, settle, switches, decided_at=11.0, settled_at=18.0, until=28.0)
+    assert judged["status"] == "scored" and judged["predicted_at"] == "settled" and judged["queue_aware"] == 2.0
+    assert judged["decision_prediction"] == 5.0 and "finished 3 batch(es)" in judged["decision_unseen"]
+    # settled 2 s in (4 batches): neither had seen the workload
+    judged = observe_live._judged_prediction(decision, settle, switches, decided_at=11.0, settled_at=12.0, until=22.0)
+    assert judged["status"].startswith(observe_live.WORKLOAD_CHANGED) and judged["queue_aware"] == 5.0
+    # a decision made on a workload its model had run is judged as it was made
+    judged = observe_live._judged_prediction(decision, settle, switches, decided_at=20.0, settled_at=22.0, until=30.0)
+    assert judged["predicted_at"] == "decision" and judged["queue_aware"] == 5.0
+    # no model at the decision: the refitted models' prediction, when they had seen the workload
+    judged = observe_live._judged_prediction({"error": "embed: no model"}, settle, switches, decided_at=1.0, settled_at=2.0, until=9.0)
+    assert judged["status"] == "scored" and judged["queue_aware"] == 2.0 and "no model" in judged["decision_unseen"]

@@ -1,5 +1,7 @@
 """Regime detection (feature clustering + CUSUM on residuals) and regime memory, on synthetic streams (no Ray)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -203,3 +205,24 @@ def test_observe_many_decides_as_the_detector_sample_by_sample(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(RegimeDetector, "_quiet_run", lambda *args: [])   # every sample through ``update``'s steps
         assert feed(100) == ticks
+
+
+def test_a_residual_shift_of_millisecond_batches_must_last_a_second_to_be_a_regime():
+    # 15 ms batches: a load burst slows 40 of them (0.8 s) by half, later a shift lasts; both exceed ``persist``
+    # batches, only the second lasts ``persist_s`` seconds
+    rng = np.random.default_rng(6)
+    n = 900
+    residuals = rng.normal(0.0, 0.05, n)
+    residuals[200:240] -= 0.7
+    residuals[600:] -= 0.7
+    samples, t = [], 0.0
+    for k in range(n):
+        busy = 0.015 if k < 200 or k >= 240 else 0.02
+        samples.append(BatchSample("dedup", "r0", CFG, t, t + busy, busy, 16, 16, {"pages": 48.0 * rng.lognormal(0, 0.1)}))
+        t += busy
+    changes = _run(RegimeDetector("dedup", ("pages",)), samples, residuals)
+    assert len(changes) == 1 and changes[0].kind == ChangeKind.RESIDUAL, [(c.at_sample, c.reason) for c in changes]
+    assert samples[changes[0].at_sample].end - samples[600].end == pytest.approx(1.0, abs=0.1)
+    # the same burst in batches of a second is a regime: it lasted 40 s
+    slow = [replace(s, start=k * 1.0, end=k * 1.0 + 1.0, busy_s=1.0) for k, s in enumerate(samples)]
+    assert [c.at_sample < 260 for c in _run(RegimeDetector("dedup", ("pages",)), slow, residuals)][:1] == [True]

@@ -35,7 +35,10 @@ Summary (plain numbers):
   a workload its prediction had seen: when the predicted bottleneck reached another block of the
   schedule during the measurement, or fewer than ``REFIT_MIN_SAMPLES`` of its batches before the
   plan, the plan is listed as "workload changed" and not scored (a model cannot know a workload
-  it has not run; the trident policy's verification does not judge such a plan either). Other
+  it has not run; the trident policy's verification does not judge such a plan either), unless the
+  models as refitted by the poll the plan settled at (before its measurement began) had seen it: the
+  placement is predicted again there and the plan scored on that (``predicted_at``: "decision" or
+  "settled"; also when no model existed at the decision). Other
   operators' blocks are not checked: one that became the bottleneck on a new block counts as
   the model's error.
   ``plan_error_median_all`` / ``plan_error_p90_all`` (raw) include those plans.
@@ -103,8 +106,10 @@ class _Op:
         self.scored_until = -math.inf
 
 
-def _replay(trace: Trace) -> dict[str, Any]:
-    """The controller's observation loop over one trace; returns what it measured."""
+def _replay(trace: Trace, settled_at: dict[int, int] | None = None) -> dict[str, Any]:
+    """The controller's observation loop over one trace; returns what it measured. ``settled_at`` maps a plan
+    (its index among the trace's decisions) to the tick it settled at: its placement is predicted again there,
+    with the models as refitted by then (``predictions_settled``)."""
     ops = {name: _Op(name) for name in trace.operators}
     tracker = OccupancyTracker(SATURATION_S)
     held, spans, changes, fits_ms = [], [], [], []
@@ -112,6 +117,10 @@ def _replay(trace: Trace) -> dict[str, Any]:
     history: deque[Any] = deque(maxlen=30)
     t0 = trace.ticks[0].at
     plans = [(n, d) for n, d in enumerate(trace.decisions) if d.plan is not None]
+    at_tick: dict[int, list[int]] = {}
+    for n, k in (settled_at or {}).items():
+        at_tick.setdefault(k, []).append(n)
+    settled_predictions: dict[int, dict[str, Any]] = {}
     for k, tick in enumerate(trace.ticks):
         state = tick.state
         by_op: dict[str, list[BatchSample]] = {}
@@ -156,8 +165,11 @@ def _replay(trace: Trace) -> dict[str, Any]:
         while plans and plans[0][1].at < next_at:   # decided between this poll and the next: the models as of this poll
             n, decision = plans.pop(0)
             predictions[n] = _predict_plan(ops, state, list(history), decision.plan)
+        for n in at_tick.get(k, ()):   # the plan settled at this poll: the models as refitted by now, before it is measured
+            settled_predictions[n] = _predict_plan(ops, state, list(history), trace.decisions[n].plan)
         history.append(state)
     return {"held": held, "spans": spans, "changes": changes, "fits_ms": fits_ms, "predictions": predictions,
+            "predictions_settled": settled_predictions,
             "occupancy": {name: _occupancy_shares(trace, name) for name in ops}}
 
 
@@ -238,24 +250,43 @@ def _in_place(plan_groups: dict[str, dict], state: Any) -> bool:
     return True
 
 
-def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every applied plan with its predicted throughputs (the replayed models', queue-aware and busy-time only,
-    and the recording policy's own), against the completed throughput once it settled."""
-    out = []
+def _settling(trace: Trace) -> dict[int, tuple[int, int | None]]:
+    """Per placement plan (its index among the trace's decisions): the first poll after it was decided and the
+    first poll with its placement in place and settled (``placement_settled`` for the operators it changed;
+    None when never)."""
     ticks = trace.ticks
-    boundaries = [a for _, a, _ in trace.blocks][1:]
-    applied_at = []
     at = np.array([t.at for t in ticks])
+    out = {}
     for n, decision in enumerate(trace.decisions):
         plan = decision.plan
         if plan is None or not plan.operators or (decision.record or {}).get("action") == Action.CANARY.value:
             continue   # a canary tries a config on one extra replica: no placement to judge
         k = int(np.searchsorted(at, decision.at))    # the first poll after the decision
-        want = {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}
+        want = _groups(plan)
         before = ticks[max(k - 1, 0)].state
         changed = [name for name, groups in want.items() if dict(serving_configs(before.operator(name))) != groups]
-        settled = next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state)
-                        and placement_settled(ticks[j].state, changed)), None)
+        out[n] = (k, next((j for j in range(k, len(ticks)) if _in_place(want, ticks[j].state) and placement_settled(ticks[j].state, changed)),
+                          None))
+    return out
+
+
+def _groups(plan: Any) -> dict[str, dict]:
+    return {o.operator: {g.config: g.replicas for g in o.groups if g.replicas} for o in plan.operators}
+
+
+def _plans(trace: Trace, predictions: dict[int, dict[str, Any]], settled_predictions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every applied plan with its predicted throughputs (the replayed models', queue-aware and busy-time only,
+    and the recording policy's own), against the completed throughput once it settled. A plan whose prediction
+    at the decision had not seen the workload is predicted again by the models as refitted when it settled
+    (``settled_predictions``, before its measurement began) and scored on that when they had seen it."""
+    out = []
+    ticks = trace.ticks
+    boundaries = [a for _, a, _ in trace.blocks][1:]
+    applied_at = []
+    for n, (k, settled) in _settling(trace).items():
+        decision = trace.decisions[n]
+        plan = decision.plan
+        want = _groups(plan)
         record = decision.record or {}
         policy_predicted = float(record.get("predicted_throughput") or plan.predicted_throughput or 0.0)
         entry = {"t": round(decision.at - ticks[0].at, 2), **predictions.get(n, {"error": "not replayed"}), "policy_predicted": policy_predicted,
@@ -264,11 +295,11 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
             in_place = any(_in_place(want, t.state) for t in ticks[k:])
             out.append({**entry, "status": "never settled (a replica never finished a batch)" if in_place else "never in place"})
             continue
-        applied_at.append((k, settled, entry, decision.at))
+        applied_at.append((k, settled, entry, decision.at, n))
     switches = {name: _switch_times(trace, name) for name in trace.operators}
-    for n, (k, settled, entry, decided_at) in enumerate(applied_at):
+    for m, (k, settled, entry, decided_at, n) in enumerate(applied_at):
         start = ticks[settled].state
-        next_plan = applied_at[n + 1][0] if n + 1 < len(applied_at) else len(ticks)
+        next_plan = applied_at[m + 1][0] if m + 1 < len(applied_at) else len(ticks)
         end = settled
         head0, done0 = start.operators[0].items_in, completed_input_items(start)
         for j in range(settled + 1, min(next_plan + 1, len(ticks))):
@@ -283,17 +314,40 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]]) -> list[dict[st
             end = j
         seconds = ticks[end].state.wall_s - start.wall_s
         settled_after = round(ticks[settled].at - decided_at, 2)
-        if seconds < MIN_SETTLE_S or "queue_aware" not in entry:
-            why = entry.get("error") or f"measured only {seconds:.1f} s after it settled"
+        again = settled_predictions.get(n, {})
+        if seconds < MIN_SETTLE_S or ("queue_aware" not in entry and "queue_aware" not in again):
+            why = entry.get("error") if seconds >= MIN_SETTLE_S else f"measured only {seconds:.1f} s after it settled"
             out.append({**entry, "status": f"not scored: {why}", "settled_after_s": settled_after})
             continue
         measured = sustainable_throughput(start, ticks[end].state)
-        errors = {f"error_{key}": abs(entry[key] - measured) / measured if measured > 0 else math.inf
-                  for key in ("queue_aware", "busy_time", "policy_predicted") if entry[key] > 0}
-        unseen = _unseen_workload({entry["queue_aware_bottleneck"]: switches[entry["queue_aware_bottleneck"]]}, decided_at, ticks[end].at)
-        out.append({**entry, "status": f"{WORKLOAD_CHANGED}: {unseen}" if unseen else "scored", "settled_after_s": settled_after,
-                    "measured": measured, "measured_over_s": round(seconds, 2), **errors})
+        judged = _judged_prediction(entry, again, switches, decided_at, ticks[settled].at, ticks[end].at)
+        keys = ("queue_aware", "busy_time") + (("policy_predicted",) if judged["predicted_at"] == "decision" else ())
+        errors = {f"error_{key}": abs(judged[key] - measured) / measured if measured > 0 else math.inf for key in keys if judged.get(key, 0) > 0}
+        out.append({**judged, "settled_after_s": settled_after, "measured": measured, "measured_over_s": round(seconds, 2), **errors})
     return out
+
+
+def _judged_prediction(at_decision: dict[str, Any], at_settle: dict[str, Any], switches: dict[str, Any], decided_at: float,
+                       settled_at: float, until: float) -> dict[str, Any]:
+    """The prediction a plan measured up to ``until`` is judged on, with its ``status``: the one made at the
+    decision when its bottleneck's model had seen the workload (``_unseen_workload``); else (or when a model
+    had no prediction then) the one the models as refitted when the plan settled made, when theirs had; else
+    the decision's, marked "workload changed" (or "not scored" without a prediction)."""
+    def unseen(prediction: dict[str, Any], since: float) -> str:
+        if "queue_aware" not in prediction:
+            return f"no prediction ({prediction.get('error', 'not replayed')})"
+        name = prediction["queue_aware_bottleneck"]
+        return _unseen_workload({name: switches[name]}, since, until)
+
+    why = unseen(at_decision, decided_at)
+    if not why:
+        return {**at_decision, "status": "scored", "predicted_at": "decision"}
+    if "queue_aware" in at_settle and not unseen(at_settle, settled_at):
+        return {**at_decision, **at_settle, "status": "scored", "predicted_at": "settled", "decision_prediction": at_decision.get("queue_aware"),
+                "decision_unseen": why}
+    if "queue_aware" not in at_decision:
+        return {**at_decision, "status": f"not scored: {why}", "predicted_at": "decision"}
+    return {**at_decision, "status": f"{WORKLOAD_CHANGED}: {why}", "predicted_at": "decision"}
 
 
 def _switch_times(trace: Trace, name: str) -> tuple[np.ndarray, list[tuple[str, float]]]:
@@ -467,8 +521,8 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
     t_start = time.perf_counter()
     for path in paths:
         trace = load(path)
-        res = _replay(trace)
-        res["plans"] = _plans(trace, res.pop("predictions"))
+        res = _replay(trace, {n: settled for n, (_, settled) in _settling(trace).items() if settled is not None})
+        res["plans"] = _plans(trace, res.pop("predictions"), res.pop("predictions_settled"))
         res["truth"], res["detection"] = {}, {}
         if trace.header.get("emulated") and len(trace.blocks) > 1:
             # regimes are scored where the schedule and the cost model say which switches change an operator's cost

@@ -27,7 +27,12 @@ Contract:
   standardised residuals must be beyond ``2k`` and the shift at least ``min_shift`` (log
   units, 0.3 = 35%: on a shared machine a batch's rate moves that much with nothing changed in the
   operator: in live traces of emulated pipelines recorded at load 1-15, 6 of 10 residual alarms
-  were shifts of 13-36%; a shift that small is also not worth re-planning for); a CUSUM
+  were shifts of 13-36%; a shift that small is also not worth re-planning for), and the build-up
+  must have lasted ``persist_s`` seconds of sample end times, one control tick by default (the
+  machine's load bursts last up to a second whatever the batch size: in the live video trace under
+  ds2, dedup_frames' 25 ms batches took 60-140 ms for 0.5-1 s at a time, 20-40 batches, enough for
+  ``persist`` samples, and two of them were reported as regimes; 2 s delayed the report of a real
+  shift of OCR's 34 ms batches past 80 samples); a CUSUM
   excursion whose cause is already over (a neighbour's burst shorter than about
   ``persist / 2`` batches) is counted in ``transients`` and reset. So a hidden change is
   reported after about ``persist / 2 + 1`` samples. With k=0.5, h=8 the false-alarm run
@@ -122,6 +127,8 @@ class _Cusum:
     down: float = 0.0
     up_start: int = 0
     down_start: int = 0
+    up_since: float = 0.0     # end time of the sample each side's current build-up began at
+    down_since: float = 0.0
 
 
 
@@ -130,7 +137,7 @@ class RegimeDetector:
 
     def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
                  radius: float = 0.8, vote_window: int = 8, confirm: int = 6, calibration: int = 30, cusum_k: float = 0.5,
-                 cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, min_shift: float = 0.3, dwell: int = 10,
+                 cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, persist_s: float = 1.0, min_shift: float = 0.3, dwell: int = 10,
                  min_sigma: float = 0.01, centroid_memory: int = 200, rebase_samples: int = 100, noise_z: float = 2.0,
                  noise_memory: int = 100, load_share: float = 0.5) -> None:
         if confirm > vote_window or confirm < 1:
@@ -150,6 +157,7 @@ class RegimeDetector:
         self.h = cusum_h
         self.clip = clip
         self.persist = persist
+        self.persist_s = persist_s
         self.min_shift = min_shift
         self.dwell = dwell
         self._previous: int | None = None
@@ -248,7 +256,7 @@ class RegimeDetector:
         tail = r[-self.persist:]
         self._cusum.history.extend((self.n - len(tail) + k, (x - med) / self._cusum.sigma) for k, x in enumerate(tail))
 
-    def _cusum_step(self, residual: float) -> tuple[float, int] | None:
+    def _cusum_step(self, residual: float, at: float) -> tuple[float, int] | None:
         c = self._cusum
         if self._cal_left > 0:
             c.calibration.append(residual)
@@ -263,9 +271,9 @@ class RegimeDetector:
         # statistics.median: the same value as np.median, 50x cheaper on three numbers (this runs once a sample)
         z = max(-self.clip, min(self.clip, float(statistics.median(c.recent))))
         if c.up == 0.0:
-            c.up_start = self.n
+            c.up_start, c.up_since = self.n, at
         if c.down == 0.0:
-            c.down_start = self.n
+            c.down_start, c.down_since = self.n, at
         c.up = max(0.0, c.up + z - self.k)
         c.down = max(0.0, c.down - z - self.k)
         if max(c.up, c.down) <= self.h:
@@ -274,9 +282,9 @@ class RegimeDetector:
         level = float(np.median(window)) if len(window) >= self.persist else 0.0
         needed = max(2 * self.k, self.min_shift / c.sigma)
         if c.up > self.h and level >= needed:
-            return c.up, c.up_start
+            return (c.up, c.up_start) if at - c.up_since >= self.persist_s else None
         if c.down > self.h and level <= -needed:
-            return -c.down, c.down_start
+            return (-c.down, c.down_start) if at - c.down_since >= self.persist_s else None
         if abs(float(np.median(window[-5:]))) < self.k:
             # the shift is already over: a transient (a neighbour's burst), not a regime
             c.up = c.down = 0.0
@@ -416,7 +424,7 @@ class RegimeDetector:
                 break
             r = residuals.get(i + k)
             if r is not None and math.isfinite(r):
-                alarm = self._cusum_step(r)
+                alarm = self._cusum_step(r, samples[i + k].end)
                 if alarm is not None:
                     used = k
                     break
@@ -480,7 +488,7 @@ class RegimeDetector:
         self._record(x, label, sample)
         alarm = None
         if residual is not None and math.isfinite(residual):
-            alarm = self._cusum_step(residual)
+            alarm = self._cusum_step(residual, sample.end)
         return self._conclude(x, label, dist, alarm)
 
     def _record(self, x: np.ndarray, label: int | None, sample: BatchSample) -> None:

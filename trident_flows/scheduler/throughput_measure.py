@@ -9,6 +9,11 @@ Contract:
 - ``completed_input_items(state)``: the last operator's position: input items the whole
   pipeline has finished. Items queued or in flight anywhere are not counted, so queues filling
   at start-up, or draining after a change, do not count as throughput.
+- ``remaining_input_items(state, total) -> float | None``: input items the run has still to
+  finish, in input items like every figure here: those not yet read from the source (``total``,
+  the input's size, less the runner's ``items_in``) plus those read and not yet completed
+  (queued or in flight anywhere, counted by stream position, not as rows: on the video pipeline
+  one clip becomes about five rows after ``scenes``); None when ``total`` is unknown.
 - ``sustainable_throughput(before, after) -> float``: completed input items per second between
   two snapshots of one run (``RunnerState.wall_s`` is the clock); ``ValueError`` for snapshots
   of different pipelines or out of order.
@@ -47,6 +52,13 @@ def completed_input_items(state: Any) -> float:
     if not state.operators:
         return 0.0
     return stream_positions(state)[state.operators[-1].name]
+
+
+def remaining_input_items(state: Any, total: int | None) -> float | None:
+    """Input items not yet read plus those read and not yet completed (see the module docstring)."""
+    if not total:
+        return None
+    return max(0.0, float(total) - state.items_in) + max(0.0, state.items_in - completed_input_items(state))
 
 
 def sustainable_throughput(before: Any, after: Any) -> float:

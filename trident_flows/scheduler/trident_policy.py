@@ -99,8 +99,8 @@ Contract:
   ``confidence_z`` std), so a change is made only when its gain holds there.
 - transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
-  remaining time (past regimes longer than this one so far, less its elapsed time), capped by the items left (not yet read +
-  queued, from the runner, input open or closed) at the measured intake or end-to-end rate, with each option's cold start the
+  remaining time (past regimes longer than this one so far, less its elapsed time), capped by the input items left (not yet read +
+  read and not yet completed, ``throughput_measure.remaining_input_items``, input open or closed) at the measured intake or end-to-end rate, with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
   ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
   when the pricing decides ROLL_OUT (items gained over the regime at least ``benefit_ratio``
@@ -156,7 +156,7 @@ from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOpt
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
-from trident_flows.scheduler.throughput_measure import placement_settled, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import placement_settled, remaining_input_items, sustainable_throughput
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, OpConfig,
@@ -563,8 +563,8 @@ class TridentPolicy:
         """Seconds a change made now can pay off: the current regime's expected remaining time (past
         regimes that lasted longer than this one has so far, less its elapsed time; with none, as long
         again as it has lasted; before any regime has ended, the ``regime_duration_s`` prior when one is
-        given, else again as long as it has lasted), capped by the time the items left (not yet read +
-        queued, from the runner) take at ``throughput``. Without a prior a change made seconds into a run
+        given, else again as long as it has lasted), capped by the time the input items left (not yet read +
+        not yet completed) take at ``throughput``. Without a prior a change made seconds into a run
         must pay within seconds: a fixed 60 s prior made trident roll out 5 s after the first output of
         video runs whose regimes last 15 s, at a tenth of the run's throughput."""
         started = [t for t in self._regime_started.values()]
@@ -577,7 +577,7 @@ class TridentPolicy:
         else:
             prior = self.settings.regime_duration_s - elapsed if self.settings.regime_duration_s is not None else 0.0
             expected = max(prior, elapsed, 1.0)
-        left = remaining_items(state, getattr(self.spec, "items", None))
+        left = remaining_input_items(state, getattr(self.spec, "items", None))
         if left is not None and throughput > 0:
             expected = min(expected, left / throughput)
         return max(expected, 0.0)
@@ -747,9 +747,9 @@ class TridentPolicy:
         return max(_upper_median(self._intake), _upper_median(self._recent))
 
     def _run_left_s(self, state: RunnerState) -> float | None:
-        """Seconds the run has left at ``_completion_rate`` (items not yet read + queued); None for an
+        """Seconds the run has left at ``_completion_rate`` (input items not yet completed); None for an
         input of unknown size or before any rate is measured."""
-        left = remaining_items(state, getattr(self.spec, "items", None))
+        left = remaining_input_items(state, getattr(self.spec, "items", None))
         rate = self._completion_rate()
         return left / rate if left is not None and rate > 0 else None
 
@@ -1209,14 +1209,6 @@ def worse_than_before(before: Sequence[float], after: Sequence[float], z: float)
     figures = (f"{mean_a:.4g} items/s end to end over {len(a)} ticks after vs {mean_b:.4g} over {len(b)} before, "
                f"noise {se:.3g} (x{z:g})")
     return worse, figures
-
-
-def remaining_items(state: RunnerState, total: int | None) -> float | None:
-    """Input items still to process: not yet read from the source (``total`` known) plus those queued
-    in the pipeline; None when the total is unknown."""
-    if not total:
-        return None
-    return max(0, total - state.items_in) + sum(op.queue_items for op in state.operators)
 
 
 def done_operators(state: RunnerState) -> frozenset[str]:
