@@ -124,6 +124,28 @@ def test_a_slower_verification_across_a_regime_change_keeps_the_plan():
     assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
 
 
+def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback():
+    # the contended rollout again; a detector announces a new regime on the tick after the rollout, before
+    # the plan is in place: the baseline is the old regime's, so the slower measurement is not the plan's
+    from trident_flows.scheduler.decision_log import EventKind, TickEvent
+
+    contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
+    runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    records = []
+    while not records or records[-1].action != "roll_out":
+        records += run_ticks(runner, policy, 1)
+        assert len(records) < 14, [(r.action, r.reason[:80]) for r in records]
+    placed, regime = policy._in_place, policy._regime
+    policy._in_place = lambda _state, _plan: False
+    policy._regime = lambda _state, _new, events: events.append(TickEvent(EventKind.REGIME_CHANGE, "a", "a: regime 0 -> 1 (injected)"))
+    records += run_ticks(runner, policy, 1)
+    policy._in_place, policy._regime = placed, regime
+    records += run_ticks(runner, policy, 10)
+    assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
+    assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
+
+
 class _Spec:
     """Just what the policy reads of a pipeline spec here: the total item count."""
 

@@ -20,7 +20,7 @@ from trident_flows.scheduler.placement.milp import PlacementError, solve_placeme
 from trident_flows.scheduler.policies import decide_once, make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, Plan
+from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 MIB = 2**20
 B8 = OpConfig.make("cpu", batch_size=8)
@@ -479,3 +479,55 @@ def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_co
     assert [t for op, t in fits if op == "a"] == [1, 4, 7, 10]
     with pytest.raises(ValueError, match="refit_ticks"):
         TridentSettings(refit_ticks=0)
+
+
+def test_a_rollout_keeps_the_canary_still_being_measured():
+    # the placement's plans carry no canary: a rollout on a tick without a canary event must not end the one running
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+    from trident_flows.core.types import ConfigSpace
+    from trident_flows.scheduler import trident_policy
+    from trident_flows.scheduler.replicas import canary_config
+
+    ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01, per_batch=0.08)]
+    runner = SimRunner(ops, [(1e9, {"x": 4.0, "y": 1.0})])
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0))
+    for _ in range(40):
+        run_ticks(runner, policy, 1)
+        measuring = [n for n in "ab" if policy._ops[n].canary is not None and canary_config(runner.state().operator(n)) is not None]
+        if measuring and policy._pending is None:
+            break
+    assert measuring, "no canary was measured in 40 ticks"
+    name = measuring[0]
+    running = canary_config(runner.state().operator(name))
+    grown = Plan(tuple(OperatorPlan(n, (ReplicaGroup(B8, 3),), "grow") for n in "ab"), reason="grow")
+    for n in "ab":
+        policy._ops[n].next_ask = 10**9  # no optimiser asked: a tick without a canary event
+    policy._transition = lambda *_args: trident_policy._Decided.roll_out(grown, "grow", 1.0)
+    policy._placement = lambda _state: ((), None, None, (), "")
+    record = run_ticks(runner, policy, 1)[0]
+    assert record.action == "roll_out", record.reason
+    assert record.plan.for_operator(name).canary == running, (record.reason, [e.text for e in record.events])
+    assert canary_config(runner.state().operator(name)) == running
+
+
+def test_a_canary_refused_for_its_batch_time_gives_the_kept_cpu_back_until_the_workload_changes():
+    # every proposal's batch takes longer than canary_max_batch_s: no canary starts, and the CPU kept for
+    # one goes back to the placement instead of waiting for a proposal the optimiser keeps making
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+    from trident_flows.core.types import ConfigSpace
+
+    ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01, per_batch=0.08)]
+    runner = SimRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0, canary_max_batch_s=1e-3, reask_ticks=1))
+    records = run_ticks(runner, policy, 30)
+    texts = [e.text for r in records for e in r.events if e.kind == EventKind.CANARY]
+    assert not [t for t in texts if t.startswith("canary cpu/b")], texts
+    assert {t.split(":")[0] for t in texts if t.startswith("no canary of")}, texts
+    assert all(policy._canary_abandoned_here(n) for n in "ab"), texts
+    assert not policy._exploring(runner.state())
+    policy._rearm_from(runner.state(), "a")  # a's workload changed: its optimiser may be asked again
+    assert not policy._canary_abandoned_here("a") and policy._exploring(runner.state())

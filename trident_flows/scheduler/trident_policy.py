@@ -45,7 +45,9 @@ Contract:
   no other canary until its workload changes: in a live cpu-only run OCR's canaries were abandoned
   six times in a row while born-digital items left it starved, each one a replica start), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
-  drained when it ends; a minutes-long batch would stall every later rollout). A config that ran out of memory, or whose memory upper bound
+  drained when it ends; a minutes-long batch would stall every later rollout; the operator then gets
+  no other canary until its workload changes, as the optimiser proposes the same config until told
+  more). A canary still being measured is kept by every plan issued meanwhile. A config that ran out of memory, or whose memory upper bound
   (``mean + k*std`` at the worst recent workload) exceeds the budget, is never a candidate; an
   operator running such a config is moved off it at once (safety comes before gain), with a
   feasible order (a move that cannot be ordered is not issued) and its price recorded. Before
@@ -331,7 +333,8 @@ class TridentPolicy:
         if any(e.kind == EventKind.REGIME_CHANGE for e in events):
             if self._pending is None:
                 self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
-            elif self._pending.ticks_in_place > 0:
+            else:  # also while the plan is being placed: its baseline is the old regime's (a scans rollout made as the
+                # features moved, two ticks before the head's detector switched, was rolled back at -0.2 vs 29.9 items/s)
                 self._pending.workload_changed = True
         step("calibrate", lambda: self._calibrate(state, samples))
         step("stale", lambda: self._arm_on_stale(state, events))
@@ -374,6 +377,8 @@ class TridentPolicy:
             if action.issues_nothing:
                 action, hold = Action.CANARY, None
                 reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {reason})" if reason else "")
+        elif plan is not None:
+            plan = replace(plan, operators=tuple(self._keeping_canary(state, o) for o in plan.operators))
         if errors and plan is None and action.issues_nothing:
             action, hold = Action.ERROR, Hold(HoldKind.STEP_FAILED)
             reason = "kept the current plan after a failed step: " + "; ".join(errors)
@@ -730,6 +735,10 @@ class TridentPolicy:
         except (NoModelError, ValueError):
             rate = 0.0
         if rate > 0 and config.batch_size / rate > self.settings.canary_max_batch_s:
+            # the optimiser proposes the same config until it is told more: no other canary until the workload
+            # changes, so the CPU kept for one goes back to the placement (in the simulated scans block OCR's
+            # proposals, 30-75 s a batch, were refused on every ask while one CPU of 16 stayed idle for them)
+            op.canary_abandoned_s = state.wall_s
             if (name, config) not in self._refused_canaries:
                 self._refused_canaries.add((name, config))
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
@@ -810,15 +819,19 @@ class TridentPolicy:
         if plan is None:
             return Plan(tuple(canaries.values()), 0.0, "; ".join(o.reason for o in canaries.values()),
                         Rationale(PlanKind.CANARY, canaries_ended=tuple(ended)))
-        ops = []
-        for o in plan.operators:
-            if o.operator in canaries:
-                ops.append(replace(o, canary=canaries[o.operator].canary))
-            else:  # keep a canary that is still being measured
-                ops.append(replace(o, canary=canary_config(state.operator(o.operator)) if self._ops[o.operator].canary else None))
+        ops = [replace(o, canary=canaries[o.operator].canary) if o.operator in canaries else self._keeping_canary(state, o)
+               for o in plan.operators]
         named = {o.operator for o in ops}
         ops += [o for n, o in canaries.items() if n not in named]
         return replace(plan, operators=tuple(ops))
+
+    def _keeping_canary(self, state: RunnerState, o: OperatorPlan) -> OperatorPlan:
+        """``o`` with the operator's canary kept while it is still being measured. The placement's plans carry
+        no canary, so a rollout on a tick without a canary event ended the one running: in the simulated
+        cpu-only stream a rollout ended embed's cpu/b1 canary 2 s after it was warm, the canary was then
+        judged "never became warm" and embed got no other canary on the long documents, where b1 is the
+        oracle's batch."""
+        return replace(o, canary=canary_config(state.operator(o.operator)) if self._ops[o.operator].canary else None)
 
     # ------------------------------------------------------------------ verify
     def _previous_groups(self, state: RunnerState, plan: Plan) -> dict[str, tuple]:
