@@ -367,6 +367,8 @@ class TridentPolicy:
                 if decided is not None:
                     action, reason, plan, predicted, hold = decided.action, decided.reason, decided.plan, decided.predicted, decided.hold
                     self._settled = action.issues_nothing
+                    if plan is not None and not canary_ops:  # the MILP's plan names no canary: keep the one being measured
+                        plan = replace(plan, operators=tuple(self._keeping_canary(state, o) for o in plan.operators))
             if safety is not None and plan is None:
                 # the placement could not move an operator off an unsafe config (no priced option, no
                 # feasible order, a failed solve): the replica-for-replica move always fits
@@ -377,8 +379,6 @@ class TridentPolicy:
             if action.issues_nothing:
                 action, hold = Action.CANARY, None
                 reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {reason})" if reason else "")
-        elif plan is not None:
-            plan = replace(plan, operators=tuple(self._keeping_canary(state, o) for o in plan.operators))
         if errors and plan is None and action.issues_nothing:
             action, hold = Action.ERROR, Hold(HoldKind.STEP_FAILED)
             reason = "kept the current plan after a failed step: " + "; ".join(errors)
