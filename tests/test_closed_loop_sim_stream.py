@@ -32,3 +32,13 @@ def test_a_block_counted_at_the_simulated_rate_lasts_its_duration_in_the_simulat
     # from the first output to the last (the replicas' cold start before, the rate measured at steady state)
     span = items / run.summary["steady_items_per_s"]
     assert 0.9 * 120 <= span <= 1.1 * 120, (rate, items, span)
+
+
+def test_a_stream_of_some_hours_holds_the_blocks_those_hours_reach_at_the_rates() -> None:
+    """Items follow time, block by block: 15 s of ``short:100,long:10`` at 10 and 1 items/s is the whole
+    short block (10 s) and 5 s of the long one, not 15/20 of the items."""
+    profile = PipelineProfile.load("documents")
+    rates = {"short": 10.0, "long": 1.0}
+    assert cls._items_for(profile, "short:100,long:10", rates, 15 / 3600, whole=False) == 105
+    assert cls._items_for(profile, "short:100,long:10", rates, 30 / 3600, whole=False) == 100 + 10 + 100
+    assert cls._items_for(profile, "short:100,long:10", rates, 5 / 3600) == 110  # at least one whole pass
