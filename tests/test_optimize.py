@@ -332,3 +332,27 @@ def test_the_memory_bound_next_to_measured_configs_does_not_add_their_jitter_aga
     upper = float(model.upper([config], {"pages": 1.0}, 2.0)[0])
     assert largest <= upper <= 1.02 * largest
     assert model.informative()
+
+
+def test_a_measurement_under_a_configs_kept_peaks_leaves_the_memory_fit_as_a_fresh_model_would_have_it():
+    """A config keeps its ``ROWS_PER_CONFIG`` highest peaks; a lower one is dropped at once, so the fit
+    stays (no refit: it was most of a 256-node tick's memory-model cost) and predicts exactly what a
+    model told only the kept peaks predicts. A higher peak replaces the lowest and is predicted anew."""
+    space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256)
+    told, fresh = MemoryModel(space, "cpu", seed=0), MemoryModel(space, "cpu", seed=0)
+    configs = [space.config("cpu", b) for b in (4, 16)]
+    for config in configs:
+        for k in range(MemoryModel.ROWS_PER_CONFIG):
+            peak = GiB + config.batch_size * 40e6 * (1.0 + 0.01 * k)
+            told.add(config, {"pages": 1.0}, peak, GiB)
+            fresh.add(config, {"pages": 1.0}, peak, GiB)
+    probe = [space.config("cpu", 8), space.config("cpu", 64)]
+    before = told.upper(probe, {"pages": 1.0}, 2.0)
+    fit = told._gp
+    told.add(configs[0], {"pages": 3.0}, GiB + 4 * 40e6 * 0.9, GiB)  # under every kept peak of b4: dropped at once
+    assert told._gp is fit
+    np.testing.assert_array_equal(told.upper(probe, {"pages": 1.0}, 2.0), fresh.upper(probe, {"pages": 1.0}, 2.0))
+    np.testing.assert_array_equal(told.upper(probe, {"pages": 1.0}, 2.0), before)
+    told.add(configs[0], {"pages": 1.0}, GiB + 4 * 40e6 * 1.5, GiB)  # above them: kept, so the model refits
+    assert told._gp is None
+    assert told.upper(probe[:1], {"pages": 1.0}, 2.0)[0] != before[0]

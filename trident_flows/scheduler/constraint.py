@@ -281,16 +281,23 @@ class MemoryModel:
         if resident_bytes is not None:
             if not 0 <= resident_bytes <= peak_bytes:
                 raise ValueError(f"resident memory of {config.label()} must be in [0, peak {peak_bytes:.0f}] bytes, got {resident_bytes!r}")
+        resident = self.resident
+        if resident_bytes is not None:
             self._residents.append(float(resident_bytes))
         self._configs.append(config)
         self._features.append(dict(features))
         self._peaks.append(float(peak_bytes))
         rows = [i for i, c in enumerate(self._configs) if c == config]
+        kept = True
         if len(rows) > self.ROWS_PER_CONFIG:  # keep the fit small: drop this config's lowest peak
             drop = min(rows, key=self._peaks.__getitem__)
+            kept = drop != len(self._peaks) - 1
             for column in (self._configs, self._features, self._peaks):
                 del column[drop]
-        self._gp = None
+        # refit only when what the fit reads changed: a measurement dropped at once (under the config's
+        # kept peaks) leaves the fit as it was, and refitting it was most of a 256-node tick's memory-model cost
+        if kept or self.resident != resident:
+            self._gp = None
 
     def _size(self, config: OpConfig, features: Mapping[str, float]) -> float:
         """Work units of a batch for the prior: batch size times the product of its per-item features,

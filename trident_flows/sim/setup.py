@@ -7,8 +7,9 @@ Contract:
   count (nodes of other classes start empty: the policies may use them).
 - ``schedule_counts(regimes, profile, config)`` turns a schedule whose blocks are durations
   (``short:10m,long:90s,scans:1h``) into item counts: a block of ``d`` seconds gets ``d`` times
-  the rate ``config`` is predicted to sustain on that regime's mean item; blocks that are
-  already counts (``short:600``) stay.
+  the rate ``config`` is predicted to sustain on that regime's mean item (or, given ``rates``,
+  the rate per regime measured elsewhere, e.g. in the simulator); blocks that are already counts
+  (``short:600``) stay.
 - ``build(pipeline, cluster, regimes, items, seed, ...)`` returns ``(PipelineSpec, Stream,
   StaticConfig)`` for ``emulated-docs`` or ``emulated-video``: the spec (for the policies) starts
   from ``initial_config`` with ``max_replicas`` as large as the cluster's CPUs allow, and the
@@ -64,13 +65,14 @@ def initial_config(profile: PipelineProfile, cluster: ClusterSpec, features: Map
     return StaticConfig(tuple((n, c, r * node.count) for n, c, r in one.assignment), one.predicted_items_per_s * node.count)
 
 
-def schedule_counts(regimes: str, profile: PipelineProfile, config: StaticConfig) -> str:
+def schedule_counts(regimes: str, profile: PipelineProfile, config: StaticConfig, rates: Mapping[str, float] | None = None) -> str:
     parts = []
     for part in filter(None, (p.strip() for p in regimes.split(","))):
         name, sep, amount = part.partition(":")
         m = _DURATION.match(amount.strip())
         if sep and m:
-            rate = predict_throughput(profile, config.as_dict(), mean_features(profile, {name.strip(): 1.0}))
+            rate = rates[name.strip()] if rates is not None else \
+                predict_throughput(profile, config.as_dict(), mean_features(profile, {name.strip(): 1.0}))
             parts.append(f"{name.strip()}:{max(1, int(parse_duration(amount) * rate))}")
         else:
             parts.append(part)
