@@ -219,12 +219,16 @@ QUICK_SYSTEMS = ("static-avg", "static-large", "threshold")
 # the committed traces (bench/traces) and the policy traces recorded for this benchmark into LIVE_DIR/traces
 TRACES = tuple(f"{p}-{policy}" for p in ("docs", "video") for policy in ("static", "ds2", "threshold", "oracle", "trident"))
 # A live run of a policy is a reference only for the policy's code it ran: the simulator runs today's.
-# Trident's decisions last changed at this time (UTC): its evidence gate (re-armed at the changed
+# Trident's decisions last changed at this time (UTC): a plan keeps the canary being measured, a regime
+# change while a plan is placed makes its verification not comparable, a canary refused for its batch
+# time ends canaries until the workload changes, and the model takes log work per item as its workload
+# input. The change before (2026-11-30 21:55): its evidence gate (re-armed at the changed
 # operator and downstream only; an operator with no work left no longer holds it; a slow operator
 # passes after evidence_max_s), regime evidence and refits every refit_ticks. The live
 # video-trident trace shows the old gate: held shut for the last 40 s by decode, which had read its
 # last input ("decode (120, 0 since the change)"), so the live run never moved; today's trident does.
-POLICY_SINCE = {"trident": ("2026-11-30T21:55:16Z", "trident's evidence gate, regime evidence and refits changed")}
+POLICY_SINCE = {"trident": ("2026-12-01T01:15:50Z", "trident's canaries, its verification across a regime change and its model's "
+                                                    "workload input changed")}
 
 
 def _stale_policy(system: str, recorded_at: datetime.datetime) -> str:
