@@ -174,7 +174,6 @@ def figure(rows: list[dict[str, Any]]) -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
     names = [f"{r['workload']} ({r.get('source', 'side by side')})" for r in rows]
@@ -218,6 +217,7 @@ REPEAT_SPREAD_MAX = 1.2
 QUICK_SYSTEMS = ("static-avg", "static-large", "threshold")
 # the committed traces (bench/traces) and the policy traces recorded for this benchmark into LIVE_DIR/traces
 TRACES = tuple(f"{p}-{policy}" for p in ("docs", "video") for policy in ("static", "ds2", "threshold", "oracle", "trident"))
+QUICK_TRACES = ("docs-ds2", "video-static")
 # A live run of a policy is a reference only for the policy's code it ran: the simulator runs today's.
 # Trident's decisions last changed at this time (UTC): a plan keeps the canary being measured, a regime
 # change while a plan is placed makes its verification not comparable, a canary refused for its batch
@@ -241,7 +241,6 @@ def _stale_policy(system: str, recorded_at: datetime.datetime) -> str:
 
 def _utc(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-QUICK_TRACES = ("docs-ds2", "video-static")
 
 
 def _sim_gpu_busy(run: Any) -> float | None:

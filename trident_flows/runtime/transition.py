@@ -26,11 +26,11 @@ Contract:
 
 from __future__ import annotations
 
+from typing import Any
+
 from trident_flows.core.signatures import config_counts
 from trident_flows.core.state import OperatorState, RunnerState, RuntimeConfigError
 from trident_flows.core.step_order import Phase, order_steps
-from typing import Any
-
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.nodes import check_fits, classes
 

@@ -104,6 +104,7 @@ Memory samples are not invalidated (peak memory is a property of the config itse
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -815,16 +816,12 @@ class OperatorModel:
         return out
 
 
-_THREADPOOLS: list[ThreadpoolController] = []
-
-
+@functools.cache
 def _threadpools() -> ThreadpoolController:
     """One controller of the BLAS thread pools for every fit: ``threadpool_limits`` builds a new one per call,
     scanning the loaded libraries (about 4 ms each, 25 ms of an 8-node refit tick). Built at the first fit,
     once numpy, scipy and scikit-learn have loaded their BLAS."""
-    if not _THREADPOOLS:
-        _THREADPOOLS.append(ThreadpoolController())
-    return _THREADPOOLS[0]
+    return ThreadpoolController()
 
 
 def _quick_valid(samples: Sequence[BatchSample]) -> np.ndarray:
