@@ -55,7 +55,7 @@ Summary (plain numbers):
   (``out_of_order`` in raw), not counted: the truth assumes completion in input order, and the
   detector reading batches of an earlier block that complete late (held by a replica for tens
   of seconds, or re-queued when one retired) is right about its input. Regimes are scored on the emulated traces only:
-  the real-document trace (24 PDFs, a few batches per operator) has no cost model to say which
+  the real-document trace (300 PDFs, tens of batches per operator) has no cost model to say which
   switches change an operator's cost, and too few batches per block to detect any.
 """
 

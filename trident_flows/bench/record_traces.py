@@ -13,9 +13,13 @@ every ``TICK_S`` by ``live_trace.RunnerPoller``:
   benchmark's ``OraclePolicy``), references for ``bench sim-fidelity`` (record them with
   ``--out bench-results/sim-fidelity-live/traces``: ``bench observe-live`` replays every trace of
   ``bench/traces``);
+- ``cpu-only-trident``: the ``closed-loop-suite`` benchmark's cpu-only workload (documents on 16 CPUs
+  and no GPU, four 5-minute regime blocks at time scale 0.5, starting from static-default) under
+  trident: the workload where trident makes its moves (3-5 rolling updates), so the plans it
+  applied can be scored; about 15 minutes;
 - ``real-docs-trident``: the real document pipeline (pypdfium2, tesseract, ...) on a generated
-  24-PDF corpus (short:12, long:4, scans:8) on 8 logical CPUs, policy trident (as ``make demo``).
-Each trace is a few hundred KB compressed; every run is checked for lost items (a run that lost
+  300-PDF corpus (short:160, long:40, scans:100) on 8 logical CPUs, policy trident (as ``make demo``).
+Each trace is a few hundred KB compressed (cpu-only-trident about 1 MB); every run is checked for lost items (a run that lost
 any is refused, not written). Recording is CPU-heavy (about 6-8 minutes on a 2-core machine):
 the traces are committed, and the benchmark only replays them.
 """
@@ -31,8 +35,10 @@ from typing import Any
 
 import ray
 
+from trident_flows.bench import closed_loop_suite
+from trident_flows.bench.baselines import tune_baselines
 from trident_flows.bench.closed_loop_runs import TICK_S, make_system_policy
-from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
+from trident_flows.bench.closed_loop_workload import CPU_BATCH, CPUS, DEVICE_MEMORY, GPU_BATCHES, GPUS, PIPELINES, tune, workloads
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import find_runner, run_pipeline
@@ -44,9 +50,10 @@ EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy i
 # what a plain run records (the traces bench observe-live replays); the threshold and oracle traces are
 # references for bench sim-fidelity, recorded with --only into its own directory
 DEFAULT = tuple(sorted(n for n, (_, policy) in EMULATED.items() if policy in ("static", "ds2", "trident")))
+SUITE = {"cpu-only-trident": ("cpu-only", "trident")}
 REAL = "real-docs-trident"
 NAMESPACE = "trident-traces"
-REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:12,long:4,scans:8", 24, 8
+REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:160,long:40,scans:100", 300, 8
 
 
 def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path, settings: RunnerSettings) -> None:
@@ -91,6 +98,28 @@ def record_emulated(name: str, out: Path) -> None:
     _record(name, spec, policy, header, out, RunnerSettings(device_memory_bytes=DEVICE_MEMORY))
 
 
+def _suite_workload(name: str) -> closed_loop_suite.SuiteWorkload:
+    return closed_loop_suite.suite_workloads(False, (SUITE[name][0],))[0]
+
+
+def record_suite(name: str, out: Path) -> None:
+    workload_name, policy_name = SUITE[name]
+    suite = _suite_workload(name)
+    profile = PipelineProfile.load(suite.profile)
+    stream, _ = suite.streams()
+    baselines = tune_baselines(profile, suite.layout, stream.rows(profile), stream.blocks(), cpus=CPUS, gpus=suite.gpus,
+                               device_memory_bytes=DEVICE_MEMORY, gpu_batches=GPU_BATCHES, cpu_batch=CPU_BATCH,
+                               first_n=max(closed_loop_suite.MIN_FIRST_N, int(stream.items * closed_loop_suite.FIRST_N_SHARE)))
+    start = baselines.start(policy_name)
+    spec = stream.spec(profile, start, f"trace-{name}")
+    cluster = ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY)
+    header = {"pipeline": suite.profile, "emulated": True, "policy": policy_name, "suite_workload": workload_name,
+              "cluster": {"cpus": CPUS, "gpus": suite.gpus}, "blocks": stream.blocks(), "regimes": stream.regimes,
+              "time_scale": stream.time_scale, "tick_s": TICK_S, "start_config": start.label()}
+    _record(name, spec, make_policy(policy_name, spec=spec, cluster=cluster), header, out,
+            RunnerSettings(device_memory_bytes=DEVICE_MEMORY))
+
+
 def record_real_documents(out: Path, corpus_dir: Path) -> None:
     import pandas as pd
 
@@ -114,21 +143,27 @@ def record_real_documents(out: Path, corpus_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", nargs="*", default=None, help=f"traces to record (default {list(DEFAULT) + [REAL]}): "
-                        f"{sorted(EMULATED) + [REAL]}")
+    known = sorted(EMULATED) + sorted(SUITE) + [REAL]
+    parser.add_argument("--only", nargs="*", default=None, help=f"traces to record (default {list(DEFAULT) + [REAL]}): {known}")
     parser.add_argument("--out", type=Path, default=TRACE_DIR)
     parser.add_argument("--corpus-dir", type=Path, default=Path(tempfile.gettempdir()) / "trident-trace-corpus")
     args = parser.parse_args(argv)
     names = args.only or list(DEFAULT) + [REAL]
-    unknown = [n for n in names if n not in EMULATED and n != REAL]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"unknown trace(s) {unknown}; choose from {sorted(EMULATED) + [REAL]}")
+        parser.error(f"unknown trace(s) {unknown}; choose from {known}")
     emulated = [n for n in names if n in EMULATED]
     if emulated:
         ray.init("local", num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
             for name in emulated:
                 record_emulated(name, args.out)
+        finally:
+            ray.shutdown()
+    for name in (n for n in names if n in SUITE):   # a node with exactly the workload's GPUs, as the suite runs it
+        ray.init("local", num_cpus=CPUS, num_gpus=_suite_workload(name).gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            record_suite(name, args.out)
         finally:
             ray.shutdown()
     if REAL in names:
