@@ -170,6 +170,28 @@ def test_a_report_of_late_batches_from_an_earlier_block_is_not_a_false_alarm():
     assert scored["false_alarms"] == [] and scored["out_of_order"] == [changes[1]] and scored["delays"] == [5]
 
 
+def test_late_batches_are_told_by_their_content_and_the_detector_s_return_is_not_a_false_alarm():
+    def sample(chars_per_item: float) -> BatchSample:
+        return BatchSample("langid", "r0", A, 0.0, 1.0, 1.0, 8, 8, features={"chars": 8 * chars_per_item})
+
+    rng = np.random.default_rng(3)
+    short, long = [4000 * rng.lognormal(0, 0.2) for _ in range(200)], [40000 * rng.lognormal(0, 0.2) for _ in range(60)]
+    # completion order: short, long, short again; eight long batches finish among the second short block's
+    content = short[:100] + long + short[100:150] + long[:8] + short[150:]
+    regimes = ["short"] * 100 + ["long"] * 60 + ["short"] * (len(content) - 160)
+    elsewhere = observe_live._content_elsewhere([sample(c) for c in content], regimes, np.zeros(len(content), dtype=bool))
+    assert elsewhere[210:218].all() and elsewhere.sum() == 8
+    # the detector went to the long regime on them (0 -> 1) and came back (1 -> 0): both listed apart
+    truth = [{"index": 100, "old": "short", "new": "long", "cost_ratio": 1.4, "observable": True},
+             {"index": 160, "old": "long", "new": "short", "cost_ratio": 1.4, "observable": True}]
+    changes = [{"index": 105, "old": 0, "new": 1}, {"index": 165, "old": 1, "new": 0}, {"index": 217, "old": 0, "new": 1},
+               {"index": 226, "old": 1, "new": 0}]
+    scored = observe_live._score_detection(truth, changes, len(content), elsewhere)
+    assert scored["false_alarms"] == [] and scored["out_of_order"] == changes[2:]
+    # without the late batches both reports would be false alarms
+    assert observe_live._score_detection(truth, changes, len(content), np.zeros(len(content), dtype=bool))["false_alarms"] == changes[2:]
+
+
 def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmark_does():
     from trident_flows.core.types import ClusterSpec
     from trident_flows.scheduler.trident_policy import TridentPolicy

@@ -51,12 +51,14 @@ Summary (plain numbers):
   found within 6 samples; missed switches are in raw.
 - ``false_alarms_per_hour``: reported changes that match no switch (observable or not), per hour
   of trace (sum of trace durations; all operators). A report most of whose last ``VOTE_WINDOW``
-  samples began in another block than the truth places their completion in is listed apart
-  (``out_of_order`` in raw), not counted: the truth assumes completion in input order, and the
-  detector reading batches of an earlier block that complete late (held by a replica for tens
-  of seconds, or re-queued when one retired) is right about its input. Regimes are scored on the emulated traces only:
-  the real-document trace (300 PDFs, tens of batches per operator) has no cost model to say which
-  switches change an operator's cost, and too few batches per block to detect any.
+  samples completed out of input order (``_reordered``: began in another block than the truth
+  places their completion in, or their features are clearly another block's regime) is listed
+  apart (``out_of_order`` in raw), not counted, and so is the detector's return from it: the
+  truth assumes completion in input order, and the detector reading batches of an earlier block
+  that complete late (held by a replica for tens of seconds, re-queued when one retired, or
+  routed through a slower branch: long documents' scanned pages through OCR) is right about its
+  input. Regimes are scored on the emulated traces only: the real-document trace has no cost
+  model to say which switches change an operator's cost.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
+from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
 from trident_flows.core.types import BatchSample
@@ -87,6 +90,8 @@ SETTLE_S = 10.0            # seconds of completed throughput measured once a pla
 MIN_SETTLE_S = 3.0         # shorter measurement windows (cut by the run's end or a boundary) are not scored
 OBSERVABLE = 1.25          # a switch changes the operator's modelled seconds per item by more than this factor
 VOTE_WINDOW = 8            # the regime detector's vote window (a features change needs 6 of its last 8 samples)
+CONTENT_Z = 4.0           # a sample's features this many scales from its block's regime (and twice as near another) are another block's
+CONTENT_MIN_SCALE = 0.05  # floor of a feature's scale (log units), so a constant feature does not make every sample "elsewhere"
 MATCH_SAMPLES = 80         # a report within this many samples after a switch (and before the next) matches it
 QUICK = ("docs-trident", "video-trident")
 WORKLOAD_CHANGED = "not scored: workload changed"
@@ -413,9 +418,14 @@ def _truth(trace: Trace, profile: PipelineProfile, name: str) -> list[dict[str, 
 
 
 def _reordered(trace: Trace, name: str) -> np.ndarray:
-    """Per sample (completion order): whether its batch started while the operator's stream position was in
-    another block than the one the truth places its completion in (``_truth`` assumes completion in input order;
-    a batch held for tens of seconds, or re-queued by a retiring replica, completes among a later block's)."""
+    """Per sample (completion order): whether it completed among another block's samples than its own
+    (``_truth`` assumes completion in input order; a batch held for tens of seconds, re-queued by a
+    retiring replica, or routed through a slower branch, such as long documents' scanned pages
+    through OCR, completes among a later block's). Either its batch started while the operator's
+    stream position was in another block than the one the truth places its completion in, or its
+    content says so: its per-item features lie ``CONTENT_Z`` scales from the median of the truth
+    block's regime and under half that distance from another regime's (medians over the middle
+    80% of each block's samples, scales from the pooled median absolute deviation)."""
     samples = [s for s in trace.samples(name) if s.items_in >= 1]
     if len(trace.blocks) < 2 or not samples:
         return np.zeros(len(samples), dtype=bool)
@@ -424,7 +434,37 @@ def _reordered(trace: Trace, name: str) -> np.ndarray:
     starts = [a for _, a, _ in trace.blocks]
     begun = np.searchsorted(starts, np.interp([s.start for s in samples], at, pos), side="right")
     done = np.searchsorted(starts, np.interp([s.end for s in samples], at, pos), side="right")
-    return begun != done
+    return (begun != done) | _content_elsewhere(samples, [trace.blocks[max(0, b - 1)][0] for b in done], begun != done)
+
+
+def _content_elsewhere(samples: Sequence[BatchSample], regime: Sequence[str], skip: np.ndarray) -> np.ndarray:
+    """Per sample: whether its features put it clearly in another regime than ``regime[i]`` (see ``_reordered``)."""
+    names = sorted({f for s in samples for f in s.features})
+    out = np.zeros(len(samples), dtype=bool)
+    if not names:
+        return out
+    vec = np.array([[math.log1p(max(0.0, float(s.features.get(f, 0.0))) / s.items_in) for f in names] for s in samples])
+    labels = np.array(regime)
+    middle = np.zeros(len(samples), dtype=bool)
+    run_start = 0
+    for k in range(1, len(samples) + 1):   # runs of one truth regime, in completion order: their middle 80%
+        if k == len(samples) or labels[k] != labels[run_start]:
+            cut = (k - run_start) // 10
+            middle[run_start + cut:k - cut] = True
+            run_start = k
+    ref = middle & ~skip
+    centroids = {r: np.median(vec[ref & (labels == r)], axis=0) for r in set(labels[ref])}
+    if len(centroids) < 2:
+        return out
+    deviations = np.concatenate([np.abs(vec[ref & (labels == r)] - c) for r, c in centroids.items()])
+    scale = np.maximum(MAD_TO_SIGMA * np.median(deviations, axis=0), CONTENT_MIN_SCALE)
+    dist = {r: np.linalg.norm((vec - c) / scale, axis=1) for r, c in centroids.items()}
+    for i, own in enumerate(labels):
+        if own not in dist:
+            continue
+        other = min((r for r in dist if r != own), key=lambda r: dist[r][i])
+        out[i] = dist[own][i] > CONTENT_Z and dist[other][i] < dist[own][i] / 2
+    return out
 
 
 def _score_detection(truth: list[dict], changes: list[dict], n_samples: int, reordered: np.ndarray | None = None) -> dict[str, Any]:
@@ -443,6 +483,11 @@ def _score_detection(truth: list[dict], changes: list[dict], n_samples: int, reo
     # out-of-order completions right, not a false alarm; listed apart
     out_of_order = [c for c in unmatched if reordered is not None and reordered[max(0, c["index"] - VOTE_WINDOW + 1):c["index"] + 1].sum() * 2
                     > min(VOTE_WINDOW, c["index"] + 1)]
+    # ... and so is its return: the next report, back to the regime the detector left for the late batches
+    for c in unmatched:
+        before = [d for d in changes if d["index"] < c["index"]]
+        if c not in out_of_order and before and before[-1] in out_of_order and (before[-1]["new"], before[-1]["old"]) == (c["old"], c["new"]):
+            out_of_order.append(c)
     false = [c for c in unmatched if c not in out_of_order]
     return {"delays": delays, "missed": missed, "false_alarms": false, "out_of_order": out_of_order}
 
