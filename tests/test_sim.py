@@ -12,9 +12,14 @@ from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelinePr
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
+from trident_flows.sim.actor_start import ActorStart, NodeStarts
+from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import parse_cluster
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.runner import SimRunner
+
+
+FREE_START = ActorStart(latency_s=0.0, cpu_s=0.0)  # the hand-computed cases below leave actor start-up out
 
 
 def _pipeline(ops: list[tuple[str, dict[str, DeviceCost], float]], stages: list[Stage], items: int):
@@ -33,7 +38,7 @@ def test_single_operator_throughput_is_batches_times_service_time() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.1)}
     for replicas, expected in ((1, 4.0), (2, 2.0)):
         spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), replicas)], 40)
-        runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+        runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START)
         _run_to_end(runner)
         state = runner.state()
         assert runner.inputs_done == 40 and runner.rows_written == 40
@@ -48,7 +53,7 @@ def test_queue_fills_and_backpressure_holds_a_fast_operator_to_the_slow_ones_pac
     # never exceeds 8, and from then on fast takes items at slow's pace (1 item/s), not at 100/s
     spec = _pipeline([("fast", {CPU: DeviceCost(per_item_s=0.01)}, 1.0), ("slow", {CPU: DeviceCost(per_item_s=1.0)}, 1.0)],
                      [Stage("fast", OpConfig.make(CPU, batch_size=1)), Stage("slow", OpConfig.make(CPU, batch_size=1))], 200)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), settings=RunnerSettings(queue_max_items=8), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), settings=RunnerSettings(queue_max_items=8), actor_start=FREE_START)
     runner.start()
     peak = 0
     for k in range(1, 101):
@@ -69,7 +74,7 @@ def test_oom_is_retried_with_split_until_the_halves_fit() -> None:
     cost = {GPU: DeviceCost(per_item_s=0.1, per_item_bytes=300)}
     spec = _pipeline([("model", cost, 1.0)], [Stage("model", OpConfig.make(GPU, batch_size=8, gpus=1.0))], 8)
     cluster = ClusterSpec.single_node(4, 1, gpu_memory_bytes=1000)
-    runner = SimRunner(spec, cluster, actor_start_s=0.0)
+    runner = SimRunner(spec, cluster, actor_start=FREE_START)
     _run_to_end(runner, 0.1)
     samples = runner.samples(0).samples
     assert runner.ooms == 3 and runner.state().operator("model").ooms == 3
@@ -83,7 +88,7 @@ def test_an_item_that_never_fits_is_dead_lettered_after_max_attempts() -> None:
     cost = {GPU: DeviceCost(per_item_s=0.1, per_item_bytes=2000)}
     spec = _pipeline([("model", cost, 1.0)], [Stage("model", OpConfig.make(GPU, batch_size=1, gpus=1.0))], 1)
     runner = SimRunner(spec, ClusterSpec.single_node(4, 1, gpu_memory_bytes=1000), settings=RunnerSettings(max_attempts=3),
-                       actor_start_s=0.0)
+                       actor_start=FREE_START)
     _run_to_end(runner, 0.1)
     assert runner.ooms == 3 and runner.inputs_dead == 1 and runner.inputs_done == 1
 
@@ -94,7 +99,7 @@ def test_cold_start_delays_the_new_capacity() -> None:
     cost = {CPU: DeviceCost(per_item_s=1.0, cold_start_s=5.0)}
     config = OpConfig.make(CPU, batch_size=1)
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", config)], 100)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START)
     runner.start()
     t0 = runner.now
     assert t0 == pytest.approx(5.0)  # the initial replica's own cold start
@@ -105,10 +110,43 @@ def test_cold_start_delays_the_new_capacity() -> None:
     assert runner.reconfigurations == 1 and len(runner.state().operator("work").active) == 2
 
 
+def test_actor_starts_requested_together_share_the_nodes_cores() -> None:
+    # 4 initial replicas on a node whose actors start on 2 cores, 1 CPU s of start-up each: they share
+    # the cores (0.5 CPU s per second each) and finish start-up at t=2; + 0.5 s latency + a 1 s
+    # constructor: all warm at t=3.5, and each reports that cold start (what trident prices a new
+    # replica at). One replica added later starts alone: 1 + 0.5 + 1 = 2.5 s.
+    cost = {CPU: DeviceCost(per_item_s=0.1, cold_start_s=1.0)}
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", config, 4)], 1000)
+    runner = SimRunner(spec, ClusterSpec.single_node(8), actor_start=ActorStart(latency_s=0.5, cpu_s=1.0, host_cores=2))
+    runner.start()
+    assert runner.now == pytest.approx(3.5)
+    assert [r.cold_start_s for r in runner.state().operator("work").replicas] == [pytest.approx(3.5)] * 4
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(config, 5),)),)))
+    assert report.ok and report.seconds == pytest.approx(2.5)
+    # without host_cores, a node of 8 CPUs starts the 4 on its own cores: 1 + 0.5 + 1 = 2.5 s
+    runner = SimRunner(spec, ClusterSpec.single_node(8), actor_start=ActorStart(latency_s=0.5, cpu_s=1.0))
+    runner.start()
+    assert runner.now == pytest.approx(2.5)
+
+
+def test_an_actor_start_arriving_midway_shares_the_cores_from_then_on() -> None:
+    # one core, 1 CPU s each: A alone from t=0, B from t=0.5. A has 0.5 left at 0.5, both progress at
+    # 0.5/s: A done at 1.5; B has 0.5 left then, alone again: done at 2.0
+    events = EventQueue()
+    starts = NodeStarts(events, cores=1.0, cpu_s=1.0)
+    done: dict[str, float] = {}
+    starts.begin("A", lambda: done.setdefault("A", events.now))
+    events.run_until(0.5)
+    starts.begin("B", lambda: done.setdefault("B", events.now))
+    events.run_until(10.0)
+    assert done == {"A": pytest.approx(1.5), "B": pytest.approx(2.0)}
+
+
 def test_rolling_replace_keeps_every_item() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.05, cold_start_s=1.0)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), 2)], 400)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START)
     runner.start()
     runner.run_until(runner.now + 2.0)
     report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8), 2),)),)))
@@ -129,7 +167,7 @@ def test_each_retired_replica_leaves_when_its_own_batches_are_back() -> None:
     cost = {CPU: DeviceCost(per_item_s=1.0)}
     config = OpConfig.make(CPU, batch_size=1)
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", config, 3)], 5)
-    runner = SimRunner(spec, ClusterSpec.single_node(3), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(3), actor_start=FREE_START)
     runner.start()
     runner.run_until(0.5)
     free_cpus_at_1_5: list[float] = []
@@ -148,7 +186,7 @@ def test_node_loss_requeues_work_and_replaces_replicas() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.1)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=2), 3)], 200)
     cluster = parse_cluster("2x(cpus=2)")
-    runner = SimRunner(spec, cluster, node_loss=((3.0, 0),), actor_start_s=0.5)
+    runner = SimRunner(spec, cluster, node_loss=((3.0, 0),), actor_start=ActorStart(latency_s=0.5, cpu_s=0.0))
     _run_to_end(runner)
     assert runner.inputs_done == 200 and runner.inputs_dead == 0
     assert not runner.cluster.nodes[0].alive

@@ -1,11 +1,12 @@
 """What the fidelity benchmark takes from a live trace, against hand-computed cases: throughput and
 busy fractions, how far the batches ran over their model (a starved machine), the actor start
-overhead of replicas started during the run, and which references it refuses (another stream or
+overhead of replicas started during the run and of replicas requested together, and which references it refuses (another stream or
 starting configuration, or an older version of the policy)."""
 
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 import pytest
 
@@ -64,6 +65,15 @@ def test_overrun_is_the_median_of_measured_over_modelled_seconds() -> None:
 
 def test_start_overhead_is_the_cold_start_beyond_the_constructor_of_replicas_started_during_the_run() -> None:
     assert ft.start_overheads(_trace(), PROFILE) == [pytest.approx(3.5)]
+
+
+def test_start_groups_are_the_replicas_first_seen_at_one_poll_with_their_start_beyond_the_constructor() -> None:
+    # the initial a0, a1 report cold starts of 7.0 and 7.5 s (a's constructor: 2 s): 5.0 and 5.5 s of actor start,
+    # requested together; b1, first seen at the second poll, alone: 3.5 s
+    trace = _trace()
+    first = _state({"a": (_replica("a0", 7.0), _replica("a1", 7.5)), "b": (_replica("b0"),)})
+    trace = Trace(trace.name, trace.header, (replace(trace.ticks[0], state=first), *trace.ticks[1:]), (), trace.summary)
+    assert ft.start_groups(trace, PROFILE) == [(2, [pytest.approx(5.0), pytest.approx(5.5)]), (1, [pytest.approx(3.5)])]
 
 
 def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> None:

@@ -96,6 +96,24 @@ def busy_fractions(samples: Sequence[BatchSample], replica_seconds: Mapping[str,
     return {name: min(1.0, busy.get(name, 0.0) / sec) if sec > 0 else 0.0 for name, sec in replica_seconds.items()}
 
 
+def start_groups(trace: Trace, profile: PipelineProfile) -> list[tuple[int, list[float]]]:
+    """Per group of replicas first seen at the same poll: its size and each one's start beyond its constructor."""
+    scale = float(trace.header.get("time_scale", 1.0))
+    first_seen: dict[str, int] = {}
+    overhead: dict[str, float] = {}
+    for k, tick in enumerate(trace.ticks):
+        for o in tick.state.operators:
+            for r in o.replicas:
+                first_seen.setdefault(r.replica_id, k)
+                if r.warm and r.cold_start_s > 0:
+                    overhead[r.replica_id] = r.cold_start_s - profile.operator(o.name).device(r.config.device).cold_start_s * scale
+    groups: dict[int, list[float]] = {}
+    for rid, k in first_seen.items():
+        if rid in overhead:
+            groups.setdefault(k, []).append(overhead[rid])
+    return [(len(g), g) for _, g in sorted(groups.items())]
+
+
 def start_overheads(trace: Trace, profile: PipelineProfile) -> list[float]:
     """Measured cold start minus the constructor's modelled one, per replica started during the run."""
     scale = float(trace.header.get("time_scale", 1.0))
