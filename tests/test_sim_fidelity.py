@@ -61,6 +61,8 @@ def test_live_figures_from_the_batches_and_the_polled_states() -> None:
 def test_overrun_is_the_median_of_measured_over_modelled_seconds() -> None:
     # ratios 1.2, 1.0, 1.0, 1.0 and b1's 27 s against 0.5 s modelled (54): median 1.0
     assert ft.overrun(_trace(), PROFILE) == pytest.approx(1.0)
+    # in total: 30.2 measured seconds over 3.5 modelled
+    assert ft.total_stretch(_trace(), PROFILE) == pytest.approx(30.2 / 3.5)
 
 
 def test_start_overhead_is_the_cold_start_beyond_the_constructor_of_replicas_started_during_the_run() -> None:
@@ -133,3 +135,32 @@ def test_traces_recorded_for_the_benchmark_are_found_next_to_the_committed_ones(
     assert rows[0]["sim"]["items_per_s"] == pytest.approx(rows[1]["sim"]["items_per_s"], rel=1e-3)
     assert rows[0]["live"] == rows[1]["live"] and rows[0]["live"]["reconfigurations"] == 5
     assert any(line.startswith("trace docs-oracle: not recorded") for line in logged)
+
+
+def test_a_suite_trace_is_rebuilt_from_its_suite_workload_header_and_first_poll() -> None:
+    from trident_flows.bench.closed_loop_suite import suite_workloads
+
+    suite = suite_workloads(False, ("cpu-only",))[0]
+    stream = suite.streams()[0]
+    ocr = OpConfig.make(CPU, batch_size=8)
+    first = _state({"parse": (_replica("p0"),), "ocr": (ReplicaState("o0", "x:o0", ocr, True, False, False, 0, 0.0, 0, 0),) * 3})
+    header = {"suite_workload": "cpu-only", "policy": "trident", "cluster": {"cpus": 16, "gpus": 0}, "blocks": stream.blocks(),
+              "time_scale": stream.time_scale, "start_config": "parse 1xcpu/b2, ocr 3xcpu/b8"}
+    trace = Trace("cpu-only-trident", header, (Tick(0.0, first, ()),), (), {})
+    ref = ft.reference(trace)
+    assert ref.label == "cpu-only/trident" and ref.stale == "" and ref.workload.blocks() == stream.blocks()
+    assert ref.start.assignment == (("parse", CONFIG, 1), ("ocr", ocr, 3))
+    assert ref.cluster.total_cpus == 16 and ref.cluster.total_gpus == 0
+    assert ref.make_policy(ref.workload.spec(ref.profile, _suite_start(), "t")).name == "trident"
+    stale = Trace("cpu-only-trident", {**header, "blocks": [["short", 0, 10]]}, trace.ticks, (), {})
+    assert "another stream" in ft.reference(stale).stale
+    other = Trace("cpu-only-trident", {**header, "start_config": "parse 2xcpu/b2, ocr 3xcpu/b8"}, trace.ticks, (), {})
+    assert "another starting configuration" in ft.reference(other).stale
+
+
+def _suite_start():
+    """A starting configuration of every documents operator (the policy needs the spec's operators only)."""
+    from trident_flows.bench.static_search import StaticConfig
+
+    names = ("parse", "ocr", "langid", "quality", "dedup", "embed")
+    return StaticConfig(tuple((n, OpConfig.make(CPU, batch_size=4), 1) for n in names), 0.0)

@@ -6,10 +6,20 @@ Contract:
   ...; ``record_traces.EMULATED``): the closed-loop benchmark's full stream, tuning and policy
   name (``"static"``: no policy). ``stale_reason(trace, blocks, start_config)`` is why the trace
   is not a run of that stream and configuration today ("" when it is).
+- ``reference(trace) -> TraceReference``: everything the simulator needs to run what the trace
+  ran: the profile, the stream (``closed_loop_workload.Workload``), the starting configuration,
+  the cluster, the policy (built for a spec) and ``stale`` (why it is not a reference of today's
+  stream, "" if it is). A closed-loop trace (``docs-ds2``, ...) is rebuilt as ``trace_workload``
+  says; a ``closed-loop-suite`` trace (header ``suite_workload``, e.g. ``cpu-only-trident``)
+  from its suite workload's stream (``closed_loop_suite.suite_workloads``: its blocks must be the
+  header's), the configuration its replicas ran at the first poll (the header's ``start_config``
+  must name it), its header's cluster and the registry's policy on that cluster.
 - ``overrun(trace, profile)``: the median over the trace's batches of measured busy seconds /
   the cost model's seconds for that batch. The emulated operators sleep their modelled seconds,
   so a machine that starved the live runtime stretches every batch; ``OVERRUN_MAX`` is the limit
-  for a reference.
+  for a reference. ``total_stretch(trace, profile)``: all those batches' measured seconds / their
+  modelled seconds (the few batches a busy machine stretched many times count here, not in the
+  median): the work the live run did beyond the model, which the simulator does not do.
 - ``live_figures(trace)``: throughput = input items / (last output - first output) from the
   batches' end times (first output: the first batch of the last operator, or of a filter that
   dropped rows; last: the last batch), GPU busy = all GPU batches' busy seconds / (GPUs x that span),
@@ -26,15 +36,19 @@ Contract:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop_workload import PIPELINES, BenchPipeline
+from trident_flows.bench.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
 from trident_flows.bench.live_trace import Trace
 from trident_flows.bench.record_traces import EMULATED
-from trident_flows.core.types import GPU, BatchSample
+from trident_flows.bench.static_search import StaticConfig
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import GPU, BatchSample, ClusterSpec
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.runtime.spec import PipelineSpec
 
 # A live run whose batches took more than this times their modelled seconds (median) measured the
 # machine's load, not the runtime. The committed traces: documents 1.014-1.023, video 1.040-1.069
@@ -61,15 +75,90 @@ def stale_reason(trace: Trace, blocks: list[tuple[str, int, int]], start_config:
     return ""
 
 
-def overrun(trace: Trace, profile: PipelineProfile) -> float:
-    """Median measured / modelled seconds over the trace's batches (see the module docstring)."""
+@dataclass(frozen=True)
+class TraceReference:
+    """What a live trace ran, rebuilt for the simulator (see the module docstring)."""
+
+    label: str                   # "documents/ds2", "cpu-only/trident": the compared workload
+    policy: str                  # "static" (no policy) or a policy name
+    profile: PipelineProfile
+    workload: Workload
+    start: StaticConfig
+    cluster: ClusterSpec
+    make_policy: Callable[[PipelineSpec], Any]
+    stale: str                   # why it is not a run of today's stream or start ("" when it is)
+
+    def spec(self, name: str) -> PipelineSpec:
+        return self.workload.spec(self.profile, self.start, name)
+
+
+def reference(trace: Trace) -> TraceReference:
+    """What ``trace`` ran (see the module docstring)."""
+    if "suite_workload" in trace.header:
+        return _suite_reference(trace)
+    from trident_flows.bench.closed_loop_runs import make_system_policy
+
+    bench, policy = trace_workload(trace.name)
+    profile = PipelineProfile.load(bench.profile)
+    workload, _ = workloads(False, bench)
+    tuning = tune(profile, workload)
+    cluster = ClusterSpec.single_node(tuning.cpus, tuning.gpus, gpu_memory_bytes=DEVICE_MEMORY)
+    return TraceReference(f"{bench.profile}/{'static-avg' if policy == 'static' else policy}", policy, profile, workload,
+                          tuning.static_avg, cluster, lambda spec: make_system_policy(policy, spec, tuning, workload),
+                          stale_reason(trace, workload.blocks(), tuning.static_avg.label()))
+
+
+def start_config(state: RunnerState) -> StaticConfig:
+    """The configuration the replicas of ``state`` run: per operator its one config and replica count."""
+    assignment = []
+    for o in state.operators:
+        configs = {r.config for r in o.replicas}
+        if len(configs) != 1:
+            raise ValueError(f"operator {o.name!r} runs {len(configs)} configs at the trace's first poll; a starting "
+                             "configuration has exactly one per operator")
+        assignment.append((o.name, configs.pop(), len(o.replicas)))
+    return StaticConfig(tuple(assignment), 0.0)
+
+
+def _suite_reference(trace: Trace) -> TraceReference:
+    from trident_flows.bench import closed_loop_suite
+    from trident_flows.scheduler.policies import make_policy
+
+    name, policy = str(trace.header["suite_workload"]), str(trace.header.get("policy", ""))
+    suite = closed_loop_suite.suite_workloads(False, (name,))[0]
+    profile = PipelineProfile.load(suite.profile)
+    workload = suite.streams()[0]
+    if abs(float(trace.header.get("time_scale", workload.time_scale)) - workload.time_scale) > 1e-9:
+        workload = Workload(workload.variant, workload.regimes, workload.seed, float(trace.header["time_scale"]))
+    start = start_config(trace.ticks[0].state)
+    stale = stale_reason(trace, workload.blocks(), start.label())
+    cpus, gpus = float(trace.header["cluster"]["cpus"]), int(trace.header["cluster"].get("gpus", 0))
+    cluster = ClusterSpec.single_node(cpus, gpus, gpu_memory_bytes=DEVICE_MEMORY)
+    return TraceReference(f"{name}/{policy}", policy, profile, workload, start, cluster,
+                          lambda spec: None if policy == "static" else make_policy(policy, spec=spec, cluster=cluster), stale)
+
+
+def _measured_and_modelled(trace: Trace, profile: PipelineProfile) -> list[tuple[float, float]]:
     scale = float(trace.header.get("time_scale", 1.0))
-    ratios = []
+    pairs = []
     for s in trace.samples():
         modelled = profile.operator(s.operator).device(s.config.device).seconds(s.items_in, s.features) * scale
         if s.items_in and modelled >= _MIN_MODELLED_S:
-            ratios.append(s.busy_s / modelled)
+            pairs.append((s.busy_s, modelled))
+    return pairs
+
+
+def overrun(trace: Trace, profile: PipelineProfile) -> float:
+    """Median measured / modelled seconds over the trace's batches (see the module docstring)."""
+    ratios = [busy / modelled for busy, modelled in _measured_and_modelled(trace, profile)]
     return float(np.median(ratios)) if ratios else float("nan")
+
+
+def total_stretch(trace: Trace, profile: PipelineProfile) -> float:
+    """All the trace's batches' measured seconds / their modelled seconds (see the module docstring)."""
+    pairs = _measured_and_modelled(trace, profile)
+    modelled = sum(m for _, m in pairs)
+    return sum(b for b, _ in pairs) / modelled if modelled > 0 else float("nan")
 
 
 def live_figures(trace: Trace, gpus: int) -> dict[str, Any]:

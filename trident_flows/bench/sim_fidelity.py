@@ -25,7 +25,9 @@ Contract of ``run(quick) -> BenchResult``:
   throughput, GPU busy fraction (``accel_busy``), median reconfigurations; systems static-avg,
   static-large, oracle, threshold, ds2, trident (quick: static-avg, static-large, threshold);
   (2) the live traces (``TRACES``: one run each with every batch, read by ``fidelity_traces``)
-  committed in ``bench/traces`` (static, ds2, trident) and, once recorded, in ``LIVE_DIR/traces``
+  committed in ``bench/traces`` (static, ds2, trident, and the closed-loop-suite's
+  ``cpu-only-trident`` once recorded: its own stream, time scale, cluster and starting
+  configuration, from its header and first poll) and, once recorded, in ``LIVE_DIR/traces``
   (threshold, oracle, or any re-recorded), compared: throughput, every operator's busy fraction
   over the run and the GPUs', reconfigurations (quick: ``QUICK_TRACES``).
 - A live run is a reference only when: its repeats agree (max/min <= ``REPEAT_SPREAD_MAX``;
@@ -230,7 +232,9 @@ COMMITTED_SYSTEMS = ("static-avg", "static-large", "oracle", "threshold", "ds2",
 REPEAT_SPREAD_MAX = 1.2
 QUICK_SYSTEMS = ("static-avg", "static-large", "threshold")
 # the committed traces (bench/traces) and the policy traces recorded for this benchmark into LIVE_DIR/traces
-TRACES = tuple(f"{p}-{policy}" for p in ("docs", "video") for policy in ("static", "ds2", "threshold", "oracle", "trident"))
+# and the closed-loop-suite's traces (record_traces: header suite_workload; the workload where trident makes its moves)
+TRACES = tuple(f"{p}-{policy}" for p in ("docs", "video") for policy in ("static", "ds2", "threshold", "oracle", "trident")) + \
+    ("cpu-only-trident",)
 QUICK_TRACES = ("docs-ds2", "video-static")
 # A live run of a policy is a reference only for the policy's code it ran: the simulator runs today's.
 # Trident's decisions last changed at this time (UTC): a plan keeps the canary being measured, a regime
@@ -257,9 +261,9 @@ def _utc(text: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _sim_gpu_busy(run: Any) -> float | None:
+def _sim_gpu_busy(run: Any, gpus: int = GPUS) -> float | None:
     span = (run.runner.last_output_at or 0) - (run.runner.first_output_at or 0)
-    return sum(d.busy_s for d in run.runner.cluster.devices) / (GPUS * span) if span > 0 else None
+    return sum(d.busy_s for d in run.runner.cluster.devices) / (gpus * span) if span > 0 and gpus else None
 
 
 def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, unreliable: list[dict[str, Any]] | None = None,
@@ -345,58 +349,57 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
                    overheads: dict[str, dict[str, Any]] | None = None, results: Path = RESULTS) -> list[dict[str, Any]]:
     """The live traces re-run in the simulator: every operator's busy fraction compared (see the module docstring)."""
     from trident_flows.bench import fidelity_traces as ft
-    from trident_flows.bench.closed_loop_runs import make_system_policy
     from trident_flows.bench.live_trace import load
 
     rows = []
     for source, path in _trace_paths(names, results, log):
         trace = load(path)
         name = trace.name
-        bench, policy = ft.trace_workload(name)
-        profile = PipelineProfile.load(bench.profile)
-        workload, _ = workloads(False, bench)
-        tuning = tune(profile, workload)
+        ref = ft.reference(trace)
+        profile = ref.profile
+        gpus = int(ref.cluster.total_gpus)
         if overheads is not None:
             model = _actor_start(trace.header.get("host_cpus"))
             overheads[source.removeprefix("trace ")] = {
                 "load_average_start": trace.header.get("load_average_start", [None])[0],
-                "groups": [{"requested_together": k, "median_s": round(float(np.median(g)), 3), "model_s": round(model.together_s(k, CPUS), 3),
-                            "measured_s": [round(x, 3) for x in g]} for k, g in ft.start_groups(trace, profile)]}
+                "groups": [{"requested_together": k, "median_s": round(float(np.median(g)), 3),
+                            "model_s": round(model.together_s(k, ref.cluster.total_cpus), 3), "measured_s": [round(x, 3) for x in g]}
+                           for k, g in ft.start_groups(trace, profile)]}
         stretch = ft.overrun(trace, profile)
         recorded_at = datetime.datetime.fromtimestamp(trace.ticks[0].at, datetime.timezone.utc)
-        reason = ft.stale_reason(trace, workload.blocks(), tuning.static_avg.label()) or _stale_policy(policy, recorded_at) or \
+        reason = ref.stale or _stale_policy(ref.policy, recorded_at) or \
             (f"its batches took {stretch:.2f}x their modelled seconds (median; > {ft.OVERRUN_MAX}): a starved machine"
              if not stretch <= ft.OVERRUN_MAX else "")
         if reason:
             log(f"{source}: not a reference: {reason}")
             if unreliable is not None:
-                unreliable.append({"workload": f"{bench.profile}/{policy}", "source": source, "reason": reason})
+                unreliable.append({"workload": ref.label, "source": source, "reason": reason})
             continue
-        live = ft.live_figures(trace, GPUS)
-        spec = workload.spec(profile, tuning.static_avg, f"fidelity-{name}")
-        host_cores = trace.header.get("host_cpus")
-        run = simulate(spec, _cluster(), None if policy == "static" else make_system_policy(policy, spec, tuning, workload), tick_s=TICK_S,
-                       actor_start=_actor_start(host_cores))
+        live = ft.live_figures(trace, gpus)
+        spec = ref.spec(f"fidelity-{name}")
+        run = simulate(spec, ref.cluster, ref.make_policy(spec), tick_s=float(trace.header.get("tick_s", TICK_S)),
+                       actor_start=_actor_start(trace.header.get("host_cpus")))
         s = run.summary
         samples = run.runner.samples(0).samples
         if len(samples) >= run.runner.settings.sample_buffer:
             raise RuntimeError(f"trace {name}: the simulated run kept only its last {len(samples)} batches; raise sample_buffer")
         sim_busy = ft.busy_fractions(samples, run.runner.replica_seconds())
-        gpu = _sim_gpu_busy(run)
+        gpu = _sim_gpu_busy(run, gpus)
         busy_points = {n: round(100 * abs(sim_busy[n] - live["busy"][n]), 2) for n in live["busy"]}
         if gpu is not None and live["accel_busy"] is not None:
             busy_points["GPUs"] = round(100 * abs(gpu - live["accel_busy"]), 2)
         err = abs(s["steady_items_per_s"] - live["items_per_s"]) / live["items_per_s"]
-        row = {"workload": f"{bench.profile}/{'static-avg' if policy == 'static' else policy}", "source": source,
-               "live": {**live, "overrun": stretch, "load_average": [trace.header.get("load_average_start", [None])[0],
-                                                                      trace.summary.get("load_average_end", [None])[0]]},
+        row = {"workload": ref.label, "source": source,
+               "live": {**live, "overrun": stretch, "stretch_total": ft.total_stretch(trace, profile),
+                        "load_average": [trace.header.get("load_average_start", [None])[0], trace.summary.get("load_average_end", [None])[0]]},
                "sim": {"items_per_s": s["steady_items_per_s"], "accel_busy": gpu, "busy": sim_busy, "reconfigurations": s["reconfigurations"],
                        "ooms": s["ooms"], "sim_cpu_s": s["sim_cpu_s"]},
                "throughput_error": err, "busy_error_points": busy_points, "max_busy_error_points": max(busy_points.values()),
                "reconfiguration_diff": abs(s["reconfigurations"] - live["reconfigurations"])}
-        log(f"{row['workload']} ({source}, batches {stretch:.3f}x modelled): live {live['items_per_s']:.2f} items/s, sim "
-            f"{s['steady_items_per_s']:.2f} (error {err:.1%}), largest busy gap {row['max_busy_error_points']:.1f} points "
-            f"({max(busy_points, key=busy_points.get)}), reconfigurations {live['reconfigurations']} vs {s['reconfigurations']}")
+        log(f"{row['workload']} ({source}, batches {stretch:.3f}x modelled, {row['live']['stretch_total']:.3f}x in total): live "
+            f"{live['items_per_s']:.2f} items/s, sim {s['steady_items_per_s']:.2f} (error {err:.1%}), largest busy gap "
+            f"{row['max_busy_error_points']:.1f} points ({max(busy_points, key=busy_points.get)}), reconfigurations "
+            f"{live['reconfigurations']} vs {s['reconfigurations']}")
         rows.append(row)
     return rows
 
