@@ -11,10 +11,11 @@ from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
+from trident_flows.core.types import (CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup, StepKind, Transition,
+                                      TransitionStep)
 from trident_flows.sim.actor_start import ActorStart, NodeStarts
 from trident_flows.sim.clock import EventQueue
-from trident_flows.sim.cluster import parse_cluster
+from trident_flows.sim.cluster import SimCluster, parse_cluster
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.runner import SimRunner
 
@@ -193,6 +194,54 @@ def test_node_loss_requeues_work_and_replaces_replicas() -> None:
     # 3 replicas placed first-fit (2 on node 0, 1 on node 1); after the loss only node 1's 2 CPUs are left
     assert len(runner.state().operator("work").active) == 3
     assert sum(1 for r in runner.pools[0].replicas.values() if r.placement is not None) == 2
+
+
+def test_replicas_go_where_the_live_runtime_places_them() -> None:
+    # runtime.node_placement.NodePlacer.choose: a CPU replica goes to a node without GPUs first, then to the
+    # node with the most free CPUs (ties: the lowest index); a GPU replica needs a free device as well
+    cluster = SimCluster(parse_cluster("1x(cpus=4,gpus=1,gpu_mem=1GiB)+2x(cpus=4)"))
+    cpu, gpu = OpConfig.make(CPU, batch_size=1), OpConfig.make(GPU, batch_size=1)
+    nodes = [cluster.place(cpu, f"c{k}", 0, 0).node.index for k in range(9)]
+    assert nodes == [1, 2, 1, 2, 1, 2, 1, 2, 0]  # spread over the CPU-only nodes, then the GPU node
+    assert cluster.place(gpu, "g0", 0, 0).node.index == 0
+    assert cluster.place(gpu, "g1", 0, 0) is None  # its one device is taken
+    # no room: the replica waits pinned to the node with the most free CPUs, and only that node's room places it
+    full = SimCluster(parse_cluster("2x(cpus=2)"))
+    held = [full.place(cpu, f"c{k}", 0, 0) for k in range(4)]
+    assert full.place(cpu, "late", 0, 0) is None
+    pinned = full.pin(cpu)
+    assert pinned.index == 0
+    full.release(held[1], "c1", cpu, 0)  # c1 ran on node 1
+    assert held[1].node.index == 1 and full.place(cpu, "late", 0, 0, only=pinned) is None
+    full.release(held[0], "c0", cpu, 0)
+    assert full.place(cpu, "late", 0, 0, only=pinned).node is pinned
+
+
+def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_waits_the_warm_timeout() -> None:
+    # as live: ControlLoop waits tick_s after each tick and its apply blocks it until the steps are done. The
+    # initial replicas are warm at t=20 (20 s constructors); the tick at t=21 adds a replica, warm at t=41; the
+    # next tick comes tick_s after the apply returned (t=42), then every second
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01, cold_start_s=20.0)}, 1.0)], [Stage("work", config, 2)], 100000)
+    seen: list[float] = []
+
+    class AskOnce:
+        name = "ask-once"
+
+        def decide(self, state, samples):
+            seen.append(state.wall_s)
+            return Plan((OperatorPlan("work", (ReplicaGroup(config, 3),)),)) if len(seen) == 1 else None
+
+    run = simulate(spec, ClusterSpec.single_node(4), AskOnce(), duration_s=45.5, tick_s=1.0, actor_start=FREE_START)
+    assert [round(t) for t in seen] == [21, 42, 43, 44, 45]
+    assert run.runner.apply_reports[0].seconds == pytest.approx(20.0) and run.summary["reconfigurations"] == 1
+    # a START no node has room for waits warm_timeout_s, then fails (runtime.rollout.Rollout._start)
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01)}, 1.0)], [Stage("work", config, 2)], 100000)
+    runner = SimRunner(spec, ClusterSpec.single_node(2), settings=RunnerSettings(warm_timeout_s=20.0), actor_start=FREE_START)
+    runner.start()
+    report = runner.apply(Transition((TransitionStep(StepKind.START, "work", config, 1),)))
+    assert report.seconds == pytest.approx(20.0) and "did not become warm within 20s" in report.error
+    assert runner.now == pytest.approx(20.0) and runner.reconfigurations == 0
 
 
 def test_parse_cluster_spec() -> None:

@@ -169,6 +169,8 @@ class SimRunner:
         op.device(config.device)  # refuse a device without a cost model, naming the operator
         record = self.pools[i].new(config, canary, self.now)
         if not self._place(i, record):
+            # as live: pinned to one node (runtime.pool.OperatorPool.start, hard node affinity), where Ray queues it
+            record.pinned = self.cluster.pin(config)
             self.waiting.append((i, record))
         return record
 
@@ -176,11 +178,14 @@ class SimRunner:
         op = self.ops[i]
         resident = op.resident_bytes(record.config.device)
         host = ACTOR_RSS_BYTES + (resident if record.config.device == CPU else 0)
-        placement = self.cluster.place(record.config, record.actor_name, resident if record.config.device != CPU else 0, host)
+        if record.pinned is not None and not record.pinned.alive:  # its node was lost: pinned again (Ray fails the actor, the runtime replaces it)
+            record.pinned = self.cluster.pin(record.config)
+        placement = self.cluster.place(record.config, record.actor_name, resident if record.config.device != CPU else 0, host,
+                                       only=record.pinned)
         if placement is None:
             return False
+        # requested_at stays the request: the live pool measures a cold start from it, waiting included
         record.placement, record.host_bytes = placement, host
-        record.requested_at = self.now
         node = placement.node
         starts = self._starts.get(node.index)
         if starts is None:
