@@ -18,7 +18,9 @@ Contract:
   it; growth estimates tracked as the runner does); a partial batch lingers ``linger_s`` unless
   the queue is full or upstream is idle. Queue byte bounds are not simulated (the emulated rows
   are a few hundred bytes, far under ``queue_max_bytes``).
-- Costs: a batch takes the cost model's seconds on its device; GPU kernels of replicas sharing
+- Costs: a batch takes the cost model's seconds on its device plus what the emulated operator's
+  call costs beyond them (``call_cost.CallCost``: a CPU batch's working-set fill, a GPU batch's
+  round trip to its device); GPU kernels of replicas sharing
   a device queue behind each other (``memory.SimDevice``) and a kernel whose resident + batch
   bytes exceed the device is an OOM: the batch fails at once and is split in halves and retried;
   a single item failing ``max_attempts`` times is dead-lettered. A replica's cold start is its
@@ -45,6 +47,7 @@ from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, O
                                       TransitionStep)
 from trident_flows.sim import outcome
 from trident_flows.sim.actor_start import ActorStart, NodeStarts
+from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import SimCluster
 from trident_flows.sim.operator import SimOperator
@@ -83,11 +86,12 @@ def _track(estimate: float, observed: float) -> float:
 class SimRunner:
     def __init__(self, spec: PipelineSpec, cluster: ClusterSpec, *, settings: RunnerSettings | None = None,
                  stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim",
-                 actor_start: ActorStart = ActorStart()) -> None:
+                 actor_start: ActorStart = ActorStart(), call_cost: CallCost = CallCost()) -> None:
         self.spec = spec
         self.settings = settings or RunnerSettings()
         self.name = name
         self.actor_start = actor_start
+        self.call_cost = call_cost
         self._starts: dict[int, NodeStarts] = {}  # node index -> its actor starts under way
         self.events = EventQueue()
         costs = [SimOperator.from_spec(o, ()) for o in spec.operators]
@@ -346,13 +350,14 @@ class SimRunner:
         seconds, work = op.batch_cost(device, rows, sums, self.stream.uniform_memory)
         start = self.now
         if device == CPU:
-            end, dev_peak, host_peak, result = start + seconds, 0, ACTOR_RSS_BYTES + min(work, HOST_WORKING_SET_CAP), Outcome.OK
+            held = min(work, HOST_WORKING_SET_CAP)
+            end, dev_peak, host_peak, result = start + seconds + self.call_cost.cpu_extra_s(held), 0, ACTOR_RSS_BYTES + held, Outcome.OK
         else:
             kernel = replica.placement.devices[0].kernel(start, seconds, work)
             if kernel is None:
                 end, dev_peak, host_peak, result = start + OOM_RETURN_S, 0, ACTOR_RSS_BYTES, Outcome.OOM
             else:
-                end, dev_peak, host_peak, result = kernel[1], kernel[2], ACTOR_RSS_BYTES, Outcome.OK
+                end, dev_peak, host_peak, result = kernel[1] + self.call_cost.device_call_s, kernel[2], ACTOR_RSS_BYTES, Outcome.OK
         self.events.at(end, self._done, i, replica, rows, sums, reserve, inflight, epoch, start, result, dev_peak, host_peak)
 
     def _done(self, i: int, replica: SimReplica, rows: np.ndarray, sums: np.ndarray, reserve: int, inflight: int, epoch: int,
