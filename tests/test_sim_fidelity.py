@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 
 from trident_flows.bench import fidelity_traces as ft
-from trident_flows.bench.live_trace import Tick, Trace
+from trident_flows.bench.live_trace import Decision, Tick, Trace
 from trident_flows.bench.sim_fidelity import _stale_policy
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.core.types import CPU, BatchSample, OpConfig
+from trident_flows.core.types import CPU, BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 
 CONFIG = OpConfig.make(CPU, batch_size=2)
@@ -76,6 +76,22 @@ def test_start_groups_are_the_replicas_first_seen_at_one_poll_with_their_start_b
     first = _state({"a": (_replica("a0", 7.0), _replica("a1", 7.5)), "b": (_replica("b0"),)})
     trace = Trace(trace.name, trace.header, (replace(trace.ticks[0], state=first), *trace.ticks[1:]), (), trace.summary)
     assert ft.start_groups(trace, PROFILE) == [(2, [pytest.approx(5.0), pytest.approx(5.5)]), (1, [pytest.approx(3.5)])]
+
+
+def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> None:
+    # streaming began at 0.0 (a0's first batch); the live policy returned a plan at 12.5 s and nothing before
+    plan = Plan((OperatorPlan("b", (ReplicaGroup(CONFIG, 2),), "more b"),))
+    trace = _trace()
+    trace = Trace(trace.name, trace.header, trace.ticks, (Decision(5.0, 5.0, None, None), Decision(12.5, 12.5, plan, None)), trace.summary)
+    moves = ft.live_moves(trace)
+    assert moves == [(12.5, plan)]
+    replay = ft.ReplayPolicy(moves)
+    state = _state({"a": (_replica("a0"),)})
+    # the simulated run streams from t=100 (its own clock): the plan comes at the first tick from t=112.5 on, once
+    assert replay.decide(replace(state, wall_s=101.0), [_sample("a", "a0", 100.0, 101.0, 1.0)]) is None
+    assert replay.decide(replace(state, wall_s=112.0), []) is None
+    assert replay.decide(replace(state, wall_s=112.6), []) is plan
+    assert replay.decide(replace(state, wall_s=130.0), []) is None
 
 
 def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> None:

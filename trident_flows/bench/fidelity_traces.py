@@ -29,6 +29,11 @@ Contract:
   polled every tick, simulated: ``SimRunner.replica_seconds``). The final state's
   ``busy_fraction`` is not used: it averages only the replicas alive at the end, since each started,
   so it changes with which replica a policy happened to keep.
+- ``live_moves(trace)``: the plans the live policy returned, each with the seconds since streaming
+  began (the first batch's start) at which it was decided; ``ReplayPolicy(moves)`` returns each of
+  them at the first tick at least that many seconds into its own run's streaming (and nothing
+  else): the live run's decisions replayed, so a simulated run is compared with the live one on the
+  same moves even where the policy's own decision sits on a knife's edge.
 - ``start_overheads(trace, profile)``: for every replica started during the run (not one of
   the initial replicas), its measured cold start (request to warm, ``ReplicaState.cold_start_s``)
   minus the constructor's modelled ``cold_start_s``: what starting a Ray actor costs in a rollout.
@@ -46,7 +51,7 @@ from trident_flows.bench.live_trace import Trace
 from trident_flows.bench.record_traces import EMULATED
 from trident_flows.bench.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import GPU, BatchSample, ClusterSpec
+from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
 
@@ -183,6 +188,30 @@ def busy_fractions(samples: Sequence[BatchSample], replica_seconds: Mapping[str,
     for s in samples:
         busy[s.operator] = busy.get(s.operator, 0.0) + s.busy_s
     return {name: min(1.0, busy.get(name, 0.0) / sec) if sec > 0 else 0.0 for name, sec in replica_seconds.items()}
+
+
+def live_moves(trace: Trace) -> list[tuple[float, Plan]]:
+    """(seconds since streaming began, plan) of every plan the live policy returned, in order."""
+    origin = min(s.start for s in trace.samples())
+    return [(d.at - origin, d.plan) for d in trace.decisions if d.plan is not None]
+
+
+class ReplayPolicy:
+    """Returns the live run's plans at the same seconds into streaming (see the module docstring)."""
+
+    name = "replay"
+
+    def __init__(self, moves: Sequence[tuple[float, Plan]]) -> None:
+        self.moves = list(moves)
+        self.origin: float | None = None  # the first batch's start, on the run's own clock
+
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+        if samples:
+            first = min(s.start for s in samples)
+            self.origin = first if self.origin is None else min(self.origin, first)
+        if self.origin is None or not self.moves or state.wall_s - self.origin < self.moves[0][0]:
+            return None
+        return self.moves.pop(0)[1]
 
 
 def start_groups(trace: Trace, profile: PipelineProfile) -> list[tuple[int, list[float]]]:
