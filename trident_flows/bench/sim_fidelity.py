@@ -53,7 +53,9 @@ Contract of ``run(quick) -> BenchResult``:
   in one process). They are not in the committed result: on the shared 2-core machine (load
   average 80-130 while it was measured) the live runtime was starved (documents static-avg at
   7.8 items/s against 25.7 in the committed closed-loop run of the same configuration).
-- A trace of a policy is also re-run with the live run's own moves replayed (``fidelity_traces.
+- A trace of a policy runs ``FREE_REPEATS`` times in the simulator (the median repeat by its
+  largest busy gap is compared; every repeat's reconfigurations and errors in ``free_repeats``),
+  and once more with the live run's own moves replayed (``fidelity_traces.
   ReplayPolicy``: each plan at the same seconds into streaming) as ``replayed``: a policy's decision
   on a knife's edge (video-trident: live waited at gain/cost 1.76 and 2.0 against benefit_ratio 2,
   the simulated trident moves in some repeats and not in others) makes the free run compare two
@@ -95,6 +97,10 @@ from trident_flows.sim.driver import simulate
 from trident_flows.sim.actor_start import ActorStart
 
 CPUS, GPUS = 16, 2
+# A policy's simulated run differs from run to run (each tick's CPU time is charged to the clock), and a decision
+# on a knife's edge flips with it (video-trident moved in 2 of 3 repeats): it runs this many times, the median
+# repeat (by its busy gap) is compared and every repeat is kept (row free_repeats).
+FREE_REPEATS = 3
 # The machine the committed live references ran on: one logical node of 16 CPUs emulated on 2 cores
 # (bench-results/closed-loop*.json machine.cpus). Its actor processes start on those 2 cores; a trace
 # header's host_cpus (recorded since this field was added) overrides it.
@@ -384,7 +390,12 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
         live = ft.live_figures(trace, gpus)
         spec = ref.spec(f"fidelity-{name}")
         tick_s, actor_start = float(trace.header.get("tick_s", TICK_S)), _actor_start(trace.header.get("host_cpus"))
-        sim = _against_trace(simulate(spec, ref.cluster, ref.make_policy(spec), tick_s=tick_s, actor_start=actor_start), live, gpus, name)
+        runs = [_against_trace(simulate(spec, ref.cluster, ref.make_policy(spec), tick_s=tick_s, actor_start=actor_start), live, gpus, name)
+                for _ in range(1 if ref.policy == "static" else FREE_REPEATS)]
+        sim = sorted(runs, key=lambda r: r["max_busy_error_points"])[len(runs) // 2]  # the median repeat by its busy gap
+        if len(runs) > 1:
+            sim = {**sim, "free_repeats": [{"reconfigurations": r["sim"]["reconfigurations"], "throughput_error": round(r["throughput_error"], 4),
+                                            "max_busy_error_points": r["max_busy_error_points"]} for r in runs]}
         row = {"workload": ref.label, "source": source,
                "live": {**live, "overrun": stretch, "stretch_total": ft.total_stretch(trace, profile),
                         "load_average": [trace.header.get("load_average_start", [None])[0], trace.summary.get("load_average_end", [None])[0]]},
@@ -398,6 +409,8 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
             f"{live['items_per_s']:.2f} items/s, sim {s['items_per_s']:.2f} (error {err:.1%}), largest busy gap "
             f"{row['max_busy_error_points']:.1f} points ({max(busy_points, key=busy_points.get)}), reconfigurations "
             f"{live['reconfigurations']} vs {s['reconfigurations']}" +
+            (f"; {len(row['free_repeats'])} repeats of the policy made {[r['reconfigurations'] for r in row['free_repeats']]} "
+             f"reconfigurations (the median one shown)" if "free_repeats" in row else "") +
             (f"; the live moves replayed: error {replayed['throughput_error']:.1%}, largest busy gap "
              f"{replayed['max_busy_error_points']:.1f} points, reconfigurations {replayed['sim']['reconfigurations']}" if replayed else ""))
         rows.append(row)
