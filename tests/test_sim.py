@@ -11,10 +11,19 @@ from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup
-from trident_flows.sim.cluster import parse_cluster
+from trident_flows.core.types import (CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup, StepKind, Transition,
+                                      TransitionStep)
+from trident_flows.sim.actor_start import ActorStart, NodeStarts
+from trident_flows.sim.call_cost import CallCost
+from trident_flows.sim.clock import EventQueue
+from trident_flows.sim.cluster import SimCluster, parse_cluster
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.runner import SimRunner
+
+
+# the hand-computed cases below leave actor start-up and the emulated call's own cost out
+FREE_START = ActorStart(latency_s=0.0, cpu_s=0.0)
+NO_CALL_COST = CallCost.none()
 
 
 def _pipeline(ops: list[tuple[str, dict[str, DeviceCost], float]], stages: list[Stage], items: int):
@@ -33,7 +42,7 @@ def test_single_operator_throughput_is_batches_times_service_time() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.1)}
     for replicas, expected in ((1, 4.0), (2, 2.0)):
         spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), replicas)], 40)
-        runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+        runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START, call_cost=NO_CALL_COST)
         _run_to_end(runner)
         state = runner.state()
         assert runner.inputs_done == 40 and runner.rows_written == 40
@@ -43,12 +52,25 @@ def test_single_operator_throughput_is_batches_times_service_time() -> None:
         assert len(samples) == 10 and all(s.busy_s == pytest.approx(0.4) and s.items_in == 4 for s in samples)
 
 
+def test_an_emulated_call_adds_its_working_set_fill_or_its_device_round_trip() -> None:
+    # batch of 4 items, 0.1 s and 1 MiB each: a CPU batch holds 4 MiB, filled at 0.01 s/MiB after a 1 ms call:
+    # 0.4 + 0.001 + 0.04 = 0.441 s, 10 batches on one replica 4.41 s; on a GPU: 0.4 s kernel + 5 ms round trip
+    cost = CallCost(cpu_call_s=0.001, fill_s_per_byte=0.01 / 2**20, device_call_s=0.005)
+    for device, batch_s in ((CPU, 0.441), (GPU, 0.405)):
+        spec = _pipeline([("work", {device: DeviceCost(per_item_s=0.1, per_item_bytes=2**20)}, 1.0)],
+                         [Stage("work", OpConfig.make(device, batch_size=4))], 40)
+        runner = SimRunner(spec, ClusterSpec.single_node(4, 1, gpu_memory_bytes=2**30), actor_start=FREE_START, call_cost=cost)
+        _run_to_end(runner)
+        assert [s.busy_s for s in runner.samples(0).samples] == [pytest.approx(batch_s)] * 10
+        assert runner.state().wall_s == pytest.approx(10 * batch_s)
+
+
 def test_queue_fills_and_backpressure_holds_a_fast_operator_to_the_slow_ones_pace() -> None:
     # fast (0.01 s/item) feeds slow (1 s/item) through a queue bounded at 8 items: the queue fills,
     # never exceeds 8, and from then on fast takes items at slow's pace (1 item/s), not at 100/s
     spec = _pipeline([("fast", {CPU: DeviceCost(per_item_s=0.01)}, 1.0), ("slow", {CPU: DeviceCost(per_item_s=1.0)}, 1.0)],
                      [Stage("fast", OpConfig.make(CPU, batch_size=1)), Stage("slow", OpConfig.make(CPU, batch_size=1))], 200)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), settings=RunnerSettings(queue_max_items=8), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), settings=RunnerSettings(queue_max_items=8), actor_start=FREE_START, call_cost=NO_CALL_COST)
     runner.start()
     peak = 0
     for k in range(1, 101):
@@ -69,7 +91,7 @@ def test_oom_is_retried_with_split_until_the_halves_fit() -> None:
     cost = {GPU: DeviceCost(per_item_s=0.1, per_item_bytes=300)}
     spec = _pipeline([("model", cost, 1.0)], [Stage("model", OpConfig.make(GPU, batch_size=8, gpus=1.0))], 8)
     cluster = ClusterSpec.single_node(4, 1, gpu_memory_bytes=1000)
-    runner = SimRunner(spec, cluster, actor_start_s=0.0)
+    runner = SimRunner(spec, cluster, actor_start=FREE_START, call_cost=NO_CALL_COST)
     _run_to_end(runner, 0.1)
     samples = runner.samples(0).samples
     assert runner.ooms == 3 and runner.state().operator("model").ooms == 3
@@ -83,7 +105,7 @@ def test_an_item_that_never_fits_is_dead_lettered_after_max_attempts() -> None:
     cost = {GPU: DeviceCost(per_item_s=0.1, per_item_bytes=2000)}
     spec = _pipeline([("model", cost, 1.0)], [Stage("model", OpConfig.make(GPU, batch_size=1, gpus=1.0))], 1)
     runner = SimRunner(spec, ClusterSpec.single_node(4, 1, gpu_memory_bytes=1000), settings=RunnerSettings(max_attempts=3),
-                       actor_start_s=0.0)
+                       actor_start=FREE_START, call_cost=NO_CALL_COST)
     _run_to_end(runner, 0.1)
     assert runner.ooms == 3 and runner.inputs_dead == 1 and runner.inputs_done == 1
 
@@ -94,7 +116,7 @@ def test_cold_start_delays_the_new_capacity() -> None:
     cost = {CPU: DeviceCost(per_item_s=1.0, cold_start_s=5.0)}
     config = OpConfig.make(CPU, batch_size=1)
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", config)], 100)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START, call_cost=NO_CALL_COST)
     runner.start()
     t0 = runner.now
     assert t0 == pytest.approx(5.0)  # the initial replica's own cold start
@@ -105,10 +127,43 @@ def test_cold_start_delays_the_new_capacity() -> None:
     assert runner.reconfigurations == 1 and len(runner.state().operator("work").active) == 2
 
 
+def test_actor_starts_requested_together_share_the_nodes_cores() -> None:
+    # 4 initial replicas on a node whose actors start on 2 cores, 1 CPU s of start-up each: they share
+    # the cores (0.5 CPU s per second each) and finish start-up at t=2; + 0.5 s latency + a 1 s
+    # constructor: all warm at t=3.5, and each reports that cold start (what trident prices a new
+    # replica at). One replica added later starts alone: 1 + 0.5 + 1 = 2.5 s.
+    cost = {CPU: DeviceCost(per_item_s=0.1, cold_start_s=1.0)}
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", config, 4)], 1000)
+    runner = SimRunner(spec, ClusterSpec.single_node(8), actor_start=ActorStart(latency_s=0.5, cpu_s=1.0, host_cores=2))
+    runner.start()
+    assert runner.now == pytest.approx(3.5)
+    assert [r.cold_start_s for r in runner.state().operator("work").replicas] == [pytest.approx(3.5)] * 4
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(config, 5),)),)))
+    assert report.ok and report.seconds == pytest.approx(2.5)
+    # without host_cores, a node of 8 CPUs starts the 4 on its own cores: 1 + 0.5 + 1 = 2.5 s
+    runner = SimRunner(spec, ClusterSpec.single_node(8), actor_start=ActorStart(latency_s=0.5, cpu_s=1.0))
+    runner.start()
+    assert runner.now == pytest.approx(2.5)
+
+
+def test_an_actor_start_arriving_midway_shares_the_cores_from_then_on() -> None:
+    # one core, 1 CPU s each: A alone from t=0, B from t=0.5. A has 0.5 left at 0.5, both progress at
+    # 0.5/s: A done at 1.5; B has 0.5 left then, alone again: done at 2.0
+    events = EventQueue()
+    starts = NodeStarts(events, cores=1.0, cpu_s=1.0)
+    done: dict[str, float] = {}
+    starts.begin("A", lambda: done.setdefault("A", events.now))
+    events.run_until(0.5)
+    starts.begin("B", lambda: done.setdefault("B", events.now))
+    events.run_until(10.0)
+    assert done == {"A": pytest.approx(1.5), "B": pytest.approx(2.0)}
+
+
 def test_rolling_replace_keeps_every_item() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.05, cold_start_s=1.0)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), 2)], 400)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START, call_cost=NO_CALL_COST)
     runner.start()
     runner.run_until(runner.now + 2.0)
     report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8), 2),)),)))
@@ -129,7 +184,7 @@ def test_each_retired_replica_leaves_when_its_own_batches_are_back() -> None:
     cost = {CPU: DeviceCost(per_item_s=1.0)}
     config = OpConfig.make(CPU, batch_size=1)
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", config, 3)], 5)
-    runner = SimRunner(spec, ClusterSpec.single_node(3), actor_start_s=0.0)
+    runner = SimRunner(spec, ClusterSpec.single_node(3), actor_start=FREE_START, call_cost=NO_CALL_COST)
     runner.start()
     runner.run_until(0.5)
     free_cpus_at_1_5: list[float] = []
@@ -148,13 +203,61 @@ def test_node_loss_requeues_work_and_replaces_replicas() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.1)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=2), 3)], 200)
     cluster = parse_cluster("2x(cpus=2)")
-    runner = SimRunner(spec, cluster, node_loss=((3.0, 0),), actor_start_s=0.5)
+    runner = SimRunner(spec, cluster, node_loss=((3.0, 0),), actor_start=ActorStart(latency_s=0.5, cpu_s=0.0), call_cost=NO_CALL_COST)
     _run_to_end(runner)
     assert runner.inputs_done == 200 and runner.inputs_dead == 0
     assert not runner.cluster.nodes[0].alive
     # 3 replicas placed first-fit (2 on node 0, 1 on node 1); after the loss only node 1's 2 CPUs are left
     assert len(runner.state().operator("work").active) == 3
     assert sum(1 for r in runner.pools[0].replicas.values() if r.placement is not None) == 2
+
+
+def test_replicas_go_where_the_live_runtime_places_them() -> None:
+    # runtime.node_placement.NodePlacer.choose: a CPU replica goes to a node without GPUs first, then to the
+    # node with the most free CPUs (ties: the lowest index); a GPU replica needs a free device as well
+    cluster = SimCluster(parse_cluster("1x(cpus=4,gpus=1,gpu_mem=1GiB)+2x(cpus=4)"))
+    cpu, gpu = OpConfig.make(CPU, batch_size=1), OpConfig.make(GPU, batch_size=1)
+    nodes = [cluster.place(cpu, f"c{k}", 0, 0).node.index for k in range(9)]
+    assert nodes == [1, 2, 1, 2, 1, 2, 1, 2, 0]  # spread over the CPU-only nodes, then the GPU node
+    assert cluster.place(gpu, "g0", 0, 0).node.index == 0
+    assert cluster.place(gpu, "g1", 0, 0) is None  # its one device is taken
+    # no room: the replica waits pinned to the node with the most free CPUs, and only that node's room places it
+    full = SimCluster(parse_cluster("2x(cpus=2)"))
+    held = [full.place(cpu, f"c{k}", 0, 0) for k in range(4)]
+    assert full.place(cpu, "late", 0, 0) is None
+    pinned = full.pin(cpu)
+    assert pinned.index == 0
+    full.release(held[1], "c1", cpu, 0)  # c1 ran on node 1
+    assert held[1].node.index == 1 and full.place(cpu, "late", 0, 0, only=pinned) is None
+    full.release(held[0], "c0", cpu, 0)
+    assert full.place(cpu, "late", 0, 0, only=pinned).node is pinned
+
+
+def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_waits_the_warm_timeout() -> None:
+    # as live: ControlLoop waits tick_s after each tick and its apply blocks it until the steps are done. The
+    # initial replicas are warm at t=20 (20 s constructors); the tick at t=21 adds a replica, warm at t=41; the
+    # next tick comes tick_s after the apply returned (t=42), then every second
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01, cold_start_s=20.0)}, 1.0)], [Stage("work", config, 2)], 100000)
+    seen: list[float] = []
+
+    class AskOnce:
+        name = "ask-once"
+
+        def decide(self, state, samples):
+            seen.append(state.wall_s)
+            return Plan((OperatorPlan("work", (ReplicaGroup(config, 3),)),)) if len(seen) == 1 else None
+
+    run = simulate(spec, ClusterSpec.single_node(4), AskOnce(), duration_s=45.5, tick_s=1.0, actor_start=FREE_START, call_cost=NO_CALL_COST)
+    assert [round(t) for t in seen] == [21, 42, 43, 44, 45]
+    assert run.runner.apply_reports[0].seconds == pytest.approx(20.0) and run.summary["reconfigurations"] == 1
+    # a START no node has room for waits warm_timeout_s, then fails (runtime.rollout.Rollout._start)
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01)}, 1.0)], [Stage("work", config, 2)], 100000)
+    runner = SimRunner(spec, ClusterSpec.single_node(2), settings=RunnerSettings(warm_timeout_s=20.0), actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner.start()
+    report = runner.apply(Transition((TransitionStep(StepKind.START, "work", config, 1),)))
+    assert report.seconds == pytest.approx(20.0) and "did not become warm within 20s" in report.error
+    assert runner.now == pytest.approx(20.0) and runner.reconfigurations == 0
 
 
 def test_parse_cluster_spec() -> None:

@@ -1,19 +1,20 @@
 """What the fidelity benchmark takes from a live trace, against hand-computed cases: throughput and
 busy fractions, how far the batches ran over their model (a starved machine), the actor start
-overhead of replicas started during the run, and which references it refuses (another stream or
+overhead of replicas started during the run and of replicas requested together, and which references it refuses (another stream or
 starting configuration, or an older version of the policy)."""
 
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 import pytest
 
 from trident_flows.bench import fidelity_traces as ft
-from trident_flows.bench.live_trace import Tick, Trace
+from trident_flows.bench.live_trace import Decision, Tick, Trace
 from trident_flows.bench.sim_fidelity import _stale_policy
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.core.types import CPU, BatchSample, OpConfig
+from trident_flows.core.types import CPU, BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 
 CONFIG = OpConfig.make(CPU, batch_size=2)
@@ -60,10 +61,37 @@ def test_live_figures_from_the_batches_and_the_polled_states() -> None:
 def test_overrun_is_the_median_of_measured_over_modelled_seconds() -> None:
     # ratios 1.2, 1.0, 1.0, 1.0 and b1's 27 s against 0.5 s modelled (54): median 1.0
     assert ft.overrun(_trace(), PROFILE) == pytest.approx(1.0)
+    # in total: 30.2 measured seconds over 3.5 modelled
+    assert ft.total_stretch(_trace(), PROFILE) == pytest.approx(30.2 / 3.5)
 
 
 def test_start_overhead_is_the_cold_start_beyond_the_constructor_of_replicas_started_during_the_run() -> None:
     assert ft.start_overheads(_trace(), PROFILE) == [pytest.approx(3.5)]
+
+
+def test_start_groups_are_the_replicas_first_seen_at_one_poll_with_their_start_beyond_the_constructor() -> None:
+    # the initial a0, a1 report cold starts of 7.0 and 7.5 s (a's constructor: 2 s): 5.0 and 5.5 s of actor start,
+    # requested together; b1, first seen at the second poll, alone: 3.5 s
+    trace = _trace()
+    first = _state({"a": (_replica("a0", 7.0), _replica("a1", 7.5)), "b": (_replica("b0"),)})
+    trace = Trace(trace.name, trace.header, (replace(trace.ticks[0], state=first), *trace.ticks[1:]), (), trace.summary)
+    assert ft.start_groups(trace, PROFILE) == [(2, [pytest.approx(5.0), pytest.approx(5.5)]), (1, [pytest.approx(3.5)])]
+
+
+def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> None:
+    # streaming began at 0.0 (a0's first batch); the live policy returned a plan at 12.5 s and nothing before
+    plan = Plan((OperatorPlan("b", (ReplicaGroup(CONFIG, 2),), "more b"),))
+    trace = _trace()
+    trace = Trace(trace.name, trace.header, trace.ticks, (Decision(5.0, 5.0, None, None), Decision(12.5, 12.5, plan, None)), trace.summary)
+    moves = ft.live_moves(trace)
+    assert moves == [(12.5, plan)]
+    replay = ft.ReplayPolicy(moves)
+    state = _state({"a": (_replica("a0"),)})
+    # the simulated run streams from t=100 (its own clock): the plan comes at the first tick from t=112.5 on, once
+    assert replay.decide(replace(state, wall_s=101.0), [_sample("a", "a0", 100.0, 101.0, 1.0)]) is None
+    assert replay.decide(replace(state, wall_s=112.0), []) is None
+    assert replay.decide(replace(state, wall_s=112.6), []) is plan
+    assert replay.decide(replace(state, wall_s=130.0), []) is None
 
 
 def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> None:
@@ -123,3 +151,32 @@ def test_traces_recorded_for_the_benchmark_are_found_next_to_the_committed_ones(
     assert rows[0]["sim"]["items_per_s"] == pytest.approx(rows[1]["sim"]["items_per_s"], rel=1e-3)
     assert rows[0]["live"] == rows[1]["live"] and rows[0]["live"]["reconfigurations"] == 5
     assert any(line.startswith("trace docs-oracle: not recorded") for line in logged)
+
+
+def test_a_suite_trace_is_rebuilt_from_its_suite_workload_header_and_first_poll() -> None:
+    from trident_flows.bench.closed_loop_suite import suite_workloads
+
+    suite = suite_workloads(False, ("cpu-only",))[0]
+    stream = suite.streams()[0]
+    ocr = OpConfig.make(CPU, batch_size=8)
+    first = _state({"parse": (_replica("p0"),), "ocr": (ReplicaState("o0", "x:o0", ocr, True, False, False, 0, 0.0, 0, 0),) * 3})
+    header = {"suite_workload": "cpu-only", "policy": "trident", "cluster": {"cpus": 16, "gpus": 0}, "blocks": stream.blocks(),
+              "time_scale": stream.time_scale, "start_config": "parse 1xcpu/b2, ocr 3xcpu/b8"}
+    trace = Trace("cpu-only-trident", header, (Tick(0.0, first, ()),), (), {})
+    ref = ft.reference(trace)
+    assert ref.label == "cpu-only/trident" and ref.stale == "" and ref.workload.blocks() == stream.blocks()
+    assert ref.start.assignment == (("parse", CONFIG, 1), ("ocr", ocr, 3))
+    assert ref.cluster.total_cpus == 16 and ref.cluster.total_gpus == 0
+    assert ref.make_policy(ref.workload.spec(ref.profile, _suite_start(), "t")).name == "trident"
+    stale = Trace("cpu-only-trident", {**header, "blocks": [["short", 0, 10]]}, trace.ticks, (), {})
+    assert "another stream" in ft.reference(stale).stale
+    other = Trace("cpu-only-trident", {**header, "start_config": "parse 2xcpu/b2, ocr 3xcpu/b8"}, trace.ticks, (), {})
+    assert "another starting configuration" in ft.reference(other).stale
+
+
+def _suite_start():
+    """A starting configuration of every documents operator (the policy needs the spec's operators only)."""
+    from trident_flows.bench.static_search import StaticConfig
+
+    names = ("parse", "ocr", "langid", "quality", "dedup", "embed")
+    return StaticConfig(tuple((n, OpConfig.make(CPU, batch_size=4), 1) for n in names), 0.0)

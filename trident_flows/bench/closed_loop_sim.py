@@ -157,8 +157,16 @@ def run_one(pipeline: str, system: str, nodes: int, schedule: str, items: int, s
     return {"pipeline": pipeline, "system": system, "nodes": nodes, "items": items, "items_per_s": s["steady_items_per_s"],
             "wall_s": s["wall_s"], "ooms": s["ooms"], "reconfigurations": s["reconfigurations"], "items_missing": s["items_missing"],
             "items_dead_lettered": s["items_dead_lettered"], "tick_ms_p50": s["tick_ms_p50"], "tick_ms_p95": s["tick_ms_p95"], "tick_wall_ms_p95": s["tick_wall_ms_p95"],
-            "ticks": len(run.tick_ms), "sim_wall_s": s["sim_wall_s"], "sim_cpu_s": s["sim_cpu_s"], "events": s["events"], "error": s["error"],
+            "ticks": len(run.tick_ms), **_applies(run), "sim_wall_s": s["sim_wall_s"], "sim_cpu_s": s["sim_cpu_s"], "events": s["events"], "error": s["error"],
             "timeline": [(p["t"], round(p["items_per_s"], 2)) for p in run.timeline], **decisions(policy)}
+
+
+def _applies(run: Any) -> dict[str, Any]:
+    """Simulated seconds the control loop spent applying plans (it ticks again only after an apply, as live), and the
+    applies that did not land (a START no node has room for waits RunnerSettings.warm_timeout_s, as the runtime's rollout)."""
+    reports = run.runner.apply_reports
+    return {"apply_s": round(sum(r.seconds for r in reports), 1),
+            "applies_not_landed": [{"seconds": round(r.seconds, 1), "error": r.error[:160]} for r in reports if r.error]}
 
 
 MOVES_KEPT = 40  # decisions kept per run in the report (a 4-hour run ticks 1,440 times)

@@ -6,10 +6,20 @@ Contract:
   ...; ``record_traces.EMULATED``): the closed-loop benchmark's full stream, tuning and policy
   name (``"static"``: no policy). ``stale_reason(trace, blocks, start_config)`` is why the trace
   is not a run of that stream and configuration today ("" when it is).
+- ``reference(trace) -> TraceReference``: everything the simulator needs to run what the trace
+  ran: the profile, the stream (``closed_loop_workload.Workload``), the starting configuration,
+  the cluster, the policy (built for a spec) and ``stale`` (why it is not a reference of today's
+  stream, "" if it is). A closed-loop trace (``docs-ds2``, ...) is rebuilt as ``trace_workload``
+  says; a ``closed-loop-suite`` trace (header ``suite_workload``, e.g. ``cpu-only-trident``)
+  from its suite workload's stream (``closed_loop_suite.suite_workloads``: its blocks must be the
+  header's), the configuration its replicas ran at the first poll (the header's ``start_config``
+  must name it), its header's cluster and the registry's policy on that cluster.
 - ``overrun(trace, profile)``: the median over the trace's batches of measured busy seconds /
   the cost model's seconds for that batch. The emulated operators sleep their modelled seconds,
   so a machine that starved the live runtime stretches every batch; ``OVERRUN_MAX`` is the limit
-  for a reference.
+  for a reference. ``total_stretch(trace, profile)``: all those batches' measured seconds / their
+  modelled seconds (the few batches a busy machine stretched many times count here, not in the
+  median): the work the live run did beyond the model, which the simulator does not do.
 - ``live_figures(trace)``: throughput = input items / (last output - first output) from the
   batches' end times (first output: the first batch of the last operator, or of a filter that
   dropped rows; last: the last batch), GPU busy = all GPU batches' busy seconds / (GPUs x that span),
@@ -19,6 +29,11 @@ Contract:
   polled every tick, simulated: ``SimRunner.replica_seconds``). The final state's
   ``busy_fraction`` is not used: it averages only the replicas alive at the end, since each started,
   so it changes with which replica a policy happened to keep.
+- ``live_moves(trace)``: the plans the live policy returned, each with the seconds since streaming
+  began (the first batch's start) at which it was decided; ``ReplayPolicy(moves)`` returns each of
+  them at the first tick at least that many seconds into its own run's streaming (and nothing
+  else): the live run's decisions replayed, so a simulated run is compared with the live one on the
+  same moves even where the policy's own decision sits on a knife's edge.
 - ``start_overheads(trace, profile)``: for every replica started during the run (not one of
   the initial replicas), its measured cold start (request to warm, ``ReplicaState.cold_start_s``)
   minus the constructor's modelled ``cold_start_s``: what starting a Ray actor costs in a rollout.
@@ -26,15 +41,19 @@ Contract:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop_workload import PIPELINES, BenchPipeline
+from trident_flows.bench.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
 from trident_flows.bench.live_trace import Trace
 from trident_flows.bench.record_traces import EMULATED
-from trident_flows.core.types import GPU, BatchSample
+from trident_flows.bench.static_search import StaticConfig
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.runtime.spec import PipelineSpec
 
 # A live run whose batches took more than this times their modelled seconds (median) measured the
 # machine's load, not the runtime. The committed traces: documents 1.014-1.023, video 1.040-1.069
@@ -61,15 +80,90 @@ def stale_reason(trace: Trace, blocks: list[tuple[str, int, int]], start_config:
     return ""
 
 
-def overrun(trace: Trace, profile: PipelineProfile) -> float:
-    """Median measured / modelled seconds over the trace's batches (see the module docstring)."""
+@dataclass(frozen=True)
+class TraceReference:
+    """What a live trace ran, rebuilt for the simulator (see the module docstring)."""
+
+    label: str                   # "documents/ds2", "cpu-only/trident": the compared workload
+    policy: str                  # "static" (no policy) or a policy name
+    profile: PipelineProfile
+    workload: Workload
+    start: StaticConfig
+    cluster: ClusterSpec
+    make_policy: Callable[[PipelineSpec], Any]
+    stale: str                   # why it is not a run of today's stream or start ("" when it is)
+
+    def spec(self, name: str) -> PipelineSpec:
+        return self.workload.spec(self.profile, self.start, name)
+
+
+def reference(trace: Trace) -> TraceReference:
+    """What ``trace`` ran (see the module docstring)."""
+    if "suite_workload" in trace.header:
+        return _suite_reference(trace)
+    from trident_flows.bench.closed_loop_runs import make_system_policy
+
+    bench, policy = trace_workload(trace.name)
+    profile = PipelineProfile.load(bench.profile)
+    workload, _ = workloads(False, bench)
+    tuning = tune(profile, workload)
+    cluster = ClusterSpec.single_node(tuning.cpus, tuning.gpus, gpu_memory_bytes=DEVICE_MEMORY)
+    return TraceReference(f"{bench.profile}/{'static-avg' if policy == 'static' else policy}", policy, profile, workload,
+                          tuning.static_avg, cluster, lambda spec: make_system_policy(policy, spec, tuning, workload),
+                          stale_reason(trace, workload.blocks(), tuning.static_avg.label()))
+
+
+def start_config(state: RunnerState) -> StaticConfig:
+    """The configuration the replicas of ``state`` run: per operator its one config and replica count."""
+    assignment = []
+    for o in state.operators:
+        configs = {r.config for r in o.replicas}
+        if len(configs) != 1:
+            raise ValueError(f"operator {o.name!r} runs {len(configs)} configs at the trace's first poll; a starting "
+                             "configuration has exactly one per operator")
+        assignment.append((o.name, configs.pop(), len(o.replicas)))
+    return StaticConfig(tuple(assignment), 0.0)
+
+
+def _suite_reference(trace: Trace) -> TraceReference:
+    from trident_flows.bench import closed_loop_suite
+    from trident_flows.scheduler.policies import make_policy
+
+    name, policy = str(trace.header["suite_workload"]), str(trace.header.get("policy", ""))
+    suite = closed_loop_suite.suite_workloads(False, (name,))[0]
+    profile = PipelineProfile.load(suite.profile)
+    workload = suite.streams()[0]
+    if abs(float(trace.header.get("time_scale", workload.time_scale)) - workload.time_scale) > 1e-9:
+        workload = Workload(workload.variant, workload.regimes, workload.seed, float(trace.header["time_scale"]))
+    start = start_config(trace.ticks[0].state)
+    stale = stale_reason(trace, workload.blocks(), start.label())
+    cpus, gpus = float(trace.header["cluster"]["cpus"]), int(trace.header["cluster"].get("gpus", 0))
+    cluster = ClusterSpec.single_node(cpus, gpus, gpu_memory_bytes=DEVICE_MEMORY)
+    return TraceReference(f"{name}/{policy}", policy, profile, workload, start, cluster,
+                          lambda spec: None if policy == "static" else make_policy(policy, spec=spec, cluster=cluster), stale)
+
+
+def _measured_and_modelled(trace: Trace, profile: PipelineProfile) -> list[tuple[float, float]]:
     scale = float(trace.header.get("time_scale", 1.0))
-    ratios = []
+    pairs = []
     for s in trace.samples():
         modelled = profile.operator(s.operator).device(s.config.device).seconds(s.items_in, s.features) * scale
         if s.items_in and modelled >= _MIN_MODELLED_S:
-            ratios.append(s.busy_s / modelled)
+            pairs.append((s.busy_s, modelled))
+    return pairs
+
+
+def overrun(trace: Trace, profile: PipelineProfile) -> float:
+    """Median measured / modelled seconds over the trace's batches (see the module docstring)."""
+    ratios = [busy / modelled for busy, modelled in _measured_and_modelled(trace, profile)]
     return float(np.median(ratios)) if ratios else float("nan")
+
+
+def total_stretch(trace: Trace, profile: PipelineProfile) -> float:
+    """All the trace's batches' measured seconds / their modelled seconds (see the module docstring)."""
+    pairs = _measured_and_modelled(trace, profile)
+    modelled = sum(m for _, m in pairs)
+    return sum(b for b, _ in pairs) / modelled if modelled > 0 else float("nan")
 
 
 def live_figures(trace: Trace, gpus: int) -> dict[str, Any]:
@@ -94,6 +188,48 @@ def busy_fractions(samples: Sequence[BatchSample], replica_seconds: Mapping[str,
     for s in samples:
         busy[s.operator] = busy.get(s.operator, 0.0) + s.busy_s
     return {name: min(1.0, busy.get(name, 0.0) / sec) if sec > 0 else 0.0 for name, sec in replica_seconds.items()}
+
+
+def live_moves(trace: Trace) -> list[tuple[float, Plan]]:
+    """(seconds since streaming began, plan) of every plan the live policy returned, in order."""
+    origin = min(s.start for s in trace.samples())
+    return [(d.at - origin, d.plan) for d in trace.decisions if d.plan is not None]
+
+
+class ReplayPolicy:
+    """Returns the live run's plans at the same seconds into streaming (see the module docstring)."""
+
+    name = "replay"
+
+    def __init__(self, moves: Sequence[tuple[float, Plan]]) -> None:
+        self.moves = list(moves)
+        self.origin: float | None = None  # the first batch's start, on the run's own clock
+
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+        if samples:
+            first = min(s.start for s in samples)
+            self.origin = first if self.origin is None else min(self.origin, first)
+        if self.origin is None or not self.moves or state.wall_s - self.origin < self.moves[0][0]:
+            return None
+        return self.moves.pop(0)[1]
+
+
+def start_groups(trace: Trace, profile: PipelineProfile) -> list[tuple[int, list[float]]]:
+    """Per group of replicas first seen at the same poll: its size and each one's start beyond its constructor."""
+    scale = float(trace.header.get("time_scale", 1.0))
+    first_seen: dict[str, int] = {}
+    overhead: dict[str, float] = {}
+    for k, tick in enumerate(trace.ticks):
+        for o in tick.state.operators:
+            for r in o.replicas:
+                first_seen.setdefault(r.replica_id, k)
+                if r.warm and r.cold_start_s > 0:
+                    overhead[r.replica_id] = r.cold_start_s - profile.operator(o.name).device(r.config.device).cold_start_s * scale
+    groups: dict[int, list[float]] = {}
+    for rid, k in first_seen.items():
+        if rid in overhead:
+            groups.setdefault(k, []).append(overhead[rid])
+    return [(len(g), g) for _, g in sorted(groups.items())]
 
 
 def start_overheads(trace: Trace, profile: PipelineProfile) -> list[float]:

@@ -59,7 +59,8 @@ REAL_REGIMES, REAL_ITEMS, REAL_CPUS = "short:160,long:40,scans:100", 300, 8
 def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path, settings: RunnerSettings) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"trace-{name}-"))
     # the machine's load shapes what a live run measures (emulated work sleeps; wake-ups come late under load)
-    writer = TraceWriter(out / f"{name}.jsonl.gz", {**header, "load_average_start": os.getloadavg()})
+    # host_cpus: the cores the logical node's actors ran on (the simulator starts its actors on as many)
+    writer = TraceWriter(out / f"{name}.jsonl.gz", {**header, "load_average_start": os.getloadavg(), "host_cpus": os.cpu_count()})
     runner = f"trace-{name}"
     poller: list[RunnerPoller] = []
 

@@ -10,11 +10,15 @@ Contract:
   (bits) or ``16GBps`` (bytes) per second, and ``name``. A bad term is refused naming it and the
   expected form; ``net`` (which once meant host<->device) is refused with the two keys to write instead.
 - ``SimCluster(spec)`` holds the nodes: free CPUs, one ``SimDevice`` per GPU, free host memory.
-  ``place(config, holder, resident_bytes, host_bytes)`` puts one replica on the first live
-  node with room (first fit, like a packing scheduler; a CPU replica first looks for a node
-  where it leaves one CPU per unclaimed GPU): CPUs, a device with a free share of
-  at least ``config.gpus`` (fractional) or ``int(gpus)`` free devices, host memory; it returns
-  a ``Placement`` or ``None`` (no room: the replica stays pending). ``release`` gives it back.
+  ``place(config, holder, resident_bytes, host_bytes, only=None)`` puts one replica on a live
+  node with room (CPUs, a device with a free share of at least ``config.gpus`` (fractional) or
+  ``int(gpus)`` free devices, host memory, the device memory its resident bytes need), chosen as
+  the live runtime's ``runtime.node_placement.NodePlacer.choose`` does: a node without GPUs for a
+  replica that needs none, then the most free CPUs (ties: the lowest node index); ``only``: that
+  node or none. It returns a ``Placement`` or ``None`` (no room). ``pin(config)`` is the node
+  a replica with no room waits for, as the runtime pins it there (hard node affinity) and Ray
+  queues it until that node has room: the live node large enough with the same ranking.
+  ``release`` gives a placement back.
   ``fail_node(i)`` marks node ``i`` dead (its replicas are lost; the runner re-queues their work).
 """
 
@@ -102,41 +106,54 @@ class SimCluster:
     def devices(self) -> list[SimDevice]:
         return [d for n in self.nodes for d in n.devices]
 
-    def place(self, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int) -> Placement | None:
-        if config.gpus <= 0:
-            # a CPU replica first leaves one CPU per unclaimed GPU of a node free, so that CPU work
-            # does not strand the GPUs (a GPU replica holds a CPU too); if none has room, anywhere
-            return self._place(config, holder, resident_bytes, host_bytes, reserve=True) or \
-                self._place(config, holder, resident_bytes, host_bytes, reserve=False)
-        return self._place(config, holder, resident_bytes, host_bytes, reserve=False)
-
-    def _place(self, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int, reserve: bool) -> Placement | None:
-        for node in self.nodes:
-            kept = sum(1 for d in node.devices if d.gpu_share <= 1e-9) if reserve else 0
-            if not node.alive or node.free_cpus - kept + 1e-9 < config.cpus or node.free_host_bytes < host_bytes:
-                continue
-            if config.gpus <= 0:
-                chosen: list[SimDevice] = []
-                share = 0.0
-            elif config.gpus < 1:
-                chosen = [d for d in node.devices if d.gpu_share + config.gpus <= 1 + 1e-9][:1]
-                share = config.gpus
-                if not chosen:
-                    continue
-            else:
-                need = int(round(config.gpus))
-                chosen = [d for d in node.devices if d.gpu_share <= 1e-9][:need]
-                share = 1.0
-                if len(chosen) < need:
-                    continue
-            if chosen and not chosen[0].hold(holder, resident_bytes):
-                continue
-            node.free_cpus -= config.cpus
-            node.free_host_bytes -= host_bytes
-            for d in chosen:
-                d.gpu_share += share
-            return Placement(node, tuple(chosen), share)
+    def place(self, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int, only: SimNode | None = None) -> Placement | None:
+        """Put one replica on the best node with room (see the module docstring)."""
+        nodes = (only,) if only is not None else self.nodes
+        roomy = [n for n in nodes if n.alive and self._has_room(n, config, host_bytes)]
+        for node in sorted(roomy, key=lambda n: self._rank(n, config), reverse=True):
+            placement = self._take(node, config, holder, resident_bytes, host_bytes)
+            if placement is not None:
+                return placement
         return None
+
+    def pin(self, config: OpConfig) -> SimNode | None:
+        """The node a replica with no room waits for (see the module docstring); None if no live node is large enough."""
+        pool = [n for n in self.nodes if n.alive and n.node_class.cpus + 1e-9 >= config.cpus and len(n.devices) + 1e-9 >= config.gpus]
+        return max(pool, key=lambda n: self._rank(n, config)) if pool else None
+
+    @staticmethod
+    def _rank(node: SimNode, config: OpConfig) -> tuple[bool, float, int]:
+        # NodePlacer.choose: GPU nodes stay free for GPU work, then the most free CPUs
+        return (config.gpus > 0 or not node.devices, node.free_cpus, -node.index)
+
+    @staticmethod
+    def _has_room(node: SimNode, config: OpConfig, host_bytes: int) -> bool:
+        if node.free_cpus + 1e-9 < config.cpus or node.free_host_bytes < host_bytes:
+            return False
+        if config.gpus <= 0:
+            return True
+        if config.gpus < 1:
+            return any(d.gpu_share + config.gpus <= 1 + 1e-9 for d in node.devices)
+        return sum(1 for d in node.devices if d.gpu_share <= 1e-9) >= int(round(config.gpus))
+
+    def _take(self, node: SimNode, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int) -> Placement | None:
+        """Claim the replica's resources on ``node`` (which has room); None when its device lacks the memory."""
+        if config.gpus <= 0:
+            chosen: list[SimDevice] = []
+            share = 0.0
+        elif config.gpus < 1:
+            chosen = [d for d in node.devices if d.gpu_share + config.gpus <= 1 + 1e-9][:1]
+            share = config.gpus
+        else:
+            chosen = [d for d in node.devices if d.gpu_share <= 1e-9][:int(round(config.gpus))]
+            share = 1.0
+        if chosen and not chosen[0].hold(holder, resident_bytes):
+            return None
+        node.free_cpus -= config.cpus
+        node.free_host_bytes -= host_bytes
+        for d in chosen:
+            d.gpu_share += share
+        return Placement(node, tuple(chosen), share)
 
     def release(self, placement: Placement, holder: str, config: OpConfig, host_bytes: int) -> None:
         node = placement.node

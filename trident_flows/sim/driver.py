@@ -1,7 +1,7 @@
 """``simulate``: a policy controlling a simulated run, its summary and its plot.
 
 Contract:
-- ``simulate(spec, cluster, policy, duration_s=..., tick_s=...)`` starts a ``SimRunner`` and,
+- ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., actor_start=..., call_cost=...)`` starts a ``SimRunner`` and,
   like the live ``ControlLoop``, every ``tick_s`` simulated seconds calls ``state()``,
   ``samples(since)``, ``policies.decide_once`` and, for a plan, ``apply``
   (``control.step.decide_and_apply``, shared with the live loop and the controller). The policy runs
@@ -40,6 +40,8 @@ from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import Policy, decide_once
 from trident_flows.core.types import ClusterSpec, StepKind
+from trident_flows.sim.actor_start import ActorStart
+from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.runner import SimRunner
 from trident_flows.sim.workload import Stream
 
@@ -60,14 +62,16 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 
 def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *, duration_s: float | None = None, tick_s: float = 2.0,
              settings: RunnerSettings | None = None, stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (),
-             record_s: float | None = None, decision_log: Path | None = None) -> SimRun:
+             record_s: float | None = None, decision_log: Path | None = None, actor_start: ActorStart = ActorStart(),
+             call_cost: CallCost = CallCost()) -> SimRun:
     """Run ``spec`` on the simulated ``cluster`` under ``policy`` (see the module docstring)."""
     if tick_s <= 0:
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    runner = SimRunner(spec, cluster, settings=settings, stream=stream, node_loss=node_loss)
+    runner = SimRunner(spec, cluster, settings=settings, stream=stream, node_loss=node_loss, actor_start=actor_start,
+                       call_cost=call_cost)
     run = SimRun({}, runner=runner)
     log = None
     if decision_log is not None:

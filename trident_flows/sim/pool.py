@@ -34,6 +34,7 @@ class SimReplica:
     epoch: int
     requested_at: float
     placement: Placement | None = None
+    pinned: Any = None         # the node (cluster.SimNode) a replica with no room waits for, as live
     host_bytes: int = 0
     warm: bool = False
     draining: bool = False

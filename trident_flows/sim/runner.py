@@ -18,11 +18,14 @@ Contract:
   it; growth estimates tracked as the runner does); a partial batch lingers ``linger_s`` unless
   the queue is full or upstream is idle. Queue byte bounds are not simulated (the emulated rows
   are a few hundred bytes, far under ``queue_max_bytes``).
-- Costs: a batch takes the cost model's seconds on its device; GPU kernels of replicas sharing
+- Costs: a batch takes the cost model's seconds on its device plus what the emulated operator's
+  call costs beyond them (``call_cost.CallCost``: a CPU batch's working-set fill, a GPU batch's
+  round trip to its device); GPU kernels of replicas sharing
   a device queue behind each other (``memory.SimDevice``) and a kernel whose resident + batch
   bytes exceed the device is an OOM: the batch fails at once and is split in halves and retried;
-  a single item failing ``max_attempts`` times is dead-lettered. A replica's cold start is
-  ``ACTOR_START_S`` plus the model's ``cold_start_s``.
+  a single item failing ``max_attempts`` times is dead-lettered. A replica's cold start is its
+  actor's start (``actor_start.ActorStart``: starts requested together on a node share its cores)
+  plus the model's ``cold_start_s``.
 - ``node_loss=((t, node), ...)``: node ``node`` dies at simulated second ``t``; its replicas'
   batches are re-queued whole (a single item counts an attempt) and each replica is replaced
   with the same config wherever it fits (or waits for room).
@@ -43,6 +46,8 @@ from trident_flows.runtime.transition import check_plan, retire_victims, rolling
 from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
                                       TransitionStep)
 from trident_flows.sim import outcome
+from trident_flows.sim.actor_start import ActorStart, NodeStarts
+from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import SimCluster
 from trident_flows.sim.operator import SimOperator
@@ -50,16 +55,8 @@ from trident_flows.sim.pool import SimPool, SimReplica
 from trident_flows.sim.queues import SimQueue
 from trident_flows.sim.workload import ATTEMPTS, FEATURES, SRC, Stream
 
-# Starting a replica costs more than the operator's constructor: Ray schedules the actor and
-# starts its worker process. Measured in the committed live traces (bench/traces, cold start from
-# the request to warm minus the constructor's modelled seconds) for the 19 replicas started during
-# a run: docs-ds2 0.66-1.55 s (median 1.33, load 1-3), video-ds2 1.08-4.21 s (median 1.85, load
-# 10-15; up to 5 started at once); median of all 1.55 s. (The initial replicas, started together,
-# take 1-16 s more than their constructors; the benchmarks leave that start-up out.)
-# `bench sim-fidelity` re-measures it (raw.actor_start_overhead_s).
-ACTOR_START_S = 1.5
 # Peak RSS of a replica actor process (Python, numpy, Ray worker): the smallest peak host memory
-# a CPU replica reported in the same run, 126 MiB.
+# a CPU replica reported in a committed live trace, 126 MiB.
 ACTOR_RSS_BYTES = 126 * 2**20
 # An emulated operator holds at most this much of a CPU batch's working set (EmulatedOperator's
 # host_memory_cap_bytes default), so a CPU sample's peak host memory is capped the same way.
@@ -89,11 +86,13 @@ def _track(estimate: float, observed: float) -> float:
 class SimRunner:
     def __init__(self, spec: PipelineSpec, cluster: ClusterSpec, *, settings: RunnerSettings | None = None,
                  stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (), name: str = "sim",
-                 actor_start_s: float = ACTOR_START_S) -> None:
+                 actor_start: ActorStart = ActorStart(), call_cost: CallCost = CallCost()) -> None:
         self.spec = spec
         self.settings = settings or RunnerSettings()
         self.name = name
-        self.actor_start_s = actor_start_s
+        self.actor_start = actor_start
+        self.call_cost = call_cost
+        self._starts: dict[int, NodeStarts] = {}  # node index -> its actor starts under way
         self.events = EventQueue()
         costs = [SimOperator.from_spec(o, ()) for o in spec.operators]
         needed = sorted({f for c in costs for d in c.cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}
@@ -174,6 +173,8 @@ class SimRunner:
         op.device(config.device)  # refuse a device without a cost model, naming the operator
         record = self.pools[i].new(config, canary, self.now)
         if not self._place(i, record):
+            # as live: pinned to one node (runtime.pool.OperatorPool.start, hard node affinity), where Ray queues it
+            record.pinned = self.cluster.pin(config)
             self.waiting.append((i, record))
         return record
 
@@ -181,12 +182,20 @@ class SimRunner:
         op = self.ops[i]
         resident = op.resident_bytes(record.config.device)
         host = ACTOR_RSS_BYTES + (resident if record.config.device == CPU else 0)
-        placement = self.cluster.place(record.config, record.actor_name, resident if record.config.device != CPU else 0, host)
+        if record.pinned is not None and not record.pinned.alive:  # its node was lost: pinned again (Ray fails the actor, the runtime replaces it)
+            record.pinned = self.cluster.pin(record.config)
+        placement = self.cluster.place(record.config, record.actor_name, resident if record.config.device != CPU else 0, host,
+                                       only=record.pinned)
         if placement is None:
             return False
+        # requested_at stays the request: the live pool measures a cold start from it, waiting included
         record.placement, record.host_bytes = placement, host
-        record.requested_at = self.now
-        self.events.after(self.actor_start_s + op.cold_start_s(record.config.device), self._warm, i, record)
+        node = placement.node
+        starts = self._starts.get(node.index)
+        if starts is None:
+            starts = self._starts[node.index] = NodeStarts(self.events, self.actor_start.cores(node.node_class.cpus), self.actor_start.cpu_s)
+        constructor = self.actor_start.latency_s + op.cold_start_s(record.config.device)
+        starts.begin(record, lambda: self.events.after(constructor, self._warm, i, record))
         return True
 
     def _warm(self, i: int, record: SimReplica) -> None:
@@ -341,13 +350,14 @@ class SimRunner:
         seconds, work = op.batch_cost(device, rows, sums, self.stream.uniform_memory)
         start = self.now
         if device == CPU:
-            end, dev_peak, host_peak, result = start + seconds, 0, ACTOR_RSS_BYTES + min(work, HOST_WORKING_SET_CAP), Outcome.OK
+            held = min(work, HOST_WORKING_SET_CAP)
+            end, dev_peak, host_peak, result = start + seconds + self.call_cost.cpu_extra_s(held), 0, ACTOR_RSS_BYTES + held, Outcome.OK
         else:
             kernel = replica.placement.devices[0].kernel(start, seconds, work)
             if kernel is None:
                 end, dev_peak, host_peak, result = start + OOM_RETURN_S, 0, ACTOR_RSS_BYTES, Outcome.OOM
             else:
-                end, dev_peak, host_peak, result = kernel[1], kernel[2], ACTOR_RSS_BYTES, Outcome.OK
+                end, dev_peak, host_peak, result = kernel[1] + self.call_cost.device_call_s, kernel[2], ACTOR_RSS_BYTES, Outcome.OK
         self.events.at(end, self._done, i, replica, rows, sums, reserve, inflight, epoch, start, result, dev_peak, host_peak)
 
     def _done(self, i: int, replica: SimReplica, rows: np.ndarray, sums: np.ndarray, reserve: int, inflight: int, epoch: int,
