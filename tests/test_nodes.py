@@ -111,3 +111,17 @@ def test_a_new_replica_goes_where_it_fits_cpu_work_off_the_gpu_nodes():
     placer.suspect("h")
     assert placer.choose(1, 0, {}) == "g"  # a replica just died on h (its node may be dead)
     assert placer.update([_raw("g", 2, 1)]) == (set(), {"h"})
+
+
+def test_a_cpu_replica_leaves_a_cpu_beside_every_free_gpu():
+    from trident_flows.runtime.node_placement import NodePlacer
+
+    placer = NodePlacer(gpu_memory_bytes=GiB)
+    placer.update([_raw("a", 4, 2), _raw("b", 4, 2)])
+    # a: 2 CPUs and 2 GPUs free; b: 1 CPU free, its GPUs held. Taking a CPU on a (the most free CPUs) would
+    # leave 1 CPU for 2 free GPUs: one GPU replica could never start there
+    held = {"a": (2.0, 0.0), "b": (3.0, 2.0)}
+    assert placer.choose(1, 0, held) == "b"
+    assert placer.choose(1, 1, held) == "a"
+    # where every node would strand a GPU, the most free CPUs as before
+    assert placer.choose(1, 0, {"a": (2.0, 0.0), "b": (3.0, 1.0)}) == "a"

@@ -10,7 +10,10 @@ Contract:
   with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus)), in this
   order: not a node where a replica died in the last ``SUSPECT_S`` seconds (Ray reports a dead
   node dead only seconds later), of class ``prefer``, a node without GPUs for a replica that
-  needs none (GPU nodes stay free for GPU work), the most free CPUs. When no node has room, the
+  needs none (GPU nodes stay free for GPU work), for such a replica a node it leaves a CPU per
+  free GPU on (``CPUS_PER_GPU_REPLICA``: a GPU replica needs a CPU too, and a GPU whose node's
+  CPUs are all held cannot start one: in an 8-node simulated video run, 3 applies each waited the
+  300 s start timeout on such a GPU), the most free CPUs. When no node has room, the
   one of those with the most free CPUs (Ray queues the replica there until its resources are
   free); ``None`` when no live node is large enough.
 - ``strategy(node_id)`` is Ray's hard node affinity for it (``soft=False``): a replica runs on
@@ -34,6 +37,8 @@ REFRESH_S = 1.0
 # after its health checks fail (about 10-30 s with Ray's defaults).
 SUSPECT_S = 60.0
 _EPS = 1e-6
+# CPUs a GPU replica holds beside its GPU (every GPU config of the shipped pipelines asks for one)
+CPUS_PER_GPU_REPLICA = 1.0
 
 
 class NodePlacer:
@@ -77,9 +82,14 @@ class NodePlacer:
             c, g = held.get(n.node_id, (0.0, 0.0))
             return n.cpus - c, n.gpus - g
 
+        def keeps_gpus_usable(n: NodeState) -> bool:
+            free_cpus, free_gpus = free(n)
+            return gpus > 0 or free_cpus - cpus + _EPS >= int(free_gpus + _EPS) * CPUS_PER_GPU_REPLICA
+
         def rank(n: NodeState) -> tuple:
             suspect = now - self._suspect.get(n.node_id, -SUSPECT_S - 1) < SUSPECT_S
-            return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0, free(n)[0], n.node_id)
+            return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0, keeps_gpus_usable(n),
+                    free(n)[0], n.node_id)
         roomy = [n for n in pool if free(n)[0] + _EPS >= cpus and free(n)[1] + _EPS >= gpus]
         return max(roomy or pool, key=rank).node_id
 
