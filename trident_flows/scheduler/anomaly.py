@@ -29,8 +29,9 @@ Contract:
   prior mean sat 10-20% under every ordinary window). So a point is also an outlier when it is
   ``k`` robust stds (scaled MAD of all LOO residuals, about their median) out while
   ``supported`` GP stds out: the robust scale unmasks the bursts, the GP's std keeps what the
-  GP explains as structure (a run of windows of a new regime or config, 0.7-1.4 GP stds out in
-  the synthetic benchmark, whose dropping made predictions lag).
+  GP explains as structure (in the synthetic benchmark, the newest windows of a regime switch,
+  4-6 robust but only 1.1-1.4 GP stds out: flagged on the robust scale alone, they were dropped
+  and the predictions lagged, MAPE 1.29% -> 1.38%).
 """
 
 from __future__ import annotations
