@@ -269,3 +269,41 @@ def test_a_window_of_mixed_items_is_predicted_at_the_harmonic_mean_of_their_rate
     for scanned in (0.0, 0.14, 0.5, 1.0):
         truth = 1.0 / (0.008 + 1.2 * scanned)
         assert model.throughput(A, 1, {"scanned_pages": scanned}).mean == pytest.approx(truth, rel=0.1), scanned
+
+
+def test_bursts_that_slow_a_tenth_of_the_windows_cannot_hide_in_the_noise_they_inflate():
+    # the live video trace's dedup_frames: noisy 25 ms batches, and the machine's load slowing runs of 5-8 batches
+    # 2.2x for a second at a time; the GP fitted on those windows took them for noise and predicted 10-15% slow
+    noisy = SimOperator("dedup", {"cpu": DeviceCost(per_item_s=0.001, per_unit_s={"frames": 0.001})}, contention=0.0, noise=0.1)
+    clips = Regime("clips", {"frames": 5.0})
+    config = OpConfig.make(batch_size=4)
+    run = simulate(noisy, [Phase(config, 1, 600)], [(clips, 1000)], anomalies=Anomalies(spike_prob=0.0, burst_prob=0.02, burst_len=(5, 8),
+                                                                                          burst_factor=2.2), seed=4)
+    model = OperatorModel("dedup")
+    report = model.fit(run.samples)
+    residual = {f.index for f in report.filtered if f.reason == Reason.RESIDUAL}
+    assert len(residual & set(np.flatnonzero(run.anomaly == "burst"))) >= 10
+    truth = noisy.true_throughput(config, 1, {"frames": 5.0})
+    assert model.throughput(config, 1, {"frames": 5.0}).mean == pytest.approx(truth, rel=0.06)
+
+
+def test_residual_outliers_are_unmasked_by_a_robust_scale_but_structure_the_gp_explains_is_kept():
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+    from trident_flows.scheduler.anomaly import loo_outliers
+
+    rng = np.random.default_rng(0)
+    x = np.linspace(0, 10, 100)[:, None]
+    y = rng.normal(0.0, 0.04, 100)
+    bursts = np.arange(5, 100, 10)
+    y[bursts] -= 0.7                      # a tenth of the points: the GP's fitted noise grows until none is 3.5 of its stds out
+    kernel = ConstantKernel(0.5) * Matern(2.0, nu=2.5) + WhiteKernel(0.05)
+    gp = GaussianProcessRegressor(kernel, normalize_y=True).fit(x, y)
+    flagged = loo_outliers(gp.L_, gp.alpha_, float(np.atleast_1d(gp._y_train_std)[0]))
+    assert set(np.flatnonzero(flagged)) == set(bursts)
+    # eight windows of another workload (inputs apart from the rest) 30% slower: structure the GP fits, not outliers
+    x = np.concatenate([np.linspace(0, 10, 92), np.linspace(13, 14, 8)])[:, None]
+    y = np.where(x[:, 0] > 12, -0.3, 0.0) + rng.normal(0.0, 0.04, 100)
+    gp = GaussianProcessRegressor(kernel, normalize_y=True).fit(x, y)
+    assert not loo_outliers(gp.L_, gp.alpha_, float(np.atleast_1d(gp._y_train_std)[0])).any()

@@ -22,6 +22,16 @@ Contract:
   predictive std; points beyond ``k`` standard deviations *and* a minimum relative error
   are residual outliers (e.g. a whole window slowed by a burst the first stage missed).
   Leave-one-out matters: a flexible GP can bend through an outlier it was fitted on.
+  The GP's std is fitted on the outliers too, so bursts that slow a tenth of the windows
+  hide themselves: the fitted noise grows until none is ``k`` stds out (live video trace:
+  dedup_frames' 25 ms batches, slowed 2x for a second at a time by the machine's load,
+  made windows 0.5-0.8 below the fit in log rate at 2.3-2.8 GP stds, and the least-squares
+  prior mean sat 10-20% under every ordinary window). So a point is also an outlier when it is
+  ``k`` robust stds (scaled MAD of all LOO residuals, about their median) out while
+  ``supported`` GP stds out: the robust scale unmasks the bursts, the GP's std keeps what the
+  GP explains as structure (in the synthetic benchmark, the newest windows of a regime switch,
+  4-6 robust but only 1.1-1.4 GP stds out: flagged on the robust scale alone, they were dropped
+  and the predictions lagged, MAPE 1.29% -> 1.38%).
 """
 
 from __future__ import annotations
@@ -119,20 +129,26 @@ def robust_filter(values: np.ndarray, groups: np.ndarray, order: np.ndarray, *, 
     return flagged
 
 
-def loo_outliers(L: np.ndarray, alpha: np.ndarray, y_scale: float, *, k: float = 3.5, min_abs: float = math.log(1.05)) -> np.ndarray:
+def loo_outliers(L: np.ndarray, alpha: np.ndarray, y_scale: float, *, k: float = 3.5, min_abs: float = math.log(1.05),
+                 supported: float = 2.0) -> np.ndarray:
     """Stage 2: flag training points whose leave-one-out residual is an outlier.
 
     ``L`` is the lower Cholesky factor of the GP's training covariance and ``alpha`` its
     ``K^-1 y`` (scikit-learn's ``L_`` and ``alpha_``, in normalised target units);
     ``y_scale`` converts a normalised residual back to target units. A point is flagged
-    when |LOO residual| > ``k`` LOO standard deviations and > ``min_abs`` in target units.
+    when |LOO residual| > ``min_abs`` in target units and either > ``k`` LOO standard
+    deviations, or > ``k`` robust standard deviations of all LOO residuals (about their
+    median) and > ``supported`` LOO standard deviations (see the module docstring).
     """
     n = L.shape[0]
     k_inv_diag = np.diag(cho_solve((L, True), np.eye(n)))
     a = np.asarray(alpha).reshape(n)
     residual = a / k_inv_diag
-    z = a / np.sqrt(k_inv_diag)
-    return (np.abs(z) > k) & (np.abs(residual) * y_scale > min_abs)
+    z = np.abs(a / np.sqrt(k_inv_diag))
+    centred = np.abs(residual - np.median(residual))
+    robust = MAD_TO_SIGMA * float(np.median(centred))
+    unmasked = (centred > k * robust) & (z > supported) if robust > 0 else np.zeros(n, dtype=bool)
+    return ((z > k) | unmasked) & (np.abs(residual) * y_scale > min_abs)
 
 
 def count_reasons(filtered: Iterable[Filtered]) -> dict[str, int]:
