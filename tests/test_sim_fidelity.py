@@ -180,3 +180,14 @@ def _suite_start():
 
     names = ("parse", "ocr", "langid", "quality", "dedup", "embed")
     return StaticConfig(tuple((n, OpConfig.make(CPU, batch_size=4), 1) for n in names), 0.0)
+
+
+def test_a_run_is_within_fidelity_only_when_throughput_busy_and_reconfigurations_all_are():
+    from trident_flows.bench.sim_fidelity import _within
+
+    row = {"throughput_error": 0.08, "max_busy_error_points": 9.5, "reconfiguration_diff": 1}
+    assert _within(row)
+    assert not _within({**row, "throughput_error": 0.126})      # a free-running policy that moved differently
+    assert not _within({**row, "max_busy_error_points": 12.6})
+    assert not _within({**row, "reconfiguration_diff": 4})
+    assert not _within({**row, "throughput_error": None})       # nothing compared is not within
