@@ -233,6 +233,18 @@ def test_replicas_go_where_the_live_runtime_places_them() -> None:
     assert full.place(cpu, "late", 0, 0, only=pinned).node is pinned
 
 
+def test_a_cpu_replica_leaves_a_cpu_beside_every_free_gpu() -> None:
+    # as NodePlacer.choose: node 0 has 2 free CPUs and 2 free GPUs, node 1 one free CPU and its GPUs taken;
+    # a CPU replica on node 0 (the most free CPUs) would leave one CPU for two GPU replicas
+    cluster = SimCluster(parse_cluster("2x(cpus=4,gpus=2,gpu_mem=1GiB)"))
+    cpu, gpu = OpConfig.make(CPU, batch_size=1), OpConfig.make(GPU, batch_size=1)
+    zero, one = cluster.nodes
+    for k, (config, node) in enumerate([(gpu, one), (gpu, one), (cpu, one), (cpu, zero), (cpu, zero)]):
+        assert cluster.place(config, f"r{k}", 0, 0, only=node).node is node
+    assert cluster.place(cpu, "c", 0, 0).node is one
+    assert [cluster.place(gpu, f"g{k}", 0, 0).node for k in range(2)] == [zero, zero]
+
+
 def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_waits_the_warm_timeout() -> None:
     # as live: ControlLoop waits tick_s after each tick and its apply blocks it until the steps are done. The
     # initial replicas are warm at t=20 (20 s constructors); the tick at t=21 adds a replica, warm at t=41; the

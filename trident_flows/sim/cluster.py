@@ -14,7 +14,8 @@ Contract:
   node with room (CPUs, a device with a free share of at least ``config.gpus`` (fractional) or
   ``int(gpus)`` free devices, host memory, the device memory its resident bytes need), chosen as
   the live runtime's ``runtime.node_placement.NodePlacer.choose`` does: a node without GPUs for a
-  replica that needs none, then the most free CPUs (ties: the lowest node index); ``only``: that
+  replica that needs none, for one a node it leaves a CPU per free GPU on, then the most free CPUs
+  (ties: the lowest node index); ``only``: that
   node or none. It returns a ``Placement`` or ``None`` (no room). ``pin(config)`` is the node
   a replica with no room waits for, as the runtime pins it there (hard node affinity) and Ray
   queues it until that node has room: the live node large enough with the same ranking.
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 from trident_flows.core.units import parse_rate, parse_size
+from trident_flows.runtime.node_placement import CPUS_PER_GPU_REPLICA
 from trident_flows.sim.memory import SimDevice
 
 _KEYS = ("cpus", "gpus", "gpu_mem", "host_mem", "nic", "host_device", "name")
@@ -122,9 +124,11 @@ class SimCluster:
         return max(pool, key=lambda n: self._rank(n, config)) if pool else None
 
     @staticmethod
-    def _rank(node: SimNode, config: OpConfig) -> tuple[bool, float, int]:
-        # NodePlacer.choose: GPU nodes stay free for GPU work, then the most free CPUs
-        return (config.gpus > 0 or not node.devices, node.free_cpus, -node.index)
+    def _rank(node: SimNode, config: OpConfig) -> tuple[bool, bool, float, int]:
+        # NodePlacer.choose: GPU nodes stay free for GPU work, a CPU per free GPU is left, then the most free CPUs
+        free_gpus = sum(1 for d in node.devices if d.gpu_share <= 1e-9)
+        keeps_gpus_usable = config.gpus > 0 or node.free_cpus - config.cpus + 1e-9 >= free_gpus * CPUS_PER_GPU_REPLICA
+        return (config.gpus > 0 or not node.devices, keeps_gpus_usable, node.free_cpus, -node.index)
 
     @staticmethod
     def _has_room(node: SimNode, config: OpConfig, host_bytes: int) -> bool:
