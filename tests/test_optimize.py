@@ -392,3 +392,25 @@ def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does
     expected = cold.upper(probe, {"pages": 1.0}, 2.0)
     assert warm_calls < len(calls)
     np.testing.assert_allclose(warm, expected, rtol=1e-3)
+
+
+def test_a_ticks_batches_leave_the_feature_window_as_adding_them_one_by_one_does():
+    """The optimiser's worst-case workload is read from its last ``size`` feature rows: a tick's batches
+    given at once (only those that end in the window are converted) leave the same rows, and the same
+    worst case, as adding every batch's per-item features one by one; batches without features add nothing."""
+    from trident_flows.scheduler.constraint import FeatureWindow, per_item
+
+    rng = np.random.default_rng(3)
+    batches = [({} if k % 7 == 0 else {"pages": float(rng.gamma(2.0, 3.0)) * n, "chars": float(rng.random()) * n}, n)
+               for k, n in enumerate(rng.integers(1, 64, 700))]
+    one, many = FeatureWindow(size=256), FeatureWindow(size=256)
+    for features, items in batches[:50]:
+        one.add(per_item(features, items), items)
+    many.add_batches(batches[:50])
+    for features, items in batches[50:]:
+        one.add(per_item(features, items), items)
+    many.add_batches(batches[50:])
+    assert list(many._rows) == list(one._rows)
+    assert many.worst(16) == one.worst(16)
+    with pytest.raises(ValueError, match="items=0"):
+        many.add_batches([({"pages": 1.0}, 0)])

@@ -126,6 +126,22 @@ class FeatureWindow:
             self._rows.append(({k: float(v) for k, v in features.items()}, None if items is None else int(items)))
             self._worst.clear()
 
+    def add_batches(self, batches: Sequence[tuple[Mapping[str, float], int]]) -> None:
+        """``add(per_item(features, items), items)`` of each batch's (summed features, items), in order. Only
+        the batches that end in the window (its last ``size`` with features) are converted and added: a
+        tick of an 8-node run brings thousands per operator, and adding each was most of the optimiser's step."""
+        small = [items for _, items in batches if items < 1]
+        if small:
+            raise ValueError(f"features must be averaged over >= 1 items, got items={small[0]!r}")
+        tail: list[tuple[Mapping[str, float], int]] = []
+        for features, items in reversed(batches):
+            if len(tail) == self._rows.maxlen:
+                break
+            if features:
+                tail.append((features, items))
+        for features, items in reversed(tail):
+            self.add(per_item(features, items), items)
+
     def worst(self, batch_size: int = 1) -> dict[str, float]:
         """Per feature, the ``quantile`` of the per-item mean of a batch of ``batch_size`` items."""
         if batch_size < 1:

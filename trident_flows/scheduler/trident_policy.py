@@ -672,8 +672,8 @@ class TridentPolicy:
             opt = self._optimizer(name)
             state_op = state.operator(name)
             canary_ids = {r.replica_id for r in state_op.active if r.canary}
+            opt.observe_batches([(s.features, s.items_in) for s in new.get(name, [])])
             for s in new.get(name, []):
-                opt.observe_features(per_item(s.features, s.items_in), items=s.items_in)
                 if s.outcome == Outcome.OK and s.replica_id not in canary_ids and s.config.device in space.devices:
                     op.to_tell.setdefault(s.config, []).append(s)
             for config, batch in list(op.to_tell.items()):
