@@ -490,9 +490,12 @@ class TridentPolicy:
         failed = []
         for name, batch in new.items():
             op = self._ops[name]
-            for s in batch:
-                op.window.append((op.fed, s))  # op.fed = the sample's index in the regime detector
-                op.fed += 1
+            # op.fed = the sample's index in the regime detector; only the batch's last samples stay in the
+            # bounded window, so only they are added (a 256-node tick brings thousands per operator)
+            kept = batch[-op.window.maxlen:] if op.window.maxlen is not None else batch
+            first = op.fed + len(batch) - len(kept)
+            op.window.extend(zip(range(first, first + len(kept)), kept))
+            op.fed += len(batch)
             op.unfitted += len(batch)
             if op.restored:
                 op.restored = False  # the remembered model serves this tick; refit from the next one
