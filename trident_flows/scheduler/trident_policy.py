@@ -145,6 +145,7 @@ from typing import Any, Callable, Sequence
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
+from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
 from trident_flows.scheduler.live_cluster import live_cluster
@@ -301,7 +302,11 @@ class TridentPolicy:
 
     # ------------------------------------------------------------------ one tick
     def tick(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
-        """One observe -> regime -> optimize -> verify -> placement -> transition tick."""
+        """One observe -> regime -> optimize -> verify -> placement -> transition tick, BLAS single-threaded (``blas``)."""
+        with one_blas_thread():
+            return self._tick_once(state, samples)
+
+    def _tick_once(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
         t_start = time.perf_counter()
         self._tick += 1
         live = live_cluster(state, self._given_cluster)
