@@ -356,3 +356,61 @@ def test_a_measurement_under_a_configs_kept_peaks_leaves_the_memory_fit_as_a_fre
     told.add(configs[0], {"pages": 1.0}, GiB + 4 * 40e6 * 1.5, GiB)  # above them: kept, so the model refits
     assert told._gp is None
     assert told.upper(probe[:1], {"pages": 1.0}, 2.0)[0] != before[0]
+
+
+def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does(monkeypatch):
+    """A refit after one more kept measurement starts its hyperparameter search from the last fit's
+    optimum (a cold start was a quarter of an 8-node trident run's policy time): it evaluates the
+    likelihood fewer times than the same fit from the default start, and predicts what that fit does."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    calls = []
+    original = GaussianProcessRegressor.log_marginal_likelihood
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GaussianProcessRegressor, "log_marginal_likelihood", counted)
+    space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256, knobs=(KnobSpace("prefetch", "int", 1, 4),))
+    told, cold = MemoryModel(space, "cpu", seed=0), MemoryModel(space, "cpu", seed=0)
+    rng = np.random.default_rng(1)
+    probe = [space.config("cpu", b, prefetch=p) for b in (6, 20, 64) for p in (1, 3)]
+    rows = [(space.config("cpu", b, prefetch=p), GiB + b * 40e6 * (1 + 0.1 * p) * (1 + abs(rng.normal(0, 0.02))))
+            for b in (4, 8, 16, 32) for p in (1, 2, 4)]
+    for config, peak in rows:
+        told.add(config, {"pages": 1.0}, peak, GiB)
+    told.upper(probe, {"pages": 1.0}, 2.0)  # the first fit
+    extra = (space.config("cpu", 24, prefetch=2), GiB + 24 * 40e6 * 1.2)
+    told.add(extra[0], {"pages": 1.0}, extra[1], GiB)
+    calls.clear()
+    warm = told.upper(probe, {"pages": 1.0}, 2.0)
+    warm_calls = len(calls)
+    for config, peak in [*rows, extra]:
+        cold.add(config, {"pages": 1.0}, peak, GiB)
+    calls.clear()
+    expected = cold.upper(probe, {"pages": 1.0}, 2.0)
+    assert warm_calls < len(calls)
+    np.testing.assert_allclose(warm, expected, rtol=1e-3)
+
+
+def test_a_ticks_batches_leave_the_feature_window_as_adding_them_one_by_one_does():
+    """The optimiser's worst-case workload is read from its last ``size`` feature rows: a tick's batches
+    given at once (only those that end in the window are converted) leave the same rows, and the same
+    worst case, as adding every batch's per-item features one by one; batches without features add nothing."""
+    from trident_flows.scheduler.constraint import FeatureWindow, per_item
+
+    rng = np.random.default_rng(3)
+    batches = [({} if k % 7 == 0 else {"pages": float(rng.gamma(2.0, 3.0)) * n, "chars": float(rng.random()) * n}, n)
+               for k, n in enumerate(rng.integers(1, 64, 700))]
+    one, many = FeatureWindow(size=256), FeatureWindow(size=256)
+    for features, items in batches[:50]:
+        one.add(per_item(features, items), items)
+    many.add_batches(batches[:50])
+    for features, items in batches[50:]:
+        one.add(per_item(features, items), items)
+    many.add_batches(batches[50:])
+    assert list(many._rows) == list(one._rows)
+    assert many.worst(16) == one.worst(16)
+    with pytest.raises(ValueError, match="items=0"):
+        many.add_batches([({"pages": 1.0}, 0)])

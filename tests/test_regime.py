@@ -183,6 +183,8 @@ def test_many_samples_at_once_decide_exactly_as_one_by_one():
             assert regime.centroid == pytest.approx(one.regimes[rid].centroid, rel=1e-9)
             assert regime.count == one.regimes[rid].count
         assert det.effective_radius == pytest.approx(one.effective_radius, rel=1e-9)
+        # the CUSUM (stepped inline along quiet runs) ends where the sample-by-sample one does, exactly
+        assert (det._cusum.up, det._cusum.down, list(det._cusum.history)) == (one._cusum.up, one._cusum.down, list(one._cusum.history))
 
 
 def test_observe_many_decides_as_the_detector_sample_by_sample(monkeypatch):

@@ -4,7 +4,8 @@ and streams of simulated hours. Every figure here is SIMULATED (``trident_flows.
 Contract of ``run(quick) -> BenchResult``:
 - Cluster: ``N`` nodes of the live closed-loop benchmark's node (16 CPUs + 2 GPUs of 8 GiB),
   ``N`` in ``NODES`` (quick: 1 and 8). Pipelines: emulated documents and video (committed
-  profiles). Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``;
+  profiles), and on 256 nodes (not in quick) ``documents10`` (``wide_pipeline``: the documents
+  operators and copies of its last four stages, 10 operators; the tick target is for 10). Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``;
   durations become item counts at the rate static-avg SUSTAINS IN THE SIMULATOR on each regime
   alone, ``SteadyRates``; static-avg is searched on counts made first with the equal-mix
   static-avg, then the counts are made again with it. The cost model's prediction was 2.5x under
@@ -60,6 +61,7 @@ from trident_flows.bench.oracle_policy import OraclePolicy
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.sim_headroom import steady_rate
 from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
+from trident_flows.bench.wide_pipeline import WIDE, load_profile
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.decision_log import Action
@@ -73,9 +75,12 @@ NODE = dict(cpus=16, gpus=2, gpu_memory_bytes=8 * 2**30)
 NODES = (1, 8, 64, 256)
 QUICK_NODES = (1, 8)
 PIPELINES = ("documents", "video")
+# the tick target is for 256 nodes x 10 operators: ``documents10`` (``wide_pipeline``, composed from the
+# committed documents profile) runs there only
+WIDE_WORKLOADS = (f"{WIDE}-256",)
 # ``--workloads`` picks pipeline-nodes pairs (e.g. ``documents-8,video-8``): the full run, every
 # system on 8 nodes for 4 simulated hours and both pipelines, does not fit an evening on 2 cores
-WORKLOADS = tuple(f"{p}-{n}" for p in PIPELINES for n in NODES)
+WORKLOADS = (*(f"{p}-{n}" for p in PIPELINES for n in NODES), *WIDE_WORKLOADS)
 # simulated hours of stream per node count: the event count grows with the cluster, and the
 # whole benchmark has to run on a 2-core machine
 HOURS = {1: 4.0, 8: 4.0, 64: 0.5, 256: 0.25}
@@ -84,7 +89,8 @@ HEADROOM_MIN = 1.05
 SCHEDULES = {"documents": "short:20m,long:5m,scans:10m,short:1m,long:30m,scans:3m",
              "video": "small:20m,hd:10m,long:5m,small:1m,hd:30m,long:3m"}
 QUICK_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m", "video": "small:3m,hd:2m,long:1m"}
-PIPELINE_NAMES = {"documents": "emulated-docs", "video": "emulated-video"}
+SCHEDULES[WIDE], QUICK_SCHEDULES[WIDE] = SCHEDULES["documents"], QUICK_SCHEDULES["documents"]
+PIPELINE_NAMES = {"documents": "emulated-docs", "video": "emulated-video", WIDE: "emulated-docs10"}
 SEED = 11
 # a steady rate is measured on a stream of this many seconds of the config's predicted rate (the model
 # predicts 2.5x under the simulator on 8-node documents: ~25 simulated s), at least STEADY_ITEMS_MIN items
@@ -133,7 +139,7 @@ def model_headroom(profile: PipelineProfile, blocks: Sequence[tuple[str, int]], 
 
 def run_one(pipeline: str, system: str, nodes: int, schedule: str, items: int, statics: Mapping[str, StaticConfig],
             seed: int = SEED) -> dict[str, Any]:
-    profile = PipelineProfile.load(pipeline)
+    profile = load_profile(pipeline)
     start = statics["static-avg"] if not system.startswith("static-") else statics[system]
     cap = NODE["cpus"] * nodes
     stages = [Stage(n, c, r, max_replicas=max(cap, r)) for n, c, r in start.assignment]
@@ -277,13 +283,14 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
     of ``HOURS`` (it may end inside a pass of the schedule)."""
     if hours is not None and hours <= 0:
         raise ValueError(f"hours must be > 0, got {hours}")
-    chosen = tuple(workloads or (f"{p}-{n}" for p in PIPELINES for n in (QUICK_NODES if quick else NODES)))
+    chosen = tuple(workloads or (*(f"{p}-{n}" for p in PIPELINES for n in (QUICK_NODES if quick else NODES)),
+                                 *(() if quick else WIDE_WORKLOADS)))
     t_start, cpu_start, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
     rows: list[dict[str, Any]] = []
     workloads_ran: dict[str, Any] = {}
     for key in chosen:
         pipeline, n = key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
-        profile = PipelineProfile.load(pipeline)
+        profile = load_profile(pipeline)
         # the schedule's durations become counts at the rates the 1-node static-avg times the nodes sustains in the simulator
         meter = SteadyRates(profile, n)
         base = configs(profile, [(r, 1) for r in profile.workloads], 1)

@@ -726,15 +726,20 @@ class OperatorModel:
 
     def _predict_raw(self, configs: Sequence[OpConfig], replicas: Sequence[int] | int = 1,
                      features: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The busy-time model's prediction, without calibration."""
+        """The busy-time model's prediction, without calibration. Each distinct (config, replica count
+        clipped to the counts seen) is predicted once: a 256-node capacity curve asks for every count up
+        to thousands, nearly all beyond the counts seen, where the per-replica rate is the same."""
         reps = np.broadcast_to(np.asarray(replicas, dtype=float), (len(configs),)).copy()
         if (reps < 1).any():
             raise ValueError(f"operator {self.operator!r}: replicas must be >= 1, got {replicas!r}")
         fit = self._require(configs)
         f = self._check_features(features, fit.encoder.features)
-        feats = np.tile([f[n] for n in fit.encoder.features], (len(configs), 1)).reshape(len(configs), len(fit.encoder.features))
-        mu, s = self._predict_log(configs, reps, feats)
-        mean, std = _lognormal(mu, s, reps)
+        distinct: dict[tuple[OpConfig, float], int] = {}
+        rows = np.array([distinct.setdefault(key, len(distinct)) for key in zip(configs, np.clip(reps, *fit.replicas_seen).tolist())],
+                        dtype=np.intp)
+        feats = np.tile([f[n] for n in fit.encoder.features], (len(distinct), 1)).reshape(len(distinct), len(fit.encoder.features))
+        mu, s = self._predict_log([c for c, _ in distinct], np.array([r for _, r in distinct], dtype=float), feats)
+        mean, std = _lognormal(mu[rows], s[rows], reps)
         return np.asarray(mean), np.asarray(std)
 
     def throughput(self, config: OpConfig, replicas: int = 1, features: Mapping[str, float] | None = None) -> Prediction:

@@ -291,6 +291,10 @@ class ConfigOptimizer:
         (they move the worst-case workload; with ``items`` a large batch's worst case is tighter)."""
         self._features.add(features, items)
 
+    def observe_batches(self, batches: Sequence[tuple[Mapping[str, float], int]]) -> None:
+        """``observe_features(per_item(features, items), items)`` of each batch's (summed features, items), in order."""
+        self._features.add_batches(batches)
+
     def _is_safe(self, obs: Observation) -> bool:
         return not obs.oom and obs.peak_memory <= self.limits[obs.config.device] and not blocked(obs.config, self._regions)
 

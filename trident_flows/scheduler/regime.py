@@ -416,18 +416,7 @@ class RegimeDetector:
         if length == 0:
             return []
         n0 = self.n
-        alarm, used = None, length
-        for k in range(length):
-            self.n = n0 + k  # the CUSUM numbers its history by sample
-            if k > 0 and rebase_due and (not (self._residual_model is not None and self._cal_left == 0) or self.calm):
-                used = k
-                break
-            r = residuals.get(i + k)
-            if r is not None and math.isfinite(r):
-                alarm = self._cusum_step(r, samples[i + k].end)
-                if alarm is not None:
-                    used = k
-                    break
+        alarm, used = self._cusum_run(samples, residuals, i, length, rebase_due)
         self.n = n0
         self._commit_quiet(samples, x, before, ms_before, after, ms_after, i, used, replicas)
         out: list[RegimeChange | None] = [None] * used
@@ -439,6 +428,46 @@ class RegimeDetector:
             self._record(x[k], cur, samples[i + k])
             out.append(self._conclude(x[k], cur, float(d[k]), alarm))
         return out
+
+    def _cusum_run(self, samples: Sequence[BatchSample], residuals: Mapping[int, float | None], i: int, length: int,
+                   rebase_due: bool) -> tuple[tuple[float, int] | None, int]:
+        """The CUSUM steps of ``length`` quiet samples from ``i``: ``(alarm, used)``, ``used`` the samples
+        consumed (up to the one that raised ``alarm``, or before the one where a newer fit may be taken).
+        A step that stays calibrated, with three recent residuals and both sides at most ``h``, is
+        ``_cusum_step``'s arithmetic inline (its Python call per sample was a third of the detector's
+        time); any other step is ``_cusum_step`` itself, from the same state."""
+        c = self._cusum
+        n0 = self.n
+        for k in range(length):
+            n = n0 + k  # the CUSUM numbers its history by sample
+            if k > 0 and rebase_due and (not (self._residual_model is not None and self._cal_left == 0) or self.calm):
+                return None, k
+            r = residuals.get(i + k)
+            if r is None or not math.isfinite(r):
+                continue
+            end = samples[i + k].end
+            if self._cal_left == 0 and len(c.recent) == 3:
+                raw = (r - c.reference) / c.sigma
+                a, b = c.recent[1], c.recent[2]
+                median = max(min(a, b), min(max(a, b), raw))  # the median of the last three, as statistics.median
+                z = max(-self.clip, min(self.clip, float(median)))
+                up = max(0.0, c.up + z - self.k)
+                down = max(0.0, c.down - z - self.k)
+                if max(up, down) <= self.h:
+                    c.recent.append(raw)
+                    c.history.append((n, raw))
+                    if c.up == 0.0:
+                        c.up_start, c.up_since = n, end
+                    if c.down == 0.0:
+                        c.down_start, c.down_since = n, end
+                    c.up, c.down = up, down
+                    continue
+            self.n = n
+            alarm = self._cusum_step(r, end)
+            c = self._cusum
+            if alarm is not None:
+                return alarm, k
+        return None, length
 
     def _commit_quiet(self, samples: Sequence[BatchSample], x: np.ndarray, before: np.ndarray, ms_before: np.ndarray, after: np.ndarray,
                       ms_after: np.ndarray, i: int, used: int, replicas: int | None) -> None:

@@ -145,6 +145,7 @@ from typing import Any, Callable, Sequence
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
+from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
 from trident_flows.scheduler.live_cluster import live_cluster
@@ -301,7 +302,11 @@ class TridentPolicy:
 
     # ------------------------------------------------------------------ one tick
     def tick(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
-        """One observe -> regime -> optimize -> verify -> placement -> transition tick."""
+        """One observe -> regime -> optimize -> verify -> placement -> transition tick, BLAS single-threaded (``blas``)."""
+        with one_blas_thread():
+            return self._tick_once(state, samples)
+
+    def _tick_once(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
         t_start = time.perf_counter()
         self._tick += 1
         live = live_cluster(state, self._given_cluster)
@@ -490,9 +495,12 @@ class TridentPolicy:
         failed = []
         for name, batch in new.items():
             op = self._ops[name]
-            for s in batch:
-                op.window.append((op.fed, s))  # op.fed = the sample's index in the regime detector
-                op.fed += 1
+            # op.fed = the sample's index in the regime detector; only the batch's last samples stay in the
+            # bounded window, so only they are added (a 256-node tick brings thousands per operator)
+            kept = batch[-op.window.maxlen:] if op.window.maxlen is not None else batch
+            first = op.fed + len(batch) - len(kept)
+            op.window.extend(zip(range(first, first + len(kept)), kept))
+            op.fed += len(batch)
             op.unfitted += len(batch)
             if op.restored:
                 op.restored = False  # the remembered model serves this tick; refit from the next one
@@ -672,8 +680,8 @@ class TridentPolicy:
             opt = self._optimizer(name)
             state_op = state.operator(name)
             canary_ids = {r.replica_id for r in state_op.active if r.canary}
+            opt.observe_batches([(s.features, s.items_in) for s in new.get(name, [])])
             for s in new.get(name, []):
-                opt.observe_features(per_item(s.features, s.items_in), items=s.items_in)
                 if s.outcome == Outcome.OK and s.replica_id not in canary_ids and s.config.device in space.devices:
                     op.to_tell.setdefault(s.config, []).append(s)
             for config, batch in list(op.to_tell.items()):

@@ -1,0 +1,24 @@
+"""A capacity curve (every replica count up to the cluster's thousands) is predicted once per distinct
+input: each count's prediction is exactly what asking for that count alone gives."""
+
+from __future__ import annotations
+
+from trident_flows.bench.sample_sim import Phase, Regime, SimOperator, simulate
+from trident_flows.core.types import OpConfig
+from trident_flows.runtime.costmodel import DeviceCost
+from trident_flows.scheduler.observe import OperatorModel
+
+
+def test_a_capacity_curve_of_thousands_of_counts_predicts_each_count_as_asking_for_it_alone() -> None:
+    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.05)
+    run = simulate(op, [Phase(OpConfig.make(batch_size=16), 2, 400), Phase(OpConfig.make(batch_size=32), 5, 400)],
+                   [(Regime("normal", {"pages": 5.0}), 800)], seed=3)
+    model = OperatorModel("ocr")
+    model.fit(run.samples)
+    config, counts = OpConfig.make(batch_size=32), list(range(1, 4097))
+    mean, std = model.predict_many([config] * len(counts), counts)
+    for r in (1, 2, 3, 5, 6, 64, 4096):
+        alone = model.predict_many([config], [r])
+        assert (mean[r - 1], std[r - 1]) == (alone[0][0], alone[1][0])
+    # beyond the counts seen the per-replica rate is flat: throughput grows in proportion
+    assert abs(mean[4095] / 4096 - mean[4] / 5) < 1e-9 * mean[4]
