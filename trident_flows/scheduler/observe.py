@@ -104,7 +104,6 @@ Memory samples are not invalidated (peak memory is a property of the config itse
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 import warnings
@@ -118,10 +117,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
 from sklearn.linear_model import BayesianRidge
-from threadpoolctl import ThreadpoolController
 
 from trident_flows.scheduler.anomaly import (Filtered, Reason, count_reasons, group_codes, loo_outliers, robust_filter,
                                              span_slack, validate_sample)
+from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.occupancy import SaturatedSpan
 from trident_flows.core.types import CPU, BatchSample, OpConfig, Outcome
 
@@ -375,7 +374,7 @@ class OperatorModel:
         BLAS runs single-threaded here: the matrices are small, and the scheduler shares its
         cores with the pipeline.
         """
-        with _threadpools().limit(limits=1):
+        with one_blas_thread():
             return self._fit(samples, current_epoch)
 
     def _fit(self, samples: Sequence[BatchSample], current_epoch: int | None) -> FitReport:
@@ -819,14 +818,6 @@ class OperatorModel:
         for j, k in enumerate(keep):
             out[k] = math.log(samples[k].items_in / samples[k].busy_s) - float(mu[j])
         return out
-
-
-@functools.cache
-def _threadpools() -> ThreadpoolController:
-    """One controller of the BLAS thread pools for every fit: ``threadpool_limits`` builds a new one per call,
-    scanning the loaded libraries (about 4 ms each, 25 ms of an 8-node refit tick). Built at the first fit,
-    once numpy, scipy and scikit-learn have loaded their BLAS."""
-    return ThreadpoolController()
 
 
 def _quick_valid(samples: Sequence[BatchSample]) -> np.ndarray:
