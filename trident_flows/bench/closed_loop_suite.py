@@ -109,6 +109,12 @@ class SuiteWorkload:
         return base, Workload("spikes", self.regimes, seed=SEED, time_scale=self.time_scale,
                               memory_spikes=((start + (end - start - count) // 2, count, SPIKE_FACTOR),))
 
+    def baselines(self, profile: PipelineProfile, stream: Workload, rows: Sequence[Mapping[str, Any]]) -> Baselines:
+        """The static configurations every system starts from on ``stream`` (``rows``: its rows under ``profile``)."""
+        return tune_baselines(profile, self.layout, rows, stream.blocks(), cpus=CPUS, gpus=self.gpus, device_memory_bytes=DEVICE_MEMORY,
+                              gpu_batches=closed_loop_workload.GPU_BATCHES, cpu_batch=closed_loop_workload.CPU_BATCH,
+                              first_n=max(MIN_FIRST_N, int(len(rows) * FIRST_N_SHARE)))
+
     def headroom_workload(self, profile: PipelineProfile) -> headroom.Workload:
         schedule = tuple((regime, end - start) for regime, start, end in self.streams()[0].blocks())
         return headroom.Workload(self.name, profile, CPUS, self.gpus, DEVICE_MEMORY, schedule, note=self.note)
@@ -247,9 +253,7 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
             profile = PipelineProfile.load(suite.profile)
             main_stream, spike_stream = suite.streams()
             rows = main_stream.rows(profile)
-            baselines = tune_baselines(profile, suite.layout, rows, main_stream.blocks(), cpus=CPUS, gpus=suite.gpus,
-                                       device_memory_bytes=DEVICE_MEMORY, gpu_batches=closed_loop_workload.GPU_BATCHES,
-                                       cpu_batch=closed_loop_workload.CPU_BATCH, first_n=max(MIN_FIRST_N, int(len(rows) * FIRST_N_SHARE)))
+            baselines = suite.baselines(profile, main_stream, rows)
             bound = headroom.headroom(suite.headroom_workload(profile))
             simulated = simulated_headroom(suite.headroom_workload(profile), main_stream,
                                            ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY),

@@ -36,9 +36,8 @@ from typing import Any
 import ray
 
 from trident_flows.bench import closed_loop_suite
-from trident_flows.bench.baselines import tune_baselines
 from trident_flows.bench.closed_loop_runs import TICK_S, make_system_policy
-from trident_flows.bench.closed_loop_workload import CPU_BATCH, CPUS, DEVICE_MEMORY, GPU_BATCHES, GPUS, PIPELINES, tune, workloads
+from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import find_runner, run_pipeline
@@ -99,19 +98,12 @@ def record_emulated(name: str, out: Path) -> None:
     _record(name, spec, policy, header, out, RunnerSettings(device_memory_bytes=DEVICE_MEMORY))
 
 
-def _suite_workload(name: str) -> closed_loop_suite.SuiteWorkload:
-    return closed_loop_suite.suite_workloads(False, (SUITE[name][0],))[0]
-
-
-def record_suite(name: str, out: Path) -> None:
+def record_suite(name: str, suite: closed_loop_suite.SuiteWorkload, out: Path) -> None:
+    """``name`` (a key of ``SUITE``) on its suite workload ``suite``, starting where the suite starts its policy."""
     workload_name, policy_name = SUITE[name]
-    suite = _suite_workload(name)
     profile = PipelineProfile.load(suite.profile)
     stream, _ = suite.streams()
-    baselines = tune_baselines(profile, suite.layout, stream.rows(profile), stream.blocks(), cpus=CPUS, gpus=suite.gpus,
-                               device_memory_bytes=DEVICE_MEMORY, gpu_batches=GPU_BATCHES, cpu_batch=CPU_BATCH,
-                               first_n=max(closed_loop_suite.MIN_FIRST_N, int(stream.items * closed_loop_suite.FIRST_N_SHARE)))
-    start = baselines.start(policy_name)
+    start = suite.baselines(profile, stream, stream.rows(profile)).start(policy_name)
     spec = stream.spec(profile, start, f"trace-{name}")
     cluster = ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY)
     header = {"pipeline": suite.profile, "emulated": True, "policy": policy_name, "suite_workload": workload_name,
@@ -162,9 +154,10 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             ray.shutdown()
     for name in (n for n in names if n in SUITE):   # a node with exactly the workload's GPUs, as the suite runs it
-        ray.init("local", num_cpus=CPUS, num_gpus=_suite_workload(name).gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        suite = closed_loop_suite.suite_workloads(False, (SUITE[name][0],))[0]
+        ray.init("local", num_cpus=CPUS, num_gpus=suite.gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
-            record_suite(name, args.out)
+            record_suite(name, suite, args.out)
         finally:
             ray.shutdown()
     if REAL in names:
