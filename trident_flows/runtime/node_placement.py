@@ -41,6 +41,12 @@ _EPS = 1e-6
 CPUS_PER_GPU_REPLICA = 1.0
 
 
+def leaves_free_gpus_usable(cpus: float, gpus: float, free_cpus: float, free_gpus: float) -> bool:
+    """Whether a replica of ``cpus`` / ``gpus`` on a node with ``free_cpus`` / ``free_gpus`` leaves a CPU beside each
+    whole free GPU (always, for a GPU replica). The runtime's ``NodePlacer`` and the simulator's cluster rank by it."""
+    return gpus > 0 or free_cpus - cpus + _EPS >= int(free_gpus + _EPS) * CPUS_PER_GPU_REPLICA
+
+
 class NodePlacer:
     """The live nodes and the choice of a node per replica (see the module docstring)."""
 
@@ -82,14 +88,10 @@ class NodePlacer:
             c, g = held.get(n.node_id, (0.0, 0.0))
             return n.cpus - c, n.gpus - g
 
-        def keeps_gpus_usable(n: NodeState) -> bool:
-            free_cpus, free_gpus = free(n)
-            return gpus > 0 or free_cpus - cpus + _EPS >= int(free_gpus + _EPS) * CPUS_PER_GPU_REPLICA
-
         def rank(n: NodeState) -> tuple:
             suspect = now - self._suspect.get(n.node_id, -SUSPECT_S - 1) < SUSPECT_S
-            return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0, keeps_gpus_usable(n),
-                    free(n)[0], n.node_id)
+            return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0,
+                    leaves_free_gpus_usable(cpus, gpus, *free(n)), free(n)[0], n.node_id)
         roomy = [n for n in pool if free(n)[0] + _EPS >= cpus and free(n)[1] + _EPS >= gpus]
         return max(roomy or pool, key=rank).node_id
 

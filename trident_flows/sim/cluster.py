@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 from trident_flows.core.units import parse_rate, parse_size
-from trident_flows.runtime.node_placement import CPUS_PER_GPU_REPLICA
+from trident_flows.runtime.node_placement import leaves_free_gpus_usable
 from trident_flows.sim.memory import SimDevice
 
 _KEYS = ("cpus", "gpus", "gpu_mem", "host_mem", "nic", "host_device", "name")
@@ -127,8 +127,8 @@ class SimCluster:
     def _rank(node: SimNode, config: OpConfig) -> tuple[bool, bool, float, int]:
         # NodePlacer.choose: GPU nodes stay free for GPU work, a CPU per free GPU is left, then the most free CPUs
         free_gpus = sum(1 for d in node.devices if d.gpu_share <= 1e-9)
-        keeps_gpus_usable = config.gpus > 0 or node.free_cpus - config.cpus + 1e-9 >= free_gpus * CPUS_PER_GPU_REPLICA
-        return (config.gpus > 0 or not node.devices, keeps_gpus_usable, node.free_cpus, -node.index)
+        return (config.gpus > 0 or not node.devices, leaves_free_gpus_usable(config.cpus, config.gpus, node.free_cpus, free_gpus),
+                node.free_cpus, -node.index)
 
     @staticmethod
     def _has_room(node: SimNode, config: OpConfig, host_bytes: int) -> bool:
