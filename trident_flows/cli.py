@@ -248,7 +248,8 @@ def bench(
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
                                             "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
     hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default: "
-                                          "4 h up to 8 nodes, less above)."),
+                                          "2 h up to 8 nodes, less above)."),
+    jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim: worker processes (default 1)."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
     from trident_flows.bench.report import write_report
@@ -256,7 +257,7 @@ def bench(
     with user_errors():
         _check_choice("benchmark", name, list(BENCHMARKS))
         module = importlib.import_module(BENCHMARKS[name])
-        options = _bench_options(name, module, systems, repeats, workloads, hours)
+        options = _bench_options(name, module, systems, repeats, workloads, hours, jobs)
     result = module.run(quick=quick, **options)
     json_path, png_path = write_report(result, out, quick=quick)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
@@ -271,13 +272,14 @@ def bench(
 
 
 def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None, workloads: str | None = None,
-                   hours: float | None = None) -> dict[str, Any]:
-    """``--systems`` / ``--repeats`` / ``--workloads`` / ``--hours`` as keyword arguments of the benchmark's ``run``, refused
-    where it has none."""
+                   hours: float | None = None, jobs: int | None = None) -> dict[str, Any]:
+    """``--systems`` / ``--repeats`` / ``--workloads`` / ``--hours`` / ``--jobs`` as keyword arguments of the benchmark's
+    ``run``, refused where it has none."""
     options: dict[str, Any] = {}
-    if hours is not None:
-        _bench_takes(name, module, "hours")
-        options["hours"] = hours
+    for option, value in (("hours", hours), ("jobs", jobs)):
+        if value is not None:
+            _bench_takes(name, module, option)
+            options[option] = value
     if workloads is not None:
         options["workloads"] = _bench_choices(name, module, "workloads", "WORKLOADS", "workload", workloads)
     if systems is not None:

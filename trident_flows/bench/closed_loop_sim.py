@@ -2,14 +2,17 @@
 and streams of simulated hours. Every figure here is SIMULATED (``trident_flows.sim``).
 
 Contract of ``run(quick) -> BenchResult``:
-- Cluster: ``N`` nodes of the live closed-loop benchmark's node (16 CPUs + 2 GPUs of 8 GiB),
-  ``N`` in ``NODES`` (quick: 1 and 8). Pipelines: emulated documents and video (committed
-  profiles), and on 256 nodes (not in quick) ``documents10`` (``wide_pipeline``: the documents
-  operators and copies of its last four stages, 10 operators; the tick target is for 10). Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``;
-  durations become item counts at the rate static-avg SUSTAINS IN THE SIMULATOR on each regime
-  alone, ``SteadyRates``; static-avg is searched on counts made first with the equal-mix
-  static-avg, then the counts are made again with it. The cost model's prediction was 2.5x under
-  the simulator on 8-node documents, so a stream of "0.5 hours" ended inside its first block), repeated to ``HOURS[N]``
+- Cluster: ``N`` nodes of the live closed-loop benchmark's node (16 CPUs + 2 GPUs of 8 GiB).
+  Pipelines: emulated documents and video (committed profiles) and ``documents10``
+  (``wide_pipeline``: the documents operators and copies of its last four stages, 10 operators;
+  the tick target is for 10). The full run (``DEFAULT_WORKLOADS``): documents and video on 1, 8
+  and 64 nodes, documents10 on 256 (quick: documents and video on 1 and 8).
+- Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``; above
+  ``LARGE_NODES``, 1-5 minutes, ``LARGE_SCHEDULES``, as those streams are minutes long); durations
+  become item counts at the rate static-avg SUSTAINS IN THE SIMULATOR on each regime alone
+  (``SteadyRates``; static-avg is searched on counts made first with the equal-mix static-avg,
+  then the counts are made again with it. The cost model's prediction was 2.5x under the simulator
+  on 8-node documents, so a stream of "0.5 hours" ended inside its first block); ``HOURS[N]``
   hours of it at static-avg's simulated rates (quick: a short schedule once), seeded, finite:
   every system curates the same items.
 - Systems (the live benchmark's, where a system can be simulated): ``static-avg`` (the per-node
@@ -45,13 +48,16 @@ Contract of ``run(quick) -> BenchResult``:
   ``--hours``): pipeline-nodes pairs (``WORKLOADS``), systems (``SYSTEMS``) and simulated hours
   per stream; the report's notes and ``raw.workloads_run`` say what ran. The load average is
   recorded per run (``load_after``): ticks are charged their CPU time, not their wall time.
+- ``run(jobs=)`` (``--jobs``): worker processes for the workloads' preparation and the runs.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -76,20 +82,27 @@ NODES = (1, 8, 64, 256)
 QUICK_NODES = (1, 8)
 PIPELINES = ("documents", "video")
 # the tick target is for 256 nodes x 10 operators: ``documents10`` (``wide_pipeline``, composed from the
-# committed documents profile) runs there only
-WIDE_WORKLOADS = (f"{WIDE}-256",)
-# ``--workloads`` picks pipeline-nodes pairs (e.g. ``documents-8,video-8``): the full run, every
-# system on 8 nodes for 4 simulated hours and both pipelines, does not fit an evening on 2 cores
+# committed documents profile)
+WIDE_WORKLOADS = tuple(f"{WIDE}-{n}" for n in NODES)
+# ``--workloads`` picks pipeline-nodes pairs (e.g. ``documents-8,video-8``)
 WORKLOADS = (*(f"{p}-{n}" for p in PIPELINES for n in NODES), *WIDE_WORKLOADS)
-# simulated hours of stream per node count: the event count grows with the cluster, and the
-# whole benchmark has to run on a 2-core machine
-HOURS = {1: 4.0, 8: 4.0, 64: 0.5, 256: 0.25}
+# the full run: both pipelines on 1, 8 and 64 nodes and the 10-operator documents on 256. The simulator
+# costs about 0.3 CPU ms per simulated batch (~5,500 batches per simulated second on 64 nodes of
+# documents), so a 256-node stream costs ~1 CPU hour per simulated hour and system: on 2 cores the
+# 256-node runs are the tick target's, and documents and video there are left to ``--workloads``
+DEFAULT_WORKLOADS = (*(f"{p}-{n}" for p in PIPELINES for n in (1, 8, 64)), f"{WIDE}-256")
+# simulated hours of stream per node count (the event count grows with the cluster)
+HOURS = {1: 2.0, 8: 2.0, 64: 0.25, 256: 0.1}
 TICK_S = 10.0
 HEADROOM_MIN = 1.05
 SCHEDULES = {"documents": "short:20m,long:5m,scans:10m,short:1m,long:30m,scans:3m",
              "video": "small:20m,hd:10m,long:5m,small:1m,hd:30m,long:3m"}
+# above ``LARGE_NODES`` the streams are minutes long (``HOURS``): blocks of 1-5 minutes, so they still switch regimes
+LARGE_NODES = 8
+LARGE_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m,short:1m,long:5m,scans:3m",
+                   "video": "small:3m,hd:2m,long:1m,small:1m,hd:5m,long:3m"}
 QUICK_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m", "video": "small:3m,hd:2m,long:1m"}
-SCHEDULES[WIDE], QUICK_SCHEDULES[WIDE] = SCHEDULES["documents"], QUICK_SCHEDULES["documents"]
+SCHEDULES[WIDE], LARGE_SCHEDULES[WIDE], QUICK_SCHEDULES[WIDE] = SCHEDULES["documents"], LARGE_SCHEDULES["documents"], QUICK_SCHEDULES["documents"]
 PIPELINE_NAMES = {"documents": "emulated-docs", "video": "emulated-video", WIDE: "emulated-docs10"}
 SEED = 11
 # a steady rate is measured on a stream of this many seconds of the config's predicted rate (the model
@@ -275,68 +288,110 @@ def figure(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> Any:
     return fig
 
 
+def prepare(key: str, quick: bool, hours: float | None) -> dict[str, Any]:
+    """A workload (pipeline-nodes pair) ready to run: its schedule (durations made counts at the
+    rates static-avg sustains in the simulator), item count, static configs and headroom."""
+    pipeline, n = key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
+    profile = load_profile(pipeline)
+    # the schedule's durations become counts at the rates the 1-node static-avg times the nodes sustains in the simulator
+    meter = SteadyRates(profile, n)
+    base = configs(profile, [(r, 1) for r in profile.workloads], 1)
+    start = _scaled(base["static-avg"], n)
+    durations = (QUICK_SCHEDULES if quick else SCHEDULES if n <= LARGE_NODES else LARGE_SCHEDULES)[pipeline]
+    schedule = schedule_counts(durations, profile, start, rates=meter.rates(start, list(profile.workloads)))
+    # once more at the rates of the static-avg searched on those counts, the config every system starts from
+    avg = configs(profile, regime_plan(profile.workloads, None, schedule), n)["static-avg"]
+    schedule = schedule_counts(durations, profile, avg, rates=meter.rates(avg, list(profile.workloads)))
+    blocks = regime_plan(profile.workloads, None, schedule)
+    statics = configs(profile, blocks, n)
+    avg_rates = meter.rates(statics["static-avg"], list(profile.workloads))
+    if hours is not None:
+        items = _items_for(profile, schedule, avg_rates, hours, whole=False)
+    else:
+        items = sum(c for _, c in blocks) if quick else _items_for(profile, schedule, avg_rates, HOURS[n], whole=False)
+    # the headroom of the stream that runs (a chosen ``hours`` may end inside a pass)
+    plan = regime_plan(profile.workloads, items, schedule)
+    headroom = model_headroom(profile, plan, statics)
+    simulated = simulated_headroom(meter, plan, statics) if n <= SIM_HEADROOM_MAX_NODES else None
+    used = max((h for h in (headroom, simulated) if h is not None), key=lambda h: h["ratio"])
+    return {"key": key, "pipeline": pipeline, "nodes": n, "durations": durations, "schedule": schedule, "items": items,
+            "simulated_hours_at_static_avg": sum(c / max(avg_rates[r], 1e-9) for r, c in plan) / 3600,
+            "regime_blocks": len(plan), "headroom": headroom, "headroom_simulated": simulated,
+            "headroom_used": "simulated" if used is simulated else "model",
+            "steady_rates_static_avg": avg_rates, "configs": {k: v.label() for k, v in statics.items()}, "statics": statics}
+
+
+def run_cell(workload: Mapping[str, Any], system: str) -> dict[str, Any]:
+    """One system on one prepared workload; a system that fails is reported (its error), the others still run."""
+    t0 = time.perf_counter()
+    try:
+        row = run_one(workload["pipeline"], system, workload["nodes"], workload["schedule"], workload["items"], workload["statics"])
+    except Exception as exc:  # noqa: BLE001 - reported in the row
+        row = {"pipeline": workload["pipeline"], "system": system, "nodes": workload["nodes"], "items_per_s": None,
+               "error": f"{type(exc).__name__}: {exc}", "ooms": None, "tick_ms_p95": None, "sim_wall_s": time.perf_counter() - t0}
+    row["load_after"] = round(os.getloadavg()[0], 1)
+    return row
+
+
+def _systems_for(workload: Mapping[str, Any], systems: Sequence[str] | None) -> list[str]:
+    statics = workload["statics"]
+    if systems:
+        return [s for s in systems if s in statics or s in ADAPTIVE]
+    return ["static-avg", "trident"] if workload["nodes"] > SIM_HEADROOM_MAX_NODES else [*statics, *ADAPTIVE]
+
+
+def _in_parallel(jobs: int, fn: Any, calls: Sequence[tuple[Any, ...]], done: Any) -> list[Any]:
+    """``fn(*call)`` for every call, on ``jobs`` worker processes (in this process when 1), in the
+    calls' order; ``done(result)`` as each finishes. The longest calls should come first."""
+    if jobs == 1:
+        results = []
+        for call in calls:
+            results.append(fn(*call))
+            done(results[-1])
+        return results
+    results: list[Any] = [None] * len(calls)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(fn, *call): k for k, call in enumerate(calls)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            done(results[futures[future]])
+    return results
 def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None = None, systems: Sequence[str] | None = None,
-        hours: float | None = None) -> BenchResult:
-    """``workloads``: pipeline-nodes pairs to run (default: every pipeline on ``NODES``, quick:
-    ``QUICK_NODES``); ``systems``: the systems each runs (default: every one up to 8 nodes,
-    static-avg and trident above); ``hours``: simulated hours of stream for every workload instead
-    of ``HOURS`` (it may end inside a pass of the schedule)."""
+        hours: float | None = None, jobs: int = 1) -> BenchResult:
+    """``workloads``: pipeline-nodes pairs to run (default: ``DEFAULT_WORKLOADS``, quick: every
+    pipeline on ``QUICK_NODES``); ``systems``: the systems each runs (default: every one up to 8
+    nodes, static-avg and trident above); ``hours``: simulated hours of stream for every workload
+    instead of ``HOURS`` (it may end inside a pass of the schedule); ``jobs``: worker processes,
+    each running whole workload preparations and then whole (workload, system) runs (the ticks'
+    CPU time is charged per process, so the figures do not depend on it)."""
     if hours is not None and hours <= 0:
         raise ValueError(f"hours must be > 0, got {hours}")
-    chosen = tuple(workloads or (*(f"{p}-{n}" for p in PIPELINES for n in (QUICK_NODES if quick else NODES)),
-                                 *(() if quick else WIDE_WORKLOADS)))
-    t_start, cpu_start, load_start = time.perf_counter(), time.process_time(), os.getloadavg()
-    rows: list[dict[str, Any]] = []
-    workloads_ran: dict[str, Any] = {}
-    for key in chosen:
-        pipeline, n = key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
-        profile = load_profile(pipeline)
-        # the schedule's durations become counts at the rates the 1-node static-avg times the nodes sustains in the simulator
-        meter = SteadyRates(profile, n)
-        base = configs(profile, [(r, 1) for r in profile.workloads], 1)
-        start = _scaled(base["static-avg"], n)
-        durations = (QUICK_SCHEDULES if quick else SCHEDULES)[pipeline]
-        schedule = schedule_counts(durations, profile, start, rates=meter.rates(start, list(profile.workloads)))
-        # once more at the rates of the static-avg searched on those counts, the config every system starts from
-        avg = configs(profile, regime_plan(profile.workloads, None, schedule), n)["static-avg"]
-        schedule = schedule_counts(durations, profile, avg, rates=meter.rates(avg, list(profile.workloads)))
-        blocks = regime_plan(profile.workloads, None, schedule)
-        statics = configs(profile, blocks, n)
-        avg_rates = meter.rates(statics["static-avg"], list(profile.workloads))
-        if hours is not None:
-            items = _items_for(profile, schedule, avg_rates, hours, whole=False)
-        else:
-            items = sum(c for _, c in blocks) if quick else _items_for(profile, schedule, avg_rates, HOURS.get(n, 0.25))
-        # the headroom of the stream that runs (a chosen ``hours`` may end inside a pass)
-        plan = regime_plan(profile.workloads, items, schedule)
-        headroom = model_headroom(profile, plan, statics)
-        simulated = simulated_headroom(meter, plan, statics) if n <= SIM_HEADROOM_MAX_NODES else None
-        used = max((h for h in (headroom, simulated) if h is not None), key=lambda h: h["ratio"])
-        workloads_ran[key] = {"durations": durations, "schedule": schedule, "items": items,
-                              "simulated_hours_at_static_avg": sum(c / max(avg_rates[r], 1e-9) for r, c in plan) / 3600,
-                              "regime_blocks": len(plan), "headroom": headroom, "headroom_simulated": simulated,
-                              "headroom_used": "simulated" if used is simulated else "model",
-                              "steady_rates_static_avg": avg_rates, "configs": {k: v.label() for k, v in statics.items()}}
-        names = [s for s in systems if s in statics or s in ADAPTIVE] if systems else \
-            (["static-avg", "trident"] if n > 8 else [*statics, *ADAPTIVE])
-        for system in names:
-            t0 = time.perf_counter()
-            try:
-                row = run_one(pipeline, system, n, schedule, items, statics)
-            except Exception as exc:  # noqa: BLE001 - a system that fails is reported, the others still run
-                row = {"pipeline": pipeline, "system": system, "nodes": n, "items_per_s": None, "error": f"{type(exc).__name__}: {exc}",
-                       "ooms": None, "tick_ms_p95": None, "sim_wall_s": time.perf_counter() - t0}
-            row["load_after"] = round(os.getloadavg()[0], 1)
-            rows.append(row)
-            log(f"{key} {system}: {row['items_per_s'] if row['items_per_s'] is None else round(row['items_per_s'], 2)} items/s, "
-                f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s, "
-                f"cpu {row.get('sim_cpu_s') or 0:.0f} s {row['error'][:200]}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    chosen = tuple(workloads or ((f"{p}-{n}" for p in PIPELINES for n in QUICK_NODES) if quick else DEFAULT_WORKLOADS))
+    t_start, cpu_start, load_start = time.perf_counter(), _cpu_s(), os.getloadavg()
+    prepared = _in_parallel(jobs, prepare, [(key, quick, hours) for key in chosen],
+                            lambda w: log(f"{w['key']}: {w['items']} items, {w['regime_blocks']} blocks, "
+                                          f"{w['simulated_hours_at_static_avg']:.2f} h at static-avg"))
+    # the biggest clusters first, so that no long run starts last
+    cells = sorted(((w, s) for w in prepared for s in _systems_for(w, systems)), key=lambda c: -c[0]["nodes"])
+
+    def done(row: Mapping[str, Any]) -> None:
+        log(f"{row['pipeline']}-{row['nodes']} {row['system']}: "
+            f"{row['items_per_s'] if row['items_per_s'] is None else round(row['items_per_s'], 2)} items/s, "
+            f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s, "
+            f"cpu {row.get('sim_cpu_s') or 0:.0f} s {row['error'][:200]}")
+
+    rows = _in_parallel(jobs, run_cell, cells, done)
+    order = {key: k for k, key in enumerate(chosen)}
+    rows.sort(key=lambda r: order[f"{r['pipeline']}-{r['nodes']}"])
+    workloads_ran = {w["key"]: {k: v for k, v in w.items() if k not in ("key", "pipeline", "nodes", "statics")} for w in prepared}
     summary = summarise(rows, workloads_ran)
     targets = {"captured_8_nodes": Target(">=", 0.9), "worst_vs_best_static_8_nodes": Target(">=", 0.97), "trident_ooms": Target("==", 0),
                "tick_ms_p95_256_nodes": Target("<=", 1000.0), "sim_wall_s_8_nodes_4h": Target("<=", 300.0)}
-    raw = {"node": NODE, "workloads_run": list(chosen), "systems_chosen": list(systems or ()), "tick_s": TICK_S,
+    raw = {"node": NODE, "workloads_run": list(chosen), "systems_chosen": list(systems or ()), "tick_s": TICK_S, "jobs": jobs,
            "hours": hours if hours is not None else HOURS, "headroom_min": HEADROOM_MIN, "workloads": workloads_ran, "runs": rows,
-           "bench_seconds": time.perf_counter() - t_start, "bench_cpu_s": time.process_time() - cpu_start,
+           "bench_seconds": time.perf_counter() - t_start, "bench_cpu_s": _cpu_s() - cpu_start,
            "load_average_1m": {"start": round(load_start[0], 1), "end": round(os.getloadavg()[0], 1)},
            "not_simulated": {"ray-data": "Ray Data's own autoscaler runs its own streaming executor, not this runner's apply",
                              "xenna": "cosmos-xenna schedules stages with its own runtime, not this runner's apply"}}
@@ -381,6 +436,12 @@ def summarise(rows: Sequence[Mapping[str, Any]], workloads: Mapping[str, Any]) -
             "sim_wall_s_8_nodes_simulated_hours": static8["wall_s"] / 3600 if static8["wall_s"] else None,
             "sim_cpu_s_8_nodes_4h_trident": _per_4h(trident8, "sim_cpu_s"),
             "sim_cpu_s_8_nodes_trident_simulated_hours": trident8["wall_s"] / 3600 if trident8["wall_s"] else None}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished worker processes."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _per_4h(row: Mapping[str, Any], key: str) -> float | None:
