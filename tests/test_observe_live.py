@@ -179,8 +179,13 @@ def test_late_batches_are_told_by_their_content_and_the_detector_s_return_is_not
     # completion order: short, long, short again; eight long batches finish among the second short block's
     content = short[:100] + long + short[100:150] + long[:8] + short[150:]
     regimes = ["short"] * 100 + ["long"] * 60 + ["short"] * (len(content) - 160)
-    elsewhere = observe_live._content_elsewhere([sample(c) for c in content], regimes, np.zeros(len(content), dtype=bool))
+    workloads = {"short": {"chars": 4000.0}, "long": {"chars": 40000.0}}
+    elsewhere = observe_live._content_elsewhere([sample(c) for c in content], regimes, workloads)
     assert elsewhere[210:218].all() and elsewhere.sum() == 8
+    # a block that completed half out of order: every other batch the truth places in the long block is a late short one
+    mixed = [c for pair in zip(long[:30], short[:30]) for c in pair]
+    told = observe_live._content_elsewhere([sample(c) for c in short[:50] + mixed], ["short"] * 50 + ["long"] * 60, workloads)
+    assert told[51::2].all() and told.sum() == 30
     # the detector went to the long regime on them (0 -> 1) and came back (1 -> 0): both listed apart
     truth = [{"index": 100, "old": "short", "new": "long", "cost_ratio": 1.4, "observable": True},
              {"index": 160, "old": "long", "new": "short", "cost_ratio": 1.4, "observable": True}]

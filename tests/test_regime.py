@@ -222,9 +222,28 @@ def test_a_residual_shift_of_millisecond_batches_must_last_a_second_to_be_a_regi
         busy = 0.015 if k < 200 or k >= 240 else 0.02
         samples.append(BatchSample("dedup", "r0", CFG, t, t + busy, busy, 16, 16, {"pages": 48.0 * rng.lognormal(0, 0.1)}))
         t += busy
-    changes = _run(RegimeDetector("dedup", ("pages",)), samples, residuals)
+    # (the whole stream is 14 s: no fill phase here)
+    changes = _run(RegimeDetector("dedup", ("pages",), warmup_s=0.0), samples, residuals)
     assert len(changes) == 1 and changes[0].kind == ChangeKind.RESIDUAL, [(c.at_sample, c.reason) for c in changes]
     assert samples[changes[0].at_sample].end - samples[600].end == pytest.approx(1.0, abs=0.1)
     # the same burst in batches of a second is a regime: it lasted 40 s
     slow = [replace(s, start=k * 1.0, end=k * 1.0 + 1.0, busy_s=1.0) for k, s in enumerate(samples)]
-    assert [c.at_sample < 260 for c in _run(RegimeDetector("dedup", ("pages",)), slow, residuals)][:1] == [True]
+    assert [c.at_sample < 260 for c in _run(RegimeDetector("dedup", ("pages",), warmup_s=0.0), slow, residuals)][:1] == [True]
+
+
+def test_the_pipeline_s_fill_is_not_a_regime_but_a_later_shift_is():
+    """While a pipeline starts, every operator runs flat out until backpressure sets in, and per-batch
+    rates move 25-30% (the live documents trace): residuals of the first ``warmup_s`` seconds are
+    no evidence; the same shift later is a regime."""
+    rng = np.random.default_rng(7)
+    n = 1200                                                     # batches of 0.1 s: 120 s
+    residuals = rng.normal(0.0, 0.05, n)
+    residuals[:80] -= 0.3                                        # the first 8 s run 26% slower
+    residuals[800:] -= 0.4                                       # at 80 s, a lasting slowdown no feature shows
+    samples = [BatchSample("parse", "r0", CFG, k * 0.1, (k + 1) * 0.1, 0.1, 16, 16, {"pages": 48.0 * rng.lognormal(0, 0.1)})
+               for k in range(n)]
+    changes = _run(RegimeDetector("parse", ("pages",)), samples, residuals)
+    assert [(c.kind, 800 <= c.at_sample <= 830) for c in changes] == [(ChangeKind.RESIDUAL, True)], [(c.at_sample, c.reason) for c in changes]
+    # without the warm-up, the end of the fill is reported as a regime
+    early = _run(RegimeDetector("parse", ("pages",), warmup_s=0.0), samples, residuals)
+    assert early and early[0].at_sample < 150 and early[0].kind == ChangeKind.RESIDUAL

@@ -67,7 +67,7 @@ import math
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -417,15 +417,13 @@ def _truth(trace: Trace, profile: PipelineProfile, name: str) -> list[dict[str, 
     return out
 
 
-def _reordered(trace: Trace, name: str) -> np.ndarray:
+def _reordered(trace: Trace, name: str, workloads: Mapping[str, Mapping[str, float]]) -> np.ndarray:
     """Per sample (completion order): whether it completed among another block's samples than its own
     (``_truth`` assumes completion in input order; a batch held for tens of seconds, re-queued by a
-    retiring replica, or routed through a slower branch, such as long documents' scanned pages
-    through OCR, completes among a later block's). Either its batch started while the operator's
-    stream position was in another block than the one the truth places its completion in, or its
-    content says so: its per-item features lie ``CONTENT_Z`` scales from the median of the truth
-    block's regime and under half that distance from another regime's (medians over the middle
-    80% of each block's samples, scales from the pooled median absolute deviation)."""
+    retiring replica, or routed through a slower branch, such as scanned pages through OCR, completes
+    among a later block's). Either its batch started while the operator's stream position was in
+    another block than the one the truth places its completion in, or its content says so
+    (``_content_elsewhere``, by the profile's regimes: ``workloads``)."""
     samples = [s for s in trace.samples(name) if s.items_in >= 1]
     if len(trace.blocks) < 2 or not samples:
         return np.zeros(len(samples), dtype=bool)
@@ -434,36 +432,34 @@ def _reordered(trace: Trace, name: str) -> np.ndarray:
     starts = [a for _, a, _ in trace.blocks]
     begun = np.searchsorted(starts, np.interp([s.start for s in samples], at, pos), side="right")
     done = np.searchsorted(starts, np.interp([s.end for s in samples], at, pos), side="right")
-    return (begun != done) | _content_elsewhere(samples, [trace.blocks[max(0, b - 1)][0] for b in done], begun != done)
+    return (begun != done) | _content_elsewhere(samples, [trace.blocks[max(0, b - 1)][0] for b in done], workloads)
 
 
-def _content_elsewhere(samples: Sequence[BatchSample], regime: Sequence[str], skip: np.ndarray) -> np.ndarray:
-    """Per sample: whether its features put it clearly in another regime than ``regime[i]`` (see ``_reordered``)."""
-    names = sorted({f for s in samples for f in s.features})
+def _content_elsewhere(samples: Sequence[BatchSample], regime: Sequence[str], workloads: Mapping[str, Mapping[str, float]]) -> np.ndarray:
+    """Per sample: whether its per-item features put it clearly in another regime than ``regime[i]``.
+    A regime's place is the profile's per-item mean features (``workloads``, log1p, the detector's
+    space); distances are in scales of the samples' spread around their nearest regime (per feature,
+    pooled median absolute deviation). Clearly elsewhere: ``CONTENT_Z`` scales from its own regime
+    and under half that distance from another. (Not from the samples of the truth's blocks: a block
+    that completed half out of order, as a long-document block with late scans on embed, has no
+    central sample of its own.)"""
+    regimes = sorted(workloads)
+    names = sorted({f for s in samples for f in s.features} & {f for r in regimes for f in workloads[r]})
     out = np.zeros(len(samples), dtype=bool)
-    if not names:
+    if not names or len(regimes) < 2:
         return out
     vec = np.array([[math.log1p(max(0.0, float(s.features.get(f, 0.0))) / s.items_in) for f in names] for s in samples])
-    labels = np.array(regime)
-    middle = np.zeros(len(samples), dtype=bool)
-    run_start = 0
-    for k in range(1, len(samples) + 1):   # runs of one truth regime, in completion order: their middle 80%
-        if k == len(samples) or labels[k] != labels[run_start]:
-            cut = (k - run_start) // 10
-            middle[run_start + cut:k - cut] = True
-            run_start = k
-    ref = middle & ~skip
-    centroids = {r: np.median(vec[ref & (labels == r)], axis=0) for r in set(labels[ref])}
-    if len(centroids) < 2:
-        return out
-    deviations = np.concatenate([np.abs(vec[ref & (labels == r)] - c) for r, c in centroids.items()])
-    scale = np.maximum(MAD_TO_SIGMA * np.median(deviations, axis=0), CONTENT_MIN_SCALE)
-    dist = {r: np.linalg.norm((vec - c) / scale, axis=1) for r, c in centroids.items()}
-    for i, own in enumerate(labels):
-        if own not in dist:
+    places = np.array([[math.log1p(max(0.0, float(workloads[r].get(f, 0.0)))) for f in names] for r in regimes])
+    diff = vec[:, None, :] - places[None, :, :]
+    nearest = np.argmin(np.linalg.norm(diff, axis=2), axis=1)
+    scale = np.maximum(MAD_TO_SIGMA * np.median(np.abs(vec - places[nearest]), axis=0), CONTENT_MIN_SCALE)
+    dist = np.linalg.norm(diff / scale, axis=2)
+    for i, own in enumerate(regime):
+        if own not in workloads:
             continue
-        other = min((r for r in dist if r != own), key=lambda r: dist[r][i])
-        out[i] = dist[own][i] > CONTENT_Z and dist[other][i] < dist[own][i] / 2
+        k = regimes.index(own)
+        other = min(dist[i, j] for j in range(len(regimes)) if j != k)
+        out[i] = dist[i, k] > CONTENT_Z and other < dist[i, k] / 2
     return out
 
 
@@ -575,7 +571,7 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
             res["truth"] = {op: _truth(trace, profile, op) for op in trace.operators}
             n_samples = {op: len([s for s in trace.samples(op) if s.items_in >= 1]) for op in trace.operators}
             res["detection"] = {op: _score_detection(res["truth"][op], [c for c in res["changes"] if c["operator"] == op], n_samples[op],
-                                                     _reordered(trace, op))
+                                                     _reordered(trace, op, profile.workloads))
                                 for op in trace.operators}
             hours += trace.duration_s / 3600
         res["duration_s"] = trace.duration_s
