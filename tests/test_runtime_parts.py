@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.core.state import RunnerSettings
-from trident_flows.runtime.backpressure import Reservation, downstream_has_room, source_room
+from trident_flows.runtime.backpressure import Reservation, downstream_has_room, items_bound, source_room
 from trident_flows.runtime.lineage import reruns
 from trident_flows.runtime.metrics import RunMetrics
 from trident_flows.runtime.payload import Outline
@@ -50,6 +50,15 @@ def test_a_batch_goes_whole_after_one_replica_death_and_split_after_two():
     outcomes = [after_death(single, max_attempts=2) for _ in range(2)]
     assert outcomes[0].requeue == (single,)
     assert outcomes[1].give_up is single.items[0]
+
+
+def test_a_queue_bound_grows_with_the_pools_on_both_sides_of_it():
+    settings = RunnerSettings(queue_max_items=512)
+    assert items_bound(settings, consumer_slots=64) == 512  # small pools: the setting
+    # 704 OCR replicas of batch 4, 2 in flight each, feeding 64 langid replicas of batch 4: 512 + 5,632 outputs
+    assert items_bound(settings, consumer_slots=64 * 4 * 2, producer_slots=704 * 4 * 2) == 512 + 5632
+    # a splitter's outputs count at its growth: 10 decoders of batch 1, 5 clips per video
+    assert items_bound(settings, consumer_slots=16, producer_slots=600, producer_growth=5.0) == 3016
 
 
 def test_source_room_respects_both_bounds_and_an_empty_queue_always_takes_one():

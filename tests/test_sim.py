@@ -1,5 +1,5 @@
 """The simulator against hand-computed cases: one operator's throughput, a queue filling up
-(backpressure), an OOM retried with split, a cold start delaying capacity, node loss, the rows a
+(backpressure) and growing with large pools, an OOM retried with split, a cold start delaying capacity, node loss, the rows a
 filter or splitter picks (the emulated operators' own), the
 cluster spec, and the unchanged policies running on it."""
 
@@ -83,6 +83,20 @@ def test_queue_fills_and_backpressure_holds_a_fast_operator_to_the_slow_ones_pac
     assert fast_at_10 <= 8 + 10 + 2 + 2  # queue + slow's items done + slow's in flight + fast's reservation
     assert state.operator("fast").items_in - fast_at_10 == pytest.approx(20, abs=2)  # 20 s at slow's 1 item/s
     assert state.operator("slow").items_in == pytest.approx(30, abs=1)
+
+
+def test_a_large_pool_is_not_starved_by_a_fixed_queue_bound() -> None:
+    # 64 producers feed 64 consumers (1 s per item each) through queues whose fixed bound is 8 items: a
+    # bound of 8 would let only 8 producer batches be in flight (their outputs are reserved against it),
+    # 8 items/s and 80 s for 640 items; the bound grows with the pools, so both run 64 at once: ~11 s
+    cost = {CPU: DeviceCost(per_item_s=1.0)}
+    spec = _pipeline([("produce", cost, 1.0), ("consume", cost, 1.0)],
+                     [Stage("produce", OpConfig.make(CPU, batch_size=1), 64), Stage("consume", OpConfig.make(CPU, batch_size=1), 64)], 640)
+    runner = SimRunner(spec, ClusterSpec.single_node(128), settings=RunnerSettings(queue_max_items=8), actor_start=FREE_START,
+                       call_cost=NO_CALL_COST)
+    _run_to_end(runner)
+    assert runner.rows_written == 640
+    assert runner.state().wall_s == pytest.approx(11.0, abs=1.0)
 
 
 def test_oom_is_retried_with_split_until_the_halves_fit() -> None:

@@ -5,7 +5,8 @@ sends every batch that may go now, through ``launch(i, replica, unit, reserved)`
 - operators are walked from the last to the first, so downstream work drains first;
 - a batch of operator *i* goes to the replica ``OperatorPool.pick`` chooses (fewest in flight,
   below ``max_inflight_per_replica``; among those one on the node that stores the batch's first
-  row) while the next queue has room (``backpressure.downstream_has_room``); its expected output
+  row) while the next queue has room (``backpressure.downstream_has_room``, its bound grown with
+  the pools on both sides of it: ``backpressure.items_bound``); its expected output
   is reserved (``Reservation.reserve``) and the replica's in-flight count raised *before*
   ``launch``, so the next pick in the same round sees them; ``release(i, reserved)`` undoes the
   reservation once the batch is routed or failed;
@@ -23,7 +24,7 @@ import time
 from typing import Callable
 
 from trident_flows.core.state import RunnerSettings
-from trident_flows.runtime.backpressure import Reservation, downstream_has_room
+from trident_flows.runtime.backpressure import Reservation, downstream_has_room, items_bound
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.work_queue import Queue, Unit
 
@@ -63,6 +64,8 @@ class Dispatcher:
         """Send operator ``i``'s batches while it may; returns whether a partial batch is lingering."""
         q, pool = self.queues[i], self.pools[i]
         next_queue = self.queues[i + 1] if i + 1 < len(self.queues) else None
+        bound = self._bound(i)
+        next_bound = self._bound(i + 1) if next_queue is not None else None
         while len(q):
             # prefer a replica on the node that stores the next batch's rows (its first row's, as a rule all of them)
             replica = pool.pick(near=(q.units[0].items[0] if q.units else q.items[0]).node)
@@ -70,11 +73,11 @@ class Dispatcher:
                 return False
             size = replica.config.batch_size
             if not q.units and len(q) < size:
-                full = q.n_items >= self.settings.queue_max_items or q.n_bytes >= self.settings.queue_max_bytes
+                full = q.n_items >= bound or q.n_bytes >= self.settings.queue_max_bytes
                 if not (full or self._upstream_idle(i) or time.monotonic() - q.oldest >= self.settings.linger_s):
                     return True
             peek = q.units[0].items if q.units else list(itertools.islice(q.items, size))
-            if not downstream_has_room(next_queue, self.reservations[i], len(peek), sum(it.nbytes for it in peek), self.settings):
+            if not downstream_has_room(next_queue, self.reservations[i], len(peek), sum(it.nbytes for it in peek), self.settings, next_bound):
                 return False
             unit = q.take(size)
             if i == 0:
@@ -84,6 +87,12 @@ class Dispatcher:
             replica.idle.clear()
             self._launch(i, replica, unit, reserved)
         return False
+
+    def _bound(self, j: int) -> int:
+        """Queue ``j``'s bound in items (``backpressure.items_bound``)."""
+        if j == 0:
+            return items_bound(self.settings, self.pools[0].slot_items())
+        return items_bound(self.settings, self.pools[j].slot_items(), self.pools[j - 1].slot_items(), self.reservations[j - 1].growth_items)
 
     def _upstream_idle(self, i: int) -> bool:
         if not self._input_closed():

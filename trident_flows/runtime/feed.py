@@ -19,7 +19,7 @@ import asyncio
 from typing import Any, Callable, Iterator
 
 from trident_flows.core.state import RunnerSettings
-from trident_flows.runtime.backpressure import source_room, track
+from trident_flows.runtime.backpressure import items_bound, source_room, track
 from trident_flows.runtime.payload import row_bytes
 from trident_flows.runtime.shards import Shard, ShardLedger
 from trident_flows.runtime.spec import ID
@@ -32,8 +32,10 @@ _CHUNK = 256
 class Feed:
     """Admits input rows to the first operator's queue (see the module docstring)."""
 
-    def __init__(self, queue: Queue, ledger: ShardLedger, settings: RunnerSettings, wake: Callable[[], None]) -> None:
+    def __init__(self, queue: Queue, ledger: ShardLedger, settings: RunnerSettings, wake: Callable[[], None],
+                 slot_items: Callable[[], int] = lambda: 0) -> None:
         self.queue = queue
+        self._slot_items = slot_items  # the first operator's pool (backpressure.items_bound)
         self.ledger = ledger
         self.settings = settings
         self._wake = wake
@@ -45,7 +47,7 @@ class Feed:
 
     async def room(self) -> int:
         while True:
-            room = source_room(self.queue, self._row_bytes, self.settings)
+            room = source_room(self.queue, self._row_bytes, self.settings, items_bound(self.settings, self._slot_items()))
             if room:
                 return room
             self._room.clear()

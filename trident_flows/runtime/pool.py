@@ -82,6 +82,10 @@ class OperatorPool:
         self.placer = placer
         self._held = held or self.held  # what the runner's replicas hold per node (all pools), for choosing a node
 
+    def slot_items(self) -> int:
+        """Items the active (not draining) replicas take in flight: batch size x ``max_inflight`` each."""
+        return self.max_inflight * sum(r.config.batch_size for r in self.replicas.values() if not r.draining and not r.dead)
+
     def _configs(self) -> frozenset[tuple[OpConfig, bool]]:
         return frozenset((r.config, r.canary) for r in self.replicas.values() if not r.draining and not r.dead)
 

@@ -94,7 +94,7 @@ class PipelineRunner:
         self.metrics = RunMetrics(settings.sample_buffer, peak_since_start)
         self.ledger = ShardLedger(self.writer, self.metrics, self._spawn, self._wake_pump,
                                   lambda items, op: self._reproduce(items, held=False, outputs_of=op))
-        self.feed = Feed(self.queues[0], self.ledger, settings, self._wake_pump)
+        self.feed = Feed(self.queues[0], self.ledger, settings, self._wake_pump, self.pools[0].slot_items)
         self.dispatcher = Dispatcher(self.queues, self.pools, settings, lambda: self.input_closed, self._launch, self.feed.notify_room,
                                      self._wake_pump)
         self.rollout = Rollout(self.ops, self.pools, settings, self._state, self.metrics.rate, lambda: self.started_at,

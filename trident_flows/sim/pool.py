@@ -8,7 +8,8 @@ Contract:
   ``max_inflight``, the earliest started among equals, as the live pool picks (the runner
   reports ``mark_warm`` and every ``load_changed``); ``choose_retire`` the least loaded (not yet warm first) replicas of a
   config; ``config_epoch`` increases whenever the set of (config, canary) among active
-  replicas changes; ``snapshot(now)`` gives the ``ReplicaState``s ``RunnerState`` carries
+  replicas changes; ``slot_items`` is the items active replicas take in flight (batch size x
+  ``max_inflight`` each: an input queue's bound grows with it, ``runtime.backpressure.items_bound``); ``snapshot(now)`` gives the ``ReplicaState``s ``RunnerState`` carries
   (busy fraction = busy seconds / seconds since warm).
 """
 
@@ -73,6 +74,7 @@ class SimPool:
         # every event); an entry whose replica has left that level is dropped when it surfaces,
         # and a replica has at most one entry per level
         self._free: list[list[tuple[int, SimReplica]]] = [[] for _ in range(max_inflight)]
+        self.slot_items = 0  # items the active replicas take in flight (runtime.pool.OperatorPool.slot_items)
 
     def _list(self, record: SimReplica) -> None:
         level = record.inflight
@@ -101,6 +103,7 @@ class SimPool:
         record = SimReplica(rid, f"{self.runner_name}:{self.name}:{rid}", config, canary,
                             self.config_epoch + (1 if (config, canary) not in before else 0), now, order=order)
         self.replicas[rid] = record
+        self.slot_items += config.batch_size * self.max_inflight
         self._bump_epoch_if_changed(before)
         return record
 
@@ -125,11 +128,15 @@ class SimPool:
     def begin_drain(self, records: list[SimReplica]) -> None:
         before = self._configs()
         for r in records:
+            if not r.draining and not r.dead:
+                self.slot_items -= r.config.batch_size * self.max_inflight
             r.draining = True
         self._bump_epoch_if_changed(before)
 
     def forget(self, record: SimReplica) -> None:
         before = self._configs()
+        if not record.draining and not record.dead and record.replica_id in self.replicas:
+            self.slot_items -= record.config.batch_size * self.max_inflight
         record.dead = True
         self.replicas.pop(record.replica_id, None)
         self._bump_epoch_if_changed(before)

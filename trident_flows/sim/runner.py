@@ -13,7 +13,8 @@ Contract:
   the pipeline keeps streaming meanwhile), ``summary()`` and ``replica_seconds()`` (per
   operator, replica-seconds since streaming began).
 - Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
-  served one at a time; an operator's input queue is bounded by ``queue_max_items`` (a batch
+  served one at a time; an operator's input queue is bounded by ``backpressure.items_bound``
+  (``queue_max_items``, or the items in flight of the pools on both sides of it when more, as live; a batch
   is sent only while the next queue plus the expected output of batches in flight stays under
   it; growth estimates tracked as the runner does); a partial batch lingers ``linger_s`` unless
   the queue is full or upstream is idle. Queue byte bounds are not simulated (the emulated rows
@@ -40,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from trident_flows.runtime.backpressure import items_bound
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
 from trident_flows.runtime.transition import check_plan, retire_victims, rolling_steps
@@ -246,7 +248,7 @@ class SimRunner:
     def _feed(self) -> bool:
         """Fill the first queue from the stream; True when rows were added."""
         q = self.queues[0]
-        room = self.settings.queue_max_items - q.n_items
+        room = self._bound(0) - q.n_items
         if room <= 0 or self.input_closed:
             return False
         rows = self.stream.take(room)
@@ -262,6 +264,12 @@ class SimRunner:
         self.items_in += len(rows)
         q.push(rows, self.now)
         return True
+
+    def _bound(self, j: int) -> int:
+        """Queue ``j``'s bound in items, as live (``backpressure.items_bound``)."""
+        if j == 0:
+            return items_bound(self.settings, self.pools[0].slot_items)
+        return items_bound(self.settings, self.pools[j].slot_items, self.pools[j - 1].slot_items, self.counters[j - 1].growth_items)
 
     def _upstream_idle(self, i: int) -> bool:
         if not self.input_closed:
@@ -280,8 +288,7 @@ class SimRunner:
         """
         if self.finished or not self.streaming:
             return
-        max_items = self.settings.queue_max_items
-        fed = self.queues[0].n_items < max_items and self._feed()
+        fed = self.queues[0].n_items < self._bound(0) and self._feed()
         n = len(self.ops)
         everyone = changed is None or self.input_closed
         lingering = _NONE
@@ -303,6 +310,8 @@ class SimRunner:
             taken = False
             q, pool, c = self.queues[i], self.pools[i], self.counters[i]
             after = self.queues[i + 1] if i + 1 < n else None
+            max_items = self._bound(i)
+            after_max = self._bound(i + 1) if after is not None else 0
             while q.n_items:
                 replica = pool.pick()
                 if replica is None:
@@ -316,7 +325,7 @@ class SimRunner:
                         break
                 # backpressure: the next queue plus the expected output of batches in flight stays under the bound
                 if after is not None and (after.n_items or c.reserved_items) and \
-                        after.n_items + c.reserved_items + q.peek_size(size) * c.growth_items > max_items:
+                        after.n_items + c.reserved_items + q.peek_size(size) * c.growth_items > after_max:
                     break
                 rows = q.take(size, now)
                 taken = True
