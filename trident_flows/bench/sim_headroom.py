@@ -46,7 +46,9 @@ BATCH_CAPS = (8, 16, 64)  # the model's answers at these batch-size caps are eac
 MAX_EVALS = 120  # allocations one hill-climb may measure
 STEADY_BLOCKS = 3  # a regime's measuring stream, in multiples of its largest block (its middle third is timed) ...
 STEADY_ITEMS_FIRST = 3000  # ... at most this many at first (gpu-ocr's born-digital blocks hold 21,000: one measure took minutes) ...
-STEADY_ITEMS_MAX = 12000  # ... doubled up to this many while the input closes before the timed third ends
+# ... doubled up to this many while the input closes before the timed third ends (queues grow with their pools,
+# backpressure.items_bound: on 256 nodes tens of thousands of items are between the operators)
+STEADY_ITEMS_MAX = 800_000
 _STEP_S = 1.0  # the longest step, in simulated seconds, between two looks at the items done
 
 
