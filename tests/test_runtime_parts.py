@@ -64,22 +64,22 @@ def test_a_queue_bound_grows_with_the_pools_on_both_sides_of_it():
 def test_source_room_respects_both_bounds_and_an_empty_queue_always_takes_one():
     settings = RunnerSettings(queue_max_items=10, queue_max_bytes=1000)
     q = Queue()
-    assert source_room(q, 100.0, settings) == 10
-    assert source_room(q, 5000.0, settings) == 1  # a row over the byte bound still passes, alone
+    assert source_room(q, 100.0, settings, settings.queue_max_items) == 10
+    assert source_room(q, 5000.0, settings, settings.queue_max_items) == 1  # a row over the byte bound still passes, alone
     for it in _items(10, nbytes=100):
         q.push(it)
-    assert source_room(q, 100.0, settings) == 0
+    assert source_room(q, 100.0, settings, settings.queue_max_items) == 0
 
 
 def test_downstream_room_counts_what_in_flight_batches_will_add():
     settings = RunnerSettings(queue_max_items=10, queue_max_bytes=10**6)
     nxt = Queue()
     reservation = Reservation(growth_items=1.0, growth_bytes=1.0)
-    assert downstream_has_room(None, reservation, 100, 100, settings)  # the last operator
-    assert downstream_has_room(nxt, reservation, 100, 100, settings)  # empty and nothing reserved: one batch moves
+    assert downstream_has_room(None, reservation, 100, 100, settings, settings.queue_max_items)  # the last operator
+    assert downstream_has_room(nxt, reservation, 100, 100, settings, settings.queue_max_items)  # empty and nothing reserved: one batch moves
     reserved = reservation.reserve(Unit(_items(6)))
-    assert not downstream_has_room(nxt, reservation, 6, 60, settings)  # 6 reserved + 6 expected > 10
-    assert downstream_has_room(nxt, reservation, 4, 40, settings)
+    assert not downstream_has_room(nxt, reservation, 6, 60, settings, settings.queue_max_items)  # 6 reserved + 6 expected > 10
+    assert downstream_has_room(nxt, reservation, 4, 40, settings, settings.queue_max_items)
     reservation.release(reserved)
     assert reservation.items == 0 and reservation.bytes == 0
 

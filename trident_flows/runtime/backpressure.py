@@ -8,7 +8,7 @@ Contract (pure: no Ray, no I/O, no clock):
   growth estimate). A fixed bound starves large pools: in the simulator on 64 nodes, 704 OCR
   replicas of batch 4 may send 5,632 items, and a 512-item bound on the next queue (reserved
   outputs count against it) kept OCR 15% busy with 5,627 items waiting (64 nodes ran 67 long
-  documents/s, 8 nodes 19). The bounds below take ``max_items`` (default ``queue_max_items``).
+  documents/s, 8 nodes 19). The bounds below take that item bound as ``max_items``.
 - ``source_room(queue, row_bytes, settings, max_items)``: how many source rows of about ``row_bytes`` bytes
   operator 0's queue can take now; an empty queue always takes one (a row larger than the byte
   bound still passes, alone), a full one takes none.
@@ -43,9 +43,8 @@ def items_bound(settings: RunnerSettings, consumer_slots: int, producer_slots: i
     return max(settings.queue_max_items, consumer_slots + math.ceil(producer_slots * producer_growth))
 
 
-def source_room(queue: Queue, row_bytes: float, settings: RunnerSettings, max_items: int | None = None) -> int:
+def source_room(queue: Queue, row_bytes: float, settings: RunnerSettings, max_items: int) -> int:
     """Source rows ``queue`` takes now (see the module docstring); 0 when full."""
-    max_items = settings.queue_max_items if max_items is None else max_items
     room = min(max_items - queue.n_items, int((settings.queue_max_bytes - queue.n_bytes) / max(1.0, row_bytes)))
     if room > 0 or queue.n_items == 0:
         return max(1, room)
@@ -79,7 +78,7 @@ class Reservation:
 
 
 def downstream_has_room(next_queue: Queue | None, reservation: Reservation, n_items: int, n_bytes: int, settings: RunnerSettings,
-                        max_items: int | None = None) -> bool:
+                        max_items: int) -> bool:
     """Whether a batch may be sent (see the module docstring)."""
     if next_queue is None:
         return True
@@ -87,4 +86,4 @@ def downstream_has_room(next_queue: Queue | None, reservation: Reservation, n_it
         return True
     items = next_queue.n_items + reservation.items + n_items * reservation.growth_items
     nbytes = next_queue.n_bytes + reservation.bytes + n_bytes * reservation.growth_bytes
-    return items <= (settings.queue_max_items if max_items is None else max_items) and nbytes <= settings.queue_max_bytes
+    return items <= max_items and nbytes <= settings.queue_max_bytes

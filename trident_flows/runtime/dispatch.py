@@ -65,7 +65,7 @@ class Dispatcher:
         q, pool = self.queues[i], self.pools[i]
         next_queue = self.queues[i + 1] if i + 1 < len(self.queues) else None
         bound = self._bound(i)
-        next_bound = self._bound(i + 1) if next_queue is not None else None
+        next_bound = self._bound(i + 1) if next_queue is not None else 0
         while len(q):
             # prefer a replica on the node that stores the next batch's rows (its first row's, as a rule all of them)
             replica = pool.pick(near=(q.units[0].items[0] if q.units else q.items[0]).node)

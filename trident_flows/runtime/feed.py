@@ -33,7 +33,7 @@ class Feed:
     """Admits input rows to the first operator's queue (see the module docstring)."""
 
     def __init__(self, queue: Queue, ledger: ShardLedger, settings: RunnerSettings, wake: Callable[[], None],
-                 slot_items: Callable[[], int] = lambda: 0) -> None:
+                 slot_items: Callable[[], int]) -> None:
         self.queue = queue
         self._slot_items = slot_items  # the first operator's pool (backpressure.items_bound)
         self.ledger = ledger
