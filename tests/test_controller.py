@@ -531,3 +531,19 @@ def test_a_canary_refused_for_its_batch_time_gives_the_kept_cpu_back_until_the_w
     assert not policy._exploring(runner.state())
     policy._rearm_from(runner.state(), "a")  # a's workload changed: its optimiser may be asked again
     assert not policy._canary_abandoned_here("a") and policy._exploring(runner.state())
+
+
+def test_a_residual_change_in_a_tick_larger_than_the_detector_reads_keeps_only_the_samples_since_it():
+    # every tick brings ~230 samples per operator and the detector reads 20 of them: the change point it
+    # reports counts its own samples, and the window must be cut where those samples came from
+    runner = SimRunner(two_ops(), [(1e9, {"x": 1.0, "y": 1.0})])
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_gain=100.0, detector_samples=20))
+    run_ticks(runner, policy, 5, dt=10.0)
+    before = sum(1 for s in runner.samples if s.operator == "b")
+    runner.ops[1].per_item = 0.03   # b runs 3x slower on the same items: a residual change
+    records = run_ticks(runner, policy, 4, dt=10.0)
+    cuts = [e.text for r in records for e in r.events if e.operator == "b" and e.text.startswith("dropped samples")]
+    assert cuts, [(e.operator, e.text) for r in records for e in r.events]
+    kept = int(cuts[0].rsplit(" ", 1)[1])
+    slow = sum(1 for s in runner.samples if s.operator == "b") - before
+    assert 0 < kept <= slow, (kept, slow, before)

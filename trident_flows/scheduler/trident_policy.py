@@ -25,7 +25,12 @@ Contract:
   they share cores. On 8 simulated nodes an operator brings ~1,000 samples a tick, so
   ``refit_fraction`` alone refitted every operator (and re-solved the placement after it) on every tick.
 - regime: each sample, with its throughput residual under the current model, goes to the
-  operator's ``RegimeDetector`` (``observe_many``: a tick's samples in one prediction). On a residual change the window keeps only samples since the
+  operator's ``RegimeDetector`` (``observe_many``: a tick's samples in one prediction), at most
+  ``detector_samples`` of a tick, evenly spaced with the newest always among them (on 256 simulated
+  nodes an operator brings ~9,000 samples a tick and reading them all made detection the largest
+  part of a tick, up to 1.5 s; 500 a tick still outnumber the detector's vote window and persistence
+  many times over). The detector counts only the samples it read; ``_window_seq`` maps its change
+  points back to the window's sample numbers. On a residual change the window keeps only samples since the
   change point. On a change to a regime seen before, the remembered model and best config
   (``RegimeMemory``) are served at once. Every fit is remembered under its regime (once per fit).
 - optimize: a ``ConfigOptimizer`` per (operator, regime) is told measurements of the configs
@@ -170,6 +175,9 @@ from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict
 # the simulated cpu-only documents stream with 5-minute regimes, embed on long documents finished a
 # batch every ~50 s, so 16 samples took 13 minutes while the pipeline ran at 0.2 items/s (0.37x static).
 SLOW_EVIDENCE_SAMPLES = 2
+# Detector samples whose window sequence numbers an operator keeps (``_window_seq``): a change point the
+# detector reports lies within its vote window, persistence or CUSUM history (256 samples) of the newest.
+DETECTOR_LOOKBACK = 4096
 # A verification keeps a plan whose end-to-end throughput after is within this share of what the previous
 # placement was predicted to do on the current workload, however far under the throughput before it fell.
 VERIFY_TOLERANCE = 0.05
@@ -192,6 +200,8 @@ class _Operator:
     detector: RegimeDetector
     window: deque
     fed: int = 0
+    # the window sequence number of each sample given to the detector, the newest last (``_window_seq``)
+    read: deque = field(default_factory=lambda: deque(maxlen=DETECTOR_LOOKBACK))
     restored: bool = False
     optimizers: dict = field(default_factory=dict)
     to_tell: dict = field(default_factory=dict)
@@ -528,7 +538,9 @@ class TridentPolicy:
             replicas = max(1, sum(state.operator(name).configs().values()))
             # the detector scores residuals under a snapshot of the model that it swaps only while the
             # test is calm: residuals of a model refitted every tick would jump between fits.
-            for change in op.detector.observe_many(batch, op.model, replicas):
+            picked = _evenly(len(batch), self.settings.detector_samples)
+            op.read.extend(op.fed - len(batch) + i for i in picked)
+            for change in op.detector.observe_many([batch[i] for i in picked], op.model, replicas):
                 if change is None:
                     if op.detector.current is not None and name not in self._regime_started:
                         self._regime_started[name] = state.wall_s
@@ -536,7 +548,7 @@ class TridentPolicy:
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
                 op.model.forget_calibration()  # a saturated span of the old regime measured another workload
                 if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms here and downstream (module docstring)
-                    self._rearm_from(state, name, first_new_sample=change.change_point)
+                    self._rearm_from(state, name, first_new_sample=_window_seq(op, change.change_point))
                     op.workload_moved = True  # the others refit when their own detectors see the new items
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 if change.kind == ChangeKind.FEATURES:
@@ -548,7 +560,8 @@ class TridentPolicy:
                     self._regime_started[name] = state.wall_s
                 if change.kind == ChangeKind.RESIDUAL:
                     # same workload, new behaviour: only samples since the change point describe it
-                    keep = [(seq, x) for seq, x in op.window if seq >= change.change_point]
+                    first = _window_seq(op, change.change_point)
+                    keep = [(seq, x) for seq, x in op.window if seq >= first]
                     op.window = deque(keep, maxlen=self.settings.window)
                     op.fitted_epoch = None  # refit on the kept samples at the next ones
                     events.append(TickEvent(EventKind.NOTE, name, f"dropped samples before the change point; refit on {len(keep)}"))
@@ -1186,6 +1199,21 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
+
+
+def _evenly(n: int, most: int) -> list[int]:
+    """Indices of at most ``most`` of ``n`` items, evenly spaced, the first and the last among them."""
+    if n <= most:
+        return list(range(n))
+    step = (n - 1) / (most - 1)   # > 1, so the rounded indices are distinct
+    return [round(k * step) for k in range(most)]
+
+
+def _window_seq(op: _Operator, detector_sample: int) -> int:
+    """The window sequence number of the ``detector_sample``-th sample given to ``op``'s detector (the
+    oldest one remembered when it lies further back than ``DETECTOR_LOOKBACK``)."""
+    first = op.detector.n - len(op.read)
+    return op.read[min(len(op.read) - 1, max(0, detector_sample - first))] if op.read else op.fed
 
 
 def _upper_median(xs: Sequence[float]) -> float:

@@ -50,6 +50,8 @@ class TridentSettings:
     apply_grace_ticks: int = setting(5, "ticks a rolled-out plan may take to be in place before its verification is dropped")
     # models and their refits
     window: int = setting(1200, "batch samples kept per operator for its model")
+    detector_samples: int = setting(500, "most samples per operator and tick given to its regime detector, evenly spaced "
+                                         "(the newest always); the rest still feed its model")
     refit_min_samples: int = setting(8, "new samples an operator needs before its model is refitted")
     refit_fraction: float = setting(0.25, "new samples, as a fraction of those of the last fit, that trigger a refit of an unchanged workload")
     refit_ticks: int = setting(3, "ticks from one refit of an unchanged workload's model to the next")
@@ -90,6 +92,7 @@ class TridentSettings:
             ("verify_z", self.verify_z >= 0, "give a number of standard errors >= 0"),
             ("apply_grace_ticks", self.apply_grace_ticks >= 1, "give a count of ticks >= 1"),
             ("window", self.window >= 1, "give a count of samples >= 1"),
+            ("detector_samples", self.detector_samples >= 2, "give a count of samples >= 2 (a tick's first and newest)"),
             ("refit_min_samples", self.refit_min_samples >= 1, "give a count >= 1"),
             ("refit_fraction", 0 <= self.refit_fraction <= 1, "give a fraction in [0, 1]"),
             ("refit_ticks", self.refit_ticks >= 1, "give a count of ticks >= 1 (1: whenever refit_fraction new samples arrived)"),
