@@ -547,3 +547,28 @@ def test_a_residual_change_in_a_tick_larger_than_the_detector_reads_keeps_only_t
     kept = int(cuts[0].rsplit(" ", 1)[1])
     slow = sum(1 for s in runner.samples if s.operator == "b") - before
     assert 0 < kept <= slow, (kept, slow, before)
+
+
+def test_routine_refits_are_spread_over_refit_ticks_and_a_new_config_is_refitted_at_once(monkeypatch):
+    # six operators fitted together at the first tick would all refit together every refit_ticks
+    # ticks (on 256 simulated nodes ten such fits took half a second of one tick): at most a third
+    # of them per tick, each still within a tick or two of its turn
+    ops = [SimOp(f"op{k}", "x", 0.01) for k in range(6)]
+    runner = SimRunner(ops, [(1e9, {"x": 1.0})], cpus=16)
+    policy = TridentPolicy(None, ClusterSpec.single_node(16, 0), TridentSettings(canaries=False, refit_fraction=0.0, refit_ticks=3, min_gain=100.0))
+    fits: list[tuple[str, int]] = []
+    tick = [0]
+    fit = OperatorModel.fit
+    monkeypatch.setattr(OperatorModel, "fit", lambda self, *a, **k: (fits.append((self.operator, tick[0])), fit(self, *a, **k))[1])
+    for tick[0] in range(1, 14):
+        run_ticks(runner, policy, 1)
+    assert sorted(op for op, t in fits if t == 1) == [f"op{k}" for k in range(6)]   # no model yet: all at once
+    per_tick = [sum(1 for _, t in fits if t == k) for k in range(2, 14)]
+    assert max(per_tick) <= 2 and sum(per_tick) >= 18, per_tick
+    for k in range(6):
+        times = [t for op, t in fits if op == f"op{k}"]
+        assert all(3 <= b - a <= 5 for a, b in zip(times, times[1:])), (k, times)
+    runner.ops[3].epoch += 1   # a new configuration of op3: refitted at its next samples, whatever the others
+    tick[0] = 14
+    run_ticks(runner, policy, 1)
+    assert ("op3", 14) in fits

@@ -19,7 +19,9 @@ Contract:
   changed, its window was cut at a change point, or its workload moved (a features regime change
   at its detector, its model turned stale); otherwise once the new samples are ``refit_fraction`` of those
   the last fit used (samples of older config epochs are invalidated by the model itself) and
-  ``refit_ticks`` ticks have passed since that fit. A fit costs tens of milliseconds per operator:
+  ``refit_ticks`` ticks have passed since that fit, for at most 1/``refit_ticks`` of the operators per
+  tick (the longest unfitted first: operators that started together otherwise refit together, and on
+  256 simulated nodes ten such fits in one tick took 550 ms). A fit costs tens of milliseconds per operator:
   refitting every operator every few samples of an unchanged workload made the fits most of the
   controller's CPU (video: 230 ms a tick), and that CPU is taken from the pipeline it schedules when
   they share cores. On 8 simulated nodes an operator brings ~1,000 samples a tick, so
@@ -503,6 +505,7 @@ class TridentPolicy:
         for name in known:
             self._operator(name)
         failed = []
+        routine = []   # refits of unchanged workloads (module docstring)
         for name, batch in new.items():
             op = self._ops[name]
             # op.fed = the sample's index in the regime detector; only the batch's last samples stay in the
@@ -520,16 +523,24 @@ class TridentPolicy:
             need = self.settings.refit_min_samples if due else max(self.settings.refit_min_samples, math.ceil(self.settings.refit_fraction * op.fitted_on))
             if op.unfitted < need or (not due and self._tick - op.fitted_tick < self.settings.refit_ticks):
                 continue
-            try:
-                op.model.fit([s for _, s in op.window], current_epoch=epoch)
-                op.unfitted, op.fitted_epoch, op.fitted_on, op.workload_moved = 0, epoch, len(op.window), False
-                op.fitted_tick = self._tick
-                op.model_version += 1
-            except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
-                failed.append(f"{name}: {type(exc).__name__}: {exc}")
+            if due:
+                self._refit(op, epoch, failed)
+            else:
+                routine.append((op.fitted_tick, name, epoch))
+        for _, name, epoch in sorted(routine)[:math.ceil(len(self._ops) / self.settings.refit_ticks)]:
+            self._refit(self._ops[name], epoch, failed)
         if failed:
             raise RuntimeError("model fit failed for " + "; ".join(failed))
         return new
+
+    def _refit(self, op: _Operator, epoch: int, failed: list[str]) -> None:
+        try:
+            op.model.fit([s for _, s in op.window], current_epoch=epoch)
+            op.unfitted, op.fitted_epoch, op.fitted_on, op.workload_moved = 0, epoch, len(op.window), False
+            op.fitted_tick = self._tick
+            op.model_version += 1
+        except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
+            failed.append(f"{op.name}: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ regime
     def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
