@@ -83,8 +83,18 @@ def _watched(args: list[str], env: dict[str, str]) -> dict:
 
 
 def test_a_command_leaves_no_ray_process_running_even_one_that_outlives_ray_shutdown(tmp_path):
-    report = _watched(["bench", "stubborn", "--out", str(tmp_path)], child_env(STUBBORN_PID_FILE=str(tmp_path / "worker.pid")))
-    assert report["rc"] == 0, report["output"]
-    assert report["before"] == [] and (tmp_path / "worker.pid").exists()
-    assert report["left"] == [], f"left running after the command: {report['left']}"
-    assert "Ray processes left running" in report["output"], report["output"]  # the command said what it stopped
+    # Ray itself sometimes ends such a worker at shutdown after all (seen once in a full CI run: the
+    # worker was gone within the guard's grace, nothing was left and nothing needed stopping); the case
+    # under test is the one where it survives, so such a run is tried again, and every run must leave nothing.
+    stopped = []
+    for attempt in range(3):
+        out = tmp_path / str(attempt)
+        out.mkdir()
+        report = _watched(["bench", "stubborn", "--out", str(out)], child_env(STUBBORN_PID_FILE=str(out / "worker.pid")))
+        assert report["rc"] == 0, report["output"]
+        assert report["before"] == [] and (out / "worker.pid").exists()
+        assert report["left"] == [], f"left running after the command: {report['left']}"
+        stopped.append("Ray processes left running" in report["output"])  # the command said what it stopped
+        if stopped[-1]:
+            break
+    assert any(stopped), "the stubborn worker never outlived ray.shutdown in three runs"
