@@ -233,12 +233,14 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     from trident_flows.control.controller import Controller
 
     stages = [Stage("a", B8, 2), Stage("b", B8, 2)]
-    spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=1400, regimes="a_heavy:500,b_heavy:900")
+    # b_heavy is long enough that moving replicas to b pays for their cold starts on a loaded machine
+    # too (a replica took 5-25 s to start beside other work; with 900 items the policy rightly waited)
+    spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=3600, regimes="a_heavy:600,b_heavy:3000")
     handle = start_runner(spec, tmp_path / "out", name="ctl-move-runner")
     controller = Controller(handle, spec=spec, cluster=ClusterSpec.single_node(8, 0), decision_log=tmp_path / "d.jsonl",
-                            verify_ticks=2, min_samples=12, min_config_samples=6)  # a 1400-item run: b finishes few batches per regime
+                            verify_ticks=2, min_samples=12, min_config_samples=6)  # a short run: b finishes few batches per regime
     try:
-        deadline = time.time() + 240
+        deadline = time.time() + 300
         while not controller.finished and time.time() < deadline:
             controller.tick()
             time.sleep(0.7)
