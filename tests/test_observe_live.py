@@ -148,7 +148,7 @@ def test_a_placement_settles_once_every_replica_finished_a_batch_and_none_drains
 
 def test_a_plan_is_not_scored_on_a_workload_its_bottleneck_had_not_run():
     ends = np.arange(0.0, 20.0, 1.0)    # one batch a second
-    switches = {"ocr": (ends, [("long", 10.0)])}
+    switches = {"ocr": observe_live._Switches(ends, [("long", 10.0)])}
     # the bottleneck reached the new block after the plan, while it was measured
     assert "after the plan" in observe_live._unseen_workload(switches, decided_at=8.0, until=15.0)
     # ... or three batches before it: its model had not been refitted on the new workload
@@ -217,7 +217,7 @@ def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmar
 
 def test_a_plan_made_before_its_workload_was_seen_is_judged_on_the_models_refitted_when_it_settled():
     ends = np.arange(0.0, 40.0, 0.5)     # the bottleneck finishes two batches a second
-    switches = {"ocr": (ends, [("long", 10.0)])}
+    switches = {"ocr": observe_live._Switches(ends, [("long", 10.0)])}
     decision = {"queue_aware": 5.0, "queue_aware_bottleneck": "ocr", "busy_time": 5.0}
     settle = {"queue_aware": 2.0, "queue_aware_bottleneck": "ocr", "busy_time": 2.0}
     # decided 1 s into the new block (3 batches), settled 8 s in (17 batches, enough for a refit): the refitted models' prediction
@@ -233,3 +233,20 @@ def test_a_plan_made_before_its_workload_was_seen_is_judged_on_the_models_refitt
     # no model at the decision: the refitted models' prediction, when they had seen the workload
     judged = observe_live._judged_prediction({"error": "embed: no model"}, settle, switches, decided_at=1.0, settled_at=2.0, until=9.0)
     assert judged["status"] == "scored" and judged["queue_aware"] == 2.0 and "no model" in judged["decision_unseen"]
+
+
+def test_a_plan_measured_while_its_bottleneck_still_ran_batches_of_the_block_it_left_is_not_scored():
+    # two replicas finish a 1-s batch of the new block each second from t=11, a third runs one batch
+    # of the block it left from 10 to 40 s
+    ends = np.append(np.arange(11.0, 60.0, 0.5), 40.0)
+    starts = np.append(ends[:-1] - 1.0, 10.0)
+    began = np.append(np.ones(len(ends) - 1, dtype=int), 0)
+    sw = observe_live._Switches(ends, [("long", 11.0)], starts, began, ("short", "long"))
+    # 20-30 s: a third of its busy time went to the old block's batch
+    assert "on batches of another block than 'long'" in observe_live._mixed_workload("embed", sw, 20.0, 30.0)
+    assert observe_live._mixed_workload("embed", sw, 41.0, 51.0) == ""     # the old batch is done
+    decision = {"queue_aware": 5.0, "queue_aware_bottleneck": "embed", "busy_time": 5.0}
+    judged = observe_live._judged_prediction(decision, {}, {"embed": sw}, decided_at=30.0, settled_at=30.5, until=39.0)
+    assert judged["status"].startswith(observe_live.WORKLOAD_CHANGED) and "a mix" in judged["status"]
+    judged = observe_live._judged_prediction(decision, {}, {"embed": sw}, decided_at=40.0, settled_at=41.0, until=51.0)
+    assert judged["status"] == "scored"

@@ -35,7 +35,9 @@ Summary (plain numbers):
   a workload its prediction had seen: when the predicted bottleneck reached another block of the
   schedule during the measurement, or fewer than ``REFIT_MIN_SAMPLES`` of its batches before the
   plan, the plan is listed as "workload changed" and not scored (a model cannot know a workload
-  it has not run; the trident policy's verification does not judge such a plan either), unless the
+  it has not run; the trident policy's verification does not judge such a plan either), nor when
+  more than ``MIX_SHARE`` of the bottleneck's busy time during the measurement went to batches that
+  began in another block than most of it (a block it had left, still in flight: a mix), unless the
   models as refitted by the poll the plan settled at (before its measurement began) had seen it: the
   placement is predicted again there and the plan scored on that (``predicted_at``: "decision" or
   "settled"; also when no model existed at the decision). Other
@@ -66,6 +68,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -90,6 +93,7 @@ SETTLE_S = 10.0            # seconds of completed throughput measured once a pla
 MIN_SETTLE_S = 3.0         # shorter measurement windows (cut by the run's end or a boundary) are not scored
 OBSERVABLE = 1.25          # a switch changes the operator's modelled seconds per item by more than this factor
 VOTE_WINDOW = 8            # the regime detector's vote window (a features change needs 6 of its last 8 samples)
+MIX_SHARE = 0.1            # a measurement whose bottleneck spent more than this share of its busy time on batches of a block it had left is a mix
 CONTENT_Z = 4.0           # a sample's features this many scales from its block's regime (and twice as near another) are another block's
 CONTENT_MIN_SCALE = 0.05  # floor of a feature's scale (log units), so a constant feature does not make every sample "elsewhere"
 MATCH_SAMPLES = 80         # a report within this many samples after a switch (and before the next) matches it
@@ -301,7 +305,7 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]], settled_predict
             out.append({**entry, "status": "never settled (a replica never finished a batch)" if in_place else "never in place"})
             continue
         applied_at.append((k, settled, entry, decision.at, n))
-    switches = {name: _switch_times(trace, name) for name in trace.operators}
+    switches = {name: _Switches.of(trace, name) for name in trace.operators}
     for m, (k, settled, entry, decided_at, n) in enumerate(applied_at):
         start = ticks[settled].state
         next_plan = applied_at[m + 1][0] if m + 1 < len(applied_at) else len(ticks)
@@ -342,7 +346,7 @@ def _judged_prediction(at_decision: dict[str, Any], at_settle: dict[str, Any], s
         if "queue_aware" not in prediction:
             return f"no prediction ({prediction.get('error', 'not replayed')})"
         name = prediction["queue_aware_bottleneck"]
-        return _unseen_workload({name: switches[name]}, since, until)
+        return _unseen_workload({name: switches[name]}, since, until) or _mixed_workload(name, switches[name], settled_at, until)
 
     why = unseen(at_decision, decided_at)
     if not why:
@@ -355,28 +359,65 @@ def _judged_prediction(at_decision: dict[str, Any], at_settle: dict[str, Any], s
     return {**at_decision, "status": f"{WORKLOAD_CHANGED}: {why}", "predicted_at": "decision"}
 
 
-def _switch_times(trace: Trace, name: str) -> tuple[np.ndarray, list[tuple[str, float]]]:
-    """The operator's sample end times (sorted) and, per block boundary of the schedule, the new block and the
-    end time of its first sample past the boundary (inf when none; as ``_truth`` places switches)."""
-    samples = [s for s in trace.samples(name) if s.items_in >= 1]
-    ends = np.array([s.end for s in samples])
-    if len(trace.blocks) < 2 or not samples:
-        return ends, []
-    pos = _sample_positions(trace, name, samples)
-    out = []
-    for new, start, _ in trace.blocks[1:]:
-        idx = int(np.searchsorted(pos, start, side="right"))
-        out.append((new, float(ends[idx]) if idx < len(samples) else math.inf))
-    return ends, out
+@dataclass(frozen=True)
+class _Switches:
+    """One operator's samples against the schedule: their end and start times (``ends`` sorted), the block each
+    began in (``began``: index into ``names``, the schedule's blocks, by the operator's stream position when the
+    batch started) and per block boundary the new block and the end time of the operator's first sample past it
+    (``blocks``; inf when none, as ``_truth`` places switches)."""
+
+    ends: np.ndarray
+    blocks: list[tuple[str, float]]
+    starts: np.ndarray | None = None
+    began: np.ndarray | None = None
+    names: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, trace: Trace, name: str) -> "_Switches":
+        samples = [s for s in trace.samples(name) if s.items_in >= 1]
+        ends = np.array([s.end for s in samples])
+        starts = np.array([s.start for s in samples])
+        names = tuple(b[0] for b in trace.blocks)
+        if len(trace.blocks) < 2 or not samples:
+            return cls(ends, [], starts, np.zeros(len(samples), dtype=int), names)
+        pos = _sample_positions(trace, name, samples)
+        bounds = [a for _, a, _ in trace.blocks]
+        blocks = []
+        for new, start, _ in trace.blocks[1:]:
+            idx = int(np.searchsorted(pos, start, side="right"))
+            blocks.append((new, float(ends[idx]) if idx < len(samples) else math.inf))
+        at = np.array([t.at for t in trace.ticks])
+        at_start = np.interp(starts, at, np.array([stream_positions(t.state)[name] for t in trace.ticks]))
+        return cls(ends, blocks, starts, np.searchsorted(bounds, at_start, side="right") - 1, names)
 
 
-def _unseen_workload(switches: dict[str, tuple[np.ndarray, list[tuple[str, float]]]], decided_at: float, until: float) -> str:
+def _mixed_workload(name: str, sw: _Switches, since: float, until: float) -> str:
+    """Why a measurement from ``since`` to ``until`` is of no one workload at ``name``: more than ``MIX_SHARE`` of its
+    busy time then went to batches that began in another block than most of it (a block it had left, still in flight:
+    after short documents reached embed in the live cpu-only trace, its long-document batches, an item in 15 of those
+    it finished, held its replicas for a minute); "" otherwise."""
+    if sw.starts is None or sw.began is None:
+        return ""
+    busy = np.clip(np.minimum(sw.ends, until) - np.maximum(sw.starts, since), 0.0, None)
+    if busy.sum() <= 0:
+        return ""
+    per_block = np.bincount(sw.began, weights=busy, minlength=len(sw.names))
+    main = int(np.argmax(per_block))
+    other = 1.0 - per_block[main] / per_block.sum()
+    if other <= MIX_SHARE:
+        return ""
+    return (f"{name} spent {other:.0%} of its busy time during the measurement on batches of another block than "
+            f"{sw.names[main]!r}, a mix no model of one workload predicts")
+
+
+def _unseen_workload(switches: dict[str, _Switches], decided_at: float, until: float) -> str:
     """Why a plan's measurement (up to ``until``) ran on a workload its prediction (at ``decided_at``) had not seen:
     one of the operators of ``switches`` reached another block of the schedule during the measurement or fewer
     than ``REFIT_MIN_SAMPLES`` of its samples before the plan (its model had not been refitted on it); "" when
     none did."""
-    for name, (ends, blocks) in switches.items():
-        for new, t_switch in blocks:
+    for name, sw in switches.items():
+        ends = sw.ends
+        for new, t_switch in sw.blocks:
             if t_switch > until:
                 continue
             if t_switch > decided_at:
