@@ -69,3 +69,37 @@ def test_refusals_name_the_operator_and_the_fix():
         rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(A, 5),))))
     with pytest.raises(RuntimeConfigError, match="'parse'.*gpus=2"):
         rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(OpConfig.make("gpu", gpus=2.0), 1),))))
+
+
+def test_a_retire_followed_by_a_start_frees_a_node_where_that_start_then_fits():
+    from dataclasses import dataclass
+
+    from trident_flows.core.types import TransitionStep
+    from trident_flows.runtime.transition import retire_victims, room_for
+
+    @dataclass
+    class Replica:
+        node: str
+        config: OpConfig = A
+
+    class Pool:  # the pools' contract: candidates in their own order (least loaded first)
+        def __init__(self, *nodes: str) -> None:
+            self.replicas = {k: Replica(n) for k, n in enumerate(nodes)}
+
+        def choose_retire(self, config, count, canary):
+            return list(self.replicas.values())[:count]
+
+        def active(self, canary):
+            return list(self.replicas.values())
+
+    gpu = OpConfig.make("gpu", batch_size=32, cpus=1.0, gpus=1.0)
+    steps = (TransitionStep(StepKind.RETIRE, "c", A, 2), TransitionStep(StepKind.START, "g", gpu, 2))
+    # x: a free GPU, no free CPU; y: a free CPU and GPU (room for one start already); z: CPUs only
+    free = {"x": (0.0, 1.0), "y": (1.0, 1.0), "z": (0.0, 0.0)}
+    pool = Pool("z", "z", "x", "y")
+    room = room_for(steps, 0, free, lambda r: r.node)
+    assert [r.node for r in retire_victims(pool, steps[0], replaced=False, room=room)] == ["x", "z"]  # then the pool's order
+    assert [r.node for r in retire_victims(pool, steps[0], replaced=False)] == ["z", "z"]  # without room: the pool's order
+    assert room_for(steps, 1, free, lambda r: r.node) is None  # a START makes no room
+    assert room_for(steps[:1], 0, free, lambda r: r.node) is None  # no start follows
+    assert room_for(steps, 0, {}, lambda r: r.node) is None  # the nodes are not known

@@ -286,6 +286,26 @@ def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_waits_the_wa
     assert runner.now == pytest.approx(20.0) and runner.reconfigurations == 0
 
 
+def test_a_retire_that_makes_room_frees_the_node_where_the_next_start_fits() -> None:
+    # two nodes of 2 CPUs + 1 GPU: g holds node 0's GPU and a CPU, c runs once there and twice on node 1. A GPU
+    # replica needs its CPU beside a free GPU, so retiring the c on node 0 (the pool's least loaded) would leave the
+    # start waiting out the warm timeout; the c retired is one on node 1, and the start lands at once
+    cpu, gpu = OpConfig.make(CPU, batch_size=1), OpConfig.make(GPU, batch_size=1)
+    spec = _pipeline([("g", {GPU: DeviceCost(per_item_s=0.01)}, 1.0), ("c", {CPU: DeviceCost(per_item_s=0.01)}, 1.0)],
+                     [Stage("g", gpu, 1), Stage("c", cpu, 3)], 100000)
+    runner = SimRunner(spec, parse_cluster("2x(cpus=2,gpus=1,gpu_mem=1GiB)"), settings=RunnerSettings(warm_timeout_s=20.0),
+                       actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner.start()
+    runner.run_until(1.0)
+    c = runner.pools[1]
+    assert runner.pools[0].active(canary=False)[0].placement.node.index == 0
+    assert c.choose_retire(cpu, 1, canary=False)[0].placement.node.index == 0  # the pool's own choice: the wrong node
+    report = runner.apply(Transition((TransitionStep(StepKind.RETIRE, "c", cpu, 1), TransitionStep(StepKind.START, "g", gpu, 1))))
+    assert report.error == "" and report.seconds < 1.0
+    assert sorted(r.placement.node.index for r in c.active(canary=False)) == [0, 1]
+    assert sorted(r.placement.node.index for r in runner.pools[0].active(canary=False)) == [0, 1]
+
+
 def test_parse_cluster_spec() -> None:
     spec = parse_cluster("8x(cpus=96,gpus=8,gpu_mem=80GiB,host_device=32GBps)+2x(cpus=32,host_mem=256GiB,nic=100Gbps,name=cpu)")
     assert spec.total_cpus == 8 * 96 + 64 and spec.total_gpus == 64

@@ -16,7 +16,8 @@ Contract:
 - With a ``node_placement.NodePlacer`` (the runner's), every replica is pinned to the node the
   placer chooses (hard node affinity): ``start(..., node_class=C)`` on a node of class C,
   ``prefer=C`` on one of C when it has room, else anywhere. The record keeps the node id
-  (the one the replica reports when warm wins) and ``held()`` sums CPUs/GPUs per node.
+  (the one the replica reports when warm wins) and ``held()`` sums CPUs/GPUs per node; ``free_by_node()`` is what
+  every live node has left after the runner's replicas (all pools).
 """
 
 from __future__ import annotations
@@ -201,6 +202,14 @@ class OperatorPool:
                 c, g = out.get(r.node_id, (0.0, 0.0))
                 out[r.node_id] = (c + r.config.cpus, g + r.config.gpus)
         return out
+
+    def free_by_node(self) -> dict[str, tuple[float, float]]:
+        """(CPUs, GPUs) free per live node after what the runner's replicas hold there (empty without a placer)."""
+        if self.placer is None:
+            return {}
+        held = self._held()
+        return {n.node_id: (n.cpus - held.get(n.node_id, (0.0, 0.0))[0], n.gpus - held.get(n.node_id, (0.0, 0.0))[1])
+                for n in self.placer.nodes}
 
     def snapshot(self, now: float) -> tuple[ReplicaState, ...]:
         return tuple(r.snapshot(now) for r in self.replicas.values())

@@ -9,7 +9,8 @@ Contract:
   apply does nothing and says so.
 - Steps run in order: START/CANARY create replicas and wait until they are warm (at most
   ``warm_timeout_s``; the ones that are not are forgotten); RETIRE/END_CANARY drain the chosen
-  replicas, then kill them. An operator's last replica may retire only when a later step starts
+  replicas (``transition.retire_victims``: a RETIRE followed by a START frees nodes where that START
+  then fits first), then kill them. An operator's last replica may retire only when a later step starts
   its replacement (a swap in place). A failing step stops the apply; an operator a swap left
   without replicas gets back one of the configs it retired, so a failed apply never stalls it.
 - Every apply returns and keeps (``reports``) an ``ApplyReport``: steps done, seconds,
@@ -30,11 +31,16 @@ import ray
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import Decision, OpConfig, Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import check_plan, retire_victims, rolling_steps
+from trident_flows.runtime.transition import RoomFor, check_plan, retire_victims, rolling_steps, room_for
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.
 _MIN_DURING_S = 0.5
+
+
+def _node_of(record: ReplicaRecord) -> str | None:
+    """The node a live replica was pinned to or reported (None when not known yet)."""
+    return record.node_id or None
 
 
 class Rollout:
@@ -105,7 +111,7 @@ class Rollout:
             # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go
             replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
             try:
-                ids = await self._do_step(step, replaced=replaced)
+                ids = await self._do_step(step, replaced=replaced, room=room_for(steps, k, self.pools[0].free_by_node(), _node_of))
             except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped
                 error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
                 return done, error + self._restore_emptied(done)
@@ -142,11 +148,11 @@ class Rollout:
             check_plan(transition.plan, state)
         return transition
 
-    async def _do_step(self, step: TransitionStep, replaced: bool = False) -> list[str]:
+    async def _do_step(self, step: TransitionStep, replaced: bool = False, room: RoomFor | None = None) -> list[str]:
         i = self.ops.index(step.operator)
         if step.kind in (StepKind.START, StepKind.CANARY):
             return await self._start(i, step)
-        return await self._retire(i, step, replaced)
+        return await self._retire(i, step, replaced, room)
 
     async def _start(self, i: int, step: TransitionStep) -> list[str]:
         pool = self.pools[i]
@@ -164,9 +170,9 @@ class Rollout:
         self._wake()
         return [r.replica_id for r in records]
 
-    async def _retire(self, i: int, step: TransitionStep, replaced: bool) -> list[str]:
+    async def _retire(self, i: int, step: TransitionStep, replaced: bool, room: RoomFor | None) -> list[str]:
         pool = self.pools[i]
-        victims = retire_victims(pool, step, replaced, node_class=step.node_class)
+        victims = retire_victims(pool, step, replaced, room=room, node_class=step.node_class)
         pool.begin_drain(victims)
         await asyncio.gather(*[pool.retire(v) for v in victims])
         return [v.replica_id for v in victims]

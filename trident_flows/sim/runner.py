@@ -9,7 +9,7 @@ Contract:
   ``samples(since) -> SamplePage`` (one ``BatchSample`` per batch, times in simulated seconds),
   ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.rolling_steps``; a
   START waits, on the simulated clock, until its replicas are warm, a RETIRE until its
-  replicas have drained, each leaving with its resources as soon as its own batches are back;
+  replicas (``transition.retire_victims``: on nodes where the next START then fits first) have drained, each leaving with its resources as soon as its own batches are back;
   the pipeline keeps streaming meanwhile), ``summary()`` and ``replica_seconds()`` (per
   operator, replica-seconds since streaming began).
 - Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
@@ -44,7 +44,7 @@ import numpy as np
 from trident_flows.runtime.backpressure import items_bound
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
-from trident_flows.runtime.transition import check_plan, retire_victims, rolling_steps
+from trident_flows.runtime.transition import RoomFor, check_plan, retire_victims, rolling_steps, room_for
 from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
                                       TransitionStep)
 from trident_flows.sim import outcome
@@ -70,6 +70,11 @@ OOM_RETURN_S = 0.002
 _BUCKET_S = 0.1
 _NONE: frozenset[int] = frozenset()
 _add_reduce = np.add.reduce
+
+
+def _node_of(replica: SimReplica) -> int | None:
+    """The node a simulated replica holds resources on (None while it waits for one)."""
+    return replica.placement.node.index if replica.placement is not None else None
 
 
 class _Counters:
@@ -556,7 +561,7 @@ class SimRunner:
             # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go (as live)
             replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
             try:
-                ids = self._do_step(step, replaced=replaced)
+                ids = self._do_step(step, replaced=replaced, room=room_for(steps, k, self._free_by_node(), _node_of))
             except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped (as live)
                 error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
                 break
@@ -579,7 +584,14 @@ class SimRunner:
         if transition.plan is not None:
             check_plan(transition.plan, self.state())
 
-    def _do_step(self, step: TransitionStep, replaced: bool = False) -> list[str]:
+    def _free_by_node(self) -> dict[int, tuple[float, float]]:
+        """Each live node's free CPUs and GPUs: its whole free devices plus the largest share left on one in use."""
+        def gpus(node: Any) -> float:
+            whole = sum(1 for d in node.devices if d.gpu_share <= 1e-9)
+            return whole + max((1.0 - d.gpu_share for d in node.devices if d.gpu_share > 1e-9), default=0.0)
+        return {n.index: (n.free_cpus, gpus(n)) for n in self.cluster.nodes if n.alive}
+
+    def _do_step(self, step: TransitionStep, replaced: bool = False, room: RoomFor | None = None) -> list[str]:
         i = self.names.index(step.operator)
         pool = self.pools[i]
         if step.kind in (StepKind.START, StepKind.CANARY):
@@ -596,7 +608,7 @@ class SimRunner:
                                    "(no node with room for them?)")
             self._dispatch()
             return [r.replica_id for r in records]
-        victims = retire_victims(pool, step, replaced)
+        victims = retire_victims(pool, step, replaced, room=room)
         pool.begin_drain(victims)
 
         def leave(v: SimReplica) -> None:
