@@ -97,9 +97,9 @@ def test_a_retire_followed_by_a_start_frees_a_node_where_that_start_then_fits():
     # x: a free GPU, no free CPU; y: a free CPU and GPU (room for one start already); z: CPUs only
     free = {"x": (0.0, 1.0), "y": (1.0, 1.0), "z": (0.0, 0.0)}
     pool = Pool("z", "z", "x", "y")
-    room = room_for(steps, 0, free, lambda r: r.node)
+    room = room_for(steps, 0, lambda: free, lambda r: r.node)
     assert [r.node for r in retire_victims(pool, steps[0], replaced=False, room=room)] == ["x", "z"]  # then the pool's order
     assert [r.node for r in retire_victims(pool, steps[0], replaced=False)] == ["z", "z"]  # without room: the pool's order
-    assert room_for(steps, 1, free, lambda r: r.node) is None  # a START makes no room
-    assert room_for(steps[:1], 0, free, lambda r: r.node) is None  # no start follows
-    assert room_for(steps, 0, {}, lambda r: r.node) is None  # the nodes are not known
+    assert room_for(steps, 1, lambda: free, lambda r: r.node) is None  # a START makes no room
+    assert room_for(steps[:1], 0, lambda: free, lambda r: r.node) is None  # no start follows
+    assert room_for(steps, 0, dict, lambda r: r.node) is None  # the nodes are not known

@@ -16,6 +16,7 @@ Contract:
   300 s start timeout on such a GPU), the most free CPUs. When no node has room, the
   one of those with the most free CPUs (Ray queues the replica there until its resources are
   free); ``None`` when no live node is large enough.
+- ``free(held)`` is node id -> (CPUs, GPUs) each live node has left after ``held``.
 - ``strategy(node_id)`` is Ray's hard node affinity for it (``soft=False``): a replica runs on
   the node the plan named or not at all (``ray.util.scheduling_strategies``).
 - ``ran(operator, replica_id, node_id)`` records that a replica became warm on a node;
@@ -83,17 +84,19 @@ class NodePlacer:
                 and n.cpus + _EPS >= cpus and n.gpus + _EPS >= gpus]
         if not pool:
             return None
-
-        def free(n: NodeState) -> tuple[float, float]:
-            c, g = held.get(n.node_id, (0.0, 0.0))
-            return n.cpus - c, n.gpus - g
+        free = self.free(held)
 
         def rank(n: NodeState) -> tuple:
             suspect = now - self._suspect.get(n.node_id, -SUSPECT_S - 1) < SUSPECT_S
             return (not suspect, prefer is not None and n.node_class == prefer, gpus > 0 or n.gpus == 0,
-                    leaves_free_gpus_usable(cpus, gpus, *free(n)), free(n)[0], n.node_id)
-        roomy = [n for n in pool if free(n)[0] + _EPS >= cpus and free(n)[1] + _EPS >= gpus]
+                    leaves_free_gpus_usable(cpus, gpus, *free[n.node_id]), free[n.node_id][0], n.node_id)
+        roomy = [n for n in pool if free[n.node_id][0] + _EPS >= cpus and free[n.node_id][1] + _EPS >= gpus]
         return max(roomy or pool, key=rank).node_id
+
+    def free(self, held: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        """Node id -> the (CPUs, GPUs) each live node has left after what the runner's replicas ``held`` there."""
+        return {n.node_id: (n.cpus - held.get(n.node_id, (0.0, 0.0))[0], n.gpus - held.get(n.node_id, (0.0, 0.0))[1])
+                for n in self.nodes}
 
     @staticmethod
     def strategy(node_id: str) -> Any:

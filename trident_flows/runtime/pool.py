@@ -205,11 +205,7 @@ class OperatorPool:
 
     def free_by_node(self) -> dict[str, tuple[float, float]]:
         """(CPUs, GPUs) free per live node after what the runner's replicas hold there (empty without a placer)."""
-        if self.placer is None:
-            return {}
-        held = self._held()
-        return {n.node_id: (n.cpus - held.get(n.node_id, (0.0, 0.0))[0], n.gpus - held.get(n.node_id, (0.0, 0.0))[1])
-                for n in self.placer.nodes}
+        return {} if self.placer is None else self.placer.free(self._held())
 
     def snapshot(self, now: float) -> tuple[ReplicaState, ...]:
         return tuple(r.snapshot(now) for r in self.replicas.values())

@@ -111,7 +111,7 @@ class Rollout:
             # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go
             replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
             try:
-                ids = await self._do_step(step, replaced=replaced, room=room_for(steps, k, self.pools[0].free_by_node(), _node_of))
+                ids = await self._do_step(step, replaced=replaced, room=room_for(steps, k, self.pools[0].free_by_node, _node_of))
             except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped
                 error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
                 return done, error + self._restore_emptied(done)

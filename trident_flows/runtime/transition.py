@@ -263,14 +263,15 @@ class RoomFor:
         return chosen
 
 
-def room_for(steps: Sequence[TransitionStep], k: int, free: Mapping[Hashable, tuple[float, float]],
+def room_for(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping[Hashable, tuple[float, float]]],
              node_of: Callable[[Any], Hashable | None]) -> RoomFor | None:
-    """The room step ``k`` (a RETIRE) should make: for the next START or CANARY of ``steps``; None when none follows
-    or no node's free resources are known."""
-    if steps[k].kind != StepKind.RETIRE or not free:
+    """The room step ``k`` (a RETIRE) should make: for the next START or CANARY of ``steps``, with each node's free
+    resources as ``free()`` reads them now (only for such a step); None when none follows or no node is known."""
+    if steps[k].kind != StepKind.RETIRE:
         return None
     start = next((s for s in steps[k + 1:] if s.kind in (StepKind.START, StepKind.CANARY)), None)
-    return None if start is None else RoomFor(start.config, start.count, free, node_of)
+    now = free() if start is not None else {}
+    return RoomFor(start.config, start.count, now, node_of) if now else None
 
 
 def retire_victims(pool: Any, step: TransitionStep, replaced: bool, room: RoomFor | None = None, **choose: Any) -> list[Any]:

@@ -561,7 +561,7 @@ class SimRunner:
             # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go (as live)
             replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
             try:
-                ids = self._do_step(step, replaced=replaced, room=room_for(steps, k, self._free_by_node(), _node_of))
+                ids = self._do_step(step, replaced=replaced, room=room_for(steps, k, self._free_by_node, _node_of))
             except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped (as live)
                 error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
                 break
