@@ -146,9 +146,16 @@ def test_a_placement_settles_once_every_replica_finished_a_batch_and_none_drains
     assert placement_settled(state(_replica("new", 0)), [])   # nothing changed: nothing to wait for
 
 
+def _one_block_at_a_time(ends: np.ndarray, blocks: list[tuple[str, float]]) -> "observe_live._Switches":
+    """Batches of ``ends`` (sorted), each 0.5 s long and of the block the schedule was in when it began."""
+    starts = ends - 0.5
+    began = np.searchsorted([t for _, t in blocks], starts, side="right")
+    return observe_live._Switches(ends, blocks, starts, began, ("short", *(name for name, _ in blocks)))
+
+
 def test_a_plan_is_not_scored_on_a_workload_its_bottleneck_had_not_run():
     ends = np.arange(0.0, 20.0, 1.0)    # one batch a second
-    switches = {"ocr": observe_live._Switches(ends, [("long", 10.0)])}
+    switches = {"ocr": _one_block_at_a_time(ends, [("long", 10.0)])}
     # the bottleneck reached the new block after the plan, while it was measured
     assert "after the plan" in observe_live._unseen_workload(switches, decided_at=8.0, until=15.0)
     # ... or three batches before it: its model had not been refitted on the new workload
@@ -217,7 +224,7 @@ def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmar
 
 def test_a_plan_made_before_its_workload_was_seen_is_judged_on_the_models_refitted_when_it_settled():
     ends = np.arange(0.0, 40.0, 0.5)     # the bottleneck finishes two batches a second
-    switches = {"ocr": observe_live._Switches(ends, [("long", 10.0)])}
+    switches = {"ocr": _one_block_at_a_time(ends, [("long", 10.0)])}
     decision = {"queue_aware": 5.0, "queue_aware_bottleneck": "ocr", "busy_time": 5.0}
     settle = {"queue_aware": 2.0, "queue_aware_bottleneck": "ocr", "busy_time": 2.0}
     # decided 1 s into the new block (3 batches), settled 8 s in (17 batches, enough for a refit): the refitted models' prediction

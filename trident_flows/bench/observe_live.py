@@ -368,9 +368,9 @@ class _Switches:
 
     ends: np.ndarray
     blocks: list[tuple[str, float]]
-    starts: np.ndarray | None = None
-    began: np.ndarray | None = None
-    names: tuple[str, ...] = ()
+    starts: np.ndarray
+    began: np.ndarray
+    names: tuple[str, ...]
 
     @classmethod
     def of(cls, trace: Trace, name: str) -> "_Switches":
@@ -396,8 +396,6 @@ def _mixed_workload(name: str, sw: _Switches, since: float, until: float) -> str
     busy time then went to batches that began in another block than most of it (a block it had left, still in flight:
     after short documents reached embed in the live cpu-only trace, its long-document batches, an item in 15 of those
     it finished, held its replicas for a minute); "" otherwise."""
-    if sw.starts is None or sw.began is None:
-        return ""
     busy = np.clip(np.minimum(sw.ends, until) - np.maximum(sw.starts, since), 0.0, None)
     if busy.sum() <= 0:
         return ""
