@@ -239,10 +239,12 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     handle = start_runner(spec, tmp_path / "out", name="ctl-move-runner")
     controller = Controller(handle, spec=spec, cluster=ClusterSpec.single_node(8, 0), decision_log=tmp_path / "d.jsonl",
                             verify_ticks=2, min_samples=12, min_config_samples=6)  # a short run: b finishes few batches per regime
+    written: list[int] = []  # items past b after each tick: how much of the b_heavy regime was left
     try:
         deadline = time.time() + 300
         while not controller.finished and time.time() < deadline:
             controller.tick()
+            written.append(ray.get(handle.state.remote()).items_written)
             time.sleep(0.7)
         final = ray.get(handle.state.remote())
     finally:
@@ -253,10 +255,13 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     assert_exactly_once(spec, tmp_path / "out")
     changed = [k for k, r in enumerate(records) if any(e.operator == "b" and e.kind in (EventKind.REGIME_CHANGE, EventKind.RESIDUAL_CHANGE) for e in r.events)]
     assert changed, "the regime change of b was not detected"
-    timeline = [(r.tick, r.action, r.reason[:160], r.events) for r in records]
+    timeline = "\n".join(f"{r.tick} written={n} {r.action.value} {[e.kind.value + ':' + e.operator for e in r.events]} {r.reason[:140]}"
+                         for r, n in zip(records, written))
     to_b = [k for k, r in enumerate(records) if k >= changed[0] and r.action == "roll_out"
             and any(o.operator == "b" and o.replicas > 2 for o in r.plan.operators)]
-    assert to_b and to_b[0] - changed[0] <= 10, timeline
+    # replicas move to b while at least 40% of the b_heavy regime (3000 items) is still ahead of it: counted in
+    # items, not ticks, since on a loaded machine each tick sees fewer of b's batches and the evidence takes more ticks
+    assert to_b and written[to_b[0]] <= 3600 - 1200, timeline
     assert sum(final.operator("b").configs().values()) > sum(final.operator("a").configs().values()), timeline
     lines = DecisionLog(tmp_path / "d.jsonl").read()
     assert len(lines) == len(records) and any("apply" in line for line in lines)
