@@ -384,3 +384,26 @@ def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
     policy._ops["a"].detector.observe_many = lambda batch, model, replicas: [shift]
     policy._regime(state, {"a": [object()]}, [])
     assert policy._expected_regime_s(state, 1e-9) == before > 5.0
+
+
+def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
+    # live, the b_heavy regime of the moving-bottleneck run was priced over the a_heavy regime's length
+    # less its own age: 8, 7, ... 0 s, so the move to b waited until b_heavy had outlasted a_heavy
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
+    state = RunnerState("p", (_op("a", A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
+    policy._regime_lengths, policy._regime_ends = [20.0], 1
+    policy._regime_started = {"a": 100.0}
+
+    def expected(age: float) -> float:
+        return policy._expected_regime_s(replace(state, wall_s=100.0 + age), 1e-9)
+
+    assert expected(2.0) == (18.0 + 2.0) / 2  # the past regime's remaining time and this one's age, weighted alike
+    ages = [0.0, 5.0, 10.0, 15.0, 19.0, 19.9, 20.1, 30.0, 60.0]
+    assert all(expected(age) >= 9.9 for age in ages[2:])  # never about to end
+    assert expected(30.0) == 30.0 and expected(60.0) == 60.0  # past all the others: as long again as it has lasted
+    # with more past regimes the ones that lasted longer weigh more
+    policy._regime_lengths, policy._regime_ends = [20.0, 40.0, 40.0, 40.0], 4
+    assert expected(30.0) == (3 * 10.0 + 30.0) / 4
+    # a change that two operators saw is one past regime, not two
+    policy._regime_lengths, policy._regime_ends = [20.0, 20.0], 1
+    assert expected(2.0) == (18.0 + 2.0) / 2

@@ -108,7 +108,8 @@ Contract:
   ``confidence_z`` std), so a change is made only when its gain holds there.
 - transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
-  remaining time (past regimes longer than this one so far, less its elapsed time), capped by the input items left (not yet read +
+  remaining time (past regimes longer than this one so far, less its elapsed time, and this one counted as
+  lasting as long again: ``_expected_regime_s``), capped by the input items left (not yet read +
   read and not yet completed, ``throughput_measure.remaining_input_items``, input open or closed) at the measured intake or end-to-end rate, with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
   ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
@@ -293,7 +294,8 @@ class TridentPolicy:
         self._pending: _Pending | None = None
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
-        self._regime_lengths: list[float] = []
+        self._regime_lengths: list[float] = []  # every operator's ended regimes, so one pipeline change is there once per operator
+        self._regime_ends = 0  # ticks in which one or more operators' regimes ended
         self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
         self._changed_wall: dict[str, float] = {}  # the runner's wall_s at each operator's last workload change
         self._announced: set[str] = set()  # operators re-armed by a change upstream that their own detector has not seen yet
@@ -544,6 +546,7 @@ class TridentPolicy:
 
     # ------------------------------------------------------------------ regime
     def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
+        ended = len(self._regime_lengths)
         for name, batch in new.items():
             op = self._ops[name]
             replicas = max(1, sum(state.operator(name).configs().values()))
@@ -585,6 +588,7 @@ class TridentPolicy:
                     op.model_version += 1
                     events.append(TickEvent(EventKind.REMEMBERED_REGIME, name, f"regime {change.new} seen before: serving its remembered model"
                                   + (f" and best config {record.best_config.label()}" if record.best_config else "")))
+        self._regime_ends += int(len(self._regime_lengths) > ended)
         for name, op in self._ops.items():
             # once per fit and regime: the optimiser's best() refits its memory model after new
             # measurements (~20 ms), and calling it for every operator on every tick cost more than the fits
@@ -597,20 +601,25 @@ class TridentPolicy:
         return tuple(sorted((n, o.detector.current) for n, o in self._ops.items()))
 
     def _expected_regime_s(self, state: RunnerState, throughput: float) -> float:
-        """Seconds a change made now can pay off: the current regime's expected remaining time (past
-        regimes that lasted longer than this one has so far, less its elapsed time; with none, as long
-        again as it has lasted; before any regime has ended, the ``regime_duration_s`` prior when one is
-        given, else again as long as it has lasted), capped by the time the input items left (not yet read +
-        not yet completed) take at ``throughput``. Without a prior a change made seconds into a run
-        must pay within seconds: a fixed 60 s prior made trident roll out 5 s after the first output of
-        video runs whose regimes last 15 s, at a tenth of the run's throughput."""
+        """Seconds a change made now can pay off: the current regime's expected remaining time, capped
+        by the time the input items left (not yet read + not yet completed) take at ``throughput``.
+
+        Once a regime has ended, the remaining time is the mean over the past regimes that lasted longer
+        than this one has so far of their length less its elapsed time, with this regime itself counted
+        as one more that lasts as long again as it has (weighted as one regime, while each past regime's
+        end was recorded by every operator that saw it). So a regime that outlives the past ones is
+        expected to go on, not to end now: priced over the past lengths only, a regime about to outlast
+        the one before was given its last second, and a moved bottleneck went unfollowed until it had.
+        Before any regime has ended: the ``regime_duration_s`` prior when one is given, else again
+        as long as it has lasted. Without a prior a change made seconds into a run must pay within
+        seconds: a fixed 60 s prior made trident roll out 5 s after the first output of video runs
+        whose regimes last 15 s, at a tenth of the run's throughput."""
         started = [t for t in self._regime_started.values()]
         elapsed = max(0.0, state.wall_s - max(started)) if started else state.wall_s
-        longer = [x - elapsed for x in self._regime_lengths if x > elapsed]
-        if longer:
-            expected = sum(longer) / len(longer)
-        elif self._regime_lengths:
-            expected = max(elapsed, 1.0)
+        if self._regime_lengths:
+            longer = [x - elapsed for x in self._regime_lengths if x > elapsed]
+            per_regime = len(self._regime_lengths) / max(1, self._regime_ends)  # operators that recorded each regime's end
+            expected = (sum(longer) + per_regime * max(elapsed, 1.0)) / (len(longer) + per_regime)
         else:
             prior = self.settings.regime_duration_s - elapsed if self.settings.regime_duration_s is not None else 0.0
             expected = max(prior, elapsed, 1.0)
