@@ -264,6 +264,8 @@ def figure(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> Any:
     import matplotlib.pyplot as plt
 
     pipelines = sorted({r["pipeline"] for r in rows})
+    every = sorted({r["system"] for r in rows})
+    color = {system: plt.get_cmap("tab10")(k % 10) for k, system in enumerate(every)}  # one colour per system in every panel
     fig, axes = plt.subplots(1, len(pipelines), figsize=(6 * len(pipelines), 4.5), squeeze=False)
     for ax, pipeline in zip(axes[0], pipelines):
         mine = [r for r in rows if r["pipeline"] == pipeline and r["items_per_s"]]
@@ -276,14 +278,15 @@ def figure(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> Any:
                 base = next((r["items_per_s"] for r in mine if r["nodes"] == n and r["system"] == "static-avg"), None)
                 val = next((r["items_per_s"] for r in mine if r["nodes"] == n and r["system"] == system), None)
                 vals.append(val / base if val and base else 0.0)
-            ax.bar(np.arange(len(nodes)) + k * width - 0.4 + width / 2, vals, width, label=system)
+            ax.bar(np.arange(len(nodes)) + k * width - 0.4 + width / 2, vals, width, label=system, color=color[system])
         ax.axhline(1.0, color="k", lw=0.6)
         ax.set_xticks(np.arange(len(nodes)), [f"{n} nodes" for n in nodes])
         ax.set_ylabel("throughput / static-avg")
         ax.set_title(f"SIMULATED closed loop, {pipeline}")
         ax.legend(fontsize=7)
-    fig.suptitle(f"closed-loop-sim (simulated): captured_8_nodes={summary.get('captured_8_nodes')}, "
-                 f"worst_vs_best_static_8_nodes={summary.get('worst_vs_best_static_8_nodes')}")
+    fig.suptitle("closed-loop-sim (simulated): " + ", ".join(
+        f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}"
+        for key, value in ((k, summary.get(k)) for k in ("captured_8_nodes", "worst_vs_best_static_8_nodes"))))
     fig.tight_layout()
     return fig
 
