@@ -397,13 +397,14 @@ def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
     def expected(age: float) -> float:
         return policy._expected_regime_s(replace(state, wall_s=100.0 + age), 1e-9)
 
-    assert expected(2.0) == (18.0 + 2.0) / 2  # the past regime's remaining time and this one's age, weighted alike
+    assert expected(2.0) == 18.0  # early on, the past regime's remaining time
+    assert expected(15.0) == (5.0 + 15.0) / 2  # later, never less than with this regime counted as lasting as long again
     ages = [0.0, 5.0, 10.0, 15.0, 19.0, 19.9, 20.1, 30.0, 60.0]
-    assert all(expected(age) >= 9.9 for age in ages[2:])  # never about to end
+    assert all(expected(age) >= 10.0 for age in ages)  # never about to end
     assert expected(30.0) == 30.0 and expected(60.0) == 60.0  # past all the others: as long again as it has lasted
     # with more past regimes the ones that lasted longer weigh more
     policy._regime_lengths, policy._regime_ends = [20.0, 40.0, 40.0, 40.0], 4
-    assert expected(30.0) == (3 * 10.0 + 30.0) / 4
+    assert expected(35.0) == (3 * 5.0 + 35.0) / 4
     # a change that two operators saw is one past regime, not two
     policy._regime_lengths, policy._regime_ends = [20.0, 20.0], 1
-    assert expected(2.0) == (18.0 + 2.0) / 2
+    assert expected(15.0) == (2 * 5.0 + 2 * 15.0) / 4

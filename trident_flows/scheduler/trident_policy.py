@@ -108,8 +108,8 @@ Contract:
   ``confidence_z`` std), so a change is made only when its gain holds there.
 - transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
-  remaining time (past regimes longer than this one so far, less its elapsed time, and this one counted as
-  lasting as long again: ``_expected_regime_s``), capped by the input items left (not yet read +
+  remaining time (past regimes longer than this one so far, less its elapsed time; never less than with
+  this one counted among them as lasting as long again: ``_expected_regime_s``), capped by the input items left (not yet read +
   read and not yet completed, ``throughput_measure.remaining_input_items``, input open or closed) at the measured intake or end-to-end rate, with each option's cold start the
   longest one measured for that operator and device (``ReplicaState.cold_start_s``;
   ``default_cold_start_s`` before any) and its drain two median batches. A plan is rolled out
@@ -605,11 +605,13 @@ class TridentPolicy:
         by the time the input items left (not yet read + not yet completed) take at ``throughput``.
 
         Once a regime has ended, the remaining time is the mean over the past regimes that lasted longer
-        than this one has so far of their length less its elapsed time, with this regime itself counted
-        as one more that lasts as long again as it has (weighted as one regime, while each past regime's
-        end was recorded by every operator that saw it). So a regime that outlives the past ones is
-        expected to go on, not to end now: priced over the past lengths only, a regime about to outlast
-        the one before was given its last second, and a moved bottleneck went unfollowed until it had.
+        than this one has so far of their length less its elapsed time, but never less than that mean
+        with this regime itself counted as one more that lasts as long again as it has (weighted as one
+        regime, while each past regime's end was recorded by every operator that saw it). So a regime
+        that outlives the past ones is expected to go on, not to end now: priced over the past lengths
+        only, a regime about to outlast the one before was given its last second, and a moved bottleneck
+        went unfollowed until it had; early in a regime the past lengths alone decide (counted in from the
+        start, the new regime's few seconds halved the time a move had to pay off).
         Before any regime has ended: the ``regime_duration_s`` prior when one is given, else again
         as long as it has lasted. Without a prior a change made seconds into a run must pay within
         seconds: a fixed 60 s prior made trident roll out 5 s after the first output of video runs
@@ -619,7 +621,8 @@ class TridentPolicy:
         if self._regime_lengths:
             longer = [x - elapsed for x in self._regime_lengths if x > elapsed]
             per_regime = len(self._regime_lengths) / max(1, self._regime_ends)  # operators that recorded each regime's end
-            expected = (sum(longer) + per_regime * max(elapsed, 1.0)) / (len(longer) + per_regime)
+            counted = (sum(longer) + per_regime * max(elapsed, 1.0)) / (len(longer) + per_regime)
+            expected = max(sum(longer) / len(longer), counted) if longer else counted
         else:
             prior = self.settings.regime_duration_s - elapsed if self.settings.regime_duration_s is not None else 0.0
             expected = max(prior, elapsed, 1.0)
