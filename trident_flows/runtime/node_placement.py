@@ -95,8 +95,11 @@ class NodePlacer:
 
     def free(self, held: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
         """Node id -> the (CPUs, GPUs) each live node has left after what the runner's replicas ``held`` there."""
-        return {n.node_id: (n.cpus - held.get(n.node_id, (0.0, 0.0))[0], n.gpus - held.get(n.node_id, (0.0, 0.0))[1])
-                for n in self.nodes}
+        left: dict[str, tuple[float, float]] = {}
+        for n in self.nodes:
+            cpus, gpus = held.get(n.node_id, (0.0, 0.0))
+            left[n.node_id] = (n.cpus - cpus, n.gpus - gpus)
+        return left
 
     @staticmethod
     def strategy(node_id: str) -> Any:
