@@ -394,6 +394,44 @@ def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does
     np.testing.assert_allclose(warm, expected, rtol=1e-3)
 
 
+def test_a_new_peak_of_a_measured_config_keeps_the_hyperparameters_and_a_new_config_tunes_them(monkeypatch):
+    """A higher peak of a config already measured conditions the memory GP on it with the last tuned
+    hyperparameters (no likelihood search: re-tuning after every peak was a quarter of a 256-node tick),
+    and the bound there still rises with it; the first peak of a new config tunes them again."""
+    from sklearn.gaussian_process import GaussianProcessRegressor
+
+    calls = []
+    original = GaussianProcessRegressor.log_marginal_likelihood
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GaussianProcessRegressor, "log_marginal_likelihood", counted)
+    space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256, knobs=(KnobSpace("prefetch", "int", 1, 4),))
+    model = MemoryModel(space, "cpu", seed=0)
+    rng = np.random.default_rng(2)
+    for b in (4, 8, 16, 32):
+        for p in (1, 2):
+            model.add(space.config("cpu", b, prefetch=p), {"pages": 1.0}, GiB + b * 40e6 * (1 + 0.1 * p) * (1 + abs(rng.normal(0, 0.02))), GiB)
+    measured = space.config("cpu", 16, prefetch=1)
+    before = float(model.upper([measured], {"pages": 1.0}, 2.0)[0])
+    tuned = model._gp.kernel_.theta.copy()
+
+    model.add(measured, {"pages": 1.0}, GiB + 16 * 40e6 * 1.6, GiB)  # a higher peak of a measured config
+    calls.clear()
+    after = float(model.upper([measured], {"pages": 1.0}, 2.0)[0])
+    assert len(calls) == 1  # scikit-learn's one likelihood value of the fitted GP: no search
+    np.testing.assert_array_equal(model._gp.kernel_.theta, tuned)
+    assert after > before
+
+    model.add(space.config("cpu", 24, prefetch=4), {"pages": 1.0}, GiB + 24 * 40e6 * 1.4, GiB)  # a config never measured
+    calls.clear()
+    model.upper([measured], {"pages": 1.0}, 2.0)
+    assert len(calls) > 1
+    assert not np.array_equal(model._gp.kernel_.theta, tuned)
+
+
 def test_a_ticks_batches_leave_the_feature_window_as_adding_them_one_by_one_does():
     """The optimiser's worst-case workload is read from its last ``size`` feature rows: a tick's batches
     given at once (only those that end in the window are converted) leave the same rows, and the same

@@ -26,6 +26,10 @@ Contract:
   adding it again would keep every config near the frontier out of reach however often its
   neighbours were measured. ``informative()`` says whether any measurement is informative;
   until one is, the memory per unit of work is not known yet.
+  The GP's hyperparameters are tuned (L-BFGS-B, from the last tuned ones) when the set of configs
+  measured changes; a new peak of a config already measured conditions the GP on it with the
+  hyperparameters kept (what the length scales describe, how memory varies between configs, is
+  unchanged, and re-tuning after every peak was a quarter of a 256-node trident tick).
 - An OOM is a censored measurement: it enters the model as "memory >= budget" (the budget
   value itself), and ``OomRegion`` marks the OOM'd config and every larger batch with the
   same device and knobs as unsafe.
@@ -270,6 +274,7 @@ class MemoryModel:
         self._residents: list[float] = []
         self._gp: GaussianProcessRegressor | None = None
         self._start: Kernel | None = None  # the last fit's kernel: where the next fit's optimiser starts (warm start)
+        self._tuned_on: frozenset[OpConfig] = frozenset()  # the configs measured when the hyperparameters were last tuned
         self._names: tuple[str, ...] = ()
         self._floor: dict[str, float] = {}
         self._theta = 0.0
@@ -355,14 +360,20 @@ class MemoryModel:
         kernel = (ConstantKernel(0.3**2, (self.MIN_AMPLITUDE**2, self.MAX_AMPLITUDE**2))
                   * Matern(length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=(0.2, 5.0), nu=2.5)
                   + WhiteKernel(1e-3, (1e-4, 0.05)))
+        configs = frozenset(self._configs)
+        tune = True
         if self._start is not None and self._start.n_dims == kernel.n_dims:
             # warm start: a refit follows one added row, and the last fit's hyperparameters are
             # near the new optimum (cold, these fits were a quarter of an 8-node trident run's policy time)
             kernel = self._start
+            tune = configs != self._tuned_on  # a new peak of a measured config keeps them (module docstring)
         # each row's own noise in log units: the peak's jitter relative to its working set, so a working
         # set lost in a large resident peak hardly moves the fit (but still anchors it near its config)
         alpha = np.minimum((self.PEAK_JITTER / share) ** 2, self.MAX_ROW_NOISE)
-        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=False, n_restarts_optimizer=0, random_state=self.seed)
+        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=False, n_restarts_optimizer=0, random_state=self.seed,
+                                      optimizer="fmin_l_bfgs_b" if tune else None)
+        if tune:
+            self._tuned_on = configs
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             gp.fit(x, resid)
