@@ -527,31 +527,38 @@ class OperatorModel:
         busy = np.array([samples[i].busy_s for i in ok])
         first = end - busy
         replica = group_codes([samples[i].replica_id for i in ok])
-        # busy time each batch adds to its replica's union of busy intervals
+        items_in = np.array([samples[i].items_in for i in ok], dtype=float)
+        feature_sums = np.array([[samples[i].features.get(f, 0.0) for f in feature_names] for i in ok], dtype=float).reshape(n, len(feature_names))
+        # busy time each batch adds to its replica's union of busy intervals, one (group, replica) run at a
+        # time in start order (a 256-node window holds hundreds of replicas: masks per replica were most of a fit)
         contrib = np.zeros(n)
-        for g in np.unique(groups):
-            for r in np.unique(replica[groups == g]):
-                idx = np.flatnonzero((groups == g) & (replica == r))
-                idx = idx[np.argsort(first[idx], kind="stable")]
-                prev_end = np.concatenate([[-np.inf], np.maximum.accumulate(end[idx])[:-1]])
-                contrib[idx] = np.maximum(0.0, end[idx] - np.maximum(first[idx], prev_end))
+        order = np.lexsort((first, replica, groups))
+        run_starts = np.flatnonzero(np.r_[True, (np.diff(groups[order]) != 0) | (np.diff(replica[order]) != 0)])
+        spans: dict[int, tuple[list[float], list[float]]] = {}  # group -> its replicas' (first starts, last ends)
+        for a, b in zip(run_starts, np.r_[run_starts[1:], n]):
+            idx = order[a:b]
+            prev_end = np.concatenate([[-np.inf], np.maximum.accumulate(end[idx])[:-1]])
+            contrib[idx] = np.maximum(0.0, end[idx] - np.maximum(first[idx], prev_end))
+            lo, hi = spans.setdefault(int(groups[idx[0]]), ([], []))
+            lo.append(float(first[idx].min()))
+            hi.append(float(end[idx].max()))
         windows = []
         for g in np.unique(groups):
             idx = np.flatnonzero(groups == g)
             idx = idx[np.argsort(end[idx], kind="stable")]
-            spans = {r: (first[idx[replica[idx] == r]].min(), end[idx[replica[idx] == r]].max()) for r in np.unique(replica[idx])}
+            span_lo, span_hi = (np.array(v) for v in spans[int(g)])
             cuts = self._cuts(contrib[idx], bin_size)
             for a, b in zip(cuts, cuts[1:] + [idx.size]):
                 part = idx[a:b]
                 busy_total = float(contrib[part].sum())
-                items = sum(samples[ok[j]].items_in for j in part)
+                items = int(items_in[part].sum())
                 if busy_total <= 0:
                     filtered += [Filtered(ok[j], Reason.INVALID, "busy interval lies inside another batch's of the same replica") for j in part]
                     continue
                 w0, w1 = float(first[part].min()), float(end[part].max())
-                reps = sum(1 for lo, hi in spans.values() if lo < w1 and hi > w0) or 1
+                reps = int(np.count_nonzero((span_lo < w1) & (span_hi > w0))) or 1
                 s0 = samples[ok[part[0]]]
-                feats = {f: sum(samples[ok[j]].features.get(f, 0.0) for j in part) / items for f in feature_names}
+                feats = dict(zip(feature_names, (feature_sums[part].sum(axis=0) / items).tolist()))
                 windows.append(Window(tuple(ok[j] for j in part), s0.config, s0.config_epoch, reps, w0, w1, items, busy_total,
                                       items / busy_total, feats, min(1.0, busy_total / (reps * max(w1 - w0, 1e-9)))))
         return windows, bin_size
