@@ -190,6 +190,7 @@ class ConfigOptimizer:
         self._features = FeatureWindow(feature_quantile, feature_window)
         self._observations: list[Observation] = []
         self._regions: list[OomRegion] = []
+        self._ranking: tuple[tuple[int, int], list[OpConfig]] | None = None  # (observations, regions) -> ``_ranked``
         self._dims, self._dim_keys = self._dimensions()
         self._skopt = surrogate_optimizer(self._dims, seed, n_initial_points=1) if self._dims else None
         self._dirty = False
@@ -363,15 +364,23 @@ class ConfigOptimizer:
     def best(self) -> OpConfig | None:
         """The best safe MEASURED config (mean objective over its measurements): not OOM'd, measured
         under the limit, and predicted under the limit at today's worst-case workload for its batch size. ``None`` if none."""
-        by_config: dict[OpConfig, list[float]] = {}
-        for obs in self._observations:
-            if self._is_safe(obs):
-                by_config.setdefault(obs.config, []).append(objective(obs.config, obs.throughput, self.gpu_weight))
-        ranked = sorted(by_config.items(), key=lambda item: -float(np.mean(item[1])))
-        for config, _ in ranked:
+        for config in self._ranked():
             if float(self._memory[config.device].expected([config], self.worst_features(config.batch_size))[0]) <= self.limits[config.device]:
                 return config
         return None
+
+    def _ranked(self) -> list[OpConfig]:
+        """The configs measured safe, best mean objective first; ranked again only after a measurement or an
+        OOM (both only ever add), since ``best`` is asked every tick and a 256-node run tells thousands."""
+        key = (len(self._observations), len(self._regions))
+        if self._ranking is None or self._ranking[0] != key:
+            by_config: dict[OpConfig, list[float]] = {}
+            for obs in self._observations:
+                if self._is_safe(obs):
+                    by_config.setdefault(obs.config, []).append(objective(obs.config, obs.throughput, self.gpu_weight))
+            ranked = sorted(by_config.items(), key=lambda item: -float(np.mean(item[1])))
+            self._ranking = (key, [config for config, _ in ranked])
+        return self._ranking[1]
 
     def _needs_room(self, config: OpConfig, safe: Sequence[OpConfig], surprised: bool) -> bool:
         """Whether ``config`` may only be tried with room for its working set to double: it has a
