@@ -738,13 +738,27 @@ class OperatorModel:
         reps = np.broadcast_to(np.asarray(replicas, dtype=float), (len(configs),)).copy()
         if (reps < 1).any():
             raise ValueError(f"operator {self.operator!r}: replicas must be >= 1, got {replicas!r}")
-        fit = self._require(configs)
+        objects: dict[int, int] = {}   # id -> index into ``uniq`` (a curve repeats one config object thousands of times)
+        uniq: list[OpConfig] = []
+        codes = np.empty(len(configs), dtype=np.intp)
+        for k, c in enumerate(configs):
+            j = objects.get(id(c))
+            if j is None:
+                j = objects[id(c)] = len(uniq)
+                uniq.append(c)
+            codes[k] = j
+        fit = self._require(uniq)
         f = self._check_features(features, fit.encoder.features)
-        distinct: dict[tuple[OpConfig, float], int] = {}
-        rows = np.array([distinct.setdefault(key, len(distinct)) for key in zip(configs, np.clip(reps, *fit.replicas_seen).tolist())],
-                        dtype=np.intp)
+        # each distinct (config object, clipped count) once, in order of first appearance
+        keys = np.column_stack([codes.astype(float), np.clip(reps, *fit.replicas_seen)])
+        distinct, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), dtype=np.intp)
+        rank[order] = np.arange(len(order))
+        rows = rank[inverse.reshape(-1)]
+        distinct = distinct[order]
         feats = np.tile([f[n] for n in fit.encoder.features], (len(distinct), 1)).reshape(len(distinct), len(fit.encoder.features))
-        mu, s = self._predict_log([c for c, _ in distinct], np.array([r for _, r in distinct], dtype=float), feats)
+        mu, s = self._predict_log([uniq[int(j)] for j in distinct[:, 0]], distinct[:, 1].copy(), feats)
         mean, std = _lognormal(mu[rows], s[rows], reps)
         return np.asarray(mean), np.asarray(std)
 

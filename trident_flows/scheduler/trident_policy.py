@@ -146,9 +146,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
+import numpy as np
+
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
@@ -1046,13 +1048,11 @@ class TridentPolicy:
                 notes.append(op.model.calibration.describe())
             serving_counts = op_state.configs()
             moving_off = any(self._is_unsafe(name, c) is not None for c in serving_counts)
-            seen = {}
-            for _, smp in op.window:
-                seen[smp.config] = seen.get(smp.config, 0) + 1
+            seen = Counter(smp.config for _, smp in op.window)
             options = []
             for config in cands:
                 unsafe = self._is_unsafe(name, config)
-                serving = config in op_state.configs()
+                serving = config in serving_counts
                 if unsafe is not None:
                     if serving:
                         forced.append((name, config, unsafe))
@@ -1070,8 +1070,8 @@ class TridentPolicy:
                     # change is chosen only when its gain holds there (a safety move uses the mean).
                     z = 0.0 if moving_off else self.settings.confidence_z
                     now = serving_counts.get(config, 0)
-                    totals = [float(m) - (z * float(sd) if r + 1 > now else 0.0) for r, (m, sd) in enumerate(zip(mean, std))]
-                    curve = concave_curve([max(0.0, t) for t in totals])
+                    totals = np.where(np.arange(1, cap + 1) > now, mean - z * std, mean)
+                    curve = concave_curve(np.maximum(0.0, totals).tolist())
                 except (NoModelError, ValueError):
                     continue
                 bound = self._memory_bound(name, config) or 0.0

@@ -34,14 +34,16 @@ def concave_curve(totals: Sequence[float]) -> tuple[tuple[int, float], ...]:
     fixed, prev, slope = [], 0.0, float("inf")
     for t in totals:
         slope = max(0.0, min(slope, float(t) - prev))
+        if slope == 0.0:  # a gain of 0 stays 0: every further replica adds nothing (a 256-node curve has thousands)
+            break
         prev += slope
         fixed.append(prev)
-    n = len(fixed)
+    n = len(totals)
     points, r = [], 1
     while r < n:
-        points.append((r, fixed[r - 1]))
+        points.append((r, fixed[r - 1] if r <= len(fixed) else prev))
         r *= 2
-    points.append((n, fixed[n - 1]))
+    points.append((n, fixed[n - 1] if n <= len(fixed) else prev))
     return tuple(points)
 
 
