@@ -10,12 +10,18 @@ from trident_flows.scheduler.observe import OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve
 
 
-def test_a_capacity_curve_of_thousands_of_counts_predicts_each_count_as_asking_for_it_alone() -> None:
+def _fitted_ocr_model() -> OperatorModel:
+    """An OCR model fitted on 2 and then 5 replicas of batches of 16 and 32 (simulated samples)."""
     op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.05)
     run = simulate(op, [Phase(OpConfig.make(batch_size=16), 2, 400), Phase(OpConfig.make(batch_size=32), 5, 400)],
                    [(Regime("normal", {"pages": 5.0}), 800)], seed=3)
     model = OperatorModel("ocr")
     model.fit(run.samples)
+    return model
+
+
+def test_a_capacity_curve_of_thousands_of_counts_predicts_each_count_as_asking_for_it_alone() -> None:
+    model = _fitted_ocr_model()
     config, counts = OpConfig.make(batch_size=32), list(range(1, 4097))
     mean, std = model.predict_many([config] * len(counts), counts)
     for r in (1, 2, 3, 5, 6, 64, 4096):
@@ -27,11 +33,7 @@ def test_a_capacity_curve_of_thousands_of_counts_predicts_each_count_as_asking_f
 
 def test_configs_mixed_in_one_call_are_each_predicted_as_asked_alone() -> None:
     """Equal configs built apart, and different configs interleaved, each get their own prediction."""
-    op = SimOperator("ocr", {"cpu": DeviceCost(per_batch_s=0.02, per_item_s=0.004, per_unit_s={"pages": 0.01})}, contention=0.05)
-    run = simulate(op, [Phase(OpConfig.make(batch_size=16), 2, 400), Phase(OpConfig.make(batch_size=32), 5, 400)],
-                   [(Regime("normal", {"pages": 5.0}), 800)], seed=3)
-    model = OperatorModel("ocr")
-    model.fit(run.samples)
+    model = _fitted_ocr_model()
     asked = [(OpConfig.make(batch_size=32), 3), (OpConfig.make(batch_size=16), 3), (OpConfig.make(batch_size=32), 3), (OpConfig.make(batch_size=16), 9)]
     mean, std = model.predict_many([c for c, _ in asked], [r for _, r in asked])
     for k, (config, r) in enumerate(asked):

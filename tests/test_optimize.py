@@ -358,13 +358,12 @@ def test_a_measurement_under_a_configs_kept_peaks_leaves_the_memory_fit_as_a_fre
     assert told.upper(probe[:1], {"pages": 1.0}, 2.0)[0] != before[0]
 
 
-def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does(monkeypatch):
-    """A refit after one more kept measurement starts its hyperparameter search from the last fit's
-    optimum (a cold start was a quarter of an 8-node trident run's policy time): it evaluates the
-    likelihood fewer times than the same fit from the default start, and predicts what that fit does."""
+@pytest.fixture
+def likelihood_calls(monkeypatch) -> list[int]:
+    """One entry per log marginal likelihood scikit-learn's GP evaluates (a hyperparameter search makes many)."""
     from sklearn.gaussian_process import GaussianProcessRegressor
 
-    calls = []
+    calls: list[int] = []
     original = GaussianProcessRegressor.log_marginal_likelihood
 
     def counted(self, *args, **kwargs):
@@ -372,6 +371,14 @@ def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(GaussianProcessRegressor, "log_marginal_likelihood", counted)
+    return calls
+
+
+def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does(likelihood_calls):
+    """A refit after one more kept measurement starts its hyperparameter search from the last fit's
+    optimum (a cold start was a quarter of an 8-node trident run's policy time): it evaluates the
+    likelihood fewer times than the same fit from the default start, and predicts what that fit does."""
+    calls = likelihood_calls
     space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256, knobs=(KnobSpace("prefetch", "int", 1, 4),))
     told, cold = MemoryModel(space, "cpu", seed=0), MemoryModel(space, "cpu", seed=0)
     rng = np.random.default_rng(1)
@@ -394,20 +401,11 @@ def test_a_memory_refit_starts_from_the_last_fit_and_lands_where_a_cold_fit_does
     np.testing.assert_allclose(warm, expected, rtol=1e-3)
 
 
-def test_a_new_peak_of_a_measured_config_keeps_the_hyperparameters_and_a_new_config_tunes_them(monkeypatch):
+def test_a_new_peak_of_a_measured_config_keeps_the_hyperparameters_and_a_new_config_tunes_them(likelihood_calls):
     """A higher peak of a config already measured conditions the memory GP on it with the last tuned
     hyperparameters (no likelihood search: re-tuning after every peak was a quarter of a 256-node tick),
     and the bound there still rises with it; the first peak of a new config tunes them again."""
-    from sklearn.gaussian_process import GaussianProcessRegressor
-
-    calls = []
-    original = GaussianProcessRegressor.log_marginal_likelihood
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(GaussianProcessRegressor, "log_marginal_likelihood", counted)
+    calls = likelihood_calls
     space = ConfigSpace(devices=("cpu",), batch_size_min=1, batch_size_max=256, knobs=(KnobSpace("prefetch", "int", 1, 4),))
     model = MemoryModel(space, "cpu", seed=0)
     rng = np.random.default_rng(2)

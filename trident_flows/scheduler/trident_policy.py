@@ -149,8 +149,8 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
-import numpy as np
 
+import numpy as np
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
