@@ -75,6 +75,7 @@ import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import islice
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -290,14 +291,16 @@ class RegimeDetector:
         c.down = max(0.0, c.down - z - self.k)
         if max(c.up, c.down) <= self.h:
             return None
-        window = [z for _, z in list(c.history)[-self.persist:]]
-        level = float(np.median(window)) if len(window) >= self.persist else 0.0
+        # the last ``persist`` standardised residuals, newest last; statistics.median as above (this runs on
+        # every sample while a side stays above h without the shift persisting)
+        window = [z for _, z in islice(reversed(c.history), self.persist)][::-1]
+        level = float(statistics.median(window)) if len(window) >= self.persist else 0.0
         needed = max(2 * self.k, self.min_shift / c.sigma)
         if c.up > self.h and level >= needed:
             return (c.up, c.up_start) if at - c.up_since >= self.persist_s else None
         if c.down > self.h and level <= -needed:
             return (-c.down, c.down_start) if at - c.down_since >= self.persist_s else None
-        if abs(float(np.median(window[-5:]))) < self.k:
+        if abs(float(statistics.median(window[-5:]))) < self.k:
             # the shift is already over: a transient (a neighbour's burst), not a regime
             c.up = c.down = 0.0
             self.transients += 1
