@@ -244,7 +244,7 @@ def bench(
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite: run only these systems, comma-separated "
                                           "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
-                                          "(default 2; 1 with --quick)."),
+                                          "(default 2; 1 with --quick); closed-loop-sim: runs of trident on 8 and 256 nodes (default 3; 1 with --quick)."),
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
                                             "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
     hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default: "
