@@ -103,3 +103,19 @@ def test_a_retire_followed_by_a_start_frees_a_node_where_that_start_then_fits():
     assert room_for(steps, 1, lambda: free, lambda r: r.node) is None  # a START makes no room
     assert room_for(steps[:1], 0, lambda: free, lambda r: r.node) is None  # no start follows
     assert room_for(steps, 0, dict, lambda r: r.node) is None  # the nodes are not known
+
+
+def test_a_start_whose_replicas_find_no_node_with_room_says_how_many_and_why():
+    from trident_flows.core.types import TransitionStep
+    from trident_flows.runtime.transition import no_room
+
+    gpu = OpConfig.make("gpu", batch_size=32, cpus=1.0, gpus=1.0)
+    start = TransitionStep(StepKind.START, "g", gpu, 2)
+    # x: a free GPU, no free CPU beside it; y: a free CPU and GPU; z: CPUs only. 3 CPUs and 2 GPUs free in total
+    free = {"x": (0.0, 1.0), "y": (1.0, 1.0), "z": (2.0, 0.0)}
+    assert no_room(start, free) == ("no node has room for 1 of 2 gpu/b32 replica(s) (1 CPUs + 1 GPUs each, on one node; "
+                                    "3 CPUs and 2 GPUs are free over 3 nodes) and no replica is draining")
+    assert no_room(TransitionStep(StepKind.CANARY, "g", gpu, 1), free) is None  # y holds one
+    assert no_room(TransitionStep(StepKind.START, "c", A, 3), free) is None  # CPU replicas: y and z
+    assert no_room(start, {}) is None  # the nodes are not known: the runner waits as before
+    assert no_room(TransitionStep(StepKind.START, "g", gpu, 2, node_class="big"), free) is None  # a class the runner places
