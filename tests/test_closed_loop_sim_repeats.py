@@ -23,6 +23,12 @@ def test_only_tridents_runs_on_the_target_node_counts_repeat() -> None:
     assert cls.repeats_of({"nodes": 8}, "ds2", 3) == 1
 
 
+def test_only_tridents_256_node_runs_go_alone() -> None:
+    assert cls.runs_alone({"nodes": 256}, "trident")
+    assert not cls.runs_alone({"nodes": 256}, "static-avg")
+    assert not cls.runs_alone({"nodes": 8}, "trident")
+
+
 def test_a_repeated_cell_reports_the_median_throughput_summed_ooms_and_the_p95_of_all_its_ticks() -> None:
     ticks = [[100.0] * 19 + [900.0], [200.0] * 19 + [1500.0], [300.0] * 20]
     rows = [_row("static-avg", 10.0), *(_row("trident", rate, k, ticks[k], ooms=k) for k, rate in enumerate((9.0, 12.0, 9.6)))]

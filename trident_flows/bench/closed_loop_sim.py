@@ -358,6 +358,11 @@ def repeats_of(workload: Mapping[str, Any], system: str, repeats: int) -> int:
     return repeats if system == "trident" and workload["nodes"] in REPEATED_NODES else 1
 
 
+def runs_alone(workload: Mapping[str, Any], system: str) -> bool:
+    """Whether ``system``'s runs on ``workload`` go one at a time after the others (``ALONE_NODES`` module comment)."""
+    return system == "trident" and workload["nodes"] in ALONE_NODES
+
+
 def merge_repeats(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (pipeline, nodes, system), in first-seen order: a repeated cell's ``items_per_s`` is the
     median over its repeats that ran, its tick p50 and p95 those of all their ticks (``tick_ms``), its
@@ -434,8 +439,8 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
             f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s, "
             f"cpu {row.get('sim_cpu_s') or 0:.0f} s {row['error'][:200]}")
 
-    alone = [c for c in cells if c[1] == "trident" and c[0]["nodes"] in ALONE_NODES]
-    rows = _in_parallel(jobs, run_cell, [c for c in cells if not (c[1] == "trident" and c[0]["nodes"] in ALONE_NODES)], done)
+    alone = [c for c in cells if runs_alone(c[0], c[1])]
+    rows = _in_parallel(jobs, run_cell, [c for c in cells if not runs_alone(c[0], c[1])], done)
     rows += _in_parallel(1, run_cell, alone, done)
     order = {key: k for k, key in enumerate(chosen)}
     rows.sort(key=lambda r: (order[f"{r['pipeline']}-{r['nodes']}"], r["repeat"]))

@@ -31,7 +31,7 @@ import ray
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import Decision, OpConfig, Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import RoomFor, check_plan, no_room, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import RoomFor, check_plan, refuse_without_room, retire_victims, rolling_steps, room_for
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.
@@ -156,10 +156,7 @@ class Rollout:
 
     async def _start(self, i: int, step: TransitionStep) -> list[str]:
         pool = self.pools[i]
-        if not any(r.draining and not r.dead for p in self.pools for r in p.replicas.values()):
-            why = no_room(step, pool.free_by_node())
-            if why is not None:
-                raise RuntimeError(why)
+        refuse_without_room(step, self.pools, pool.free_by_node)
         records = pool.start(step.config, step.count, canary=step.kind == StepKind.CANARY, node_class=step.node_class)
         for r in records:
             self._watch_start(i, r, False)

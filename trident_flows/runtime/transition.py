@@ -28,7 +28,7 @@ Contract:
   CPUs on nodes without a free GPU had left a start of GPU replicas waiting out the warm timeout
   (300 s) in simulated 8-node runs, with the retire that would have made room queued behind it.
 - ``no_room(step, free)``: why a START/CANARY step cannot start now, its replicas placed first-fit on
-  each node's free CPUs/GPUs (None when they fit). Both runners refuse such a step at once while no
+  each node's free CPUs/GPUs (None when they fit). Both runners (``refuse_without_room``) refuse such a step at once while no
   replica drains (on a fixed cluster nothing else makes room) instead of waiting out the warm
   timeout: the total free CPUs/GPUs that the steps and canaries are admitted on may sit on nodes
   where a GPU replica cannot take its CPU beside its GPU, and each such wait held the control loop
@@ -235,7 +235,7 @@ class RoomFor:
     node_of: Callable[[Any], Hashable | None]
 
     def _fits(self, room: tuple[float, float]) -> bool:
-        return room[0] + _EPS >= self.config.cpus and room[1] + _EPS >= self.config.gpus
+        return _fits(self.config, room)
 
     def _take(self, room: tuple[float, float]) -> tuple[float, float]:
         return room[0] - self.config.cpus, room[1] - self.config.gpus
@@ -243,12 +243,7 @@ class RoomFor:
     def pick(self, ranked: Sequence[Any], count: int) -> list[Any]:
         """``count`` of ``ranked`` (the pool's order): while the START lacks room, first the first victim on a node
         where it then fits; otherwise the pool's order."""
-        free = dict(self.free)
-        lacking = self.count
-        for node, room in free.items():  # the START takes the room there is first
-            while lacking > 0 and self._fits(room):
-                room, lacking = self._take(room), lacking - 1
-            free[node] = room
+        lacking, free = _first_fit(self.config, self.count, self.free)  # the START takes the room there is first
 
         def freed(r: Any) -> tuple[float, float] | None:
             node = self.node_of(r)
@@ -269,20 +264,44 @@ class RoomFor:
         return chosen
 
 
+def _fits(config: OpConfig, room: tuple[float, float]) -> bool:
+    return room[0] + _EPS >= config.cpus and room[1] + _EPS >= config.gpus
+
+
+def _first_fit(config: OpConfig, count: int, free: Mapping[Hashable, tuple[float, float]]) -> tuple[int, dict[Hashable, tuple[float, float]]]:
+    """``count`` replicas of ``config`` placed first-fit on ``free`` (each node's free CPUs and GPUs): how many
+    find no node, and each node's room left after them."""
+    left, rooms = count, dict(free)
+    for node, room in rooms.items():
+        while left > 0 and _fits(config, room):
+            room, left = (room[0] - config.cpus, room[1] - config.gpus), left - 1
+        rooms[node] = room
+    return left, rooms
+
+
 def no_room(step: TransitionStep, free: Mapping[Hashable, tuple[float, float]]) -> str | None:
     """Why START/CANARY ``step``'s replicas cannot all start now, placed first-fit on ``free`` (each node's free
     CPUs and GPUs); None when they fit, when no node is known or when the step names a node class."""
     if not free or step.node_class is not None:
         return None
-    config, left = step.config, step.count
-    for cpus, gpus in free.values():
-        while left and cpus + _EPS >= config.cpus and gpus + _EPS >= config.gpus:
-            cpus, gpus, left = cpus - config.cpus, gpus - config.gpus, left - 1
+    config = step.config
+    left, _ = _first_fit(config, step.count, free)
     if not left:
         return None
     cpus, gpus = sum(room[0] for room in free.values()), sum(room[1] for room in free.values())
     return (f"no node has room for {left} of {step.count} {config.label()} replica(s) ({config.cpus:g} CPUs + {config.gpus:g} GPUs "
             f"each, on one node; {cpus:g} CPUs and {gpus:g} GPUs are free over {len(free)} nodes) and no replica is draining")
+
+
+def refuse_without_room(step: TransitionStep, pools: Sequence[Any], free: Callable[[], Mapping[Hashable, tuple[float, float]]]) -> None:
+    """Raise ``RuntimeError`` (``no_room``'s reason) when START/CANARY ``step`` cannot start now while no replica
+    of ``pools`` (the runner's, live or simulated: records with ``draining`` and ``dead``) drains; ``free()``
+    reads each node's free CPUs and GPUs, only then."""
+    if any(r.draining and not r.dead for pool in pools for r in pool.replicas.values()):
+        return
+    why = no_room(step, free())
+    if why is not None:
+        raise RuntimeError(why)
 
 
 def room_for(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping[Hashable, tuple[float, float]]],

@@ -44,7 +44,7 @@ import numpy as np
 from trident_flows.runtime.backpressure import items_bound
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
-from trident_flows.runtime.transition import RoomFor, check_plan, no_room, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import RoomFor, check_plan, refuse_without_room, retire_victims, rolling_steps, room_for
 from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
                                       TransitionStep)
 from trident_flows.sim import outcome
@@ -595,10 +595,7 @@ class SimRunner:
         i = self.names.index(step.operator)
         pool = self.pools[i]
         if step.kind in (StepKind.START, StepKind.CANARY):
-            if not any(r.draining and not r.dead for p in self.pools for r in p.replicas.values()):
-                why = no_room(step, self._free_by_node())
-                if why is not None:
-                    raise RuntimeError(why)
+            refuse_without_room(step, self.pools, self._free_by_node)
             records = [self._start_replica(i, step.config, canary=step.kind == StepKind.CANARY) for _ in range(step.count)]
             deadline = self.now + self.settings.warm_timeout_s
             self.events.run_until(deadline, stop=lambda: all(r.warm for r in records) or self.finished)
