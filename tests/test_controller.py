@@ -397,7 +397,8 @@ OCR_B4 = OpConfig.make("cpu", batch_size=4)
 
 
 def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, inflight: int = 1) -> RunnerState:
-    reps = tuple(ReplicaState(f"r{k}", f"r{k}", OCR_B4, True, False, False, inflight, 1.0, 10, 1) for k in range(replicas))
+    done = items_in // (OCR_B4.batch_size * replicas)   # batches each replica finished
+    reps = tuple(ReplicaState(f"r{k}", f"r{k}", OCR_B4, True, False, False, inflight, 1.0, done, 1) for k in range(replicas))
     op = OperatorState("ocr", reps, queue, 0, items_in, items_in, 1, 1.0, 0, 0, 0)
     return RunnerState("sim", (op,), items_in, 0, 0, 0, 0, False, False, wall_s, 0.0, 8.0, 0.0, 0, 0)
 

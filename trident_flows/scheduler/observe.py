@@ -14,7 +14,8 @@ Contract:
   (host memory for ``device="cpu"``, device memory otherwise); ``memory_upper(config, k)``
   is ``mean + k*std`` for the OOM guard of the optimiser. ``features`` are per-item
   workload features (e.g. pages per item); ``None`` means the current workload
-  (``current_features``: the item-weighted mean of the most recent windows).
+  (``current_features``: the item-weighted mean of the windows begun last, so a straggler of an
+  earlier workload, finishing late, does not stand for the work arriving now).
 - A device (or a value of a categorical knob) no sample of the window ran with has no
   throughput prediction: ``NoModelError`` (a model of "cpu" cannot guess "gpu"; the optimiser
   must canary it). Numeric knobs and batch sizes are inter/extrapolated, with the uncertainty
@@ -23,7 +24,10 @@ Contract:
   throughput scales linearly in replicas beyond the evidence. A trend fitted over a narrow range
   is mostly the machine's load between ticks, and extrapolated it is wild: in the live video
   trace under ds2, safety fitted on 7-9 replicas predicted 1.0 items/s per replica at 4 (it did
-  8.5) and 368 items/s for a single replica.
+  8.5) and 368 items/s for a single replica. Within the counts seen, the per-replica rate never
+  rises with the count: a replica does not run faster because more run beside it, so a lower
+  rate at fewer replicas is taken as the load of the moment they ran in and raised to the
+  highest the fit gives at any larger count seen.
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
@@ -72,7 +76,8 @@ replica, so the busy-time rate is what the replicas could do if no time were los
 batches and the workload of the finished batches lasted. ``calibrate(span)`` takes a
 ``occupancy.SaturatedSpan`` (the operator had work waiting and every serving replica held a
 batch for seconds on end, so what it took is what it can do) and, when the measurement and the
-model's prediction for those configs disagree by more than ``calibration_tolerance`` (either
+model's prediction for those configs and for the work the span finished (the features of every
+ok batch that ended in it, spikes included) disagree by more than ``calibration_tolerance`` (either
 way; only downwards when the span finished nothing and its figure is an upper bound), scales
 every throughput prediction (``throughput``, ``per_replica``, ``capacity_curve``,
 ``predict_many``) by measured / predicted: the capacity the model reports is what the operator
@@ -84,7 +89,11 @@ newest sample; ``forget_calibration()`` drops it (a regime change). ``log_residu
 the busy-time basis (the regime detector compares batches, not spans).
 
 Anomalies (``scheduler.anomaly``): stage 1 drops transient spikes per (config, epoch)
-group before windowing (rolling median/MAD of log seconds per item); stage 2 drops training
+group before windowing (rolling median/MAD of log seconds per item over the seconds per item
+the batch's content explains, a non-negative linear fit on the batches' per-item features: a
+batch of long documents is work, not a spike; the content-blind filter dropped the live
+cpu-only trace's embed batches of 52 chunks per item, against 7.9 on average, and with them the
+cost of long documents); stage 2 drops training
 windows whose leave-one-out residual under the first GP fit is an outlier, then conditions
 the GP again (same hyperparameters) without them. Both are listed in ``FitReport.filtered``.
 
@@ -285,6 +294,7 @@ class _ThroughputFit:
     intercept: float
     gp: GaussianProcessRegressor
     replicas_seen: tuple[float, float]   # fewest and most replicas of the training windows (predictions clamp to it)
+    counts_seen: tuple[float, ...] = ()  # every replica count of the training windows, ascending
 
 
 @dataclass(frozen=True)
@@ -331,6 +341,7 @@ class OperatorModel:
         self.calibration_max_age_s = calibration_max_age_s
         self.calibration: Calibration | None = None
         self._span: SaturatedSpan | None = None
+        self._finished: tuple[BatchSample, ...] = ()   # the last fit's ok samples, spikes and stale epochs included (``span_features``)
         self.report: FitReport | None = None
         self._tp: _ThroughputFit | None = None
         self._mem: dict[str, _MemoryFit] = {}
@@ -382,6 +393,7 @@ class OperatorModel:
         windows, fit the throughput GP on them (less held-out windows and residual outliers), and report."""
         t0 = time.perf_counter()
         filtered, ok, mem_ok, ooms = self._screen(samples)
+        self._finished = tuple(samples[i] for i in ok)
         epoch = max((samples[i].config_epoch for i in ok), default=0) if current_epoch is None else current_epoch
 
         self._mem = self._fit_memory(samples, mem_ok)
@@ -393,7 +405,7 @@ class OperatorModel:
 
         feature_names = tuple(sorted({f for i in ok for f in samples[i].features}))
         latest_end = max(samples[i].end for i in ok)
-        ok, groups = self._drop_spikes(samples, ok, filtered)
+        ok, groups = self._drop_spikes(samples, ok, feature_names, filtered)
         windows, bin_size = self._windows(samples, ok, groups, feature_names, filtered)
         if len(windows) < 2:
             return self._no_model(common, filtered, f"{len(ok)} usable sample(s) make {len(windows)} window(s); need >= 2", t0)
@@ -410,7 +422,7 @@ class OperatorModel:
 
         held_out = self._held_out(held, feature_names)
         mape = float(np.mean([h.ape for h in held_out])) if held_out else None
-        recent = windows[-self.current_windows:]
+        recent = sorted(windows, key=lambda w: w.start)[-self.current_windows:]   # begun last: not a straggler of an earlier workload
         tot = sum(w.items for w in recent)
         current = {f: sum(w.features[f] * w.items for w in recent) / tot for f in feature_names}
         report = FitReport(status="fitted", reason=f"{len(train)} training windows of {bin_size} batches", fitted_on=tuple(sorted(i for w in train for i in w.indices)),
@@ -450,15 +462,21 @@ class OperatorModel:
                     mem_ok.append(i)
         return filtered, ok, mem_ok, ooms
 
-    def _drop_spikes(self, samples: Sequence[BatchSample], ok: list[int], filtered: list[Filtered]) -> tuple[list[int], np.ndarray]:
-        """Drop transient outliers of busy time per item within each (config, epoch) group (``robust_filter``).
-        Returns the kept indices and their group codes."""
+    def _drop_spikes(self, samples: Sequence[BatchSample], ok: list[int], feature_names: tuple[str, ...],
+                     filtered: list[Filtered]) -> tuple[list[int], np.ndarray]:
+        """Drop transient outliers of busy time per item within each (config, epoch) group (``robust_filter``)
+        that stay outliers after what each batch's content explains (``_content_work``: a batch of heavy items is
+        work, not a spike). Returns the kept indices and their group codes."""
         cfg_code: dict[OpConfig, int] = {}
         items = np.array([samples[i].items_in for i in ok], dtype=float)
         busy = np.array([samples[i].busy_s for i in ok], dtype=float)
         end = np.array([samples[i].end for i in ok], dtype=float)
         groups = group_codes([(cfg_code.setdefault(samples[i].config, len(cfg_code)), samples[i].config_epoch) for i in ok])
-        spikes = robust_filter(np.log(busy / items), groups, end, k=self.spike_k)
+        per_item = busy / items
+        if feature_names:
+            F = np.array([[samples[i].features.get(f, 0.0) for f in feature_names] for i in ok], dtype=float) / items[:, None]
+            per_item = per_item / _content_work(F, per_item, groups)
+        spikes = robust_filter(np.log(per_item), groups, end, k=self.spike_k)
         for j in np.flatnonzero(spikes):
             filtered.append(Filtered(ok[j], Reason.SPIKE, f"busy_s={busy[j]:.4g} for {int(items[j])} items is a transient outlier"))
         keep = np.flatnonzero(~spikes)
@@ -482,7 +500,8 @@ class OperatorModel:
                 keep = ~outliers
                 train = [w for w, k in zip(train, keep) if k]
                 fit = self._fit_gp(encoder, X[keep], y[keep], ages[keep], fit.gp.kernel_, optimise=False)
-        return replace(fit, replicas_seen=(float(min(w.replicas for w in train)), float(max(w.replicas for w in train)))), train
+        counts = sorted({float(w.replicas) for w in train})
+        return replace(fit, replicas_seen=(counts[0], counts[-1]), counts_seen=tuple(counts)), train
 
     def _held_out(self, held: list[Window], feature_names: tuple[str, ...]) -> tuple[HeldOut, ...]:
         """The fitted model's predictions for the held-out windows, against what they measured."""
@@ -671,7 +690,8 @@ class OperatorModel:
         if span is None or self._tp is None:
             return
         try:
-            predicted = sum(float(self._predict_raw([c], n)[0][0]) for c, n in span.configs)
+            features = self.span_features(span)
+            predicted = sum(float(self._predict_raw([c], n, features)[0][0]) for c, n in span.configs)
         except (NoModelError, ValueError):
             return
         if predicted <= 0:
@@ -680,6 +700,17 @@ class OperatorModel:
         if ratio * self.calibration_tolerance >= 1 and (span.bound or ratio <= self.calibration_tolerance):
             return
         self.calibration = Calibration(ratio, span.measured, predicted, span)
+
+    def span_features(self, span: SaturatedSpan) -> dict[str, float] | None:
+        """The per-item features of the work the operator finished during ``span`` (every ok sample of the last
+        fit's window that ended in it, transient spikes included: a straggler of a heavier workload is work the
+        span's replicas did), so a span is set against the model's prediction for the work it measured; None
+        (the current workload) when no sample ended in it."""
+        inside = [s for s in self._finished if span.start < s.end <= span.end]
+        items = sum(s.items_in for s in inside)
+        if not items:
+            return None
+        return {f: sum(s.features.get(f, 0.0) for s in inside) / items for f in self.feature_names}
 
     # --------------------------------------------------------------- predict
     def _check_features(self, features: Mapping[str, float] | None, names: Sequence[str]) -> dict[str, float]:
@@ -759,8 +790,40 @@ class OperatorModel:
         distinct = distinct[order]
         feats = np.tile([f[n] for n in fit.encoder.features], (len(distinct), 1)).reshape(len(distinct), len(fit.encoder.features))
         mu, s = self._predict_log([uniq[int(j)] for j in distinct[:, 0]], distinct[:, 1].copy(), feats)
+        mu, s = self._never_faster_with_more(fit, uniq, distinct, mu, s, feats[:1])
         mean, std = _lognormal(mu[rows], s[rows], reps)
         return np.asarray(mean), np.asarray(std)
+
+    def _never_faster_with_more(self, fit: _ThroughputFit, uniq: Sequence[OpConfig], distinct: np.ndarray, mu: np.ndarray,
+                                s: np.ndarray, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per config, the per-replica log rate (``mu``, with its ``s``) at each of ``distinct``'s (config code,
+        count) rows raised to the highest the fit gives at any count from it up to the most seen: a replica never
+        runs faster because more replicas run beside it, so a lower rate at fewer replicas is the load of the
+        moment the fewer ran in (a start-up window of 5 warming replicas beside 7 later ones made the live
+        document trace's embed predict 1.3 items/s per replica at 5 and 2.3 at 7), not their number."""
+        seen = np.asarray(fit.counts_seen)
+        extra_rows: list[tuple[int, float]] = []
+        for j in np.unique(distinct[:, 0]):
+            queried = distinct[distinct[:, 0] == j, 1]
+            extra_rows += [(int(j), c) for c in seen[seen > queried.min()] if c not in queried]
+        codes, counts = distinct[:, 0], distinct[:, 1]
+        all_mu, all_s = mu, s
+        if extra_rows:
+            extra = np.array(extra_rows, dtype=float)
+            m2, s2 = self._predict_log([uniq[int(j)] for j in extra[:, 0]], extra[:, 1].copy(), np.repeat(feats, len(extra), axis=0))
+            codes, counts = np.r_[codes, extra[:, 0]], np.r_[counts, extra[:, 1]]
+            all_mu, all_s = np.r_[mu, m2], np.r_[s, s2]
+        out_mu, out_s = mu.copy(), s.copy()
+        for j in np.unique(codes):
+            at = np.flatnonzero(codes == j)
+            at = at[np.argsort(-counts[at], kind="stable")]   # most replicas first
+            best = at[0]
+            for k in at:
+                if all_mu[k] > all_mu[best]:
+                    best = k
+                if k < len(mu):
+                    out_mu[k], out_s[k] = all_mu[best], all_s[best]
+        return out_mu, out_s
 
     def throughput(self, config: OpConfig, replicas: int = 1, features: Mapping[str, float] | None = None) -> Prediction:
         """Sustainable throughput of ``replicas`` replicas of ``config`` together, items/s."""
@@ -874,20 +937,32 @@ def _work_weights(windows: Sequence[Window], names: Sequence[str]) -> tuple[floa
     where the log-feature model, fitted on windows of either kind, predicted 354."""
     if not names or not windows:
         return ()
-    F = _feature_matrix(windows, names)
     spi = np.array([1.0 / w.per_replica_rate for w in windows])
     groups = group_codes([(w.config, w.replicas) for w in windows])
+    intercepts, features = _nnls_work(_feature_matrix(windows, names), spi, groups)
+    intercept = float(np.median(intercepts[groups]))
+    if intercept <= 0 and not features.any():
+        intercept = float(np.median(spi))
+    return (intercept, *(float(x) for x in features))
+
+
+def _nnls_work(F: np.ndarray, spi: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per item ``spi`` as ``intercept[group] + F @ weights`` (per-item features ``F``), every term
+    non-negative, fitted by NNLS in relative error. Returns (intercept per group code, weight per feature)."""
     G = np.eye(int(groups.max()) + 1)[groups]
     A = np.column_stack([G, F]) / spi[:, None]
     scale = np.abs(A).max(axis=0)
     scale[scale == 0] = 1.0
-    weights, _ = nnls(A / scale, np.ones(len(windows)))
+    weights, _ = nnls(A / scale, np.ones(len(spi)))
     weights = weights / scale
-    intercept = float(np.median(weights[groups]))
-    features = weights[G.shape[1]:]
-    if intercept <= 0 and not features.any():
-        intercept = float(np.median(spi))
-    return (intercept, *(float(x) for x in features))
+    return weights[:G.shape[1]], weights[G.shape[1]:]
+
+
+def _content_work(F: np.ndarray, spi: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per batch, the seconds per item its content explains (``_nnls_work`` over the batches themselves),
+    floored at a thousandth of the median seconds per item so a batch the fit gives no work stays finite."""
+    intercepts, weights = _nnls_work(F, spi, groups)
+    return np.maximum(intercepts[groups] + F @ weights, 1e-3 * float(np.median(spi)))
 
 
 def _feature_matrix(windows: Sequence[Window], names: Sequence[str]) -> np.ndarray:

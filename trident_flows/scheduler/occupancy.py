@@ -14,9 +14,11 @@ Contract:
   controller snapshot, it reports each operator that stayed ``SATURATED`` in every snapshot of
   the last ``saturation_s`` seconds or more with unchanged serving configs, with what it
   measurably took in that span (``measured`` items/s), the span reaching back (while saturated)
-  until its replicas finished at least one batch each. When they never did, ``measured`` is
-  what it finished plus the items its replicas hold, over the span: an upper bound
-  (``bound=True``).
+  until it took a batch per replica and each replica finished at least one batch. When it took
+  less, ``measured`` is what it finished plus the items its replicas hold, over the span: an upper
+  bound (``bound=True``). When it took more but a replica finished nothing (a straggler: a batch
+  of a heavier workload, started before the span, holding its replica throughout), no span: the
+  others' pace is not the operator's, and the straggler's cost shows only once it finishes.
   ``OperatorModel.calibrate`` turns a span into the capacity the model reports.
 - Why here and not in the samples: a ``BatchSample`` times the batch inside the replica; the
   time a saturated operator's replicas lose between batches (result hand-off, dispatch on a
@@ -122,21 +124,30 @@ class OccupancyTracker:
             return None
         configs = serving_configs(op_end)
         per_round = sum(c.batch_size * n for c, n in configs)   # one batch per replica
+        finished = {r.replica_id: r.batches for r in serving(op_end)}
         start = None
         for at, state in reversed(self._history):
             op = state.operator(name)
             if classify(op) is not Occupancy.SATURATED or serving_configs(op) != configs:
                 break
             start = (at, op)
-            if at_end - at >= self.saturation_s and op_end.items_in - op.items_in >= per_round:
+            if at_end - at >= self.saturation_s and op_end.items_in - op.items_in >= per_round and _each_finished_since(op, finished):
                 break
         if start is None or at_end - start[0] < self.saturation_s:
             return None
         dt = at_end - start[0]
         taken = op_end.items_in - start[1].items_in
         if taken >= per_round:
+            if not _each_finished_since(start[1], finished):
+                return None   # a straggler held a replica throughout (module docstring)
             return SaturatedSpan(name, start[0], at_end, configs, taken, taken / dt, False)
         # fewer than a batch per replica finished: a rate from a handful of batches is noise, but the
         # operator can have done no more than what it finished plus what it holds now
         held = sum(r.inflight * r.config.batch_size for r in serving(op_end))
         return SaturatedSpan(name, start[0], at_end, configs, taken, (taken + held) / dt, True)
+
+
+def _each_finished_since(op: Any, finished: dict[str, int]) -> bool:
+    """True when every replica of ``finished`` (replica id -> batches finished, now) finished a batch since ``op``."""
+    before = {r.replica_id: r.batches for r in op.replicas}
+    return all(n > before.get(rid, 0) for rid, n in finished.items())
