@@ -231,6 +231,31 @@ def test_a_residual_shift_of_millisecond_batches_must_last_a_second_to_be_a_regi
     assert [c.at_sample < 260 for c in _run(RegimeDetector("dedup", ("pages",), warmup_s=0.0), slow, residuals)][:1] == [True]
 
 
+def test_a_burst_cut_short_by_a_gap_is_no_regime_even_when_a_late_batch_agrees():
+    # a starved operator flushes its queue: 60 millisecond batches in 0.8 s run 40% faster than the model
+    # (the machine was idle for a moment), then a batch every 10 s at the old pace, the first of them still fast
+    rng = np.random.default_rng(8)
+    residuals, samples, t = [], [], 0.0
+    for k in range(300):
+        residuals.append(float(rng.normal(0.0, 0.05)))
+        samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
+        t += 0.0133
+    for k in range(60):
+        residuals.append(0.35 + float(rng.normal(0.0, 0.05)))
+        samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
+        t += 0.0133
+    for k in range(12):
+        t += 10.0
+        residuals.append(0.5 if k == 0 else float(rng.normal(0.0, 0.05)))
+        samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
+    det = RegimeDetector("quality", ("pages",), warmup_s=0.0)
+    assert _run(det, samples, np.array(residuals)) == [] and det.transients >= 1
+    # the same shift going on at the same pace after the gap is one
+    lasting = residuals[:360] + [0.35 + float(rng.normal(0.0, 0.05)) for _ in range(12)]
+    changes = _run(RegimeDetector("quality", ("pages",), warmup_s=0.0), samples, np.array(lasting))
+    assert len(changes) == 1 and changes[0].kind == ChangeKind.RESIDUAL
+
+
 def test_the_pipeline_s_fill_is_not_a_regime_but_a_later_shift_is():
     """While a pipeline starts, every operator runs flat out until backpressure sets in, and per-batch
     rates move 25-30% (the live documents trace): residuals of the first ``warmup_s`` seconds are
