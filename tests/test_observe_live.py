@@ -250,10 +250,13 @@ def test_a_plan_measured_while_its_bottleneck_still_ran_batches_of_the_block_it_
     began = np.append(np.ones(len(ends) - 1, dtype=int), 0)
     sw = observe_live._Switches(ends, [("long", 11.0)], starts, began, ("short", "long"))
     # 20-30 s: a third of its busy time went to the old block's batch
-    assert "on batches of another block than 'long'" in observe_live._mixed_workload("embed", sw, 20.0, 30.0)
-    assert observe_live._mixed_workload("embed", sw, 41.0, 51.0) == ""     # the old batch is done
+    assert "on batches of another block than 'long'" in observe_live._mixed_workload("embed", sw, 20.0, 30.0, "then")
+    assert observe_live._mixed_workload("embed", sw, 41.0, 51.0, "then") == ""     # the old batch is done
     decision = {"queue_aware": 5.0, "queue_aware_bottleneck": "embed", "busy_time": 5.0}
     judged = observe_live._judged_prediction(decision, {}, {"embed": sw}, decided_at=30.0, settled_at=30.5, until=39.0)
     assert judged["status"].startswith(observe_live.WORKLOAD_CHANGED) and "a mix" in judged["status"]
-    judged = observe_live._judged_prediction(decision, {}, {"embed": sw}, decided_at=40.0, settled_at=41.0, until=51.0)
+    # measured once the old batch was done, but predicted while it still held a replica: the model's recent work was a mix
+    judged = observe_live._judged_prediction(decision, {}, {"embed": sw}, decided_at=39.0, settled_at=41.0, until=51.0)
+    assert judged["status"].startswith(observe_live.WORKLOAD_CHANGED) and "before the prediction" in judged["status"]
+    judged = observe_live._judged_prediction(decision, {}, {"embed": sw}, decided_at=51.0, settled_at=52.0, until=60.0)
     assert judged["status"] == "scored"

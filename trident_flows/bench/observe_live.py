@@ -14,8 +14,9 @@ Summary (plain numbers):
 - ``capacity_mape``: mean |predicted - measured| / measured throughput over the held-out windows
   of every fit (the model's own target: busy-time throughput of windows it was not fitted on;
   the same figure as ``bench observe``'s ``mape``, measured instead of simulated).
-- ``saturated_capacity_mape``: the capacity a consumer of the model gets (calibrated) against
-  what the operator measurably took while saturated (``occupancy.SaturatedSpan``, not bounds),
+- ``saturated_capacity_mape``: the capacity a consumer of the model gets (calibrated) for the work a
+  saturated span finished (``OperatorModel.span_features``) against what the operator measurably took in
+  it (``occupancy.SaturatedSpan``, not bounds),
   over non-overlapping spans in which no block boundary reached the operator (one workload:
   spans across a boundary measure a mix no model of one workload predicts; all spans in raw); the calibration in force comes only from spans that ended before
   the one scored began (held out). ``saturated_capacity_mape_busy_time``: the same spans scored
@@ -36,8 +37,10 @@ Summary (plain numbers):
   schedule during the measurement, or fewer than ``REFIT_MIN_SAMPLES`` of its batches before the
   plan, the plan is listed as "workload changed" and not scored (a model cannot know a workload
   it has not run; the trident policy's verification does not judge such a plan either), nor when
-  more than ``MIX_SHARE`` of the bottleneck's busy time during the measurement went to batches that
-  began in another block than most of it (a block it had left, still in flight: a mix), unless the
+  more than ``MIX_SHARE`` of the bottleneck's busy time during the measurement, or in the ``SETTLE_S``
+  before the prediction since it last crossed a block boundary (what the model's current workload was
+  drawn from), went to batches that began in another block than most of it (a block it had left,
+  still in flight: a mix), unless the
   models as refitted by the poll the plan settled at (before its measurement began) had seen it: the
   placement is predicted again there and the plan scored on that (``predicted_at``: "decision" or
   "settled"; also when no model existed at the decision). Other
@@ -226,15 +229,17 @@ def _steady(trace: Trace, name: str, span: SaturatedSpan) -> bool:
 
 
 def _score_span(op: _Op, span: SaturatedSpan, t0: float) -> dict[str, Any] | None:
-    """Predicted capacity for a saturated span: busy-time only, and calibrated by spans that ended before it began."""
+    """Predicted capacity for a saturated span, for the work it finished (``OperatorModel.span_features``): busy-time
+    only, and calibrated by spans that ended before it began."""
     try:
-        raw = sum(float(op.model._predict_raw([c], n)[0][0]) for c, n in span.configs)
+        work = op.model.span_features(span)
+        raw = sum(float(op.model._predict_raw([c], n, work)[0][0]) for c, n in span.configs)
         earlier = [s for s in op.spans if s.end <= span.start]
         model = op.model.snapshot()
         model.forget_calibration()
         if earlier:
             model.calibrate(earlier[-1])
-        calibrated = sum(float(model.predict_many([c], n)[0][0]) for c, n in span.configs)
+        calibrated = sum(float(model.predict_many([c], n, work)[0][0]) for c, n in span.configs)
     except (ValueError, RuntimeError):
         return None
     return {"operator": op.name, "start": round(span.start - t0, 2), "seconds": round(span.seconds, 2), "measured": span.measured,
@@ -346,7 +351,11 @@ def _judged_prediction(at_decision: dict[str, Any], at_settle: dict[str, Any], s
         if "queue_aware" not in prediction:
             return f"no prediction ({prediction.get('error', 'not replayed')})"
         name = prediction["queue_aware_bottleneck"]
-        return _unseen_workload({name: switches[name]}, since, until) or _mixed_workload(name, switches[name], settled_at, until)
+        sw = switches[name]
+        reached = max((t for _, t in sw.blocks if t <= since), default=-math.inf)   # its latest block boundary before the prediction
+        return (_unseen_workload({name: sw}, since, until)
+                or _mixed_workload(name, sw, max(since - SETTLE_S, reached), since, "before the prediction")
+                or _mixed_workload(name, sw, settled_at, until, "during the measurement"))
 
     why = unseen(at_decision, decided_at)
     if not why:
@@ -391,11 +400,12 @@ class _Switches:
         return cls(ends, blocks, starts, np.searchsorted(bounds, at_start, side="right") - 1, names)
 
 
-def _mixed_workload(name: str, sw: _Switches, since: float, until: float) -> str:
-    """Why a measurement from ``since`` to ``until`` is of no one workload at ``name``: more than ``MIX_SHARE`` of its
-    busy time then went to batches that began in another block than most of it (a block it had left, still in flight:
-    after short documents reached embed in the live cpu-only trace, its long-document batches, an item in 15 of those
-    it finished, held its replicas for a minute); "" otherwise."""
+def _mixed_workload(name: str, sw: _Switches, since: float, until: float, when: str) -> str:
+    """Why ``name``'s work from ``since`` to ``until`` (``when``: the measurement, or the ``SETTLE_S`` before a
+    prediction, what the model's current workload was drawn from) is of no one workload: more than ``MIX_SHARE`` of
+    its busy time then went to batches that began in another block than most of it (a block it had left, still in
+    flight: after short documents reached embed in the live cpu-only trace, its long-document batches, an item in 15
+    of those it finished, held its replicas for a minute); "" otherwise."""
     busy = np.clip(np.minimum(sw.ends, until) - np.maximum(sw.starts, since), 0.0, None)
     if busy.sum() <= 0:
         return ""
@@ -404,7 +414,7 @@ def _mixed_workload(name: str, sw: _Switches, since: float, until: float) -> str
     other = 1.0 - per_block[main] / per_block.sum()
     if other <= MIX_SHARE:
         return ""
-    return (f"{name} spent {other:.0%} of its busy time during the measurement on batches of another block than "
+    return (f"{name} spent {other:.0%} of its busy time {when} on batches of another block than "
             f"{sw.names[main]!r}, a mix no model of one workload predicts")
 
 
