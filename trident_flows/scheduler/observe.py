@@ -405,8 +405,9 @@ class OperatorModel:
 
         feature_names = tuple(sorted({f for i in ok for f in samples[i].features}))
         latest_end = max(samples[i].end for i in ok)
-        ok, groups = self._drop_spikes(samples, ok, feature_names, filtered)
-        windows, bin_size = self._windows(samples, ok, groups, feature_names, filtered)
+        sums = np.array([[samples[i].features.get(f, 0.0) for f in feature_names] for i in ok], dtype=float).reshape(len(ok), len(feature_names))
+        ok, groups, sums = self._drop_spikes(samples, ok, sums, filtered)
+        windows, bin_size = self._windows(samples, ok, groups, sums, feature_names, filtered)
         if len(windows) < 2:
             return self._no_model(common, filtered, f"{len(ok)} usable sample(s) make {len(windows)} window(s); need >= 2", t0)
 
@@ -462,25 +463,25 @@ class OperatorModel:
                     mem_ok.append(i)
         return filtered, ok, mem_ok, ooms
 
-    def _drop_spikes(self, samples: Sequence[BatchSample], ok: list[int], feature_names: tuple[str, ...],
-                     filtered: list[Filtered]) -> tuple[list[int], np.ndarray]:
+    def _drop_spikes(self, samples: Sequence[BatchSample], ok: list[int], sums: np.ndarray,
+                     filtered: list[Filtered]) -> tuple[list[int], np.ndarray, np.ndarray]:
         """Drop transient outliers of busy time per item within each (config, epoch) group (``robust_filter``)
-        that stay outliers after what each batch's content explains (``_content_work``: a batch of heavy items is
-        work, not a spike). Returns the kept indices and their group codes."""
+        after what each batch's content (``sums``: its feature sums, a row per index of ``ok``) explains
+        (``_content_work``: a batch of heavy items is work, not a spike). Returns the kept indices, their group
+        codes and their rows of ``sums``."""
         cfg_code: dict[OpConfig, int] = {}
         items = np.array([samples[i].items_in for i in ok], dtype=float)
         busy = np.array([samples[i].busy_s for i in ok], dtype=float)
         end = np.array([samples[i].end for i in ok], dtype=float)
         groups = group_codes([(cfg_code.setdefault(samples[i].config, len(cfg_code)), samples[i].config_epoch) for i in ok])
         per_item = busy / items
-        if feature_names:
-            F = np.array([[samples[i].features.get(f, 0.0) for f in feature_names] for i in ok], dtype=float) / items[:, None]
-            per_item = per_item / _content_work(F, per_item, groups)
+        if sums.shape[1]:
+            per_item = per_item / _content_work(sums / items[:, None], per_item, groups)
         spikes = robust_filter(np.log(per_item), groups, end, k=self.spike_k)
         for j in np.flatnonzero(spikes):
             filtered.append(Filtered(ok[j], Reason.SPIKE, f"busy_s={busy[j]:.4g} for {int(items[j])} items is a transient outlier"))
         keep = np.flatnonzero(~spikes)
-        return [ok[j] for j in keep], groups[keep]
+        return [ok[j] for j in keep], groups[keep], sums[keep]
 
     def _fit_throughput(self, encoder: _Encoder, train: list[Window], ages: Sequence[float], feature_names: tuple[str, ...],
                         filtered: list[Filtered]) -> tuple[_ThroughputFit, list[Window]]:
@@ -538,8 +539,8 @@ class OperatorModel:
                 age[(s.config, s.config_epoch)] = a
         return kept, age
 
-    def _windows(self, samples: Sequence[BatchSample], ok: list[int], groups: np.ndarray, feature_names: tuple[str, ...],
-                 filtered: list[Filtered]) -> tuple[list[Window], int]:
+    def _windows(self, samples: Sequence[BatchSample], ok: list[int], groups: np.ndarray, feature_sums: np.ndarray,
+                 feature_names: tuple[str, ...], filtered: list[Filtered]) -> tuple[list[Window], int]:
         n = len(ok)
         bin_size = max(4, math.ceil(n * (1 - 1 / self.holdout_every) / self.max_gp_points)) if n >= 16 else max(1, n // 4)
         end = np.array([samples[i].end for i in ok])
@@ -547,7 +548,6 @@ class OperatorModel:
         first = end - busy
         replica = group_codes([samples[i].replica_id for i in ok])
         items_in = np.array([samples[i].items_in for i in ok], dtype=float)
-        feature_sums = np.array([[samples[i].features.get(f, 0.0) for f in feature_names] for i in ok], dtype=float).reshape(n, len(feature_names))
         # busy time each batch adds to its replica's union of busy intervals, one (group, replica) run at a
         # time in start order (a 256-node window holds hundreds of replicas: masks per replica were most of a fit)
         contrib = np.zeros(n)
