@@ -235,16 +235,17 @@ def test_replica_counts_beyond_those_seen_keep_the_nearest_per_replica_rate():
 
 
 def test_a_lower_per_replica_rate_at_fewer_replicas_is_load_not_their_number():
-    # 5 warming replicas on a loaded machine (4 items/s each), then 7 at 6 items/s each: a replica does not run
-    # faster because more run beside it, so 5 replicas are predicted at 7's per-replica rate
+    # 5 warming replicas on a loaded machine (4 items/s each), then 7 at 6 items/s each, with four times the
+    # evidence: a replica does not run faster because more run beside it, so one per-replica rate stands for both,
+    # weighted by the windows at each count (not 4 at 5 and 6 at 7, nor the faster one for both)
     samples = _replicas_phase(5, 4.0, 0.0, batches=20) + _replicas_phase(7, 6.0, 100.0, batches=60)
     model = OperatorModel("parse")
     assert model.fit(samples).fitted
     at7 = model.per_replica(A, 7).mean
-    assert at7 == pytest.approx(6.0, rel=0.1)
-    assert [model.per_replica(A, r).mean for r in (1, 5, 6)] == pytest.approx([at7] * 3, rel=1e-6)
+    assert 5.0 < at7 < 5.9
+    assert [model.per_replica(A, r).mean for r in (1, 5, 6)] == pytest.approx([at7] * 3, rel=1e-4)
     curve = [p.mean for p in model.capacity_curve(A, 7)]
-    assert curve == pytest.approx([at7 * r for r in range(1, 8)], rel=1e-6)
+    assert curve == pytest.approx([at7 * r for r in range(1, 8)], rel=1e-4)
     # contention, the other way round, stands: 2 replicas at 10 items/s each, 8 at 5
     model = OperatorModel("parse")
     model.fit(_replicas_phase(2, 10.0, 0.0, batches=60) + _replicas_phase(8, 5.0, 100.0, batches=30))

@@ -26,8 +26,8 @@ Contract:
   trace under ds2, safety fitted on 7-9 replicas predicted 1.0 items/s per replica at 4 (it did
   8.5) and 368 items/s for a single replica. Within the counts seen, the per-replica rate never
   rises with the count: a replica does not run faster because more run beside it, so a lower
-  rate at fewer replicas is taken as the load of the moment they ran in and raised to the
-  highest the fit gives at any larger count seen.
+  rate at fewer replicas is taken as the load of the moment they ran in (a weighted isotonic
+  regression over the counts, each weighted by its training windows).
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
@@ -116,12 +116,13 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections import Counter
 from copy import copy
 from dataclasses import dataclass, replace
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
-from scipy.optimize import minimize, nnls
+from scipy.optimize import isotonic_regression, minimize, nnls
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, WhiteKernel
@@ -295,6 +296,7 @@ class _ThroughputFit:
     gp: GaussianProcessRegressor
     replicas_seen: tuple[float, float]   # fewest and most replicas of the training windows (predictions clamp to it)
     counts_seen: tuple[float, ...] = ()  # every replica count of the training windows, ascending
+    count_windows: tuple[int, ...] = ()  # training windows at each of ``counts_seen``
 
 
 @dataclass(frozen=True)
@@ -307,6 +309,7 @@ class _MemoryFit:
 
 
 _MIB = float(2**20)
+_UNSEEN_COUNT_WEIGHT = 1e-3   # a replica count no training window ran with follows the counts that did (``_never_faster_with_more``)
 _WORK_FLOOR = 1e-3   # the work input's floor, relative to the largest weight (features of 0 with no per-item intercept)
 
 
@@ -501,8 +504,10 @@ class OperatorModel:
                 keep = ~outliers
                 train = [w for w, k in zip(train, keep) if k]
                 fit = self._fit_gp(encoder, X[keep], y[keep], ages[keep], fit.gp.kernel_, optimise=False)
-        counts = sorted({float(w.replicas) for w in train})
-        return replace(fit, replicas_seen=(counts[0], counts[-1]), counts_seen=tuple(counts)), train
+        per_count = Counter(float(w.replicas) for w in train)
+        counts = sorted(per_count)
+        return replace(fit, replicas_seen=(counts[0], counts[-1]), counts_seen=tuple(counts),
+                       count_windows=tuple(per_count[c] for c in counts)), train
 
     def _held_out(self, held: list[Window], feature_names: tuple[str, ...]) -> tuple[HeldOut, ...]:
         """The fitted model's predictions for the held-out windows, against what they measured."""
@@ -796,34 +801,31 @@ class OperatorModel:
 
     def _never_faster_with_more(self, fit: _ThroughputFit, uniq: Sequence[OpConfig], distinct: np.ndarray, mu: np.ndarray,
                                 s: np.ndarray, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per config, the per-replica log rate (``mu``, with its ``s``) at each of ``distinct``'s (config code,
-        count) rows raised to the highest the fit gives at any count from it up to the most seen: a replica never
-        runs faster because more replicas run beside it, so a lower rate at fewer replicas is the load of the
-        moment the fewer ran in (a start-up window of 5 warming replicas beside 7 later ones made the live
-        document trace's embed predict 1.3 items/s per replica at 5 and 2.3 at 7), not their number."""
-        seen = np.asarray(fit.counts_seen)
-        extra_rows: list[tuple[int, float]] = []
+        """Per config, the per-replica log rate (``mu``; ``s`` kept) at ``distinct``'s (config code, count) rows made
+        non-increasing in the count: a replica never runs faster because more replicas run beside it, so a lower rate
+        at fewer replicas is the load of the moment the fewer ran in (a start-up window of 5 warming replicas beside
+        7 later ones made the live document trace's embed predict 1.3 items/s per replica at 5 and 2.3 at 7), not
+        their number. The fit is a weighted isotonic regression over the counts seen (each weighted by its training
+        windows) and the counts asked, so a count with little evidence moves to the rest rather than the rest to it
+        (raising every count to the highest rate at any larger one overstated capacity: the maximum of noisy rates)."""
+        seen = dict(zip(fit.counts_seen, fit.count_windows))
+        if len(seen) < 2:
+            return mu, s
+        out = mu.copy()
         for j in np.unique(distinct[:, 0]):
-            queried = distinct[distinct[:, 0] == j, 1]
-            extra_rows += [(int(j), c) for c in seen[seen > queried.min()] if c not in queried]
-        codes, counts = distinct[:, 0], distinct[:, 1]
-        all_mu, all_s = mu, s
-        if extra_rows:
-            extra = np.array(extra_rows, dtype=float)
-            m2, s2 = self._predict_log([uniq[int(j)] for j in extra[:, 0]], extra[:, 1].copy(), np.repeat(feats, len(extra), axis=0))
-            codes, counts = np.r_[codes, extra[:, 0]], np.r_[counts, extra[:, 1]]
-            all_mu, all_s = np.r_[mu, m2], np.r_[s, s2]
-        out_mu, out_s = mu.copy(), s.copy()
-        for j in np.unique(codes):
-            at = np.flatnonzero(codes == j)
-            at = at[np.argsort(-counts[at], kind="stable")]   # most replicas first
-            best = at[0]
-            for k in at:
-                if all_mu[k] > all_mu[best]:
-                    best = k
-                if k < len(mu):
-                    out_mu[k], out_s[k] = all_mu[best], all_s[best]
-        return out_mu, out_s
+            rows = np.flatnonzero(distinct[:, 0] == j)
+            queried = distinct[rows, 1]
+            extra = np.array([c for c in seen if c not in queried])
+            counts, values = queried, mu[rows]
+            if extra.size:
+                more, _ = self._predict_log([uniq[int(j)]] * extra.size, extra.copy(), np.repeat(feats, extra.size, axis=0), return_std=False)
+                counts, values = np.r_[queried, extra], np.r_[values, more]
+            order = np.argsort(counts, kind="stable")
+            weights = np.array([seen.get(float(c), _UNSEEN_COUNT_WEIGHT) for c in counts[order]])
+            fitted = np.empty(len(counts))
+            fitted[order] = isotonic_regression(values[order], weights=weights, increasing=False).x
+            out[rows] = fitted[:len(rows)]
+        return out, s
 
     def throughput(self, config: OpConfig, replicas: int = 1, features: Mapping[str, float] | None = None) -> Prediction:
         """Sustainable throughput of ``replicas`` replicas of ``config`` together, items/s."""
