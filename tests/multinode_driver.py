@@ -78,12 +78,19 @@ def _patient_registration() -> None:
     services.get_node = patient
 
 
-def _free_port() -> int:
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: every socket stays bound until all are chosen (one at a time, the OS can hand
+    out a port just released again: two agents of one node were once given 56999)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _add_node(cluster: Cluster, **args):
@@ -95,8 +102,8 @@ def _add_node(cluster: Cluster, **args):
     me = psutil.Process()
     for attempt in range(START_ATTEMPTS):
         before = {p.pid for p in me.children(recursive=True)}
-        ports = {name: _free_port() for name in ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
-                                                  "runtime_env_agent_port")}
+        names = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
+        ports = dict(zip(names, _free_ports(len(names))))
         try:
             return cluster.add_node(**args, **ports)
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception on its start-up timeout

@@ -12,7 +12,7 @@ import pytest
 
 from trident_flows.bench import fidelity_traces as ft
 from trident_flows.bench.live_trace import Decision, Tick, Trace
-from trident_flows.bench.sim_fidelity import _stale_policy
+from trident_flows.bench.sim_fidelity import POLICY_SINCE, _stale_policy
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import CPU, BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
@@ -105,10 +105,10 @@ def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> Non
 
 
 def test_a_run_of_an_older_policy_is_not_a_reference() -> None:
-    utc = datetime.timezone.utc
-    assert "older trident" in _stale_policy("trident", datetime.datetime(2026, 11, 30, 15, 34, tzinfo=utc))
-    assert _stale_policy("trident", datetime.datetime(2026, 12, 1, 2, 30, tzinfo=utc)) == ""
-    assert _stale_policy("ds2", datetime.datetime(2026, 11, 30, 15, 34, tzinfo=utc)) == ""
+    since = datetime.datetime.fromisoformat(POLICY_SINCE["trident"][0].replace("Z", "+00:00"))
+    assert "older trident" in _stale_policy("trident", since - datetime.timedelta(hours=1))
+    assert _stale_policy("trident", since + datetime.timedelta(hours=1)) == ""
+    assert _stale_policy("ds2", since - datetime.timedelta(days=30)) == ""     # ds2 has not changed
 
 
 def _reference(path, quick: bool, per_system: dict) -> None:
