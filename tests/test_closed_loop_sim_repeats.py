@@ -15,9 +15,9 @@ def _row(system: str, rate: float, repeat: int = 0, ticks: list[float] | None = 
             "tick_ms": ticks or [], "tick_ms_p95": max(ticks) if ticks else None}
 
 
-def test_only_tridents_runs_on_the_target_node_counts_repeat() -> None:
+def test_only_tridents_runs_on_8_nodes_repeat() -> None:
     assert cls.repeats_of({"nodes": 8}, "trident", 3) == 3
-    assert cls.repeats_of({"nodes": 256}, "trident", 3) == 3
+    assert cls.repeats_of({"nodes": 256}, "trident", 3) == 1  # one 2-hour run ticks ~700 times
     assert cls.repeats_of({"nodes": 64}, "trident", 3) == 1
     assert cls.repeats_of({"nodes": 8}, "static-avg", 3) == 1
     assert cls.repeats_of({"nodes": 8}, "ds2", 3) == 1

@@ -244,12 +244,13 @@ def bench(
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite: run only these systems, comma-separated "
                                           "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
-                                          "(default 2; 1 with --quick); closed-loop-sim: runs of trident on 8 and 256 nodes (default 3; 1 with --quick)."),
+                                          "(default 2; 1 with --quick); closed-loop-sim: runs of trident on 8 nodes (default 3; 1 with --quick)."),
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
                                             "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
-    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default: "
-                                          "2 h up to 8 nodes, less above)."),
+    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default 2)."),
     jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim: worker processes (default 1)."),
+    resume: bool = typer.Option(False, help="closed-loop-sim: take the runs a stopped run of the same code and streams finished "
+                                "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
     from trident_flows.bench.report import write_report
@@ -258,6 +259,11 @@ def bench(
         _check_choice("benchmark", name, list(BENCHMARKS))
         module = importlib.import_module(BENCHMARKS[name])
         options = _bench_options(name, module, systems, repeats, workloads, hours, jobs)
+        if "journal" in inspect.signature(module.run).parameters:
+            options["journal"] = out / f".{name}{'-quick' if quick else ''}.runs.jsonl"
+            options["resume"] = resume
+        elif resume:
+            _bench_takes(name, module, "resume")
     result = module.run(quick=quick, **options)
     json_path, png_path = write_report(result, out, quick=quick)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")

@@ -7,8 +7,7 @@ Contract of ``run(quick) -> BenchResult``:
   (``wide_pipeline``: the documents operators and copies of its last four stages, 10 operators;
   the tick target is for 10). The full run (``DEFAULT_WORKLOADS``): documents and video on 1, 8
   and 64 nodes, documents10 on 256 (quick: documents and video on 1 and 8).
-- Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``; above
-  ``LARGE_NODES``, 1-5 minutes, ``LARGE_SCHEDULES``, as those streams are minutes long); durations
+- Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``); durations
   become item counts at the rate static-avg SUSTAINS IN THE SIMULATOR on each regime alone
   (``SteadyRates``; static-avg is searched on counts made first with the equal-mix static-avg,
   then the counts are made again with it. The cost model's prediction was 2.5x under the simulator
@@ -40,7 +39,9 @@ Contract of ``run(quick) -> BenchResult``:
 - Repeats (``run(repeats=)``, ``--repeats``; default ``REPEATS``, quick 1): trident's runs on
   ``REPEATED_NODES`` run that many times on the same stream (row field ``repeat``); the others
   once (static runs are deterministic; the other policies' ticks take milliseconds). A repeated
-  cell's throughput is the median over its repeats, its tick p95 the p95 of all their ticks.
+  cell's throughput is the median over its repeats, its tick p95 the p95 of all their ticks. A
+  per-regime static whose config equals one listed before it (static-long is static-avg on
+  documents) is run once: the row of the other, with ``same_config_as`` naming it.
 - Summary: ``captured_8_nodes`` = smallest, over the 8-node workloads with headroom, of
   trident's throughput / (the best simulated static's x the headroom used);
   ``worst_vs_best_static_8_nodes`` = smallest, over those without, of trident / best simulated
@@ -55,15 +56,22 @@ Contract of ``run(quick) -> BenchResult``:
   per stream; the report's notes and ``raw.workloads_run`` say what ran. The load average is
   recorded per run (``load_after``): ticks are charged their CPU time, not their wall time.
 - ``run(jobs=)`` (``--jobs``): worker processes for the workloads' preparation and the runs.
+- ``run(journal=, resume=)`` (the command keeps ``OUT/.closed-loop-sim.runs.jsonl``; ``--resume``):
+  each finished run is appended to the journal (``RunJournal``); a run resumed takes the runs the
+  journal holds for the same code, workload, system, repeat and stream (``raw.from_journal``
+  lists them) and runs the rest. The full run takes hours on 2 cores.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -93,22 +101,18 @@ WIDE_WORKLOADS = tuple(f"{WIDE}-{n}" for n in NODES)
 # ``--workloads`` picks pipeline-nodes pairs (e.g. ``documents-8,video-8``)
 WORKLOADS = (*(f"{p}-{n}" for p in PIPELINES for n in NODES), *WIDE_WORKLOADS)
 # the full run: both pipelines on 1, 8 and 64 nodes and the 10-operator documents on 256. The simulator
-# costs about 0.3 CPU ms per simulated batch (~5,500 batches per simulated second on 64 nodes of
-# documents), so a 256-node stream costs ~1 CPU hour per simulated hour and system: on 2 cores the
-# 256-node runs are the tick target's, and documents and video there are left to ``--workloads``
+# costs about 40 CPU us per event (~2 events per batch; ~4,000 batches per simulated second on 256 nodes of
+# documents10), so a 2-hour 256-node stream costs ~1 CPU hour per system: on 2 cores the 256-node runs are
+# the tick target's, and documents and video there are left to ``--workloads``
 DEFAULT_WORKLOADS = (*(f"{p}-{n}" for p in PIPELINES for n in (1, 8, 64)), f"{WIDE}-256")
-# simulated hours of stream per node count (the event count grows with the cluster)
-HOURS = {1: 2.0, 8: 2.0, 64: 0.25, 256: 0.1}
+# simulated hours of stream per node count
+HOURS = dict.fromkeys(NODES, 2.0)
 TICK_S = 10.0
 HEADROOM_MIN = 1.05
 SCHEDULES = {"documents": "short:20m,long:5m,scans:10m,short:1m,long:30m,scans:3m",
              "video": "small:20m,hd:10m,long:5m,small:1m,hd:30m,long:3m"}
-# above ``LARGE_NODES`` the streams are minutes long (``HOURS``): blocks of 1-5 minutes, so they still switch regimes
-LARGE_NODES = 8
-LARGE_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m,short:1m,long:5m,scans:3m",
-                   "video": "small:3m,hd:2m,long:1m,small:1m,hd:5m,long:3m"}
 QUICK_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m", "video": "small:3m,hd:2m,long:1m"}
-SCHEDULES[WIDE], LARGE_SCHEDULES[WIDE], QUICK_SCHEDULES[WIDE] = SCHEDULES["documents"], LARGE_SCHEDULES["documents"], QUICK_SCHEDULES["documents"]
+SCHEDULES[WIDE], QUICK_SCHEDULES[WIDE] = SCHEDULES["documents"], QUICK_SCHEDULES["documents"]
 PIPELINE_NAMES = {"documents": "emulated-docs", "video": "emulated-video", WIDE: "emulated-docs10"}
 SEED = 11
 # a steady rate is measured on a stream of this many seconds of the config's predicted rate (the model
@@ -121,7 +125,8 @@ ADAPTIVE = ("oracle", "ds2", "threshold", "trident")
 # so one run of a cell is one draw: 8-node documents gave 0.93-0.99x the best static in single runs of the
 # same code family); its figures there are the repeats' median throughput and the p95 of all their ticks
 REPEATS = 3
-REPEATED_NODES = (8, 256)
+# (on 256 nodes one 2-hour run ticks ~700 times: its tick p95 needs no repeats, and a repeat costs a CPU hour)
+REPEATED_NODES = (8,)
 # trident's tick time is a target at 256 nodes: those runs go one at a time after the others, so that no
 # simulation beside them on the other core inflates the CPU time their ticks are charged (on 2 cores, the
 # same code's 256-node tick p95 was 1,214 ms in the full run, 1,075 ms run with only a static run beside it)
@@ -315,7 +320,7 @@ def prepare(key: str, quick: bool, hours: float | None) -> dict[str, Any]:
     meter = SteadyRates(profile, n)
     base = configs(profile, [(r, 1) for r in profile.workloads], 1)
     start = _scaled(base["static-avg"], n)
-    durations = (QUICK_SCHEDULES if quick else SCHEDULES if n <= LARGE_NODES else LARGE_SCHEDULES)[pipeline]
+    durations = (QUICK_SCHEDULES if quick else SCHEDULES)[pipeline]
     schedule = schedule_counts(durations, profile, start, rates=meter.rates(start, list(profile.workloads)))
     # once more at the rates of the static-avg searched on those counts, the config every system starts from
     avg = configs(profile, regime_plan(profile.workloads, None, schedule), n)["static-avg"]
@@ -350,6 +355,7 @@ def run_cell(workload: Mapping[str, Any], system: str, repeat: int = 0) -> dict[
                "error": f"{type(exc).__name__}: {exc}", "ooms": None, "tick_ms_p95": None, "sim_wall_s": time.perf_counter() - t0}
     row["load_after"] = round(os.getloadavg()[0], 1)
     row["repeat"] = repeat
+    row["schedule"] = workload["schedule"]
     return row
 
 
@@ -384,6 +390,76 @@ def merge_repeats(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return merged
 
 
+def _same_config(cell: tuple[Mapping[str, Any], str, int], cells: Sequence[tuple[Mapping[str, Any], str, int]]) -> str | None:
+    """The static system of the same workload, listed before this one and run, whose config this static
+    system's equals (static-long is static-avg on the documents streams): its run is this one's (static
+    runs are deterministic), so it runs once."""
+    workload, system, _ = cell
+    if not system.startswith("static-"):
+        return None
+    statics = workload["statics"]
+    for other in statics:
+        if other == system:
+            return None
+        if statics[other].assignment == statics[system].assignment and any(w is workload and s == other for w, s, _ in cells):
+            return other
+    return None
+
+
+def _as_system(rows: Sequence[Mapping[str, Any]], workload: Mapping[str, Any], other: str, system: str) -> dict[str, Any]:
+    """``other``'s run on ``workload`` reported as ``system``'s (``_same_config``)."""
+    row = next(r for r in rows if r["pipeline"] == workload["pipeline"] and r["nodes"] == workload["nodes"] and r["system"] == other)
+    return {**row, "system": system, "same_config_as": other}
+
+
+def code_fingerprint() -> str:
+    """A digest of every source and data file of the installed ``trident_flows`` package: runs made by other
+    code have another."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".json", ".csv", ".parquet")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class RunJournal:
+    """Finished runs, one JSON line each, tagged with the code (``code_fingerprint``) and the stream they
+    ran on, so that a benchmark stopped after hours can be resumed: ``row`` gives a run the journal holds
+    for this code, workload, system, repeat and stream (None when it holds none); ``add`` appends one. A
+    journal opened without ``resume`` starts empty; a run that failed is not kept."""
+
+    def __init__(self, path: Path, resume: bool) -> None:
+        self.path, self.code = Path(path), code_fingerprint()
+        self._kept: dict[str, dict[str, Any]] = {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            self.path.write_text("")
+            return
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the last line of a run stopped while writing it
+            if entry.get("code") == self.code:
+                self._kept[entry["cell"]] = entry["row"]
+
+    @staticmethod
+    def _cell(pipeline: str, nodes: int, system: str, repeat: int, items: int, schedule: str) -> str:
+        return f"{pipeline}-{nodes} {system} #{repeat} {items} {schedule}"
+
+    def row(self, workload: Mapping[str, Any], system: str, repeat: int) -> dict[str, Any] | None:
+        return self._kept.get(self._cell(workload["pipeline"], workload["nodes"], system, repeat, workload["items"], workload["schedule"]))
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if row.get("items_per_s") is None or row.get("error"):
+            return
+        cell = self._cell(row["pipeline"], row["nodes"], row["system"], row["repeat"], row["items"], row["schedule"])
+        with self.path.open("a") as f:
+            f.write(json.dumps({"code": self.code, "cell": cell, "row": row}) + "\n")
+
+
 def _systems_for(workload: Mapping[str, Any], systems: Sequence[str] | None) -> list[str]:
     statics = workload["statics"]
     if systems:
@@ -408,14 +484,17 @@ def _in_parallel(jobs: int, fn: Any, calls: Sequence[tuple[Any, ...]], done: Any
             done(results[futures[future]])
     return results
 def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None = None, systems: Sequence[str] | None = None,
-        hours: float | None = None, jobs: int = 1, repeats: int | None = None) -> BenchResult:
+        hours: float | None = None, jobs: int = 1, repeats: int | None = None, journal: Path | None = None,
+        resume: bool = False) -> BenchResult:
     """``workloads``: pipeline-nodes pairs to run (default: ``DEFAULT_WORKLOADS``, quick: every
     pipeline on ``QUICK_NODES``); ``systems``: the systems each runs (default: every one up to 8
     nodes, static-avg and trident above); ``hours``: simulated hours of stream for every workload
     instead of ``HOURS`` (it may end inside a pass of the schedule); ``jobs``: worker processes,
     each running whole workload preparations and then whole (workload, system) runs (the ticks'
     CPU time is charged per process, so the figures do not depend on it); ``repeats``: runs of each
-    repeated cell (``REPEATS``; quick: 1)."""
+    repeated cell (``REPEATS``; quick: 1); ``journal``: a file each finished run is appended to
+    (``RunJournal``), started afresh unless ``resume``, when the runs it holds of this code and
+    these streams are taken from it instead of run again."""
     if hours is not None and hours <= 0:
         raise ValueError(f"hours must be > 0, got {hours}")
     if jobs < 1:
@@ -423,6 +502,8 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
     repeats = repeats if repeats is not None else 1 if quick else REPEATS
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if resume and journal is None:
+        raise ValueError("resume needs a journal to resume from")
     chosen = tuple(workloads or ((f"{p}-{n}" for p in PIPELINES for n in QUICK_NODES) if quick else DEFAULT_WORKLOADS))
     t_start, cpu_start, load_start = time.perf_counter(), _cpu_s(), os.getloadavg()
     prepared = _in_parallel(jobs, prepare, [(key, quick, hours) for key in chosen],
@@ -431,6 +512,12 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
     # the biggest clusters first, so that no long run starts last
     cells = sorted(((w, s, k) for w in prepared for s in _systems_for(w, systems) for k in range(repeats_of(w, s, repeats))),
                    key=lambda c: -c[0]["nodes"])
+    book = RunJournal(journal, resume) if journal is not None else None
+    reused = [book.row(w, s, k) for w, s, k in cells] if book is not None else [None] * len(cells)
+    for row in reused:
+        if row is not None:
+            log(f"{row['pipeline']}-{row['nodes']} {row['system']}: taken from the journal ({row['items_per_s']} items/s)")
+    same = {id(c): _same_config(c, cells) for c in cells}
 
     def done(row: Mapping[str, Any]) -> None:
         again = f" (repeat {row['repeat'] + 1})" if row["repeat"] else ""
@@ -438,10 +525,15 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
             f"{row['items_per_s'] if row['items_per_s'] is None else round(row['items_per_s'], 2)} items/s, "
             f"ooms {row['ooms']}, tick p95 {row.get('tick_ms_p95')}, sim wall {row['sim_wall_s']:.0f} s, "
             f"cpu {row.get('sim_cpu_s') or 0:.0f} s {row['error'][:200]}")
+        if book is not None:
+            book.add(row)
 
-    alone = [c for c in cells if runs_alone(c[0], c[1])]
-    rows = _in_parallel(jobs, run_cell, [c for c in cells if not runs_alone(c[0], c[1])], done)
+    todo = [c for c, row in zip(cells, reused) if row is None and same[id(c)] is None]
+    alone = [c for c in todo if runs_alone(c[0], c[1])]
+    rows = [row for row in reused if row is not None]
+    rows += _in_parallel(jobs, run_cell, [c for c in todo if not runs_alone(c[0], c[1])], done)
     rows += _in_parallel(1, run_cell, alone, done)
+    rows += [_as_system(rows, c[0], same[id(c)], c[1]) for c, row in zip(cells, reused) if row is None and same[id(c)] is not None]
     order = {key: k for k, key in enumerate(chosen)}
     rows.sort(key=lambda r: (order[f"{r['pipeline']}-{r['nodes']}"], r["repeat"]))
     workloads_ran = {w["key"]: {k: v for k, v in w.items() if k not in ("key", "pipeline", "nodes", "statics")} for w in prepared}
@@ -451,6 +543,7 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
                "tick_ms_p95_256_nodes": Target("<=", 1000.0), "sim_wall_s_8_nodes_4h": Target("<=", 300.0)}
     raw = {"node": NODE, "workloads_run": list(chosen), "systems_chosen": list(systems or ()), "tick_s": TICK_S, "jobs": jobs, "repeats": repeats,
            "ran_alone": [f"{w['key']} {system} (repeat {k + 1})" for w, system, k in alone],
+           "from_journal": [f"{r['pipeline']}-{r['nodes']} {r['system']} (repeat {r['repeat'] + 1})" for r in reused if r is not None],
            "hours": hours if hours is not None else HOURS, "headroom_min": HEADROOM_MIN, "workloads": workloads_ran, "runs": rows,
            "bench_seconds": time.perf_counter() - t_start, "bench_cpu_s": _cpu_s() - cpu_start,
            "load_average_1m": {"start": round(load_start[0], 1), "end": round(os.getloadavg()[0], 1)},
