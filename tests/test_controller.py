@@ -7,7 +7,7 @@ once. It lets the decision logic be checked tick by tick, deterministically, in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -438,12 +438,37 @@ def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_
 
 
 class StarvedCanaryRunner(SimRunner):
-    """A runner whose canary replicas never get a batch (the incumbents take all the work)."""
+    """A runner whose canary replicas never get a batch (the incumbents take all the work): they hold none."""
 
     def advance(self, dt: float) -> list[BatchSample]:
         canaries = {rid for op in self.ops for rid, _c, canary in op.replicas if canary}
         new = [s for s in super().advance(dt) if s.replica_id not in canaries]
         self.samples = [s for s in self.samples if s.replica_id not in canaries]
+        return new
+
+    def state(self) -> RunnerState:
+        state = super().state()
+        return replace(state, operators=tuple(replace(o, replicas=tuple(replace(r, inflight=0) if r.canary else r for r in o.replicas))
+                                              for o in state.operators))
+
+
+class SlowCanaryRunner(SimRunner):
+    """A runner whose canary replicas are handed a batch as they start that takes ``hold_s`` seconds: no
+    sample of theirs comes back before (they hold it, ``inflight`` 1), their batches come back after."""
+
+    def __init__(self, *args, hold_s: float, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.hold_s = hold_s
+        self.born: dict[str, float] = {}
+
+    def advance(self, dt: float) -> list[BatchSample]:
+        for op in self.ops:
+            for rid, _c, canary in op.replicas:
+                if canary:
+                    self.born.setdefault(rid, self.t)
+        held = {rid for rid, t in self.born.items() if self.t + dt < t + self.hold_s}
+        new = [s for s in super().advance(dt) if s.replica_id not in held]
+        self.samples = [s for s in self.samples if s.replica_id not in held]
         return new
 
 
@@ -467,6 +492,26 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
     assert policy._canary_abandoned_here(name)
     policy._rearm_from(runner.state(), name)  # its workload changed: a canary may measure it again
     assert not policy._canary_abandoned_here(name)
+
+
+def test_a_canary_holding_a_slow_batch_is_judged_when_it_is_back_not_abandoned_as_starved():
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+    from trident_flows.core.types import ConfigSpace
+
+    ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
+    settings = TridentSettings(canary_timeout_s=10.0)
+    runner = SlowCanaryRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})], hold_s=40.0)  # 4x the timeout
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    policy = TridentPolicy(spec, CLUSTER8, settings)
+    records = run_ticks(runner, policy, 80)
+    texts = [e.text for r in records for e in r.events if e.kind == EventKind.CANARY]
+    started = [t for t in texts if t.startswith("canary cpu/b") and " for " in t]
+    ended = [t for t in texts if " of " in t and (" abandoned: " in t or "ed: " in t)]
+    assert started and ended, texts
+    # ending it while its batch is out would only wait for that batch (a retiring replica drains)
+    assert not any(" abandoned: " in t for t in ended), texts
+    assert all(" accepted: " in t or " rejected: " in t for t in ended), texts
 
 
 def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_config_at_once(monkeypatch):

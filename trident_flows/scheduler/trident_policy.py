@@ -834,7 +834,7 @@ class TridentPolicy:
         elapsed = state.wall_s - c.started_s
         running = canary_config(state.operator(name)) == c.config
         if not c.candidate:
-            if elapsed < self.settings.canary_timeout_s:
+            if elapsed < self.settings.canary_timeout_s or _canary_busy(state.operator(name), c.config):
                 return None
             op.canary, op.canary_abandoned_s = None, state.wall_s
             why = "got no batch (the operator is starved)" if running else "never became warm"
@@ -1222,6 +1222,15 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
+
+
+def _canary_busy(op_state: Any, config: OpConfig) -> bool:
+    """The operator's canary replica of ``config`` holds a batch: it is not starved but measuring a slow
+    one, and ending it now would wait for that batch anyway (a retiring replica drains), holding the
+    control loop: a canary of OCR at batch 64 was given 64 long documents as their block began, was
+    abandoned as starved 30 s later, and its drain held the loop for 246 s while the pipeline ran at a
+    tenth of its rate."""
+    return any(r.canary and r.config == config and r.inflight > 0 and not r.draining for r in op_state.replicas)
 
 
 def _evenly(n: int, most: int) -> list[int]:
