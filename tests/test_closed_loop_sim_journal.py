@@ -47,11 +47,25 @@ def test_a_journal_keeps_no_failed_run_skips_a_line_cut_short_and_starts_afresh_
     assert cls.RunJournal(path, resume=True).row(WORKLOAD, "static-avg", 0) is None  # the fresh journal emptied the file
 
 
-def test_runs_of_other_code_are_not_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runs_of_other_code_are_not_taken_but_a_static_run_outlives_a_change_to_the_policies(tmp_path: Path,
+                                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "runs.jsonl"
-    cls.RunJournal(path, resume=False).add(_row("static-avg", 10.0))
-    monkeypatch.setattr(cls, "code_fingerprint", lambda: "other-code")
+    book = cls.RunJournal(path, resume=False)
+    book.add(_row("static-avg", 10.0))
+    book.add(_row("trident", 9.5))
+    real = cls.code_fingerprint
+    # only the scheduler package changed: the static run (no policy ticks in it) is still this code's
+    monkeypatch.setattr(cls, "code_fingerprint", lambda policies=True: "policies-changed" if policies else real(policies=False))
+    resumed = cls.RunJournal(path, resume=True)
+    assert resumed.row(WORKLOAD, "static-avg", 0) is not None
+    assert resumed.row(WORKLOAD, "trident", 0) is None
+    monkeypatch.setattr(cls, "code_fingerprint", lambda policies=True: "all-changed")
     assert cls.RunJournal(path, resume=True).row(WORKLOAD, "static-avg", 0) is None
+
+
+def test_the_policies_fingerprint_leaves_out_only_the_scheduler_package() -> None:
+    assert cls.code_fingerprint() != cls.code_fingerprint(policies=False)
+    assert cls.code_fingerprint(policies=False) == cls.code_fingerprint(policies=False)
 
 
 def test_a_static_whose_config_equals_one_run_before_it_is_that_ones_run() -> None:

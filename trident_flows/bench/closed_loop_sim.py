@@ -412,25 +412,31 @@ def _as_system(rows: Sequence[Mapping[str, Any]], workload: Mapping[str, Any], o
     return {**row, "system": system, "same_config_as": other}
 
 
-def code_fingerprint() -> str:
-    """A digest of every source and data file of the installed ``trident_flows`` package: runs made by other
-    code have another."""
+def code_fingerprint(policies: bool = True) -> str:
+    """A digest of every source and data file of the installed ``trident_flows`` package (without the
+    ``scheduler`` package, which a run without a policy never enters, when not ``policies``): runs
+    made by other code have another."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".json", ".csv", ".parquet")):
-        digest.update(str(path.relative_to(root)).encode())
+        relative = path.relative_to(root)
+        if not policies and relative.parts[0] == "scheduler":
+            continue
+        digest.update(str(relative).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 class RunJournal:
-    """Finished runs, one JSON line each, tagged with the code (``code_fingerprint``) and the stream they
-    ran on, so that a benchmark stopped after hours can be resumed: ``row`` gives a run the journal holds
-    for this code, workload, system, repeat and stream (None when it holds none); ``add`` appends one. A
-    journal opened without ``resume`` starts empty; a run that failed is not kept."""
+    """Finished runs, one JSON line each, tagged with the code (``code_fingerprint``; a static system's
+    run, which ticks no policy, without the policies' code) and the stream they ran on, so that a
+    benchmark stopped after hours can be resumed: ``row`` gives a run the journal holds for this code,
+    workload, system, repeat and stream (None when it holds none); ``add`` appends one. A journal
+    opened without ``resume`` starts empty; a run that failed is not kept."""
 
     def __init__(self, path: Path, resume: bool) -> None:
-        self.path, self.code = Path(path), code_fingerprint()
+        self.path = Path(path)
+        self._codes = {True: code_fingerprint(), False: code_fingerprint(policies=False)}
         self._kept: dict[str, dict[str, Any]] = {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not resume:
@@ -442,8 +448,11 @@ class RunJournal:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the last line of a run stopped while writing it
-            if entry.get("code") == self.code:
+            if entry.get("code") == self._code(entry["row"]["system"]):
                 self._kept[entry["cell"]] = entry["row"]
+
+    def _code(self, system: str) -> str:
+        return self._codes[not system.startswith("static-")]
 
     @staticmethod
     def _cell(pipeline: str, nodes: int, system: str, repeat: int, items: int, schedule: str) -> str:
@@ -457,7 +466,7 @@ class RunJournal:
             return
         cell = self._cell(row["pipeline"], row["nodes"], row["system"], row["repeat"], row["items"], row["schedule"])
         with self.path.open("a") as f:
-            f.write(json.dumps({"code": self.code, "cell": cell, "row": row}) + "\n")
+            f.write(json.dumps({"code": self._code(row["system"]), "cell": cell, "row": row}) + "\n")
 
 
 def _systems_for(workload: Mapping[str, Any], systems: Sequence[str] | None) -> list[str]:
