@@ -50,7 +50,9 @@ Contract:
   only for operators busy at least ``canary_min_busy`` of the time (a starved canary measures
   nothing; one that gets no batch within ``canary_timeout_s`` is abandoned, and the operator gets
   no other canary until its workload changes: in a live cpu-only run OCR's canaries were abandoned
-  six times in a row while born-digital items left it starved, each one a replica start), and
+  six times in a row while born-digital items left it starved, each one a replica start; one that
+  holds a batch then is not starved and is judged when the batch is back: ending it would wait for
+  that batch anyway, holding the control loop, ``_canary_busy``), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout; the operator then gets
   no other canary until its workload changes, as the optimiser proposes the same config until told
