@@ -8,6 +8,8 @@ Contract (pure functions, shared by the baseline policies and the Trident contro
 - ``scaled_plan(op, target, reason)`` is the ``OperatorPlan`` that gives ``op`` ``target``
   replicas of its main config (other serving configs are kept; when scaling down the main
   config goes first). Canaries are carried over so a plan never ends one by accident.
+- ``canary_config(op)`` is the config of its running canary (None without one); ``canary_busy(op, config)``
+  whether its canary of ``config`` holds a batch now.
 - ``replica_limits(name, spec)`` is ``(min_replicas, max_replicas)`` from the pipeline spec
   (``(1, 64)`` when no spec is known).
 - ``free_resources(state)`` is ``(cpus, gpus)`` not held by any replica.
@@ -34,6 +36,11 @@ def canary_config(op: OperatorState) -> OpConfig | None:
         if r.canary:
             return r.config
     return None
+
+
+def canary_busy(op: OperatorState, config: OpConfig) -> bool:
+    """The operator's running canary of ``config`` holds a batch (it is measuring one, not starved)."""
+    return any(r.canary and r.config == config and r.inflight > 0 for r in op.active)
 
 
 def replica_limits(name: str, spec: Any | None) -> tuple[int, int]:

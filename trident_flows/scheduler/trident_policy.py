@@ -52,7 +52,7 @@ Contract:
   no other canary until its workload changes: in a live cpu-only run OCR's canaries were abandoned
   six times in a row while born-digital items left it starved, each one a replica start; one that
   holds a batch then is not starved and is judged when the batch is back: ending it would wait for
-  that batch anyway, holding the control loop, ``_canary_busy``), and
+  that batch anyway, holding the control loop), and
   not for a config whose predicted batch time exceeds ``canary_max_batch_s`` (a canary must be
   drained when it ends; a minutes-long batch would stall every later rollout; the operator then gets
   no other canary until its workload changes, as the optimiser proposes the same config until told
@@ -170,7 +170,7 @@ from trident_flows.scheduler.placement.inputs import concave_curve, current_plac
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.scheduler.replicas import canary_config, free_resources, held, replica_limits, serving_groups
+from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.throughput_measure import placement_settled, remaining_input_items, sustainable_throughput
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
@@ -836,7 +836,10 @@ class TridentPolicy:
         elapsed = state.wall_s - c.started_s
         running = canary_config(state.operator(name)) == c.config
         if not c.candidate:
-            if elapsed < self.settings.canary_timeout_s or _canary_busy(state.operator(name), c.config):
+            if elapsed < self.settings.canary_timeout_s or canary_busy(state.operator(name), c.config):
+                # a canary holding a batch is measuring a slow one: ending it now would wait for that batch anyway
+                # (a retiring replica drains), holding the control loop (an OCR canary at batch 64 handed 64 long
+                # documents as their block began was abandoned as starved and its drain held the loop 246 s)
                 return None
             op.canary, op.canary_abandoned_s = None, state.wall_s
             why = "got no batch (the operator is starved)" if running else "never became warm"
@@ -1224,15 +1227,6 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
-
-
-def _canary_busy(op_state: Any, config: OpConfig) -> bool:
-    """The operator's canary replica of ``config`` holds a batch: it is not starved but measuring a slow
-    one, and ending it now would wait for that batch anyway (a retiring replica drains), holding the
-    control loop: a canary of OCR at batch 64 was given 64 long documents as their block began, was
-    abandoned as starved 30 s later, and its drain held the loop for 246 s while the pipeline ran at a
-    tenth of its rate."""
-    return any(r.canary and r.config == config and r.inflight > 0 and not r.draining for r in op_state.replicas)
 
 
 def _evenly(n: int, most: int) -> list[int]:
