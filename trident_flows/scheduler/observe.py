@@ -294,9 +294,13 @@ class _ThroughputFit:
     coef: np.ndarray
     intercept: float
     gp: GaussianProcessRegressor
-    replicas_seen: tuple[float, float]   # fewest and most replicas of the training windows (predictions clamp to it)
-    counts_seen: tuple[float, ...] = ()  # every replica count of the training windows, ascending
+    counts_seen: tuple[float, ...] = ()  # every replica count of the training windows, ascending (set once they are chosen)
     count_windows: tuple[int, ...] = ()  # training windows at each of ``counts_seen``
+
+    @property
+    def replicas_seen(self) -> tuple[float, float]:
+        """Fewest and most replicas of the training windows (predictions clamp to it); no clamp before they are known."""
+        return (self.counts_seen[0], self.counts_seen[-1]) if self.counts_seen else (1.0, math.inf)
 
 
 @dataclass(frozen=True)
@@ -506,8 +510,7 @@ class OperatorModel:
                 fit = self._fit_gp(encoder, X[keep], y[keep], ages[keep], fit.gp.kernel_, optimise=False)
         per_count = Counter(float(w.replicas) for w in train)
         counts = sorted(per_count)
-        return replace(fit, replicas_seen=(counts[0], counts[-1]), counts_seen=tuple(counts),
-                       count_windows=tuple(per_count[c] for c in counts)), train
+        return replace(fit, counts_seen=tuple(counts), count_windows=tuple(per_count[c] for c in counts)), train
 
     def _held_out(self, held: list[Window], feature_names: tuple[str, ...]) -> tuple[HeldOut, ...]:
         """The fitted model's predictions for the held-out windows, against what they measured."""
@@ -643,7 +646,7 @@ class OperatorModel:
             kernel = tuned.fit(Z[sub], resid[sub]).kernel_
         gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, optimizer=None)
         gp.fit(Z, resid)
-        return _ThroughputFit(encoder, x_mean, x_scale, coef, intercept, gp, (1.0, math.inf))
+        return _ThroughputFit(encoder, x_mean, x_scale, coef, intercept, gp)
 
     def _fit_memory(self, samples: Sequence[BatchSample], idx: list[int]) -> dict[str, _MemoryFit]:
         fits: dict[str, _MemoryFit] = {}
