@@ -339,3 +339,33 @@ def test_residual_outliers_are_unmasked_by_a_robust_scale_but_structure_the_gp_e
     y = np.where(x[:, 0] > 12, -0.3, 0.0) + rng.normal(0.0, 0.04, 100)
     gp = GaussianProcessRegressor(kernel, normalize_y=True).fit(x, y)
     assert not loo_outliers(gp.L_, gp.alpha_, float(np.atleast_1d(gp._y_train_std)[0])).any()
+
+
+def _ocr_batch(replica: str, t: float, scanned: float, slow: float = 1.0) -> BatchSample:
+    """A 4-item OCR batch: 8 ms per item and 1.2 s per scanned page (``scanned`` pages per item), ``slow`` times over."""
+    busy = (4 * 0.008 + 4 * 1.2 * scanned) * slow
+    return BatchSample("ocr", replica, A, t, t + busy, busy, 4, 4, {"scanned_pages": scanned})
+
+
+def test_a_replica_count_that_changed_with_the_workload_is_not_taken_for_contention():
+    # one OCR replica on short documents, then two on scanned ones (the scheduler scaled it as the block began): the
+    # count and the workload moved together, and a prior mean that split the slope between them predicted one replica
+    # on scans 12x faster than each of the two measuring them (a capacity curve flat beyond one replica)
+    rng = np.random.default_rng(5)
+    samples, t = [], 0.0
+    for _ in range(160):
+        samples.append(_ocr_batch("r0", t, 0.0))
+        t = samples[-1].end
+    for replica in ("r0", "r1"):
+        u = t
+        for _ in range(20):
+            samples.append(_ocr_batch(replica, u, float(rng.uniform(0.9, 1.1))))
+            u = samples[-1].end
+    model = OperatorModel("ocr")
+    assert model.fit(samples).fitted
+    truth = 1 / (0.008 + 1.2)   # items/s of one replica on a scanned page per item, whatever runs beside it
+    assert model.per_replica(A, 2).mean == pytest.approx(truth, rel=0.05)
+    assert model.per_replica(A, 1).mean < 1.35 * truth
+    curve = [p.mean for p in model.capacity_curve(A, 4)]
+    assert all(b > a for a, b in zip(curve, curve[1:]))
+

@@ -59,7 +59,8 @@ Model (deliberate design, to keep fit + predict of a 2,000-sample window well un
 - Target: log per-replica rate (positive, multiplicative noise). A weighted ridge
   regression on the inputs is the GP's prior mean (so extrapolation in batch size and features
   follows a log-linear trend; within the replica counts seen, with no evidence of contention
-  throughput scales linearly in replicas); a GaussianProcessRegressor with Constant*Matern(2.5, ARD)
+  throughput scales linearly in replicas; its replica-count slope is penalised 100x the others', so
+  a workload that changed with the count is not taken for contention); a GaussianProcessRegressor with Constant*Matern(2.5, ARD)
   + WhiteKernel (bounded hyperparameters, normalised target) models the residual. The
   optimiser starts from the previous fit's hyperparameters (warm start).
 - ``Prediction.mean`` is the log-normal median ``exp(mu)``, ``std`` the log-normal std.
@@ -278,6 +279,11 @@ class _Encoder:
         base = np.array([rows[id(c)] for c in configs], dtype=float).reshape(len(configs), -1)
         return np.column_stack([base, np.log2(np.maximum(replicas, 1.0)), self.work_column(feats)])
 
+    @property
+    def replicas_column(self) -> int:
+        """Index of the log2 replicas input in ``encode``'s rows (before the workload input, if any)."""
+        return -2 if self.features else -1
+
     def work_column(self, feats: np.ndarray) -> np.ndarray:
         """The workload input: log of the work per item the features imply (none without features)."""
         if not self.features:
@@ -313,6 +319,11 @@ class _MemoryFit:
 
 
 _MIB = float(2**20)
+# The prior mean's ridge penalty on the replica-count input (1 on the others): counts change when workloads do, so a
+# slope shared by the two goes to the workload. Penalised like the rest, one OCR replica on short documents then two on
+# long ones made one replica predicted 12x faster per replica than two on long documents (a capacity curve flat beyond
+# one); the GP on the residual still learns the contention the windows show at one workload.
+_REPLICA_PENALTY = 100.0
 _UNSEEN_COUNT_WEIGHT = 1e-3   # a replica count no training window ran with follows the counts that did (``_never_faster_with_more``)
 _WORK_FLOOR = 1e-3   # the work input's floor, relative to the largest weight (features of 0 with no per-item intercept)
 
@@ -633,7 +644,9 @@ class OperatorModel:
         wz_mean = np.average(Z, axis=0, weights=weights)
         wy_mean = float(np.average(y, weights=weights))
         Zc, yc = Z - wz_mean, y - wy_mean
-        A = (Zc * weights[:, None]).T @ Zc + 1.0 * np.eye(Z.shape[1])
+        penalty = np.ones(Z.shape[1])
+        penalty[encoder.replicas_column] = _REPLICA_PENALTY
+        A = (Zc * weights[:, None]).T @ Zc + np.diag(penalty)
         coef = np.linalg.solve(A, (Zc * weights[:, None]).T @ yc)
         intercept = wy_mean - float(wz_mean @ coef)
         resid = y - (Z @ coef + intercept)
