@@ -369,3 +369,28 @@ def test_a_replica_count_that_changed_with_the_workload_is_not_taken_for_content
     curve = [p.mean for p in model.capacity_curve(A, 4)]
     assert all(b > a for a, b in zip(curve, curve[1:]))
 
+
+def test_the_evidence_gate_doubts_what_more_replicas_add_not_the_level_the_running_ones_measure():
+    # rates that swing 50x with nothing in the features to say why: far from the evidence the level of the rate is
+    # in doubt by more than its median, the same doubt at every count; the running replicas measure that level,
+    # so the gate's bound beyond them must still show what a third replica adds (mean - std was below 0: no gain)
+    rng = np.random.default_rng(3)
+    samples, t0 = [], 0.0
+    for scanned, slow in ((0.0, 1.0), (0.5, 50.0), (1.0, 1.0), (1.5, 50.0)):
+        for replicas in (1, 2):
+            for j in range(replicas):
+                t = t0
+                for _ in range(24):
+                    samples.append(_ocr_batch(f"r{j}", t, scanned, slow * float(rng.lognormal(0, 0.03))))
+                    t = samples[-1].end
+            t0 = max(s.end for s in samples) + 1.0
+    model = OperatorModel("ocr")
+    assert model.fit(samples).fitted
+    far = {"scanned_pages": 4.0}
+    mean, std = model.predict_many([A] * 4, [1, 2, 3, 4], far)
+    assert std[2] > mean[2]
+    running = model.capacity_lower(A, 4, 2, 1.0, far)
+    assert list(running[:2]) == pytest.approx(list(mean[:2]))
+    assert running[2] > 1.4 * running[1] and running[2] > 0.9 * mean[2]
+    assert (model.capacity_lower(A, 4, 0, 1.0, far) < 0.5 * mean).all()   # with none running, the level is in doubt
+    assert list(model.capacity_lower(A, 4, 2, 0.0, far)) == pytest.approx(list(mean))

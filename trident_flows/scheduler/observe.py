@@ -27,7 +27,9 @@ Contract:
   8.5) and 368 items/s for a single replica. Within the counts seen, the per-replica rate never
   rises with the count: a replica does not run faster because more run beside it, so a lower
   rate at fewer replicas is taken as the load of the moment they ran in (a weighted isotonic
-  regression over the counts, each weighted by its training windows).
+  regression over the counts, each weighted by its training windows). ``capacity_lower`` is the
+  capacity curve the placement's evidence gate uses: beyond the replicas running, a lower bound of
+  the rate more replicas add relative to the running ones.
 
 How throughput is measured ("sustainable", not the burst of one batch):
   samples of one (config, config_epoch) group are cut, in completion order, into windows
@@ -859,6 +861,37 @@ class OperatorModel:
             raise ValueError(f"max_replicas must be >= 1, got {max_replicas}")
         mean, std = self.predict_many([config] * max_replicas, np.arange(1, max_replicas + 1), features)
         return tuple(Prediction(float(m), float(s)) for m, s in zip(mean, std))
+
+    def capacity_lower(self, config: OpConfig, max_replicas: int, serving: int, z: float,
+                       features: Mapping[str, float] | None = None) -> np.ndarray:
+        """Throughput of r = 1..max_replicas replicas of ``config`` (items/s, calibrated), as
+        the evidence gate counts it: the median up to the ``serving`` replicas that run now and, beyond them, ``z``
+        standard deviations below it in the rate of a replica at r against its rate at ``serving`` (the deviation of
+        the GP's difference of the two log rates; of the rate itself when none serves). What the counts share (the
+        level of a workload far from the evidence, where the deviation is in the thousands) is being measured by the
+        running replicas; only what more replicas add is in doubt."""
+        counts = np.arange(1, max_replicas + 1)
+        mean, _ = self.predict_many([config] * max_replicas, counts, features)
+        if z == 0 or serving >= max_replicas:
+            return mean
+        fit = self._require([config])
+        beyond = counts > serving
+        asked = np.clip(counts[beyond], *fit.replicas_seen).astype(float)
+        distinct = np.unique(asked)
+        points = distinct if serving < 1 else np.r_[np.clip(float(serving), *fit.replicas_seen), distinct]
+        f = self._check_features(features, fit.encoder.features)
+        feats = np.tile([f[n] for n in fit.encoder.features], (len(points), 1)).reshape(len(points), len(fit.encoder.features))
+        Z = (fit.encoder.encode([config] * len(points), points, feats) - fit.x_mean) / fit.x_scale
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, cov = fit.gp.predict(Z, return_cov=True)
+        var = np.diag(cov)
+        if serving >= 1:
+            var = var[1:] + var[0] - 2.0 * cov[0, 1:]
+        sd = np.sqrt(np.maximum(var, 0.0))
+        lower = mean.copy()
+        lower[beyond] *= np.exp(-z * sd[np.searchsorted(distinct, asked)])
+        return lower
 
     def memory(self, config: OpConfig, features: Mapping[str, float] | None = None) -> Prediction:
         """Peak memory of one replica of ``config`` in bytes (host for cpu, device otherwise)."""

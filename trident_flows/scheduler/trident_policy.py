@@ -106,8 +106,12 @@ Contract:
   finished a batch a minute; waiting for 16 held a starved pipeline at 0.2 items/s for 13 minutes).
   A config that does not run is compared only with ``min_config_samples`` samples of
   it (an accepted canary passed its own test; a move off an unsafe config is exempt), and
-  capacity beyond what runs now counts at its lower confidence bound (GP mean -
-  ``confidence_z`` std), so a change is made only when its gain holds there.
+  capacity beyond what runs now counts at its lower confidence bound (``OperatorModel.capacity_lower``:
+  ``confidence_z`` standard deviations below the median in what more replicas add relative to the running
+  ones; the level of a workload far from the evidence, in doubt at every count alike, is what the running
+  replicas measure: counted as the GP mean - z std, OCR's doubt on long documents, 10^5 items/s against a
+  mean of 0.6, made every added replica worth 0 and held it at one replica for 45 simulated minutes), so a
+  change is made only when its gain holds there.
 - transition: ``placement.transition_cost.plan_transition`` orders the change exactly as the runner will
   (``order_steps``) and prices it against the time it can pay off: the current regime's expected
   remaining time (past regimes longer than this one so far, less its elapsed time; never less than with
@@ -151,8 +155,6 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
-
-import numpy as np
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
@@ -1070,13 +1072,11 @@ class TridentPolicy:
                 if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.settings.min_config_samples:
                     continue  # evidence gate: too few measurements to compare it (an accepted canary passed its own test; a safety move is exempt)
                 try:
-                    mean, std = op.model.predict_many([config] * cap, list(range(1, cap + 1)))
                     # Evidence gate: capacity beyond what runs now counts at its lower confidence bound, so a
-                    # change is chosen only when its gain holds there (a safety move uses the mean).
+                    # change is chosen only when its gain holds there (a safety move uses the median).
                     z = 0.0 if moving_off else self.settings.confidence_z
-                    now = serving_counts.get(config, 0)
-                    totals = np.where(np.arange(1, cap + 1) > now, mean - z * std, mean)
-                    curve = concave_curve(np.maximum(0.0, totals).tolist())
+                    totals = op.model.capacity_lower(config, cap, serving_counts.get(config, 0), z)
+                    curve = concave_curve(totals.tolist())
                 except (NoModelError, ValueError):
                     continue
                 bound = self._memory_bound(name, config) or 0.0

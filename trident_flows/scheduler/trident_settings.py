@@ -43,7 +43,7 @@ class TridentSettings:
     evidence_max_s: float = setting(45.0, "seconds after a workload change at an operator after which 2 samples of it since "
                                           "the change are enough for the evidence gate (a slow operator may take minutes "
                                           "to finish min_config_samples batches)")
-    confidence_z: float = setting(1.0, "standard deviations below the predicted capacity at which added capacity counts")
+    confidence_z: float = setting(1.0, "standard deviations below the predicted rate of added replicas, relative to the running ones, at which added capacity counts")
     # verification of a rollout
     verify_ticks: int = setting(3, "ticks after a rollout whose end-to-end throughput is compared with the ticks before")
     verify_z: float = setting(2.0, "standard errors by which throughput must fall for a rollout to be rolled back")
