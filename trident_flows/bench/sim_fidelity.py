@@ -259,8 +259,9 @@ QUICK_TRACES = ("docs-ds2", "video-static")
 # passes after evidence_max_s), regime evidence and refits every refit_ticks. The live
 # video-trident trace shows the old gate: held shut for the last 40 s by decode, which had read its
 # last input ("decode (120, 0 since the change)"), so the live run never moved; today's trident does.
-POLICY_SINCE = {"trident": ("2026-12-02T14:10:00Z", "its observation layer changed: content-aware spike filter, per-replica rate that "
-                                                    "never rises with the replica count, spans calibrated on the work they finished")}
+POLICY_SINCE = {"trident": ("2026-12-02T20:21:00Z", "its canary rule and evidence gate changed: a canary holding a batch is judged when "
+                                                    "it is back, added capacity is doubted for what more replicas add, a replica count "
+                                                    "that changed with the workload is not taken for contention")}
 
 
 def _stale_policy(system: str, recorded_at: datetime.datetime) -> str:
