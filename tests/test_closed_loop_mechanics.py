@@ -119,9 +119,13 @@ def test_a_slower_verification_across_a_regime_change_keeps_the_plan():
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(16.0, {"x": 1.0, "y": 4.0}), (1e9, {"x": 1.0, "y": 12.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 16)
-    assert "roll_out" in [r.action for r in records]
-    assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
-    assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
+    first = next(k for k, r in enumerate(records) if r.action == "roll_out")
+    placed = {o.operator: sum(g.replicas for g in o.groups) for o in records[first].plan.operators}
+    verdicts = [r.verification for r in records[first + 1:] if "kept" in r.verification or "rollback" in r.verification]
+    assert verdicts and "not comparable" in verdicts[0], [(r.action, r.verification) for r in records]
+    # a later move may be judged on its own (with contention and a heavier workload arriving together, the model takes
+    # the slowdown for the workload, tries one more replica of b and rolls that back): the first plan stays in place
+    assert runner.replicas("b") == placed["b"], [(r.action, r.verification) for r in records]
 
 
 def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback():

@@ -324,7 +324,9 @@ _MIB = float(2**20)
 # The prior mean's ridge penalty on the replica-count input (1 on the others): counts change when workloads do, so a
 # slope shared by the two goes to the workload. Penalised like the rest, one OCR replica on short documents then two on
 # long ones made one replica predicted 12x faster per replica than two on long documents (a capacity curve flat beyond
-# one); the GP on the residual still learns the contention the windows show at one workload.
+# one); the GP on the residual still learns the contention the windows show at one workload. The price: contention that
+# arrives together with a heavier workload is first taken for the workload (an operator whose total falls beyond 2
+# replicas, scaled to 6 as its items turned 3x heavier, was given a 7th, which verification rolled back).
 _REPLICA_PENALTY = 100.0
 _UNSEEN_COUNT_WEIGHT = 1e-3   # a replica count no training window ran with follows the counts that did (``_never_faster_with_more``)
 _WORK_FLOOR = 1e-3   # the work input's floor, relative to the largest weight (features of 0 with no per-item intercept)
