@@ -769,8 +769,7 @@ class OperatorModel:
     def _predict_log(self, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray,
                      return_std: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         fit = self._require(configs)
-        replicas = np.clip(replicas, *fit.replicas_seen)   # per-replica rate flat beyond the counts seen (module docstring)
-        Z = (fit.encoder.encode(configs, replicas, feats) - fit.x_mean) / fit.x_scale
+        Z = _standardised(fit, configs, replicas, feats)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if not return_std:
@@ -883,10 +882,9 @@ class OperatorModel:
         points = distinct if serving < 1 else np.r_[np.clip(float(serving), *fit.replicas_seen), distinct]
         f = self._check_features(features, fit.encoder.features)
         feats = np.tile([f[n] for n in fit.encoder.features], (len(points), 1)).reshape(len(points), len(fit.encoder.features))
-        Z = (fit.encoder.encode([config] * len(points), points, feats) - fit.x_mean) / fit.x_scale
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _, cov = fit.gp.predict(Z, return_cov=True)
+            _, cov = fit.gp.predict(_standardised(fit, [config] * len(points), points, feats), return_cov=True)
         var = np.diag(cov)
         if serving >= 1:
             var = var[1:] + var[0] - 2.0 * cov[0, 1:]
@@ -1020,6 +1018,13 @@ def _content_work(F: np.ndarray, spi: np.ndarray, groups: np.ndarray) -> np.ndar
 
 def _feature_matrix(windows: Sequence[Window], names: Sequence[str]) -> np.ndarray:
     return np.array([[w.features[f] for f in names] for w in windows], dtype=float).reshape(len(windows), len(names))
+
+
+def _standardised(fit: _ThroughputFit, configs: Sequence[OpConfig], replicas: np.ndarray, feats: np.ndarray) -> np.ndarray:
+    """The GP's standardised inputs for ``configs`` at ``replicas`` (clamped to the counts seen: the per-replica rate is
+    flat beyond them, module docstring) and per-item features ``feats``."""
+    replicas = np.clip(replicas, *fit.replicas_seen)
+    return (fit.encoder.encode(configs, replicas, feats) - fit.x_mean) / fit.x_scale
 
 
 def _lognormal(mu, s, replicas):
