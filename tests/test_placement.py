@@ -118,6 +118,15 @@ def test_fractional_gpus_pack_by_fraction_and_device_memory():
     assert plan_transition([parse(100.0), embed(heavy)], node(8, 1), running, res.plan, 3600).steps == ()
 
 
+def test_a_running_gpu_config_no_option_offers_maps_to_none_beside_cpu_options():
+    # A GPU replica running a config the demand does not offer (e.g. a batch size the policy no longer
+    # prices) is "no option", even where the demand lists cpu options: it must not raise.
+    demand = embed(PlacementOption.from_rate(CPU1, 2.0), PlacementOption.from_rate(OpConfig.make("gpu", batch_size=16, cpus=1, gpus=0.5), 30.0))
+    assert demand.option_index(OpConfig.make("gpu", batch_size=8, cpus=1, gpus=1)) is None
+    assert demand.option_index(OpConfig.make("gpu", batch_size=16, cpus=1, gpus=1)) == 1  # the raised fraction
+    assert demand.option_index(CPU1) == 0
+
+
 def test_node_classes_aggregate_and_plans_pack_node_by_node():
     # 3 nodes x 3 CPUs: 2-CPU replicas fit one per node (aggregate 9 CPUs would suggest 4).
     cluster = ClusterSpec((NodeClass("small", 3, 3, host_memory_bytes=8 * GiB),))

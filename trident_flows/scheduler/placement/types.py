@@ -176,8 +176,8 @@ class OperatorDemand:
         for i, opt in enumerate(self.options):
             if opt.config == config:
                 return i
-        for i, opt in enumerate(self.options):
-            if config.gpus >= opt.config.gpus and opt.config.with_changes(gpus=config.gpus) == config:
+        for i, opt in enumerate(self.options):  # only a GPU option's fraction is raised (a cpu config cannot hold GPUs)
+            if opt.config.gpus > 0 and config.gpus >= opt.config.gpus and opt.config.with_changes(gpus=config.gpus) == config:
                 return i
         return None
 
