@@ -56,3 +56,21 @@ def test_the_tick_target_is_read_on_256_nodes_x_10_operators_only() -> None:
     summary = cls.summarise(cls.merge_repeats(rows), {})
     assert summary["tick_ms_p95_256_nodes"] == 300.0
     assert summary["tick_ms_p95_largest"] == 1400.0 and summary["tick_nodes"] == 256
+
+
+def test_the_report_counts_the_ticks_each_failed_steps_error_held() -> None:
+    # the 256-node video run held 1,065 ticks with step_failed and the report kept only the last reason:
+    # each error is now counted, so a run's report says which failure cost it the ticks
+    from types import SimpleNamespace
+
+    from trident_flows.scheduler.decision_log import Action, Hold, HoldKind, TickRecord
+
+    failed = "placement: ValueError: a device='cpu' config cannot hold gpus=1.0; set gpus=0 or device='gpu'"
+    records = [TickRecord(k, 0.0, Action.ERROR, "kept the current plan after a failed step: " + failed, error=failed,
+                          hold=Hold(HoldKind.STEP_FAILED)) for k in range(3)]
+    records.append(TickRecord(3, 0.0, Action.WAIT, "verifying", error="regime: KeyError: 'ocr'", hold=Hold(HoldKind.VERIFYING)))
+    records.append(TickRecord(4, 0.0, Action.WAIT, "waiting", hold=Hold(HoldKind.WAITING_FOR_SAMPLES)))
+    out = cls.decisions(SimpleNamespace(records=records))
+    assert out["holds"] == {"step_failed": 3, "verifying": 1, "waiting_for_samples": 1}
+    assert out["failed_steps"] == {failed: 3, "regime: KeyError: 'ocr'": 1}
+    assert out["last_reason"] == "waiting"

@@ -204,7 +204,7 @@ def run_one(pipeline: str, system: str, nodes: int, schedule: str, items: int, s
 
 def _applies(run: Any) -> dict[str, Any]:
     """Simulated seconds the control loop spent applying plans (it ticks again only after an apply, as live), and the
-    applies that did not land (a START no node has room for waits RunnerSettings.warm_timeout_s, as the runtime's rollout)."""
+    applies that did not land (a START no node has room for fails at once while nothing drains, as the runtime's rollout)."""
     reports = run.runner.apply_reports
     return {"apply_s": round(sum(r.seconds for r in reports), 1),
             "applies_not_landed": [{"seconds": round(r.seconds, 1), "error": r.error[:160]} for r in reports if r.error]}
@@ -215,13 +215,17 @@ MOVES_KEPT = 40  # decisions kept per run in the report (a 4-hour run ticks 1,44
 
 def decisions(policy: Any) -> dict[str, Any]:
     """Why an adaptive policy moved or held (its ``records``, the ticks it still keeps): how often each
-    hold kind came up, and the first ``MOVES_KEPT`` ticks that issued a plan, with their reasons."""
+    hold kind came up, on how many ticks each failed steps' errors came up (the first 160 characters;
+    a tick can hold for another reason while a step fails), and the first ``MOVES_KEPT`` ticks that
+    issued a plan, with their reasons."""
     records = list(getattr(policy, "records", ()))
     if not records:
         return {}
     holds = Counter(r.hold.kind.value for r in records if r.hold is not None)
+    failed = Counter(r.error[:160] for r in records if getattr(r, "error", ""))
     moves = [{"tick": r.tick, "action": Action(r.action).value, "reason": r.reason[:300]} for r in records if r.plan is not None]
-    return {"holds": dict(holds.most_common()), "moves": moves[:MOVES_KEPT], "last_reason": records[-1].reason[:300]}
+    return {"holds": dict(holds.most_common()), "failed_steps": dict(failed.most_common()), "moves": moves[:MOVES_KEPT],
+            "last_reason": records[-1].reason[:300]}
 
 
 class SteadyRates:
