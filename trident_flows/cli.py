@@ -241,7 +241,7 @@ def bench(
     name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png."),
-    systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite: run only these systems, comma-separated "
+    systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite, closed-loop-sim: run only these systems, comma-separated "
                                           "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
                                           "(default 2; 1 with --quick); closed-loop-sim: runs of trident on 8 nodes (default 3; 1 with --quick)."),
