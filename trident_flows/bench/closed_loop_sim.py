@@ -503,6 +503,8 @@ def _in_parallel(jobs: int, fn: Any, calls: Sequence[tuple[Any, ...]], done: Any
             results[futures[future]] = future.result()
             done(results[futures[future]])
     return results
+
+
 def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None = None, systems: Sequence[str] | None = None,
         hours: float | None = None, jobs: int = 1, repeats: int | None = None, journal: Path | None = None,
         resume: bool = False) -> BenchResult:
