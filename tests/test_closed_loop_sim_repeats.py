@@ -4,10 +4,13 @@ a cell is one draw of decisions that follow the CPU time each tick is charged)."
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from trident_flows.bench import closed_loop_sim as cls
+from trident_flows.scheduler.decision_log import Action, Hold, HoldKind, TickRecord
 
 
 def _row(system: str, rate: float, repeat: int = 0, ticks: list[float] | None = None, ooms: int = 0, nodes: int = 8) -> dict:
@@ -61,10 +64,6 @@ def test_the_tick_target_is_read_on_256_nodes_x_10_operators_only() -> None:
 def test_the_report_counts_the_ticks_each_failed_steps_error_held() -> None:
     # the 256-node video run held 1,065 ticks with step_failed and the report kept only the last reason:
     # each error is now counted, so a run's report says which failure cost it the ticks
-    from types import SimpleNamespace
-
-    from trident_flows.scheduler.decision_log import Action, Hold, HoldKind, TickRecord
-
     failed = "placement: ValueError: a device='cpu' config cannot hold gpus=1.0; set gpus=0 or device='gpu'"
     records = [TickRecord(k, 0.0, Action.ERROR, "kept the current plan after a failed step: " + failed, error=failed,
                           hold=Hold(HoldKind.STEP_FAILED)) for k in range(3)]

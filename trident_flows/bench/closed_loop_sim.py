@@ -222,7 +222,7 @@ def decisions(policy: Any) -> dict[str, Any]:
     if not records:
         return {}
     holds = Counter(r.hold.kind.value for r in records if r.hold is not None)
-    failed = Counter(r.error[:160] for r in records if getattr(r, "error", ""))
+    failed = Counter(r.error[:160] for r in records if r.error)
     moves = [{"tick": r.tick, "action": Action(r.action).value, "reason": r.reason[:300]} for r in records if r.plan is not None]
     return {"holds": dict(holds.most_common()), "failed_steps": dict(failed.most_common()), "moves": moves[:MOVES_KEPT],
             "last_reason": records[-1].reason[:300]}
