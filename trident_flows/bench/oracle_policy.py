@@ -1,20 +1,35 @@
 """The oracle of the closed-loop benchmarks: a policy that knows the input stream's regime schedule.
 
 Contract: ``OraclePolicy(blocks, configs, cpus, gpus)`` is a policy (``decide(state, samples) ->
-Plan | None``) that switches each operator to the best static configuration of the regime its own
-input is in (see the class docstring). It uses knowledge no user has (the schedule and each
+Plan | None``) that switches each operator to the configuration given for the regime its own
+input is in (see the class docstring). A regime's configuration is a ``StaticConfig`` (one config
+per operator) or an ``Allocation`` (per operator, (config, replicas) groups: mixed devices). It uses knowledge no user has (the schedule and each
 regime's best configuration), so it is a labelled upper reference, not a baseline.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Union
 
 from trident_flows.bench.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
+
+
+Allocation = tuple[tuple[str, tuple[tuple[OpConfig, int], ...]], ...]  # per operator in pipeline order: (config, replicas) groups
+
+
+def allocation_of(config: Union[StaticConfig, Allocation]) -> Allocation:
+    """``config`` as an ``Allocation`` (a ``StaticConfig`` is one group per operator)."""
+    if isinstance(config, StaticConfig):
+        return tuple((name, ((c, r),)) for name, c, r in config.assignment)
+    return config
+
+
+def allocation_label(allocation: Allocation) -> str:
+    return ", ".join(f"{name} {n}x{c.label()}" for name, groups in allocation for c, n in groups)
 
 
 class OraclePolicy:
@@ -28,11 +43,12 @@ class OraclePolicy:
 
     name = "oracle"
 
-    def __init__(self, blocks: Sequence[tuple[str, int, int]], configs: Mapping[str, StaticConfig], cpus: float, gpus: float) -> None:
+    def __init__(self, blocks: Sequence[tuple[str, int, int]], configs: Mapping[str, Union[StaticConfig, Allocation]], cpus: float,
+                 gpus: float) -> None:
         self.blocks = list(blocks)
-        self.configs = {r: c.as_dict() for r, c in configs.items()}
-        self.labels = {r: c.label() for r, c in configs.items()}
-        self.predicted = {r: c.predicted_items_per_s for r, c in configs.items()}
+        self.configs = {r: {name: dict(groups) for name, groups in allocation_of(c)} for r, c in configs.items()}
+        self.labels = {r: allocation_label(allocation_of(c)) for r, c in configs.items()}
+        self.predicted = {r: c.predicted_items_per_s if isinstance(c, StaticConfig) else 0.0 for r, c in configs.items()}
         self.cpus, self.gpus = cpus, gpus
 
     def regime_at(self, item: float) -> str:
@@ -49,15 +65,14 @@ class OraclePolicy:
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         positions = self.positions(state)
         current = {op.name: op.configs() for op in state.operators}
-        target: dict[str, tuple[str, OpConfig, int]] = {}
+        target: dict[str, tuple[str, dict[OpConfig, int]]] = {}
         for op in state.operators:
             regime = self.regime_at(positions[op.name])
-            config, replicas = self.configs[regime][op.name]
-            target[op.name] = (regime, config, replicas)
-        changing = [n for n, (_, c, r) in target.items() if current[n] != {c: r}]
+            target[op.name] = (regime, self.configs[regime][op.name])
+        changing = [n for n, (_, groups) in target.items() if current[n] != groups]
         if not changing:
             return None
-        final = {n: ({c: r} if n in changing else current[n]) for n, (_, c, r) in target.items()}
+        final = {n: (groups if n in changing else current[n]) for n, (_, groups) in target.items()}
         cpus = sum(held(g)[0] for g in final.values())
         gpus = sum(held(g)[1] for g in final.values())
         if cpus > self.cpus + 1e-9 or gpus > self.gpus + 1e-9:
@@ -66,9 +81,9 @@ class OraclePolicy:
                 return None
         ops = []
         for n in changing:
-            regime, config, replicas = target[n]
-            ops.append(OperatorPlan(n, (ReplicaGroup(config, replicas),),
-                                    f"oracle: {n} is at input item ~{positions[n]:.0f}, regime {regime!r}: its best static config "
+            regime, groups = target[n]
+            ops.append(OperatorPlan(n, tuple(ReplicaGroup(c, r) for c, r in groups.items()),
+                                    f"oracle: {n} is at input item ~{positions[n]:.0f}, regime {regime!r}: its configuration "
                                     f"{self.labels[regime]}"))
         head_regime = target[state.operators[0].name][0]
         return Plan(tuple(ops), self.predicted[head_regime], "; ".join(o.reason for o in ops))

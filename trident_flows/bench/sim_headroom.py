@@ -32,11 +32,12 @@ Contract:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from typing import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Mapping, Sequence
 
 from trident_flows.bench import headroom
 from trident_flows.bench.closed_loop_workload import Workload as Stream
+from trident_flows.bench.oracle_policy import Allocation, allocation_label
 from trident_flows.bench.static_search import StaticConfig
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -63,6 +64,8 @@ class SimulatedHeadroom:
     static_items_per_s: Mapping[str, float]
     static_allocation: str
     evals: int
+    per_regime: Mapping[str, Allocation] = field(default_factory=dict, compare=False, repr=False)  # the allocations labelled above
+    static: Allocation = field(default=(), compare=False, repr=False)
 
     @property
     def ratio(self) -> float:
@@ -75,14 +78,13 @@ class SimulatedHeadroom:
                 "allocations_measured": self.evals}
 
 
-def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: ClusterSpec, max_evals: int = MAX_EVALS) -> SimulatedHeadroom:
-    """Per regime the best measured allocation, and the best measured static (module docstring)."""
-    items: dict[str, int] = defaultdict(int)
-    largest: dict[str, int] = defaultdict(int)
-    for regime, n in workload.schedule:
-        items[regime] += n
-        largest[regime] = max(largest[regime], n)
-    measure = _Meter(workload.profile, stream, cluster, {r: min(STEADY_BLOCKS * largest[r], STEADY_ITEMS_FIRST) for r in items})
+def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: ClusterSpec, max_evals: int = MAX_EVALS,
+                       meter: "Meter | None" = None, seeds: Mapping[str, Sequence[Allocation]] | None = None) -> SimulatedHeadroom:
+    """Per regime the best measured allocation, and the best measured static (module docstring). ``meter``: a
+    ``meter_for`` this workload whose measures are kept between calls; ``seeds``: more starting allocations
+    per regime (e.g. what a policy ran there), each measured beside the model's answers."""
+    items = regime_items(workload)
+    measure = meter or meter_for(workload, stream, cluster)
     optima: list[Allocation] = []
     statics: list[Allocation] = []
     for cap in BATCH_CAPS:
@@ -93,10 +95,10 @@ def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: Clu
         statics.append(_allocation(workload.profile, headroom.best_static(capped, {r: t for r, (t, _) in found.items()}, opts)))
     best = {}
     for r in items:
-        start = max(optima + statics, key=lambda a: measure.rate(a, r))
-        best[r] = _climb(start, lambda a: measure.rate(a, r), max_evals)  # noqa: B023 - used at once
+        start = max(optima + statics + list((seeds or {}).get(r, ())), key=lambda a: measure.rate(a, r))  # noqa: B023 - used at once
+        best[r] = climb(start, lambda a: measure.rate(a, r), max_evals)  # noqa: B023 - used at once
     duration = lambda a: sum(n / max(measure.rate(a, r), 1e-9) for r, n in items.items())  # noqa: E731
-    static = _climb(min(statics, key=duration), lambda a: -duration(a), max_evals)
+    static = climb(min(statics, key=duration), lambda a: -duration(a), max_evals)
     for r in items:  # a climb may stop under the static's rate on a regime; the static is a candidate too
         if measure.rate(static, r) > measure.rate(best[r], r):
             best[r] = static
@@ -106,13 +108,27 @@ def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: Clu
                            "the workload's device memory is too small for its batches")
     oracle_s = sum(n / measure.rate(best[r], r) for r, n in items.items())
     return SimulatedHeadroom(oracle_s, duration(static), {r: measure.rate(a, r) for r, a in best.items()},
-                             {r: _label(a) for r, a in best.items()}, {r: measure.rate(static, r) for r in items}, _label(static), measure.evals)
+                             {r: allocation_label(a) for r, a in best.items()}, {r: measure.rate(static, r) for r in items},
+                             allocation_label(static), measure.evals, dict(best), static)
 
 
-Allocation = tuple[tuple[str, tuple[tuple[OpConfig, int], ...]], ...]  # per operator in pipeline order: (config, replicas) groups
+def regime_items(workload: headroom.Workload) -> dict[str, int]:
+    """Items of each regime over the workload's schedule."""
+    items: dict[str, int] = defaultdict(int)
+    for regime, n in workload.schedule:
+        items[regime] += n
+    return dict(items)
 
 
-class _Meter:
+def meter_for(workload: headroom.Workload, stream: Stream, cluster: ClusterSpec) -> "Meter":
+    """A ``Meter`` whose measuring stream per regime is ``STEADY_BLOCKS`` times its largest block (capped)."""
+    largest: dict[str, int] = defaultdict(int)
+    for regime, n in workload.schedule:
+        largest[regime] = max(largest[regime], n)
+    return Meter(workload.profile, stream, cluster, {r: min(STEADY_BLOCKS * n, STEADY_ITEMS_FIRST) for r, n in largest.items()})
+
+
+class Meter:
     """Steady rates of allocations on regimes, each measured once."""
 
     def __init__(self, profile: PipelineProfile, stream: Stream, cluster: ClusterSpec, counts: Mapping[str, int]) -> None:
@@ -130,7 +146,7 @@ class _Meter:
         return self._rates[key]
 
 
-def _climb(start: Allocation, score, max_evals: int) -> Allocation:
+def climb(start: Allocation, score: Callable[[Allocation], float], max_evals: int) -> Allocation:
     """Hill-climb from ``start``: take the best neighbour while it scores higher, for at most ``max_evals`` scores."""
     best, best_score, used = start, score(start), 1
     while used < max_evals:
@@ -147,7 +163,7 @@ def _climb(start: Allocation, score, max_evals: int) -> Allocation:
     return best
 
 
-def _neighbours(allocation: Allocation):
+def _neighbours(allocation: Allocation) -> Iterator[Allocation]:
     """One CPU replica moved between operators' CPU groups, or one group's batch size doubled or halved."""
     ops = dict(allocation)
     for name, groups in allocation:
@@ -230,7 +246,3 @@ def _allocation(profile: PipelineProfile, replicas: Mapping[headroom.Option, flo
         groups = tuple((c, n) for c, n in mine if n > 0) or ((max(mine, key=lambda g: g[1])[0] if mine else OpConfig.make(CPU), 1),)
         out.append((op.name, groups))
     return tuple(out)
-
-
-def _label(allocation: Allocation) -> str:
-    return ", ".join(f"{name} {n}x{c.label()}" for name, groups in allocation for c, n in groups)
