@@ -253,6 +253,7 @@ def bench(
                                 "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
+    from trident_flows.bench.provenance import ProvenanceRecorder, describe
     from trident_flows.bench.report import write_report
 
     with user_errors():
@@ -264,8 +265,15 @@ def bench(
             options["resume"] = resume
         elif resume:
             _bench_takes(name, module, "resume")
-    result = module.run(quick=quick, **options)
-    json_path, png_path = write_report(result, out, quick=quick)
+        try:
+            recorder = ProvenanceRecorder.start()
+        except ValueError as exc:
+            raise RuntimeConfigError(str(exc)) from None
+    try:
+        result = module.run(quick=quick, **options)
+    finally:
+        provenance = recorder.finish()
+    json_path, png_path = write_report(result, out, quick=quick, provenance=provenance)
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
     for column in ("figure", "measured", "target", "met"):
         table.add_column(column)
@@ -274,6 +282,7 @@ def bench(
         shown = json.dumps(value) if not isinstance(value, float) else f"{value:.4g}"
         table.add_row(key, shown, f"{target.op} {target.value}" if target else "", ("yes" if target.met(value) else "NO") if target else "")
     console.print(table)
+    console.print(f"provenance: {describe(provenance.to_dict())}", highlight=False, soft_wrap=True)
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
 
 

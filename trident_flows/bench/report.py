@@ -2,9 +2,11 @@
 
 Contract: a benchmark module returns a ``BenchResult``; ``write_report`` writes
 ``DIR/NAME.json`` with ``summary`` (headline figures, plain numbers), ``targets`` (goal per
-headline figure and whether it was met), ``machine`` (where it ran) and ``raw`` (the
-measurements), and ``DIR/NAME.png`` from the result's matplotlib figure. Both files are
-written atomically (temporary file, then rename).
+headline figure and whether it was met), ``provenance`` (where and how it ran, machine included:
+``bench.provenance``; the one the caller recorded from before the run, else what can be recorded
+at write time; its ``time_scale`` is the result's ``raw["time_scale"]`` where that is a number) and
+``raw`` (the measurements), and ``DIR/NAME.png`` from the result's matplotlib figure. Both files
+are written atomically (temporary file, then rename).
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ from __future__ import annotations
 import json
 import math
 import operator
-import os
-import platform
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from trident_flows.bench.provenance import Provenance
 
 _OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 
@@ -44,20 +44,6 @@ class BenchResult:
     notes: str = ""
 
 
-def machine_info() -> dict[str, Any]:
-    import psutil
-
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "processor": platform.processor() or platform.machine(),
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-
-
 def _plain(value: Any) -> Any:
     """Make numpy scalars and arrays JSON-serialisable."""
     if hasattr(value, "tolist"):
@@ -71,14 +57,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def write_report(result: BenchResult, out_dir: Path, quick: bool) -> tuple[Path, Path | None]:
+def write_report(result: BenchResult, out_dir: Path, quick: bool, provenance: Provenance | None = None) -> tuple[Path, Path | None]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    provenance = provenance if provenance is not None else Provenance.at_write_time()
+    time_scale = result.raw.get("time_scale")
+    if isinstance(time_scale, (int, float)) and not isinstance(time_scale, bool):
+        provenance = replace(provenance, time_scale=float(time_scale))
     doc = {
         "name": result.name,
         "quick": quick,
         "summary": _plain(result.summary),
         "targets": {k: {"goal": f"{t.op} {t.value}", "met": t.met(result.summary.get(k))} for k, t in result.targets.items()},
-        "machine": machine_info(),
+        "provenance": provenance.to_dict(),
         "notes": result.notes,
         "raw": _plain(result.raw),
     }

@@ -104,7 +104,7 @@ CPUS, GPUS = 16, 2
 # repeat (by its busy gap) is compared and every repeat is kept (row free_repeats).
 FREE_REPEATS = 3
 # The machine the committed live references ran on: one logical node of 16 CPUs emulated on 2 cores
-# (bench-results/closed-loop*.json machine.cpus). Its actor processes start on those 2 cores; a trace
+# (bench-results/closed-loop*.json provenance.cpus; machine.cpus before provenance). Its actor processes start on those 2 cores; a trace
 # header's host_cpus (recorded since this field was added) overrides it.
 RECORDING_HOST_CORES = 2
 ROLL_AT_S = 4.0
@@ -304,7 +304,8 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, u
     profile = PipelineProfile.load(bench.profile)
     workload, _ = workloads(bool(committed.get("quick")), bench)  # the stream the live runs were fed
     tuning = tune(profile, workload)
-    recorded_at = _utc(committed["machine"]["time_utc"])
+    ran = committed.get("provenance") or committed["machine"]  # "machine": a report written before provenance
+    recorded_at = _utc(ran.get("date_utc") or ran["time_utc"])
     rows = []
     for system in systems:
         live = committed["raw"]["per_system"].get(system)
@@ -326,7 +327,7 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, u
         config = tuning.static_large if system == "static-large" else tuning.static_avg
         spec = workload.spec(profile, config, f"fidelity-{system}")
         run = simulate(spec, _cluster(), make_system_policy(system, spec, tuning, workload), tick_s=TICK_S,
-                       actor_start=_actor_start(committed.get("machine", {}).get("cpus")))
+                       actor_start=_actor_start(ran.get("cpus")))
         s = run.summary
         busy = _sim_gpu_busy(run)
         err = abs(s["steady_items_per_s"] - live["items_per_s_median"]) / live["items_per_s_median"]
