@@ -236,11 +236,15 @@ def profile(
     console.print(f"wrote {path}")
 
 
+REPORT = "report"  # ``bench report``: the report document, not a benchmark
+
+
 @app.command("bench")
 def bench(
-    name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}."),
+    name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}; or {REPORT!r}: write docs/benchmarks.md "
+                               "from every NAME.json in --out (subfolders too)."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
-    out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png."),
+    out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png (report: the results to read)."),
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite, closed-loop-sim: run only these systems, comma-separated "
                                           "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
@@ -251,13 +255,28 @@ def bench(
     jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim: worker processes (default 1)."),
     resume: bool = typer.Option(False, help="closed-loop-sim: take the runs a stopped run of the same code and streams finished "
                                 "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
+    doc: Optional[Path] = typer.Option(None, help=f"{REPORT}: the report document to write or check (default docs/benchmarks.md)."),
+    check: bool = typer.Option(False, help=f"{REPORT}: write nothing; exit 1 with the reason and a diff when --doc differs from "
+                               "what the results give."),
 ) -> None:
-    """Run a benchmark, print its headline figures and write NAME.json + NAME.png."""
+    """Run a benchmark, print its headline figures and write NAME.json + NAME.png; or ``bench report [--check]``."""
     from trident_flows.bench.provenance import ProvenanceRecorder, describe
     from trident_flows.bench.report import write_report
 
+    if name == REPORT:
+        with user_errors():
+            given = [f"--{option}" for option, value in (("quick", quick), ("systems", systems), ("repeats", repeats),
+                                                         ("workloads", workloads), ("hours", hours), ("jobs", jobs),
+                                                         ("resume", resume)) if value not in (None, False)]
+            if given:
+                raise RuntimeConfigError(f"bench {REPORT} takes only --out, --doc and --check; drop {', '.join(given)}")
+            _bench_report(out, doc if doc is not None else Path("docs/benchmarks.md"), check)
+        return
     with user_errors():
         _check_choice("benchmark", name, list(BENCHMARKS))
+        for option, value in (("doc", doc), ("check", check)):
+            if value not in (None, False):
+                raise RuntimeConfigError(f"--{option} belongs to bench {REPORT}; drop it to run benchmark {name!r}")
         module = importlib.import_module(BENCHMARKS[name])
         options = _bench_options(name, module, systems, repeats, workloads, hours, jobs)
         if "journal" in inspect.signature(module.run).parameters:
@@ -284,6 +303,29 @@ def bench(
     console.print(table)
     console.print(f"provenance: {describe(provenance.to_dict())}", highlight=False, soft_wrap=True)
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
+
+
+def _bench_report(results: Path, doc: Path, check: bool) -> None:
+    """``bench report``: write ``doc`` from the results, or with ``check`` compare them (exit 1 where they differ)."""
+    from trident_flows.bench import report_doc
+
+    if not check:
+        console.print(f"wrote {report_doc.write(results, doc)}")
+        return
+    outcome = report_doc.check(results, doc)
+    if outcome.ok:
+        console.print(outcome.reason, highlight=False, soft_wrap=True)
+        return
+    errors.print(f"[red]error:[/red] {escape(outcome.reason)}", highlight=False, soft_wrap=True)
+    shown = outcome.diff[:DIFF_LINES]
+    for line in shown:
+        errors.print(escape(line), highlight=False, soft_wrap=True)
+    if len(outcome.diff) > len(shown):
+        errors.print(f"... {len(outcome.diff) - len(shown)} more diff lines", highlight=False)
+    raise typer.Exit(1)
+
+
+DIFF_LINES = 40  # the diff ``bench report --check`` prints at most
 
 
 def _bench_options(name: str, module: Any, systems: str | None, repeats: int | None, workloads: str | None = None,

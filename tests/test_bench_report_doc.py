@@ -1,0 +1,241 @@
+"""``trident-flows bench report`` writes ``docs/benchmarks.md`` from the results (``bench.report_doc``): per
+result its figures against their targets, its provenance and a stale mark decided by git history;
+``--check`` fails with a reason and a diff when the file differs. The catalogue it reads covers every
+benchmark and the code each one runs."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trident_flows.bench import BENCHMARKS
+from trident_flows.bench.catalogue import CATALOGUE, Benchmark
+from trident_flows.bench.report_doc import check, freshness, render, write
+from trident_flows.cli import app
+from trident_flows.core.state import RuntimeConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+DATE = "2026-01-02T03:04:05Z"
+TOY = {
+    "alpha": Benchmark("Is alpha fast?", ("pkg/alpha.py",), systems={"fast": "the fast way", "slow": "the slow way"},
+                       headline=("speed",)),
+    "beta": Benchmark("Does beta hold?", ("pkg/beta.py", "pkg/shared")),
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit(repo: Path, path: str, text: str) -> str:
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    git(repo, "add", path)
+    git(repo, "commit", "-q", "-m", f"change {path}")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def result(name: str, sha: str | None, summary: dict, targets: dict | None = None, **provenance) -> dict:
+    report = {"name": name, "quick": False, "summary": summary, "targets": targets or {}, "notes": "", "raw": {}}
+    if sha != "none":
+        report["provenance"] = {"recorded": "run", "commit": sha, "commit_note": None if sha else "git is not installed",
+                                "dirty": False, "date_utc": DATE, "command": ["trident-flows", "bench", name], "cpus": 2,
+                                "memory_gib": 23.5, "load_before": 0.5, "load_before_from": "ALONE_LOAD_BEFORE",
+                                "load_during": {"median": 1.0, "max": 1.5, "samples": 12}, "load_after": 0.75, "wall_s": 120.0,
+                                "time_scale": None, "alone": True, "overloaded_at_start": False, **provenance}
+    return report
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> dict:
+    """A repository whose alpha code changed after the first result ran, and whose beta code last changed first."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    shas = {"c1": commit(root, "pkg/alpha.py", "v = 1\n")}
+    shas["c2"] = commit(root, "pkg/shared/beta_helper.py", "w = 1\n")
+    shas["c3"] = commit(root, "pkg/alpha.py", "v = 2\n")
+    commit(root, ".gitignore", "bench-results/quick/\n")
+    results = root / "bench-results"
+
+    def put(rel: str, report: dict) -> None:
+        (results / rel).parent.mkdir(parents=True, exist_ok=True)
+        (results / rel).write_text(json.dumps(report))
+
+    put("alpha.json", result("alpha", shas["c1"], {"speed": 2.5, "fast": {"speed": 3.25, "ooms": 0}},
+                             {"speed": {"goal": ">= 2.0", "met": True}, "fast.ooms": {"goal": "== 0", "met": True}}))
+    put("sub/alpha.json", result("alpha", shas["c3"], {"speed": 1.5, "fast": {"speed": None, "ooms": 1}},
+                                 {"speed": {"goal": ">= 2.0", "met": False}}, dirty=True))
+    (results / "sub" / "alpha.png").write_bytes(b"png")
+    put("beta.json", result("beta", shas["c2"], {"held": True, "spread": [1, 2]}))
+    put("beta-old.json", {**result("beta", "none", {"held": False}), "machine": {"time_utc": DATE, "cpus": 2}})
+    put("beta-nogit.json", result("beta", None, {"held": True}))
+    put("beta-elsewhere.json", result("beta", "f" * 40, {"held": True}))
+    put("quick/alpha.json", result("alpha", shas["c3"], {"speed": 99.0}))  # git ignores it
+    return {"root": root, "results": results, "doc": root / "docs" / "benchmarks.md", **shas}
+
+
+def section(text: str, heading: str) -> str:
+    return text.split(f"### `bench-results/{heading}`", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+
+
+def test_stale_and_fresh_are_decided_by_git_history(repo: dict):
+    text = render(repo["results"], repo["doc"], TOY)
+    c1, c3 = repo["c1"][:10], repo["c3"][:10]
+    assert f"**Status:** STALE: its code changed in {c3}, after {c1}." in section(text, "alpha.json")
+    assert "**Status:** fresh (dirty tree)." in section(text, "sub/alpha.json")
+    assert "**Status:** fresh." in section(text, "beta.json")  # pkg/shared changed last in c2, the commit it ran on
+    assert "**Status:** no provenance." in section(text, "beta-old.json")
+    assert "**Status:** no commit (git is not installed)." in section(text, "beta-nogit.json")
+    assert "**Status:** unknown commit ffffffffff (not in this repository)." in section(text, "beta-elsewhere.json")
+    assert "6 results: 2 fresh, 4 stale." in text and "99" not in text  # the ignored quick result is left out
+
+    later = commit(repo["root"], "pkg/shared/beta_helper.py", "w = 2\n")
+    assert f"**Status:** STALE: its code changed in {later[:10]}, after {repo['c2'][:10]}." in section(
+        render(repo["results"], repo["doc"], TOY), "beta.json")
+    assert freshness(None, ("pkg/alpha.py",), repo["root"]).stale
+    assert not freshness({"commit": repo["c3"]}, ("pkg/alpha.py",), repo["root"]).stale
+
+
+def test_the_report_shows_question_systems_figures_targets_and_provenance(repo: dict):
+    text = render(repo["results"], repo["doc"], TOY)
+    alpha = text.split("## alpha\n", 1)[1].split("\n## beta\n", 1)[0]
+    assert "**Question.** Is alpha fast?" in alpha and "- `fast`: the fast way." in alpha and "**Code measured.** `pkg/alpha.py`" in alpha
+    assert "| `speed` | 2.5 | >= 2.0 | met |" in section(text, "alpha.json")
+    assert "| `fast.ooms` | 0 | == 0 | met |" in section(text, "alpha.json")
+    assert "| `speed` | 1.5 | >= 2.0 | **NOT met** |" in section(text, "sub/alpha.json")
+    assert "| `fast.speed` | n/a |  |  |" in section(text, "sub/alpha.json")
+    assert "| `spread` | [1, 2] |  |  |" in section(text, "beta.json") and "| `held` | true |  |  |" in section(text, "beta.json")
+    assert "![alpha: sub/alpha.json](../bench-results/sub/alpha.png)" in section(text, "sub/alpha.json")
+    provenance = section(text, "beta.json").split("**Provenance.** ", 1)[1].splitlines()[0]
+    assert provenance.startswith(f"commit {repo['c2'][:10]} (clean); started {DATE}; ran 2.0 min; load before 0.50 (ALONE_LOAD_BEFORE), "
+                                 "during median 1.00 max 1.50 (12 samples), after 0.75; 2 cores, 23.5 GiB; alone")
+    assert provenance.endswith("command `trident-flows bench beta`")
+    assert f"none recorded: commit, tree state and load unknown (its `machine` block: written {DATE} on 2 cores)." in text
+    headline = text.split("## Headline\n", 1)[1].split("\n## ", 1)[0]
+    assert f"| alpha | `alpha.json` | `speed` | 2.5 | >= 2.0 | met | STALE: its code changed in {repo['c3'][:10]}, after {repo['c1'][:10]} |" \
+        in headline
+    assert "| alpha | `alpha.json` | `fast.speed` | 3.25 |  |  | STALE" in headline and "`fast.ooms`" not in headline
+    assert "| alpha | `sub/alpha.json` | `speed` | 1.5 | >= 2.0 | **NOT met** | fresh (dirty tree) |" in headline
+    assert "beta" not in headline  # beta declares no headline figure
+
+
+def test_the_report_is_deterministic_and_carries_no_generation_time(repo: dict):
+    first = render(repo["results"], repo["doc"], TOY)
+    assert render(repo["results"], repo["doc"], TOY) == first
+    assert time.strftime("%Y-%m-%d", time.gmtime()) not in first
+
+
+def test_check_passes_on_the_written_report_and_fails_with_a_reason_and_a_diff(repo: dict):
+    results, doc = repo["results"], repo["doc"]
+    missing = check(results, doc, TOY)
+    assert not missing.ok and "does not exist" in missing.reason
+    write(results, doc, TOY)
+    assert check(results, doc, TOY).ok
+    (results / "beta.json").write_text(json.dumps(result("beta", repo["c2"], {"held": False, "spread": [1, 2]})))
+    changed = check(results, doc, TOY)
+    assert not changed.ok and "\n" not in changed.reason and "differs" in changed.reason
+    assert "-| `held` | true |  |  |" in changed.diff and "+| `held` | false |  |  |" in changed.diff
+    write(results, doc, TOY)
+    commit(repo["root"], "pkg/alpha.py", "v = 3\n")  # the code changed: the fresh result is stale now
+    assert not check(results, doc, TOY).ok
+
+
+def test_a_result_the_catalogue_lacks_or_a_json_that_is_no_report_names_the_fix(tmp_path: Path):
+    (tmp_path / "gamma.json").write_text(json.dumps(result("gamma", "none", {})))
+    with pytest.raises(RuntimeConfigError, match="benchmark 'gamma', which the catalogue lacks: add .* trident_flows/bench/catalogue.py"):
+        render(tmp_path, tmp_path / "doc.md", TOY)
+    (tmp_path / "gamma.json").write_text("[1, 2]")
+    with pytest.raises(RuntimeConfigError, match="is no benchmark report"):
+        render(tmp_path, tmp_path / "doc.md", TOY)
+
+
+def test_the_command_writes_and_checks_the_report(tmp_path: Path):
+    results, doc = tmp_path / "results", tmp_path / "docs" / "benchmarks.md"
+    results.mkdir()
+    (results / "overhead.json").write_text(json.dumps(result("overhead", "none", {"ratio_vs_ray_data": 1.04},
+                                                             {"ratio_vs_ray_data": {"goal": ">= 0.95", "met": True}})))
+    args = ["bench", "report", "--out", str(results), "--doc", str(doc)]
+    runner = CliRunner()
+    assert runner.invoke(app, args).exit_code == 0 and "| `ratio_vs_ray_data` | 1.04 | >= 0.95 | met |" in doc.read_text()
+    passed = runner.invoke(app, [*args, "--check"])
+    assert passed.exit_code == 0 and "matches" in passed.stdout
+    doc.write_text(doc.read_text().replace("| 1.04 |", "| 1.1 |"))
+    failed = runner.invoke(app, [*args, "--check"], terminal_width=400)
+    assert failed.exit_code == 1
+    lines = failed.stderr.splitlines()
+    assert lines[0].startswith(f"error: {doc} differs from what the results in {results} give: run `trident-flows bench report`")
+    assert "-| `ratio_vs_ray_data` | 1.1 | >= 0.95 | met |" in lines and "+| `ratio_vs_ray_data` | 1.04 | >= 0.95 | met |" in lines
+    assert "1.1 |" in doc.read_text()  # --check writes nothing
+    refused = runner.invoke(app, ["bench", "report", "--quick", "--repeats", "2"])
+    assert refused.exit_code == 2 and "bench report takes only --out, --doc and --check; drop --quick, --repeats" in refused.stderr
+    refused = runner.invoke(app, ["bench", "placement", "--check"])
+    assert refused.exit_code == 2 and "--check belongs to bench report" in refused.stderr
+
+
+# ---------------------------------------------------------------- the catalogue
+
+
+def test_the_catalogue_covers_every_benchmark_and_names_code_that_exists():
+    assert set(CATALOGUE) == set(BENCHMARKS) and "report" not in BENCHMARKS
+    tracked = git(REPO, "ls-files").splitlines()
+    for name, bench in CATALOGUE.items():
+        assert bench.question.endswith("?") and bench.question.count("?") == 1, name
+        for path in bench.code:  # results a benchmark reads (under bench-results/) may not be recorded yet
+            assert path.startswith("bench-results/") or any(t == path or t.startswith(path + "/") for t in tracked), \
+                f"{name}: {path} is not tracked"
+            assert path not in ("trident_flows/bench/report.py", "trident_flows/bench/provenance.py"), name
+
+
+def _imports(path: Path) -> set[str]:
+    module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module.removesuffix(".__init__")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                source = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([source] if source else []))
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)  # a submodule imported by name
+    return {name for name in found if name.split(".")[0] == "trident_flows"}
+
+
+def _module_file(name: str) -> Path | None:
+    base = REPO / Path(*name.split("."))
+    return base / "__init__.py" if (base / "__init__.py").is_file() else base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_the_code_a_benchmark_measures_covers_every_module_it_imports(name: str):
+    """Read with ``ast`` (function-level imports too): a module the benchmark runs that its code list misses
+    would change its figures without marking its results stale."""
+    seen: set[Path] = set()
+    todo = [BENCHMARKS[name]]
+    while todo:
+        path = _module_file(todo.pop())
+        if path is not None and path not in seen:
+            seen.add(path)
+            todo.extend(_imports(path))
+    writers = {REPO / "trident_flows/bench/report.py", REPO / "trident_flows/bench/provenance.py"}
+    missed = sorted(str(p.relative_to(REPO)) for p in seen - writers
+                    if p.name != "__init__.py" and not any(p.relative_to(REPO).as_posix() == c or
+                                                           p.relative_to(REPO).as_posix().startswith(c + "/")
+                                                           for c in CATALOGUE[name].code))
+    assert not missed, f"{name} runs {missed}: add them to its code in trident_flows/bench/catalogue.py"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, b in CATALOGUE.items() if b.headline))
+def test_every_headline_figure_is_a_figure_its_benchmark_writes(name: str):
+    source = (REPO / Path(*BENCHMARKS[name].split("."))).with_suffix(".py").read_text()
+    for figure in CATALOGUE[name].headline:
+        assert f'"{figure}"' in source, f"{name} writes no figure {figure!r}: fix its headline in trident_flows/bench/catalogue.py"

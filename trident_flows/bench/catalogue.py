@@ -1,0 +1,137 @@
+"""What each benchmark asks, which code its figures measure, what its systems are and which of its
+figures are headlines: the one source ``trident-flows bench report`` writes ``docs/benchmarks.md`` from.
+
+Contract:
+- ``CATALOGUE[name]`` is a ``Benchmark`` for every name in ``bench.BENCHMARKS``:
+  - ``question``: what the benchmark answers, one sentence;
+  - ``code``: git pathspecs, relative to the repository root, of the code whose behaviour its figures
+    measure (its module, the bench helpers it runs and the packages under test; not ``report.py``
+    or ``provenance.py``, which only write the result). A result is stale when a later commit
+    changed any of them;
+  - ``systems``: the systems or baselines it compares, each defined in one sentence (empty where
+    it compares none); the closed-loop suite's are ``baselines.DEFINITIONS``;
+  - ``headline``: the summary figures the README may quote (the last key of a nested figure, e.g.
+    ``headroom`` for ``cpu-only.headroom``): kept small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from trident_flows.bench.baselines import DEFINITIONS as SUITE_DEFINITIONS
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    question: str
+    code: tuple[str, ...]
+    systems: Mapping[str, str] = field(default_factory=dict)
+    headline: tuple[str, ...] = ()
+
+
+_PKG = "trident_flows"
+_B = f"{_PKG}/bench"
+# the live stack a pipeline runs on under a policy (the runtime's modules import planning's advice and ray_data)
+_LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "core", "pipelines", "planning", "ray_data"))
+# the closed-loop runs (live and simulated) and the bench helpers they share
+_LOOP = (f"{_B}/closed_loop_runs.py", f"{_B}/closed_loop_stats.py", f"{_B}/closed_loop_workload.py", f"{_B}/closed_loop_figure.py",
+         f"{_B}/static_search.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
+         f"{_B}/headroom.py", f"{_B}/sim_headroom.py", f"{_PKG}/sim", *_LIVE)
+_SUITE = (f"{_B}/closed_loop_suite.py", f"{_B}/baselines.py", *_LOOP)
+_FIDELITY = (f"{_B}/sim_fidelity.py", f"{_B}/fidelity_traces.py", f"{_B}/live_trace.py", f"{_B}/record_traces.py", f"{_B}/traces",
+             "bench-results/closed-loop.json", "bench-results/closed-loop-video.json", "bench-results/sim-fidelity-live", *_SUITE)
+
+CLOSED_LOOP_SYSTEMS: dict[str, str] = {
+    "static-avg": "the cost model's best static configuration for the mean item of a random 10% sample of the stream",
+    "static-large": "static-avg's replicas with the GPU operators at the largest batch that fits the device (the hand-tuned "
+                    "\"max batch size\")",
+    "oracle": "knows the regime schedule and switches each operator to its regime's best static configuration when the block "
+              "reaches it, paying real cold starts",
+    "ds2": "DS2's rate-based parallelism run as a policy of this runtime, starting from static-avg",
+    "threshold": "Ray Data's utilisation-threshold autoscaling rule run as a policy of this runtime, starting from static-avg",
+    "trident": "this project's closed-loop policy in the runtime's control loop, starting from static-avg",
+    "ray-data": "plain Ray Data, map_batches with ActorPoolStrategy(min 1, max, initial = static-avg's replicas)",
+    "xenna": "cosmos-xenna streaming with its own autoscaler",
+}
+SIM_SYSTEMS: dict[str, str] = {
+    "static-avg": "the per-node static search on the stream's mean item, replicated over the nodes",
+    "static-<regime>": "each regime's best static configuration run all along (the candidates for the best single static in "
+                       "hindsight)",
+    "oracle": "knows the schedule and switches to each regime's configuration when the block reaches each operator, paying "
+              "real cold starts",
+    "ds2": "DS2's rate-based parallelism from the policy registry, ticking every 10 simulated seconds",
+    "threshold": "Ray Data's utilisation-threshold autoscaling rule from the policy registry, ticking every 10 simulated seconds",
+    "trident": "this project's policy from the registry, unchanged, ticking every 10 simulated seconds with each tick's CPU "
+               "time charged to the simulated clock",
+}
+
+CATALOGUE: dict[str, Benchmark] = {
+    "overhead": Benchmark(
+        "Does this runtime run a static pipeline as fast as plain Ray Data on the same operators, configuration and items?",
+        (f"{_B}/overhead.py", *_LIVE)),
+    "observe": Benchmark(
+        "How accurate and how cheap is the observation layer (throughput model, regime detection, regime memory) on "
+        "simulated samples whose truth is known?",
+        (f"{_B}/observe.py", f"{_B}/sample_sim.py", f"{_PKG}/scheduler", f"{_PKG}/core", f"{_PKG}/runtime/costmodel.py")),
+    "observe-live": Benchmark(
+        "How accurate is the observation layer on the committed live traces, where trident makes its decisions?",
+        (f"{_B}/observe_live.py", f"{_B}/live_trace.py", f"{_B}/traces", f"{_PKG}/scheduler", f"{_PKG}/core",
+         f"{_PKG}/runtime/costmodel.py")),
+    "optimize": Benchmark(
+        "Does trident's OOM-safe Bayesian optimiser find a near-best configuration in fewer evaluations and with fewer "
+        "out-of-memory trials than unconstrained skopt and random search?",
+        (f"{_B}/optimize.py", f"{_PKG}/scheduler", f"{_PKG}/core"),
+        systems={"trident": "scheduler.optimize.ConfigOptimizer (memory GP, safe expansion, OOM regions)",
+                 "skopt_unconstrained": "the same skopt GP/EI optimiser without a constraint model, an OOM scored worse than "
+                                        "anything seen",
+                 "random": "uniform random configurations (batch size log-uniform)"}),
+    "placement": Benchmark(
+        "How long does the placement MILP take as clusters and pipelines grow, and how far is it from the exhaustive optimum "
+        "on small instances?",
+        (f"{_B}/placement.py", f"{_PKG}/scheduler/placement", f"{_PKG}/core")),
+    "closed-loop": Benchmark(
+        "On the emulated document pipeline fed changing regimes, how does trident's throughput compare with static, oracle, "
+        "DS2, threshold, plain Ray Data and cosmos-xenna?",
+        (f"{_B}/closed_loop.py", *_LOOP), systems=CLOSED_LOOP_SYSTEMS),
+    "closed-loop-video": Benchmark(
+        "On the emulated video pipeline fed changing regimes, how does trident's throughput compare with static, oracle, DS2, "
+        "threshold, plain Ray Data and cosmos-xenna?",
+        (f"{_B}/closed_loop_video.py", f"{_B}/closed_loop.py", *_LOOP), systems=CLOSED_LOOP_SYSTEMS),
+    "headroom": Benchmark(
+        "How much could any scheduler gain on each workload: the per-regime optimum over the best single static "
+        "configuration, by the cost models?",
+        (f"{_B}/headroom.py", f"{_B}/static_search.py", f"{_PKG}/runtime/costmodel.py", f"{_PKG}/runtime/devices.py",
+         f"{_PKG}/runtime/spec.py", f"{_PKG}/pipelines/emulated.py", f"{_PKG}/pipelines/profiles", f"{_PKG}/core")),
+    "closed-loop-suite": Benchmark(
+        "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
+        "with the baselines a user would have, and how much of the available headroom does it capture?",
+        _SUITE,
+        systems=SUITE_DEFINITIONS,
+        headline=("headroom", "trident_vs_static_hindsight", "trident_vs_static_default", "trident_vs_ray_data_autoscaling")),
+    "faults": Benchmark(
+        "When replicas, the runner or inputs fail while trident runs a pipeline, are items lost or duplicated, and how long "
+        "does recovery take?",
+        (f"{_B}/faults.py", f"{_B}/faults_inputs.py", f"{_B}/lineage.py", *_LIVE)),
+    "ray-data-import": Benchmark(
+        "Does a user's plain Ray Data pipeline run under trident as fast as the same pipeline written as this project's "
+        "spec, with the same rows kept?",
+        (f"{_B}/ray_data_import.py", "examples/ray_data_emulated.py", *_LIVE)),
+    "sim-fidelity": Benchmark(
+        "Do the simulator's throughput, busy fractions and reconfigurations match the emulated Ray runtime's on the same "
+        "workloads and policies, so that simulated figures can be trusted?",
+        _FIDELITY),
+    "closed-loop-sim": Benchmark(
+        "In the simulator, on 1 to 256 nodes and streams of simulated hours, how does trident's throughput compare with the "
+        "best static configuration and the other policies, and how long does its tick take?",
+        (f"{_B}/closed_loop_sim.py", f"{_B}/wide_pipeline.py", *_LOOP),
+        systems=SIM_SYSTEMS,
+        headline=("captured_8_nodes", "worst_vs_best_static_8_nodes", "trident_ooms", "tick_ms_p95_256_nodes")),
+    "plan-fidelity": Benchmark(
+        "Does the capacity planner's predicted throughput match what the simulator and the emulated Ray runtime measure for "
+        "the same placement?",
+        (f"{_B}/plan_fidelity.py", *_FIDELITY)),
+    "dataplane": Benchmark(
+        "What does moving large intermediates between operators cost this runtime's runner, against plain Ray Data?",
+        (f"{_B}/dataplane.py", f"{_B}/overhead.py", f"{_B}/local_ray.py", *_LIVE)),
+}
