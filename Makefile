@@ -1,15 +1,18 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (install + tests).
-# Both create .venv when missing and install what they need; a stamp keyed on pyproject.toml
-# makes a second run skip the install.
+# Both create .venv when missing and install what they need; a stamp keyed on pyproject.toml,
+# scripts/install.sh and constraints.lock makes a second run skip the install. `make test-slow`
+# runs the slow tests (installs into fresh environments); `make lock` rewrites constraints.lock,
+# the exact versions install.sh installs.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install.sh 2>/dev/null | sha1sum | cut -c1-12)
+LOCK := constraints.lock
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install.sh $(LOCK) 2>/dev/null | sha1sum | cut -c1-12)
 
-.PHONY: install demo lint test bench stop clean
+.PHONY: install demo lint test test-slow lock bench stop clean
 
-$(STAMP): pyproject.toml scripts/install.sh
+$(STAMP): pyproject.toml scripts/install.sh $(LOCK)
 	@bash scripts/install.sh "$(PYTHON)" "$(VENV)"
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
@@ -23,7 +26,18 @@ lint: install
 	@$(VENV)/bin/ruff check trident_flows tests examples
 
 test: install lint
-	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# A freeze of .venv (after `make test` passed on it), less the project; keeps the lock file's header.
+lock:
+	@test -x $(PY) || { echo "$(VENV) is missing: run make install first" >&2; exit 1; }
+	@{ sed '/^[^#]/,$$d' $(LOCK); \
+	  $(PY) -m pip freeze --all --exclude-editable --exclude trident-flows | grep -v '^opencv-python=='; \
+	  $(PY) -m pip freeze | sed -n 's/^opencv-python-headless==/opencv-python==/p'; } > $(LOCK).new
+	@mv $(LOCK).new $(LOCK) && echo "wrote $(LOCK) from $(VENV)"
 
 bench: install
 	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video faults sim-fidelity ray-data-import plan-fidelity dataplane closed-loop-suite; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
