@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.ds2 import DS2Policy, DS2Settings, ds2_decision
+from trident_flows.scheduler.ds2 import ds2_decision, measure_rates
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.threshold import ThresholdSettings, pool_utilisation, threshold_decision
 from trident_flows.core.types import BatchSample, OpConfig
@@ -72,30 +73,58 @@ def test_threshold_utilisation_is_ray_datas_and_bad_thresholds_are_refused():
 
 # ------------------------------------------------------------------ DS2
 def test_ds2_sizes_each_operator_to_its_upstreams_true_output_rate():
-    state = runner_state(op_state("a", 2), op_state("b", 1), op_state("c", 1), cpus=16)
-    # a: 10 items per 0.1 s busy = 100 items/s per replica, keeps 80% -> b needs 160 items/s;
-    # b: 50 items/s per replica -> ceil(160 / 50) = 4; b keeps all -> c needs 160/s at 200/s -> 1.
+    state = runner_state(op_state("a", 2), op_state("b", 1), op_state("c", 1), cpus=15)
+    # a: 10 items per 0.1 s busy = 100 items/s per replica, 8 out per 0.1 s: true output 80/s, selectivity 0.8;
+    # at a source rate of 200/s, b needs 160 items/s at 50/s per replica -> 4; c needs 160/s at 200/s -> 1.
     samples = batches("a", 5, 10, 0.1, items_out=8) + batches("b", 5, 8, 0.16) + batches("c", 5, 8, 0.04)
-    decision = ds2_decision(state, samples)
+    rates = measure_rates(state, samples)
+    assert rates["a"].processing_rate == pytest.approx(100) and rates["a"].output_rate == pytest.approx(80)
+    assert rates["a"].selectivity == pytest.approx(0.8) and rates["a"].batches == 5 and rates["a"].replicas == 2
+    decision = ds2_decision(state, rates, source_rate=200)
     assert decision.targets == {"a": 2, "b": 4, "c": 1}
-    assert decision.rates["a"].processing_rate == pytest.approx(100) and decision.rates["a"].selectivity == pytest.approx(0.8)
     assert [o.operator for o in decision.plan.operators] == ["b"] and decision.plan.for_operator("b").replicas == 4
     assert "160 items/s / true rate 50" in decision.plan.for_operator("b").reason
-    with_source = ds2_decision(state, samples, source_rate=300)
-    assert with_source.targets == {"a": 3, "b": 5, "c": 2}
+    assert ds2_decision(state, rates, source_rate=300).targets == {"a": 3, "b": 5, "c": 2}
+    # a pull source has no rate of its own: the highest rate whose targets fit 15 CPUs (500/s: 5 + 8 + 2 replicas)
+    pull = ds2_decision(state, rates)
+    assert pull.targets == {"a": 5, "b": 8, "c": 2} and pull.source_rate == pytest.approx(500, rel=1e-6)
+    assert "a pull source: the highest rate that fits" in pull.reason
 
 
-def test_ds2_caps_the_source_rate_to_the_cluster_and_waits_for_fresh_batches():
+def test_ds2_caps_a_given_source_rate_to_the_cluster_and_waits_for_batches():
     state = runner_state(op_state("a", 2), op_state("b", 1), cpus=5)
-    samples = batches("a", 5, 8, 0.08) + batches("b", 5, 8, 0.32)   # b: 25 items/s per replica, needs 8 for 200/s
-    decision = ds2_decision(state, samples)
-    assert decision.targets == {"a": 1, "b": 4}
+    rates = measure_rates(state, batches("a", 5, 8, 0.08) + batches("b", 5, 8, 0.32))  # b: 25 items/s per replica
+    decision = ds2_decision(state, rates, source_rate=200)   # 2 + 8 replicas: more than 5 CPUs
+    assert decision.targets == {"a": 1, "b": 4} and decision.source_rate == pytest.approx(100, rel=1e-6)
     assert "capped" in decision.reason
-    stale = batches("b", 5, 8, 0.32, epoch=-1)
-    waiting = ds2_decision(state, batches("a", 5, 8, 0.08) + stale)
-    assert waiting.plan is None and "waiting for fresh batches of b (0/4)" in waiting.reason
-    policy = DS2Policy()
-    assert policy.decide(state, batches("a", 2, 8, 0.08)) is None
-    assert policy.decide(state, batches("a", 3, 8, 0.08) + batches("b", 4, 8, 0.32)).for_operator("b").replicas == 4
-    with pytest.raises(ValueError, match=re.escape("ds2: source_rate=-1 is refused: give a positive number of items/s, or None")):
-        DS2Settings(source_rate=-1)
+    stale = batches("b", 5, 8, 0.32, epoch=-1)  # another config epoch: not the operator's current configuration
+    waiting = ds2_decision(state, measure_rates(state, batches("a", 5, 8, 0.08) + stale))
+    assert waiting.plan is None and "waiting for batches of b (0/4)" in waiting.reason
+
+
+def test_ds2_holds_within_the_target_rate_ratio_and_ignores_a_scale_down_by_one():
+    # a: 100/s per replica, b: 25/s per replica; 1 + 4 replicas sustain 100/s
+    state = runner_state(op_state("a", 1), op_state("b", 4), cpus=16)
+    rates = measure_rates(state, batches("a", 5, 8, 0.08) + batches("b", 5, 8, 0.32))
+    near = ds2_decision(state, rates, source_rate=115)       # a and b need 2 and 5 for 115/s: 15% short
+    assert near.targets == {"a": 2, "b": 5} and near.plan is None and "within the target rate ratio 1.2" in near.reason
+    short = ds2_decision(state, rates, source_rate=125)      # 25% short: a step
+    assert short.plan is not None and short.plan.for_operator("b").replicas == 5
+    assert ds2_decision(state, rates, source_rate=125, target_rate_ratio=1.3).plan is None
+    assert ds2_decision(state, rates, source_rate=115, target_rate_ratio=1.1).plan is not None
+    one_less = ds2_decision(state, rates, source_rate=75)    # b 4 -> 3: one replica fewer is no change
+    assert one_less.targets["b"] == 3 and one_less.plan is None
+    two_less = ds2_decision(state, rates, source_rate=50)    # b 4 -> 2: a step
+    assert {o.operator: o.replicas for o in two_less.plan.operators} == {"b": 2}
+    same = ds2_decision(state, rates, source_rate=100)
+    assert same.plan is None and "targets equal the current parallelism" in same.reason
+
+
+def test_ds2_leaves_operators_whose_input_is_finished_and_pulls_at_the_first_busy_one():
+    a = op_state("a", 3)
+    b = OperatorState("b", op_state("b", 2).replicas, 40, 0, 100, 100, 0, 0.5, 0, 0)  # items still queued at b
+    closed = dataclasses.replace(runner_state(a, b, op_state("c", 1), cpus=8), input_closed=True)
+    rates = measure_rates(closed, batches("b", 5, 8, 0.32) + batches("c", 5, 8, 0.08))  # no batch of a: it has finished
+    decision = ds2_decision(closed, rates)
+    assert "a" not in decision.targets and "finished: a" in decision.reason and "pull source at b" in decision.reason
+    assert decision.targets == {"b": 4, "c": 1}   # 5 CPUs left beside a's 3: b 4 x 25/s, c 1 x 100/s

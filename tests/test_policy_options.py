@@ -40,7 +40,8 @@ def test_the_known_options_are_the_policies_keyword_parameters():
         make_policy("ds2", nonsense=True)
     except ValueError as exc:
         message = str(exc)
-    assert message == "ds2: unknown option 'nonsense'; known options: min_batches, source_rate, window"
+    assert message == ("ds2: unknown option 'nonsense'; known options: activation_intervals, min_batches, policy_interval_s, source_rate, "
+                       "target_rate_ratio, warm_up_intervals")
     with pytest.raises(ValueError, match=re.escape("static: unknown option 'window'; known options: none")):
         make_policy("static", spec=None, cluster=CLUSTER, window=3)
     with pytest.raises(ValueError, match=re.escape("threshold: unknown options 'a', 'b'; known options: down, up")):

@@ -1,21 +1,47 @@
-"""The DS2 baseline (Kalavri et al., OSDI 2018): rate-based parallelism for every operator in one step.
+"""The DS2 baseline: every operator's parallelism from true rates, all in one step, by a scaling
+manager that holds once it has converged.
 
 Contract:
-- ``ds2_decision(state, samples, *, spec, source_rate, min_batches) -> DS2Decision`` is a pure
-  function. Per operator, from its OK batches of the current config epoch:
-  true processing rate per replica ``p_i`` = items in / busy seconds, selectivity
-  ``s_i`` = items out / items in. The required input rate of the first operator is the source
-  rate (``source_rate`` when given; with an unbounded pull source, the first operator's own
-  true capacity ``replicas_0 * p_0``); the required rate of operator i+1 is operator i's
-  output at its required rate, ``r_{i+1} = r_i * s_i`` (the upstream's true output rate).
-  Target parallelism ``ceil(r_i / p_i)``, clamped to the operator's min/max replicas. When
-  the targets need more CPUs/GPUs than the cluster has, the source rate is lowered until
-  they fit (bisection), so every operator still matches its upstream.
-- It decides only when every operator has ``min_batches`` fresh batches; the decision is one
-  DS2 step (all operators at once), carrying per operator the rates and the arithmetic as
-  its reason. ``DS2Policy`` keeps the samples of the current config epochs between ticks and
-  returns the step's ``Plan`` (only the operators whose parallelism changes), or ``None``; its
-  options are a ``DS2Settings``.
+- ``measure_rates(state, samples)``: per operator, from its OK batches of the current config epoch,
+  the true processing rate ``p_i`` and true output rate ``o_i`` of one replica (items in / out per
+  busy second).
+- ``ds2_decision(state, rates, *, spec, source_rate, min_batches, target_rate_ratio)`` (pure): the
+  first operator's required rate is the target source rate ``R``, operator i+1's is operator i's
+  true output at its target, ``r_i * o_i / p_i``; targets ``ceil(r_i / p_i)`` within the min/max
+  replicas. ``R`` is ``source_rate``, lowered (bisection) until the targets fit the cluster's
+  CPUs/GPUs, or, for a pull source (None), the highest rate whose targets fit. Operators that will
+  get no more input (``finished_operators``) keep their replicas and the rest pulls at the first
+  busy one. A step (a ``Plan`` of every operator that changes) is called for when the current
+  parallelism sustains, at the same rates, less than ``R / target_rate_ratio``, or when an
+  operator's target is 2+ replicas under its count; else it holds. It waits while an operator has
+  fewer than ``min_batches`` batches or no replica.
+- ``DS2Policy`` is the scaling manager: one evaluation per ``policy_interval_s`` of the run
+  (``RunnerState.wall_s``); no sample is used for ``warm_up_intervals`` intervals after the start
+  and after each step it issues; rates over the activation window (the last ``activation_intervals``
+  intervals, further back within the same parallelism for an operator with fewer than
+  ``min_batches`` batches there); a step is issued once ``activation_intervals`` evaluations in a
+  row called for it (each operator scaled the same way: up, down or kept), with the last one's
+  targets; a step the runner refused is not issued again on the same parallelism. Its options are a
+  ``DS2Settings``.
+
+Where each rule comes from: Kalavri et al., "Three steps is all you need: fast, accurate, automatic
+scaling decisions for distributed streaming dataflows" (OSDI 2018), and its reference implementation
+(github.com/strymon-system/ds2, ``controller/``):
+- true rates over useful time, per instance, and the one-shot targets from the sources down the
+  graph: the paper's model (§3), ``policy/scaling.rs``;
+- policy interval, warm-up and activation time: the paper's scaling manager (§4), ``bin/manager.rs``;
+  defaults from ``config/ds2.toml`` (``policy_interval = 10`` s, ``warm_up_time = 2`` intervals) and
+  ``manager.rs`` (``activation_time`` 1 when unset; it counts evaluations since the last step, this
+  one evaluations in a row that call for the same step);
+- target rate ratio: ``target_rate_ratio`` in ``manager.rs``/``scaling.rs``, a further step when the
+  target source rate over the observed one exceeds it; here it gates every step, with the rate the
+  parallelism sustains by the true rates for the observed one (a pull source is observed at its
+  bottleneck's rate, without the fill and drain transients). Its default 1.2 is ours (the reference
+  leaves it unset: no further step): above the spread of a slow operator's rate over a window of 4+
+  batches in the simulator (long documents' OCR: 0.75-1.18 items/s per replica over 10 s windows);
+- a scale-down by one replica is no change: ``manager.rs`` ``consider_change``;
+- the pull source and finished operators are this runtime's: a batch pipeline's input is read as fast
+  as the pipeline takes it, and it ends.
 """
 
 from __future__ import annotations
@@ -24,12 +50,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from trident_flows.core.state import RunnerState
-from trident_flows.scheduler.replicas import main_config, replica_limits, scaled_plan
-from trident_flows.scheduler.settings import check_types, refuse, setting
+from trident_flows.core.state import ApplyOutcome, RunnerState
 from trident_flows.core.types import BatchSample, Outcome, Plan
+from trident_flows.scheduler.replicas import held, main_config, replica_limits, scaled_plan
+from trident_flows.scheduler.settings import check_types, refuse, setting
 
 _SLACK = 1e-6
+_BISECTIONS = 40
+# the reference manager's consider_change: a scale-down by one instance is not a change worth making
+_SCALE_DOWN_MIN = 2
 
 
 @dataclass(frozen=True)
@@ -40,16 +69,23 @@ class OperatorRates:
     replicas: int
     batches: int
     processing_rate: float
-    selectivity: float
+    output_rate: float
+
+    @property
+    def selectivity(self) -> float:
+        """Items out per item in (1 before any item was measured)."""
+        return self.output_rate / self.processing_rate if self.processing_rate > 0 else 1.0
 
 
 @dataclass(frozen=True)
 class DS2Decision:
-    """One DS2 step: targets per operator, the rates behind them, the plan (None: no change) and why."""
+    """One evaluation: targets per operator, the rates behind them, the target source rate ``R``, the
+    rate the current configuration sustains ``A``, the plan (None: hold) and why."""
 
     targets: Mapping[str, int]
     rates: Mapping[str, OperatorRates]
     source_rate: float
+    sustained_rate: float
     plan: Plan | None
     reason: str
 
@@ -76,7 +112,7 @@ def measure_rates(state: RunnerState, samples: Sequence[BatchSample]) -> dict[st
         items_in, items_out, busy, n = sums.get(op.name, [0.0, 0.0, 0.0, 0.0])
         replicas = sum(op.configs(include_canary=False).values())
         out[op.name] = OperatorRates(op.name, replicas, int(n), items_in / busy if busy > 0 else 0.0,
-                                     items_out / items_in if items_in > 0 else 1.0)
+                                     items_out / busy if busy > 0 else 0.0)
     return out
 
 
@@ -91,41 +127,72 @@ def _targets(order: Sequence[str], rates: Mapping[str, OperatorRates], source: f
     return targets
 
 
-def ds2_decision(state: RunnerState, samples: Sequence[BatchSample], *, spec: Any | None = None, source_rate: float | None = None,
-                 min_batches: int = 4) -> DS2Decision:
-    """One DS2 step on ``state`` and the fresh ``samples`` (see the module docstring)."""
-    rates = measure_rates(state, samples)
-    order = [op.name for op in state.operators]
+def _sustained(order: Sequence[str], rates: Mapping[str, OperatorRates], counts: Mapping[str, int]) -> float:
+    """Source items/s that ``counts`` replicas of each operator serve at the measured true rates."""
+    rate, work = math.inf, 1.0
+    for name in order:
+        if work > 0:
+            rate = min(rate, counts[name] * rates[name].processing_rate / work)
+        work *= rates[name].selectivity
+    return rate
+
+
+def finished_operators(state: RunnerState) -> list[str]:
+    """The operators that will receive no more work, a prefix of the pipeline: the input is closed and
+    nothing is queued or in flight at them or upstream."""
+    done: list[str] = []
+    for op in state.operators if state.input_closed else ():
+        if op.queue_items > 0 or any(r.inflight > 0 for r in op.replicas):
+            break
+        done.append(op.name)
+    return done
+
+
+def ds2_decision(state: RunnerState, rates: Mapping[str, OperatorRates], *, spec: Any | None = None, source_rate: float | None = None,
+                 min_batches: int = 4, target_rate_ratio: float = 1.2) -> DS2Decision:
+    """One evaluation of DS2 on ``state`` and the ``rates`` measured (see the module docstring)."""
+    finished = finished_operators(state)
+    order = [op.name for op in state.operators if op.name not in finished]
+    if not order:
+        return DS2Decision({}, rates, 0.0, 0.0, None, "every operator has finished its input")
     short = [f"{n} ({rates[n].batches}/{min_batches})" for n in order if rates[n].batches < min_batches or rates[n].processing_rate <= 0]
     if short:
-        return DS2Decision({}, rates, 0.0, None, f"waiting for fresh batches of {', '.join(short)}")
-    first = rates[order[0]]
-    source = source_rate if source_rate is not None else first.replicas * first.processing_rate
-    limits = {n: replica_limits(n, spec) for n in order}
+        return DS2Decision({}, rates, 0.0, 0.0, None, f"waiting for batches of {', '.join(short)}")
     configs = {op.name: main_config(op, spec) for op in state.operators}
-    idle = [n for n, c in configs.items() if c is None]
+    idle = [n for n in order if configs[n] is None]
     if idle:
-        return DS2Decision({}, rates, 0.0, None, f"operators {idle} run no replica; DS2 needs a running one to measure")
-    others = {op.name: {c: k for c, k in op.configs().items() if c != configs[op.name]} for op in state.operators}
+        return DS2Decision({}, rates, 0.0, 0.0, None, f"operators {idle} run no replica; DS2 needs a running one to measure")
+    limits = {n: replica_limits(n, spec) for n in order}
+    others = {n: {c: k for c, k in state.operator(n).configs().items() if c != configs[n]} for n in order}
+    kept = [held(state.operator(n).configs()) for n in finished] + [held(others[n]) for n in order]  # what a step leaves as it is
+    kept_cpus, kept_gpus = sum(c for c, _ in kept), sum(g for _, g in kept)
 
     def fits(t: Mapping[str, int]) -> bool:
-        cpus = sum(configs[n].cpus * max(0, t[n] - sum(others[n].values())) + sum(c.cpus * k for c, k in others[n].items()) for n in order)
-        gpus = sum(configs[n].gpus * max(0, t[n] - sum(others[n].values())) + sum(c.gpus * k for c, k in others[n].items()) for n in order)
+        main = {n: max(0, t[n] - sum(others[n].values())) for n in order}
+        cpus = kept_cpus + sum(configs[n].cpus * main[n] for n in order)
+        gpus = kept_gpus + sum(configs[n].gpus * main[n] for n in order)
         return cpus <= state.cluster_cpus + _SLACK and gpus <= state.cluster_gpus + _SLACK
 
-    targets = _targets(order, rates, source, limits)
-    capped = ""
-    if not fits(targets):
-        lo, hi = 0.0, source
-        for _ in range(40):
+    if source_rate is not None and not finished:
+        wanted, origin = source_rate, "given"
+    else:
+        wanted = _sustained(order, rates, {n: limits[n][1] for n in order})
+        origin = f"a pull source{' at ' + order[0] if finished else ''}: the highest rate that fits"
+    source, capped = wanted, ""
+    if not fits(_targets(order, rates, wanted, limits)):
+        lo, hi = 0.0, wanted
+        for _ in range(_BISECTIONS):
             mid = (lo + hi) / 2
             if fits(_targets(order, rates, mid, limits)):
                 lo = mid
             else:
                 hi = mid
-        capped = f"; {source:.4g} items/s needs more than the cluster's {state.cluster_cpus:g} CPUs / {state.cluster_gpus:g} GPUs, capped"
         source = lo
-        targets = _targets(order, rates, source, limits)
+        if origin == "given":
+            capped = f"; {wanted:.4g} items/s needs more than the cluster's {state.cluster_cpus:g} CPUs / {state.cluster_gpus:g} GPUs, capped"
+    targets = _targets(order, rates, source, limits)
+    counts = {n: rates[n].replicas for n in order}
+    sustained = _sustained(order, rates, counts)
     ops, required, parts = [], source, []
     for name in order:
         r = rates[name]
@@ -135,54 +202,125 @@ def ds2_decision(state: RunnerState, samples: Sequence[BatchSample], *, spec: An
         if targets[name] != r.replicas:
             ops.append(scaled_plan(state.operator(name), targets[name], why, spec))
         required *= r.selectivity
-    work, predicted = 1.0, math.inf
-    for name in order:
-        predicted = min(predicted, targets[name] * rates[name].processing_rate / work)
-        work *= rates[name].selectivity
-    origin = "given" if source_rate is not None else "the first operator's true capacity"
-    reason = f"DS2 step at source rate {source:.4g} items/s ({origin}{capped}): " + ", ".join(parts)
-    plan = Plan(tuple(ops), predicted, reason) if ops else None
-    return DS2Decision(targets, rates, source, plan, reason if ops else "DS2 targets equal the current parallelism")
+    predicted = _sustained(order, rates, targets)
+    ratio = source / sustained if sustained > 0 else math.inf
+    shrink = [n for n in order if counts[n] - targets[n] >= _SCALE_DOWN_MIN]
+    reason = (f"DS2 at target source rate {source:.4g} items/s ({origin}{capped}); the current configuration sustains "
+              f"{sustained:.4g} (ratio {ratio:.3g}): " + ", ".join(parts) + (f"; finished: {', '.join(finished)}" if finished else ""))
+    if not ops:
+        return DS2Decision(targets, rates, source, sustained, None, f"{reason}; targets equal the current parallelism")
+    if ratio <= target_rate_ratio and not shrink:
+        return DS2Decision(targets, rates, source, sustained, None,
+                           f"{reason}; within the target rate ratio {target_rate_ratio:g} and no operator {_SCALE_DOWN_MIN}+ replicas over: hold")
+    return DS2Decision(targets, rates, source, sustained, Plan(tuple(ops), predicted, f"{reason}; step"), f"{reason}; step")
 
 
 @dataclass(frozen=True)
 class DS2Settings:
     """The DS2 policy's options, validated at construction (see ``scheduler/settings.py``)."""
 
-    source_rate: float | None = setting(None, "source rate in items/s (None: the first operator's measured true capacity)")
-    min_batches: int = setting(4, "fresh batches every operator needs before a DS2 step, >= 1")
-    window: int = setting(4000, "batch samples of the current config epochs kept between ticks, >= 1")
+    source_rate: float | None = setting(None, "target source rate in items/s (None: a pull source, the highest rate the cluster fits)")
+    policy_interval_s: float = setting(10.0, "seconds of the run between two evaluations of the policy (reference ds2.toml: 10)")
+    warm_up_intervals: int = setting(2, "policy intervals after the start and after each step whose samples are not used (ds2.toml: 2)")
+    activation_intervals: int = setting(1, "consecutive evaluations that must call for the same step before it is issued, >= 1 (reference: 1)")
+    target_rate_ratio: float = setting(1.2, "target source rate / rate the current parallelism sustains above which DS2 steps, >= 1")
+    min_batches: int = setting(4, "batches every operator needs in the activation window before DS2 evaluates, >= 1")
 
     def __post_init__(self) -> None:
         check_types("ds2", self)
         if self.source_rate is not None and self.source_rate <= 0:
             raise refuse("ds2", "source_rate", self.source_rate, "give a positive number of items/s, or None")
+        if self.policy_interval_s <= 0:
+            raise refuse("ds2", "policy_interval_s", self.policy_interval_s, "give a positive number of seconds")
+        if self.warm_up_intervals < 0:
+            raise refuse("ds2", "warm_up_intervals", self.warm_up_intervals, "give a count of intervals >= 0")
+        if self.activation_intervals < 1:
+            raise refuse("ds2", "activation_intervals", self.activation_intervals, "give a count of intervals >= 1")
+        if self.target_rate_ratio < 1:
+            raise refuse("ds2", "target_rate_ratio", self.target_rate_ratio, "give a ratio >= 1 (1: step on any shortfall)")
         if self.min_batches < 1:
             raise refuse("ds2", "min_batches", self.min_batches, "give a count of batches >= 1")
-        if self.window < 1:
-            raise refuse("ds2", "window", self.window, "give a count of samples >= 1")
 
 
 class DS2Policy:
-    """DS2 behind the ``Policy`` interface (see the module docstring)."""
+    """DS2's scaling manager behind the ``Policy`` interface (see the module docstring)."""
 
     name = "ds2"
     settings_type = DS2Settings
 
     def __init__(self, spec: Any | None = None, cluster: Any | None = None, settings: DS2Settings | None = None) -> None:
-        settings = settings if settings is not None else DS2Settings()
-        self.settings = settings
+        self.settings = settings if settings is not None else DS2Settings()
         self.spec = spec
-        self.source_rate = settings.source_rate
-        self.min_batches = settings.min_batches
-        self.window = settings.window
-        self._samples: list[BatchSample] = []
-        self.last: DS2Decision | None = None
+        self.source_rate = self.settings.source_rate
+        self.last: DS2Decision | None = None  # the last evaluation
+        self.status = "not started"           # why the last tick issued no plan
+        self._warm_until: float | None = None  # run seconds before which samples are not used (None: set at the next tick)
+        self._interval_start: float | None = None  # None: the next tick after the warm-up starts the first interval
+        self._current: list[BatchSample] = []
+        self._intervals: list[list[BatchSample]] = []  # closed intervals of this configuration, after its warm-up
+        self._calls = 0                                # consecutive evaluations that called for the same step
+        self._direction: dict[str, int] | None = None  # per operator -1, 0 or +1: the step the last evaluation called for
+        self._refused: tuple[dict[str, int], dict[str, int]] | None = None  # (parallelism, targets) of a refused plan
 
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
-        epochs = {op.name: op.config_epoch for op in state.operators}
-        self._samples = [s for s in [*self._samples, *samples] if epochs.get(s.operator) == s.config_epoch][-self.window:]
-        self.last = ds2_decision(state, self._samples, spec=self.spec, source_rate=self.source_rate, min_batches=self.min_batches)
-        if self.last.plan is not None:
-            self._samples = []  # the next step waits for batches of the new configuration
-        return self.last.plan
+        s, now = self.settings, state.wall_s
+        if self._warm_until is None:  # the first tick, or the first after a step (the loop waited for it to land)
+            self._warm_until, self._interval_start, self._current, self._intervals = now + s.warm_up_intervals * s.policy_interval_s, None, [], []
+        if now < self._warm_until:
+            return self._hold(f"warming up until {self._warm_until:.1f} s")
+        if self._interval_start is None:  # these samples span the warm-up's end: the first interval starts now
+            self._interval_start = now
+            return self._hold("warmed up: observing")
+        self._current.extend(samples)
+        if now - self._interval_start < s.policy_interval_s * (1 - _SLACK):
+            return self._hold(f"observing: {now - self._interval_start:.1f} of {s.policy_interval_s:g} s")
+        self._intervals.append(self._current)
+        self._current, self._interval_start = [], now
+        self.last = ds2_decision(state, measure_rates(state, self._window(state)), spec=self.spec, source_rate=self.source_rate,
+                                 min_batches=s.min_batches, target_rate_ratio=s.target_rate_ratio)
+        plan = self.last.plan
+        if plan is not None and self._refused == (_parallelism(self.last), dict(self.last.targets)):
+            return self._hold(f"{self.last.reason}; refused before with this parallelism, not issued again")
+        direction = _direction(self.last) if plan is not None else None
+        self._calls = self._calls + 1 if direction is not None and direction == self._direction else 1 if direction is not None else 0
+        self._direction = direction
+        if plan is None:
+            return self._hold(self.last.reason)
+        if self._calls < s.activation_intervals:
+            return self._hold(f"{self.last.reason} ({self._calls} of {s.activation_intervals} evaluations in a row)")
+        self._calls, self._direction, self._warm_until, self._refused = 0, None, None, None
+        self.status = "step issued"
+        return plan
+
+    def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
+        """A refused plan is remembered so that the same step is not issued again on the same parallelism."""
+        if not outcome.changed and self.last is not None and self.last.plan is plan:
+            self._refused = (_parallelism(self.last), dict(self.last.targets))
+
+    def _hold(self, why: str) -> None:
+        self.status = why
+        return None
+
+    def _window(self, state: RunnerState) -> list[BatchSample]:
+        """The activation window's samples (see the module docstring); older intervals no operator needs are dropped."""
+        keep, need = self.settings.activation_intervals, self.settings.min_batches
+        starts = []
+        for op in state.operators:
+            start, batches = len(self._intervals), 0
+            while start > 0 and (len(self._intervals) - start < keep or batches < need):
+                start -= 1
+                batches += sum(1 for x in self._intervals[start] if x.operator == op.name and x.outcome == Outcome.OK)
+            starts.append((op.name, start))
+        first = min((k for _, k in starts), default=len(self._intervals))
+        self._intervals = self._intervals[first:]
+        begin = {name: k - first for name, k in starts}
+        return [x for k, interval in enumerate(self._intervals) for x in interval if k >= begin.get(x.operator, len(self._intervals))]
+
+
+def _parallelism(decision: DS2Decision) -> dict[str, int]:
+    return {name: r.replicas for name, r in decision.rates.items()}
+
+
+def _direction(decision: DS2Decision) -> dict[str, int]:
+    """Per operator, whether the decision scales it down (-1), keeps it (0) or scales it up (+1)."""
+    return {n: (t > decision.rates[n].replicas) - (t < decision.rates[n].replicas) for n, t in decision.targets.items()}

@@ -1,0 +1,98 @@
+"""DS2's scaling manager on hand-built runner states: it evaluates once per policy interval, uses no sample
+during the warm-up after the start and after each step, issues a step only when the activation window's
+evaluations all called for one, does not issue a refused step again, and refuses bad settings by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from trident_flows.core.state import ApplyOutcome, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import BatchSample, OpConfig
+from trident_flows.scheduler.ds2 import DS2Policy, DS2Settings
+from trident_flows.scheduler.policies import make_policy
+
+CPU1 = OpConfig.make("cpu", batch_size=8)
+
+
+def state(a: int, b: int, t: float, cpus: float = 16) -> RunnerState:
+    """Operators a and b with ``a`` and ``b`` replicas at ``t`` seconds of the run."""
+    def op(name: str, n: int) -> OperatorState:
+        reps = tuple(ReplicaState(f"{name}-{i}", f"r:{name}-{i}", CPU1, True, False, False, 1, 0.5, 10, 0) for i in range(n))
+        return OperatorState(name, reps, 0, 0, 100, 100, 0, 0.5, 0, 0)
+    return RunnerState("p", (op("a", a), op("b", b)), 1000, 500, 0, 0, 500, False, False, t, 50.0, cpus, 0, 0, 0)
+
+
+def batches(b_busy_s: float, n: int = 4) -> list[BatchSample]:
+    """``n`` batches of 8 items each at a (0.08 s: 100 items/s per replica) and at b (``b_busy_s`` each)."""
+    return [BatchSample(op, f"{op}-0", CPU1, float(k), float(k) + busy, busy, 8, 8) for op, busy in (("a", 0.08), ("b", b_busy_s))
+            for k in range(n)]
+
+
+def test_it_evaluates_once_per_interval_after_the_warm_up_and_warms_up_again_after_a_step():
+    policy = DS2Policy(settings=DS2Settings(source_rate=100.0))   # b at 25/s per replica needs 4 for 100/s
+    assert policy.decide(state(1, 1, 10.0), batches(0.32)) is None and "warming up until 30.0" in policy.status
+    assert policy.decide(state(1, 1, 20.0), batches(0.32)) is None and policy.last is None  # warm-up samples: not used
+    assert policy.decide(state(1, 1, 30.0), batches(0.32)) is None and policy.status == "warmed up: observing"
+    assert policy.decide(state(1, 1, 35.0), batches(0.32)) is None and "observing: 5.0 of 10 s" in policy.status
+    plan = policy.decide(state(1, 1, 40.0), [])
+    assert plan is not None and plan.for_operator("b").replicas == 4 and policy.last.rates["b"].batches == 4
+    # the first tick after the step (the loop waited for it to land) starts a new warm-up; older samples are gone
+    assert policy.decide(state(1, 4, 55.0), batches(0.32)) is None and "warming up until 75.0" in policy.status
+    assert policy.decide(state(1, 4, 75.0), []) is None
+    assert policy.decide(state(1, 4, 85.0), batches(0.32)) is None and "targets equal the current parallelism" in policy.status
+
+
+def test_a_step_waits_for_activation_intervals_evaluations_in_a_row_calling_for_it():
+    policy = make_policy("ds2", source_rate=100.0, activation_intervals=2, warm_up_intervals=0)
+    assert policy.decide(state(1, 4, 0.0), []) is None          # the first interval starts
+    assert policy.decide(state(1, 4, 10.0), batches(0.64)) is None and "b 4->8; step (1 of 2 evaluations in a row)" in policy.status
+    # b fast in this interval: over the window's two intervals (135 items/s per replica) one replica serves 100/s: a step
+    # down, not the step up called for before, so the count starts again
+    assert policy.decide(state(1, 4, 20.0), batches(0.001, n=40)) is None and "b 4->1; step (1 of 2 evaluations in a row)" in policy.status
+    plan = policy.decide(state(1, 4, 30.0), batches(0.64))      # the window (the last two intervals) calls for it again
+    assert plan is not None and plan.for_operator("b").replicas == 1
+    # an evaluation that holds ends the run of evaluations
+    policy = make_policy("ds2", source_rate=100.0, activation_intervals=2, warm_up_intervals=0)
+    policy.decide(state(1, 4, 0.0), [])
+    assert policy.decide(state(1, 4, 10.0), batches(0.64)) is None and "(1 of 2" in policy.status
+    assert policy.decide(state(1, 4, 20.0), batches(0.08, n=8)) is None and "targets equal" in policy.status  # 30/s: 4 replicas
+    assert policy.decide(state(1, 4, 30.0), batches(0.64)) is None and "targets equal" in policy.status
+    assert policy.decide(state(1, 4, 40.0), batches(0.64)) is None and "(1 of 2" in policy.status
+    assert policy.decide(state(1, 4, 50.0), batches(0.64)).for_operator("b").replicas == 8
+
+
+def test_a_step_the_runner_refused_is_not_issued_again_on_the_same_parallelism():
+    policy = DS2Policy(settings=DS2Settings(source_rate=100.0, warm_up_intervals=0))
+    policy.decide(state(1, 1, 0.0), [])
+    plan = policy.decide(state(1, 1, 10.0), batches(0.32))
+    policy.observe_apply(plan, ApplyOutcome.refused("no node has room"))
+    policy.decide(state(1, 1, 11.0), [])
+    assert policy.decide(state(1, 1, 21.0), batches(0.32)) is None and "refused before" in policy.status
+    # the same evaluation on another parallelism is a new step
+    assert policy.decide(state(1, 2, 31.0), batches(0.32)) is not None
+
+
+def test_an_operator_with_too_few_batches_in_the_window_is_measured_over_earlier_intervals_of_the_configuration():
+    policy = DS2Policy(settings=DS2Settings(source_rate=100.0, warm_up_intervals=0, min_batches=6))
+    policy.decide(state(1, 4, 0.0), [])
+    assert policy.decide(state(1, 4, 10.0), batches(0.32, n=3)) is None and "waiting for batches of a (3/6), b (3/6)" in policy.status
+    assert policy.decide(state(1, 4, 20.0), batches(0.32, n=3)) is None
+    assert policy.last.rates["b"].batches == 6 and "targets equal the current parallelism" in policy.status
+
+
+@pytest.mark.parametrize("field, value, fix", [
+    ("policy_interval_s", 0.0, "give a positive number of seconds"),
+    ("warm_up_intervals", -1, "give a count of intervals >= 0"),
+    ("activation_intervals", 0, "give a count of intervals >= 1"),
+    ("target_rate_ratio", 0.9, "give a ratio >= 1 (1: step on any shortfall)"),
+    ("min_batches", 0, "give a count of batches >= 1"),
+    ("source_rate", -1.0, "give a positive number of items/s, or None"),
+    ("warm_up_intervals", 2.0, "give a whole number"),
+])
+def test_bad_settings_are_refused_naming_the_field_and_the_fix(field: str, value: object, fix: str):
+    with pytest.raises(ValueError, match=re.escape(f"ds2: {field}={value!r} is refused: {fix}")):
+        DS2Settings(**{field: value})
+    assert dataclasses.fields(DS2Settings)  # every knob is a documented field (settings.documented)
