@@ -39,7 +39,10 @@ DEFINITIONS: dict[str, str] = {
     STATIC_HINDSIGHT: ("the static configuration with the shortest predicted duration of the whole stream, found with the cost model "
                        "and the stream's regime blocks: it uses knowledge no user has"),
     "trident": "this project's closed-loop policy in the runtime's control loop, starting from static-default",
-    "ds2": "DS2's rate-based parallelism run as a policy of this runtime, starting from static-default",
+    "ds2": ("DS2 (Kalavri et al., OSDI 2018) as its paper and reference implementation define it, run as a policy of this "
+            "runtime from static-default: every 10 s, after a 20 s warm-up following each step, every operator's parallelism "
+            "from its true rates over busy time, all in one step, taken only when the current parallelism sustains under "
+            "1/1.2 of the highest rate the node fits"),
     "threshold": "Ray Data's utilisation-threshold autoscaling rule run as a policy of this runtime, starting from static-default",
     "ray-data-fixed": "plain Ray Data, map_batches with fixed-size actor pools of static-default's replicas",
     "ray-data-autoscaling": "plain Ray Data, map_batches with ActorPoolStrategy(min 1, max, initial = static-default's replicas)",
