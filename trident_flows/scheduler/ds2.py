@@ -47,6 +47,7 @@ scaling decisions for distributed streaming dataflows" (OSDI 2018), and its refe
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -302,19 +303,21 @@ class DS2Policy:
         return None
 
     def _window(self, state: RunnerState) -> list[BatchSample]:
-        """The activation window's samples (see the module docstring); older intervals no operator needs are dropped."""
+        """The activation window's samples (see the module docstring); older intervals no operator needs are dropped
+        (an operator whose input is finished takes no more batches: it holds none back)."""
         keep, need = self.settings.activation_intervals, self.settings.min_batches
-        starts = []
+        counts = [Counter(x.operator for x in interval if x.outcome == Outcome.OK) for interval in self._intervals]
+        finished = set(finished_operators(state))
+        begin: dict[str, int] = {}
         for op in state.operators:
-            start, batches = len(self._intervals), 0
-            while start > 0 and (len(self._intervals) - start < keep or batches < need):
+            start, batches = len(counts), 0
+            while start > 0 and (len(counts) - start < keep or (batches < need and op.name not in finished)):
                 start -= 1
-                batches += sum(1 for x in self._intervals[start] if x.operator == op.name and x.outcome == Outcome.OK)
-            starts.append((op.name, start))
-        first = min((k for _, k in starts), default=len(self._intervals))
+                batches += counts[start][op.name]
+            begin[op.name] = start
+        first = min(begin.values(), default=len(counts))
         self._intervals = self._intervals[first:]
-        begin = {name: k - first for name, k in starts}
-        return [x for k, interval in enumerate(self._intervals) for x in interval if k >= begin.get(x.operator, len(self._intervals))]
+        return [x for k, interval in enumerate(self._intervals) for x in interval if k + first >= begin.get(x.operator, len(counts))]
 
 
 def _parallelism(decision: DS2Decision) -> dict[str, int]:
