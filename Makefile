@@ -37,7 +37,8 @@ lock:
 	@{ sed '/^[^#]/,$$d' $(LOCK); \
 	  $(PY) -m pip freeze --all --exclude-editable --exclude trident-flows | grep -v '^opencv-python=='; \
 	  $(PY) -m pip freeze | sed -n 's/^opencv-python-headless==/opencv-python==/p'; } > $(LOCK).new
-	@mv $(LOCK).new $(LOCK) && echo "wrote $(LOCK) from $(VENV)"
+	@if cmp -s $(LOCK).new $(LOCK); then rm $(LOCK).new; echo "$(LOCK) is up to date"; \
+	else mv $(LOCK).new $(LOCK) && echo "wrote $(LOCK) from $(VENV)"; fi
 
 bench: install
 	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video faults sim-fidelity ray-data-import plan-fidelity dataplane closed-loop-suite; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
