@@ -154,7 +154,7 @@ def test_traces_recorded_for_the_benchmark_are_found_next_to_the_committed_ones(
 
 
 def test_a_suite_trace_is_rebuilt_from_its_suite_workload_header_and_first_poll() -> None:
-    from trident_flows.bench.closed_loop_suite import suite_workloads
+    from trident_flows.bench.suite_workloads import suite_workloads
 
     suite = suite_workloads(False, ("cpu-only",))[0]
     stream = suite.streams()[0]

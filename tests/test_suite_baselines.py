@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.bench import closed_loop_suite as suite
+from trident_flows.bench import suite_workloads
 from trident_flows.bench.baselines import STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT, tune_baselines
 from trident_flows.bench.closed_loop_runs import RunRecord
 from trident_flows.bench.closed_loop_workload import GPU_BATCHES, Workload
@@ -59,30 +60,31 @@ def _record(system: str, items_per_s: float, *, variant: str = "regimes", ooms: 
                      applies_refused=0, refused_repeated=0)
 
 
-def test_summary_relates_trident_to_each_baseline_and_the_headroom():
-    main = [_record("trident", 30.0), _record(STATIC_HINDSIGHT, 20.0), _record(STATIC_DEFAULT, 10.0),
+def test_summary_relates_trident_to_each_baseline_the_best_static_and_the_oracle():
+    main = [_record("trident", 30.0), _record(STATIC_HINDSIGHT, 20.0), _record(STATIC_DEFAULT, 10.0), _record("oracle", 40.0),
             _record("ray-data-autoscaling", 15.0, lost=1)]
     spikes = [_record("trident", 25.0, variant="spikes", ooms=2), _record(STATIC_DEFAULT, 9.0, variant="spikes", lost=2)]
-    s = suite.summarise(main, spikes, headroom_ratio=2.0, simulated_ratio=1.6)
+    s = suite.summarise(main, spikes, model_headroom=2.0)
+    assert s["headroom"] == pytest.approx(2.0) and s["t_over_oracle"] == pytest.approx(0.75)
+    assert s["gain_captured"] == pytest.approx(0.5)  # (30 - 20) / (40 - 20)
     assert s["trident_vs_static_hindsight"] == pytest.approx(1.5)
-    assert s["captured"] == pytest.approx(0.75)
-    assert s["headroom_simulated"] == 1.6 and s["captured_simulated"] == pytest.approx(1.5 / 1.6)
     assert s["trident_vs_static_default"] == pytest.approx(3.0)
     assert s["trident_vs_ray_data_autoscaling"] == pytest.approx(2.0)
-    assert s["trident_ooms"] == 2 and s["items_lost"] == 3
+    assert s["trident_ooms"] == 2 and s["items_lost"] == 3 and s["best_static_ooms"] == 0 and s["model_headroom"] == 2.0
     failed = RunRecord("trident", "regimes", 0, 100, error="RuntimeError: no")
-    assert suite.summarise([failed, _record(STATIC_HINDSIGHT, 20.0)], [], 2.0)["captured"] is None
+    empty = suite.summarise([failed, _record(STATIC_HINDSIGHT, 20.0)], [], 2.0)
+    assert empty["t_over_oracle"] is None and empty["gain_captured"] is None and empty["headroom"] is None  # no oracle ran
 
 
 def test_equal_time_blocks_follow_each_regimes_optimal_rate():
     profile = PipelineProfile.load("documents")
-    schedule = dict(part.split(":") for part in suite.equal_time_regimes(profile, 0, ("short", "scans"), 60.0).split(","))
+    schedule = dict(part.split(":") for part in suite_workloads.equal_time_regimes(profile, 0, ("short", "scans"), 60.0).split(","))
     # born-digital documents go through a CPU-only node many times faster than scans
     assert int(schedule["short"]) > 5 * int(schedule["scans"]) > 0
-    (cpu_only,) = suite.suite_workloads(quick=True, names=["cpu-only"])
+    (cpu_only,) = suite_workloads.suite_workloads(quick=True, names=["cpu-only"])
     assert cpu_only.gpus == 0 and [r for r, _, _ in cpu_only.streams()[0].blocks()] == ["short", "scans", "long", "short"]
     spikes = cpu_only.streams()[1].memory_spikes[0]
     long_block = next(b for b in cpu_only.streams()[0].blocks() if b[0] == "long")
     assert long_block[1] <= spikes[0] and spikes[0] + spikes[1] <= long_block[2]  # inside the long block
     with pytest.raises(ValueError, match=r"unknown suite workload\(s\) \['gpu'\]; choose from \['gpu-ocr'"):
-        suite.suite_workloads(quick=True, names=["gpu"])
+        suite_workloads.suite_workloads(quick=True, names=["gpu"])

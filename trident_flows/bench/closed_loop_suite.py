@@ -1,9 +1,12 @@
-"""Benchmark ``closed-loop-suite``: trident against the baselines a user would have, on workloads
-where adaptive scheduling can pay and on the two where it cannot.
+"""Benchmark ``closed-loop-suite``: trident against the baselines a user would have and against two
+references that use knowledge no user has, on workloads where adaptive scheduling can pay and on two
+where it cannot; in the simulator (every system) and live (a subset).
 
-Contract of ``run(quick) -> BenchResult``:
-- Workloads (``suite_workloads``), each an emulated pipeline on one logical node of 16 CPUs (+ GPUs)
-  fed a seeded stream of regime blocks:
+Contract of ``run(quick, sim=, previous=) -> BenchResult``: the report has two sections, ``sim`` and
+``live``; a run measures one (``sim=True``: ``--sim``) and keeps the other from ``previous`` (the report
+it replaces) with that section's provenance (``raw.OTHER_provenance``); ``raw.section`` names the
+section the report's own ``provenance`` belongs to.
+- Workloads (``suite_workloads``; one logical node of 16 CPUs (+ GPUs), a seeded stream of regime blocks):
   - ``gpu-ocr``: documents with RapidOCR as the OCR engine (``profiles/documents-rapidocr.json``:
     OCR measured on CPU, its GPU cost derived, see that profile), 16 CPUs + 2 GPUs, so OCR and
     embedding compete for the GPUs; blocks born-digital ``short`` -> ``scans`` -> ``long`` (long
@@ -11,42 +14,37 @@ Contract of ``run(quick) -> BenchResult``:
   - ``cpu-only``: documents (tesseract) on 16 CPUs and no GPU, the same blocks;
   - ``docs-baseline`` / ``video-baseline``: the streams of ``closed-loop`` / ``closed-loop-video``
     (16 CPUs + 2 GPUs), kept as the cases with little headroom;
-  - ``video``: video on 16 CPUs + 2 GPUs, blocks ``small`` -> ``hd`` -> ``long`` -> ``small``, the
-    largest variation the video profile's regimes give.
-  The blocks of gpu-ocr, cpu-only and video last ``BLOCK_S`` (quick: ``QUICK_BLOCK_S``) seconds of
-  production time each at their own optimum (items = the regime's optimal items/s by the cost model
-  x seconds), run at ``TIME_SCALE`` (every modelled second, emulated cold starts included, x the
-  scale; Ray's own actor start-up is not compressed).
-- Systems (``SYSTEMS``; one sentence each in ``baselines.DEFINITIONS``), every one on every
-  workload, interleaved and rotated within each repeat: ``static-default``, ``static-first-n``,
-  ``static-hindsight`` (``baselines``), ``trident``, ``ds2``, ``threshold`` (policies of this
+  - ``video``: video on 16 CPUs + 2 GPUs, blocks ``small`` -> ``hd`` -> ``long`` -> ``small``.
+- ``sim`` (``suite_sim``, SIMULATED): static-default, threshold, ds2 and trident, the best static in
+  hindsight S* (``static-hindsight``) and the per-regime oracle O, both searched in the simulator in
+  the space trident searches; per workload ``headroom`` (O / S*), ``t_over_oracle``,
+  ``gain_captured`` ((T - S*) / (O - S*)), trident's ratios to the baselines, OOMs, items lost, and
+  whether any system beat O by more than 2% (see ``suite_sim``).
+- ``live`` (``SYSTEMS``; one sentence each in ``baselines.DEFINITIONS``): every system on every
+  chosen workload, interleaved and rotated within each repeat: ``static-default``, ``static-hindsight``
+  (S* as the sim section found it for the same stream; the cost model's choice when there is none),
+  ``oracle`` (the sim section's per-block allocations, switched as each block reaches each
+  operator; it needs the sim section), ``trident``, ``ds2``, ``threshold`` (policies of this
   runtime, starting from static-default), ``ray-data-fixed`` and ``ray-data-autoscaling``. The
-  memory-spike variant (the middle 80% of the first ``long`` block at 5x memory per item) runs
-  every system in a full run, static-default and trident with ``--quick``. cosmos-xenna is not in
-  the suite: its autoscaler cannot start from given worker counts (a fixed ``num_workers`` turns
-  it off), so it could not start where the others do.
-- Summary, per workload: ``headroom`` (``headroom.headroom``: the best single static in hindsight
-  over every regime's own optimum switched for free, on the cost models, whole replicas),
-  ``trident_vs_static_hindsight``, ``trident_vs_static_default``,
-  ``trident_vs_ray_data_autoscaling`` (ratios of median items/s, regimes variant), ``captured``
-  (``trident_vs_static_hindsight / headroom``), ``headroom_simulated`` and ``captured_simulated``
-  (the same with ``sim_headroom.simulated_headroom``: the model's allocations measured in the
-  simulator, where they are not what the model says: on gpu-ocr the model's per-regime optima
-  ran slower than its best static), ``trident_ooms`` (trident, both variants) and
-  ``items_lost`` (every run of every system). ``None`` where a system could not run (its error is
-  in ``raw``). Throughput and run records are those of ``closed_loop`` (first to last output).
-- The figure has one row per workload: completed items/s over time of each system's median run,
-  shaded by the regime trident's last operator works on, and trident's replicas per operator.
+  memory-spike variant (the middle 80% of the first ``long`` block at 5x memory per item) runs every
+  system but the oracle in a full run, static-default and trident with ``--quick``. cosmos-xenna is
+  not in the suite: its autoscaler cannot start from given worker counts (a fixed ``num_workers``
+  turns it off). Per workload the sim section's keys measured live (O = the oracle's median run,
+  never below S*), ``trident_vs_ray_data_autoscaling`` and ``model_headroom`` (the cost model's
+  whole-replica bound, ``headroom.headroom``). ``None`` where a system could not run (its error is in
+  ``raw``). Throughput is ``closed_loop``'s (input items / (first to last output)).
+- The figure (live) has one row per workload: completed items/s over time of each system's median
+  run, shaded by the regime trident's last operator works on, and trident's replicas per operator.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -54,128 +52,49 @@ import numpy as np
 import psutil
 import ray
 
-from trident_flows.bench import closed_loop_figure, closed_loop_workload, headroom, sim_headroom
-from trident_flows.bench.baselines import DEFINITIONS, STATIC_DEFAULT, STATIC_HINDSIGHT, STATIC_SYSTEMS, Baselines, tune_baselines
+from trident_flows.bench import allocation, closed_loop_figure, closed_loop_workload, headroom, suite_sim
+from trident_flows.bench.baselines import DEFINITIONS, STATIC_DEFAULT, STATIC_HINDSIGHT, STATIC_SYSTEMS, Baselines
 from trident_flows.bench.closed_loop_runs import RunRecord, run_ray_data, run_runtime
 from trident_flows.bench.closed_loop_stats import per_system
 from trident_flows.bench.closed_loop_workload import Workload
-from trident_flows.bench.report import BenchResult
-from trident_flows.bench.sim_headroom import simulated_headroom
-from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
-from trident_flows.pipelines.emulated_layout import EmulatedLayout
-from trident_flows.pipelines.emulated_video import LAYOUT as VIDEO_LAYOUT
+from trident_flows.bench.oracle_policy import OraclePolicy
+from trident_flows.bench.report import BenchResult, Target
+from trident_flows.bench.suite_workloads import CPUS, DEVICE_MEMORY, WORKLOADS, SuiteWorkload, suite_workloads
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.leftovers import ray_descendants
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec
 
-CPUS, GPUS = closed_loop_workload.CPUS, closed_loop_workload.GPUS
-DEVICE_MEMORY = closed_loop_workload.DEVICE_MEMORY
-SYSTEMS = (STATIC_DEFAULT, "static-first-n", STATIC_HINDSIGHT, "trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling")
-SPIKE_SYSTEMS = SYSTEMS
+ORACLE = suite_sim.ORACLE
+SYSTEMS = (STATIC_DEFAULT, STATIC_HINDSIGHT, ORACLE, "trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling")
+SPIKE_SYSTEMS = tuple(s for s in SYSTEMS if s != ORACLE)  # the spike variant checks OOM safety: the oracle has no part there
 QUICK_SPIKE_SYSTEMS = (STATIC_DEFAULT, "trident")
-# Production seconds per block, and the time scale they run at. A full run keeps blocks of five minutes,
-# the upper end of the regime lengths of real corpora: in the simulator, trident gains 1.15x over
-# static-default on cpu-only with 5-minute blocks, 1.05x with 4, 1.01x with 3 and nothing with 1-minute
-# blocks, which end before a change has paid for its cold starts. The scale keeps the fastest regime
-# (short born-digital documents, ~73 items/s at its optimum) within what the runtime moves on 2 cores.
-BLOCK_S, QUICK_BLOCK_S = 300.0, 6.0
-QUICK_SIM_EVALS = 10  # allocations one hill-climb of the simulated headroom may measure with --quick
-TIME_SCALE = 0.5
-FIRST_N_SHARE = 0.05  # static-first-n profiles the first 5% of the stream (at least MIN_FIRST_N items)
-MIN_FIRST_N = 10
-SEED = 11
-SPIKE_FACTOR = closed_loop_workload.SPIKE_FACTOR
-
-
-@dataclass(frozen=True)
-class SuiteWorkload:
-    """One workload of the suite: a profile, its default layout, GPUs on the node, a schedule and a time scale."""
-
-    name: str
-    profile: str
-    layout: EmulatedLayout
-    gpus: int
-    regimes: str  # block schedule, "regime:items,..."
-    time_scale: float
-    note: str
-    spike_regime: str = "long"
-
-    def streams(self) -> tuple[Workload, Workload]:
-        """The regimes stream and its memory-spike variant (the middle 80% of the first ``spike_regime`` block)."""
-        base = Workload("regimes", self.regimes, seed=SEED, time_scale=self.time_scale)
-        _, start, end = next(b for b in base.blocks() if b[0] == self.spike_regime)
-        count = max(1, int(0.8 * (end - start)))
-        return base, Workload("spikes", self.regimes, seed=SEED, time_scale=self.time_scale,
-                              memory_spikes=((start + (end - start - count) // 2, count, SPIKE_FACTOR),))
-
-    def baselines(self, profile: PipelineProfile, stream: Workload, rows: Sequence[Mapping[str, Any]]) -> Baselines:
-        """The static configurations every system starts from on ``stream`` (``rows``: its rows under ``profile``)."""
-        return tune_baselines(profile, self.layout, rows, stream.blocks(), cpus=CPUS, gpus=self.gpus, device_memory_bytes=DEVICE_MEMORY,
-                              gpu_batches=closed_loop_workload.GPU_BATCHES, cpu_batch=closed_loop_workload.CPU_BATCH,
-                              first_n=max(MIN_FIRST_N, int(len(rows) * FIRST_N_SHARE)))
-
-    def headroom_workload(self, profile: PipelineProfile) -> headroom.Workload:
-        schedule = tuple((regime, end - start) for regime, start, end in self.streams()[0].blocks())
-        return headroom.Workload(self.name, profile, CPUS, self.gpus, DEVICE_MEMORY, schedule, note=self.note)
-
-
-def equal_time_regimes(profile: PipelineProfile, gpus: int, regimes: Sequence[str], seconds: float) -> str:
-    """A schedule whose blocks each last ``seconds`` at their regime's optimum (production speed, cost model)."""
-    probe = headroom.Workload("probe", profile, CPUS, gpus, DEVICE_MEMORY, tuple((r, 1) for r in dict.fromkeys(regimes)))
-    opts = headroom.options(probe)
-    rate = {r: headroom.regime_optimum(probe, r, opts)[0] for r in dict.fromkeys(regimes)}
-    return ",".join(f"{r}:{max(1, int(rate[r] * seconds))}" for r in regimes)
-
-
-WORKLOADS = ("gpu-ocr", "cpu-only", "docs-baseline", "video-baseline", "video")
-
-
-def suite_workloads(quick: bool, names: Sequence[str] = WORKLOADS) -> list[SuiteWorkload]:
-    """The workloads called ``names``, in the suite's order (see the module docstring)."""
-    unknown = sorted(set(names) - set(WORKLOADS))
-    if unknown:
-        raise ValueError(f"unknown suite workload(s) {unknown}; choose from {list(WORKLOADS)}")
-    seconds = QUICK_BLOCK_S if quick else BLOCK_S
-    doc_blocks, video_blocks = ("short", "scans", "long", "short"), ("small", "hd", "long", "small")
-    old_docs, old_video = closed_loop_workload.PIPELINES["documents"], closed_loop_workload.PIPELINES["video"]
-    each = f"blocks of {seconds:g} s each at their optimum (production time), time scale {TIME_SCALE:g}"
-
-    def equal_time(profile: str, gpus: int, blocks: Sequence[str]) -> str:
-        return equal_time_regimes(PipelineProfile.load(profile), gpus, blocks, seconds)
-
-    build = {
-        "gpu-ocr": lambda: SuiteWorkload(
-            "gpu-ocr", "documents-rapidocr", DOCS_LAYOUT, GPUS, equal_time("documents-rapidocr", GPUS, doc_blocks), TIME_SCALE,
-            f"documents, OCR by RapidOCR (CPU measured, GPU derived), {CPUS} CPUs + {GPUS} GPUs, {each}"),
-        "cpu-only": lambda: SuiteWorkload(
-            "cpu-only", "documents", DOCS_LAYOUT, 0, equal_time("documents", 0, doc_blocks), TIME_SCALE,
-            f"documents (tesseract) on {CPUS} CPUs, no GPU, {each}"),
-        "docs-baseline": lambda: SuiteWorkload(
-            "docs-baseline", "documents", DOCS_LAYOUT, GPUS, old_docs.quick_regimes if quick else old_docs.regimes,
-            old_docs.quick_time_scale if quick else old_docs.time_scale, "the closed-loop benchmark's documents stream"),
-        "video-baseline": lambda: SuiteWorkload(
-            "video-baseline", "video", VIDEO_LAYOUT, GPUS, old_video.quick_regimes if quick else old_video.regimes,
-            old_video.quick_time_scale if quick else old_video.time_scale, "the closed-loop-video benchmark's stream"),
-        "video": lambda: SuiteWorkload(
-            "video", "video", VIDEO_LAYOUT, GPUS, equal_time("video", GPUS, video_blocks), TIME_SCALE,
-            f"video on {CPUS} CPUs + {GPUS} GPUs, {each}; the profile's regimes (small, hd, long) bound the variation"),
-    }
-    return [build[name]() for name in WORKLOADS if name in names]
-
-
 # ---------------------------------------------------------------------------- runs
 def run_one(system: str, profile: PipelineProfile, suite: SuiteWorkload, stream: Workload, baselines: Baselines, repeat: int,
-            work: Path) -> RunRecord:
-    """One run of ``system`` on ``stream``; a failure is recorded in ``error`` (its figures stay None)."""
+            work: Path, searched: Mapping[str, Any] | None = None) -> RunRecord:
+    """One run of ``system`` on ``stream``; a failure is recorded in ``error`` (its figures stay None). ``searched``: the
+    sim section's raw figures of this workload on the same stream, whose S* and oracle allocations static-hindsight and the
+    oracle run (static-hindsight falls back to the cost model's choice without them; the oracle cannot run)."""
     record = RunRecord(system, stream.variant, repeat, stream.items)
-    spec = stream.spec(profile, baselines.start(system), f"suite-{suite.name}-{stream.variant}")
+    cluster = ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY)
     out = work / f"{suite.name}-{stream.variant}-{system}-{repeat}"
     try:
+        start, policy = baselines.start(STATIC_DEFAULT if system == ORACLE else system), None
+        if system == STATIC_HINDSIGHT and searched is not None:
+            chosen = allocation.from_data(searched["static_hindsight"])
+            start, policy = allocation.start_config(chosen), suite_sim.static_policy(chosen, stream.items, cluster)
+        elif system == ORACLE:
+            if searched is None:
+                raise RuntimeError("the oracle runs the sim section's allocations: run `trident-flows bench closed-loop-suite --sim` "
+                                   "on the same streams first")
+            blocks = [(str(k), first, end) for k, (_, first, end) in enumerate(stream.blocks())]
+            per_block = {str(k): allocation.from_data(d) for k, d in enumerate(searched["oracle_blocks"])}
+            policy = OraclePolicy(blocks, per_block, cluster.total_cpus, cluster.total_gpus)
+        spec = stream.spec(profile, start, f"suite-{suite.name}-{stream.variant}")
         if system.startswith("ray-data"):
             return run_ray_data(spec, record, autoscale=system == "ray-data-autoscaling")
-        policy = None if system in STATIC_SYSTEMS else make_policy(
-            system, spec=spec, cluster=ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY))
+        if system not in (*STATIC_SYSTEMS, ORACLE):
+            policy = make_policy(system, spec=spec, cluster=cluster)
         return run_runtime(system, spec, policy, out, record)
     except Exception as exc:  # noqa: BLE001 - a system that cannot run is reported, not fatal for the others
         record.error = f"{type(exc).__name__}: {exc}"
@@ -186,14 +105,24 @@ def run_one(system: str, profile: PipelineProfile, suite: SuiteWorkload, stream:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def searched_allocations(previous: Path | None, name: str, stream: Workload) -> Mapping[str, Any] | None:
+    """The sim section's raw figures of workload ``name`` in ``previous`` when it ran the same stream (None otherwise)."""
+    if previous is None or not previous.exists():
+        return None
+    raw = json.loads(previous.read_text()).get("raw", {})
+    sim = (raw.get("sim") or {}) if "section" in raw else {}
+    found = sim.get(name)
+    return found if found and found.get("items") == stream.items and found.get("regimes") == stream.regimes else None
+
+
 def run_systems(profile: PipelineProfile, suite: SuiteWorkload, stream: Workload, baselines: Baselines, systems: Sequence[str],
-                repeats: int, work: Path, log: Any) -> list[RunRecord]:
+                repeats: int, work: Path, log: Any, searched: Mapping[str, Any] | None = None) -> list[RunRecord]:
     """``repeats`` rounds over ``systems``, the order rotated each round so load noise hits all alike."""
     records = []
     for rep in range(repeats):
         order = list(systems[rep % len(systems):]) + list(systems[:rep % len(systems)])
         for system in order:
-            rec = run_one(system, profile, suite, stream, baselines, rep, work)
+            rec = run_one(system, profile, suite, stream, baselines, rep, work, searched)
             records.append(rec)
             log(f"{suite.name} {stream.variant} rep {rep} {system}: {rec.items_per_s} items/s, ooms {rec.ooms}, lost {rec.items_lost}, "
                 f"reconfigurations {rec.reconfigurations}{', error ' + rec.error if rec.error else ''}")
@@ -204,38 +133,106 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], headroom_ratio: float,
-              simulated_ratio: float | None = None) -> dict[str, Any]:
-    """The summary keys of one workload (see the module docstring)."""
+def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], model_headroom: float) -> dict[str, Any]:
+    """The live summary keys of one workload (see the module docstring): O is the oracle's median run where it ran, never
+    below S* (static-hindsight's)."""
     tp = {s: v["items_per_s_median"] for s, v in per_system(main).items()}
-    vs_hindsight = _ratio(tp.get("trident"), tp.get(STATIC_HINDSIGHT))
+    t, s_star = tp.get("trident"), tp.get(STATIC_HINDSIGHT)
+    o = max(tp["oracle"], s_star or 0.0) if tp.get("oracle") else None
     trident = [r for r in (*main, *spikes) if r.system == "trident" and not r.error]
+    best_static = [r for r in (*main, *spikes) if r.system == STATIC_HINDSIGHT and not r.error]
     finished = [r for r in (*main, *spikes) if r.items_lost is not None]
     return {
-        "headroom": headroom_ratio,
-        "captured": _ratio(vs_hindsight, headroom_ratio),
-        "headroom_simulated": simulated_ratio,
-        "captured_simulated": _ratio(vs_hindsight, simulated_ratio),
-        "trident_vs_static_hindsight": vs_hindsight,
-        "trident_vs_static_default": _ratio(tp.get("trident"), tp.get(STATIC_DEFAULT)),
-        "trident_vs_ray_data_autoscaling": _ratio(tp.get("trident"), tp.get("ray-data-autoscaling")),
+        "headroom": _ratio(o, s_star),
+        "t_over_oracle": _ratio(t, o),
+        "gain_captured": (t - s_star) / (o - s_star) if t and s_star and o and o > s_star * (1 + suite_sim.NO_HEADROOM) else None,
+        "trident_vs_static_hindsight": _ratio(t, s_star),
+        "trident_vs_static_default": _ratio(t, tp.get(STATIC_DEFAULT)),
+        "trident_vs_ray_data_autoscaling": _ratio(t, tp.get("ray-data-autoscaling")),
         "trident_ooms": sum(r.ooms or 0 for r in trident) if trident else None,
+        "best_static_ooms": sum(r.ooms or 0 for r in best_static) if best_static else None,
         "items_lost": sum(r.items_lost or 0 for r in finished) if finished else None,
+        "model_headroom": model_headroom,
     }
 
 
-def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: int | None = None, systems: Sequence[str] = SYSTEMS,
+def run(quick: bool = False, *, sim: bool = False, jobs: int | None = None, previous: Path | None = None,
+        workloads: Sequence[str] = WORKLOADS, repeats: int | None = None, systems: Sequence[str] = SYSTEMS,
         spike_systems: Sequence[str] | None = None, log: Any = print) -> BenchResult:
-    """The benchmark (see the module docstring); ``quick``: blocks of ``QUICK_BLOCK_S`` s, the baseline workloads'
-    quick streams, one repeat, the spike variant for static-default and trident only. ``systems`` /
-    ``spike_systems`` run a subset (the others' figures are then None)."""
+    """The benchmark (see the module docstring): its live section, or with ``sim`` its simulated section
+    (``suite_sim``, ``jobs`` worker processes); the other section is kept from ``previous`` (the report
+    this run replaces). ``quick``: blocks of ``QUICK_BLOCK_S`` s, the baseline workloads' quick streams,
+    one repeat, the spike variant for static-default and trident only. ``systems`` / ``spike_systems``
+    run a subset (the others' figures are then None)."""
+    if sim:
+        return _run_sim(quick, workloads, jobs or 1, previous, log)
+    return _run_live(quick, workloads, repeats, systems, spike_systems, previous, log)
+
+
+def _run_sim(quick: bool, workloads: Sequence[str], jobs: int, previous: Path | None, log: Any) -> BenchResult:
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        raise ValueError(f"unknown suite workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    result = suite_sim.run(quick, workloads, jobs, log)
+    summary, raw = sections("sim", result["summary"], result["raw"], previous)
+    return BenchResult("closed-loop-suite", summary, targets=targets(summary), raw=raw,
+                       notes=_sim_notes(quick) + " " + raw.get("live_note", ""))
+
+
+def sections(section: str, summary: dict[str, Any], raw: dict[str, Any], previous: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report's ``summary`` and ``raw`` with ``section`` (``sim`` or ``live``) as just measured and the other section as
+    ``previous`` holds it (a report written before the suite had sections is its live section), with that section's
+    provenance and notes (``raw.OTHER_provenance``, ``raw.OTHER_note``); ``raw.section`` names the section the report's
+    own provenance belongs to."""
+    other = "live" if section == "sim" else "sim"
+    out_summary: dict[str, Any] = {section: summary, other: None}
+    out_raw: dict[str, Any] = {"section": section, section: raw, other: None, f"{other}_provenance": None, f"{other}_note": ""}
+    if previous is not None and previous.exists():
+        doc = json.loads(previous.read_text())
+        if "section" not in doc.get("raw", {}):  # written before the sections: all of it was live
+            doc = {**doc, "summary": {"live": doc.get("summary")}, "raw": {"section": "live", "live": doc.get("raw")}}
+        old_raw = doc["raw"]
+        out_summary[other] = doc["summary"].get(other)
+        out_raw[other] = old_raw.get(other)
+        own = old_raw.get("section") == other
+        out_raw[f"{other}_provenance"] = doc.get("provenance") if own else old_raw.get(f"{other}_provenance")
+        out_raw[f"{other}_note"] = doc.get("notes", "") if own else old_raw.get(f"{other}_note", "")
+    return out_summary, out_raw
+
+
+def targets(summary: Mapping[str, Any]) -> dict[str, Target]:
+    """The suite's targets on the sections present (dotted keys): for every simulated workload, an oracle no system beats by
+    more than 2%, no trident OOM and no item lost; DS2 at most 3 reconfigurations per block on cpu-only; trident at least
+    0.97x the best static where there is no headroom."""
+    out: dict[str, Target] = {}
+    for workload in (summary.get("sim") or {}):
+        out[f"sim.{workload}.oracle_beaten_by_more_than_2pct"] = Target("==", 0)
+        out[f"sim.{workload}.trident_ooms"] = Target("==", 0)
+        out[f"sim.{workload}.items_lost"] = Target("==", 0)
+        if workload in NO_HEADROOM_WORKLOADS:
+            out[f"sim.{workload}.trident_vs_static_hindsight"] = Target(">=", 0.97)
+    if "cpu-only" in (summary.get("sim") or {}):
+        out["sim.cpu-only.ds2_max_reconfigurations_per_block"] = Target("<=", 3)
+    return out
+
+
+NO_HEADROOM_WORKLOADS = ("docs-baseline", "video-baseline")
+
+
+def _sim_notes(quick: bool) -> str:
+    return (f"{'QUICK run (short streams). ' if quick else ''}The sim section is SIMULATED: the suite's streams on its node in "
+            f"the discrete-event simulator. Systems: " + " ".join(f"{k}: {v}." for k, v in suite_sim.DEFINITIONS.items()))
+
+
+def _run_live(quick: bool, workloads: Sequence[str], repeats: int | None, systems: Sequence[str], spike_systems: Sequence[str] | None,
+              previous: Path | None, log: Any) -> BenchResult:
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown suite system(s) {unknown}; choose from {list(SYSTEMS)}")
     chosen = suite_workloads(quick, workloads)
     repeats = repeats if repeats is not None else (1 if quick else 2)
     if spike_systems is None:
-        spike_systems = [s for s in (QUICK_SPIKE_SYSTEMS if quick else SYSTEMS) if s in systems]
+        spike_systems = [s for s in (QUICK_SPIKE_SYSTEMS if quick else SPIKE_SYSTEMS) if s in systems]
     # A local node per workload with exactly its GPUs: the runtime and Trident read the live node, and on a
     # node with 2 GPUs cpu-only's trident planned embed onto GPUs the workload does not have. A caller's
     # own Ray session is used as it is.
@@ -255,18 +252,15 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
             rows = main_stream.rows(profile)
             baselines = suite.baselines(profile, main_stream, rows)
             bound = headroom.headroom(suite.headroom_workload(profile))
-            simulated = simulated_headroom(suite.headroom_workload(profile), main_stream,
-                                           ClusterSpec.single_node(CPUS, suite.gpus, gpu_memory_bytes=DEVICE_MEMORY),
-                                           max_evals=QUICK_SIM_EVALS if quick else sim_headroom.MAX_EVALS)
-            log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; headroom {bound.ratio:.3f} "
-                f"(simulated {simulated.ratio:.3f}); "
+            log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; cost-model headroom {bound.ratio:.3f}; "
                 + "; ".join(f"{n} {c.label()}" for n, c in baselines.configs.items()))
-            main = run_systems(profile, suite, main_stream, baselines, tuple(systems), repeats, work, log)
-            spikes = run_systems(profile, suite, spike_stream, baselines, spike_systems, 1, work, log)
-            results[suite.name] = {"suite": suite, "main": main, "spikes": spikes, "headroom": bound, "simulated_headroom": simulated,
+            searched = searched_allocations(previous, suite.name, main_stream)
+            main = run_systems(profile, suite, main_stream, baselines, tuple(systems), repeats, work, log, searched)
+            spikes = run_systems(profile, suite, spike_stream, baselines, spike_systems, 1, work, log, searched)
+            results[suite.name] = {"suite": suite, "main": main, "spikes": spikes, "headroom": bound,
                                    "baselines": baselines,
                                    "reach": float(np.prod([op.selectivity for op in profile.operators[:-1]])),
-                                   "summary": summarise(main, spikes, bound.ratio, simulated.ratio)}
+                                   "summary": summarise(main, spikes, bound.ratio)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if own_ray:
@@ -277,7 +271,9 @@ def run(quick: bool = False, *, workloads: Sequence[str] = WORKLOADS, repeats: i
                    "workloads": [w.name for w in chosen],
                    "bench_seconds": time.perf_counter() - t_start, "cpus": CPUS, "device_memory_bytes": DEVICE_MEMORY,
                    "definitions": DEFINITIONS, "targets": TARGETS, "ray": ray.__version__}
-    return BenchResult("closed-loop-suite", summary, raw=raw, figure=figure(results), notes=_notes(results, quick, repeats))
+    summary, raw = sections("live", summary, raw, previous)
+    return BenchResult("closed-loop-suite", summary, targets=targets(summary), raw=raw, figure=figure(results),
+                       notes=_notes(results, quick, repeats))
 
 
 def _start_ray(gpus: int, attempts: int = 8) -> None:
@@ -315,7 +311,7 @@ def _raw(result: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "note": suite.note, "profile": suite.profile, "gpus": suite.gpus, "regimes": suite.regimes, "items": main_stream.items,
         "time_scale": suite.time_scale, "memory_spikes": [list(s) for s in spike_stream.memory_spikes],
-        "headroom": result["headroom"].to_dict(), "headroom_simulated": result["simulated_headroom"].to_dict(),
+        "model_headroom": result["headroom"].to_dict(),
         "baselines": result["baselines"].to_dict(),
         "per_system": per_system(result["main"]), "per_system_spikes": per_system(result["spikes"]),
         "runs": [r.to_dict() for r in (*result["main"], *result["spikes"])],

@@ -11,7 +11,7 @@ Contract:
   the cluster, the policy (built for a spec) and ``stale`` (why it is not a reference of today's
   stream, "" if it is). A closed-loop trace (``docs-ds2``, ...) is rebuilt as ``trace_workload``
   says; a ``closed-loop-suite`` trace (header ``suite_workload``, e.g. ``cpu-only-trident``)
-  from its suite workload's stream (``closed_loop_suite.suite_workloads``: its blocks must be the
+  from its suite workload's stream (``suite_workloads.suite_workloads``: its blocks must be the
   header's), the configuration its replicas ran at the first poll (the header's ``start_config``
   must name it), its header's cluster and the registry's policy on that cluster.
 - ``overrun(trace, profile)``: the median over the trace's batches of measured busy seconds /
@@ -126,11 +126,11 @@ def start_config(state: RunnerState) -> StaticConfig:
 
 
 def _suite_reference(trace: Trace) -> TraceReference:
-    from trident_flows.bench import closed_loop_suite
+    from trident_flows.bench import suite_workloads
     from trident_flows.scheduler.policies import make_policy
 
     name, policy = str(trace.header["suite_workload"]), str(trace.header.get("policy", ""))
-    suite = closed_loop_suite.suite_workloads(False, (name,))[0]
+    suite = suite_workloads.suite_workloads(False, (name,))[0]
     profile = PipelineProfile.load(suite.profile)
     workload = suite.streams()[0]
     if abs(float(trace.header.get("time_scale", workload.time_scale)) - workload.time_scale) > 1e-9:

@@ -11,25 +11,13 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence, Union
 
+from trident_flows.bench.allocation import Allocation, allocation_of, label
+
 from trident_flows.bench.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
-
-
-Allocation = tuple[tuple[str, tuple[tuple[OpConfig, int], ...]], ...]  # per operator in pipeline order: (config, replicas) groups
-
-
-def allocation_of(config: Union[StaticConfig, Allocation]) -> Allocation:
-    """``config`` as an ``Allocation`` (a ``StaticConfig`` is one group per operator)."""
-    if isinstance(config, StaticConfig):
-        return tuple((name, ((c, r),)) for name, c, r in config.assignment)
-    return config
-
-
-def allocation_label(allocation: Allocation) -> str:
-    return ", ".join(f"{name} {n}x{c.label()}" for name, groups in allocation for c, n in groups)
 
 
 class OraclePolicy:
@@ -47,7 +35,7 @@ class OraclePolicy:
                  gpus: float) -> None:
         self.blocks = list(blocks)
         self.configs = {r: {name: dict(groups) for name, groups in allocation_of(c)} for r, c in configs.items()}
-        self.labels = {r: allocation_label(allocation_of(c)) for r, c in configs.items()}
+        self.labels = {r: label(allocation_of(c)) for r, c in configs.items()}
         self.predicted = {r: c.predicted_items_per_s if isinstance(c, StaticConfig) else 0.0 for r, c in configs.items()}
         self.cpus, self.gpus = cpus, gpus
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import ray
 
-from trident_flows.bench import closed_loop_suite
+from trident_flows.bench import suite_workloads
 from trident_flows.bench.closed_loop_runs import TICK_S, make_system_policy
 from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
 from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
@@ -98,7 +98,7 @@ def record_emulated(name: str, out: Path) -> None:
     _record(name, spec, policy, header, out, RunnerSettings(device_memory_bytes=DEVICE_MEMORY))
 
 
-def record_suite(name: str, suite: closed_loop_suite.SuiteWorkload, out: Path) -> None:
+def record_suite(name: str, suite: suite_workloads.SuiteWorkload, out: Path) -> None:
     """``name`` (a key of ``SUITE``) on its suite workload ``suite``, starting where the suite starts its policy."""
     workload_name, policy_name = SUITE[name]
     profile = PipelineProfile.load(suite.profile)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             ray.shutdown()
     for name in (n for n in names if n in SUITE):   # a node with exactly the workload's GPUs, as the suite runs it
-        suite = closed_loop_suite.suite_workloads(False, (SUITE[name][0],))[0]
+        suite = suite_workloads.suite_workloads(False, (SUITE[name][0],))[0]
         ray.init("local", num_cpus=CPUS, num_gpus=suite.gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
             record_suite(name, suite, args.out)

@@ -37,9 +37,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from trident_flows.bench import headroom
 from trident_flows.bench.closed_loop_workload import Workload as Stream
-from trident_flows.bench.oracle_policy import Allocation, allocation_label
-from trident_flows.bench.static_search import StaticConfig
-from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.bench.allocation import Allocation, completion_plan, label, start_config
+from trident_flows.core.types import CPU, ClusterSpec, OpConfig
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.sim.runner import SimRunner
 
@@ -108,8 +107,8 @@ def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: Clu
                            "the workload's device memory is too small for its batches")
     oracle_s = sum(n / measure.rate(best[r], r) for r, n in items.items())
     return SimulatedHeadroom(oracle_s, duration(static), {r: measure.rate(a, r) for r, a in best.items()},
-                             {r: allocation_label(a) for r, a in best.items()}, {r: measure.rate(static, r) for r in items},
-                             allocation_label(static), measure.evals, dict(best), static)
+                             {r: label(a) for r, a in best.items()}, {r: measure.rate(static, r) for r in items},
+                             label(static), measure.evals, dict(best), static)
 
 
 def regime_items(workload: headroom.Workload) -> dict[str, int]:
@@ -207,13 +206,13 @@ def steady_rate(profile: PipelineProfile, allocation: Allocation, regime: str, c
 def _timed_third(profile: PipelineProfile, allocation: Allocation, regime: str, count: int, stream: Stream,
                  cluster: ClusterSpec) -> float | None:
     """The rate of ``steady_rate`` for one stream length; None when the input closed before the timed third ended."""
-    start = StaticConfig(tuple((name, *max(groups, key=lambda g: g[1])) for name, groups in allocation), 0.0)
-    spec = replace(stream, variant=f"steady-{regime}", regimes=f"{regime}:{count}", memory_spikes=()).spec(profile, start, f"steady-{regime}")
+    spec = replace(stream, variant=f"steady-{regime}", regimes=f"{regime}:{count}", memory_spikes=()).spec(
+        profile, start_config(allocation), f"steady-{regime}")
     runner = SimRunner(spec, cluster)
     runner.start()
-    if any(len(groups) > 1 for _, groups in allocation):
-        runner.apply(Plan(tuple(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in groups), "allocation") for name, groups in allocation),
-                          0.0, "the allocation measured"))
+    plan = completion_plan(allocation)
+    if plan is not None:
+        runner.apply(plan)
     first = max(count // 3, runner.inputs_done + count // 6)  # the timed third starts once the allocation is in place and filled
     last = first + count // 3
     if last > count:

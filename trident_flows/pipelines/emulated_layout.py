@@ -19,6 +19,8 @@ Contract:
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -74,7 +76,9 @@ class EmulatedLayout:
         for _ in range(max(0, cpus - len(gpu_ops) - len(cpu_ops))):
             worst = max(cpu_ops, key=lambda o: load[o] / replicas[o])
             replicas[worst] += 1
-        share = min(1.0, gpus / len(gpu_ops)) if gpu_ops else 0.0
+        # a fractional replica must fit on one device (as Ray places it): the GPU operators share the devices in equal
+        # parts that pack (3 operators on 2 GPUs get half a GPU each, not 2/3: the third 2/3 would fit on no device)
+        share = 1.0 / math.ceil(len(gpu_ops) / gpus) if gpu_ops else 0.0
         stages = [Stage(o, OpConfig.make(CPU, batch_size=self.batch_size), replicas[o]) for o in cpu_ops]
         stages += [Stage(o, OpConfig.make(GPU, batch_size=self.gpu_batch_size, gpus=share), 1) for o in gpu_ops]
         return sorted(stages, key=lambda s: self.operators.index(s.operator))
