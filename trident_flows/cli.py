@@ -252,7 +252,9 @@ def bench(
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
                                             "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
     hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default 2)."),
-    jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim: worker processes (default 1)."),
+    jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim, closed-loop-suite --sim: worker processes (default 1)."),
+    sim: bool = typer.Option(False, help="closed-loop-suite: the suite's simulated section (every workload x every system that "
+                             "can be simulated), kept beside the live section of OUT/NAME.json."),
     resume: bool = typer.Option(False, help="closed-loop-sim: take the runs a stopped run of the same code and streams finished "
                                 "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
     doc: Optional[Path] = typer.Option(None, help=f"{REPORT}: the report document to write or check (default docs/benchmarks.md)."),
@@ -261,13 +263,13 @@ def bench(
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png; or ``bench report [--check]``."""
     from trident_flows.bench.provenance import ProvenanceRecorder, describe
-    from trident_flows.bench.report import write_report
+    from trident_flows.bench.report import figures, write_report
 
     if name == REPORT:
         with user_errors():
             given = [f"--{option}" for option, value in (("quick", quick), ("systems", systems), ("repeats", repeats),
                                                          ("workloads", workloads), ("hours", hours), ("jobs", jobs),
-                                                         ("resume", resume)) if value not in (None, False)]
+                                                         ("resume", resume), ("sim", sim)) if value not in (None, False)]
             if given:
                 raise RuntimeConfigError(f"bench {REPORT} takes only --out, --doc and --check; drop {', '.join(given)}")
             _bench_report(out, doc if doc is not None else Path("docs/benchmarks.md"), check)
@@ -284,6 +286,11 @@ def bench(
             options["resume"] = resume
         elif resume:
             _bench_takes(name, module, "resume")
+        if sim:
+            _bench_takes(name, module, "sim")
+            options["sim"] = True
+        if "previous" in inspect.signature(module.run).parameters:
+            options["previous"] = out / f"{name}.json"  # the sections of the report this run does not write are kept
         try:
             recorder = ProvenanceRecorder.start()
         except ValueError as exc:
@@ -296,7 +303,7 @@ def bench(
     table = Table(title=f"bench {name}{' (quick)' if quick else ''}")
     for column in ("figure", "measured", "target", "met"):
         table.add_column(column)
-    for key, value in result.summary.items():
+    for key, value in figures(result.summary):
         target = result.targets.get(key)
         shown = json.dumps(value) if not isinstance(value, float) else f"{value:.4g}"
         table.add_row(key, shown, f"{target.op} {target.value}" if target else "", ("yes" if target.met(value) else "NO") if target else "")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from trident_flows.bench.baselines import DEFINITIONS as SUITE_DEFINITIONS
+from trident_flows.bench.suite_sim import DEFINITIONS as SUITE_SIM_DEFINITIONS
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,9 @@ _B = f"{_PKG}/bench"
 _LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "core", "pipelines", "planning", "ray_data"))
 # the closed-loop runs (live and simulated) and the bench helpers they share
 _LOOP = (f"{_B}/closed_loop_runs.py", f"{_B}/closed_loop_stats.py", f"{_B}/closed_loop_workload.py", f"{_B}/closed_loop_figure.py",
-         f"{_B}/static_search.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
+         f"{_B}/static_search.py", f"{_B}/allocation.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
          f"{_B}/headroom.py", f"{_B}/sim_headroom.py", f"{_PKG}/sim", *_LIVE)
-_SUITE = (f"{_B}/closed_loop_suite.py", f"{_B}/baselines.py", *_LOOP)
+_SUITE = (f"{_B}/closed_loop_suite.py", f"{_B}/suite_workloads.py", f"{_B}/suite_sim.py", f"{_B}/baselines.py", *_LOOP)
 _FIDELITY = (f"{_B}/sim_fidelity.py", f"{_B}/fidelity_traces.py", f"{_B}/live_trace.py", f"{_B}/record_traces.py", f"{_B}/traces",
              "bench-results/closed-loop.json", "bench-results/closed-loop-video.json", "bench-results/sim-fidelity-live", *_SUITE)
 
@@ -107,8 +108,9 @@ CATALOGUE: dict[str, Benchmark] = {
         "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
         "with the baselines a user would have, and how much of the available headroom does it capture?",
         _SUITE,
-        systems=SUITE_DEFINITIONS,
-        headline=("headroom", "trident_vs_static_hindsight", "trident_vs_static_default", "trident_vs_ray_data_autoscaling")),
+        systems={**SUITE_DEFINITIONS, **SUITE_SIM_DEFINITIONS},
+        headline=("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight", "trident_vs_static_default",
+                  "trident_vs_ray_data_autoscaling")),
     "faults": Benchmark(
         "When replicas, the runner or inputs fail while trident runs a pipeline, are items lost or duplicated, and how long "
         "does recovery take?",

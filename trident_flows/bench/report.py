@@ -1,8 +1,8 @@
 """Benchmark reports: one JSON and one PNG per benchmark (conventions in docs/architecture.md).
 
 Contract: a benchmark module returns a ``BenchResult``; ``write_report`` writes
-``DIR/NAME.json`` with ``summary`` (headline figures, plain numbers), ``targets`` (goal per
-headline figure and whether it was met), ``provenance`` (where and how it ran, machine included:
+``DIR/NAME.json`` with ``summary`` (headline figures, plain numbers, possibly nested), ``targets``
+(goal per headline figure, a nested one by its dotted key, and whether it was met), ``provenance`` (where and how it ran, machine included:
 ``bench.provenance``; the one the caller recorded from before the run, else what can be recorded
 at write time; its ``time_scale`` is the result's ``raw["time_scale"]`` where that is a number) and
 ``raw`` (the measurements), and ``DIR/NAME.png`` from the result's matplotlib figure. Both files
@@ -16,7 +16,7 @@ import math
 import operator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 from trident_flows.bench.provenance import Provenance
 
@@ -57,6 +57,27 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def figures(summary: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """The summary's figures in its order, a nested figure under its dotted key."""
+    for key, value in summary.items():
+        if isinstance(value, Mapping):
+            yield from figures(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def figure(summary: Mapping[str, Any], key: str) -> Any:
+    """``summary[key]``, or for a dotted key (``sim.cpu-only.headroom``) the nested figure it names (None when absent)."""
+    if key in summary:
+        return summary[key]
+    value: Any = summary
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
 def write_report(result: BenchResult, out_dir: Path, quick: bool, provenance: Provenance | None = None) -> tuple[Path, Path | None]:
     out_dir.mkdir(parents=True, exist_ok=True)
     provenance = provenance if provenance is not None else Provenance.at_write_time()
@@ -67,7 +88,7 @@ def write_report(result: BenchResult, out_dir: Path, quick: bool, provenance: Pr
         "name": result.name,
         "quick": quick,
         "summary": _plain(result.summary),
-        "targets": {k: {"goal": f"{t.op} {t.value}", "met": t.met(result.summary.get(k))} for k, t in result.targets.items()},
+        "targets": {k: {"goal": f"{t.op} {t.value}", "met": t.met(figure(result.summary, k))} for k, t in result.targets.items()},
         "provenance": provenance.to_dict(),
         "notes": result.notes,
         "raw": _plain(result.raw),

@@ -25,10 +25,11 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from trident_flows.bench.catalogue import CATALOGUE, Benchmark
 from trident_flows.bench.provenance import describe, git
+from trident_flows.bench.report import figures
 from trident_flows.core.state import RuntimeConfigError
 
 HEADER = """# Benchmarks
@@ -131,7 +132,7 @@ def render(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark]
              f"{len(results)} results: {len(results) - stale} fresh, {stale} stale.", "", "## Headline", "",
              "| benchmark | result | figure | value | target | met | status |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        for key, value in _figures(r.report["summary"]):
+        for key, value in figures(r.report["summary"]):
             if key.rsplit(".", 1)[-1] in catalogue[r.name].headline:
                 lines.append(_row(r.name, f"`{r.path}`", key, value, r.report.get("targets", {}).get(key), fresh[r.path].mark))
     lines.append("")
@@ -153,7 +154,7 @@ def _section(name: str, bench: Benchmark, results: list[Result], fresh: Mapping[
         lines += [f"### `{results_dir.name}/{r.path}`{' (quick run)' if r.report.get('quick') else ''}", "",
                   f"**Status:** {mark}.", "",
                   "| figure | value | target | met |", "|---|---|---|---|"]
-        lines += [_row(None, None, key, value, r.report.get("targets", {}).get(key), None) for key, value in _figures(r.report["summary"])]
+        lines += [_row(None, None, key, value, r.report.get("targets", {}).get(key), None) for key, value in figures(r.report["summary"])]
         lines += ["", "**Provenance.** " + _provenance_line(r.report), ""]
         png = results_dir / Path(r.path).with_suffix(".png")
         if png.is_file():
@@ -169,15 +170,6 @@ def _provenance_line(report: Mapping[str, Any]) -> str:
     machine = report.get("machine") or {}
     written = f" (its `machine` block: written {machine['time_utc']} on {machine.get('cpus')} cores)" if "time_utc" in machine else ""
     return f"none recorded: commit, tree state and load unknown{written}."
-
-
-def _figures(summary: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """The summary's figures in its order, a nested figure under its dotted key."""
-    for key, value in summary.items():
-        if isinstance(value, Mapping):
-            yield from _figures(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def _row(bench: str | None, result: str | None, key: str, value: Any, target: Mapping[str, Any] | None, mark: str | None) -> str:
