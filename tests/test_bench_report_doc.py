@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from trident_flows.bench import BENCHMARKS
 from trident_flows.bench.catalogue import CATALOGUE, Benchmark
-from trident_flows.bench.report_doc import check, freshness, render, write
+from trident_flows.bench.report_doc import README_END, README_START, check, freshness, render, render_readme, write
 from trident_flows.cli import app
 from trident_flows.core.state import RuntimeConfigError
 
@@ -162,11 +162,13 @@ def test_the_command_writes_and_checks_the_report(tmp_path: Path):
     results.mkdir()
     (results / "overhead.json").write_text(json.dumps(result("overhead", "none", {"ratio_vs_ray_data": 1.04},
                                                              {"ratio_vs_ray_data": {"goal": ">= 0.95", "met": True}})))
-    args = ["bench", "report", "--out", str(results), "--doc", str(doc)]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# toy\n\n{README_START}\n{README_END}\n")
+    args = ["bench", "report", "--out", str(results), "--doc", str(doc), "--readme", str(readme)]
     runner = CliRunner()
     assert runner.invoke(app, args).exit_code == 0 and "| `ratio_vs_ray_data` | 1.04 | >= 0.95 | met |" in doc.read_text()
     passed = runner.invoke(app, [*args, "--check"])
-    assert passed.exit_code == 0 and "matches" in passed.stdout
+    assert passed.exit_code == 0 and "README.md match the results" in passed.stdout
     doc.write_text(doc.read_text().replace("| 1.04 |", "| 1.1 |"))
     failed = runner.invoke(app, [*args, "--check"], terminal_width=400)
     assert failed.exit_code == 1
@@ -175,9 +177,129 @@ def test_the_command_writes_and_checks_the_report(tmp_path: Path):
     assert "-| `ratio_vs_ray_data` | 1.1 | >= 0.95 | met |" in lines and "+| `ratio_vs_ray_data` | 1.04 | >= 0.95 | met |" in lines
     assert "1.1 |" in doc.read_text()  # --check writes nothing
     refused = runner.invoke(app, ["bench", "report", "--quick", "--repeats", "2"])
-    assert refused.exit_code == 2 and "bench report takes only --out, --doc and --check; drop --quick, --repeats" in refused.stderr
+    assert refused.exit_code == 2 and "bench report takes only --out, --doc, --readme and --check; drop --quick, --repeats" in refused.stderr
     refused = runner.invoke(app, ["bench", "placement", "--check"])
     assert refused.exit_code == 2 and "--check belongs to bench report" in refused.stderr
+    refused = runner.invoke(app, ["bench", "placement", "--readme", str(readme)])
+    assert refused.exit_code == 2 and "--readme belongs to bench report" in refused.stderr
+    assert "No closed-loop-suite result in `results/`" in readme.read_text()  # the block says what to run
+    readme.write_text("# toy\n")
+    failed = runner.invoke(app, [*args, "--check"], terminal_width=400)
+    assert failed.exit_code == 2 and f"add a line {README_START} and, below it, a line {README_END}" in " ".join(failed.stderr.split())
+
+
+# ---------------------------------------------------------------- the README's results block
+
+SUITE_TOY = {**TOY, "closed-loop-suite": Benchmark("Does the suite pay?", ("pkg/suite.py",))}
+README = f"""# toy project
+
+Intro.
+
+{README_START}
+anything written here is replaced
+{README_END}
+
+## Limits
+"""
+
+
+def suite_report(sim_sha: str, live_sha: str) -> dict:
+    """A closed-loop-suite report with both sections: its own provenance is the sim section's."""
+    sim = {"cpu-only": {"headroom": 1.5, "t_over_oracle": 0.8, "gain_captured": 0.6, "trident_vs_static_hindsight": 1.2,
+                        "trident_vs_static_default": 1.25, "trident_ooms": 0},
+           "docs-baseline": {"headroom": 1.004, "t_over_oracle": 0.99, "gain_captured": None, "trident_vs_static_hindsight": 0.995}}
+    live = {"cpu-only": {"headroom": 1.4, "t_over_oracle": 0.75, "gain_captured": 0.5, "trident_vs_static_hindsight": 1.15,
+                         "trident_vs_ray_data_autoscaling": 1.3}}
+    report = result("closed-loop-suite", sim_sha, {"sim": sim, "live": live})
+    report["raw"] = {"section": "sim", "sim": {}, "live": {}, "live_provenance": result("closed-loop-suite", live_sha, {})["provenance"],
+                     "live_note": ""}
+    return report
+
+
+@pytest.fixture()
+def suite_repo(tmp_path: Path) -> dict:
+    """A repository whose suite code changed between the live run (first commit) and the simulated one (second)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    live = commit(root, "pkg/suite.py", "v = 1\n")
+    sim = commit(root, "pkg/suite.py", "v = 2\n")
+    results = root / "bench-results"
+    results.mkdir()
+    (results / "closed-loop-suite.json").write_text(json.dumps(suite_report(sim, live)))
+    (root / "README.md").write_text(README)
+    return {"root": root, "results": results, "doc": root / "docs" / "benchmarks.md", "readme": root / "README.md", "sim": sim,
+            "live": live}
+
+
+def block(readme: Path) -> str:
+    return readme.read_text().split(README_START + "\n", 1)[1].split(README_END, 1)[0]
+
+
+def test_the_readme_block_is_rewritten_from_the_suite_result_and_nothing_else_changes(suite_repo: dict):
+    results, doc, readme = suite_repo["results"], suite_repo["doc"], suite_repo["readme"]
+    assert write(results, doc, SUITE_TOY, readme=readme) == (doc, readme)
+    text = readme.read_text()
+    assert text.startswith("# toy project\n\nIntro.\n\n" + README_START + "\n") and text.endswith(README_END + "\n\n## Limits\n")
+    rows = [line for line in block(readme).splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| workload | run | headroom | trident / oracle | gain captured | trident / best static (hindsight) |")
+    assert rows[1:] == [  # simulated rows first, then live; the sim section is fresh, the live one ran before the code changed
+        "| cpu-only | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | fresh |",
+        "| docs-baseline | SIMULATED | 1.00x | 0.99 | n/a | 0.99x | not simulated | fresh |",
+        "| cpu-only | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |"]
+    assert "[docs/benchmarks.md](docs/benchmarks.md)" in block(readme)
+    assert suite_repo["sim"][:7] not in text and suite_repo["live"][:7] not in text  # no commit hash in the README
+    assert check(results, doc, SUITE_TOY, readme=readme).ok
+    write(results, doc, SUITE_TOY, readme=readme)
+    assert readme.read_text() == text  # rewriting is idempotent
+
+
+def test_a_report_written_before_the_suite_had_sections_is_its_live_section(tmp_path: Path):
+    results = tmp_path / "results"
+    results.mkdir()
+    old = result("closed-loop-suite", "none", {"cpu-only": {"headroom": 1.59, "captured": 0.76, "trident_vs_static_hindsight": 1.21,
+                                                            "trident_vs_ray_data_autoscaling": None}})
+    (results / "closed-loop-suite.json").write_text(json.dumps(old))
+    (tmp_path / "README.md").write_text(README)
+    text = render_readme(results, tmp_path / "README.md", tmp_path / "docs" / "benchmarks.md", SUITE_TOY)
+    assert "| cpu-only | live (headroom: cost model's) | 1.59x | n/a | n/a | 1.21x | n/a | stale |" in text
+
+
+def test_check_fails_on_a_hand_edit_of_the_readme_block(suite_repo: dict):
+    results, doc, readme = suite_repo["results"], suite_repo["doc"], suite_repo["readme"]
+    write(results, doc, SUITE_TOY, readme=readme)
+    readme.write_text(readme.read_text().replace("| 1.40x | 0.75 |", "| 1.90x | 0.75 |"))
+    failed = check(results, doc, SUITE_TOY, readme=readme)
+    assert not failed.ok and "\n" not in failed.reason
+    assert failed.reason.startswith(f"{readme} (its results block) differs from what the results in {results} give")
+    assert "-| cpu-only | live | 1.90x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
+    assert "+| cpu-only | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
+    assert check(results, doc, SUITE_TOY).ok  # the report itself still matches
+    write(results, doc, SUITE_TOY, readme=readme)
+    readme.write_text(readme.read_text().replace("## Limits", "## Known limits"))  # outside the block: the README's own text
+    assert check(results, doc, SUITE_TOY, readme=readme).ok
+    (results / "closed-loop-suite.json").write_text(json.dumps(suite_report(suite_repo["live"], suite_repo["live"])))
+    stale = check(results, doc, SUITE_TOY, readme=readme)  # the sim section's run is now older than its code: stale
+    assert not stale.ok and "+| cpu-only | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | stale |" in stale.diff
+
+
+@pytest.mark.parametrize("text, found", [
+    ("# toy\n\nno block here\n", "found 0 <!-- results:start --> and 0 <!-- results:end --> line(s)"),
+    (f"# toy\n{README_START}\n", "found 1 <!-- results:start --> and 0 <!-- results:end --> line(s)"),
+    (f"# toy\n{README_END}\n{README_START}\n", "the end before the start"),
+    (f"{README_START}\n{README_END}\n{README_START}\n{README_END}\n", "found 2 <!-- results:start --> and 2"),
+])
+def test_a_readme_without_its_marker_lines_is_an_error_naming_what_to_add(suite_repo: dict, text: str, found: str):
+    results, doc, readme = suite_repo["results"], suite_repo["doc"], suite_repo["readme"]
+    readme.write_text(text)
+    for call in (lambda: write(results, doc, SUITE_TOY, readme=readme), lambda: check(results, doc, SUITE_TOY, readme=readme)):
+        with pytest.raises(RuntimeConfigError) as refused:
+            call()
+        message = str(refused.value)
+        assert found in message and f"add a line {README_START} and, below it, a line {README_END}" in message
+    assert readme.read_text() == text and not doc.exists()  # nothing written
+    with pytest.raises(RuntimeConfigError, match="does not exist"):
+        write(results, doc, SUITE_TOY, readme=suite_repo["root"] / "NO-README.md")
 
 
 # ---------------------------------------------------------------- the catalogue

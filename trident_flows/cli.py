@@ -242,7 +242,7 @@ REPORT = "report"  # ``bench report``: the report document, not a benchmark
 @app.command("bench")
 def bench(
     name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}; or {REPORT!r}: write docs/benchmarks.md "
-                               "from every NAME.json in --out (subfolders too)."),
+                               "from every NAME.json in --out (subfolders too) and the results block of README.md."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png (report: the results to read)."),
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite, closed-loop-sim: run only these systems, comma-separated "
@@ -258,8 +258,10 @@ def bench(
     resume: bool = typer.Option(False, help="closed-loop-sim: take the runs a stopped run of the same code and streams finished "
                                 "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
     doc: Optional[Path] = typer.Option(None, help=f"{REPORT}: the report document to write or check (default docs/benchmarks.md)."),
-    check: bool = typer.Option(False, help=f"{REPORT}: write nothing; exit 1 with the reason and a diff when --doc differs from "
-                               "what the results give."),
+    readme: Optional[Path] = typer.Option(None, help=f"{REPORT}: the README whose results block (between <!-- results:start --> "
+                                          "and <!-- results:end -->) to rewrite or check (default README.md)."),
+    check: bool = typer.Option(False, help=f"{REPORT}: write nothing; exit 1 with the reason and a diff when --doc or the "
+                               "README's results block differs from what the results give."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png; or ``bench report [--check]``."""
     from trident_flows.bench.provenance import ProvenanceRecorder, describe
@@ -271,12 +273,13 @@ def bench(
                                                          ("workloads", workloads), ("hours", hours), ("jobs", jobs),
                                                          ("resume", resume), ("sim", sim)) if value not in (None, False)]
             if given:
-                raise RuntimeConfigError(f"bench {REPORT} takes only --out, --doc and --check; drop {', '.join(given)}")
-            _bench_report(out, doc if doc is not None else Path("docs/benchmarks.md"), check)
+                raise RuntimeConfigError(f"bench {REPORT} takes only --out, --doc, --readme and --check; drop {', '.join(given)}")
+            _bench_report(out, doc if doc is not None else Path("docs/benchmarks.md"), readme if readme is not None else Path("README.md"),
+                          check)
         return
     with user_errors():
         _check_choice("benchmark", name, list(BENCHMARKS))
-        for option, value in (("doc", doc), ("check", check)):
+        for option, value in (("doc", doc), ("readme", readme), ("check", check)):
             if value not in (None, False):
                 raise RuntimeConfigError(f"--{option} belongs to bench {REPORT}; drop it to run benchmark {name!r}")
         module = importlib.import_module(BENCHMARKS[name])
@@ -312,14 +315,16 @@ def bench(
     console.print(f"report: {json_path}" + (f", plot: {png_path}" if png_path else ""))
 
 
-def _bench_report(results: Path, doc: Path, check: bool) -> None:
-    """``bench report``: write ``doc`` from the results, or with ``check`` compare them (exit 1 where they differ)."""
+def _bench_report(results: Path, doc: Path, readme: Path, check: bool) -> None:
+    """``bench report``: write ``doc`` and ``readme``'s results block from the results, or with ``check`` compare them
+    (exit 1 where they differ)."""
     from trident_flows.bench import report_doc
 
     if not check:
-        console.print(f"wrote {report_doc.write(results, doc)}")
+        doc_path, readme_path = report_doc.write(results, doc, readme=readme)
+        console.print(f"wrote {doc_path} and the results block of {readme_path}", highlight=False, soft_wrap=True)
         return
-    outcome = report_doc.check(results, doc)
+    outcome = report_doc.check(results, doc, readme=readme)
     if outcome.ok:
         console.print(outcome.reason, highlight=False, soft_wrap=True)
         return
