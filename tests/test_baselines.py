@@ -120,6 +120,18 @@ def test_ds2_holds_within_the_target_rate_ratio_and_ignores_a_scale_down_by_one(
     assert same.plan is None and "targets equal the current parallelism" in same.reason
 
 
+def test_ds2_with_a_pull_source_takes_no_step_that_only_frees_replicas():
+    # b may not grow past 4 (25/s each): 100/s is the highest rate; c holds 5 replicas where 1 serves it
+    spec = PipelineSpec("p", (OperatorSpec("a", object, CPU1, 1), OperatorSpec("b", object, CPU1, 4, max_replicas=4),
+                              OperatorSpec("c", object, CPU1, 5)), lambda: iter(()))
+    state = runner_state(op_state("a", 1), op_state("b", 4), op_state("c", 5), cpus=10)
+    rates = measure_rates(state, batches("a", 5, 8, 0.08) + batches("b", 5, 8, 0.32) + batches("c", 5, 8, 0.08))
+    pull = ds2_decision(state, rates, spec=spec)
+    assert pull.targets == {"a": 1, "b": 4, "c": 1} and pull.plan is None and "hold" in pull.reason  # nothing gains from c's 4
+    given = ds2_decision(state, rates, spec=spec, source_rate=100)  # a target rate: DS2 saves what it does not need
+    assert {o.operator: o.replicas for o in given.plan.operators} == {"c": 1}
+
+
 def test_ds2_leaves_operators_whose_input_is_finished_and_pulls_at_the_first_busy_one():
     a = op_state("a", 3)
     b = OperatorState("b", op_state("b", 2).replicas, 40, 0, 100, 100, 0, 0.5, 0, 0)  # items still queued at b

@@ -12,9 +12,11 @@ Contract:
   CPUs/GPUs, or, for a pull source (None), the highest rate whose targets fit. Operators that will
   get no more input (``finished_operators``) keep their replicas and the rest pulls at the first
   busy one. A step (a ``Plan`` of every operator that changes) is called for when the current
-  parallelism sustains, at the same rates, less than ``R / target_rate_ratio``, or when an
-  operator's target is 2+ replicas under its count; else it holds. It waits while an operator has
-  fewer than ``min_batches`` batches or no replica.
+  parallelism sustains, at the same rates, less than ``R / target_rate_ratio``, or, with a given
+  ``source_rate``, when an operator's target is 2+ replicas under its count (with a pull source a
+  step that only frees replicas gains nothing: ``R`` already counts every replica the others could
+  use); else it holds. It waits while an operator has fewer than ``min_batches`` batches or no
+  replica.
 - ``DS2Policy`` is the scaling manager: one evaluation per ``policy_interval_s`` of the run
   (``RunnerState.wall_s``); no sample is used for ``warm_up_intervals`` intervals after the start
   and after each step it issues; rates over the activation window (the last ``activation_intervals``
@@ -39,9 +41,10 @@ scaling decisions for distributed streaming dataflows" (OSDI 2018), and its refe
   bottleneck's rate, without the fill and drain transients). Its default 1.2 is ours (the reference
   leaves it unset: no further step): above the spread of a slow operator's rate over a window of 4+
   batches in the simulator (long documents' OCR: 0.75-1.18 items/s per replica over 10 s windows);
-- a scale-down by one replica is no change: ``manager.rs`` ``consider_change``;
-- the pull source and finished operators are this runtime's: a batch pipeline's input is read as fast
-  as the pipeline takes it, and it ends.
+- a scale-down by one replica is no change: ``manager.rs`` ``consider_change`` (any scale-up is one there; here a
+  scale-up goes through the target rate ratio);
+- the pull source (and with it no step that only frees replicas) and finished operators are this
+  runtime's: a batch pipeline's input is read as fast as the pipeline takes it, and it ends.
 """
 
 from __future__ import annotations
@@ -205,7 +208,7 @@ def ds2_decision(state: RunnerState, rates: Mapping[str, OperatorRates], *, spec
         required *= r.selectivity
     predicted = _sustained(order, rates, targets)
     ratio = source / sustained if sustained > 0 else math.inf
-    shrink = [n for n in order if counts[n] - targets[n] >= _SCALE_DOWN_MIN]
+    shrink = [n for n in order if counts[n] - targets[n] >= _SCALE_DOWN_MIN] if origin == "given" else []
     reason = (f"DS2 at target source rate {source:.4g} items/s ({origin}{capped}); the current configuration sustains "
               f"{sustained:.4g} (ratio {ratio:.3g}): " + ", ".join(parts) + (f"; finished: {', '.join(finished)}" if finished else ""))
     if not ops:
