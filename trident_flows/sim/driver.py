@@ -6,7 +6,9 @@ Contract:
   ``samples(since)``, ``policies.decide_once`` and, for a plan, ``apply``
   (``control.step.decide_and_apply``, shared with the live loop and the controller). The policy runs
   unchanged in this process; the time its tick really takes (model fits, BO, MILP) is charged
-  to the simulated clock (the pipeline streams on while it decides). Charged is the tick's
+  to the simulated clock (the pipeline streams on while it decides); ``tick_charge_s`` charges a
+  fixed time instead, so that a run's decisions do not depend on the machine (same inputs, same
+  decisions: what a behaviour-preserving change is checked against). Charged is the tick's
   CPU time (``time.process_time``, all threads of this process): what the tick takes on a
   machine that is not shared; its wall time on a shared machine adds waiting for a core
   (both are kept: ``tick_ms`` and ``tick_wall_ms``), and an apply
@@ -63,10 +65,12 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *, duration_s: float | None = None, tick_s: float = 2.0,
              settings: RunnerSettings | None = None, stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (),
              record_s: float | None = None, decision_log: Path | None = None, actor_start: ActorStart = ActorStart(),
-             call_cost: CallCost = CallCost()) -> SimRun:
+             call_cost: CallCost = CallCost(), tick_charge_s: float | None = None) -> SimRun:
     """Run ``spec`` on the simulated ``cluster`` under ``policy`` (see the module docstring)."""
     if tick_s <= 0:
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
+    if tick_charge_s is not None and tick_charge_s < 0:
+        raise ValueError(f"tick_charge_s must be >= 0 (or None: each tick's CPU time), got {tick_charge_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -103,7 +107,8 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
                 spent = time.process_time() - c0
                 run.tick_ms.append(spent * 1e3)
                 run.tick_wall_ms.append((time.perf_counter() - t0) * 1e3)
-                runner.run_until(runner.now + spent)  # the decision's real compute time, charged to the simulated clock
+                # the decision's real compute time (or the fixed charge), charged to the simulated clock
+                runner.run_until(runner.now + (spent if tick_charge_s is None else tick_charge_s))
                 decided_at.append(runner.now)
                 return decision
 
