@@ -1,0 +1,1 @@
+"""The parts of the Trident policy, each owning its own state (``memory``: what one run keeps for the next)."""
