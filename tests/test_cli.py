@@ -76,6 +76,17 @@ def test_run_help_lists_every_registered_pipeline():
     assert result.exit_code == 0 and all(name in result.output for name in PIPELINES)
 
 
+def test_run_uses_the_trident_policy_unless_told_otherwise():
+    import inspect
+
+    from trident_flows.control.launch import run_command
+
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "400"})
+    text = " ".join(result.output.split())
+    assert "[default: trident]" in text and "static runs the pipeline as configured" in text
+    assert inspect.signature(run_command).parameters["policy"].default == "trident"
+
+
 def test_planning_prints_no_solver_banner():
     script = """
 from trident_flows.scheduler.placement import milp

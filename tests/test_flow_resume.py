@@ -16,12 +16,12 @@ pytestmark = [pytest.mark.prefect, pytest.mark.ray, pytest.mark.models]
 def test_a_flow_retry_skips_committed_shards(prefect_harness, ray_cluster, tmp_path):
     out = tmp_path / "curated"
     settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "resume-test"}
-    first = document_curation(pipeline=settings)
+    first = document_curation(pipeline=settings, trident={"policy": "static"})
     assert first["duplicate_ids"] == 0
     reference = sorted(sum(read_ids(out), []))
     # the state a crash leaves behind: shard-00001 was written but its commit never finished
     resume.remove_marker(out, "shard-00001")
-    state = document_curation(pipeline=settings, return_state=True)
+    state = document_curation(pipeline=settings, trident={"policy": "static"}, return_state=True)
     assert state.is_completed(), state.message
     names = sorted(t.name for t in _task_runs(state.state_details.flow_run_id) if t.name.startswith("curate shard-"))
     assert names == ["curate shard-00001"]

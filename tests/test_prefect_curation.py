@@ -15,6 +15,7 @@ from trident_flows.flows.document_curation import document_curation
 from trident_flows.runtime.sink import read_ids
 
 pytestmark = [pytest.mark.prefect, pytest.mark.ray]
+STATIC = {"policy": "static"}  # these tests check the curation itself: the pipeline runs as configured, with no sidecar
 
 
 def _artifacts(flow_run_id):
@@ -37,7 +38,7 @@ def _task_runs(flow_run_id):
 def test_document_curation_accounts_for_every_item_and_reruns_idempotently(prefect_harness, ray_cluster, tmp_path):
     out = tmp_path / "curated"
     settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "curation-test"}
-    state = document_curation(pipeline=settings, return_state=True)
+    state = document_curation(pipeline=settings, trident=STATIC, return_state=True)
     assert state.is_completed(), state.message
     summary = state.result()
     assert summary["items_in"] == 8 and summary["shards"] == 3
@@ -56,11 +57,25 @@ def test_document_curation_accounts_for_every_item_and_reruns_idempotently(prefe
     table = artifacts["curation-curation-test-summary"].data
     assert "kept" in table and "near-duplicates removed" in table
 
-    again = document_curation(pipeline=settings)
+    again = document_curation(pipeline=settings, trident=STATIC)
     assert again["duplicate_ids"] == 0
     data2, dead2 = read_ids(out)
     assert sorted(data2) == sorted(data) and sorted(dead2) == sorted(dead)
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in (out / "data").glob("*.parquet")) == len(data)
+
+
+def test_trident_tunes_a_curation_run_unless_told_otherwise():
+    """No ``trident`` settings: the run gets a sidecar under the Trident policy; ``policy="static"``: none."""
+    import inspect
+
+    from trident_flows.blocks import TridentSettingsBlock
+    from trident_flows.scheduler.policies import DEFAULT_POLICY
+
+    assert inspect.signature(document_curation.fn).parameters["trident"].default is None
+    assert DEFAULT_POLICY == "trident" and curation.sidecar_settings(None).policy == "trident"
+    given = TridentSettingsBlock(policy="ds2", tick_interval_s=2)
+    assert curation.sidecar_settings(given) is given
+    assert curation.sidecar_settings(TridentSettingsBlock(policy="static")) is None
 
 
 def test_ray_workers_get_the_api_url_and_a_missing_server_is_refused():
@@ -90,7 +105,7 @@ def test_a_pipeline_larger_than_the_cluster_is_sized_to_its_nodes(prefect_harnes
     monkeypatch.setattr(curation, "build_pipeline", wide)
     out = tmp_path / "curated"
     settings = {"pipeline": "emulated-docs", "synth": 12, "output_location": str(out), "shard_size": 6, "runner_name": "sized-test"}
-    summary = curation.document_curation(pipeline=settings)
+    summary = curation.document_curation(pipeline=settings, trident=STATIC)
     assert summary["items_in"] == 12 and summary["duplicate_ids"] == 0
     data, dead = read_ids(out)
     assert len(data) + len(dead) == 12

@@ -28,7 +28,7 @@ def test_the_curation_flow_runs_the_ray_data_pipeline_and_publishes_its_rows(pre
     out = tmp_path / "curated"
     settings = {"ray_data_pipeline": EXAMPLE, "synth": 12, "output_location": str(out), "shard_size": 5,
                 "runner_name": "ray-data-curation-test"}
-    summary = document_curation(pipeline=settings)
+    summary = document_curation(pipeline=settings, trident={"policy": "static"})
     assert (summary["items_in"], summary["shards"], summary["duplicate_ids"], summary["dead_lettered"]) == (12, 3, 0, 0)
     published = pq.read_table(out / "dataset")
     assert sorted(published.column("id").to_pylist()) == [f"item-{k:07d}" for k in range(12)]

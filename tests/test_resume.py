@@ -186,7 +186,7 @@ def _left_running(seen: dict) -> list[str]:
 def test_interrupted_run_resumes_to_the_ids_of_an_uninterrupted_run_and_leaves_nothing_running(tmp_path):
     seed = random.randrange(10**6)
     rng = random.Random(seed)
-    common = ["run", "rt-slow", "--synth", "240", "--cpus", "4", "--gpus", "0", "--tick-s", "0.5"]
+    common = ["run", "rt-slow", "--synth", "240", "--cpus", "4", "--gpus", "0", "--policy", "static"]
     full, part = tmp_path / "full", tmp_path / "part"
 
     rc, output, seen = _run([*common, "--out", str(full), "--summary-json", str(tmp_path / "full.json")])

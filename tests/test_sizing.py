@@ -104,12 +104,12 @@ def test_emulated_replicas_use_the_core_pool_only_when_holding_a_fraction_of_a_c
 
 def test_the_run_command_sizes_the_pipeline_to_a_two_cpu_cluster(tmp_path):
     """``trident-flows run`` on a local Ray node of 2 CPUs and no GPU, in a fresh process: the
-    8-CPU + 1-GPU layout is shrunk to fit, the trident policy schedules it, nothing is lost."""
+    8-CPU + 1-GPU layout is shrunk to fit, the trident policy (the default: no --policy) schedules it, nothing is lost."""
     script = f"""
 import trident_flows.pipelines as pipelines
 pipelines.PIPELINES["sizing-test"] = "test_sizing"
 from trident_flows.cli import app
-app(["run", "sizing-test", "--synth", "200", "--cpus", "2", "--gpus", "0", "--policy", "trident", "--tick-s", "0.5",
+app(["run", "sizing-test", "--synth", "200", "--cpus", "2", "--gpus", "0", "--tick-s", "0.5",
      "--out", {str(tmp_path / 'out')!r}, "--summary-json", {str(tmp_path / 's.json')!r}])
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=child_env())
@@ -117,4 +117,5 @@ app(["run", "sizing-test", "--synth", "200", "--cpus", "2", "--gpus", "0", "--po
     assert "sized to the cluster (2 CPUs, 0 GPUs)" in proc.stdout and "Running HiGHS" not in proc.stdout
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["items_in"] == 200 and summary["items_missing"] == 0 and summary["duplicate_ids"] == 0
+    assert summary["policy"] == "trident"
     assert summary["operators"]["embed"]["configs"] and all(k.startswith("cpu/") for k in summary["operators"]["embed"]["configs"])

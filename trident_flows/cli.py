@@ -24,7 +24,7 @@ from rich.table import Table
 from trident_flows.bench import BENCHMARKS
 from trident_flows.pipelines import PIPELINES
 from trident_flows.core.state import RuntimeConfigError
-from trident_flows.scheduler.policies import available_policies
+from trident_flows.scheduler.policies import DEFAULT_POLICY, available_policies
 
 app = typer.Typer(help="Trident: adaptive scheduling of multimodal data-curation pipelines on Ray.", no_args_is_help=True,
                   pretty_exceptions_show_locals=False)
@@ -122,7 +122,8 @@ def run(
     pipeline: str = typer.Argument(..., help=f"Pipeline name: {', '.join(PIPELINES)}; or MODULE:FUNCTION returning a Ray Data "
                                    "Dataset (e.g. examples/ray_data_emulated.py:build), its output in OUT/dataset."),
     out: Path = typer.Option(Path("run-output"), help="Output directory (Parquet parts + dead-letter table)."),
-    policy: str = typer.Option("static", help=f"Scheduling policy: {', '.join(available_policies())}."),
+    policy: str = typer.Option(DEFAULT_POLICY, help=f"Scheduling policy: {', '.join(available_policies())}; "
+                               "static runs the pipeline as configured, never changing it."),
     input: Optional[Path] = typer.Option(None, help="Directory of input files (documents/video pipelines)."),
     synth: Optional[int] = typer.Option(None, min=1, help="Generate this many synthetic inputs instead of reading --input."),
     regimes: Optional[str] = typer.Option(None, help="Regime schedule for --synth."),

@@ -19,6 +19,7 @@ from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
 from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
+from trident_flows.scheduler.policies import DEFAULT_POLICY
 from trident_flows.scheduler.settings import documented
 from trident_flows.scheduler.trident_settings import TridentSettings
 
@@ -36,7 +37,8 @@ class TridentSettingsBlock(Block):
     _documentation_url = DOCUMENTATION_URL
     _logo_url = LOGO_URL
 
-    policy: str = Field(default="trident", description="Scheduling policy: trident (the adaptive controller) or a baseline: static, ds2, threshold.")
+    policy: str = Field(default=DEFAULT_POLICY, description="Scheduling policy: trident (the adaptive controller, the default) or a "
+                                                          "baseline: static (no change: a curation run gets no sidecar), ds2, threshold.")
     tick_interval_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between two ticks of a long-running sidecar.")
     min_samples: int = Field(default=8, ge=1, description="New batch samples a sidecar tick needs before it asks the policy.")
     cpu_budget: Optional[float] = Field(default=None, gt=0, description="Most logical CPUs the pipeline may hold (empty: the whole cluster).")

@@ -13,7 +13,8 @@ Contract:
   restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
   documents near-duplicate index), feeds only the plan's pending shards and counts the committed
   ones in the summary.
-- ``run_command(...)`` is the CLI ``run``: local Ray cluster (or ``address=``), pipeline from
+- ``run_command(...)`` is the CLI ``run``, under ``policy`` (``DEFAULT_POLICY`` unless given): local Ray
+  cluster (or ``address=``), pipeline from
   the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
   re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
   progress bar, summary table and ``--summary-json``. Every bad option (unknown pipeline or
@@ -43,7 +44,7 @@ from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
-from trident_flows.scheduler.policies import Policy, make_policy
+from trident_flows.scheduler.policies import DEFAULT_POLICY, Policy, make_policy
 from trident_flows.core.types import ClusterSpec
 
 
@@ -284,7 +285,7 @@ def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) 
                       shards_skipped=plan.shards_skipped)
 
 
-def run_command(*, pipeline: str, out: Path, policy: str, input: Path | None, synth: int | None, regimes: str | None, seed: int,
+def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
                 tune: dict[str, str] | None = None, restart: bool = False) -> RunSummary:

@@ -20,11 +20,13 @@ Contract:
   summarises kept / near-duplicates / filtered / dead-lettered items and throughput. Each shard
   task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary and
   ``replicas_by_node`` (node id -> operator -> replicas that ran there), and logs it by node.
-- Given ``trident`` settings, the flow starts the ``trident-sidecar`` flow as its subflow as soon
-  as the runner is up (in a thread of this process, ticking every ``tick_interval_s``) and
-  waits for it to end once the pipeline has finished, before the runner is stopped: one
+- Trident tunes every run unless told otherwise: the flow starts the ``trident-sidecar`` flow as its
+  subflow as soon as the runner is up (in a thread of this process, ticking every ``tick_interval_s``)
+  and waits for it to end once the pipeline has finished, before the runner is stopped: one
   sidecar run per curation run, for exactly the pipeline's life. Its decisions and live view
-  are published on this run.
+  are published on this run. ``trident`` settings left out are ``TridentSettingsBlock()``'s
+  defaults (policy ``DEFAULT_POLICY``, ``trident``); ``policy="static"`` runs the pipeline as
+  configured, with no sidecar (``sidecar_settings``).
 """
 
 from __future__ import annotations
@@ -105,12 +107,20 @@ def _ray_origin(cluster: RayClusterBlock, connection: Any) -> str:
     return f"using the Ray cluster this process is already connected to, {connection.address} ({size}, namespace {connection.namespace})"
 
 
-@flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard; "
-                                            "with trident settings, Trident tunes it for the whole run.")
+def sidecar_settings(trident: Optional[TridentSettingsBlock]) -> Optional[TridentSettingsBlock]:
+    """The settings of the run's ``trident-sidecar`` subflow: the given ones, the block's defaults (the Trident policy)
+    when none are given, and ``None`` (no sidecar) for the ``static`` policy, which never changes anything."""
+    settings = trident if trident is not None else TridentSettingsBlock()
+    return None if settings.policy == "static" else settings
+
+
+@flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard, tuned by Trident "
+                                            "for the whole run (trident settings with policy static: not tuned).")
 def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 3,
                       shard_timeout_s: float = 3600.0, trident: Optional[TridentSettingsBlock] = None) -> dict[str, Any]:
     """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node),
-    tuned by a ``trident-sidecar`` subflow when ``trident`` settings are given."""
+    tuned by a ``trident-sidecar`` subflow under the ``trident`` settings (default: the Trident policy;
+    ``{"policy": "static"}``: no sidecar, the pipeline runs as configured)."""
     logger = get_run_logger()
     cluster = cluster or RayClusterBlock()
     env = worker_env()
@@ -210,6 +220,9 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     logger.info("starting the pipeline runner %r (its operators' replicas start on the Ray cluster)", pipeline.runner_name)
     runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=namespace, external_input=True)
     logger.info("pipeline runner %r up in %.1f s", pipeline.runner_name, time.monotonic() - start)
+    trident = sidecar_settings(trident)
+    if trident is None:
+        logger.info("policy static: the pipeline runs as configured, with no trident-sidecar")
     sidecar = _Sidecar(pipeline.runner_name, trident) if trident is not None else None
     try:
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):

@@ -20,6 +20,8 @@ Contract:
   option is never silently ignored. A factory without ``settings_type`` (a test's policy) is
   called with the options as keywords, checked against its signature (``check_options``; one
   taking ``**options`` takes any).
+- ``DEFAULT_POLICY`` (``trident``) is the policy ``trident-flows run`` and the Prefect flows use
+  unless told otherwise (``--policy static`` / ``policy="static"`` runs the pipeline as configured).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, Plan
 from trident_flows.scheduler.settings import settings_from_options, unknown_options
 
+DEFAULT_POLICY = "trident"
 POLICIES: dict[str, str] = {
     "static": "trident_flows.scheduler.policies:StaticPolicy",
     "ds2": "trident_flows.scheduler.ds2:DS2Policy",
