@@ -103,8 +103,8 @@ def test_route_forwards_writes_and_dead_letters_and_keeps_pending_exact():
     ledger = _ledger()
     shard = ledger.open("s")
     unit = Unit(_items(4))
-    for _ in unit.items:
-        ledger.count_in(shard)
+    for it in unit.items:
+        ledger.count_in(shard, it)
     # r0 split in two, r1 filtered, r2 failed, r3 missing
     out = Outline("ref", ("r0/0", "r0/1", "r1", "r2"), (None,) * 4, (False, False, True, False), ("", "", "", "boom"), (7, 8, 9, 1))
     nxt = Queue()
@@ -121,8 +121,8 @@ def test_route_refuses_an_untraceable_row_before_changing_anything():
     ledger = _ledger()
     shard = ledger.open("s")
     unit = Unit(_items(2))
-    for _ in unit.items:
-        ledger.count_in(shard)
+    for it in unit.items:
+        ledger.count_in(shard, it)
     out = Outline("ref", ("r0", "stranger"), (None, None), (False, False), ("", ""), (1, 1))
     nxt = Queue()
     with pytest.raises(ValueError, match="stranger"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pyarrow.parquet as pq
 import ray
 
@@ -34,8 +35,12 @@ def test_static_run_writes_every_item_once_with_samples(ray_cluster, tmp_path):
     state = ray.get(other.state.remote())
     page = ray.get(other.samples.remote(0))
     later = ray.get(other.samples.remote(page.next))
+    lat = ray.get(other.latencies.remote())
     _stop(handle)
     assert state.finished and state.items_in == 200 and not state.error
+    # every item read was done, then committed with its shard (runtime/latency.py)
+    assert len(lat.read_t) == 200 and not np.isnan(lat.done_t).any()
+    assert (lat.read_t <= lat.done_t).all() and (lat.done_t <= lat.committed_t).all()
     assert [o.name for o in state.operators] == ["parse", "filter", "embed"]
     data, dead = assert_exactly_once(spec, tmp_path)
     assert not dead
@@ -88,7 +93,9 @@ def test_replica_killed_mid_batch_loses_nothing(ray_cluster, tmp_path):
     ray.kill(ray.get_actor(victim.actor_name, namespace="rt"), no_restart=True)
     _wait(handle)
     state = ray.get(handle.state.remote())
+    lat = ray.get(handle.latencies.remote())
     _stop(handle)
+    assert len(lat.done_t) == 240 and not np.isnan(lat.done_t).any(), "the retried items are done too"
     replicas = state.operator("parse").replicas
     assert victim.replica_id not in {r.replica_id for r in replicas} and len(replicas) == 1, "the dead replica was replaced"
     data, dead = assert_exactly_once(spec, tmp_path)

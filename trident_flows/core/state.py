@@ -213,7 +213,9 @@ class RunnerState:
 class ApplyReport:
     """What ``apply`` did: the steps done (as dicts), seconds it took, and the throughput dip:
     completed input items/s during the apply against the ``dip_window_s`` before it;
-    ``dip`` = max(0, 1 - during/before)."""
+    ``dip`` = max(0, 1 - during/before). ``started_at``: the wall-clock time (``time.time()``) its
+    first step began, so it ran over [started_at, started_at + seconds] (0 where no step ran or
+    the clock is simulated)."""
 
     steps_done: tuple[dict[str, Any], ...]
     seconds: float
@@ -224,6 +226,7 @@ class ApplyReport:
     error: str = ""
     reason: str = ""
     steps_total: int = 0
+    started_at: float = 0.0
 
     @property
     def outcome(self) -> "ApplyOutcome":

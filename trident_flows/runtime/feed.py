@@ -5,7 +5,7 @@ Contract:
   running estimate of an input row's size) and returns how many rows may be admitted now.
   ``notify_room()`` (the dispatcher took from that queue) wakes it.
 - ``admit(row, shard)`` refuses a row without an ``id`` (``ValueError``), stores a copy with its id
-  as a string, counts it pending in its shard and queues it.
+  as a string, counts it pending in its shard (which stamps its read time) and queues it.
 - ``read_source(source, shard_items)`` reads an iterator of rows (in a thread, at most 256 at a
   time) into implicit shards ``part-NNNNNN`` of ``shard_items`` items, closing each when full and
   the last at the end.
@@ -58,8 +58,8 @@ class Feed:
             raise ValueError(f"input row without an {ID!r} column: {sorted(row)}")
         row = dict(row)
         row[ID] = str(row[ID])
-        self.ledger.count_in(shard)
         item = Item(row, shard.shard_id, row_bytes(row))
+        self.ledger.count_in(shard, item)
         self._row_bytes = track(self._row_bytes, item.nbytes)
         self.queue.push(item)
 

@@ -13,7 +13,7 @@ Contract:
   then fits first), then kill them. An operator's last replica may retire only when a later step starts
   its replacement (a swap in place). A failing step stops the apply; an operator a swap left
   without replicas gets back one of the configs it retired, so a failed apply never stalls it.
-- Every apply returns and keeps (``reports``) an ``ApplyReport``: steps done, seconds,
+- Every apply returns and keeps (``reports``) an ``ApplyReport``: when its steps started, steps done, seconds,
   throughput (rows written or dead-lettered per second) before (over ``dip_window_s``) and
   during it, the dip, and its outcome; ``landed`` counts those that landed whole.
 - ``summary()``: the reports, the largest dip of a rolling update (one that retired and started
@@ -89,7 +89,7 @@ class Rollout:
             during = self._rate(t0, t1) if t1 - t0 >= _MIN_DURING_S else self._rate(t1 - _MIN_DURING_S, t1)
             dip = max(0.0, 1.0 - during / before) if before > 0 else 0.0
             report = ApplyReport(tuple(done), t1 - t0, before, during, dip, ok=not error, error=error, reason=transition.reason,
-                                 steps_total=len(transition.steps))
+                                 steps_total=len(transition.steps), started_at=t0)
             if report.outcome.status == ApplyStatus.LANDED:
                 self.landed += 1  # only changes that landed count; the others are in reports
             self.reports.append(report)

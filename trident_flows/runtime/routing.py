@@ -11,6 +11,8 @@ of the batch ``unit`` that operator number ``op`` (named ``operator``) ran on a 
 - an input item that produced no row is dead-lettered (operators mark rows, never drop them);
   a re-run item (``Item.wanted``) routes only the rows it was run for, and dead-letters those it
   did not produce again; then each input item is no longer pending and its shard may commit.
+  Every row written or dead-lettered names its source item (``Item.origin``), whose done time the
+  ledger stamps.
 Returns what came out (``Routed``), for the operator's counters and growth estimates.
 """
 
@@ -47,7 +49,7 @@ def route(unit: Unit, out: Outline, node: str, op: int, operator: str, ledger: S
         elif item.wanted is not None:
             for w in sorted(item.wanted - produced.get(id(item), set())):
                 origin = item.origin or item
-                ledger.dead_letter(Item({ID: w, SOURCE_ID: origin.row[ID]}, item.shard, 0, item.attempts), operator,
+                ledger.dead_letter(Item({ID: w, SOURCE_ID: origin.row[ID]}, item.shard, 0, item.attempts, origin=origin), operator,
                                    "its output was lost with a node, and running its source item again did not produce it "
                                    f"(operator {operator!r} must keep ids or derive them as '<parent>/<k>')", pending_delta=0)
     for item in continuing:
@@ -75,7 +77,8 @@ def _place_rows(rows: list[dict], parents: list[Item], out: Outline, node: str, 
         shard = ledger[parent.shard]
         item = Item(row, parent.shard, out.nbytes[j], 0, out.ref, j, node, parent.origin or parent, wanted, upto, out.stored_bytes)
         if out.error[j]:
-            ledger.dead_letter(Item(row, parent.shard, 0, parent.attempts), operator, out.error[j], pending_delta=0)
+            ledger.dead_letter(Item(row, parent.shard, 0, parent.attempts, origin=parent.origin or parent), operator, out.error[j],
+                               pending_delta=0)
         elif out.drop[j] or last:
             ledger.write(shard, item, op, dropped=out.drop[j])
         else:

@@ -26,8 +26,11 @@ Contract:
   into ``RunnerState.nodes`` and the cluster's CPUs/GPUs; every replica is pinned to a node
   (``node_placement.NodePlacer``), on the node class a plan names. When a node leaves, its
   replicas are replaced on the nodes left; a node that joins gets emulated devices for its GPUs.
-- ``summary()``: the state, the apply reports and rolling-update dip, ``replicas_by_node`` (node
-  id -> operator -> replicas that ran there) and the runner process's cost (bytes it serialised,
+- ``latencies()``: every input item's read, done and shard-commit times (``latency.Latencies``; what
+  done means, and why latency ends there rather than at the commit, is ``latency``'s docstring),
+  kept by the shard ledger at a few array writes per item, no Ray call.
+- ``summary()``: the state, the apply reports (each with its start time) and rolling-update dip,
+  ``replicas_by_node`` (node id -> operator -> replicas that ran there) and the runner process's cost (bytes it serialised,
   bytes replicas fetched from other nodes, rows lost, CPU seconds, peak RSS since it started:
   ``peak_memory``, as Ray may start it in a worker process that ran other work first); each
   ``BatchSample`` carries its batch's share of those bytes.
@@ -50,6 +53,7 @@ from trident_flows.core.types import Outcome, Plan, Transition
 from trident_flows.runtime import devices, peak_memory, sink_writer
 from trident_flows.runtime.dispatch import Dispatcher
 from trident_flows.runtime.feed import Feed
+from trident_flows.runtime.latency import Latencies
 from trident_flows.runtime.lineage import reruns
 from trident_flows.runtime.metrics import OpCounters, RunMetrics
 from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
@@ -431,6 +435,10 @@ class PipelineRunner:
     async def pipeline_spec(self) -> PipelineSpec:
         """The PipelineSpec this runner runs (operators, config spaces), e.g. for a policy in another process."""
         return self.spec
+
+    async def latencies(self) -> Latencies:
+        """Every input item's read, done and shard-commit times so far (see ``latency``)."""
+        return self.ledger.latency.snapshot()
 
     async def samples(self, since: int = 0) -> SamplePage:
         """BatchSamples with sequence number > ``since`` (oldest first, up to ``sample_buffer`` kept)."""

@@ -2,8 +2,8 @@
 
 Contract:
 - ``ShardLedger.open(shard_id)`` starts a shard (a re-run replaces the record of an earlier one);
-  ``count_in(shard)`` counts an admitted input item as pending; ``close(shard)``: no more
-  items will be admitted to it.
+  ``count_in(shard, item)`` counts an admitted input item as pending and numbers it (``Item.seq``);
+  ``close(shard)``: no more items will be admitted to it.
 - An item stays pending until every row it leads to is written (``write``) or dead-lettered
   (``dead_letter``); the router adds a pending count for each row it forwards and takes one off
   per input item it routed. Written rows and dead letters are staged and sent to the sink's
@@ -15,6 +15,8 @@ Contract:
   shard commits only once they are written).
 - Totals over all shards: ``items_in``, ``rows_written``, ``rows_dropped`` (written with their
   ``_drop`` mark), ``rows_dead``; each written or dead-lettered row counts in ``metrics.completed()``.
+- ``latency`` (``latency.LatencyLog``): each input item's read time (``count_in``), the time its last
+  row was written or dead-lettered, and its shard's commit time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Callable, Coroutine
 
 from trident_flows.core.state import ShardStatus
 from trident_flows.runtime import sink_writer
+from trident_flows.runtime.latency import LatencyLog
 from trident_flows.runtime.metrics import RunMetrics
 from trident_flows.runtime.spec import ID, SOURCE_ID
 from trident_flows.runtime.wire import items_message, serialised_size
@@ -40,6 +43,7 @@ _PART_BYTES = 64 * 2**20
 @dataclass
 class Shard:
     shard_id: str
+    number: int = -1  # its number in the run's LatencyLog
     items_in: int = 0
     pending: int = 0
     written: int = 0
@@ -72,16 +76,18 @@ class ShardLedger:
         self._lost = lost
         self.shards: dict[str, Shard] = {}
         self.items_in = self.rows_written = self.rows_dropped = self.rows_dead = 0
+        self.latency = LatencyLog()
 
     def __getitem__(self, shard_id: str) -> Shard:
         return self.shards[shard_id]
 
     def open(self, shard_id: str) -> Shard:
-        shard = Shard(shard_id)
+        shard = Shard(shard_id, self.latency.shard())
         self.shards[shard_id] = shard
         return shard
 
-    def count_in(self, shard: Shard) -> None:
+    def count_in(self, shard: Shard, item: Item) -> None:
+        item.seq = self.latency.read(shard.number)
         shard.items_in += 1
         shard.pending += 1
         self.items_in += 1
@@ -103,6 +109,7 @@ class ShardLedger:
         shard.written += 1
         self.rows_written += 1
         self.metrics.completed()
+        self.latency.done(item.source_seq)
         if len(shard.rows) >= _PART_ROWS or shard.rows_bytes >= _PART_BYTES:
             self._flush(shard)
 
@@ -117,6 +124,7 @@ class ShardLedger:
         shard.pending += pending_delta
         self.rows_dead += 1
         self.metrics.completed()
+        self.latency.done(item.source_seq)
         if pending_delta:
             self.maybe_commit(shard)
 
@@ -160,6 +168,7 @@ class ShardLedger:
             shard.committing = False
             return
         await sink_writer.call(self.writer.commit, shard.shard_id)
+        self.latency.committed(shard.number)
         shard.done = True
         shard.committing = False
         self._wake()

@@ -7,7 +7,9 @@ Contract:
   with ``row`` keeping only its id and ``source_id``), with the node that holds it (``node``),
   the size of that stored object (``ref_bytes``) and the source item it descends from (``origin``), from which it is produced again if its node
   dies: such a re-run item keeps only the rows of ``wanted`` ids, up to the output of operator
-  ``upto``. ``Unit``: a pre-formed batch being retried, kept together or split, never merged,
+  ``upto``. A source row has its number in the run (``seq``: ``shards.ShardLedger.count_in``, the
+  index of its read and done times in ``latency.LatencyLog``); a row produced from it has -1 and
+  reaches it through ``origin``. ``Unit``: a pre-formed batch being retried, kept together or split, never merged,
   with the replica deaths it was in flight at.
 - ``Queue``: an operator's input, items in arrival order and retried units ahead of them; it keeps
   its item and byte counts (the backpressure bounds of ``RunnerSettings.queue_max_items`` /
@@ -37,6 +39,12 @@ class Item:
     wanted: frozenset[str] | None = None
     upto: int = -1
     ref_bytes: int = 0
+    seq: int = -1
+
+    @property
+    def source_seq(self) -> int:
+        """The number of the input item this row is or descends from (-1 when the ledger did not number it)."""
+        return self.origin.seq if self.origin is not None else self.seq
 
 
 @dataclass(eq=False)
