@@ -78,10 +78,12 @@ class SimulatedHeadroom:
 
 
 def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: ClusterSpec, max_evals: int = MAX_EVALS,
-                       meter: "Meter | None" = None, seeds: Mapping[str, Sequence[Allocation]] | None = None) -> SimulatedHeadroom:
+                       meter: "Meter | None" = None, seeds: Mapping[str, Sequence[Allocation]] | None = None,
+                       static_evals: int | None = None) -> SimulatedHeadroom:
     """Per regime the best measured allocation, and the best measured static (module docstring). ``meter``: a
     ``meter_for`` this workload whose measures are kept between calls; ``seeds``: more starting allocations
-    per regime (e.g. what a policy ran there), each measured beside the model's answers."""
+    per regime (e.g. what a policy ran there), each measured beside the model's answers; ``static_evals``:
+    measures the static's climb may take (default ``max_evals``; 1: the best of the model's statics)."""
     items = regime_items(workload)
     measure = meter or meter_for(workload, stream, cluster)
     optima: list[Allocation] = []
@@ -97,7 +99,7 @@ def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: Clu
         start = max(optima + statics + list((seeds or {}).get(r, ())), key=lambda a: measure.rate(a, r))  # noqa: B023 - used at once
         best[r] = climb(start, lambda a: measure.rate(a, r), max_evals)  # noqa: B023 - used at once
     duration = lambda a: sum(n / max(measure.rate(a, r), 1e-9) for r, n in items.items())  # noqa: E731
-    static = climb(min(statics, key=duration), lambda a: -duration(a), max_evals)
+    static = climb(min(statics, key=duration), lambda a: -duration(a), max_evals if static_evals is None else static_evals)
     for r in items:  # a climb may stop under the static's rate on a regime; the static is a candidate too
         if measure.rate(static, r) > measure.rate(best[r], r):
             best[r] = static

@@ -16,9 +16,9 @@ Contract of ``run(quick, workloads, jobs, log) -> dict`` (the suite's ``sim`` se
     best allocation;
   - ``oracle`` (O): each regime's best allocation (``sim_headroom.simulated_headroom``: the cost
     model's answers hill-climbed on steady rates), switched by ``OraclePolicy`` as each block reaches
-    each operator, paying every cold start; then block by block, S* or a neighbouring block's choice
-    where that runs the whole stream faster (a short block may not pay for its cold starts). O is
-    never below S*.
+    each operator, paying every cold start (or S* in every block, where that is faster); then block
+    by block, its regime's best, S* or a neighbouring block's choice where that runs the whole stream
+    faster (a short block may not pay for its cold starts). O is never below S*.
   When a system beats O by more than ``BEAT_TOLERANCE``, the allocations it ran in each regime seed
   new climbs and the oracle runs again (at most ``SEED_ROUNDS`` rounds); whatever still beats it is
   reported in ``oracle_beaten_by``.
@@ -69,7 +69,10 @@ BEAT_TOLERANCE = 0.02  # a system more than 2% above O means the search missed a
 SEED_ROUNDS = 2
 NO_HEADROOM = 0.01  # gain_captured is undefined where O is within 1% of S*
 STATIC_EVALS, QUICK_STATIC_EVALS = 40, 8  # whole-stream runs one climb of S* may take
-REGIME_EVALS, QUICK_REGIME_EVALS = sim_headroom.MAX_EVALS, 10  # steady rates one per-regime climb may measure
+# steady rates one per-regime climb may measure (the whole stream's S* is climbed on whole-stream runs instead of the
+# steady rates sim_headroom's own static climb would take: that climb cost ~3 measures per step)
+REGIME_EVALS, QUICK_REGIME_EVALS = 60, 10
+CUT_AFTER = 1.5  # a search's candidate is stopped after 1.5x the time the best so far takes for the stream
 SEEDS_KEPT = 4  # allocations a policy ran in one regime that seed the oracle's next climb (most ticks first)
 
 
@@ -84,13 +87,14 @@ class SystemRun:
     reconfigurations: int | None = None
     plans_per_block: list[int] = field(default_factory=list)
     error: str = ""
+    cut: bool = False  # a search's candidate stopped once it could no longer win
     sim_wall_s: float = 0.0
     seen: dict[str, dict[Allocation, int]] = field(default_factory=dict)  # regime -> allocation running -> ticks
 
     def to_dict(self) -> dict[str, Any]:
         return {"system": self.system, "items_per_s": self.items_per_s, "ooms": self.ooms, "items_lost": self.items_lost,
                 "reconfigurations": self.reconfigurations, "plans_per_block": self.plans_per_block, "error": self.error,
-                "sim_wall_s": round(self.sim_wall_s, 2)}
+                "cut": self.cut, "sim_wall_s": round(self.sim_wall_s, 2)}
 
 
 class _Watched:
@@ -146,8 +150,10 @@ class _Workload:
     def blocks(self) -> list[tuple[str, int, int]]:
         return self.stream.blocks()
 
-    def run(self, system: str, policy: Any | None = None, start: StaticConfig | None = None) -> SystemRun:
-        """Simulate the whole stream from ``start`` (default static-default) under ``policy`` (None: static)."""
+    def run(self, system: str, policy: Any | None = None, start: StaticConfig | None = None, slower_than: float = 0.0) -> SystemRun:
+        """Simulate the whole stream from ``start`` (default static-default) under ``policy`` (None: static). A search's
+        candidate that cannot beat ``slower_than`` items/s is cut once it has run ``CUT_AFTER`` times as long as that rate
+        takes for the stream (its rate is then None and ``cut`` true: it is no candidate)."""
         record = SystemRun(system)
         spec = self.stream.spec(self.profile, start or self.start, f"suite-sim-{self.suite.name}-{system}")
         watched = None
@@ -156,7 +162,8 @@ class _Workload:
                 policy = make_policy(system, spec=spec, cluster=self.cluster)
             watched = _Watched(policy, self.blocks) if policy is not None else None
             t0 = time.perf_counter()
-            run = simulate(spec, self.cluster, watched, tick_s=TICK_S)
+            cap = CUT_AFTER * self.stream.items / slower_than if slower_than > 0 else None
+            run = simulate(spec, self.cluster, watched, tick_s=TICK_S, duration_s=cap)
             record.sim_wall_s = time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - a system that cannot run is reported, not fatal for the others
             record.error = f"{type(exc).__name__}: {exc}"
@@ -164,6 +171,9 @@ class _Workload:
             traceback.print_exc()
             return record
         s = run.summary
+        if not run.runner.finished:
+            record.cut = True
+            return record
         record.items_per_s, record.ooms, record.reconfigurations = s["steady_items_per_s"], s["ooms"], s["reconfigurations"]
         record.items_lost = s["items_missing"]
         record.error = s["error"] or ""
@@ -174,28 +184,33 @@ class _Workload:
                 seen[running] = seen.get(running, 0) + 1
         return record
 
-    def run_static(self, system: str, chosen: Allocation) -> SystemRun:
+    def run_static(self, system: str, chosen: Allocation, slower_than: float = 0.0) -> SystemRun:
         """``chosen`` all along (``static_policy``)."""
-        return self.run(system, static_policy(chosen, self.stream.items, self.cluster), allocation.start_config(chosen))
+        return self.run(system, static_policy(chosen, self.stream.items, self.cluster), allocation.start_config(chosen), slower_than)
 
-    def run_oracle(self, per_block: Sequence[Allocation]) -> SystemRun:
+    def run_oracle(self, per_block: Sequence[Allocation], slower_than: float = 0.0) -> SystemRun:
         """``per_block[k]`` from when block k reaches each operator (``OraclePolicy``), paying every cold start."""
         blocks = [(str(k), start, end) for k, (_, start, end) in enumerate(self.blocks)]
         configs = {str(k): chosen for k, chosen in enumerate(per_block)}
-        return self.run(ORACLE, OraclePolicy(blocks, configs, self.cluster.total_cpus, self.cluster.total_gpus))
+        return self.run(ORACLE, OraclePolicy(blocks, configs, self.cluster.total_cpus, self.cluster.total_gpus), slower_than=slower_than)
 
     def search_oracle(self, per_regime: Mapping[str, Allocation], static: Allocation) -> tuple[list[Allocation], SystemRun, int]:
-        """O: each block's regime's best allocation, then block by block the best of it, S* and its neighbours' choices
-        (a short block may not pay for its cold starts) on the whole stream; returns the choices, their run and the runs made."""
-        choices = [per_regime[regime] for regime, _, _ in self.blocks]
-        best_run, runs = self.run_oracle(choices), 1
+        """O: each block's regime's best allocation or S* in every block, whichever runs the whole stream faster, then block
+        by block the best of its regime's best, S* and its neighbours' choices (a short block may not pay for its cold
+        starts); returns the choices, their run and the runs made."""
+        switching = [per_regime[regime] for regime, _, _ in self.blocks]
+        steady = self.run_oracle([static] * len(switching))  # S* everywhere: where switching costs more than it gains
+        choices, best_run, runs = [static] * len(switching), steady, 2
+        first = self.run_oracle(switching, slower_than=_rate(steady))
+        if _rate(first) > _rate(best_run):
+            choices, best_run = switching, first
         for k in range(len(choices)):
             neighbours = [choices[j] for j in (k - 1, k + 1) if 0 <= j < len(choices)]
-            for alternative in dict.fromkeys([static, *neighbours]):
+            for alternative in dict.fromkeys([switching[k], static, *neighbours]):
                 if alternative == choices[k]:
                     continue
                 trial = choices[:k] + [alternative] + choices[k + 1:]
-                run, runs = self.run_oracle(trial), runs + 1
+                run, runs = self.run_oracle(trial, slower_than=_rate(best_run)), runs + 1
                 if _rate(run) > _rate(best_run):
                     choices, best_run = trial, run
         return choices, best_run, runs
@@ -220,7 +235,7 @@ def search_static_hindsight(w: _Workload, candidates: Sequence[Allocation], max_
 
     def score(candidate: Allocation) -> float:
         if candidate not in runs:
-            runs[candidate] = w.run_static(STATIC_HINDSIGHT, candidate)
+            runs[candidate] = w.run_static(STATIC_HINDSIGHT, candidate, slower_than=max(map(_rate, runs.values()), default=0.0))
         return _rate(runs[candidate])
 
     start = max(dict.fromkeys(candidates), key=score)
@@ -240,7 +255,7 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict
     workload = w.suite.headroom_workload(w.profile)
     meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
     regime_evals = QUICK_REGIME_EVALS if quick else REGIME_EVALS
-    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, max_evals=regime_evals, meter=meter)
+    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, max_evals=regime_evals, meter=meter, static_evals=1)
     per_regime = dict(found.per_regime)
     candidates = [allocation_of(w.start), allocation_of(w.model_hindsight), found.static, *per_regime.values()]
     best_static, runs[STATIC_HINDSIGHT], static_evals = search_static_hindsight(w, candidates, QUICK_STATIC_EVALS if quick else STATIC_EVALS)
@@ -257,7 +272,8 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict
         rounds += 1
         seeds = {r: [a for a, _ in sorted(seen.items(), key=lambda kv: -kv[1])[:SEEDS_KEPT]]
                  for run in beaters.values() for r, seen in run.seen.items()}
-        found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, max_evals=regime_evals, meter=meter, seeds=seeds)
+        found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, max_evals=regime_evals, meter=meter, seeds=seeds,
+                                                static_evals=1)
         per_regime = dict(found.per_regime)
         extra = [a for allocations in seeds.values() for a in allocations]
         best_static, runs[STATIC_HINDSIGHT], more = search_static_hindsight(w, [best_static, *extra], QUICK_STATIC_EVALS if quick else STATIC_EVALS)
