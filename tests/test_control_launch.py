@@ -70,7 +70,8 @@ run_command(pipeline="rt-test", out=Path({str(tmp_path / 'out')!r}), policy="sta
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["items_in"] == 50 and summary["duplicate_ids"] == 0
     assert summary["items_written"] + summary["items_dead_lettered"] == 50
-    for key in ("wall_s", "throughput_items_per_s", "ooms", "reconfigurations", "rolling_update_dip", "operators"):
+    for key in ("wall_s", "throughput_items_per_s", "latency_s_p50", "latency_s_p99", "ooms", "reconfigurations", "rolling_update_dip",
+                "operators"):
         assert key in summary
     assert summary["operators"]["parse"]["replicas"] == 1 and "busy_fraction" in summary["operators"]["parse"]
     assert (tmp_path / "d.jsonl").exists()

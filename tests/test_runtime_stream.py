@@ -75,6 +75,7 @@ def test_failing_and_marked_items_are_dead_lettered_once(ray_cluster, tmp_path):
     assert rows[marked]["operator"] == "embed" and "bad input" in rows[marked]["error"]
     assert summary.items_dead_lettered == 2 and summary.items_written == 58 and summary.items_missing == 0
     assert summary.duplicate_ids == 0
+    assert 0 < summary.latency_s_p50 <= summary.latency_s_p99  # every item's read to done, the dead-lettered ones too
 
 
 def test_replica_killed_mid_batch_loses_nothing(ray_cluster, tmp_path):

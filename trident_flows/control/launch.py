@@ -124,7 +124,9 @@ class RunSummary:
     """A finished run. ``items_written`` counts input items with rows in the data table (kept or
     ``_drop``-marked; ``items_dropped`` of them were filtered), ``items_dead_lettered`` those only
     in the dead-letter table; ``items_missing`` = items_in - written - dead-lettered (0 = none lost).
-    ``rolling_update_dip`` is the largest throughput dip of an apply that started and retired replicas."""
+    ``rolling_update_dip`` is the largest throughput dip of an apply that started and retired replicas.
+    ``latency_s_p50`` / ``latency_s_p99``: seconds from an input item's read to done (``runtime.latency``),
+    over the items this run read (None when it read none)."""
 
     pipeline: str
     policy: str
@@ -150,6 +152,8 @@ class RunSummary:
     shards_skipped: int = 0
     advice: dict[str, Any] = field(default_factory=dict)  # binding resource, gain of one more node per class (planning.advice)
     replicas_by_node: dict[str, dict[str, int]] = field(default_factory=dict)  # node id -> operator -> replicas that ran there
+    latency_s_p50: float | None = None
+    latency_s_p99: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -223,6 +227,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
             if summary["finished"]:
                 break
         final_state: RunnerState = ray.get(handle.state.remote())
+        latency = ray.get(handle.latencies.remote()).percentiles()
     finally:
         stop_runner(handle, loop)
     finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
@@ -239,7 +244,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
         shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
-        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})))
+        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latency)
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -249,7 +254,7 @@ def _summary_table(summary: RunSummary) -> Any:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key in ("shards_total", "shards_skipped", "items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
-                "wall_s", "throughput_items_per_s", "ooms", "reconfigurations", "rolling_update_dip"):
+                "wall_s", "throughput_items_per_s", "latency_s_p50", "latency_s_p99", "ooms", "reconfigurations", "rolling_update_dip"):
         value = getattr(summary, key)
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     ops = Table(title="operators")
