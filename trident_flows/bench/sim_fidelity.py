@@ -261,7 +261,9 @@ QUICK_TRACES = ("docs-ds2", "video-static")
 # last input ("decode (120, 0 since the change)"), so the live run never moved; today's trident does.
 POLICY_SINCE = {"trident": ("2026-12-02T20:21:00Z", "its canary rule and evidence gate changed: a canary holding a batch is judged when "
                                                     "it is back, added capacity is doubted for what more replicas add, a replica count "
-                                                    "that changed with the workload is not taken for contention")}
+                                                    "that changed with the workload is not taken for contention"),
+                "ds2": ("2026-12-03T20:13:42Z", "DS2 as its paper defines it: rates over an activation window, warm-up after each "
+                                            "step, activation and target-rate-ratio rules, no step that only frees replicas")}
 
 
 def _stale_policy(system: str, recorded_at: datetime.datetime) -> str:
