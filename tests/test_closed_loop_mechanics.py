@@ -264,7 +264,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
         if record.plan is not None:
             runner.apply(record.plan)
     assert policy._gate_passed(runner.state()) and policy._pending is None, record.reason
-    a, configs = policy._ops["a"], serving_configs(runner.state().operator("a"))
+    a, configs = policy.ops["a"], serving_configs(runner.state().operator("a"))
     predicted = sum(a.model.throughput(c, n).mean for c, n in configs)
     end = max(s.end for _, s in a.window)
     a.model.calibrate(SaturatedSpan("a", end - 8.0, end, configs, int(4 * predicted), predicted / 2, False))
@@ -322,11 +322,11 @@ def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_
     state = runner.state()
     short = lambda wall_s: [s.split(" ")[0] for s in policy._short_of_evidence(replace(state, wall_s=wall_s))]  # noqa: E731
     policy._rearm_from(state, "b")
-    policy._ops["b"].fed += 2  # two samples of the new workload
+    policy.ops["b"].fed += 2  # two samples of the new workload
     assert short(state.wall_s + 10.0) == ["b"]
     assert short(state.wall_s + 31.0) == []
     policy._rearm_from(state, "b")
-    policy._ops["b"].fed += 1  # one sample is no evidence, however long it took
+    policy.ops["b"].fed += 1  # one sample is no evidence, however long it took
     assert short(state.wall_s + 31.0) == ["b"]
 
 
@@ -340,15 +340,15 @@ def test_an_operators_own_detection_counts_its_detecting_samples_and_keeps_the_u
     later = replace(state, wall_s=state.wall_s + 31.0)
     short = lambda s: [x.split(" ")[0] for x in policy._short_of_evidence(s)]  # noqa: E731
     policy._rearm_from(state, "a")
-    policy._ops["a"].fed += 40  # a measured the new items
-    policy._ops["b"].fed += 6
-    policy._rearm_from(later, "b", first_new_sample=policy._ops["b"].fed - 6)
+    policy.ops["a"].fed += 40  # a measured the new items
+    policy.ops["b"].fed += 6
+    policy._rearm_from(later, "b", first_new_sample=policy.ops["b"].fed - 6)
     assert short(later) == []
     # without an announcement upstream, b's clock starts at its own detection: 6 samples are not yet enough
     fresh = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), fresh, 10)
-    fresh._ops["b"].fed += 6
-    fresh._rearm_from(later, "b", first_new_sample=fresh._ops["b"].fed - 6)
+    fresh.ops["b"].fed += 6
+    fresh._rearm_from(later, "b", first_new_sample=fresh.ops["b"].fed - 6)
     assert [x.split(" ")[0] for x in fresh._short_of_evidence(later)] == ["b"]
     assert [x.split(" ")[0] for x in fresh._short_of_evidence(replace(later, wall_s=later.wall_s + 31.0))] == []
 
@@ -361,7 +361,7 @@ def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predic
 
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     policy._in_place = lambda state, plan: True
-    policy._operator("a")
+    policy.ops.ensure("a")
     plan = Plan((OperatorPlan("a", (ReplicaGroup(A, 2),)),), reason="t")
     for old, kept in ((5.0, True), (19.0, False)):
         policy._pending = _Pending(replace(plan, rationale=Rationale(PlanKind.THROUGHPUT, throughput_before=old, throughput_after=8.0)),
@@ -385,7 +385,7 @@ def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
     state = runner.state()
     before = policy._expected_regime_s(state, 1e-9)
     shift = RegimeChange("a", 0, 0, ChangeKind.RESIDUAL, False, 0, 0, {}, "injected load shift")
-    policy._ops["a"].detector.observe_many = lambda batch, model, replicas: [shift]
+    policy.ops["a"].detector.observe_many = lambda batch, model, replicas: [shift]
     policy._regime(state, {"a": [object()]}, [])
     assert policy._expected_regime_s(state, 1e-9) == before > 5.0
 

@@ -383,7 +383,7 @@ def test_the_cpu_kept_for_a_canary_goes_back_to_the_placement_once_no_operator_m
     held = sum(r.config.cpus for op in state.operators for r in op.active if r.canary)
     kept = lambda: CLUSTER8.node_classes[0].cpus - held - policy._cluster_for_placement(state).node_classes[0].cpus  # noqa: E731
     for name in ("a", "b"):
-        policy._ops[name].canary = None
+        policy.ops[name].canary = None
         policy._optimizer(name).status = "proposed cpu/b16"
     assert kept() == 1.0  # an optimiser has something to try: one CPU stays free for its canary
     for name in ("a", "b"):
@@ -408,7 +408,7 @@ def _cheap_regime_policy() -> TridentPolicy:
     policy = TridentPolicy(None, None, TridentSettings(saturation_s=8.0, stale_ratio=1.5))
     samples = [BatchSample("ocr", f"r{k % 2}", OCR_B4, t - 0.8, t, 0.8, 4, 4, config_epoch=1)
                for k, t in enumerate(np.linspace(-40.0, 0.0, 100))]
-    policy._operator("ocr").model.fit(samples)
+    policy.ops.ensure("ocr").model.fit(samples)
     return policy
 
 
@@ -416,15 +416,15 @@ def _calibrated(policy: TridentPolicy, states: list[RunnerState]) -> float:
     """Feed the snapshots (one sample each, ending at the snapshot) and return 2 replicas' capacity as the model reports it."""
     for state in states:
         policy._calibrate(state, [BatchSample("ocr", "r0", OCR_B4, state.wall_s - 0.8, state.wall_s, 0.8, 4, 4, config_epoch=1)])
-    return policy._ops["ocr"].model.throughput(OCR_B4, 2).mean
+    return policy.ops["ocr"].model.throughput(OCR_B4, 2).mean
 
 
 def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_measurably_has():
     # a queue all along, but only 1 item/s taken: the workload got expensive, the model (10 items/s) is stale
     policy = _cheap_regime_policy()
-    assert policy._ops["ocr"].model.throughput(OCR_B4, 2).mean == pytest.approx(10.0, rel=0.05)
+    assert policy.ops["ocr"].model.throughput(OCR_B4, 2).mean == pytest.approx(10.0, rel=0.05)
     assert _calibrated(policy, [_queued_state(float(t), t, queue=40) for t in range(0, 12, 2)]) == pytest.approx(1.0, rel=1e-6)
-    assert policy._is_stale("ocr") and "scaled by 0.10" in policy._ops["ocr"].model.calibration.describe()
+    assert policy._is_stale("ocr") and "scaled by 0.10" in policy.ops["ocr"].model.calibration.describe()
     # the queue ran dry inside the window: the operator was not saturated, its model stands
     states = [_queued_state(float(t), t, queue=0 if t == 4 else 40) for t in range(0, 12, 2)]
     assert _calibrated(_cheap_regime_policy(), states) == pytest.approx(10.0, rel=0.05)
@@ -434,7 +434,7 @@ def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_
     # measured close to the prediction: no correction
     policy = _cheap_regime_policy()
     _calibrated(policy, [_queued_state(float(t), 10 * t, queue=40) for t in range(0, 12, 2)])
-    assert policy._ops["ocr"].model.calibration is None and not policy._is_stale("ocr")
+    assert policy.ops["ocr"].model.calibration is None and not policy._is_stale("ocr")
 
 
 class StarvedCanaryRunner(SimRunner):
@@ -548,7 +548,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0))
     for _ in range(40):
         run_ticks(runner, policy, 1)
-        measuring = [n for n in "ab" if policy._ops[n].canary is not None and canary_config(runner.state().operator(n)) is not None]
+        measuring = [n for n in "ab" if policy.ops[n].canary is not None and canary_config(runner.state().operator(n)) is not None]
         if measuring and policy._pending is None:
             break
     assert measuring, "no canary was measured in 40 ticks"
@@ -556,7 +556,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     running = canary_config(runner.state().operator(name))
     grown = Plan(tuple(OperatorPlan(n, (ReplicaGroup(B8, 3),), "grow") for n in "ab"), reason="grow")
     for n in "ab":
-        policy._ops[n].next_ask = 10**9  # no optimiser asked: a tick without a canary event
+        policy.ops[n].next_ask = 10**9  # no optimiser asked: a tick without a canary event
     policy._transition = lambda *_args: trident_policy._Decided.roll_out(grown, "grow", 1.0)
     policy._placement = lambda _state: ((), None, None, (), "")
     record = run_ticks(runner, policy, 1)[0]

@@ -170,12 +170,15 @@ from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
-from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
+from trident_flows.scheduler.regime import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, held, replica_limits, serving_groups
 from trident_flows.scheduler.throughput_measure import placement_settled, remaining_input_items, sustainable_throughput
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident.canaries import CanaryTrial
+from trident_flows.scheduler.trident.operators import (ColdStarts, Operator, Operators, drain_s, plan_key, replica_counts,
+                                                      upper_median)
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
@@ -184,50 +187,9 @@ from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict
 # the simulated cpu-only documents stream with 5-minute regimes, embed on long documents finished a
 # batch every ~50 s, so 16 samples took 13 minutes while the pipeline ran at 0.2 items/s (0.37x static).
 SLOW_EVIDENCE_SAMPLES = 2
-# Detector samples whose window sequence numbers an operator keeps (``_window_seq``): a change point the
-# detector reports lies within its vote window, persistence or CUSUM history (256 samples) of the newest.
-DETECTOR_LOOKBACK = 4096
 # A verification keeps a plan whose end-to-end throughput after is within this share of what the previous
 # placement was predicted to do on the current workload, however far under the throughput before it fell.
 VERIFY_TOLERANCE = 0.05
-
-@dataclass
-class _Canary:
-    config: OpConfig
-    started_s: float
-    reason: str
-    candidate: list = field(default_factory=list)
-    incumbent: list = field(default_factory=list)
-
-
-@dataclass
-class _Operator:
-    """What the policy keeps about one operator between ticks."""
-
-    name: str
-    model: OperatorModel
-    detector: RegimeDetector
-    window: deque
-    fed: int = 0
-    # the window sequence number of each sample given to the detector, the newest last (``_window_seq``)
-    read: deque = field(default_factory=lambda: deque(maxlen=DETECTOR_LOOKBACK))
-    restored: bool = False
-    optimizers: dict = field(default_factory=dict)
-    to_tell: dict = field(default_factory=dict)
-    canary: _Canary | None = None
-    accepted: set = field(default_factory=set)
-    unsafe: dict = field(default_factory=dict)
-    unfitted: int = 0                  # samples since the last fit
-    fitted_epoch: int | None = None    # the config epoch of the last fit (None: refit at the next samples)
-    fitted_on: int = 0                 # window samples the last fit used
-    fitted_tick: int = -10**9          # the tick of the last fit
-    workload_moved: bool = False       # a features regime change or a stale model since the last fit
-    remembered: tuple | None = None    # (regime, fit report) last stored in the regime memory
-    asked_tick: int = -1               # the tick its optimiser was last asked for a canary config
-    next_ask: int = 0                  # the first tick it may be asked again (after a proposal that could not start)
-    model_version: int = 0             # counts fits and restored models (the placement is re-solved after one)
-    canary_abandoned_s: float | None = None  # runner wall_s when its last canary was abandoned (none again until the workload changes)
-
 
 @dataclass(frozen=True)
 class _Decided:
@@ -291,11 +253,11 @@ class TridentPolicy:
         self.solve = solve
         # what the policy keeps between ticks
         self._refused_canaries: set = set()
-        self._cold: dict[tuple[str, str], float] = {}
+        self.cold_starts = ColdStarts(settings.default_cold_start_s)
         self.records: deque[TickRecord] = deque(maxlen=settings.max_records)
         self.last_record: TickRecord | None = None
         self.memory = RegimeMemory()
-        self._ops: dict[str, _Operator] = {}
+        self.ops = Operators(settings.window)
         self._history: deque[RunnerState] = deque(maxlen=30)  # earlier ticks' states, oldest first
         self._pending: _Pending | None = None
         self._rejected: set = set()
@@ -352,7 +314,7 @@ class TridentPolicy:
             finally:
                 timings[name] = (time.perf_counter() - t0) * 1e3
 
-        self._track_cold_starts(state)
+        self.cold_starts.track(state)
         new = step("observe", lambda: self._observe(state, samples)) or {}
         step("regime", lambda: self._regime(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events):
@@ -415,18 +377,18 @@ class TridentPolicy:
             else:
                 self._issued = issued
         if action == Action.ROLL_OUT and plan is not None and plan is not safety:  # a safety move is not undone for speed
-            self._pending = _Pending(plan, predicted, list(self._recent), self._previous_groups(state, plan), self._regime_key())
+            self._pending = _Pending(plan, predicted, list(self._recent), self._previous_groups(state, plan), self.ops.regime_key())
         self._history.append(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
-                            {n: o.detector.current for n, o in self._ops.items()}, tuple(events), plan, predicted,
+                            {n: o.detector.current for n, o in self.ops.items()}, tuple(events), plan, predicted,
                             verification, "; ".join(errors), timings, hold if plan is None else None)
         self.records.append(record)
         self.last_record = record
         return record
 
     def _gate_passed(self, state: RunnerState) -> bool:
-        return bool(self._ops) and not self._short_of_evidence(state)
+        return bool(self.ops) and not self._short_of_evidence(state)
 
     def _short_of_evidence(self, state: RunnerState) -> list[str]:
         """Operators the evidence gate waits for, with their sample counts (total, since the change).
@@ -434,7 +396,7 @@ class TridentPolicy:
         upstream) will take no more samples and does not hold the gate."""
         short = []
         done = done_operators(state)
-        for name, o in sorted(self._ops.items()):
+        for name, o in sorted(self.ops.items()):
             if name in done and o.model.ready:
                 continue
             since = o.fed - self._changed_at.get(name, 0)
@@ -450,10 +412,10 @@ class TridentPolicy:
         CPUs/GPUs, so the move always fits). None when all is safe."""
         ops, unsafe = [], []
         for op_state in state.operators:
-            if op_state.name not in self._ops:
+            if op_state.name not in self.ops:
                 continue
             groups, moved = [], []
-            for config, n in _counts(serving_groups(op_state)):
+            for config, n in replica_counts(serving_groups(op_state)):
                 safe = config
                 while self._is_unsafe(op_state.name, safe) is not None and safe.batch_size > 1:
                     safe = safe.with_changes(batch_size=max(1, safe.batch_size // 2))
@@ -480,30 +442,6 @@ class TridentPolicy:
                 out[op.name] = op.items_in / state.wall_s if state.wall_s > 0 else 0.0
         return out
 
-    def _track_cold_starts(self, state: RunnerState) -> None:
-        """The longest cold start measured per (operator, device): what starting another replica costs."""
-        for op in state.operators:
-            for r in op.replicas:
-                if r.cold_start_s > 0:
-                    key = (op.name, r.config.device)
-                    self._cold[key] = max(self._cold.get(key, 0.0), r.cold_start_s)
-
-    def _cold_start(self, name: str, device: str) -> float:
-        if (name, device) in self._cold:
-            return self._cold[(name, device)]
-        known = [v for (n, _d), v in self._cold.items() if n == name]
-        return max(known) if known else self.settings.default_cold_start_s
-
-    def _drain(self, name: str) -> float:
-        """Seconds a retiring replica needs to finish its in-flight batches (two median batches)."""
-        busy = [s.busy_s for _, s in list(self._ops[name].window)[-64:]]
-        return 2.0 * _upper_median(busy) if busy else 1.0
-
-    def _operator(self, name: str) -> _Operator:
-        if name not in self._ops:
-            self._ops[name] = _Operator(name, OperatorModel(name), RegimeDetector(name), deque(maxlen=self.settings.window))
-        return self._ops[name]
-
     def _observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> dict[str, list[BatchSample]]:
         known = {op.name for op in state.operators}
         new: dict[str, list[BatchSample]] = {}
@@ -511,11 +449,11 @@ class TridentPolicy:
             if isinstance(s, BatchSample) and s.operator in known and s.items_in >= 1:
                 new.setdefault(s.operator, []).append(s)
         for name in known:
-            self._operator(name)
+            self.ops.ensure(name)
         failed = []
         routine = []   # refits of unchanged workloads (module docstring)
         for name, batch in new.items():
-            op = self._ops[name]
+            op = self.ops[name]
             # op.fed = the sample's index in the regime detector; only the batch's last samples stay in the
             # bounded window, so only they are added (a 256-node tick brings thousands per operator)
             kept = batch[-op.window.maxlen:] if op.window.maxlen is not None else batch
@@ -535,13 +473,13 @@ class TridentPolicy:
                 self._refit(op, epoch, failed)
             else:
                 routine.append((op.fitted_tick, name, epoch))
-        for _, name, epoch in sorted(routine)[:math.ceil(len(self._ops) / self.settings.refit_ticks)]:
-            self._refit(self._ops[name], epoch, failed)
+        for _, name, epoch in sorted(routine)[:math.ceil(len(self.ops) / self.settings.refit_ticks)]:
+            self._refit(self.ops[name], epoch, failed)
         if failed:
             raise RuntimeError("model fit failed for " + "; ".join(failed))
         return new
 
-    def _refit(self, op: _Operator, epoch: int, failed: list[str]) -> None:
+    def _refit(self, op: Operator, epoch: int, failed: list[str]) -> None:
         try:
             op.model.fit([s for _, s in op.window], current_epoch=epoch)
             op.unfitted, op.fitted_epoch, op.fitted_on, op.workload_moved = 0, epoch, len(op.window), False
@@ -554,7 +492,7 @@ class TridentPolicy:
     def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
         ended = len(self._regime_lengths)
         for name, batch in new.items():
-            op = self._ops[name]
+            op = self.ops[name]
             replicas = max(1, sum(state.operator(name).configs().values()))
             # the detector scores residuals under a snapshot of the model that it swaps only while the
             # test is calm: residuals of a model refitted every tick would jump between fits.
@@ -595,16 +533,13 @@ class TridentPolicy:
                     events.append(TickEvent(EventKind.REMEMBERED_REGIME, name, f"regime {change.new} seen before: serving its remembered model"
                                   + (f" and best config {record.best_config.label()}" if record.best_config else "")))
         self._regime_ends += int(len(self._regime_lengths) > ended)
-        for name, op in self._ops.items():
+        for name, op in self.ops.items():
             # once per fit and regime: the optimiser's best() refits its memory model after new
             # measurements (~20 ms), and calling it for every operator on every tick cost more than the fits
             if op.model.ready and op.detector.current is not None and not _same_fit(op.remembered, op.detector.current, op.model.report):
                 best = self._optimizer(name).best() if self._spec_space(name) is not None else None
                 self.memory.remember(op.detector.current, name, model=op.model, best_config=best)
                 op.remembered = (op.detector.current, op.model.report)
-
-    def _regime_key(self) -> tuple:
-        return tuple(sorted((n, o.detector.current) for n, o in self._ops.items()))
 
     def _expected_regime_s(self, state: RunnerState, throughput: float) -> float:
         """Seconds a change made now can pay off: the current regime's expected remaining time, capped
@@ -661,7 +596,7 @@ class TridentPolicy:
         return self._budget().limit(config.device, self.settings.memory_safety_margin)
 
     def _optimizer(self, name: str) -> ConfigOptimizer:
-        op = self._ops[name]
+        op = self.ops[name]
         regime = op.detector.current
         if regime not in op.optimizers:
             space = self._spec_space(name)
@@ -678,7 +613,7 @@ class TridentPolicy:
 
     def _memory_bound(self, name: str, config: OpConfig) -> float | None:
         """Upper bound of one replica's peak memory (bytes) at the worst recent workload; None when unknown."""
-        op = self._ops[name]
+        op = self.ops[name]
         try:
             worst = self._optimizer(name).worst_features() if self._spec_space(name) is not None else {}
         except ValueError:
@@ -692,7 +627,7 @@ class TridentPolicy:
                 return None
 
     def _is_unsafe(self, name: str, config: OpConfig) -> str | None:
-        op = self._ops[name]
+        op = self.ops[name]
         for bad, why in op.unsafe.items():
             if bad.device == config.device and bad.knobs == config.knobs and config.batch_size >= bad.batch_size:
                 return why
@@ -707,7 +642,7 @@ class TridentPolicy:
         askable: list[tuple[int, float, str]] = []  # (last asked tick, -busy fraction, operator) of operators that may start one
         free_cpus, free_gpus = free_resources(state)
         for name, batch in new.items():
-            op = self._ops[name]
+            op = self.ops[name]
             for s in batch:
                 if s.outcome == Outcome.OOM and s.config not in op.unsafe:
                     op.unsafe[s.config] = f"{s.config.label()} ran out of memory"
@@ -715,7 +650,7 @@ class TridentPolicy:
                     space = self._spec_space(name)
                     if space is not None and s.config.device in space.devices and space.batch_size_min <= s.config.batch_size <= space.batch_size_max:
                         self._optimizer(name).tell_oom(s.config, per_item(s.features, s.items_in), items=s.items_in)
-        for name, op in self._ops.items():
+        for name, op in self.ops.items():
             space = self._spec_space(name)
             if space is None:
                 continue
@@ -749,12 +684,12 @@ class TridentPolicy:
             if plan is not None:
                 canaries[name] = plan
             else:
-                self._ops[name].next_ask = self._tick + self.settings.reask_ticks
+                self.ops[name].next_ask = self._tick + self.settings.reask_ticks
         return canaries
 
     def _start_canary(self, state: RunnerState, name: str, opt: ConfigOptimizer, free_cpus: float, free_gpus: float,
                       events: list[TickEvent]) -> OperatorPlan | None:
-        op = self._ops[name]
+        op = self.ops[name]
         op.asked_tick = self._tick
         left_s, needed_s = self._run_left_s(state), self._canary_needs_s(name)
         if left_s is not None and left_s < needed_s:
@@ -794,7 +729,7 @@ class TridentPolicy:
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
                               f"(> canary_max_batch_s={self.settings.canary_max_batch_s:g}); draining it would stall the rollouts"))
             return None
-        op.canary = _Canary(config, state.wall_s, proposal.reason)
+        op.canary = CanaryTrial(config, state.wall_s, proposal.reason)
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
         events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
@@ -803,7 +738,7 @@ class TridentPolicy:
         """Items/s the pipeline gets through: the larger of the median intake and the median end-to-end
         throughput of the last ticks (once the input is all read the intake is 0, and time left measured
         at it was unbounded); 0 before either is measured."""
-        return max(_upper_median(self._intake), _upper_median(self._recent))
+        return max(upper_median(self._intake), upper_median(self._recent))
 
     def _run_left_s(self, state: RunnerState) -> float | None:
         """Seconds the run has left at ``_completion_rate`` (input items not yet completed); None for an
@@ -814,7 +749,7 @@ class TridentPolicy:
 
     def _canary_abandoned_here(self, name: str) -> bool:
         """True while ``name``'s last canary was abandoned since its workload last changed."""
-        abandoned = self._ops[name].canary_abandoned_s
+        abandoned = self.ops[name].canary_abandoned_s
         return abandoned is not None and self._changed_wall.get(name, -math.inf) <= abandoned
 
     def _canary_needs_s(self, name: str) -> float:
@@ -823,12 +758,12 @@ class TridentPolicy:
         rollout (another cold start) and for the rest of the run."""
         space = self._spec_space(name)
         devices = space.devices if space is not None else ()
-        cold = max((self._cold_start(name, d) for d in devices), default=self.settings.default_cold_start_s)
+        cold = max((self.cold_starts.cold_start(name, d) for d in devices), default=self.settings.default_cold_start_s)
         return self.settings.canary_payback * (cold + self.settings.canary_timeout_s)
 
     def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent],
                       ended: list[CanaryEnd]) -> OperatorPlan | None:
-        op = self._ops[name]
+        op = self.ops[name]
         c = op.canary
         for s in batch:
             if s.replica_id in canary_ids and s.config == c.config:
@@ -884,7 +819,7 @@ class TridentPolicy:
         cpu-only stream a rollout ended embed's cpu/b1 canary 2 s after it was warm, the canary was then
         judged "never became warm" and embed got no other canary on the long documents, where b1 is the
         oracle's batch."""
-        return replace(o, canary=canary_config(state.operator(o.operator)) if self._ops[o.operator].canary else None)
+        return replace(o, canary=canary_config(state.operator(o.operator)) if self.ops[o.operator].canary else None)
 
     # ------------------------------------------------------------------ verify
     def _previous_groups(self, state: RunnerState, plan: Plan) -> dict[str, tuple]:
@@ -940,7 +875,7 @@ class TridentPolicy:
         unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self._is_unsafe(name, g.config)]
         if unsafe:
             return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
-        self._rejected.add((p.regime_key, _signature(p.plan)))
+        self._rejected.add((p.regime_key, plan_key(p.plan)))
         why = f"rollback: the change made the pipeline slower ({figures})"
         ops = tuple(OperatorPlan(name, groups, why, canary_config(state.operator(name))) for name, groups in p.previous.items() if groups)
         before = p.before or p.measured  # as worse_than_before compares them
@@ -954,7 +889,7 @@ class TridentPolicy:
             return
         if self._issued is not None and self._issued[1] == plan_signature(plan):
             self._refused_plans[self._issued] = f"{outcome.status.value}: {outcome.reason[:200]}"
-        if self._pending is not None and _signature(self._pending.plan) == _signature(plan) and not outcome.changed:
+        if self._pending is not None and plan_key(self._pending.plan) == plan_key(plan) and not outcome.changed:
             self._pending = None
         if self.last_record is not None:
             event = TickEvent(EventKind.APPLY_REFUSED, "", f"apply {outcome.status.value} after {outcome.steps_done}/{outcome.steps_total} "
@@ -990,7 +925,7 @@ class TridentPolicy:
         if not self.settings.canaries:
             return False
         for op_state in state.operators:
-            op = self._ops.get(op_state.name)
+            op = self.ops.get(op_state.name)
             if op is None or self._spec_space(op_state.name) is None:
                 continue
             if op.canary is not None:
@@ -1001,7 +936,7 @@ class TridentPolicy:
         return False
 
     def _candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
-        op = self._ops[name]
+        op = self.ops[name]
         serving = list(state.operator(name).configs())
         cands: list[OpConfig] = list(serving)
         extra: list[OpConfig] = list(op.accepted)
@@ -1033,7 +968,7 @@ class TridentPolicy:
         cluster = self._cluster_for_placement(state)
         key = (cluster, placement_signature(state), frozenset(self._stale),
                tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), _calibration_step(o.model))
-                     for n, o in sorted(self._ops.items())))
+                     for n, o in sorted(self.ops.items())))
         if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.settings.resolve_ticks:
             return self._solved[2]
         solved = self._solve_placement(state, cluster)
@@ -1045,7 +980,7 @@ class TridentPolicy:
         demands, forced, notes = [], [], []
         for op_state in state.operators:
             name = op_state.name
-            op = self._ops[name]
+            op = self.ops[name]
             if not op.model.ready:
                 raise NoModelError(f"operator {name!r} has no throughput model yet ({op.model.report.reason if op.model.report else 'no samples'})")
             lo, hi = replica_limits(name, self.spec)
@@ -1083,7 +1018,7 @@ class TridentPolicy:
                 is_cpu = config.device == CPU
                 options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
                                                device_mem_bytes=0 if is_cpu else int(bound),
-                                               cold_start_s=self._cold_start(name, config.device), drain_s=self._drain(name)))
+                                               cold_start_s=self.cold_starts.cold_start(name, config.device), drain_s=drain_s(self.ops[name])))
             if not options:
                 raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
             moved = transfer_estimate(smp for _, smp in op.window)
@@ -1101,19 +1036,19 @@ class TridentPolicy:
         if self._clock_origin is None:
             return
         for name, span in self._occupancy.update(state, state.wall_s + self._clock_origin).items():
-            if name in self._ops:
-                self._ops[name].model.calibrate(span)
+            if name in self.ops:
+                self.ops[name].model.calibrate(span)
 
     def _is_stale(self, name: str) -> bool:
         """The operator's model over-predicts what it measurably took while saturated by more than ``stale_ratio``."""
-        calibration = self._ops[name].model.calibration
+        calibration = self.ops[name].model.calibration
         return calibration is not None and calibration.factor * self.settings.stale_ratio < 1.0
 
     def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
         """An operator whose model turns stale saw a heavier workload that its features did not flag:
         the evidence gate re-arms as for a regime change (the workload reaches the others next)."""
         for op_state in state.operators:
-            op = self._ops.get(op_state.name)
+            op = self.ops.get(op_state.name)
             if op is None or not op.model.ready:
                 continue
             stale = self._is_stale(op_state.name)
@@ -1141,15 +1076,15 @@ class TridentPolicy:
         names = [op.name for op in state.operators]
         start = names.index(name) if name in names else 0
         for n in names[start:]:
-            if n not in self._ops:
+            if n not in self.ops:
                 continue
             if n == name and first_new_sample is not None:
-                self._changed_at[n] = min(first_new_sample, self._ops[n].fed)
+                self._changed_at[n] = min(first_new_sample, self.ops[n].fed)
                 if n not in self._announced:
                     self._changed_wall[n] = state.wall_s
                 self._announced.discard(n)
                 continue
-            self._changed_at[n] = self._ops[n].fed
+            self._changed_at[n] = self.ops[n].fed
             if n != name and n in self._announced:
                 continue  # the workload's first announcement here starts the clock
             self._changed_wall[n] = state.wall_s
@@ -1163,7 +1098,7 @@ class TridentPolicy:
         plan = result.plan
         current = current_placement(state)
         expected = self._expected_regime_s(state, self._completion_rate() or result.throughput)
-        changed = [o for o in plan.operators if dict(_counts(o.groups)) != dict(_counts(current.for_operator(o.operator)))]
+        changed = [o for o in plan.operators if dict(replica_counts(o.groups)) != dict(replica_counts(current.for_operator(o.operator)))]
         if not changed:
             return _Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
         limited = ""
@@ -1174,7 +1109,7 @@ class TridentPolicy:
                 return _Decided.wait(f"the MILP's plan changes operators but max_changes={self.settings.max_changes} allows none ({plan.reason})",
                                      result.throughput, Hold(HoldKind.MAX_CHANGES))
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
-        if (self._regime_key(), _signature(plan)) in self._rejected:
+        if (self.ops.regime_key(), plan_key(plan)) in self._rejected:
             return _Decided.wait(f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})",
                                  result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
         named = {o.operator for o in changed}
@@ -1215,11 +1150,11 @@ class TridentPolicy:
         gains nothing), most saturated first, keeping the cluster's CPUs/GPUs."""
         used_cpus, used_gpus = state.used_cpus, state.used_gpus
         kept = []
-        grows = lambda o: sum(n for _, n in _counts(o.groups)) > sum(state.operator(o.operator).configs().values())  # noqa: E731
+        grows = lambda o: sum(n for _, n in replica_counts(o.groups)) > sum(state.operator(o.operator).configs().values())  # noqa: E731
         for o in sorted(changed, key=lambda o: (not grows(o), -state.operator(o.operator).busy_fraction)):
             if len(kept) == self.settings.max_changes:
                 break
-            new_cpus, new_gpus = held(dict(_counts(o.groups)))
+            new_cpus, new_gpus = held(dict(replica_counts(o.groups)))
             old_cpus, old_gpus = held(state.operator(o.operator).configs())
             d_cpus, d_gpus = new_cpus - old_cpus, new_gpus - old_gpus
             if used_cpus + d_cpus <= state.cluster_cpus + 1e-9 and used_gpus + d_gpus <= state.cluster_gpus + 1e-9:
@@ -1237,16 +1172,11 @@ def _evenly(n: int, most: int) -> list[int]:
     return [round(k * step) for k in range(most)]
 
 
-def _window_seq(op: _Operator, detector_sample: int) -> int:
+def _window_seq(op: Operator, detector_sample: int) -> int:
     """The window sequence number of the ``detector_sample``-th sample given to ``op``'s detector (the
     oldest one remembered when it lies further back than ``DETECTOR_LOOKBACK``)."""
     first = op.detector.n - len(op.read)
     return op.read[min(len(op.read) - 1, max(0, detector_sample - first))] if op.read else op.fed
-
-
-def _upper_median(xs: Sequence[float]) -> float:
-    """The middle value (the upper one of an even count: a measured value, not a mean of two); 0.0 for none."""
-    return sorted(xs)[len(xs) // 2] if xs else 0.0
 
 
 def _calibration_step(model: OperatorModel) -> int | None:
@@ -1257,18 +1187,6 @@ def _calibration_step(model: OperatorModel) -> int | None:
 
 def _same_fit(remembered: tuple | None, regime: int, report: Any) -> bool:
     return remembered is not None and remembered[0] == regime and remembered[1] is report
-
-
-def _counts(groups) -> list[tuple[OpConfig, int]]:
-    out: dict[OpConfig, int] = {}
-    for g in groups:
-        if g.replicas:
-            out[g.config] = out.get(g.config, 0) + g.replicas
-    return sorted(out.items(), key=lambda kv: kv[0].label())
-
-
-def _signature(plan: Plan) -> frozenset:
-    return frozenset((o.operator, c, n) for o in plan.operators for c, n in _counts(o.groups))
 
 
 def worse_than_before(before: Sequence[float], after: Sequence[float], z: float) -> tuple[bool, str]:
