@@ -173,12 +173,12 @@ from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOpt
 from trident_flows.scheduler.regime import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, held, replica_limits, serving_groups
-from trident_flows.scheduler.throughput_measure import placement_settled, remaining_input_items, sustainable_throughput
+from trident_flows.scheduler.throughput_measure import placement_settled, remaining_input_items
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import CanaryTrial
-from trident_flows.scheduler.trident.operators import (ColdStarts, Operator, Operators, drain_s, plan_key, replica_counts,
-                                                      upper_median)
+from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.operators import (ColdStarts, Operator, Operators, drain_s, plan_key, replica_counts)
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, OpConfig,
                                       OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
 
@@ -258,7 +258,7 @@ class TridentPolicy:
         self.last_record: TickRecord | None = None
         self.memory = RegimeMemory()
         self.ops = Operators(settings.window)
-        self._history: deque[RunnerState] = deque(maxlen=30)  # earlier ticks' states, oldest first
+        self.pace = Pace(spec)
         self._pending: _Pending | None = None
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
@@ -269,8 +269,6 @@ class TridentPolicy:
         self._announced: set[str] = set()  # operators re-armed by a change upstream that their own detector has not seen yet
         self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
-        self._recent: deque[float] = deque(maxlen=8)  # completed input items/s of the last ticks (verification's baseline)
-        self._intake: deque[float] = deque(maxlen=8)  # input items/s the first operator took over the last ticks
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
         self._occupancy = OccupancyTracker(self.settings.saturation_s)
@@ -298,11 +296,7 @@ class TridentPolicy:
         errors: list[str] = []
         events: list[TickEvent] = []
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
-        measured = self._measure(state)
-        prev = self._history[-1] if self._history else None
-        pipeline_t = sustainable_throughput(prev, state) if prev is not None and state.wall_s > prev.wall_s else 0.0
-        if prev is not None:
-            self._intake.append(next(iter(measured.values()), 0.0))
+        measured, pipeline_t = self.pace.start_tick(state)
 
         def step(name: str, fn: Callable[[], Any]) -> Any:
             t0 = time.perf_counter()
@@ -319,7 +313,7 @@ class TridentPolicy:
         step("regime", lambda: self._regime(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events):
             if self._pending is None:
-                self._recent.clear()  # throughput before a regime change is no baseline for a plan made after it
+                self.pace.forget_baseline()  # throughput before a regime change is no baseline for a plan made after it
             else:  # also while the plan is being placed: its baseline is the old regime's (a scans rollout made as the
                 # features moved, two ticks before the head's detector switched, was rolled back at -0.2 vs 29.9 items/s)
                 self._pending.workload_changed = True
@@ -327,8 +321,7 @@ class TridentPolicy:
         step("stale", lambda: self._arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
-        if prev is not None:
-            self._recent.append(pipeline_t)
+        self.pace.count(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted, hold = Action.NONE, "", None, 0.0, None
         safety = step("safety", lambda: self._safety_plan(state))
@@ -377,8 +370,8 @@ class TridentPolicy:
             else:
                 self._issued = issued
         if action == Action.ROLL_OUT and plan is not None and plan is not safety:  # a safety move is not undone for speed
-            self._pending = _Pending(plan, predicted, list(self._recent), self._previous_groups(state, plan), self.ops.regime_key())
-        self._history.append(state)
+            self._pending = _Pending(plan, predicted, list(self.pace.recent), self._previous_groups(state, plan), self.ops.regime_key())
+        self.pace.end_tick(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
                             {n: o.detector.current for n, o in self.ops.items()}, tuple(events), plan, predicted,
@@ -431,17 +424,6 @@ class TridentPolicy:
                     Rationale(PlanKind.MEMORY_SAFETY, unsafe=tuple(unsafe)))
 
     # ------------------------------------------------------------------ observe
-    def _measure(self, state: RunnerState) -> dict[str, float]:
-        """Items/s each operator completed since the last tick (since the start on the first)."""
-        prev = self._history[-1] if self._history else None
-        out = {}
-        for k, op in enumerate(state.operators):
-            if prev is not None and len(prev.operators) == len(state.operators) and state.wall_s > prev.wall_s:
-                out[op.name] = (op.items_in - prev.operators[k].items_in) / (state.wall_s - prev.wall_s)
-            else:
-                out[op.name] = op.items_in / state.wall_s if state.wall_s > 0 else 0.0
-        return out
-
     def _observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> dict[str, list[BatchSample]]:
         known = {op.name for op in state.operators}
         new: dict[str, list[BatchSample]] = {}
@@ -691,7 +673,7 @@ class TridentPolicy:
                       events: list[TickEvent]) -> OperatorPlan | None:
         op = self.ops[name]
         op.asked_tick = self._tick
-        left_s, needed_s = self._run_left_s(state), self._canary_needs_s(name)
+        left_s, needed_s = self.pace.run_left_s(state), self._canary_needs_s(name)
         if left_s is not None and left_s < needed_s:
             if (name, "run left") not in self._refused_canaries:
                 self._refused_canaries.add((name, "run left"))
@@ -733,19 +715,6 @@ class TridentPolicy:
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
         events.append(TickEvent(EventKind.CANARY, name, reason))
         return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
-
-    def _completion_rate(self) -> float:
-        """Items/s the pipeline gets through: the larger of the median intake and the median end-to-end
-        throughput of the last ticks (once the input is all read the intake is 0, and time left measured
-        at it was unbounded); 0 before either is measured."""
-        return max(upper_median(self._intake), upper_median(self._recent))
-
-    def _run_left_s(self, state: RunnerState) -> float | None:
-        """Seconds the run has left at ``_completion_rate`` (input items not yet completed); None for an
-        input of unknown size or before any rate is measured."""
-        left = remaining_input_items(state, getattr(self.spec, "items", None))
-        rate = self._completion_rate()
-        return left / rate if left is not None and rate > 0 else None
 
     def _canary_abandoned_here(self, name: str) -> bool:
         """True while ``name``'s last canary was abandoned since its workload last changed."""
@@ -976,7 +945,7 @@ class TridentPolicy:
         return solved
 
     def _solve_placement(self, state: RunnerState, cluster: ClusterSpec):
-        work = work_per_item(state, tuple(self._history))
+        work = work_per_item(state, tuple(self.pace.history))
         demands, forced, notes = [], [], []
         for op_state in state.operators:
             name = op_state.name
@@ -1097,7 +1066,7 @@ class TridentPolicy:
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
         plan = result.plan
         current = current_placement(state)
-        expected = self._expected_regime_s(state, self._completion_rate() or result.throughput)
+        expected = self._expected_regime_s(state, self.pace.completion_rate() or result.throughput)
         changed = [o for o in plan.operators if dict(replica_counts(o.groups)) != dict(replica_counts(current.for_operator(o.operator)))]
         if not changed:
             return _Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
@@ -1119,7 +1088,7 @@ class TridentPolicy:
                                    for o in result.plan.operators if o.operator not in named))
         try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
             transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.settings.benefit_ratio,
-                                         run_left_s=self._run_left_s(state))
+                                         run_left_s=self.pace.run_left_s(state))
         except (ValueError, RuntimeError) as exc:
             return _Decided.wait(f"cannot order or price the change ({exc}); keeping the current placement", result.throughput,
                                  Hold(HoldKind.CANNOT_PRICE))
