@@ -384,12 +384,12 @@ def test_the_cpu_kept_for_a_canary_goes_back_to_the_placement_once_no_operator_m
     kept = lambda: CLUSTER8.node_classes[0].cpus - held - policy._cluster_for_placement(state).node_classes[0].cpus  # noqa: E731
     for name in ("a", "b"):
         policy.ops[name].canary = None
-        policy._optimizer(name).status = "proposed cpu/b16"
+        policy.search.optimizer(name).status = "proposed cpu/b16"
     assert kept() == 1.0  # an optimiser has something to try: one CPU stays free for its canary
     for name in ("a", "b"):
-        policy._optimizer(name).status = "converged: largest expected gain 1e-09 (log objective) < min_expected_gain 0.002"
+        policy.search.optimizer(name).status = "converged: largest expected gain 1e-09 (log objective) < min_expected_gain 0.002"
     assert kept() == 0.0
-    policy._optimizer("b").status = "proposed cpu/b16"
+    policy.search.optimizer("b").status = "proposed cpu/b16"
     assert kept() == 1.0
 
 

@@ -160,9 +160,7 @@ from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.blas import one_blas_thread
-from trident_flows.scheduler.constraint import MemoryBudget, per_item
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
-from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
 from trident_flows.scheduler.occupancy import OccupancyTracker
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
@@ -177,10 +175,13 @@ from trident_flows.scheduler.throughput_measure import placement_settled, remain
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import CanaryTrial
+from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.safety import MemorySafety
+from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.operators import (ColdStarts, Operator, Operators, drain_s, plan_key, replica_counts)
-from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, ConfigSpace, Decision, OpConfig,
-                                      OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup)
+from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, Decision, OpConfig,
+                                      OperatorPlan, Plan, PlanKind, Rationale)
 
 
 # Samples since a workload change that the evidence gate takes once ``evidence_max_s`` has passed: in
@@ -247,9 +248,7 @@ class TridentPolicy:
             raise TypeError(f"trident: settings must be a TridentSettings, got {type(settings).__name__}; "
                             "build one with TridentSettings(...) or use make_policy('trident', **options)")
         self.settings = settings
-        self.spec = spec
-        self.cluster = cluster
-        self._given_cluster = cluster  # memory figures of the live classes (``live_cluster``)
+        self.ctx = Context(spec, cluster)
         self.solve = solve
         # what the policy keeps between ticks
         self._refused_canaries: set = set()
@@ -259,6 +258,8 @@ class TridentPolicy:
         self.memory = RegimeMemory()
         self.ops = Operators(settings.window)
         self.pace = Pace(spec)
+        self.search = ConfigSearch(settings, self.ctx, self.ops)
+        self.safety = MemorySafety(self.ops, self.search)
         self._pending: _Pending | None = None
         self._rejected: set = set()
         self._regime_started: dict[str, float] = {}
@@ -276,6 +277,15 @@ class TridentPolicy:
         self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
         self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
 
+    @property
+    def spec(self) -> Any | None:
+        return self.ctx.spec
+
+    @property
+    def cluster(self) -> ClusterSpec | None:
+        """The cluster planned for: the one given, or the live nodes once the runner reports them."""
+        return self.ctx.cluster
+
     # ------------------------------------------------------------------ the Policy protocol
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         return self.tick(state, samples).plan
@@ -289,9 +299,7 @@ class TridentPolicy:
     def _tick_once(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
         t_start = time.perf_counter()
         self._tick += 1
-        live = live_cluster(state, self._given_cluster)
-        if live is not None:  # the live nodes, read by the runner: a node that joined or left changes what is planned for
-            self.cluster = live
+        self.ctx.follow(state)
         timings: dict[str, float] = {}
         errors: list[str] = []
         events: list[TickEvent] = []
@@ -324,7 +332,7 @@ class TridentPolicy:
         self.pace.count(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted, hold = Action.NONE, "", None, 0.0, None
-        safety = step("safety", lambda: self._safety_plan(state))
+        safety = step("safety", lambda: self.safety.plan(state))
         if safety is not None and self._pending is not None:
             # memory safety comes before verification: the move changes the placement being measured
             verification = f"verification dropped for a memory-safety move ({verification or 'measuring'})"
@@ -398,30 +406,6 @@ class TridentPolicy:
             if not o.model.ready or len(o.window) < self.settings.min_samples or not enough:
                 short.append(f"{name} ({len(o.window)}, {since} since the change)")
         return short
-
-    def _safety_plan(self, state: RunnerState) -> Plan | None:
-        """Move every operator off a config that ran out of memory (or whose memory bound exceeds the
-        budget) to the largest smaller batch that is not unsafe, replica for replica (the same
-        CPUs/GPUs, so the move always fits). None when all is safe."""
-        ops, unsafe = [], []
-        for op_state in state.operators:
-            if op_state.name not in self.ops:
-                continue
-            groups, moved = [], []
-            for config, n in replica_counts(serving_groups(op_state)):
-                safe = config
-                while self._is_unsafe(op_state.name, safe) is not None and safe.batch_size > 1:
-                    safe = safe.with_changes(batch_size=max(1, safe.batch_size // 2))
-                if safe != config:
-                    moved.append(f"{config.label()} -> {safe.label()} ({self._is_unsafe(op_state.name, config)})")
-                    unsafe.append((op_state.name, config))
-                groups.append(ReplicaGroup(safe, n))
-            if moved:
-                ops.append(OperatorPlan(op_state.name, tuple(groups), f"memory safety: {op_state.name} " + "; ".join(moved), canary_config(op_state)))
-        if not ops:
-            return None
-        return Plan(tuple(ops), 0.0, "memory safety: " + "; ".join(o.reason for o in ops),
-                    Rationale(PlanKind.MEMORY_SAFETY, unsafe=tuple(unsafe)))
 
     # ------------------------------------------------------------------ observe
     def _observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> dict[str, list[BatchSample]]:
@@ -519,7 +503,7 @@ class TridentPolicy:
             # once per fit and regime: the optimiser's best() refits its memory model after new
             # measurements (~20 ms), and calling it for every operator on every tick cost more than the fits
             if op.model.ready and op.detector.current is not None and not _same_fit(op.remembered, op.detector.current, op.model.report):
-                best = self._optimizer(name).best() if self._spec_space(name) is not None else None
+                best = self.search.optimizer(name).best() if self.search.space(name) is not None else None
                 self.memory.remember(op.detector.current, name, model=op.model, best_config=best)
                 op.remembered = (op.detector.current, op.model.report)
 
@@ -555,100 +539,19 @@ class TridentPolicy:
         return max(expected, 0.0)
 
     # ------------------------------------------------------------------ optimize
-    def _spec_space(self, name: str) -> ConfigSpace | None:
-        if self.spec is None:
-            return None
-        try:
-            space = self.spec.operator(name).space
-        except (KeyError, ValueError):
-            return None
-        gpus = self.cluster.total_gpus if self.cluster is not None else 0
-        devices = tuple(d for d in space.devices if d == CPU or gpus > 0)
-        return replace(space, devices=devices) if devices else None
-
-    def _budget(self) -> MemoryBudget:
-        cluster = self.cluster or ClusterSpec.single_node(16, 0)
-        node = max(cluster.node_classes, key=lambda n: n.cpus)
-        host = node.host_memory_bytes / max(1.0, node.cpus) if node.host_memory_bytes else 4 * 2**30
-        gpu_nodes = [n for n in cluster.node_classes if n.gpus > 0]
-        gpu = min(n.gpu_memory_bytes for n in gpu_nodes) if gpu_nodes else None
-        return MemoryBudget(cpu_bytes=int(host), gpu_bytes=int(gpu) if gpu else None)
-
-    def _limit(self, config: OpConfig) -> float:
-        return self._budget().limit(config.device, self.settings.memory_safety_margin)
-
-    def _optimizer(self, name: str) -> ConfigOptimizer:
-        op = self.ops[name]
-        regime = op.detector.current
-        if regime not in op.optimizers:
-            space = self._spec_space(name)
-            if space is None:
-                raise ValueError(f"operator {name!r}: no config space known (the policy needs the pipeline spec)")
-            incumbent = self.spec.operator(name).config
-            opt = ConfigOptimizer(space, self._budget(), operator=name, safety_margin=self.settings.memory_safety_margin, k=self.settings.k, seed=self.settings.seed,
-                                  max_evals=None, incumbent=incumbent if incumbent.device in space.devices else None)
-            previous = next((o for r, o in op.optimizers.items() if o is not None), None)
-            if previous is not None:
-                opt.warm_start(previous.observations)
-            op.optimizers[regime] = opt
-        return op.optimizers[regime]
-
-    def _memory_bound(self, name: str, config: OpConfig) -> float | None:
-        """Upper bound of one replica's peak memory (bytes) at the worst recent workload; None when unknown."""
-        op = self.ops[name]
-        try:
-            worst = self._optimizer(name).worst_features() if self._spec_space(name) is not None else {}
-        except ValueError:
-            worst = {}
-        try:
-            return op.model.memory_upper(config, self.settings.k, worst or None)
-        except (NoModelError, ValueError):
-            try:
-                return op.model.memory_upper(config, self.settings.k)
-            except (NoModelError, ValueError):
-                return None
-
-    def _is_unsafe(self, name: str, config: OpConfig) -> str | None:
-        op = self.ops[name]
-        for bad, why in op.unsafe.items():
-            if bad.device == config.device and bad.knobs == config.knobs and config.batch_size >= bad.batch_size:
-                return why
-        bound = self._memory_bound(name, config)
-        if bound is not None and bound > self._limit(config):
-            return f"memory upper bound {bound / 2**20:.0f} MiB > limit {self._limit(config) / 2**20:.0f} MiB"
-        return None
-
     def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent],
                   ended: list[CanaryEnd]) -> dict[str, OperatorPlan]:
         canaries: dict[str, OperatorPlan] = {}
         askable: list[tuple[int, float, str]] = []  # (last asked tick, -busy fraction, operator) of operators that may start one
         free_cpus, free_gpus = free_resources(state)
-        for name, batch in new.items():
-            op = self.ops[name]
-            for s in batch:
-                if s.outcome == Outcome.OOM and s.config not in op.unsafe:
-                    op.unsafe[s.config] = f"{s.config.label()} ran out of memory"
-                    events.append(TickEvent(EventKind.OOM, name, f"{s.config.label()} ran out of memory: it and larger batches are unsafe"))
-                    space = self._spec_space(name)
-                    if space is not None and s.config.device in space.devices and space.batch_size_min <= s.config.batch_size <= space.batch_size_max:
-                        self._optimizer(name).tell_oom(s.config, per_item(s.features, s.items_in), items=s.items_in)
+        self.safety.record_ooms(new, events)
         for name, op in self.ops.items():
-            space = self._spec_space(name)
+            space = self.search.space(name)
             if space is None:
                 continue
-            opt = self._optimizer(name)
+            self.search.tell(state, name, space, new.get(name, []))
             state_op = state.operator(name)
             canary_ids = {r.replica_id for r in state_op.active if r.canary}
-            opt.observe_batches([(s.features, s.items_in) for s in new.get(name, [])])
-            for s in new.get(name, []):
-                if s.outcome == Outcome.OK and s.replica_id not in canary_ids and s.config.device in space.devices:
-                    op.to_tell.setdefault(s.config, []).append(s)
-            for config, batch in list(op.to_tell.items()):
-                if len(batch) >= self.settings.tell_every:
-                    m = canary_protocol.measure(batch)
-                    if m.throughput > 0 and m.peak_memory > 0 and space.batch_size_min <= config.batch_size <= space.batch_size_max:
-                        opt.tell(config, m.throughput, m.peak_memory, m.features, items=m.items)
-                    op.to_tell[config] = []
             if op.canary is not None:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events, ended)
                 if plan is not None:
@@ -662,7 +565,7 @@ class TridentPolicy:
         # controller's largest cost while the proposals could not start (no free CPU, already running).
         if askable and not canaries and (free_cpus > 1e-9 or free_gpus > 1e-9):
             name = min(askable)[2]
-            plan = self._start_canary(state, name, self._optimizer(name), free_cpus, free_gpus, events)
+            plan = self._start_canary(state, name, self.search.optimizer(name), free_cpus, free_gpus, events)
             if plan is not None:
                 canaries[name] = plan
             else:
@@ -689,13 +592,13 @@ class TridentPolicy:
             return None
         config = proposal.config
         serving = state.operator(name).configs()
-        if config in serving or config in op.accepted or self._is_unsafe(name, config):
+        if config in serving or config in op.accepted or self.safety.unsafe(name, config):
             return None
         if proposal.kind == "seed" and any(c.device == config.device for c in serving):
             return None  # the running replicas measure that device already (they are told every tell_every batches)
         if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
             return None
-        if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self._limit(config):
+        if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self.search.limit(config):
             return None
         try:
             rate = op.model.per_replica(config, max(1, sum(serving.values()))).mean
@@ -725,7 +628,7 @@ class TridentPolicy:
         """Run time a canary of ``name`` must have left to pay: ``canary_payback`` x (its longest cold start
         + ``canary_timeout_s``): the canary holds resources that long, and what it finds pays only after a
         rollout (another cold start) and for the rest of the run."""
-        space = self._spec_space(name)
+        space = self.search.space(name)
         devices = space.devices if space is not None else ()
         cold = max((self.cold_starts.cold_start(name, d) for d in devices), default=self.settings.default_cold_start_s)
         return self.settings.canary_payback * (cold + self.settings.canary_timeout_s)
@@ -754,11 +657,11 @@ class TridentPolicy:
             ended.append(CanaryEnd(name, c.config, CanaryVerdict.ABANDONED))
             return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
         decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.settings.canary_policy,
-                                          memory_limit=self._limit(c.config))
+                                          memory_limit=self.search.limit(c.config))
         if decision.verdict == canary_protocol.Verdict.MEASURE:
             return None
         m = canary_protocol.measure(c.candidate)
-        opt = self._optimizer(name)
+        opt = self.search.optimizer(name)
         if m.oom:
             op.unsafe[c.config] = f"canary {c.config.label()} ran out of memory"
         elif m.throughput > 0 and m.peak_memory > 0:
@@ -841,7 +744,7 @@ class TridentPolicy:
             # before it): the old placement was predicted to do no better now, so the drop is not the change's
             return (f"slower ({figures}) but kept: at least the {old:.4g} input items/s the previous placement was "
                     f"predicted to do on the current workload"), None
-        unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self._is_unsafe(name, g.config)]
+        unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self.safety.unsafe(name, g.config)]
         if unsafe:
             return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
         self._rejected.add((p.regime_key, plan_key(p.plan)))
@@ -895,12 +798,12 @@ class TridentPolicy:
             return False
         for op_state in state.operators:
             op = self.ops.get(op_state.name)
-            if op is None or self._spec_space(op_state.name) is None:
+            if op is None or self.search.space(op_state.name) is None:
                 continue
             if op.canary is not None:
                 return True
             if (op.model.ready and op_state.busy_fraction >= self.settings.canary_min_busy and not self._canary_abandoned_here(op_state.name)
-                    and not self._optimizer(op_state.name).finished):
+                    and not self.search.optimizer(op_state.name).finished):
                 return True
         return False
 
@@ -909,9 +812,9 @@ class TridentPolicy:
         serving = list(state.operator(name).configs())
         cands: list[OpConfig] = list(serving)
         extra: list[OpConfig] = list(op.accepted)
-        space = self._spec_space(name)
+        space = self.search.space(name)
         if space is not None:
-            best = self._optimizer(name).best()
+            best = self.search.optimizer(name).best()
             if best is not None:
                 extra.append(best)
         record = self.memory.recall(op.detector.current, name) if op.detector.current is not None else None
@@ -919,7 +822,7 @@ class TridentPolicy:
             extra.append(record.best_config)
         notes = []
         for c in serving:
-            why = self._is_unsafe(name, c)
+            why = self.safety.unsafe(name, c)
             if why is not None and c.batch_size > 1:
                 smaller = c.with_changes(batch_size=max(1, c.batch_size // 2))
                 extra.append(smaller)
@@ -958,11 +861,11 @@ class TridentPolicy:
             if op.model.calibration is not None:
                 notes.append(op.model.calibration.describe())
             serving_counts = op_state.configs()
-            moving_off = any(self._is_unsafe(name, c) is not None for c in serving_counts)
+            moving_off = any(self.safety.unsafe(name, c) is not None for c in serving_counts)
             seen = Counter(smp.config for _, smp in op.window)
             options = []
             for config in cands:
-                unsafe = self._is_unsafe(name, config)
+                unsafe = self.safety.unsafe(name, config)
                 serving = config in serving_counts
                 if unsafe is not None:
                     if serving:
@@ -983,7 +886,7 @@ class TridentPolicy:
                     curve = concave_curve(totals.tolist())
                 except (NoModelError, ValueError):
                     continue
-                bound = self._memory_bound(name, config) or 0.0
+                bound = self.search.memory_bound(name, config) or 0.0
                 is_cpu = config.device == CPU
                 options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
                                                device_mem_bytes=0 if is_cpu else int(bound),
