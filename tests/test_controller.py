@@ -415,7 +415,7 @@ def _cheap_regime_policy() -> TridentPolicy:
 def _calibrated(policy: TridentPolicy, states: list[RunnerState]) -> float:
     """Feed the snapshots (one sample each, ending at the snapshot) and return 2 replicas' capacity as the model reports it."""
     for state in states:
-        policy._calibrate(state, [BatchSample("ocr", "r0", OCR_B4, state.wall_s - 0.8, state.wall_s, 0.8, 4, 4, config_epoch=1)])
+        policy.models.calibrate(state, [BatchSample("ocr", "r0", OCR_B4, state.wall_s - 0.8, state.wall_s, 0.8, 4, 4, config_epoch=1)])
     return policy.ops["ocr"].model.throughput(OCR_B4, 2).mean
 
 
@@ -424,7 +424,7 @@ def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_
     policy = _cheap_regime_policy()
     assert policy.ops["ocr"].model.throughput(OCR_B4, 2).mean == pytest.approx(10.0, rel=0.05)
     assert _calibrated(policy, [_queued_state(float(t), t, queue=40) for t in range(0, 12, 2)]) == pytest.approx(1.0, rel=1e-6)
-    assert policy._is_stale("ocr") and "scaled by 0.10" in policy.ops["ocr"].model.calibration.describe()
+    assert policy.models.is_stale("ocr") and "scaled by 0.10" in policy.ops["ocr"].model.calibration.describe()
     # the queue ran dry inside the window: the operator was not saturated, its model stands
     states = [_queued_state(float(t), t, queue=0 if t == 4 else 40) for t in range(0, 12, 2)]
     assert _calibrated(_cheap_regime_policy(), states) == pytest.approx(10.0, rel=0.05)
@@ -434,7 +434,7 @@ def test_a_saturated_operator_whose_model_over_predicts_reports_the_capacity_it_
     # measured close to the prediction: no correction
     policy = _cheap_regime_policy()
     _calibrated(policy, [_queued_state(float(t), 10 * t, queue=40) for t in range(0, 12, 2)])
-    assert policy.ops["ocr"].model.calibration is None and not policy._is_stale("ocr")
+    assert policy.ops["ocr"].model.calibration is None and not policy.models.is_stale("ocr")
 
 
 class StarvedCanaryRunner(SimRunner):

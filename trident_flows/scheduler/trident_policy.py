@@ -161,8 +161,7 @@ from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
-from trident_flows.scheduler.observe import NoModelError, OperatorModel
-from trident_flows.scheduler.occupancy import OccupancyTracker
+from trident_flows.scheduler.observe import NoModelError
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.transfer import transfer_estimate
@@ -176,6 +175,7 @@ from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import CanaryTrial
 from trident_flows.scheduler.trident.context import Context
+from trident_flows.scheduler.trident.models import Models, calibration_step
 from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
@@ -258,6 +258,7 @@ class TridentPolicy:
         self.memory = RegimeMemory()
         self.ops = Operators(settings.window)
         self.pace = Pace(spec)
+        self.models = Models(settings, self.ops)
         self.search = ConfigSearch(settings, self.ctx, self.ops)
         self.safety = MemorySafety(self.ops, self.search)
         self._pending: _Pending | None = None
@@ -272,8 +273,6 @@ class TridentPolicy:
         self._tick = 0
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
-        self._occupancy = OccupancyTracker(self.settings.saturation_s)
-        self._clock_origin: float | None = None  # the runner's wall_s = 0 on the samples' clock (``_calibrate``)
         self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
         self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
 
@@ -317,7 +316,7 @@ class TridentPolicy:
                 timings[name] = (time.perf_counter() - t0) * 1e3
 
         self.cold_starts.track(state)
-        new = step("observe", lambda: self._observe(state, samples)) or {}
+        new = step("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
         step("regime", lambda: self._regime(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events):
             if self._pending is None:
@@ -325,7 +324,7 @@ class TridentPolicy:
             else:  # also while the plan is being placed: its baseline is the old regime's (a scans rollout made as the
                 # features moved, two ticks before the head's detector switched, was rolled back at -0.2 vs 29.9 items/s)
                 self._pending.workload_changed = True
-        step("calibrate", lambda: self._calibrate(state, samples))
+        step("calibrate", lambda: self.models.calibrate(state, samples))
         step("stale", lambda: self._arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
@@ -408,52 +407,6 @@ class TridentPolicy:
         return short
 
     # ------------------------------------------------------------------ observe
-    def _observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> dict[str, list[BatchSample]]:
-        known = {op.name for op in state.operators}
-        new: dict[str, list[BatchSample]] = {}
-        for s in samples:
-            if isinstance(s, BatchSample) and s.operator in known and s.items_in >= 1:
-                new.setdefault(s.operator, []).append(s)
-        for name in known:
-            self.ops.ensure(name)
-        failed = []
-        routine = []   # refits of unchanged workloads (module docstring)
-        for name, batch in new.items():
-            op = self.ops[name]
-            # op.fed = the sample's index in the regime detector; only the batch's last samples stay in the
-            # bounded window, so only they are added (a 256-node tick brings thousands per operator)
-            kept = batch[-op.window.maxlen:] if op.window.maxlen is not None else batch
-            first = op.fed + len(batch) - len(kept)
-            op.window.extend(zip(range(first, first + len(kept)), kept))
-            op.fed += len(batch)
-            op.unfitted += len(batch)
-            if op.restored:
-                op.restored = False  # the remembered model serves this tick; refit from the next one
-                continue
-            epoch = state.operator(name).config_epoch
-            due = not op.model.ready or op.fitted_epoch != epoch or op.workload_moved
-            need = self.settings.refit_min_samples if due else max(self.settings.refit_min_samples, math.ceil(self.settings.refit_fraction * op.fitted_on))
-            if op.unfitted < need or (not due and self._tick - op.fitted_tick < self.settings.refit_ticks):
-                continue
-            if due:
-                self._refit(op, epoch, failed)
-            else:
-                routine.append((op.fitted_tick, name, epoch))
-        for _, name, epoch in sorted(routine)[:math.ceil(len(self.ops) / self.settings.refit_ticks)]:
-            self._refit(self.ops[name], epoch, failed)
-        if failed:
-            raise RuntimeError("model fit failed for " + "; ".join(failed))
-        return new
-
-    def _refit(self, op: Operator, epoch: int, failed: list[str]) -> None:
-        try:
-            op.model.fit([s for _, s in op.window], current_epoch=epoch)
-            op.unfitted, op.fitted_epoch, op.fitted_on, op.workload_moved = 0, epoch, len(op.window), False
-            op.fitted_tick = self._tick
-            op.model_version += 1
-        except Exception as exc:  # noqa: BLE001 - keep the previous fit of this operator
-            failed.append(f"{op.name}: {type(exc).__name__}: {exc}")
-
     # ------------------------------------------------------------------ regime
     def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
         ended = len(self._regime_lengths)
@@ -839,7 +792,7 @@ class TridentPolicy:
         The solve is the tick's largest cost once the models have settled (about 0.1 s)."""
         cluster = self._cluster_for_placement(state)
         key = (cluster, placement_signature(state), frozenset(self._stale),
-               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), _calibration_step(o.model))
+               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), calibration_step(o.model))
                      for n, o in sorted(self.ops.items())))
         if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.settings.resolve_ticks:
             return self._solved[2]
@@ -899,23 +852,6 @@ class TridentPolicy:
         result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
         return demands, cluster, result, forced, notes
 
-    def _calibrate(self, state: RunnerState, samples: Sequence[BatchSample]) -> None:
-        """Each operator saturated over the last ``saturation_s`` seconds calibrates its model with what it took."""
-        ends = [s.end for s in samples if isinstance(s, BatchSample)]
-        if ends:  # a sample ended before the snapshot was taken: the origin is at least this
-            origin = max(ends) - state.wall_s
-            self._clock_origin = origin if self._clock_origin is None else max(self._clock_origin, origin)
-        if self._clock_origin is None:
-            return
-        for name, span in self._occupancy.update(state, state.wall_s + self._clock_origin).items():
-            if name in self.ops:
-                self.ops[name].model.calibrate(span)
-
-    def _is_stale(self, name: str) -> bool:
-        """The operator's model over-predicts what it measurably took while saturated by more than ``stale_ratio``."""
-        calibration = self.ops[name].model.calibration
-        return calibration is not None and calibration.factor * self.settings.stale_ratio < 1.0
-
     def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
         """An operator whose model turns stale saw a heavier workload that its features did not flag:
         the evidence gate re-arms as for a regime change (the workload reaches the others next)."""
@@ -923,7 +859,7 @@ class TridentPolicy:
             op = self.ops.get(op_state.name)
             if op is None or not op.model.ready:
                 continue
-            stale = self._is_stale(op_state.name)
+            stale = self.models.is_stale(op_state.name)
             if stale and op_state.name not in self._stale:
                 self._rearm_from(state, op_state.name)
                 op.workload_moved = True
@@ -1049,12 +985,6 @@ def _window_seq(op: Operator, detector_sample: int) -> int:
     oldest one remembered when it lies further back than ``DETECTOR_LOOKBACK``)."""
     first = op.detector.n - len(op.read)
     return op.read[min(len(op.read) - 1, max(0, detector_sample - first))] if op.read else op.fed
-
-
-def _calibration_step(model: OperatorModel) -> int | None:
-    """The model's calibration in 10% (log) steps, None for none: a placement input that changes
-    only when the calibration moves by a step, not with every tick's new span."""
-    return None if model.calibration is None else round(math.log(model.calibration.factor) / math.log(1.1))
 
 
 def _same_fit(remembered: tuple | None, regime: int, report: Any) -> bool:
