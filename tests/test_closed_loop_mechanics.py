@@ -204,7 +204,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_m
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=8), solve=_failing_solve)
     records = run_ticks(runner, policy, 4)
-    assert policy._gate_passed(runner.state()) and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
+    assert policy.gate.passed(runner.state()) and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
     moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
@@ -263,7 +263,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.plan is not None:
             runner.apply(record.plan)
-    assert policy._gate_passed(runner.state()) and policy._pending is None, record.reason
+    assert policy.gate.passed(runner.state()) and policy._pending is None, record.reason
     a, configs = policy.ops["a"], serving_configs(runner.state().operator("a"))
     predicted = sum(a.model.throughput(c, n).mean for c, n in configs)
     end = max(s.end for _, s in a.window)
@@ -302,16 +302,16 @@ def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_wi
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
     run_ticks(runner, policy, 10)
     state = runner.state()
-    policy._rearm_from(state, "b")  # a change first seen at the last operator: a has already measured those items
-    assert [s.split(" ")[0] for s in policy._short_of_evidence(state)] == ["b"]
-    policy._rearm_from(state, "a")
-    assert [s.split(" ")[0] for s in policy._short_of_evidence(state)] == ["a", "b"]
+    policy.gate.rearm_from(state, "b")  # a change first seen at the last operator: a has already measured those items
+    assert [s.split(" ")[0] for s in policy.gate.short_of_evidence(state)] == ["b"]
+    policy.gate.rearm_from(state, "a")
+    assert [s.split(" ")[0] for s in policy.gate.short_of_evidence(state)] == ["a", "b"]
     # input closed, nothing queued or in flight at a: a takes no more samples and stops holding the gate
     idle = replace(state, input_closed=True, operators=(replace(state.operators[0], queue_items=0,
                    replicas=tuple(replace(r, inflight=0) for r in state.operators[0].replicas)), state.operators[1]))
     assert done_operators(idle) == frozenset({"a"})
     assert done_operators(replace(idle, input_closed=False)) == frozenset()
-    assert [s.split(" ")[0] for s in policy._short_of_evidence(idle)] == ["b"]
+    assert [s.split(" ")[0] for s in policy.gate.short_of_evidence(idle)] == ["b"]
 
 
 def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_samples():
@@ -320,12 +320,12 @@ def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(runner, policy, 10)
     state = runner.state()
-    short = lambda wall_s: [s.split(" ")[0] for s in policy._short_of_evidence(replace(state, wall_s=wall_s))]  # noqa: E731
-    policy._rearm_from(state, "b")
+    short = lambda wall_s: [s.split(" ")[0] for s in policy.gate.short_of_evidence(replace(state, wall_s=wall_s))]  # noqa: E731
+    policy.gate.rearm_from(state, "b")
     policy.ops["b"].fed += 2  # two samples of the new workload
     assert short(state.wall_s + 10.0) == ["b"]
     assert short(state.wall_s + 31.0) == []
-    policy._rearm_from(state, "b")
+    policy.gate.rearm_from(state, "b")
     policy.ops["b"].fed += 1  # one sample is no evidence, however long it took
     assert short(state.wall_s + 31.0) == ["b"]
 
@@ -338,19 +338,19 @@ def test_an_operators_own_detection_counts_its_detecting_samples_and_keeps_the_u
     run_ticks(runner, policy, 10)
     state = runner.state()
     later = replace(state, wall_s=state.wall_s + 31.0)
-    short = lambda s: [x.split(" ")[0] for x in policy._short_of_evidence(s)]  # noqa: E731
-    policy._rearm_from(state, "a")
+    short = lambda s: [x.split(" ")[0] for x in policy.gate.short_of_evidence(s)]  # noqa: E731
+    policy.gate.rearm_from(state, "a")
     policy.ops["a"].fed += 40  # a measured the new items
     policy.ops["b"].fed += 6
-    policy._rearm_from(later, "b", first_new_sample=policy.ops["b"].fed - 6)
+    policy.gate.rearm_from(later, "b", first_new_sample=policy.ops["b"].fed - 6)
     assert short(later) == []
     # without an announcement upstream, b's clock starts at its own detection: 6 samples are not yet enough
     fresh = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), fresh, 10)
     fresh.ops["b"].fed += 6
-    fresh._rearm_from(later, "b", first_new_sample=fresh.ops["b"].fed - 6)
-    assert [x.split(" ")[0] for x in fresh._short_of_evidence(later)] == ["b"]
-    assert [x.split(" ")[0] for x in fresh._short_of_evidence(replace(later, wall_s=later.wall_s + 31.0))] == []
+    fresh.gate.rearm_from(later, "b", first_new_sample=fresh.ops["b"].fed - 6)
+    assert [x.split(" ")[0] for x in fresh.gate.short_of_evidence(later)] == ["b"]
+    assert [x.split(" ")[0] for x in fresh.gate.short_of_evidence(replace(later, wall_s=later.wall_s + 31.0))] == []
 
 
 def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predicted_to_do_now():

@@ -490,7 +490,7 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
     assert len(started) == len({t.split(" for ")[1].split(":")[0] for t in started}) == len(abandoned), texts
     name = abandoned[0].split(" of ")[1].split(" abandoned")[0]
     assert policy._canary_abandoned_here(name)
-    policy._rearm_from(runner.state(), name)  # its workload changed: a canary may measure it again
+    policy.gate.rearm_from(runner.state(), name)  # its workload changed: a canary may measure it again
     assert not policy._canary_abandoned_here(name)
 
 
@@ -582,7 +582,7 @@ def test_a_canary_refused_for_its_batch_time_gives_the_kept_cpu_back_until_the_w
     assert {t.split(":")[0] for t in texts if t.startswith("no canary of")}, texts
     assert all(policy._canary_abandoned_here(n) for n in "ab"), texts
     assert not policy._exploring(runner.state())
-    policy._rearm_from(runner.state(), "a")  # a's workload changed: its optimiser may be asked again
+    policy.gate.rearm_from(runner.state(), "a")  # a's workload changed: its optimiser may be asked again
     assert not policy._canary_abandoned_here("a") and policy._exploring(runner.state())
 
 

@@ -175,6 +175,7 @@ from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import CanaryTrial
 from trident_flows.scheduler.trident.context import Context
+from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
 from trident_flows.scheduler.trident.models import Models, calibration_step
 from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.safety import MemorySafety
@@ -184,10 +185,6 @@ from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict
                                       OperatorPlan, Plan, PlanKind, Rationale)
 
 
-# Samples since a workload change that the evidence gate takes once ``evidence_max_s`` has passed: in
-# the simulated cpu-only documents stream with 5-minute regimes, embed on long documents finished a
-# batch every ~50 s, so 16 samples took 13 minutes while the pipeline ran at 0.2 items/s (0.37x static).
-SLOW_EVIDENCE_SAMPLES = 2
 # A verification keeps a plan whose end-to-end throughput after is within this share of what the previous
 # placement was predicted to do on the current workload, however far under the throughput before it fell.
 VERIFY_TOLERANCE = 0.05
@@ -259,6 +256,7 @@ class TridentPolicy:
         self.ops = Operators(settings.window)
         self.pace = Pace(spec)
         self.models = Models(settings, self.ops)
+        self.gate = EvidenceGate(settings, self.ops, self.models)
         self.search = ConfigSearch(settings, self.ctx, self.ops)
         self.safety = MemorySafety(self.ops, self.search)
         self._pending: _Pending | None = None
@@ -266,10 +264,6 @@ class TridentPolicy:
         self._regime_started: dict[str, float] = {}
         self._regime_lengths: list[float] = []  # every operator's ended regimes, so one pipeline change is there once per operator
         self._regime_ends = 0  # ticks in which one or more operators' regimes ended
-        self._changed_at: dict[str, int] = {}  # each operator's sample count at the last workload change
-        self._changed_wall: dict[str, float] = {}  # the runner's wall_s at each operator's last workload change
-        self._announced: set[str] = set()  # operators re-armed by a change upstream that their own detector has not seen yet
-        self._stale: set[str] = set()  # operators whose model is stale (``_arm_on_stale``)
         self._tick = 0
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
@@ -325,7 +319,7 @@ class TridentPolicy:
                 # features moved, two ticks before the head's detector switched, was rolled back at -0.2 vs 29.9 items/s)
                 self._pending.workload_changed = True
         step("calibrate", lambda: self.models.calibrate(state, samples))
-        step("stale", lambda: self._arm_on_stale(state, events))
+        step("stale", lambda: self.gate.arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
         verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
         self.pace.count(pipeline_t)
@@ -338,11 +332,10 @@ class TridentPolicy:
             self._pending, rollback = None, None
         if rollback is not None:
             action, plan, reason = Action.ROLLBACK, rollback, rollback.reason
-        elif safety is not None and not self._gate_passed(state):
+        elif safety is not None and not self.gate.passed(state):
             action, plan, reason = Action.ROLL_OUT, safety, safety.reason
-        elif not self._gate_passed(state):
-            reason = (f"waiting for samples: the evidence gate needs a fitted model and {self.settings.min_samples} samples per operator, "
-                      f"{self.settings.min_config_samples} of them since the workload last changed; short: {', '.join(self._short_of_evidence(state)) or 'every operator'}")
+        elif not self.gate.passed(state):
+            reason = self.gate.waiting_reason(state)
             hold = Hold(HoldKind.WAITING_FOR_SAMPLES)
         elif self._pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
@@ -387,25 +380,6 @@ class TridentPolicy:
         self.last_record = record
         return record
 
-    def _gate_passed(self, state: RunnerState) -> bool:
-        return bool(self.ops) and not self._short_of_evidence(state)
-
-    def _short_of_evidence(self, state: RunnerState) -> list[str]:
-        """Operators the evidence gate waits for, with their sample counts (total, since the change).
-        An operator that has done all its work (input closed, nothing queued or in flight at it or
-        upstream) will take no more samples and does not hold the gate."""
-        short = []
-        done = done_operators(state)
-        for name, o in sorted(self.ops.items()):
-            if name in done and o.model.ready:
-                continue
-            since = o.fed - self._changed_at.get(name, 0)
-            waited = state.wall_s - self._changed_wall.get(name, -math.inf)
-            enough = since >= self.settings.min_config_samples or (since >= SLOW_EVIDENCE_SAMPLES and waited >= self.settings.evidence_max_s)
-            if not o.model.ready or len(o.window) < self.settings.min_samples or not enough:
-                short.append(f"{name} ({len(o.window)}, {since} since the change)")
-        return short
-
     # ------------------------------------------------------------------ observe
     # ------------------------------------------------------------------ regime
     def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
@@ -425,7 +399,7 @@ class TridentPolicy:
                 kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
                 op.model.forget_calibration()  # a saturated span of the old regime measured another workload
                 if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms here and downstream (module docstring)
-                    self._rearm_from(state, name, first_new_sample=_window_seq(op, change.change_point))
+                    self.gate.rearm_from(state, name, first_new_sample=_window_seq(op, change.change_point))
                     op.workload_moved = True  # the others refit when their own detectors see the new items
                 events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
                 if change.kind == ChangeKind.FEATURES:
@@ -575,7 +549,7 @@ class TridentPolicy:
     def _canary_abandoned_here(self, name: str) -> bool:
         """True while ``name``'s last canary was abandoned since its workload last changed."""
         abandoned = self.ops[name].canary_abandoned_s
-        return abandoned is not None and self._changed_wall.get(name, -math.inf) <= abandoned
+        return abandoned is not None and self.gate.changed_wall(name) <= abandoned
 
     def _canary_needs_s(self, name: str) -> float:
         """Run time a canary of ``name`` must have left to pay: ``canary_payback`` x (its longest cold start
@@ -791,7 +765,7 @@ class TridentPolicy:
         accepted config) or ``resolve_ticks`` ticks passed; in between the last answer is priced anew.
         The solve is the tick's largest cost once the models have settled (about 0.1 s)."""
         cluster = self._cluster_for_placement(state)
-        key = (cluster, placement_signature(state), frozenset(self._stale),
+        key = (cluster, placement_signature(state), frozenset(self.gate.stale),
                tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), calibration_step(o.model))
                      for n, o in sorted(self.ops.items())))
         if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.settings.resolve_ticks:
@@ -851,55 +825,6 @@ class TridentPolicy:
                                           input_bytes_per_item=moved.bytes_per_item if moved else 0.0))
         result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
         return demands, cluster, result, forced, notes
-
-    def _arm_on_stale(self, state: RunnerState, events: list[TickEvent]) -> None:
-        """An operator whose model turns stale saw a heavier workload that its features did not flag:
-        the evidence gate re-arms as for a regime change (the workload reaches the others next)."""
-        for op_state in state.operators:
-            op = self.ops.get(op_state.name)
-            if op is None or not op.model.ready:
-                continue
-            stale = self.models.is_stale(op_state.name)
-            if stale and op_state.name not in self._stale:
-                self._rearm_from(state, op_state.name)
-                op.workload_moved = True
-                events.append(TickEvent(EventKind.NOTE, op_state.name, "model stale (saturated, capacity under its prediction): "
-                                        "the evidence gate waits for samples of the new workload"))
-                self._stale.add(op_state.name)
-            elif not stale:
-                self._stale.discard(op_state.name)
-
-    def _rearm_from(self, state: RunnerState, name: str, first_new_sample: int | None = None) -> None:
-        """Re-arm the evidence gate at ``name`` and every operator downstream of it: the new items reach
-        those next, while the operators upstream have already measured them (re-arming those too kept the
-        gate shut for a whole run once the head operator had read the last input: it never takes another
-        sample).
-
-        ``first_new_sample`` is given when ``name``'s own detector found the change: the samples from that
-        one on are of the new workload and count as evidence. Its clock for ``evidence_max_s`` then keeps
-        the time when a change upstream first announced the workload, if one did: in the simulated cpu-only
-        stream, embed on long documents needed about 60 s to finish the 6 batches its detector votes on,
-        and restarting the clock there (and the count at 0) held the gate 55 s more while the pipeline
-        ran at 3 of the 10 embed replicas the long documents needed."""
-        names = [op.name for op in state.operators]
-        start = names.index(name) if name in names else 0
-        for n in names[start:]:
-            if n not in self.ops:
-                continue
-            if n == name and first_new_sample is not None:
-                self._changed_at[n] = min(first_new_sample, self.ops[n].fed)
-                if n not in self._announced:
-                    self._changed_wall[n] = state.wall_s
-                self._announced.discard(n)
-                continue
-            self._changed_at[n] = self.ops[n].fed
-            if n != name and n in self._announced:
-                continue  # the workload's first announcement here starts the clock
-            self._changed_wall[n] = state.wall_s
-            if n != name:
-                self._announced.add(n)
-            else:
-                self._announced.discard(n)
 
     # ------------------------------------------------------------------ transition
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
@@ -1006,16 +931,3 @@ def worse_than_before(before: Sequence[float], after: Sequence[float], z: float)
     figures = (f"{mean_a:.4g} items/s end to end over {len(a)} ticks after vs {mean_b:.4g} over {len(b)} before, "
                f"noise {se:.3g} (x{z:g})")
     return worse, figures
-
-
-def done_operators(state: RunnerState) -> frozenset[str]:
-    """Operators that will receive no more work: the input is closed and nothing is queued or in
-    flight at them or at any operator upstream."""
-    if not state.input_closed:
-        return frozenset()
-    done: list[str] = []
-    for op in state.operators:
-        if op.queue_items > 0 or any(r.inflight > 0 for r in op.replicas):
-            break
-        done.append(op.name)
-    return frozenset(done)
