@@ -140,11 +140,11 @@ def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback
     while not records or records[-1].action != "roll_out":
         records += run_ticks(runner, policy, 1)
         assert len(records) < 14, [(r.action, r.reason[:80]) for r in records]
-    placed, regime = policy._in_place, policy._regime
+    placed, regime = policy._in_place, policy.regimes.observe
     policy._in_place = lambda _state, _plan: False
-    policy._regime = lambda _state, _new, events: events.append(TickEvent(EventKind.REGIME_CHANGE, "a", "a: regime 0 -> 1 (injected)"))
+    policy.regimes.observe = lambda _state, _new, events: events.append(TickEvent(EventKind.REGIME_CHANGE, "a", "a: regime 0 -> 1 (injected)"))
     records += run_ticks(runner, policy, 1)
-    policy._in_place, policy._regime = placed, regime
+    policy._in_place, policy.regimes.observe = placed, regime
     records += run_ticks(runner, policy, 10)
     assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
     assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
@@ -383,11 +383,11 @@ def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
     run_ticks(runner, policy, 10)
     state = runner.state()
-    before = policy._expected_regime_s(state, 1e-9)
+    before = policy.regimes.expected_s(state, 1e-9)
     shift = RegimeChange("a", 0, 0, ChangeKind.RESIDUAL, False, 0, 0, {}, "injected load shift")
     policy.ops["a"].detector.observe_many = lambda batch, model, replicas: [shift]
-    policy._regime(state, {"a": [object()]}, [])
-    assert policy._expected_regime_s(state, 1e-9) == before > 5.0
+    policy.regimes.observe(state, {"a": [object()]}, [])
+    assert policy.regimes.expected_s(state, 1e-9) == before > 5.0
 
 
 def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
@@ -395,11 +395,11 @@ def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
     # less its own age: 8, 7, ... 0 s, so the move to b waited until b_heavy had outlasted a_heavy
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
     state = RunnerState("p", (_op("a", A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
-    policy._regime_lengths, policy._regime_ends = [20.0], 1
-    policy._regime_started = {"a": 100.0}
+    policy.regimes.lengths, policy.regimes.ends = [20.0], 1
+    policy.regimes.started = {"a": 100.0}
 
     def expected(age: float) -> float:
-        return policy._expected_regime_s(replace(state, wall_s=100.0 + age), 1e-9)
+        return policy.regimes.expected_s(replace(state, wall_s=100.0 + age), 1e-9)
 
     assert expected(2.0) == 18.0  # early on, the past regime's remaining time
     assert expected(15.0) == (5.0 + 15.0) / 2  # later, never less than with this regime counted as lasting as long again
@@ -407,8 +407,8 @@ def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
     assert all(expected(age) >= 10.0 for age in ages)  # never about to end
     assert expected(30.0) == 30.0 and expected(60.0) == 60.0  # past all the others: as long again as it has lasted
     # with more past regimes the ones that lasted longer weigh more
-    policy._regime_lengths, policy._regime_ends = [20.0, 40.0, 40.0, 40.0], 4
+    policy.regimes.lengths, policy.regimes.ends = [20.0, 40.0, 40.0, 40.0], 4
     assert expected(35.0) == (3 * 5.0 + 35.0) / 4
     # a change that two operators saw is one past regime, not two
-    policy._regime_lengths, policy._regime_ends = [20.0, 20.0], 1
+    policy.regimes.lengths, policy.regimes.ends = [20.0, 20.0], 1
     assert expected(15.0) == (2 * 5.0 + 2 * 15.0) / 4

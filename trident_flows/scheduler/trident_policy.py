@@ -167,10 +167,8 @@ from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
-from trident_flows.scheduler.regime import ChangeKind
-from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, held, replica_limits, serving_groups
-from trident_flows.scheduler.throughput_measure import placement_settled, remaining_input_items
+from trident_flows.scheduler.throughput_measure import placement_settled
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import CanaryTrial
@@ -178,9 +176,10 @@ from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
 from trident_flows.scheduler.trident.models import Models, calibration_step
 from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.regimes import Regimes
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
-from trident_flows.scheduler.trident.operators import (ColdStarts, Operator, Operators, drain_s, plan_key, replica_counts)
+from trident_flows.scheduler.trident.operators import (ColdStarts, Operators, drain_s, plan_key, replica_counts)
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, Decision, OpConfig,
                                       OperatorPlan, Plan, PlanKind, Rationale)
 
@@ -252,18 +251,15 @@ class TridentPolicy:
         self.cold_starts = ColdStarts(settings.default_cold_start_s)
         self.records: deque[TickRecord] = deque(maxlen=settings.max_records)
         self.last_record: TickRecord | None = None
-        self.memory = RegimeMemory()
         self.ops = Operators(settings.window)
         self.pace = Pace(spec)
         self.models = Models(settings, self.ops)
         self.gate = EvidenceGate(settings, self.ops, self.models)
         self.search = ConfigSearch(settings, self.ctx, self.ops)
         self.safety = MemorySafety(self.ops, self.search)
+        self.regimes = Regimes(settings, self.ctx, self.ops, self.gate, self.search)
         self._pending: _Pending | None = None
         self._rejected: set = set()
-        self._regime_started: dict[str, float] = {}
-        self._regime_lengths: list[float] = []  # every operator's ended regimes, so one pipeline change is there once per operator
-        self._regime_ends = 0  # ticks in which one or more operators' regimes ended
         self._tick = 0
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
@@ -311,7 +307,7 @@ class TridentPolicy:
 
         self.cold_starts.track(state)
         new = step("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
-        step("regime", lambda: self._regime(state, new, events))
+        step("regime", lambda: self.regimes.observe(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events):
             if self._pending is None:
                 self.pace.forget_baseline()  # throughput before a regime change is no baseline for a plan made after it
@@ -381,90 +377,6 @@ class TridentPolicy:
         return record
 
     # ------------------------------------------------------------------ observe
-    # ------------------------------------------------------------------ regime
-    def _regime(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent]) -> None:
-        ended = len(self._regime_lengths)
-        for name, batch in new.items():
-            op = self.ops[name]
-            replicas = max(1, sum(state.operator(name).configs().values()))
-            # the detector scores residuals under a snapshot of the model that it swaps only while the
-            # test is calm: residuals of a model refitted every tick would jump between fits.
-            picked = _evenly(len(batch), self.settings.detector_samples)
-            op.read.extend(op.fed - len(batch) + i for i in picked)
-            for change in op.detector.observe_many([batch[i] for i in picked], op.model, replicas):
-                if change is None:
-                    if op.detector.current is not None and name not in self._regime_started:
-                        self._regime_started[name] = state.wall_s
-                    continue
-                kind = EventKind.REGIME_CHANGE if change.kind == ChangeKind.FEATURES else EventKind.RESIDUAL_CHANGE
-                op.model.forget_calibration()  # a saturated span of the old regime measured another workload
-                if change.kind == ChangeKind.FEATURES:  # the evidence gate re-arms here and downstream (module docstring)
-                    self.gate.rearm_from(state, name, first_new_sample=_window_seq(op, change.change_point))
-                    op.workload_moved = True  # the others refit when their own detectors see the new items
-                events.append(TickEvent(kind, name, f"regime {change.old} -> {change.new} ({change.kind.value}): {change.reason}"))
-                if change.kind == ChangeKind.FEATURES:
-                    # a residual shift keeps the workload, so the regime's clock runs on: live, load moved cheap
-                    # operators' residuals every few seconds, and each restart priced every move over a 1 s regime
-                    started = self._regime_started.get(name)
-                    if started is not None:
-                        self._regime_lengths.append(max(0.0, state.wall_s - started))
-                    self._regime_started[name] = state.wall_s
-                if change.kind == ChangeKind.RESIDUAL:
-                    # same workload, new behaviour: only samples since the change point describe it
-                    first = _window_seq(op, change.change_point)
-                    keep = [(seq, x) for seq, x in op.window if seq >= first]
-                    op.window = deque(keep, maxlen=self.settings.window)
-                    op.fitted_epoch = None  # refit on the kept samples at the next ones
-                    events.append(TickEvent(EventKind.NOTE, name, f"dropped samples before the change point; refit on {len(keep)}"))
-                    continue
-                record = self.memory.visit(change.new, name) if change.recurring else None
-                if record is not None and record.model is not None:
-                    op.model = record.model.snapshot()
-                    op.model.forget_calibration()
-                    op.restored = True
-                    op.model_version += 1
-                    events.append(TickEvent(EventKind.REMEMBERED_REGIME, name, f"regime {change.new} seen before: serving its remembered model"
-                                  + (f" and best config {record.best_config.label()}" if record.best_config else "")))
-        self._regime_ends += int(len(self._regime_lengths) > ended)
-        for name, op in self.ops.items():
-            # once per fit and regime: the optimiser's best() refits its memory model after new
-            # measurements (~20 ms), and calling it for every operator on every tick cost more than the fits
-            if op.model.ready and op.detector.current is not None and not _same_fit(op.remembered, op.detector.current, op.model.report):
-                best = self.search.optimizer(name).best() if self.search.space(name) is not None else None
-                self.memory.remember(op.detector.current, name, model=op.model, best_config=best)
-                op.remembered = (op.detector.current, op.model.report)
-
-    def _expected_regime_s(self, state: RunnerState, throughput: float) -> float:
-        """Seconds a change made now can pay off: the current regime's expected remaining time, capped
-        by the time the input items left (not yet read + not yet completed) take at ``throughput``.
-
-        Once a regime has ended, the remaining time is the mean over the past regimes that lasted longer
-        than this one has so far of their length less its elapsed time, but never less than that mean
-        with this regime itself counted as one more that lasts as long again as it has (weighted as one
-        regime, while each past regime's end was recorded by every operator that saw it). So a regime
-        that outlives the past ones is expected to go on, not to end now: priced over the past lengths
-        only, a regime about to outlast the one before was given its last second, and a moved bottleneck
-        went unfollowed until it had; early in a regime the past lengths alone decide (counted in from the
-        start, the new regime's few seconds halved the time a move had to pay off).
-        Before any regime has ended: the ``regime_duration_s`` prior when one is given, else again
-        as long as it has lasted. Without a prior a change made seconds into a run must pay within
-        seconds: a fixed 60 s prior made trident roll out 5 s after the first output of video runs
-        whose regimes last 15 s, at a tenth of the run's throughput."""
-        started = [t for t in self._regime_started.values()]
-        elapsed = max(0.0, state.wall_s - max(started)) if started else state.wall_s
-        if self._regime_lengths:
-            longer = [x - elapsed for x in self._regime_lengths if x > elapsed]
-            per_regime = len(self._regime_lengths) / max(1, self._regime_ends)  # operators that recorded each regime's end
-            counted = (sum(longer) + per_regime * max(elapsed, 1.0)) / (len(longer) + per_regime)
-            expected = max(sum(longer) / len(longer), counted) if longer else counted
-        else:
-            prior = self.settings.regime_duration_s - elapsed if self.settings.regime_duration_s is not None else 0.0
-            expected = max(prior, elapsed, 1.0)
-        left = remaining_input_items(state, getattr(self.spec, "items", None))
-        if left is not None and throughput > 0:
-            expected = min(expected, left / throughput)
-        return max(expected, 0.0)
-
     # ------------------------------------------------------------------ optimize
     def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent],
                   ended: list[CanaryEnd]) -> dict[str, OperatorPlan]:
@@ -744,7 +656,7 @@ class TridentPolicy:
             best = self.search.optimizer(name).best()
             if best is not None:
                 extra.append(best)
-        record = self.memory.recall(op.detector.current, name) if op.detector.current is not None else None
+        record = self.regimes.memory.recall(op.detector.current, name) if op.detector.current is not None else None
         if record is not None and record.best_config is not None:
             extra.append(record.best_config)
         notes = []
@@ -830,7 +742,7 @@ class TridentPolicy:
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
         plan = result.plan
         current = current_placement(state)
-        expected = self._expected_regime_s(state, self.pace.completion_rate() or result.throughput)
+        expected = self.regimes.expected_s(state, self.pace.completion_rate() or result.throughput)
         changed = [o for o in plan.operators if dict(replica_counts(o.groups)) != dict(replica_counts(current.for_operator(o.operator)))]
         if not changed:
             return _Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
@@ -895,25 +807,6 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
-
-
-def _evenly(n: int, most: int) -> list[int]:
-    """Indices of at most ``most`` of ``n`` items, evenly spaced, the first and the last among them."""
-    if n <= most:
-        return list(range(n))
-    step = (n - 1) / (most - 1)   # > 1, so the rounded indices are distinct
-    return [round(k * step) for k in range(most)]
-
-
-def _window_seq(op: Operator, detector_sample: int) -> int:
-    """The window sequence number of the ``detector_sample``-th sample given to ``op``'s detector (the
-    oldest one remembered when it lies further back than ``DETECTOR_LOOKBACK``)."""
-    first = op.detector.n - len(op.read)
-    return op.read[min(len(op.read) - 1, max(0, detector_sample - first))] if op.read else op.fed
-
-
-def _same_fit(remembered: tuple | None, regime: int, report: Any) -> bool:
-    return remembered is not None and remembered[0] == regime and remembered[1] is report
 
 
 def worse_than_before(before: Sequence[float], after: Sequence[float], z: float) -> tuple[bool, str]:
