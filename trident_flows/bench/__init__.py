@@ -18,4 +18,5 @@ BENCHMARKS: dict[str, str] = {
     "closed-loop-sim": "trident_flows.bench.closed_loop_sim",
     "plan-fidelity": "trident_flows.bench.plan_fidelity",
     "dataplane": "trident_flows.bench.dataplane",
+    "rollout-latency": "trident_flows.bench.rollout_latency",
 }
