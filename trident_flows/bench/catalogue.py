@@ -139,7 +139,7 @@ CATALOGUE: dict[str, Benchmark] = {
     "rollout-latency": Benchmark(
         "Does an item's end-to-end latency (read at the source to done at the sink) stay as low while trident's rolling "
         "updates start and retire replicas as in steady state?",
-        (f"{_B}/rollout_latency.py", f"{_B}/suite_workloads.py", f"{_B}/closed_loop_workload.py", f"{_B}/closed_loop_runs.py",
-         f"{_B}/baselines.py", f"{_B}/static_search.py", f"{_B}/headroom.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
+        (f"{_B}/rollout_latency.py", f"{_B}/suite_workloads.py", f"{_B}/closed_loop_workload.py", f"{_B}/baselines.py",
+         f"{_B}/static_search.py", f"{_B}/headroom.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
         headline=("rollouts", "latency_s_p99_steady", "latency_s_p99_during_rollout", "p99_during_rollout_over_steady", "items_lost")),
 }

@@ -4,8 +4,8 @@ Contract of ``run(quick) -> BenchResult``:
 - Workload: the closed-loop suite's ``cpu-only`` stream (documents with tesseract OCR on one node of 16
   CPUs, no GPU; blocks born-digital ``short`` -> ``scans`` -> ``long`` -> ``short``) with blocks of
   ``BLOCK_S`` production seconds each at their optimum (``QUICK_BLOCK_S`` with ``quick``) at the suite's
-  time scale, trident starting from static-default in the runtime's control loop (ticks every
-  ``closed_loop_runs.TICK_S``). The source is read as fast as the queues take it, so an item's latency
+  time scale, trident starting from static-default in the runtime's control loop (a tick every
+  ``TICK_S``, as in the closed-loop benchmarks). The source is read as fast as the queues take it, so an item's latency
   is mostly its wait in the queues ahead of it (Little's law: the items held over the throughput);
   each queue holds ``QUEUE_MAX_ITEMS`` items or what the pools on both sides of it hold in flight
   (``backpressure.items_bound``), not the default 512: at 512 the six queues held about 3,400 items
@@ -48,7 +48,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import ray
 
-from trident_flows.bench.closed_loop_runs import NAMESPACE, TICK_S
 from trident_flows.bench.closed_loop_workload import Workload
 from trident_flows.bench.lineage import items_lost
 from trident_flows.bench.local_ray import start_local_ray
@@ -66,6 +65,8 @@ from trident_flows.runtime.spec import ID
 from trident_flows.scheduler.policies import make_policy
 
 BLOCKS = ("short", "scans", "long", "short")
+TICK_S = 1.0
+NAMESPACE = "rollout-latency"
 BLOCK_S, QUICK_BLOCK_S = 150.0, 25.0
 PROFILE = "documents"
 LOCAL_S = 30.0  # the stretch before a rolling update its items are compared with
