@@ -140,11 +140,11 @@ def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback
     while not records or records[-1].action != "roll_out":
         records += run_ticks(runner, policy, 1)
         assert len(records) < 14, [(r.action, r.reason[:80]) for r in records]
-    placed, regime = policy._in_place, policy.regimes.observe
-    policy._in_place = lambda _state, _plan: False
+    placed, regime = policy.verifier.in_place, policy.regimes.observe
+    policy.verifier.in_place = lambda _state, _plan: False
     policy.regimes.observe = lambda _state, _new, events: events.append(TickEvent(EventKind.REGIME_CHANGE, "a", "a: regime 0 -> 1 (injected)"))
     records += run_ticks(runner, policy, 1)
-    policy._in_place, policy.regimes.observe = placed, regime
+    policy.verifier.in_place, policy.regimes.observe = placed, regime
     records += run_ticks(runner, policy, 10)
     assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
     assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
@@ -220,14 +220,14 @@ def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified
             runner.apply(record.plan)
         if record.action == "roll_out":
             break
-    assert record.action == "roll_out" and policy._pending is not None, record.reason
+    assert record.action == "roll_out" and policy.verifier.pending is not None, record.reason
     new = runner.advance(2.0)
     k = next(i for i, s in enumerate(new) if s.operator == "b")
     new[k] = replace(new[k], outcome=Outcome.OOM)
     record = policy.tick(runner.state(), new)
     assert record.action == "roll_out" and "memory safety" in record.reason, (record.action, record.reason, record.verification)
     assert all(g.config.batch_size < new[k].config.batch_size for g in record.plan.for_operator("b").groups)
-    assert policy._pending is None and "verification dropped" in record.verification
+    assert policy.verifier.pending is None and "verification dropped" in record.verification
 
 
 def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_it():
@@ -263,7 +263,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.plan is not None:
             runner.apply(record.plan)
-    assert policy.gate.passed(runner.state()) and policy._pending is None, record.reason
+    assert policy.gate.passed(runner.state()) and policy.verifier.pending is None, record.reason
     a, configs = policy.ops["a"], serving_configs(runner.state().operator("a"))
     predicted = sum(a.model.throughput(c, n).mean for c, n in configs)
     end = max(s.end for _, s in a.window)
@@ -357,18 +357,18 @@ def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predic
     # the end-to-end rate fell from 20 to 6 items/s after the rollout, but the previous placement was predicted
     # to do 5 items/s on the current (heavier) workload: the drop is the workload's, not the change's
     from trident_flows.core.types import PlanKind, Rationale
-    from trident_flows.scheduler.trident_policy import _Pending
+    from trident_flows.scheduler.trident.verifier import Pending
 
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
-    policy._in_place = lambda state, plan: True
+    policy.verifier.in_place = lambda state, plan: True
     policy.ops.ensure("a")
     plan = Plan((OperatorPlan("a", (ReplicaGroup(A, 2),)),), reason="t")
     for old, kept in ((5.0, True), (19.0, False)):
-        policy._pending = _Pending(replace(plan, rationale=Rationale(PlanKind.THROUGHPUT, throughput_before=old, throughput_after=8.0)),
+        policy.verifier.pending = Pending(replace(plan, rationale=Rationale(PlanKind.THROUGHPUT, throughput_before=old, throughput_after=8.0)),
                                    8.0, [20.0, 21.0, 19.0, 20.0], {"a": (ReplicaGroup(A, 1),)}, ())
-        policy._pending.ticks_in_place = 1
+        policy.verifier.pending.ticks_in_place = 1
         state = RunnerState("p", (_op("a", A, A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
-        verdicts = [policy._verify(state, m) for m in (6.0, 6.2)]  # verify_ticks=2
+        verdicts = [policy.verifier.verify(state, m) for m in (6.0, 6.2)]  # verify_ticks=2
         why, rollback = verdicts[-1]
         assert (rollback is None) == kept, why
         assert ("previous placement was predicted" in why) == kept, why

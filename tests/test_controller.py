@@ -549,7 +549,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     for _ in range(40):
         run_ticks(runner, policy, 1)
         measuring = [n for n in "ab" if policy.ops[n].canary is not None and canary_config(runner.state().operator(n)) is not None]
-        if measuring and policy._pending is None:
+        if measuring and policy.verifier.pending is None:
             break
     assert measuring, "no canary was measured in 40 ticks"
     name = measuring[0]

@@ -153,11 +153,11 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
-from trident_flows.core.signatures import placement_signature, plan_signature
+from trident_flows.core.signatures import placement_signature
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
@@ -168,7 +168,6 @@ from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, held, replica_limits, serving_groups
-from trident_flows.scheduler.throughput_measure import placement_settled
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import CanaryTrial
@@ -176,17 +175,16 @@ from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
 from trident_flows.scheduler.trident.models import Models, calibration_step
 from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.refusals import RefusedPlans
 from trident_flows.scheduler.trident.regimes import Regimes
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
-from trident_flows.scheduler.trident.operators import (ColdStarts, Operators, drain_s, plan_key, replica_counts)
+from trident_flows.scheduler.trident.verifier import Verifier, worse_than_before  # noqa: F401 - worse_than_before: importable here
+from trident_flows.scheduler.trident.operators import (ColdStarts, Operators, drain_s, replica_counts)
 from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, Decision, OpConfig,
                                       OperatorPlan, Plan, PlanKind, Rationale)
 
 
-# A verification keeps a plan whose end-to-end throughput after is within this share of what the previous
-# placement was predicted to do on the current workload, however far under the throughput before it fell.
-VERIFY_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class _Decided:
@@ -212,21 +210,6 @@ class _Decided:
     def wait(cls, reason: str, predicted: float, hold: Hold) -> "_Decided":
         """A better placement exists but is not rolled out now, for the reason ``hold`` names."""
         return cls(Action.WAIT, reason, None, predicted, hold)
-
-
-@dataclass
-class _Pending:
-    """A rolled-out plan under verification."""
-
-    plan: Plan
-    predicted: float
-    before: list        # end-to-end items/s of the ticks before the change
-    previous: dict
-    regime_key: tuple
-    ticks_waiting: int = 0
-    ticks_in_place: int = 0
-    measured: list = field(default_factory=list)
-    workload_changed: bool = False  # a features regime change was seen while it was measured
 
 
 class TridentPolicy:
@@ -257,14 +240,12 @@ class TridentPolicy:
         self.gate = EvidenceGate(settings, self.ops, self.models)
         self.search = ConfigSearch(settings, self.ctx, self.ops)
         self.safety = MemorySafety(self.ops, self.search)
+        self.verifier = Verifier(settings, self.ops, self.safety)
+        self.refusals = RefusedPlans()
         self.regimes = Regimes(settings, self.ctx, self.ops, self.gate, self.search)
-        self._pending: _Pending | None = None
-        self._rejected: set = set()
         self._tick = 0
         self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
-        self._issued: tuple | None = None        # (placement, plan) signatures of the last plan issued
-        self._refused_plans: dict[tuple, str] = {}  # refused (placement, plan) signatures -> why
 
     @property
     def spec(self) -> Any | None:
@@ -309,23 +290,22 @@ class TridentPolicy:
         new = step("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
         step("regime", lambda: self.regimes.observe(state, new, events))
         if any(e.kind == EventKind.REGIME_CHANGE for e in events):
-            if self._pending is None:
+            # a plan under verification, even one still being placed, is not compared with the old regime's baseline
+            if not self.verifier.mark_workload_changed():
                 self.pace.forget_baseline()  # throughput before a regime change is no baseline for a plan made after it
-            else:  # also while the plan is being placed: its baseline is the old regime's (a scans rollout made as the
-                # features moved, two ticks before the head's detector switched, was rolled back at -0.2 vs 29.9 items/s)
-                self._pending.workload_changed = True
         step("calibrate", lambda: self.models.calibrate(state, samples))
         step("stale", lambda: self.gate.arm_on_stale(state, events))
         canary_ops = step("optimize", lambda: self._optimize(state, new, events, ended)) or {}
-        verdict = step("verify", lambda: self._verify(state, pipeline_t)) or ("", None)
+        verdict = step("verify", lambda: self.verifier.verify(state, pipeline_t)) or ("", None)
         self.pace.count(pipeline_t)
         verification, rollback = verdict
         action, reason, plan, predicted, hold = Action.NONE, "", None, 0.0, None
         safety = step("safety", lambda: self.safety.plan(state))
-        if safety is not None and self._pending is not None:
+        if safety is not None and self.verifier.pending is not None:
             # memory safety comes before verification: the move changes the placement being measured
             verification = f"verification dropped for a memory-safety move ({verification or 'measuring'})"
-            self._pending, rollback = None, None
+            self.verifier.drop()
+            rollback = None
         if rollback is not None:
             action, plan, reason = Action.ROLLBACK, rollback, rollback.reason
         elif safety is not None and not self.gate.passed(state):
@@ -333,7 +313,7 @@ class TridentPolicy:
         elif not self.gate.passed(state):
             reason = self.gate.waiting_reason(state)
             hold = Hold(HoldKind.WAITING_FOR_SAMPLES)
-        elif self._pending is not None:
+        elif self.verifier.pending is not None:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
             hold = Hold(HoldKind.VERIFYING)
         else:
@@ -359,14 +339,12 @@ class TridentPolicy:
             action, hold = Action.ERROR, Hold(HoldKind.STEP_FAILED)
             reason = "kept the current plan after a failed step: " + "; ".join(errors)
         if plan is not None:
-            issued = (placement_signature(state), plan_signature(plan))
-            if issued in self._refused_plans:  # never re-issue a refused plan unchanged against an unchanged placement
-                reason = f"not re-issuing a plan the runner refused ({self._refused_plans[issued]}); keeping the current placement ({reason})"
+            refused = self.refusals.refused_before(state, plan)
+            if refused is not None:  # never re-issue a refused plan unchanged against an unchanged placement
+                reason = f"not re-issuing a plan the runner refused ({refused}); keeping the current placement ({reason})"
                 action, plan, hold = Action.WAIT, None, Hold(HoldKind.REFUSED_BEFORE)
-            else:
-                self._issued = issued
         if action == Action.ROLL_OUT and plan is not None and plan is not safety:  # a safety move is not undone for speed
-            self._pending = _Pending(plan, predicted, list(self.pace.recent), self._previous_groups(state, plan), self.ops.regime_key())
+            self.verifier.start(state, plan, predicted, list(self.pace.recent))
         self.pace.end_tick(state)
         timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), action, reason or "no change", measured, pipeline_t,
@@ -395,7 +373,7 @@ class TridentPolicy:
                 plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events, ended)
                 if plan is not None:
                     canaries[name] = plan
-            elif (self.settings.canaries and op.model.ready and self._pending is None and self._settled and self._tick >= op.next_ask
+            elif (self.settings.canaries and op.model.ready and self.verifier.pending is None and self._settled and self._tick >= op.next_ask
                   and state_op.busy_fraction >= self.settings.canary_min_busy and not self._canary_abandoned_here(name)):
                 askable.append((op.asked_tick, -state_op.busy_fraction, name))
         # At most one optimiser is asked per tick, the longest unasked (busiest first), and only with
@@ -532,76 +510,13 @@ class TridentPolicy:
         oracle's batch."""
         return replace(o, canary=canary_config(state.operator(o.operator)) if self.ops[o.operator].canary else None)
 
-    # ------------------------------------------------------------------ verify
-    def _previous_groups(self, state: RunnerState, plan: Plan) -> dict[str, tuple]:
-        return {o.operator: serving_groups(state.operator(o.operator)) for o in plan.operators}
-
-    def _in_place(self, state: RunnerState, plan: Plan) -> bool:
-        for o in plan.operators:
-            target: dict[OpConfig, int] = {}
-            for g in o.groups:
-                if g.replicas:
-                    target[g.config] = target.get(g.config, 0) + g.replicas
-            op = state.operator(o.operator)
-            if op.configs() != target or any(not r.warm for r in op.active):
-                return False
-        return True
-
-    def _verify(self, state: RunnerState, measured: float) -> tuple[str, Plan | None]:
-        """Compare the end-to-end throughput after a rollout with the ticks before it (whatever the
-        input state or regime meanwhile); roll back when it is worse beyond the ticks' noise."""
-        p = self._pending
-        if p is None:
-            return "", None
-        if not self._in_place(state, p.plan):
-            p.ticks_waiting += 1
-            if p.ticks_waiting > self.settings.apply_grace_ticks:
-                self._pending = None
-                return f"the plan was not in place after {self.settings.apply_grace_ticks} ticks (refused or failed): dropped", None
-            return "waiting for the plan to be in place", None
-        if (p.ticks_in_place == 0 and p.ticks_waiting < self.settings.apply_grace_ticks
-                and not placement_settled(state, (o.operator for o in p.plan.operators))):
-            p.ticks_waiting += 1
-            return "plan in place; waiting for every replica's first batch (until then the output is the old placement's)", None
-        p.ticks_in_place += 1
-        if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
-            return "plan in place; measuring from the next tick", None
-        p.measured.append(measured)
-        if len(p.measured) < self.settings.verify_ticks:
-            return f"measuring ({len(p.measured)}/{self.settings.verify_ticks}): {measured:.4g} items/s end to end", None
-        self._pending = None
-        worse, figures = worse_than_before(p.before, p.measured, self.settings.verify_z)
-        if not worse:
-            return f"verified: {figures}; predicted {p.predicted:.4g} input items/s", None
-        if p.workload_changed:
-            return (f"slower ({figures}) but kept: the workload changed regime while it was measured, so before and after "
-                    f"are not comparable"), None
-        old = p.plan.rationale.throughput_before if p.plan.rationale is not None else None
-        after = sum(p.measured) / len(p.measured)
-        if old is not None and after >= old * (1 - VERIFY_TOLERANCE):
-            # the workload slowed while the change was made (the sink still drained a lighter regime's items
-            # before it): the old placement was predicted to do no better now, so the drop is not the change's
-            return (f"slower ({figures}) but kept: at least the {old:.4g} input items/s the previous placement was "
-                    f"predicted to do on the current workload"), None
-        unsafe = [f"{name} {g.config.label()}" for name, groups in p.previous.items() for g in groups if self.safety.unsafe(name, g.config)]
-        if unsafe:
-            return f"slower ({figures}) but kept: the previous placement ran unsafe configs ({', '.join(unsafe)})", None
-        self._rejected.add((p.regime_key, plan_key(p.plan)))
-        why = f"rollback: the change made the pipeline slower ({figures})"
-        ops = tuple(OperatorPlan(name, groups, why, canary_config(state.operator(name))) for name, groups in p.previous.items() if groups)
-        before = p.before or p.measured  # as worse_than_before compares them
-        rationale = Rationale(PlanKind.ROLLBACK, measured_before=sum(before) / len(before), measured_after=sum(p.measured) / len(p.measured))
-        return why + "; restoring the previous placement", Plan(ops, 0.0, why + "; restoring the previous placement", rationale)
-
     def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
         """The runner's outcome of the last plan issued: a plan that did not land fully is not issued
         again against the same placement, and a rollout that did not land is not verified."""
         if outcome.status == ApplyStatus.LANDED:
             return
-        if self._issued is not None and self._issued[1] == plan_signature(plan):
-            self._refused_plans[self._issued] = f"{outcome.status.value}: {outcome.reason[:200]}"
-        if self._pending is not None and plan_key(self._pending.plan) == plan_key(plan) and not outcome.changed:
-            self._pending = None
+        self.refusals.observe_apply(plan, outcome)
+        self.verifier.observe_apply(plan, outcome)
         if self.last_record is not None:
             event = TickEvent(EventKind.APPLY_REFUSED, "", f"apply {outcome.status.value} after {outcome.steps_done}/{outcome.steps_total} "
                                                           f"steps: {outcome.reason[:200]}")
@@ -754,7 +669,7 @@ class TridentPolicy:
                 return _Decided.wait(f"the MILP's plan changes operators but max_changes={self.settings.max_changes} allows none ({plan.reason})",
                                      result.throughput, Hold(HoldKind.MAX_CHANGES))
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
-        if (self.ops.regime_key(), plan_key(plan)) in self._rejected:
+        if self.verifier.rejected(plan):
             return _Decided.wait(f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})",
                                  result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
         named = {o.operator for o in changed}
@@ -807,20 +722,3 @@ class TridentPolicy:
                 used_cpus += d_cpus
                 used_gpus += d_gpus
         return kept
-
-
-def worse_than_before(before: Sequence[float], after: Sequence[float], z: float) -> tuple[bool, str]:
-    """Whether the per-tick throughputs ``after`` a change are below those ``before`` it beyond their
-    noise: mean after < mean before - ``z`` standard errors of the difference (Welch), and at
-    least 5% lower (a smaller loss is within what one tick's batch boundaries move). With fewer
-    than 2 ticks before, the ticks after give the noise of both. Returns the verdict and figures."""
-    a = [float(x) for x in after]
-    b = [float(x) for x in before] or a
-    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
-    var_a = sum((x - mean_a) ** 2 for x in a) / max(1, len(a) - 1)
-    var_b = sum((x - mean_b) ** 2 for x in b) / max(1, len(b) - 1) if len(b) >= 2 else var_a
-    se = math.sqrt(var_a / len(a) + var_b / len(b))
-    worse = mean_a < mean_b - z * se and mean_a < 0.95 * mean_b
-    figures = (f"{mean_a:.4g} items/s end to end over {len(a)} ticks after vs {mean_b:.4g} over {len(b)} before, "
-               f"noise {se:.3g} (x{z:g})")
-    return worse, figures
