@@ -489,9 +489,9 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
     # one canary per operator, abandoned once: no loop of replica starts that cannot be measured
     assert len(started) == len({t.split(" for ")[1].split(":")[0] for t in started}) == len(abandoned), texts
     name = abandoned[0].split(" of ")[1].split(" abandoned")[0]
-    assert policy._canary_abandoned_here(name)
+    assert policy.canaries.abandoned_here(name)
     policy.gate.rearm_from(runner.state(), name)  # its workload changed: a canary may measure it again
-    assert not policy._canary_abandoned_here(name)
+    assert not policy.canaries.abandoned_here(name)
 
 
 def test_a_canary_holding_a_slow_batch_is_judged_when_it_is_back_not_abandoned_as_starved():
@@ -580,10 +580,10 @@ def test_a_canary_refused_for_its_batch_time_gives_the_kept_cpu_back_until_the_w
     texts = [e.text for r in records for e in r.events if e.kind == EventKind.CANARY]
     assert not [t for t in texts if t.startswith("canary cpu/b")], texts
     assert {t.split(":")[0] for t in texts if t.startswith("no canary of")}, texts
-    assert all(policy._canary_abandoned_here(n) for n in "ab"), texts
-    assert not policy._exploring(runner.state())
+    assert all(policy.canaries.abandoned_here(n) for n in "ab"), texts
+    assert not policy.canaries.exploring(runner.state())
     policy.gate.rearm_from(runner.state(), "a")  # a's workload changed: its optimiser may be asked again
-    assert not policy._canary_abandoned_here("a") and policy._exploring(runner.state())
+    assert not policy.canaries.abandoned_here("a") and policy.canaries.exploring(runner.state())
 
 
 def test_a_residual_change_in_a_tick_larger_than_the_detector_reads_keeps_only_the_samples_since_it():

@@ -158,19 +158,17 @@ from typing import Any, Callable, Sequence
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.signatures import placement_signature
-from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
 from trident_flows.scheduler.observe import NoModelError
-from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
-from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, held, replica_limits, serving_groups
+from trident_flows.scheduler.replicas import held, replica_limits
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.scheduler.trident.canaries import CanaryTrial
+from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
 from trident_flows.scheduler.trident.models import Models, calibration_step
@@ -181,7 +179,7 @@ from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.verifier import Verifier, worse_than_before  # noqa: F401 - worse_than_before: importable here
 from trident_flows.scheduler.trident.operators import (ColdStarts, Operators, drain_s, replica_counts)
-from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, Decision, OpConfig,
+from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, ClusterSpec, Decision, OpConfig,
                                       OperatorPlan, Plan, PlanKind, Rationale)
 
 
@@ -230,7 +228,6 @@ class TridentPolicy:
         self.ctx = Context(spec, cluster)
         self.solve = solve
         # what the policy keeps between ticks
-        self._refused_canaries: set = set()
         self.cold_starts = ColdStarts(settings.default_cold_start_s)
         self.records: deque[TickRecord] = deque(maxlen=settings.max_records)
         self.last_record: TickRecord | None = None
@@ -243,8 +240,8 @@ class TridentPolicy:
         self.verifier = Verifier(settings, self.ops, self.safety)
         self.refusals = RefusedPlans()
         self.regimes = Regimes(settings, self.ctx, self.ops, self.gate, self.search)
+        self.canaries = Canaries(settings, self.ops, self.search, self.safety, self.gate, self.pace, self.cold_starts, self.verifier)
         self._tick = 0
-        self._settled = False  # the last placement found nothing worth rolling out: time to explore configs
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
 
     @property
@@ -322,16 +319,16 @@ class TridentPolicy:
                 decided = step("transition", lambda: self._transition(state, *solved))
                 if decided is not None:
                     action, reason, plan, predicted, hold = decided.action, decided.reason, decided.plan, decided.predicted, decided.hold
-                    self._settled = action.issues_nothing
+                    self.canaries.settled = action.issues_nothing
                     if plan is not None and not canary_ops:  # the MILP's plan names no canary: keep the one being measured
-                        plan = replace(plan, operators=tuple(self._keeping_canary(state, o) for o in plan.operators))
+                        plan = replace(plan, operators=tuple(self.canaries.keeping(state, o) for o in plan.operators))
             if safety is not None and plan is None:
                 # the placement could not move an operator off an unsafe config (no priced option, no
                 # feasible order, a failed solve): the replica-for-replica move always fits
                 why = reason or "; ".join(errors) or "no placement"
                 action, plan, reason, hold = Action.ROLL_OUT, safety, f"{safety.reason} (the placement did not move it: {why})", None
         if canary_ops:
-            plan = self._with_canaries(state, plan, canary_ops, ended)
+            plan = self.canaries.attach(state, plan, canary_ops, ended)
             if action.issues_nothing:
                 action, hold = Action.CANARY, None
                 reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {reason})" if reason else "")
@@ -358,157 +355,9 @@ class TridentPolicy:
     # ------------------------------------------------------------------ optimize
     def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent],
                   ended: list[CanaryEnd]) -> dict[str, OperatorPlan]:
-        canaries: dict[str, OperatorPlan] = {}
-        askable: list[tuple[int, float, str]] = []  # (last asked tick, -busy fraction, operator) of operators that may start one
-        free_cpus, free_gpus = free_resources(state)
+        """OOMs make configs unsafe, then the optimisers are told and the canaries judged or started."""
         self.safety.record_ooms(new, events)
-        for name, op in self.ops.items():
-            space = self.search.space(name)
-            if space is None:
-                continue
-            self.search.tell(state, name, space, new.get(name, []))
-            state_op = state.operator(name)
-            canary_ids = {r.replica_id for r in state_op.active if r.canary}
-            if op.canary is not None:
-                plan = self._judge_canary(state, name, new.get(name, []), canary_ids, events, ended)
-                if plan is not None:
-                    canaries[name] = plan
-            elif (self.settings.canaries and op.model.ready and self.verifier.pending is None and self._settled and self._tick >= op.next_ask
-                  and state_op.busy_fraction >= self.settings.canary_min_busy and not self._canary_abandoned_here(name)):
-                askable.append((op.asked_tick, -state_op.busy_fraction, name))
-        # At most one optimiser is asked per tick, the longest unasked (busiest first), and only with
-        # resources free for a canary; one whose proposal could not start waits ``reask_ticks`` ticks. An
-        # ask fits its surrogate (0.1-0.3 s): asking every operator every tick made canary search the
-        # controller's largest cost while the proposals could not start (no free CPU, already running).
-        if askable and not canaries and (free_cpus > 1e-9 or free_gpus > 1e-9):
-            name = min(askable)[2]
-            plan = self._start_canary(state, name, self.search.optimizer(name), free_cpus, free_gpus, events)
-            if plan is not None:
-                canaries[name] = plan
-            else:
-                self.ops[name].next_ask = self._tick + self.settings.reask_ticks
-        return canaries
-
-    def _start_canary(self, state: RunnerState, name: str, opt: ConfigOptimizer, free_cpus: float, free_gpus: float,
-                      events: list[TickEvent]) -> OperatorPlan | None:
-        op = self.ops[name]
-        op.asked_tick = self._tick
-        left_s, needed_s = self.pace.run_left_s(state), self._canary_needs_s(name)
-        if left_s is not None and left_s < needed_s:
-            if (name, "run left") not in self._refused_canaries:
-                self._refused_canaries.add((name, "run left"))
-                events.append(TickEvent(EventKind.CANARY, name, f"no canary: the run has about {left_s:.0f} s left, under the {needed_s:.0f} s "
-                                        f"a canary needs to pay (canary_payback={self.settings.canary_payback:g} x (cold start + canary_timeout_s))"))
-            return None
-        try:
-            proposal = opt.ask()
-        except NoSafeConfigError as exc:
-            events.append(TickEvent(EventKind.NOTE, name, str(exc)))
-            return None
-        if proposal is None:
-            return None
-        config = proposal.config
-        serving = state.operator(name).configs()
-        if config in serving or config in op.accepted or self.safety.unsafe(name, config):
-            return None
-        if proposal.kind == "seed" and any(c.device == config.device for c in serving):
-            return None  # the running replicas measure that device already (they are told every tell_every batches)
-        if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
-            return None
-        if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self.search.limit(config):
-            return None
-        try:
-            rate = op.model.per_replica(config, max(1, sum(serving.values()))).mean
-        except (NoModelError, ValueError):
-            rate = 0.0
-        if rate > 0 and config.batch_size / rate > self.settings.canary_max_batch_s:
-            # the optimiser proposes the same config until it is told more: no other canary until the workload
-            # changes, so the CPU kept for one goes back to the placement (in the simulated scans block OCR's
-            # proposals, 30-75 s a batch, were refused on every ask while one CPU of 16 stayed idle for them)
-            op.canary_abandoned_s = state.wall_s
-            if (name, config) not in self._refused_canaries:
-                self._refused_canaries.add((name, config))
-                events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
-                              f"(> canary_max_batch_s={self.settings.canary_max_batch_s:g}); draining it would stall the rollouts"))
-            return None
-        op.canary = CanaryTrial(config, state.wall_s, proposal.reason)
-        reason = f"canary {config.label()} for {name}: {proposal.reason}"
-        events.append(TickEvent(EventKind.CANARY, name, reason))
-        return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
-
-    def _canary_abandoned_here(self, name: str) -> bool:
-        """True while ``name``'s last canary was abandoned since its workload last changed."""
-        abandoned = self.ops[name].canary_abandoned_s
-        return abandoned is not None and self.gate.changed_wall(name) <= abandoned
-
-    def _canary_needs_s(self, name: str) -> float:
-        """Run time a canary of ``name`` must have left to pay: ``canary_payback`` x (its longest cold start
-        + ``canary_timeout_s``): the canary holds resources that long, and what it finds pays only after a
-        rollout (another cold start) and for the rest of the run."""
-        space = self.search.space(name)
-        devices = space.devices if space is not None else ()
-        cold = max((self.cold_starts.cold_start(name, d) for d in devices), default=self.settings.default_cold_start_s)
-        return self.settings.canary_payback * (cold + self.settings.canary_timeout_s)
-
-    def _judge_canary(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent],
-                      ended: list[CanaryEnd]) -> OperatorPlan | None:
-        op = self.ops[name]
-        c = op.canary
-        for s in batch:
-            if s.replica_id in canary_ids and s.config == c.config:
-                c.candidate.append(s)
-            elif s.replica_id not in canary_ids:
-                c.incumbent.append(s)
-        elapsed = state.wall_s - c.started_s
-        running = canary_config(state.operator(name)) == c.config
-        if not c.candidate:
-            if elapsed < self.settings.canary_timeout_s or canary_busy(state.operator(name), c.config):
-                # a canary holding a batch is measuring a slow one: ending it now would wait for that batch anyway
-                # (a retiring replica drains), holding the control loop (an OCR canary at batch 64 handed 64 long
-                # documents as their block began was abandoned as starved and its drain held the loop 246 s)
-                return None
-            op.canary, op.canary_abandoned_s = None, state.wall_s
-            why = "got no batch (the operator is starved)" if running else "never became warm"
-            reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.settings.canary_timeout_s:g}"
-            events.append(TickEvent(EventKind.CANARY, name, reason))
-            ended.append(CanaryEnd(name, c.config, CanaryVerdict.ABANDONED))
-            return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
-        decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.settings.canary_policy,
-                                          memory_limit=self.search.limit(c.config))
-        if decision.verdict == canary_protocol.Verdict.MEASURE:
-            return None
-        m = canary_protocol.measure(c.candidate)
-        opt = self.search.optimizer(name)
-        if m.oom:
-            op.unsafe[c.config] = f"canary {c.config.label()} ran out of memory"
-        elif m.throughput > 0 and m.peak_memory > 0:
-            opt.tell(c.config, m.throughput, m.peak_memory, m.features, items=m.items)
-        if decision.verdict == canary_protocol.Verdict.ACCEPT:
-            op.accepted.add(c.config)
-        op.canary = None
-        reason = f"canary {c.config.label()} of {name} {decision.verdict.value}ed: {decision.reason}"
-        events.append(TickEvent(EventKind.CANARY, name, reason))
-        accepted = decision.verdict == canary_protocol.Verdict.ACCEPT
-        ended.append(CanaryEnd(name, c.config, CanaryVerdict.ACCEPTED if accepted else CanaryVerdict.REJECTED))
-        return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
-
-    def _with_canaries(self, state: RunnerState, plan: Plan | None, canaries: dict[str, OperatorPlan], ended: list[CanaryEnd]) -> Plan:
-        if plan is None:
-            return Plan(tuple(canaries.values()), 0.0, "; ".join(o.reason for o in canaries.values()),
-                        Rationale(PlanKind.CANARY, canaries_ended=tuple(ended)))
-        ops = [replace(o, canary=canaries[o.operator].canary) if o.operator in canaries else self._keeping_canary(state, o)
-               for o in plan.operators]
-        named = {o.operator for o in ops}
-        ops += [o for n, o in canaries.items() if n not in named]
-        return replace(plan, operators=tuple(ops))
-
-    def _keeping_canary(self, state: RunnerState, o: OperatorPlan) -> OperatorPlan:
-        """``o`` with the operator's canary kept while it is still being measured. The placement's plans carry
-        no canary, so a rollout on a tick without a canary event ended the one running: in the simulated
-        cpu-only stream a rollout ended embed's cpu/b1 canary 2 s after it was warm, the canary was then
-        judged "never became warm" and embed got no other canary on the long documents, where b1 is the
-        oracle's batch."""
-        return replace(o, canary=canary_config(state.operator(o.operator)) if self.ops[o.operator].canary else None)
+        return self.canaries.step(state, new, events, ended, self._tick)
 
     def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
         """The runner's outcome of the last plan issued: a plan that did not land fully is not issued
@@ -530,7 +379,7 @@ class TridentPolicy:
         (``_exploring``), one CPU kept free for it."""
         cluster = self.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
         held = [r.config for op in state.operators for r in op.active if r.canary]
-        cpus = sum(c.cpus for c in held) + (1.0 if self._exploring(state) else 0.0)
+        cpus = sum(c.cpus for c in held) + (1.0 if self.canaries.exploring(state) else 0.0)
         gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
         if cpus == 0 and gpus == 0:
             return cluster
@@ -541,25 +390,6 @@ class TridentPolicy:
             return cluster
         classes[big] = replace(nc, cpus=nc.cpus - cpus, gpus=nc.gpus - gpus, gpu_memory_bytes=nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0)
         return ClusterSpec(tuple(classes))
-
-    def _exploring(self, state: RunnerState) -> bool:
-        """True while canaries are on and some operator may still get one: busy enough, not backed off,
-        and its optimiser for the current regime not finished. Once none may, the CPU kept for a canary
-        goes back to the placement: in the simulated cpu-only stream embed's optimiser had converged on
-        born-digital documents and OCR was starved, yet one CPU of 16 (an 11th embed replica, ~9% of the
-        bottleneck) stayed idle for the whole regime."""
-        if not self.settings.canaries:
-            return False
-        for op_state in state.operators:
-            op = self.ops.get(op_state.name)
-            if op is None or self.search.space(op_state.name) is None:
-                continue
-            if op.canary is not None:
-                return True
-            if (op.model.ready and op_state.busy_fraction >= self.settings.canary_min_busy and not self._canary_abandoned_here(op_state.name)
-                    and not self.search.optimizer(op_state.name).finished):
-                return True
-        return False
 
     def _candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
         op = self.ops[name]
