@@ -381,7 +381,7 @@ def test_the_cpu_kept_for_a_canary_goes_back_to_the_placement_once_no_operator_m
     run_ticks(runner, policy, 10)
     state = runner.state()
     held = sum(r.config.cpus for op in state.operators for r in op.active if r.canary)
-    kept = lambda: CLUSTER8.node_classes[0].cpus - held - policy._cluster_for_placement(state).node_classes[0].cpus  # noqa: E731
+    kept = lambda: CLUSTER8.node_classes[0].cpus - held - policy.placement.cluster_for_placement(state).node_classes[0].cpus  # noqa: E731
     for name in ("a", "b"):
         policy.ops[name].canary = None
         policy.search.optimizer(name).status = "proposed cpu/b16"
@@ -558,7 +558,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     for n in "ab":
         policy.ops[n].next_ask = 10**9  # no optimiser asked: a tick without a canary event
     policy._transition = lambda *_args: trident_policy._Decided.roll_out(grown, "grow", 1.0)
-    policy._placement = lambda _state: ((), None, None, (), "")
+    policy.placement.place = lambda _state, _tick: ((), None, None, (), "")
     record = run_ticks(runner, policy, 1)[0]
     assert record.action == "roll_out", record.reason
     assert record.plan.for_operator(name).canary == running, (record.reason, [e.text for e in record.events])

@@ -152,35 +152,31 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
-from trident_flows.core.signatures import placement_signature
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
-from trident_flows.scheduler.observe import NoModelError
 from trident_flows.scheduler.placement.milp import solve_placement
-from trident_flows.scheduler.transfer import transfer_estimate
-from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
-from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
-from trident_flows.scheduler.replicas import held, replica_limits
+from trident_flows.scheduler.placement.inputs import current_placement
+from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
-from trident_flows.scheduler.trident.models import Models, calibration_step
+from trident_flows.scheduler.trident.models import Models
 from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.placement_step import PlacementStep
 from trident_flows.scheduler.trident.refusals import RefusedPlans
 from trident_flows.scheduler.trident.regimes import Regimes
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.verifier import Verifier, worse_than_before  # noqa: F401 - worse_than_before: importable here
-from trident_flows.scheduler.trident.operators import (ColdStarts, Operators, drain_s, replica_counts)
-from trident_flows.core.types import (CPU, BatchSample, CanaryEnd, ClusterSpec, Decision, OpConfig,
-                                      OperatorPlan, Plan, PlanKind, Rationale)
+from trident_flows.scheduler.trident.operators import (ColdStarts, Operators, replica_counts)
+from trident_flows.core.types import (BatchSample, CanaryEnd, ClusterSpec, Decision, OperatorPlan, Plan, PlanKind, Rationale)
 
 
 
@@ -226,7 +222,6 @@ class TridentPolicy:
                             "build one with TridentSettings(...) or use make_policy('trident', **options)")
         self.settings = settings
         self.ctx = Context(spec, cluster)
-        self.solve = solve
         # what the policy keeps between ticks
         self.cold_starts = ColdStarts(settings.default_cold_start_s)
         self.records: deque[TickRecord] = deque(maxlen=settings.max_records)
@@ -241,8 +236,9 @@ class TridentPolicy:
         self.refusals = RefusedPlans()
         self.regimes = Regimes(settings, self.ctx, self.ops, self.gate, self.search)
         self.canaries = Canaries(settings, self.ops, self.search, self.safety, self.gate, self.pace, self.cold_starts, self.verifier)
+        self.placement = PlacementStep(settings, self.ctx, self.ops, search=self.search, safety=self.safety, canaries=self.canaries,
+                                       regimes=self.regimes, gate=self.gate, pace=self.pace, cold_starts=self.cold_starts, solve=solve)
         self._tick = 0
-        self._solved: tuple | None = None  # (inputs, tick, answer) of the last placement solve
 
     @property
     def spec(self) -> Any | None:
@@ -314,7 +310,7 @@ class TridentPolicy:
             reason = f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})"
             hold = Hold(HoldKind.VERIFYING)
         else:
-            solved = step("placement", lambda: self._placement(state))
+            solved = step("placement", lambda: self.placement.place(state, self._tick))
             if solved is not None:
                 decided = step("transition", lambda: self._transition(state, *solved))
                 if decided is not None:
@@ -374,115 +370,6 @@ class TridentPolicy:
                 self.records[-1] = self.last_record
 
     # ------------------------------------------------------------------ placement
-    def _cluster_for_placement(self, state: RunnerState) -> ClusterSpec:
-        """The cluster minus what running canaries hold and, while an operator may still get a canary
-        (``_exploring``), one CPU kept free for it."""
-        cluster = self.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
-        held = [r.config for op in state.operators for r in op.active if r.canary]
-        cpus = sum(c.cpus for c in held) + (1.0 if self.canaries.exploring(state) else 0.0)
-        gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
-        if cpus == 0 and gpus == 0:
-            return cluster
-        classes = list(cluster.node_classes)
-        big = max(range(len(classes)), key=lambda i: classes[i].cpus * classes[i].count)
-        nc = classes[big]
-        if nc.count != 1 or nc.cpus - cpus < len(state.operators) or nc.gpus - gpus < 0:
-            return cluster
-        classes[big] = replace(nc, cpus=nc.cpus - cpus, gpus=nc.gpus - gpus, gpu_memory_bytes=nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0)
-        return ClusterSpec(tuple(classes))
-
-    def _candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
-        op = self.ops[name]
-        serving = list(state.operator(name).configs())
-        cands: list[OpConfig] = list(serving)
-        extra: list[OpConfig] = list(op.accepted)
-        space = self.search.space(name)
-        if space is not None:
-            best = self.search.optimizer(name).best()
-            if best is not None:
-                extra.append(best)
-        record = self.regimes.memory.recall(op.detector.current, name) if op.detector.current is not None else None
-        if record is not None and record.best_config is not None:
-            extra.append(record.best_config)
-        notes = []
-        for c in serving:
-            why = self.safety.unsafe(name, c)
-            if why is not None and c.batch_size > 1:
-                smaller = c.with_changes(batch_size=max(1, c.batch_size // 2))
-                extra.append(smaller)
-                notes.append(f"{name}: {c.label()} is unsafe ({why}); candidate {smaller.label()}")
-        for c in extra:
-            if c not in cands:
-                cands.append(c)
-        return cands, notes
-
-    def _placement(self, state: RunnerState):
-        """The placement MILP's answer for ``state``: solved again only when an input it rests on changed
-        (a refit or restored model, a regime, the running placement, the cluster, a stale, unsafe or
-        accepted config) or ``resolve_ticks`` ticks passed; in between the last answer is priced anew.
-        The solve is the tick's largest cost once the models have settled (about 0.1 s)."""
-        cluster = self._cluster_for_placement(state)
-        key = (cluster, placement_signature(state), frozenset(self.gate.stale),
-               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), calibration_step(o.model))
-                     for n, o in sorted(self.ops.items())))
-        if self._solved is not None and self._solved[0] == key and self._tick - self._solved[1] < self.settings.resolve_ticks:
-            return self._solved[2]
-        solved = self._solve_placement(state, cluster)
-        self._solved = (key, self._tick, solved)
-        return solved
-
-    def _solve_placement(self, state: RunnerState, cluster: ClusterSpec):
-        work = work_per_item(state, tuple(self.pace.history))
-        demands, forced, notes = [], [], []
-        for op_state in state.operators:
-            name = op_state.name
-            op = self.ops[name]
-            if not op.model.ready:
-                raise NoModelError(f"operator {name!r} has no throughput model yet ({op.model.report.reason if op.model.report else 'no samples'})")
-            lo, hi = replica_limits(name, self.spec)
-            cands, cand_notes = self._candidates(state, name)
-            notes += cand_notes
-            if op.model.calibration is not None:
-                notes.append(op.model.calibration.describe())
-            serving_counts = op_state.configs()
-            moving_off = any(self.safety.unsafe(name, c) is not None for c in serving_counts)
-            seen = Counter(smp.config for _, smp in op.window)
-            options = []
-            for config in cands:
-                unsafe = self.safety.unsafe(name, config)
-                serving = config in serving_counts
-                if unsafe is not None:
-                    if serving:
-                        forced.append((name, config, unsafe))
-                    continue
-                cap = min(hi, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else hi)
-                if config.gpus > 0:
-                    cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
-                if cap < 1:
-                    continue
-                if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.settings.min_config_samples:
-                    continue  # evidence gate: too few measurements to compare it (an accepted canary passed its own test; a safety move is exempt)
-                try:
-                    # Evidence gate: capacity beyond what runs now counts at its lower confidence bound, so a
-                    # change is chosen only when its gain holds there (a safety move uses the median).
-                    z = 0.0 if moving_off else self.settings.confidence_z
-                    totals = op.model.capacity_lower(config, cap, serving_counts.get(config, 0), z)
-                    curve = concave_curve(totals.tolist())
-                except (NoModelError, ValueError):
-                    continue
-                bound = self.search.memory_bound(name, config) or 0.0
-                is_cpu = config.device == CPU
-                options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
-                                               device_mem_bytes=0 if is_cpu else int(bound),
-                                               cold_start_s=self.cold_starts.cold_start(name, config.device), drain_s=drain_s(self.ops[name])))
-            if not options:
-                raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
-            moved = transfer_estimate(smp for _, smp in op.window)
-            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi,
-                                          input_bytes_per_item=moved.bytes_per_item if moved else 0.0))
-        result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
-        return demands, cluster, result, forced, notes
-
     # ------------------------------------------------------------------ transition
     def _transition(self, state: RunnerState, demands, cluster, result, forced, notes) -> _Decided:
         plan = result.plan
