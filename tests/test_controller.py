@@ -538,7 +538,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     # the placement's plans carry no canary: a rollout on a tick without a canary event must not end the one running
     from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
-    from trident_flows.scheduler import trident_policy
+    from trident_flows.scheduler.trident.decided import Decided
     from trident_flows.scheduler.replicas import canary_config
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01, per_batch=0.08)]
@@ -557,7 +557,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     grown = Plan(tuple(OperatorPlan(n, (ReplicaGroup(B8, 3),), "grow") for n in "ab"), reason="grow")
     for n in "ab":
         policy.ops[n].next_ask = 10**9  # no optimiser asked: a tick without a canary event
-    policy._transition = lambda *_args: trident_policy._Decided.roll_out(grown, "grow", 1.0)
+    policy.transition.decide = lambda *_args: Decided.roll_out(grown, "grow", 1.0)
     policy.placement.place = lambda _state, _tick: ((), None, None, (), "")
     record = run_ticks(runner, policy, 1)[0]
     assert record.action == "roll_out", record.reason

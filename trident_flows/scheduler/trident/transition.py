@@ -1,0 +1,119 @@
+"""The transition step of the Trident policy: roll the MILP's plan out now, or wait, and why.
+
+Contract: ``decide(state, placed) -> Decided`` compares the MILP's plan (``PlacementStep.place``)
+with the running placement, operator by operator, the first rule that applies deciding:
+- no operator changes: nothing to do (hold ``OPTIMAL``);
+- with ``max_changes``, at most that many operators change, growing ones first, then the most
+  saturated, as long as the cluster's CPUs/GPUs hold (none fits: ``MAX_CHANGES``); the limited plan
+  is what is priced;
+- a plan rolled back before in the current regimes is not proposed again (``ROLLED_BACK_BEFORE``);
+- the change is ordered exactly as the runner will order it and priced (``plan_transition``) over the
+  time it can pay off: the current regime's expected remaining time (``Regimes.expected_s`` at the
+  completion rate, else at the MILP's throughput) and the run's time left; a change that cannot be
+  ordered or priced is not issued (``CANNOT_PRICE``);
+- a plan that moves an operator off an unsafe running config rolls out whatever its gain (safety
+  comes before gain), with a ``MEMORY_SAFETY`` rationale and its price recorded;
+- otherwise it rolls out only when the pricing says ``ROLL_OUT`` (the items gained over the regime are
+  at least ``benefit_ratio`` times the items the switch costs; else ``NO_GAIN`` or ``DOES_NOT_PAY``) and
+  the predicted gain is at least ``min_gain`` of the current predicted throughput (else
+  ``UNDER_MIN_GAIN``), with a ``THROUGHPUT`` rationale: predicted throughput before and after,
+  rollout seconds, the items the switch costs, the bottlenecks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import Decision, OperatorPlan, PlanKind, Rationale
+from trident_flows.scheduler.decision_log import Hold, HoldKind
+from trident_flows.scheduler.placement.inputs import current_placement
+from trident_flows.scheduler.placement.transition_cost import plan_transition
+from trident_flows.scheduler.replicas import held
+from trident_flows.scheduler.trident.decided import Decided
+from trident_flows.scheduler.trident.operators import replica_counts
+from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.placement_step import Placed
+from trident_flows.scheduler.trident.regimes import Regimes
+from trident_flows.scheduler.trident.verifier import Verifier
+from trident_flows.scheduler.trident_settings import TridentSettings
+
+
+class TransitionStep:
+    """Whether the MILP's plan is rolled out now (see the module docstring)."""
+
+    def __init__(self, settings: TridentSettings, regimes: Regimes, pace: Pace, verifier: Verifier) -> None:
+        self.settings = settings
+        self.regimes = regimes
+        self.pace = pace
+        self.verifier = verifier
+
+    def decide(self, state: RunnerState, placed: Placed) -> Decided:
+        demands, cluster, result, forced, notes = placed
+        plan = result.plan
+        current = current_placement(state)
+        expected = self.regimes.expected_s(state, self.pace.completion_rate() or result.throughput)
+        changed = [o for o in plan.operators if dict(replica_counts(o.groups)) != dict(replica_counts(current.for_operator(o.operator)))]
+        if not changed:
+            return Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
+        limited = ""
+        if self.settings.max_changes is not None and len(changed) > self.settings.max_changes:
+            changed = self._limit_changes(state, changed)
+            limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.settings.max_changes})"
+            if not changed:
+                return Decided.wait(f"the MILP's plan changes operators but max_changes={self.settings.max_changes} allows none ({plan.reason})",
+                                    result.throughput, Hold(HoldKind.MAX_CHANGES))
+        plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
+        if self.verifier.rejected(plan):
+            return Decided.wait(f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})",
+                                result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
+        named = {o.operator for o in changed}
+        executed = replace(result.plan, operators=tuple(o if o.operator not in named else next(c for c in changed if c.operator == o.operator)
+                                                        for o in result.plan.operators if o.operator in named)
+                           + tuple(OperatorPlan(o.operator, current.for_operator(o.operator), "unchanged")
+                                   for o in result.plan.operators if o.operator not in named))
+        try:  # the same ordering the runner executes: a plan that cannot be ordered is never issued
+            transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.settings.benefit_ratio,
+                                         run_left_s=self.pace.run_left_s(state))
+        except (ValueError, RuntimeError) as exc:
+            return Decided.wait(f"cannot order or price the change ({exc}); keeping the current placement", result.throughput,
+                                Hold(HoldKind.CANNOT_PRICE))
+        t_now = result.throughput - transition.expected_gain
+        gain = transition.expected_gain / t_now if t_now > 0 else math.inf
+        figures = dict(throughput_before=t_now, throughput_after=result.throughput, rollout_s=transition.rollout_s,
+                       switch_cost_items=transition.cost_items, bottlenecks=result.bottlenecks)
+        if forced:  # safety comes before gain, but only with a feasible order; the price is recorded
+            runs = "; ".join(f"{name} runs {config.label()}: {why}" for name, config, why in forced)
+            rationale = Rationale(PlanKind.MEMORY_SAFETY, **figures, unsafe=tuple((name, config) for name, config, _ in forced))
+            return Decided.roll_out(replace(plan, rationale=rationale), f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
+                                    result.throughput)
+        if transition.decision != Decision.ROLL_OUT:
+            kind = HoldKind.NO_GAIN if transition.expected_gain <= 0 else HoldKind.DOES_NOT_PAY
+            return Decided.wait(f"{transition.reason} ({plan.reason})", result.throughput, Hold(kind))
+        if gain < self.settings.min_gain:
+            return Decided.wait(f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
+                                f"{self.settings.min_gain:.0%}: keeping the current placement", result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.settings.min_gain))
+        head = f"predicted {t_now:.4g} -> {result.throughput:.4g} input items/s ({gain:+.1%}); {transition.reason}"
+        if notes:
+            head += "; " + "; ".join(notes)
+        return Decided.roll_out(replace(plan, reason=f"{head}; {plan.reason}", rationale=Rationale(PlanKind.THROUGHPUT, **figures)),
+                                f"{head}; {plan.reason}", result.throughput)
+
+    def _limit_changes(self, state: RunnerState, changed: list[OperatorPlan]) -> list[OperatorPlan]:
+        """At most ``max_changes`` operator plans, operators that grow first (a plan that only shrinks
+        gains nothing), most saturated first, keeping the cluster's CPUs/GPUs."""
+        used_cpus, used_gpus = state.used_cpus, state.used_gpus
+        kept = []
+        grows = lambda o: sum(n for _, n in replica_counts(o.groups)) > sum(state.operator(o.operator).configs().values())  # noqa: E731
+        for o in sorted(changed, key=lambda o: (not grows(o), -state.operator(o.operator).busy_fraction)):
+            if len(kept) == self.settings.max_changes:
+                break
+            new_cpus, new_gpus = held(dict(replica_counts(o.groups)))
+            old_cpus, old_gpus = held(state.operator(o.operator).configs())
+            d_cpus, d_gpus = new_cpus - old_cpus, new_gpus - old_gpus
+            if used_cpus + d_cpus <= state.cluster_cpus + 1e-9 and used_gpus + d_gpus <= state.cluster_gpus + 1e-9:
+                kept.append(o)
+                used_cpus += d_cpus
+                used_gpus += d_gpus
+        return kept
