@@ -6,7 +6,7 @@ value of the wrong type or out of range with a message naming the field, the val
 change (``settings.refuse``). ``make_policy("trident", **options)`` builds one from options (an
 unknown option is refused naming the known ones); the Prefect ``TridentSettingsBlock`` carries the
 fields a sidecar user sets under the same names. How each setting steers a tick is described in
-``scheduler/trident_policy.py``.
+the module of the part that reads it (``scheduler/trident/``; ``scheduler/trident_policy.py`` names them).
 """
 
 from __future__ import annotations
