@@ -55,10 +55,17 @@ def test_items_are_sorted_into_fill_steady_during_rollout_and_other_applies():
     assert summary["commit_latency_s_p99_steady"] == pytest.approx(6.0)
     assert (summary["items_fill"], summary["items_steady"], summary["items_during_rollout"], summary["items_during_other_apply"]) == (4, 1, 2, 1)
     assert summary["items_lost"] == 1
+    # by completion: only the item done inside the rolling update's window is during it
+    by_completion = summary["by_completion"]
+    assert (by_completion["items_steady"], by_completion["items_during_rollout"], by_completion["items_during_other_apply"]) == (2, 1, 1)
+    assert by_completion["latency_s_p99_steady"] == pytest.approx(5.0) and by_completion["latency_s_p99_during_rollout"] == pytest.approx(8.0)
+    assert by_completion["p99_during_rollout_over_steady"] == pytest.approx(1.6)
     rollout = per_rollout(read, done, windows, t0=0.0)
-    assert rollout == [{"start_s": 26.0, "seconds": 6.0, "steps": [], "dip": 0.0, "reason": "", "items_in_flight": 2,
-                        "latency_s_p99": pytest.approx(np.percentile([8.0, 5.0], 99)), "steady_before_items": 1,
-                        "steady_before_latency_s_p99": pytest.approx(5.0)}]
+    assert rollout == [{"start_s": 26.0, "seconds": 6.0, "steps": [], "dip": 0.0, "reason": "",
+                        "in_flight_items": 2, "in_flight_latency_s_p99": pytest.approx(np.percentile([8.0, 5.0], 99)),
+                        "done_before_items": 1, "done_before_latency_s_p99": pytest.approx(5.0),
+                        "done_during_items": 1, "done_during_latency_s_p99": pytest.approx(8.0),
+                        "done_after_items": 2, "done_after_latency_s_p99": pytest.approx(5.0)}]  # the fill items done at 60-62 left out
 
 
 def test_without_rolling_updates_the_during_figures_are_none():

@@ -5,8 +5,9 @@ Contract of ``run(quick) -> BenchResult``:
   CPUs, no GPU; blocks born-digital ``short`` -> ``scans`` -> ``long`` -> ``short``) with blocks of
   ``BLOCK_S`` production seconds each at their optimum (``QUICK_BLOCK_S`` with ``quick``) at the suite's
   time scale, trident starting from static-default in the runtime's control loop (a tick every
-  ``TICK_S``, as in the closed-loop benchmarks). The source is read as fast as the queues take it, so an item's latency
-  is mostly its wait in the queues ahead of it (Little's law: the items held over the throughput);
+  ``TICK_S``, as in the closed-loop benchmarks). The source is read as fast as the queues take it, so an
+  item's latency is mostly its wait in the queues ahead of it (Little's law: the items held over the
+  throughput, about 10x longer in the scans and long blocks than in short);
   each queue holds ``QUEUE_MAX_ITEMS`` items or what the pools on both sides of it hold in flight
   (``backpressure.items_bound``), not the default 512: at 512 the six queues held about 3,400 items
   (some 190 s of this stream's throughput), and a stream that fits the benchmark's 10 minutes was
@@ -20,16 +21,21 @@ Contract of ``run(quick) -> BenchResult``:
   (read before ``fill_end``: the pipeline's queues filling from empty, until the number of items in
   it first grows by under ``FILL_GROWTH`` of itself in the next ``FILL_WINDOW_S`` s), *during rollout*
   (in flight during a rolling update, an apply that started and retired replicas: read before the
-  window ended and done after it began), *during other apply* (in flight during an apply that only
-  started or only retired replicas, canaries included, and during no rolling update: in neither of
-  the groups compared), *steady* (the rest). Summary: ``rollouts`` (rolling updates), p50/p99 latency
-  steady and during rollouts, ``p99_during_rollout_over_steady`` (target <= 1.2),
-  ``p50_during_rollout_over_steady``, the same p99s of the commit latency, the item counts per group
-  and ``items_lost`` (target 0; ``bench.lineage``). ``None`` where a group is empty.
-- ``raw``: the stream, the run's apply reports, per rolling update its steps, throughput dip and the p99
-  of the items in flight during it against the steady items done in the ``LOCAL_S`` seconds before it
-  began (what the pipeline did just before), steady p50/p99 per regime block, and every item's (read,
-  done) in seconds since the first read.
+  window ended and done after it began: every item an update could have delayed), *during other
+  apply* (in flight during an apply that only started or only retired replicas, canaries included,
+  and during no rolling update: in neither of the groups compared), *steady* (the rest). Summary:
+  ``rollouts`` (rolling updates), p50/p99 latency steady and during rollouts,
+  ``p99_during_rollout_over_steady`` (target <= 1.2), ``p50_during_rollout_over_steady``, the same
+  p99s of the commit latency, the item counts per group and ``items_lost`` (target 0;
+  ``bench.lineage``); ``by_completion``: the same figures with an item during a window when it was
+  done inside it (what an observer of the outputs sees while an update runs; no target). ``None``
+  where a group is empty. Trident rolls out when a regime change has made its configuration wrong,
+  so both groupings mix what the update costs with the backlog the regime built before it: the
+  per-update figures in ``raw`` separate them.
+- ``raw``: the stream, the run's apply reports, per rolling update its steps, throughput dip, the items
+  in flight during it and the p99 latency of the items done during it, in the ``LOCAL_S`` seconds
+  before it began and in those after it ended; steady and during p50/p99 per regime block; and every
+  item's (read, done) in seconds since the first read.
 - The figure: every item's latency over the time it was done, rolling updates shaded (other applies
   lighter), the steady and during p99 lines; below, trident's replicas per operator.
 """
@@ -103,10 +109,15 @@ def windows_of(apply_reports: Sequence[Mapping[str, Any]]) -> list[Window]:
     return out
 
 
-def _in_flight(read_t: np.ndarray, done_t: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
+GROUPINGS = ("in_flight", "completion")
+
+
+def _touches(read_t: np.ndarray, done_t: np.ndarray, windows: Sequence[Window], by: str) -> np.ndarray:
+    """Items in flight during any of ``windows`` (``by="in_flight"``: read before its end, done after its start) or done
+    inside one (``by="completion"``)."""
     mask = np.zeros(len(read_t), dtype=bool)
     for w in windows:
-        mask |= (read_t < w.end) & (done_t > w.start)
+        mask |= ((read_t < w.end) & (done_t > w.start)) if by == "in_flight" else ((done_t >= w.start) & (done_t <= w.end))
     return mask
 
 
@@ -127,13 +138,13 @@ def fill_end(read_t: np.ndarray, done_t: np.ndarray) -> float:
     return float(grid[settled[0]]) if len(settled) else float(reads[-1])
 
 
-def groups(read_t: np.ndarray, done_t: np.ndarray, windows: Sequence[Window]) -> dict[str, np.ndarray]:
-    """Masks over the items: ``fill``, ``during_rollout``, ``during_other_apply``, ``steady`` (items done only;
-    see the module docstring)."""
+def groups(read_t: np.ndarray, done_t: np.ndarray, windows: Sequence[Window], by: str = "in_flight") -> dict[str, np.ndarray]:
+    """Masks over the items: ``fill``, ``during_rollout``, ``during_other_apply``, ``steady`` (items done only), an item
+    being during a window when it was in flight then or, ``by="completion"``, done then (see the module docstring)."""
     done = ~np.isnan(done_t)
     fill = done & (read_t < fill_end(read_t, done_t))
-    rolling = done & ~fill & _in_flight(read_t, done_t, [w for w in windows if w.rolling])
-    other = done & ~fill & ~rolling & _in_flight(read_t, done_t, [w for w in windows if not w.rolling])
+    rolling = done & ~fill & _touches(read_t, done_t, [w for w in windows if w.rolling], by)
+    other = done & ~fill & ~rolling & _touches(read_t, done_t, [w for w in windows if not w.rolling], by)
     return {"fill": fill, "during_rollout": rolling, "during_other_apply": other, "steady": done & ~fill & ~rolling & ~other}
 
 
@@ -145,38 +156,46 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def summarise(read_t: np.ndarray, done_t: np.ndarray, commit_t: np.ndarray, windows: Sequence[Window], items_lost: int) -> dict[str, Any]:
-    """The benchmark's summary from every item's read, done and commit times and the apply windows (see the module docstring)."""
-    g = groups(read_t, done_t, windows)
-    lat, commit = done_t - read_t, commit_t - read_t
-    steady, during = lat[g["steady"]], lat[g["during_rollout"]]
-    p = {f"latency_s_p{q}_{name}": _pct(values, q) for name, values in (("steady", steady), ("during_rollout", during)) for q in (50, 99)}
-    c99 = {name: _pct(commit[g[name] & ~np.isnan(commit)], 99) for name in ("steady", "during_rollout")}
+def _compared(lat: np.ndarray, commit: np.ndarray, g: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """p50/p99 latency steady and during rolling updates, their ratios, the commit latency's p99 and the item counts."""
+    p = {f"latency_s_p{q}_{name}": _pct(lat[g[name]], q) for name in ("steady", "during_rollout") for q in (50, 99)}
     return {
-        "rollouts": sum(w.rolling for w in windows),
-        "other_applies": sum(not w.rolling for w in windows),
         **p,
         "p99_during_rollout_over_steady": _ratio(p["latency_s_p99_during_rollout"], p["latency_s_p99_steady"]),
         "p50_during_rollout_over_steady": _ratio(p["latency_s_p50_during_rollout"], p["latency_s_p50_steady"]),
-        "commit_latency_s_p99_steady": c99["steady"],
-        "commit_latency_s_p99_during_rollout": c99["during_rollout"],
+        **{f"commit_latency_s_p99_{name}": _pct(commit[g[name] & ~np.isnan(commit)], 99) for name in ("steady", "during_rollout")},
         **{f"items_{name}": int(mask.sum()) for name, mask in g.items()},
+    }
+
+
+def summarise(read_t: np.ndarray, done_t: np.ndarray, commit_t: np.ndarray, windows: Sequence[Window], items_lost: int) -> dict[str, Any]:
+    """The benchmark's summary from every item's read, done and commit times and the apply windows (see the module
+    docstring): the items in flight during a rolling update at the top level, those done during one under ``by_completion``."""
+    lat, commit = done_t - read_t, commit_t - read_t
+    return {
+        "rollouts": sum(w.rolling for w in windows),
+        "other_applies": sum(not w.rolling for w in windows),
+        **_compared(lat, commit, groups(read_t, done_t, windows, "in_flight")),
+        "by_completion": _compared(lat, commit, groups(read_t, done_t, windows, "completion")),
         "items_lost": items_lost,
     }
 
 
 def per_rollout(read_t: np.ndarray, done_t: np.ndarray, windows: Sequence[Window], t0: float) -> list[dict[str, Any]]:
-    """Per rolling update: its steps, and the p99 of the items in flight during it against the steady items done in
-    the ``LOCAL_S`` seconds before it began."""
-    g = groups(read_t, done_t, windows)
+    """Per rolling update: its steps and dip; the items in flight during it; and the items done during it against those
+    done in the ``LOCAL_S`` seconds before it began and after it ended (fill left out): the latency the pipeline
+    delivered just around it, whatever the regime."""
+    fill = groups(read_t, done_t, windows)["fill"]
     lat = done_t - read_t
     out = []
     for w in (w for w in windows if w.rolling):
-        inflight = _in_flight(read_t, done_t, [w]) & ~g["fill"]
-        before = g["steady"] & (done_t >= w.start - LOCAL_S) & (done_t < w.start)
+        spans = {"in_flight": _touches(read_t, done_t, [w], "in_flight"),
+                 "done_before": (done_t >= w.start - LOCAL_S) & (done_t < w.start),
+                 "done_during": (done_t >= w.start) & (done_t <= w.end),
+                 "done_after": (done_t > w.end) & (done_t <= w.end + LOCAL_S)}
         out.append({"start_s": w.start - t0, "seconds": w.end - w.start, "steps": list(w.steps), "dip": w.dip, "reason": w.reason,
-                    "items_in_flight": int(inflight.sum()), "latency_s_p99": _pct(lat[inflight], 99),
-                    "steady_before_items": int(before.sum()), "steady_before_latency_s_p99": _pct(lat[before], 99)})
+                    **{f"{name}_{key}": value for name, mask in spans.items()
+                       for key, value in (("items", int((mask & ~fill).sum())), ("latency_s_p99", _pct(lat[mask & ~fill], 99)))}})
     return out
 
 
@@ -299,7 +318,10 @@ def _notes(quick: bool, suite: SuiteWorkload, regimes: str) -> str:
             "dead-lettered); the commit latency runs to its shard's atomic commit. Steady: items read after the pipeline's fill "
             "and in flight during no apply; during rollout: items in flight (read before the end, done after the start) during a "
             "rolling update, an apply that started and retired replicas; items in flight only during other applies (canaries, "
-            "scale-only) are in neither group.")
+            "scale-only) are in neither group; by_completion: the same with items sorted by when they were done. Trident rolls "
+            "out after a regime change has made its configuration wrong (the scans and long blocks run about 10x slower), so both "
+            "groupings mix what an update costs with the backlog built before it; raw.per_rollout compares the items done "
+            "during each update with those done just before and after it.")
 
 
 def figure(lat: Latencies, windows: Sequence[Window], measured: Measured, summary: Mapping[str, Any], t0: float) -> Any:
@@ -322,9 +344,11 @@ def figure(lat: Latencies, windows: Sequence[Window], measured: Measured, summar
     for key, color in (("latency_s_p99_steady", "#3b6fb6"), ("latency_s_p99_during_rollout", "#c0392b")):
         if summary.get(key) is not None:
             ax.axhline(summary[key], color=color, ls="--", lw=1, label=f"{key} {summary[key]:.1f} s")
-    ratio = summary.get("p99_during_rollout_over_steady")
+    def shown(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
     ax.set_title(f"rollout-latency: item latency (read -> done) over completion time; {summary['rollouts']} rolling updates shaded "
-                 f"(other applies lighter); p99 during / steady = {'n/a' if ratio is None else f'{ratio:.2f}'}", fontsize=9)
+                 f"(other applies lighter); p99 during / steady: {shown(summary.get('p99_during_rollout_over_steady'))} in flight, "
+                 f"{shown(summary['by_completion'].get('p99_during_rollout_over_steady'))} done during", fontsize=9)
     ax.set_ylabel("latency (s)")
     ax.legend(fontsize=7, loc="upper left", markerscale=3)
     offset = measured.started - t0
