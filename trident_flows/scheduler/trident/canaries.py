@@ -143,8 +143,7 @@ class Canaries:
             rate = 0.0
         if rate > 0 and config.batch_size / rate > self.settings.canary_max_batch_s:
             # the optimiser proposes the same config until it is told more: no other canary until the workload
-            # changes, so the CPU kept for one goes back to the placement (in the simulated scans block OCR's
-            # proposals, 30-75 s a batch, were refused on every ask while one CPU of 16 stayed idle for them)
+            # changes, so the CPU kept for one goes back to the placement
             op.canary_abandoned_s = state.wall_s
             if (name, config) not in self._refused:
                 self._refused.add((name, config))
@@ -184,8 +183,7 @@ class Canaries:
         if not c.candidate:
             if elapsed < self.settings.canary_timeout_s or canary_busy(state.operator(name), c.config):
                 # a canary holding a batch is measuring a slow one: ending it now would wait for that batch anyway
-                # (a retiring replica drains), holding the control loop (an OCR canary at batch 64 handed 64 long
-                # documents as their block began was abandoned as starved and its drain held the loop 246 s)
+                # (a retiring replica drains), holding the control loop
                 return None
             op.canary, op.canary_abandoned_s = None, state.wall_s
             why = "got no batch (the operator is starved)" if running else "never became warm"
@@ -223,19 +221,14 @@ class Canaries:
         return replace(plan, operators=tuple(ops))
 
     def keeping(self, state: RunnerState, o: OperatorPlan) -> OperatorPlan:
-        """``o`` with the operator's canary kept while it is still being measured. The placement's plans carry
-        no canary, so a rollout on a tick without a canary event ended the one running: in the simulated
-        cpu-only stream a rollout ended embed's cpu/b1 canary 2 s after it was warm, the canary was then
-        judged "never became warm" and embed got no other canary on the long documents, where b1 is the
-        oracle's batch."""
+        """``o`` with the operator's canary kept while it is still being measured (the placement's plans carry
+        no canary: without this a rollout would end the one running)."""
         return replace(o, canary=canary_config(state.operator(o.operator)) if self.ops[o.operator].canary else None)
 
     def exploring(self, state: RunnerState) -> bool:
         """True while canaries are on and some operator may still get one: busy enough, not backed off,
         and its optimiser for the current regime not finished. Once none may, the CPU kept for a canary
-        goes back to the placement: in the simulated cpu-only stream embed's optimiser had converged on
-        born-digital documents and OCR was starved, yet one CPU of 16 (an 11th embed replica, ~9% of the
-        bottleneck) stayed idle for the whole regime."""
+        goes back to the placement."""
         if not self.settings.canaries:
             return False
         for op_state in state.operators:

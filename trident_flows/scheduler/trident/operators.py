@@ -70,7 +70,7 @@ class Operators(Mapping[str, Operator]):
     """Every operator's ``Operator``, by name, in the order first seen."""
 
     def __init__(self, window: int) -> None:
-        self.window = window
+        self.window_size = window
         self._by_name: dict[str, Operator] = {}
 
     def __getitem__(self, name: str) -> Operator:
@@ -85,7 +85,7 @@ class Operators(Mapping[str, Operator]):
     def ensure(self, name: str) -> Operator:
         """``name``'s state, added empty when first seen."""
         if name not in self._by_name:
-            self._by_name[name] = Operator(name, OperatorModel(name), RegimeDetector(name), deque(maxlen=self.window))
+            self._by_name[name] = Operator(name, OperatorModel(name), RegimeDetector(name), deque(maxlen=self.window_size))
         return self._by_name[name]
 
     def regime_key(self) -> tuple:
