@@ -139,6 +139,9 @@ def run(
                                             "(outputs then differ by configuration; each row records its values)."),
     restart: bool = typer.Option(False, "--restart", help="Discard what an earlier run committed in --out and start over "
                                                           "(default: resume, skipping committed shards)."),
+    memory: Optional[str] = typer.Option(None, help="Trident's memory of earlier runs of this pipeline, read at the start and "
+                                         "written at regime ends and at the end: a path or a pyarrow filesystem URI (s3://...); "
+                                         "default trident-memory/PIPELINE.json beside --out; 'off' for none."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
     from trident_flows.pipelines.quality import check_settings, parse_settings
@@ -163,7 +166,7 @@ def run(
         try:
             run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
                         gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log,
-                        console=console, quality=settings["quality"], tune=settings["tune"], restart=restart)
+                        console=console, quality=settings["quality"], tune=settings["tune"], restart=restart, memory=memory)
         except RunInterrupted as exc:
             console.print(str(exc), soft_wrap=True)
             raise typer.Exit(130) from None

@@ -19,4 +19,5 @@ BENCHMARKS: dict[str, str] = {
     "plan-fidelity": "trident_flows.bench.plan_fidelity",
     "dataplane": "trident_flows.bench.dataplane",
     "rollout-latency": "trident_flows.bench.rollout_latency",
+    "warm-start": "trident_flows.bench.warm_start",
 }

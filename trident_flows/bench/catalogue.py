@@ -111,6 +111,14 @@ CATALOGUE: dict[str, Benchmark] = {
         systems={**SUITE_DEFINITIONS, **SUITE_SIM_DEFINITIONS},
         headline=("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight", "trident_vs_static_default",
                   "trident_vs_ray_data_autoscaling")),
+    "warm-start": Benchmark(
+        "Starting with the memory of an earlier run of the same pipeline, how much closer does trident get to the per-regime "
+        "optimum than starting cold, and how fast does it move to a new regime's configuration?",
+        (f"{_B}/warm_start.py", *_SUITE),
+        systems={"trident cold": "trident starting with no memory of earlier runs",
+                 "trident warm": "trident starting from the memory an earlier run over the same regimes in another order wrote",
+                 "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "oracle": SUITE_SIM_DEFINITIONS["oracle"]},
+        headline=("sim_cold_t_over_oracle", "sim_warm_t_over_oracle", "reaction_s_median_cold", "reaction_s_median_warm")),
     "faults": Benchmark(
         "When replicas, the runner or inputs fail while trident runs a pipeline, are items lost or duplicated, and how long "
         "does recovery take?",

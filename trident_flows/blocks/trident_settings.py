@@ -3,7 +3,7 @@
 Contract: names the scheduling policy (one registered in ``trident_flows.scheduler.policies``),
 the sidecar's own settings (tick interval, the samples a tick needs, the CPU/GPU budgets that cap
 the cluster the policy plans for) and the Trident policy's settings a sidecar user sets
-(``TRIDENT_FIELDS``: ``memory_safety_margin``, ``max_changes``), under the names and with the
+(``TRIDENT_FIELDS``: ``memory_safety_margin``, ``max_changes``, ``memory``), under the names and with the
 docs of ``scheduler.trident_settings.TridentSettings``. ``trident_options()`` gives those as the
 policy's options; with ``policy="trident"`` they are checked by ``TridentSettings`` at
 construction. Invalid values and unknown fields are refused at construction with a message naming
@@ -24,7 +24,7 @@ from trident_flows.scheduler.settings import documented
 from trident_flows.scheduler.trident_settings import TridentSettings
 
 # The block's fields that are TridentSettings fields (same names): what the sidecar passes to the policy.
-TRIDENT_FIELDS = ("memory_safety_margin", "max_changes")
+TRIDENT_FIELDS = ("memory_safety_margin", "max_changes", "memory")
 _DOC = documented(TridentSettings)
 
 
@@ -48,6 +48,7 @@ class TridentSettingsBlock(Block):
     memory_safety_margin: float = Field(default=0.15, ge=0.0, lt=0.9,
                                         description=f"Trident: {_DOC['memory_safety_margin']} (0.15 = plan for at most 85%).")
     max_changes: int = Field(default=4, ge=0, description=f"Trident: {_DOC['max_changes']}.")
+    memory: Optional[str] = Field(default=None, description=f"Trident: {_DOC['memory']}.")
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,8 @@ Contract:
   back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it first
   restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
   documents near-duplicate index), feeds only the plan's pending shards and counts the committed
-  ones in the summary.
+  ones in the summary. A policy with ``finish(state)`` is told the final state once the loop stopped
+  (Trident writes its memory) and one with ``run_figures()`` adds its figures to the summary.
 - ``run_command(...)`` is the CLI ``run``, under ``policy`` (``DEFAULT_POLICY`` unless given): local Ray
   cluster (or ``address=``), pipeline from
   the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
@@ -24,6 +25,7 @@ Contract:
   (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
   A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset (``trident_flows.ray_data``): Ray
   starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
+  Under trident, ``memory`` (``memory_uri``) is where its memory of earlier runs of the pipeline lives.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ RUNNER_RESTARTS = 2
 # Attempts at starting the local Ray node: Ray gives its raylet a fixed 30 s, which a machine
 # under heavy load (load average 60-140 on 2 cores here) misses now and then.
 RAY_START_ATTEMPTS = 3
+MEMORY_OFF = "off"  # --memory off: Trident neither reads nor writes a memory across runs
 
 
 def cluster_totals() -> tuple[float, float]:
@@ -126,7 +129,11 @@ class RunSummary:
     in the dead-letter table; ``items_missing`` = items_in - written - dead-lettered (0 = none lost).
     ``rolling_update_dip`` is the largest throughput dip of an apply that started and retired replicas.
     ``latency_s_p50`` / ``latency_s_p99``: seconds from an input item's read to done (``runtime.latency``),
-    over the items this run read (None when it read none)."""
+    over the items this run read (None when it read none). Under Trident: ``memory_loaded`` (a memory of
+    an earlier run was read), ``memory_regimes_known`` (the regimes it held), ``memory_warning`` (why a
+    memory was ignored or rescaled), ``reaction_s_median`` (seconds from a regime recognised at the
+    source to the first rollout after it) and ``prepositioned_moves`` (operators moved ahead of a known
+    regime's items); None under other policies."""
 
     pipeline: str
     policy: str
@@ -154,6 +161,12 @@ class RunSummary:
     replicas_by_node: dict[str, dict[str, int]] = field(default_factory=dict)  # node id -> operator -> replicas that ran there
     latency_s_p50: float | None = None
     latency_s_p99: float | None = None
+    # Trident's memory across runs and its regimes recognised at the source (None: another policy)
+    memory_loaded: bool | None = None
+    memory_regimes_known: int | None = None
+    memory_warning: str | None = None
+    reaction_s_median: float | None = None
+    prepositioned_moves: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -230,6 +243,9 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         latency = ray.get(handle.latencies.remote()).percentiles()
     finally:
         stop_runner(handle, loop)
+    finish = getattr(policy, "finish", None)
+    if finish is not None:
+        finish(final_state)  # a policy that keeps something across runs (Trident's memory) writes it now
     finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
     from trident_flows.planning.advice import advice_dict  # here: planning reads the simulator, which imports this module
     acc = account(out)
@@ -244,7 +260,17 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
         shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
-        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latency)
+        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latency,
+        **_policy_figures(policy))
+
+
+def _policy_figures(policy: Policy | None) -> dict[str, Any]:
+    """The summary keys a policy reports of itself (Trident: its memory and source regimes)."""
+    figures = getattr(policy, "run_figures", None)
+    if figures is None:
+        return {}
+    keys = ("memory_loaded", "memory_regimes_known", "memory_warning", "reaction_s_median", "prepositioned_moves")
+    return {k: v for k, v in figures().items() if k in keys}
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -254,8 +280,11 @@ def _summary_table(summary: RunSummary) -> Any:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key in ("shards_total", "shards_skipped", "items_in", "items_written", "items_dropped", "items_dead_lettered", "items_missing", "rows_written", "duplicate_ids",
-                "wall_s", "throughput_items_per_s", "latency_s_p50", "latency_s_p99", "ooms", "reconfigurations", "rolling_update_dip"):
+                "wall_s", "throughput_items_per_s", "latency_s_p50", "latency_s_p99", "ooms", "reconfigurations", "rolling_update_dip",
+                "memory_loaded", "memory_regimes_known", "reaction_s_median", "prepositioned_moves"):
         value = getattr(summary, key)
+        if value is None and key.startswith(("memory_", "reaction_", "prepositioned_")):
+            continue
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
     ops = Table(title="operators")
     for col in ("operator", "replicas", "configs", "busy", "items", "errors", "ooms"):
@@ -293,7 +322,7 @@ def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) 
 def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input: Path | None, synth: int | None, regimes: str | None, seed: int,
                 cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
-                tune: dict[str, str] | None = None, restart: bool = False) -> RunSummary:
+                tune: dict[str, str] | None = None, restart: bool = False, memory: str | None = None) -> RunSummary:
     """The ``trident-flows run`` command (see the module docstring). Raises ``RuntimeConfigError`` for a bad
     option (``resume.RunMismatch`` for an ``out`` holding another run) and ``resume.RunInterrupted`` (after
     shutting down) on Ctrl-C."""
@@ -323,7 +352,7 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                     opened = _open_run(spec, out, restart, console)
                 shards, plan = opened
                 summary = (_run_resumable(spec, shards, plan, out=out, policy=policy, tick_s=tick_s, decision_log=decision_log,
-                                          console=console)
+                                          console=console, memory=memory_uri(memory, out, spec.name) if policy == "trident" else None)
                            if plan.pending else _committed_summary(spec.name, policy, plan))
                 if ray_data:
                     from trident_flows.ray_data import publish
@@ -381,8 +410,18 @@ def _start_ray(address: str | None, cpus: float | None, gpus: float | None, cons
             console.print("the local Ray node did not start within Ray's fixed 30 s (a busy machine?); trying again")
 
 
+def memory_uri(given: str | None, out: Path, pipeline: str) -> str | None:
+    """Where Trident's memory of this pipeline lives: ``given`` (a path or URI; ``off``: none), else
+    ``trident-memory/PIPELINE.json`` beside the output directory, shared by the runs written next to it."""
+    if given is not None and given.strip().lower() == MEMORY_OFF:
+        return None
+    if given:
+        return given
+    return str((out.resolve().parent / "trident-memory" / f"{pipeline}.json"))
+
+
 def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan, *, out: Path, policy: str, tick_s: float,
-                   decision_log: Path | None, console: Any) -> RunSummary:
+                   decision_log: Path | None, console: Any, memory: str | None = None) -> RunSummary:
     """Size the pipeline to the running cluster and run the pending shards (a runner that dies is restarted)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -396,7 +435,11 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
         console.print(f"sized to the cluster ({cpus_now:g} CPUs, {gpus_now:g} GPUs): {'; '.join(sizing.notes)}")
     restarts = 0
     while True:
-        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)))
+        options = {"memory": memory} if memory is not None else {}
+        policy_obj = make_policy(policy, spec=spec, cluster=ClusterSpec.single_node(cpus_now, int(gpus_now)), **options)
+        if memory is not None:
+            console.print(f"trident memory: {memory}" + (f" ({policy_obj.memory.warning})" if policy_obj.memory.warning else
+                                                          " (loaded)" if policy_obj.memory.loaded is not None else " (none yet: a cold start)"))
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
             task = bar.add_task(f"{spec.name} ({policy})", total=plan.manifest.items, completed=plan.items_skipped, rate="")

@@ -339,6 +339,7 @@ class PlanKind(str, Enum):
     MEMORY_SAFETY = "memory_safety"  # moves operators off configurations that ran, or may run, out of memory
     ROLLBACK = "rollback"            # restores the placement before a change that made the pipeline slower
     CANARY = "canary"                # starts canary replicas, or ends them with a verdict
+    REGIME_PLAN = "regime_plan"      # moves operators to a known regime's allocation as its items reach them
 
 
 class CanaryVerdict(str, Enum):

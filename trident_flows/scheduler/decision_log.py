@@ -51,6 +51,7 @@ class EventKind(str, Enum):
     REGIME_CHANGE = "regime_change"        # the workload's features changed
     RESIDUAL_CHANGE = "residual_change"    # same workload, the operator behaves differently
     REMEMBERED_REGIME = "remembered_regime"
+    SOURCE_REGIME = "source_regime"        # the source operator's item features entered another regime
     OOM = "oom"
     CANARY = "canary"
     APPLY_REFUSED = "apply_refused"

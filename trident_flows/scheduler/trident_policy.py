@@ -14,16 +14,26 @@ Contract:
 - Each part owns its state (see its module): ``ops`` (per-operator state), ``cold_starts``, ``pace``
   (measured rates), ``models`` (windows, refits, calibration), ``regimes``, ``gate`` (the evidence
   gate), ``search`` (config spaces, optimisers), ``safety`` (memory safety), ``canaries``,
-  ``verifier``, ``placement`` (``placement_step``), ``transition`` and ``refusals``.
-- A tick runs observe -> regime -> calibrate -> stale -> optimize (OOMs, optimisers, canaries) ->
-  verify -> safety, then decides, the first that applies: the rollback of a rollout that measured
-  worse; before the evidence gate opens, the memory-safety move if one is needed, else nothing
-  (waiting for samples); while a rollout is verified, nothing (a memory-safety move ends the
-  verification first); else the placement and the transition step's decision, or the memory-safety
-  move when that issues no plan. The tick's canary plans join the plan (a tick that issues nothing
-  else issues them as ``CANARY``); a plan refused before is not re-issued (``WAIT``); a rollout other
-  than the replica-for-replica safety move goes under verification. Every issued plan carries its
-  ``Rationale``; a tick that issues none records why as a ``Hold``.
+  ``verifier``, ``placement`` (``placement_step``), ``transition``, ``refusals``, ``sources`` (regimes
+  recognised at the source), ``regime_plans`` (each known regime's allocation), ``preposition`` and
+  ``memory`` (``run_memory``: read at construction from ``settings.memory``, written when a regime
+  ends at the source and by ``finish(state)`` at the run's end).
+- A tick runs observe -> source regimes -> regime plans -> regime -> calibrate -> stale -> optimize
+  (OOMs, optimisers, canaries) -> verify -> safety, then decides, the first that applies: the
+  rollback of a rollout that measured worse; unless a memory-safety move is needed, the
+  pre-positioning of operators for a known regime whose items reach them (a ``REGIME_PLAN`` rollout,
+  not verified against the throughput before: it was made for other items; the evidence gate does
+  not hold it: the regime was measured before); before the evidence gate opens, the memory-safety
+  move if one is needed, else nothing (waiting for samples); while a rollout is verified, nothing (a
+  memory-safety move ends the verification first); else the placement and the transition step's
+  decision, or the memory-safety move when that issues no plan. The tick's canary plans join the
+  plan (a tick that issues nothing else issues them as ``CANARY``); a plan refused before is not
+  re-issued (``WAIT``); a rollout other than the replica-for-replica safety move and a regime plan
+  goes under verification. Every issued plan carries its ``Rationale``; a tick that issues none
+  records why as a ``Hold``.
+- ``run_figures()``: whether a memory was loaded, the regimes it knew, its warning, the median
+  seconds from a regime recognised at the source to the first rollout after it, the operators
+  pre-positioned and the regimes seen at the source.
 - Failures: every step runs guarded; an exception is recorded in the tick's ``error`` (a tick with
   nothing else to issue is ``ERROR``) and the current plan is kept; the next tick starts afresh.
   Each step's milliseconds go to the record's ``timings_ms``.
@@ -37,7 +47,7 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
-from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OperatorPlan, Plan
+from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OperatorPlan, Plan, PlanKind
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
 from trident_flows.scheduler.placement.milp import solve_placement
@@ -49,10 +59,14 @@ from trident_flows.scheduler.trident.models import Models
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators
 from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.placement_step import PlacementStep
+from trident_flows.scheduler.trident.preposition import PrePositioning
 from trident_flows.scheduler.trident.refusals import RefusedPlans
+from trident_flows.scheduler.trident.regime_plans import RegimePlans
 from trident_flows.scheduler.trident.regimes import Regimes
+from trident_flows.scheduler.trident.run_memory import RunMemory
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
+from trident_flows.scheduler.trident.source_regimes import SourceRegimes
 from trident_flows.scheduler.trident.transition import TransitionStep
 from trident_flows.scheduler.trident.verifier import Verifier, worse_than_before  # noqa: F401 - worse_than_before: importable here
 from trident_flows.scheduler.trident_settings import TridentSettings
@@ -91,6 +105,15 @@ class TridentPolicy:
         self.placement = PlacementStep(settings, self.ctx, self.ops, search=self.search, safety=self.safety, canaries=self.canaries,
                                        regimes=self.regimes, gate=self.gate, pace=self.pace, cold_starts=self.cold_starts, solve=solve)
         self.transition = TransitionStep(settings, self.regimes, self.pace, self.verifier)
+        self.sources = SourceRegimes(settings)
+        self.regime_plans = RegimePlans(settings, self.ctx, self.ops, search=self.search, safety=self.safety, pace=self.pace,
+                                        cold_starts=self.cold_starts, solve=solve)
+        self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,
+                                          safety=self.safety)
+        self.memory = RunMemory(settings.memory, spec, cluster)
+        self._reactions: list[float] = []  # seconds from a regime recognised at the source to the first rollout after it
+        self._recognised_at: float | None = None
+        self.memory.seed(self.sources, self.regime_plans, self.cold_starts)
 
     @property
     def spec(self) -> Any | None:
@@ -124,6 +147,18 @@ class TridentPolicy:
         if self.records and self.records[-1].tick == self.last_record.tick:
             self.records[-1] = self.last_record
 
+    def run_figures(self) -> dict[str, Any]:
+        """What the run summary reports of the memory and the source regimes (``RunSummary``'s trident keys)."""
+        return {"memory_loaded": self.memory.loaded is not None, "memory_regimes_known": self.memory.regimes_known,
+                "memory_warning": self.memory.warning, "reaction_s_median": _median(self._reactions),
+                "prepositioned_moves": self.preposition.moves, "source_regimes": len(self.sources.regimes)}
+
+    def finish(self, state: RunnerState) -> None:
+        """The run ended: its memory is written (when ``settings.memory`` names where)."""
+        warning = self.memory.write(state, self.ops, self.sources, self.regime_plans, self.cold_starts)
+        if warning is not None:
+            self.memory.warning = warning
+
     # ------------------------------------------------------------------ one tick
     def _tick_once(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
         t_start = time.perf_counter()
@@ -134,7 +169,16 @@ class TridentPolicy:
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured, pipeline_t = self.pace.start_tick(state)
         self.cold_starts.track(state)
+        if self._tick == 1 and self.memory.warning:
+            events.append(TickEvent(EventKind.NOTE, "", self.memory.warning))
         new = steps.run("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
+        source_events = steps.run("source", lambda: self.sources.observe(state, samples)) or []
+        events += source_events
+        steps.run("regime plans", lambda: self.regime_plans.refresh(state, self.sources.regimes, self.sources.live(state)))
+        if source_events and self._recognised_at is None:
+            self._recognised_at = state.wall_s
+        if source_events and len(self.sources.segments) > 1:  # a regime ended at the source: what it taught is kept
+            steps.run("memory", lambda: self._write_memory(state, events))
         steps.run("regime", lambda: self.regimes.observe(state, new, events))
         # a plan under verification, even one still being placed, is not compared with the old regime's baseline
         if any(e.kind == EventKind.REGIME_CHANGE for e in events) and not self.verifier.mark_workload_changed():
@@ -155,8 +199,12 @@ class TridentPolicy:
             decided = replace(decided, action=Action.ERROR, reason="kept the current plan after a failed step: " + "; ".join(steps.errors),
                               hold=Hold(HoldKind.STEP_FAILED))
         decided = self._unless_refused(state, decided)
-        if decided.action == Action.ROLL_OUT and decided.plan is not None and decided.plan is not safety:  # a safety move is not undone for speed
+        if decided.action == Action.ROLL_OUT and decided.plan is not None and decided.plan is not safety and not _regime_plan(decided.plan):
+            # a safety move is not undone for speed; a regime plan is measured on the regime it was made for, not the one before
             self.verifier.start(state, decided.plan, decided.predicted, list(self.pace.recent))
+        if decided.action == Action.ROLL_OUT and self._recognised_at is not None:
+            self._reactions.append(state.wall_s - self._recognised_at)
+            self._recognised_at = None
         self.pace.end_tick(state)
         steps.timings["total"] = (time.perf_counter() - t_start) * 1e3
         record = TickRecord(self._tick, time.time(), decided.action, decided.reason or "no change", measured, pipeline_t,
@@ -165,6 +213,11 @@ class TridentPolicy:
         self.records.append(record)
         self.last_record = record
         return record
+
+    def _write_memory(self, state: RunnerState, events: list[TickEvent]) -> None:
+        warning = self.memory.write(state, self.ops, self.sources, self.regime_plans, self.cold_starts)
+        if warning is not None:
+            events.append(TickEvent(EventKind.NOTE, "", warning))
 
     def _optimize(self, state: RunnerState, new: dict[str, list[BatchSample]], events: list[TickEvent],
                   ended: list[CanaryEnd]) -> dict[str, OperatorPlan]:
@@ -177,6 +230,11 @@ class TridentPolicy:
         """What the tick issues before its canaries: the first that applies (see the module docstring)."""
         if rollback is not None:
             return Decided.rollback(rollback)
+        if safety is None and self.settings.regime_plans:
+            ahead = steps.run("preposition", lambda: self.preposition.plan(state))
+            if ahead is not None:
+                self.verifier.drop()  # the workload the verification measures is leaving
+                return Decided.roll_out(ahead, ahead.reason, ahead.predicted_throughput)
         gate_open = self.gate.passed(state)
         if safety is not None and not gate_open:
             return Decided.roll_out(safety, safety.reason, 0.0)
@@ -224,6 +282,14 @@ class TridentPolicy:
             return decided
         return replace(decided, action=Action.WAIT, plan=None, hold=Hold(HoldKind.REFUSED_BEFORE),
                        reason=f"not re-issuing a plan the runner refused ({refused}); keeping the current placement ({decided.reason})")
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return sorted(values)[len(values) // 2] if values else None
+
+
+def _regime_plan(plan: Plan) -> bool:
+    return plan.rationale is not None and plan.rationale.kind == PlanKind.REGIME_PLAN
 
 
 class _Steps:

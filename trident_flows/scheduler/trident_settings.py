@@ -67,6 +67,12 @@ class TridentSettings:
     tell_every: int = setting(16, "batches between two measurements told to a config optimiser")
     reask_ticks: int = setting(10, "ticks before an optimiser whose proposal could not start is asked again")
     seed: int = setting(0, "random seed of the config optimisers")
+    # regimes recognised at the source, remembered across runs
+    memory: str | None = setting(None, "where Trident's memory of earlier runs is read and written: a path or a pyarrow "
+                                       "filesystem URI (s3://, gs://, ...); None: nothing is remembered across runs")
+    source_regime_items: int = setting(24, "input items whose mean features at the source are compared with the current regime's")
+    source_regime_rel: float = setting(0.4, "relative difference of a mean item feature at the source that starts a new regime, > 0")
+    regime_plans: bool = setting(True, "move each operator to a known regime's allocation as that regime's items reach it")
     # the placement MILP
     solver: str = setting(DEFAULT_SOLVER, f"MILP solver, one of {', '.join(SOLVERS)}")
     time_limit_s: float = setting(1.0, "seconds one MILP solve may take")
@@ -104,6 +110,9 @@ class TridentSettings:
             ("canary_payback", self.canary_payback >= 0, "give a multiple >= 0 (0: no check of the time left)"),
             ("tell_every", self.tell_every >= 1, "give a count of batches >= 1"),
             ("reask_ticks", self.reask_ticks >= 1, "give a count of ticks >= 1"),
+            ("memory", self.memory is None or bool(self.memory.strip()), "give a path or URI, or None for no memory across runs"),
+            ("source_regime_items", self.source_regime_items >= 1, "give a count of items >= 1"),
+            ("source_regime_rel", self.source_regime_rel > 0, "give a relative difference > 0 (0.4 = 40%)"),
             ("solver", self.solver in SOLVERS, f"choose one of {', '.join(SOLVERS)}"),
             ("time_limit_s", self.time_limit_s > 0, "give seconds > 0"),
             ("resolve_ticks", self.resolve_ticks >= 1, "give a count of ticks >= 1"),

@@ -133,6 +133,9 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
         if log is not None:
             log.close()
     run.timeline.append(_point(runner, last_done, last_t))
+    finish = getattr(policy, "finish", None)
+    if finish is not None:
+        finish(runner.state())  # a policy that keeps something across runs (Trident's memory) writes it now
     run.summary = _summary(runner, policy, decisions, run.tick_ms, run.tick_wall_ms, time.perf_counter() - wall0)
     run.summary["sim_cpu_s"] = time.process_time() - cpu0
     return run

@@ -5,8 +5,8 @@ Contract:
   their classes, parameters and search spaces, hashed), the cluster it was learned on
   (``ClusterShape``), per operator its latest measured batches (``BatchSample``; OOMs included:
   where memory ran out) and measured cold starts per device, and the regimes seen (``RegimeEntry``:
-  the regime's mean item features at the source, each operator's allocation that served it, the
-  rate it predicted and how often it was seen).
+  the regime's mean item features at the source, each operator's allocation for it, the rate
+  predicted for it, how often it was seen and the per-item features each operator measured on it).
 - ``save(memory, uri)`` writes it as versioned JSON (``SCHEMA``, ``VERSION``; never pickle: a memory
   read from a shared bucket cannot run code) to a local path or any URI pyarrow's filesystems
   open (``s3://``, ``gs://``, ...), atomically: a temporary object, then a move.
@@ -86,6 +86,7 @@ class RegimeEntry:
     allocation: Mapping[str, Allocation]  # operator -> the groups that served this regime
     predicted_items_per_s: float
     seen: int = 1
+    operator_features: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # operator -> per-item features it measured
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class TridentMemory:
             "operators": {name: {"samples": [s.to_dict() for s in e.samples], "cold_start_s": dict(e.cold_start_s)}
                           for name, e in self.operators.items()},
             "regimes": [{"signature": dict(r.signature), "predicted_items_per_s": r.predicted_items_per_s, "seen": r.seen,
+                         "operator_features": {op: dict(f) for op, f in r.operator_features.items()},
                          "allocation": {op: [[c.to_dict(), n] for c, n in groups] for op, groups in r.allocation.items()}}
                         for r in self.regimes],
         }
@@ -123,7 +125,9 @@ class TridentMemory:
             regimes = tuple(RegimeEntry({str(k): float(v) for k, v in r["signature"].items()},
                                         {op: tuple((OpConfig.from_dict(cfg), int(n)) for cfg, n in groups)
                                          for op, groups in r["allocation"].items()},
-                                        float(r["predicted_items_per_s"]), int(r.get("seen", 1)))
+                                        float(r["predicted_items_per_s"]), int(r.get("seen", 1)),
+                                        {str(op): {str(k): float(v) for k, v in f.items()}
+                                         for op, f in r.get("operator_features", {}).items()})
                             for r in data["regimes"])
             return cls(PipelineIdentity(str(p["name"]), tuple(p["operators"]), str(p["fingerprint"])),
                        ClusterShape(float(c["cpus"]), float(c["gpus"])), operators, regimes, int(data.get("runs", 1)))

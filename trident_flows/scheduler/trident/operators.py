@@ -12,7 +12,7 @@ Contract:
   under).
 - ``ColdStarts`` keeps the longest cold start measured per (operator, device) from the runner's
   replicas; ``cold_start(name, device)`` is that one, else the operator's longest on any device,
-  else ``default_s``. ``drain_s(op)`` is what a retiring replica of ``op`` needs: two median batches.
+  else ``default_s``; ``measured()`` and ``remember(measured)`` carry them across runs. ``drain_s(op)`` is what a retiring replica of ``op`` needs: two median batches.
 - ``replica_counts(groups)`` (replicas per config, sorted by label) and ``plan_key(plan)`` (a plan's
   replicas per operator and config, hashable) compare placements.
 """
@@ -105,6 +105,19 @@ class ColdStarts:
                 if r.cold_start_s > 0:
                     key = (op.name, r.config.device)
                     self._longest[key] = max(self._longest.get(key, 0.0), r.cold_start_s)
+
+    def measured(self) -> dict[str, dict[str, float]]:
+        """operator -> device -> the longest cold start measured (what the memory keeps)."""
+        out: dict[str, dict[str, float]] = {}
+        for (name, device), s in self._longest.items():
+            out.setdefault(name, {})[device] = s
+        return out
+
+    def remember(self, measured: Mapping[str, Mapping[str, float]]) -> None:
+        """Cold starts measured in an earlier run: kept until this run measures longer ones."""
+        for name, devices in measured.items():
+            for device, s in devices.items():
+                self._longest[(name, device)] = max(self._longest.get((name, device), 0.0), float(s))
 
     def cold_start(self, name: str, device: str) -> float:
         if (name, device) in self._longest:

@@ -1,0 +1,115 @@
+"""Pre-positioning: each operator moved to a known regime's allocation before that regime's items reach it.
+
+Contract:
+- ``plan(state) -> Plan | None``: per operator, the segment of the input stream it will work on next
+  (``SourceRegimes``): the segment at its stream position, or the next one when the items before that
+  segment's first one take it (at the rate its stream position advanced over the last ticks) no longer than a new
+  replica takes to start (its cold start on the device, plus one tick). When that segment's regime
+  is remembered from an earlier run or was seen in an earlier segment of this run, and its
+  ``RegimePlan`` gives the operator other groups than it runs, the operator moves to them. A
+  regime in its first segment is left to the evidence gate and the placement (nothing is known of
+  it). Each operator is moved at most once per segment and never back to an earlier segment
+  (``positioned``): what the placement changes after it stands. Groups with a config that is unsafe now are not moved to. When the moves together
+  need more CPUs or GPUs than the cluster has, only those that hold no more than the operator holds
+  now move; the rest wait for a later tick.
+- The plan is a ``REGIME_PLAN`` rollout; its reason names the regime, where its items are and the
+  plan's origin. ``moves`` counts the operators moved.
+"""
+
+from __future__ import annotations
+
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.scheduler.replicas import held
+from trident_flows.scheduler.throughput_measure import stream_positions
+from trident_flows.scheduler.trident.context import Context
+from trident_flows.scheduler.trident.operators import ColdStarts
+from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.regime_plans import RegimePlan, RegimePlans
+from trident_flows.scheduler.trident.safety import MemorySafety
+from trident_flows.scheduler.trident.source_regimes import Segment, SourceRegimes
+
+RATE_TICKS = 5  # ticks over which an operator's intake rate is measured
+
+
+class PrePositioning:
+    """Moves operators ahead of a known regime's items (see the module docstring)."""
+
+    def __init__(self, ctx: Context, sources: SourceRegimes, plans: RegimePlans, *, pace: Pace, cold_starts: ColdStarts,
+                 safety: MemorySafety, tick_s: float = 1.0) -> None:
+        self.ctx = ctx
+        self.sources = sources
+        self.plans = plans
+        self.pace = pace
+        self.cold_starts = cold_starts
+        self.safety = safety
+        self.tick_s = tick_s
+        self.positioned: dict[str, Segment] = {}
+        self.moves = 0
+
+    def plan(self, state: RunnerState) -> Plan | None:
+        if not self.sources.segments:
+            return None
+        positions = stream_positions(state)
+        rates = self._position_rates(state, positions)
+        live = self.sources.live(state)
+        targets: dict[str, tuple[Segment, RegimePlan, dict[OpConfig, int]]] = {}
+        for op_state in state.operators:
+            name = op_state.name
+            segment = self._next_segment(name, positions[name], rates.get(name, 0.0), op_state.configs())
+            done = self.positioned.get(name)
+            if segment is None or (done is not None and done.start >= segment.start) or not self._known(segment):
+                continue  # positioned for it, or for a later segment already (never back to an earlier one)
+            regime_plan = self.plans.plan(state, segment.regime, segment.regime.id in live)
+            groups = dict(regime_plan.groups.get(name, {})) if regime_plan is not None else {}
+            if not groups or any(self.safety.unsafe(name, c) is not None for c in groups):
+                continue
+            if groups == op_state.configs():
+                self.positioned[name] = segment
+                continue
+            targets[name] = (segment, regime_plan, groups)
+        if not targets:
+            return None
+        current = {op.name: op.configs() for op in state.operators}
+        final = {n: (targets[n][2] if n in targets else g) for n, g in current.items()}
+        cluster = self.ctx.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        moving = list(targets)
+        if sum(held(g)[0] for g in final.values()) > cluster.total_cpus + 1e-9 or sum(held(g)[1] for g in final.values()) > cluster.total_gpus + 1e-9:
+            moving = [n for n in moving if all(a <= b + 1e-9 for a, b in zip(held(targets[n][2]), held(current[n])))]
+        if not moving:
+            return None
+        ops = []
+        for name in moving:
+            segment, regime_plan, groups = targets[name]
+            self.positioned[name] = segment
+            where = "reach it" if positions[name] < segment.start else "are at it"
+            ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
+                                    f"{name}: regime {segment.regime.id} ({segment.regime.describe()} at the source) from input item "
+                                    f"{segment.start:.0f}, whose items {where} ({positions[name]:.0f} taken): its {regime_plan.origin} "
+                                    f"allocation {regime_plan.label(name)}"))
+        self.moves += len(ops)
+        head = targets[moving[0]][1]
+        reason = f"pre-positioned {len(ops)} operator(s) for known regimes: " + "; ".join(o.reason for o in ops)
+        return Plan(tuple(ops), head.predicted, reason, Rationale(PlanKind.REGIME_PLAN, throughput_after=head.predicted))
+
+    def _known(self, segment: Segment) -> bool:
+        return segment.regime.remembered or any(s.regime is segment.regime for s in self.sources.segments if s.start < segment.start)
+
+    def _next_segment(self, name: str, position: float, rate: float, configs: dict[OpConfig, int]) -> Segment | None:
+        here = self.sources.at(position)
+        ahead = self.sources.next_after(position)
+        if ahead is None or rate <= 0:
+            return here
+        lead_s = max((self.cold_starts.cold_start(name, c.device) for c in configs), default=0.0) + self.tick_s
+        return ahead if (ahead.start - position) / rate <= lead_s else here
+
+    def _position_rates(self, state: RunnerState, positions: dict[str, float]) -> dict[str, float]:
+        """Input items per second each operator's stream position advanced over the last ``RATE_TICKS`` ticks."""
+        history = list(self.pace.history)[-RATE_TICKS:]
+        if not history or len(history[0].operators) != len(state.operators):
+            return {}
+        dt = state.wall_s - history[0].wall_s
+        if dt <= 0:
+            return {}
+        before = stream_positions(history[0])
+        return {name: max(0.0, (p - before.get(name, p)) / dt) for name, p in positions.items()}

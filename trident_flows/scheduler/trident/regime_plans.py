@@ -1,0 +1,172 @@
+"""Regime plans: per known regime, the allocation of every operator that regime runs fastest with.
+
+Contract:
+- ``plan(state, regime, live) -> RegimePlan | None``: while the regime is ``live`` (an operator
+  works on its items now: the models are fresh on it), once every operator has a fitted model and
+  has run ``COVERED_ITEMS`` of the regime's items in this run (``Regime.covered``), the placement
+  MILP's answer for a pipeline whose every operator works on that regime's items. Each operator's
+  capacity curves are its model's at the per-item features it measured on those items, at the
+  median, scaled so that the config it ran most on them predicts the items per busy second measured
+  there (a window that moved on to other items extrapolates the level badly, the shape across
+  configs and replica counts less so). Candidates: the configs that ran ``COVERED_ITEMS`` of the
+  regime's items, the accepted canaries and the running ones, never an unsafe one. Solved again
+  when a model was refitted and ``RESOLVE_S`` runner seconds passed (after a solve that found
+  none, again ``RESOLVE_S`` later). Otherwise the last plan solved while it was live (the models of
+  a window that moved on to other regimes predict it worse), else the plan remembered from an
+  earlier run (``remember``), else None.
+- ``refresh(state, regimes, live)``, every tick, solves the live regimes' plans when due.
+- ``RegimePlan.groups`` maps each operator to its replicas per config; ``predicted`` is the MILP's
+  pipeline throughput (input items/s); ``origin`` says where it came from ("models" of this run or
+  "memory" of an earlier one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import CPU, ClusterSpec, OpConfig
+from trident_flows.scheduler.observe import NoModelError
+from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.replicas import replica_limits
+from trident_flows.scheduler.trident.context import Context
+from trident_flows.scheduler.trident.operators import ColdStarts, Operators, drain_s
+from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.safety import MemorySafety
+from trident_flows.scheduler.trident.search import ConfigSearch
+from trident_flows.scheduler.trident.source_regimes import Regime
+from trident_flows.scheduler.trident_settings import TridentSettings
+
+# Items of a regime every operator must have measured in this run before its plan is solved from this run's models
+# (and that a config must have run on it to be a candidate).
+COVERED_ITEMS = 16.0
+RESOLVE_S = 30.0  # a live regime's plan is solved again at most this often (runner seconds): each solve's CPU is the pipeline's
+
+
+@dataclass(frozen=True)
+class RegimePlan:
+    """One regime's allocation: operator -> {config: replicas}, its predicted throughput and where it came from."""
+
+    regime: int
+    groups: Mapping[str, Mapping[OpConfig, int]]
+    predicted: float
+    origin: str
+
+    def label(self, operator: str) -> str:
+        return " + ".join(f"{n}x{c.label()}" for c, n in sorted(self.groups[operator].items(), key=lambda g: g[0].label()))
+
+
+class RegimePlans:
+    """The known regimes' plans (see the module docstring)."""
+
+    def __init__(self, settings: TridentSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
+                 pace: Pace, cold_starts: ColdStarts, solve: Callable[..., Any]) -> None:
+        self.settings = settings
+        self.ctx = ctx
+        self.ops = ops
+        self.search = search
+        self.safety = safety
+        self.pace = pace
+        self.cold_starts = cold_starts
+        self.solve = solve
+        self._remembered: dict[int, RegimePlan] = {}
+        self._solved: dict[int, tuple[tuple, float, RegimePlan]] = {}  # regime -> (models' versions, runner wall_s, plan)
+        self._failed: dict[int, float] = {}  # regime -> runner wall_s of its last solve that found no plan
+
+    def remember(self, plan: RegimePlan) -> None:
+        self._remembered[plan.regime] = plan
+
+    def refresh(self, state: RunnerState, regimes: Sequence[Regime], live: set[int]) -> None:
+        """Each tick: the live regimes' plans are solved again when due (``plan``), so that each keeps the one solved
+        last while the models were fresh on it."""
+        for regime in regimes:
+            if regime.id in live:
+                self.plan(state, regime, True)
+
+    def plan(self, state: RunnerState, regime: Regime, live: bool) -> RegimePlan | None:
+        """``live``: an operator works on the regime's items now (only then are the models fresh on it)."""
+        names = [op.name for op in state.operators]
+        solved = self._solved.get(regime.id)
+        if not live or not (regime.covered(names, COVERED_ITEMS) and all(n in self.ops and self.ops[n].model.ready for n in names)):
+            return solved[2] if solved is not None else self._remembered.get(regime.id)
+        key = tuple((n, self.ops[n].model_version) for n in names)
+        if state.wall_s - self._failed.get(regime.id, -math.inf) < RESOLVE_S:
+            return None
+        if solved is not None and (solved[0] == key or state.wall_s - solved[1] < RESOLVE_S):
+            return solved[2]
+        plan = self._solve(state, regime) or (solved[2] if solved is not None else self._remembered.get(regime.id))
+        if plan is not None:
+            self._solved[regime.id] = (key, state.wall_s, plan)
+        else:
+            self._failed[regime.id] = state.wall_s
+        return plan
+
+    def _solve(self, state: RunnerState, regime: Regime) -> RegimePlan | None:
+        cluster = self.ctx.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        work = work_per_item(state, tuple(self.pace.history))
+        demands = []
+        for op_state in state.operators:
+            name = op_state.name
+            op = self.ops[name]
+            lo, hi = replica_limits(name, self.ctx.spec)
+            measured = [c for c in regime.busy.get(name, {}) if (found := regime.rate(name, c)) is not None and found[0] >= COVERED_ITEMS]
+            candidates = dict.fromkeys([*op_state.configs(), *op.accepted, *measured])
+            features = _features_for(op.model, regime.features.get(name, {}))
+            factor = _level(op.model, regime, name, features)
+            options = []
+            for config in candidates:
+                if self.safety.unsafe(name, config) is not None:
+                    continue
+                cap = min(hi, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else hi)
+                if config.gpus > 0:
+                    cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
+                if cap < 1:
+                    continue
+                try:
+                    curve = concave_curve((factor * op.model.capacity_lower(config, cap, 0, 0.0, features)).tolist())
+                except (NoModelError, ValueError):
+                    continue
+                bound = self.search.memory_bound(name, config) or 0.0
+                is_cpu = config.device == CPU
+                options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
+                                               device_mem_bytes=0 if is_cpu else int(bound),
+                                               cold_start_s=self.cold_starts.cold_start(name, config.device), drain_s=drain_s(op)))
+            if not options:
+                return None
+            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
+        try:
+            result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
+        except Exception:  # noqa: BLE001 - no plan for this regime now; the placement step plans from measurements
+            return None
+        groups: dict[str, dict[OpConfig, int]] = {}
+        for op_plan in result.plan.operators:
+            for g in op_plan.groups:
+                groups.setdefault(op_plan.operator, {})
+                groups[op_plan.operator][g.config] = groups[op_plan.operator].get(g.config, 0) + g.replicas
+        return RegimePlan(regime.id, groups, float(result.throughput), "models")
+
+
+def _level(model: Any, regime: Regime, name: str, features: dict[str, float] | None) -> float:
+    """Measured over predicted rate of one replica of the config the operator ran most on the regime's items (1.0: none
+    measured or no prediction): the model gives the shape of the capacity curves, the regime's own batches their level."""
+    measured = [(config, found) for config in regime.busy.get(name, {}) if (found := regime.rate(name, config)) is not None]
+    if not measured:
+        return 1.0
+    config, (_, rate) = max(measured, key=lambda m: m[1][0])
+    try:
+        predicted = float(model.predict_many([config], 1, features)[0][0])
+    except (NoModelError, ValueError):
+        return 1.0
+    return rate / predicted if predicted > 0 else 1.0
+
+
+def _features_for(model: Any, measured: Mapping[str, float]) -> dict[str, float] | None:
+    """The per-item features a model predicts at: those measured on the regime, the model's own for any it lacks (None: none)."""
+    names = model.feature_names
+    if not names:
+        return None
+    current = model.current_features
+    return {f: float(measured.get(f, current.get(f, 0.0))) for f in names}

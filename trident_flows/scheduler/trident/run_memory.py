@@ -1,0 +1,79 @@
+"""The Trident policy's memory across runs: read when the policy starts, written at regime ends and at the run's end.
+
+Contract:
+- ``RunMemory(uri, spec, cluster)`` reads ``memory.load(uri, ...)`` at once (``uri`` None: no memory,
+  nothing read or written). ``loaded`` is the memory read (None: a cold start) and ``warning`` the
+  one line ``load`` gave (a corrupt or unreadable file, another pipeline, a cluster of another shape).
+- ``seed(sources, plans, cold_starts)`` hands what was read to the parts: every remembered regime
+  to ``SourceRegimes`` (its signature and per-operator features), its allocation to ``RegimePlans``
+  (origin "memory") and the measured cold starts to ``ColdStarts``.
+- ``write(state, ops, sources, plans, cold_starts)`` writes ``memory.merged(loaded, this run)``
+  atomically: per operator the newest batches measured, the cold starts, and per regime with a plan
+  its signature, allocation, predicted rate, segments seen and per-operator features. A write that
+  fails is returned as a one-line warning (the run goes on); ``writes`` counts the writes made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import ClusterSpec
+from trident_flows.scheduler.trident import memory
+from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry, TridentMemory
+from trident_flows.scheduler.trident.operators import ColdStarts, Operators
+from trident_flows.scheduler.trident.regime_plans import RegimePlan, RegimePlans
+from trident_flows.scheduler.trident.source_regimes import SourceRegimes
+
+
+class RunMemory:
+    """What an earlier run remembered, and this run's memory written back (see the module docstring)."""
+
+    def __init__(self, uri: str | None, spec: Any | None, cluster: ClusterSpec | None) -> None:
+        self.uri = uri
+        self.loaded: TridentMemory | None = None
+        self.warning: str | None = None
+        self.writes = 0
+        self._pipeline = PipelineIdentity.of(spec) if uri and spec is not None else None
+        self._cluster = cluster
+        if uri and self._pipeline is not None and cluster is not None:
+            found = memory.load(uri, self._pipeline, cluster)
+            self.loaded, self.warning = found.memory, found.warning
+        elif uri:
+            self.warning = f"trident memory {uri} not read: the policy was built without the pipeline spec and cluster"
+
+    @property
+    def regimes_known(self) -> int:
+        return len(self.loaded.regimes) if self.loaded is not None else 0
+
+    def seed(self, sources: SourceRegimes, plans: RegimePlans, cold_starts: ColdStarts) -> None:
+        if self.loaded is None:
+            return
+        for entry in self.loaded.regimes:
+            regime = sources.remember(entry.signature, entry.operator_features)
+            plans.remember(RegimePlan(regime.id, {op: dict(groups) for op, groups in entry.allocation.items()},
+                                      entry.predicted_items_per_s, "memory"))
+        cold_starts.remember({name: e.cold_start_s for name, e in self.loaded.operators.items()})
+
+    def write(self, state: RunnerState, ops: Operators, sources: SourceRegimes, plans: RegimePlans, cold_starts: ColdStarts) -> str | None:
+        if not self.uri or self._pipeline is None:
+            return None
+        cluster = self._cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        entries = []
+        live = sources.live(state)
+        for regime in sources.regimes:
+            plan = plans.plan(state, regime, regime.id in live)
+            if plan is None:
+                continue
+            seen = sum(1 for s in sources.segments if s.regime is regime)
+            entries.append(RegimeEntry(dict(regime.signature),
+                                       {op: tuple(sorted(g.items(), key=lambda kv: kv[0].label())) for op, g in plan.groups.items()},
+                                       plan.predicted, max(1, seen), {op: dict(f) for op, f in regime.features.items()}))
+        samples = {name: [s for _, s in op.window] for name, op in ops.items()}
+        newer = memory.memory_of(self._pipeline, cluster, samples, cold_starts.measured(), entries)
+        try:
+            memory.save(memory.merged(self.loaded, newer), self.uri)
+        except Exception as exc:  # noqa: BLE001 - a memory that cannot be written costs the next run its warm start, not this run
+            return f"trident memory not written to {self.uri}: {type(exc).__name__}: {exc}"
+        self.writes += 1
+        return None
