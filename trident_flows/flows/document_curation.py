@@ -24,7 +24,9 @@ Contract:
   subflow as soon as the runner is up (in a thread of this process, ticking every ``tick_interval_s``)
   and waits for it to end once the pipeline has finished, before the runner is stopped: one
   sidecar run per curation run, for exactly the pipeline's life. Its decisions and live view
-  are published on this run. ``trident`` settings left out are ``TridentSettingsBlock()``'s
+  are published on this run; under the Trident policy its memory of earlier runs is the settings'
+  ``memory``, by default ``trident-memory/PIPELINE.json`` beside the output location (``memory_uri``).
+  ``trident`` settings left out are ``TridentSettingsBlock()``'s
   defaults (policy ``DEFAULT_POLICY``, ``trident``); ``policy="static"`` runs the pipeline as
   configured, with no sidecar (``sidecar_settings``).
 """
@@ -48,7 +50,7 @@ from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, Trident
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
-from trident_flows.control.launch import start_runner
+from trident_flows.control.launch import memory_uri, start_runner
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
 from trident_flows.runtime.sizing import fit_to_nodes
@@ -221,6 +223,9 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=namespace, external_input=True)
     logger.info("pipeline runner %r up in %.1f s", pipeline.runner_name, time.monotonic() - start)
     trident = sidecar_settings(trident)
+    if trident is not None and trident.policy == "trident" and trident.memory is None:
+        # what earlier runs of the pipeline learned, beside the output (as ``trident-flows run`` keeps it)
+        trident = trident.model_copy(update={"memory": memory_uri(None, out_dir, spec.name)})
     if trident is None:
         logger.info("policy static: the pipeline runs as configured, with no trident-sidecar")
     sidecar = _Sidecar(pipeline.runner_name, trident) if trident is not None else None

@@ -19,7 +19,8 @@ Contract:
   view (``trident-live-<runner>``: status sentence, per-operator items/s, queue, replicas and
   device, a chart of throughput and replicas over time) and the decisions table
   (``trident-decisions-<runner>``: one plain sentence per decision, figures in columns).
-- When the runner is gone or finished, the sidecar's memory actor is removed and the flow ends.
+- When the runner is gone or finished, the sidecar's memory actor is removed and the flow ends; on a
+  finished run the policy's ``finish(state)`` runs first (Trident writes its memory across runs).
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class _Tuner:
         memory = memory.observed(state)
         unit = unit_of(state.pipeline)
         if state.finished:
+            policy = memory.policy()
+            if policy is not None and hasattr(policy, "finish"):
+                policy.finish(state)  # Trident writes what this run learned to its memory across runs
             self._publish(memory, state, "The pipeline finished" + (f": {state.error}" if state.error else ""), force=True)
             forget_memory(self.runner_name, self.namespace)
             return {"status": "finished", "items_written": state.items_written}
