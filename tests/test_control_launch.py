@@ -111,7 +111,7 @@ def test_control_loop_applies_a_policy_plan_through_the_runner_calls(ray_cluster
     spec = small_pipeline(300, time_scale=6.0, regimes="short:300")
     log = tmp_path / "decisions.jsonl"
     summary = run_pipeline(spec, tmp_path / "out", policy=_ScaleParseOnce(), tick_s=0.3, decision_log=log)
-    assert summary.decisions == 1 and summary.reconfigurations == 1 and summary.operators["parse"]["replicas"] == 2
+    assert summary.decisions_made == 1 and summary.reconfigurations == 1 and summary.operators["parse"]["replicas"] == 2
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(records) == 1 and records[0]["reason"] == "scale parse" and records[0]["apply"]["ok"]
     assert [s["kind"] for s in records[0]["apply"]["steps_done"]] == ["start"]

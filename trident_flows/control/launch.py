@@ -9,7 +9,9 @@ Contract:
   handle to it from any driver of the same cluster.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
   end (with the control loop when a policy is given), stops the runner, and reads the outputs
-  back to count items and duplicate ids. With ``resume=`` (a ``resume.ResumePlan``) it first
+  back to count items and duplicate ids. Its ``account`` (``control.account``) says what the
+  policy did: the decisions with their measured effect, OOMs avoided, the ESTIMATE of the
+  starting configuration's rate, and the throughput timeline drawn into ``OUT/timeline.png``. With ``resume=`` (a ``resume.ResumePlan``) it first
   restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
   documents near-duplicate index), feeds only the plan's pending shards and counts the committed
   ones in the summary. A policy with ``finish(state)`` is told the final state once the loop stopped
@@ -18,7 +20,8 @@ Contract:
   cluster (or ``address=``), pipeline from
   the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
   re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
-  progress bar, summary table and ``--summary-json``. Every bad option (unknown pipeline or
+  progress bar, summary table, the account's lines and ``--summary-json`` (the account's keys at
+  its top level). Every bad option (unknown pipeline or
   policy, missing input, an ``out`` holding another run, ``address="auto"``, an unreachable
   address) raises ``RuntimeConfigError`` saying what to change. Ctrl-C stops the run (committed
   shards kept, Ray shut down) and says how to resume; a runner that dies is restarted
@@ -32,16 +35,21 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import ray
 
 from trident_flows.pipelines import finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
+from trident_flows.control.account import RunAccount, account_of_run, build_account
+from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.loop import ControlLoop
+from trident_flows.control.ooms_avoided import OomsAvoided
+from trident_flows.control.start_estimate import Estimate
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
 from trident_flows.runtime.spec import PipelineSpec
@@ -128,6 +136,8 @@ class RunSummary:
     ``_drop``-marked; ``items_dropped`` of them were filtered), ``items_dead_lettered`` those only
     in the dead-letter table; ``items_missing`` = items_in - written - dead-lettered (0 = none lost).
     ``rolling_update_dip`` is the largest throughput dip of an apply that started and retired replicas.
+    ``decisions_made`` counts the plans handed to the runner; ``account`` says what they were and did
+    (``to_dict`` puts its keys, ``decisions`` the list of them, at the top level).
     ``latency_s_p50`` / ``latency_s_p99``: seconds from an input item's read to done (``runtime.latency``),
     over the items this run read (None when it read none). Under Trident: ``memory_loaded`` (a memory of
     an earlier run was read), ``memory_regimes_known`` (the regimes it held), ``memory_warning`` (why a
@@ -150,7 +160,7 @@ class RunSummary:
     ooms: int
     reconfigurations: int
     rolling_update_dip: float
-    decisions: int
+    decisions_made: int
     operators: dict[str, dict[str, Any]]
     apply_reports: tuple[dict[str, Any], ...]
     error: str = ""
@@ -167,10 +177,14 @@ class RunSummary:
     memory_warning: str | None = None
     reaction_s_median: float | None = None
     prepositioned_moves: int | None = None
+    account: RunAccount | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, account=None))
+        del data["account"]
         data["apply_reports"] = list(self.apply_reports)
+        if self.account is not None:
+            data.update(self.account.to_dict())
         return data
 
 
@@ -240,12 +254,19 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
             if summary["finished"]:
                 break
         final_state: RunnerState = ray.get(handle.state.remote())
-        latency = ray.get(handle.latencies.remote()).percentiles()
+        latencies = ray.get(handle.latencies.remote())
+        samples = ray.get(handle.samples.remote(0)).samples
     finally:
         stop_runner(handle, loop)
     finish = getattr(policy, "finish", None)
     if finish is not None:
         finish(final_state)  # a policy that keeps something across runs (Trident's memory) writes it now
+    start = [(op.name, op.config, op.replicas) for op in spec.operators]
+    run_account = account_of_run(policy.name if policy is not None else "none", policy, loop.record if loop is not None else None,
+                                 latencies.read_t, latencies.done_t, samples, start, final_state)
+    timeline = out / TIMELINE_PNG
+    timeline_png(run_account, list(loop.record.points) if loop is not None else [], latencies.done_t, timeline)
+    run_account = run_account.with_png(str(timeline))
     finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
     from trident_flows.planning.advice import advice_dict  # here: planning reads the simulator, which imports this module
     acc = account(out)
@@ -257,11 +278,11 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         duplicate_ids=acc.duplicate_ids, wall_s=final_state.wall_s,
         throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
-        decisions=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
+        decisions_made=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
         shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
-        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latency,
-        **_policy_figures(policy))
+        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latencies.percentiles(),
+        account=run_account, **_policy_figures(policy))
 
 
 def _policy_figures(policy: Policy | None) -> dict[str, Any]:
@@ -315,8 +336,11 @@ def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) 
                       items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
                       items_missing=items - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
                       duplicate_ids=acc.duplicate_ids, wall_s=0.0, throughput_items_per_s=0.0, ooms=0, reconfigurations=0,
-                      rolling_update_dip=0.0, decisions=0, operators={}, apply_reports=(), shards_total=plan.shards_total,
-                      shards_skipped=plan.shards_skipped)
+                      rolling_update_dip=0.0, decisions_made=0, operators={}, apply_reports=(), shards_total=plan.shards_total,
+                      shards_skipped=plan.shards_skipped,
+                      account=build_account(policy, None, np.empty(0), np.empty(0), OomsAvoided(None, (), "not counted: nothing ran"),
+                                            Estimate(None, "no estimate: nothing ran"), 0.0,
+                                            "nothing ran: an earlier run committed every shard"))
 
 
 def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input: Path | None, synth: int | None, regimes: str | None, seed: int,
@@ -364,6 +388,9 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
             raise resume_mod.RunInterrupted(resume_mod.interrupted_message(out)) from None
     for table in _summary_table(summary):
         console.print(table)
+    if summary.account is not None:
+        for line in summary.account.lines():
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     if summary.output_note:
         console.print(f"[yellow]{summary.output_note}")
     if summary.error:

@@ -20,7 +20,8 @@ Contract:
   not land fully; ``refused_repeated`` the plans issued again unchanged against an unchanged
   placement after being refused (a policy bug: it must stay 0). Each plan, with its reason, the
   apply report and the outcome, is appended as one JSON line to ``decision_log`` when given. A
-  failing tick is logged and the loop goes on.
+  failing tick is logged and the loop goes on. ``record`` (a ``control.run_record.RunRecord``)
+  keeps every tick's counts and every applied plan for the run's account (``control.account``).
 - Where a loop must stay its own: the simulator's driver (``sim/driver.py``) runs no Ray handle and
   no thread: it advances the simulated clock to each tick and charges the decision's CPU time to it
   before the plan lands, then takes the same ``decide_and_apply`` step. The Prefect sidecar
@@ -40,6 +41,7 @@ from typing import Any, Callable, Sequence
 import ray
 
 from trident_flows.control.apply_step import Applied
+from trident_flows.control.run_record import RunRecord
 from trident_flows.control.step import Step, decide_and_apply
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.core.state import ApplyOutcome, ApplyReport, ApplyStatus, RunnerState
@@ -121,6 +123,7 @@ class ControlLoop:
         self.applies_refused = 0
         self.refused_repeated = 0
         self.outcomes: list[ApplyOutcome] = []
+        self.record = RunRecord()
         self._refused: set = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trident-control", daemon=True)
@@ -146,6 +149,7 @@ class ControlLoop:
     def tick(self) -> bool:
         """One tick; returns False once the run has finished."""
         tick = tick_runner(self.handle, self.policy, self._cursor)
+        self.record.observe(tick.state)
         if tick.step is None:
             return False
         self._cursor = tick.cursor
@@ -156,6 +160,7 @@ class ControlLoop:
     def _record(self, state: RunnerState, decision: Any, applied: Applied) -> None:
         """Count and log one applied plan."""
         self.decisions += 1
+        self.record.decided(state, decision.plan, applied, decision.at, decision.reason)
         record = decision.to_dict()
         key = (plan_signature(decision.plan), placement_signature(state))
         if key in self._refused:

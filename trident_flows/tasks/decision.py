@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
+from trident_flows.core.changes import OperatorChange, changes_of
 from trident_flows.core.state import ApplyStatus
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.core.types import Plan, PlanKind, Rationale
@@ -38,24 +39,6 @@ UNITS = {"documents": "docs/s", "emulated-docs": "docs/s", "video": "videos/s", 
 
 def unit_of(pipeline: str) -> str:
     return UNITS.get(pipeline, "items/s")
-
-
-@dataclass(frozen=True)
-class OperatorChange:
-    """One operator's serving replicas and configurations before and after a decision."""
-
-    operator: str
-    replicas_before: int
-    replicas_after: int
-    config_before: str
-    config_after: str
-
-    def text(self) -> str:
-        """``ocr 1 -> 3 replicas``, or ``embed cpu/b8 -> gpu/b16`` when the configuration changes."""
-        if self.config_before != self.config_after:
-            count = "" if self.replicas_before == self.replicas_after else f" ({self.replicas_before} -> {self.replicas_after} replicas)"
-            return f"{self.operator} {self.config_before} -> {self.config_after}{count}"
-        return f"{self.operator} {self.replicas_before} -> {self.replicas_after} replica{'s' if self.replicas_after != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -125,28 +108,6 @@ def _duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} minutes"
     return f"{seconds / 3600:.1f} hours"
-
-
-def _serving(state: Any, operator: str) -> tuple[int, str]:
-    try:
-        counts = state.operator(operator).configs()
-    except KeyError:
-        return 0, "-"
-    return sum(counts.values()), "+".join(sorted(c.label() for c in counts)) or "-"
-
-
-def changes_of(state: Any, plan: Plan) -> tuple[OperatorChange, ...]:
-    """What the plan changes, operator by operator (operators it leaves as they are are left out)."""
-    out = []
-    for op in plan.operators:
-        before, config_before = _serving(state, op.operator)
-        after = op.replicas
-        config_after = "+".join(sorted({g.config.label() for g in op.groups if g.replicas})) or "-"
-        if op.canary is not None:
-            config_after = f"{config_after} (canary {op.canary.label()})"
-        if before != after or config_before != config_after:
-            out.append(OperatorChange(op.operator, before, after, config_before, config_after))
-    return tuple(out)
 
 
 def workload_phrase(samples: Iterable[Any]) -> str:
