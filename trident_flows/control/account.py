@@ -15,10 +15,12 @@ Contract:
   next decision and the run's ends, and under ``MIN_WINDOW_S`` the effect is None with the reason.
 - ``no_decisions_reason`` is shown when the run made no decision ("no decisions: ...");
   ``why_no_decisions(policy_name, policy, record)`` says it from the policy's last tick.
-- ``account_of_run(policy_name, policy, record, read_t, done_t, samples, start, state)`` is what the
-  control loops call at the end of a run: the account with OOMs avoided
-  (``control.ooms_avoided``) and the estimate without trident (``control.start_estimate``); the
-  measured rate is the run's input items / its wall time, as ``RunSummary.throughput_items_per_s``.
+- ``policy_figures(policy_name, policy, record, samples, start, state)`` is what only the policy
+  can tell, taken where the policy lives (the in-process loop, or the Prefect sidecar at the
+  pipeline's end): the record, OOMs avoided (``control.ooms_avoided``), the estimate without
+  trident (``control.start_estimate``) and why no decision was made. ``account_of_run(figures,
+  read_t, done_t, state)`` is the account from them and the runner's item times; the measured rate
+  is the run's input items / its wall time, as ``RunSummary.throughput_items_per_s``.
 - ``RunAccount.to_dict()`` gives the summary keys (``decisions``, ``decisions_note``,
   ``ooms_avoided``, ``ooms_avoided_counts``, ``ooms_avoided_configs``,
   ``estimated_rate_without_trident`` and its ``_note``, ``timeline_png``); ``lines()`` the CLI's
@@ -118,7 +120,7 @@ class RunAccount:
         est = self.estimate.items_per_s
         if est is None:
             return f"ESTIMATE without trident: none ({self.estimate.note.removeprefix('no estimate: ')})"
-        same = "; nothing was changed, so the gap is the models' error" if not any(d.effect for d in self.decisions) else ""
+        same = "; nothing was changed, so the gap is the models' error" if all(d.landed_s is None for d in self.decisions) else ""
         return (f"ESTIMATE without trident: {est:.3g} items/s for the starting configuration (from the fitted models; "
                 f"measured with {self.policy}: {self.measured_items_per_s:.3g} items/s{same})")
 
@@ -191,14 +193,30 @@ def why_no_decisions(policy_name: str, policy: Any, record: RunRecord | None) ->
     return f"{policy_name} kept the starting configuration through {ticks} ticks; its last tick: {said or 'no change'}"
 
 
-def account_of_run(policy_name: str, policy: Any, record: RunRecord | None, read_t: np.ndarray, done_t: np.ndarray,
-                   samples: Sequence[BatchSample],
-                   start: Sequence[tuple[str, OpConfig, int]], state: RunnerState) -> RunAccount:
-    """The account of a finished run (see the module docstring)."""
+@dataclass(frozen=True)
+class PolicyFigures:
+    """What only the policy can tell about a run (see the module docstring)."""
+
+    policy: str
+    record: RunRecord | None
+    ooms: OomsAvoided
+    estimate: Estimate
+    no_decisions_reason: str
+
+
+def policy_figures(policy_name: str, policy: Any, record: RunRecord | None, samples: Sequence[BatchSample],
+                   start: Sequence[tuple[str, OpConfig, int]], state: RunnerState) -> PolicyFigures:
+    """The record, OOMs avoided, the estimate without trident and why no decision was made (see the module docstring)."""
     decisions = list(record.decisions) if record is not None else []
-    return build_account(policy_name, record, read_t, done_t, count_ooms_avoided(policy, decisions),
-                         estimate_without_trident(policy, start, samples, state), state.items_in / state.wall_s if state.wall_s > 0 else 0.0,
+    return PolicyFigures(policy_name, record, count_ooms_avoided(policy_name, policy, decisions),
+                         estimate_without_trident(policy_name, policy, start, samples, state),
                          why_no_decisions(policy_name, policy, record))
+
+
+def account_of_run(figures: PolicyFigures, read_t: np.ndarray, done_t: np.ndarray, state: RunnerState) -> RunAccount:
+    """The account of a finished run (see the module docstring)."""
+    return build_account(figures.policy, figures.record, read_t, done_t, figures.ooms, figures.estimate,
+                         state.items_in / state.wall_s if state.wall_s > 0 else 0.0, figures.no_decisions_reason)
 
 
 def build_account(policy_name: str, record: RunRecord | None, read_t: np.ndarray, done_t: np.ndarray, ooms: OomsAvoided, estimate: Estimate,

@@ -45,7 +45,7 @@ import ray
 from trident_flows.pipelines import finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
-from trident_flows.control.account import RunAccount, account_of_run, build_account
+from trident_flows.control.account import RunAccount, account_of_run, build_account, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.loop import ControlLoop
 from trident_flows.control.ooms_avoided import OomsAvoided
@@ -262,8 +262,9 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     if finish is not None:
         finish(final_state)  # a policy that keeps something across runs (Trident's memory) writes it now
     start = [(op.name, op.config, op.replicas) for op in spec.operators]
-    run_account = account_of_run(policy.name if policy is not None else "none", policy, loop.record if loop is not None else None,
-                                 latencies.read_t, latencies.done_t, samples, start, final_state)
+    figures = policy_figures(policy.name if policy is not None else "none", policy, loop.record if loop is not None else None, samples,
+                             start, final_state)
+    run_account = account_of_run(figures, latencies.read_t, latencies.done_t, final_state)
     timeline = out / TIMELINE_PNG
     timeline_png(run_account, list(loop.record.points) if loop is not None else [], latencies.done_t, timeline)
     run_account = run_account.with_png(str(timeline))

@@ -1,6 +1,6 @@
 """OOMs avoided: the running configurations trident moved off before they ran out of memory.
 
-Contract: ``count_ooms_avoided(policy, decisions) -> OomsAvoided`` counts the distinct (operator,
+Contract: ``count_ooms_avoided(policy_name, policy, decisions) -> OomsAvoided`` counts the distinct (operator,
 config) pairs that a memory-safety move (a ``DecisionTaken`` of kind ``memory_safety`` that landed,
 fully or in part) moved serving replicas off, leaving out every config that had itself run out of
 memory in the run (``policy.ops[name].unsafe`` holds the configs that ran out of memory, a canary's
@@ -47,12 +47,13 @@ class OomsAvoided:
     note: str
 
 
-def count_ooms_avoided(policy: Any, decisions: Sequence[DecisionTaken]) -> OomsAvoided:
+def count_ooms_avoided(policy_name: str, policy: Any, decisions: Sequence[DecisionTaken]) -> OomsAvoided:
     """The memory-safety moves off configs that had not run out of memory (see the module docstring)."""
-    name = getattr(policy, "name", "none") if policy is not None else "none"
     ops, safety = getattr(policy, "ops", None), getattr(policy, "safety", None)
+    if policy_name != "trident":
+        return OomsAvoided(None, (), f"not counted: the {policy_name} policy has no memory model (only trident keeps one)")
     if ops is None or safety is None:
-        return OomsAvoided(None, (), f"not counted: the {name} policy has no memory model (only trident keeps one)")
+        return OomsAvoided(None, (), "not counted: the trident policy was never asked, so it made no memory-safety move")
     moved = (ApplyStatus.LANDED.value, ApplyStatus.PARTIAL.value)
     found: dict[tuple[str, str], AvoidedOom] = {}
     for d in decisions:

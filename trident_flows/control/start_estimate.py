@@ -1,7 +1,7 @@
 """An ESTIMATE of the rate the starting configuration would have had over a run's items, from trident's fitted models.
 
 Contract:
-- ``estimate_without_trident(policy, start, samples, state) -> Estimate``: ``start`` is the
+- ``estimate_without_trident(policy_name, policy, start, samples, state) -> Estimate``: ``start`` is the
   configuration the run started with (per operator: name, ``OpConfig``, replicas), ``samples`` the
   run's ``BatchSample``s (the runner keeps the newest ``RunnerSettings.sample_buffer``), ``state``
   the final ``RunnerState``. Per operator, its ok samples are taken in completion order in groups
@@ -45,13 +45,13 @@ def _none(why: str) -> Estimate:
     return Estimate(None, f"no estimate: {why}")
 
 
-def estimate_without_trident(policy: Any, start: Sequence[tuple[str, OpConfig, int]], samples: Sequence[BatchSample],
+def estimate_without_trident(policy_name: str, policy: Any, start: Sequence[tuple[str, OpConfig, int]], samples: Sequence[BatchSample],
                              state: RunnerState) -> Estimate:
     """The starting configuration's estimated rate over the run's items (see the module docstring)."""
-    name = getattr(policy, "name", "none") if policy is not None else "none"
     ops = getattr(policy, "ops", None)
-    if name != "trident" or ops is None:
-        return _none(f"the {name} policy fits no throughput models (only trident does)")
+    if policy_name != "trident" or ops is None:
+        return _none(f"the {policy_name} policy fits no throughput models (only trident does)" if policy_name != "trident"
+                     else "the trident policy was never asked, so it fitted no models")
     if state.items_in <= 0:
         return _none("the run read no items")
     per_operator: dict[str, float] = {}

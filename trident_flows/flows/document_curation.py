@@ -17,9 +17,15 @@ Contract:
   (``pipelines.resume_pipeline``: the documents near-duplicate index), so it curates what one
   uninterrupted run curates.
 - A progress artifact follows the run (share of input items accounted for); a table artifact
-  summarises kept / near-duplicates / filtered / dead-lettered items and throughput. Each shard
+  summarises kept / near-duplicates / filtered / dead-lettered items and throughput; a markdown
+  artifact (``curation-<runner>-account``) gives the run's account (``control.account``: the
+  decisions with their measured effect, or why there were none, OOMs avoided, the ESTIMATE of the
+  starting configuration's rate, and the throughput timeline inlined; the PNG is also written to
+  ``OUTPUT/timeline.png``), from the figures the sidecar took at the pipeline's end (for the
+  ``static`` policy, from the run alone). Each shard
   task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary and
-  ``replicas_by_node`` (node id -> operator -> replicas that ran there), and logs it by node.
+  ``replicas_by_node`` (node id -> operator -> replicas that ran there) and the account's keys
+  (those of ``trident-flows run --summary-json``), and logs it by node.
 - Trident tunes every run unless told otherwise: the flow starts the ``trident-sidecar`` flow as its
   subflow as soon as the runner is up (in a thread of this process, ticking every ``tick_interval_s``)
   and waits for it to end once the pipeline has finished, before the runner is stopped: one
@@ -42,7 +48,7 @@ from typing import Any, Optional
 import ray
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect_ray.context import remote_options
 
 from trident_flows import ray_data
@@ -50,6 +56,8 @@ from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, Trident
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
+from trident_flows.control.account import PolicyFigures, RunAccount, account_of_run, policy_figures
+from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.launch import memory_uri, start_runner
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
@@ -129,11 +137,12 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     connection = cluster.connect(env_vars=env)
     logger.info("%s", _ray_origin(cluster, connection))
     try:
-        summary, replicas_by_node = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s, trident)
+        summary, replicas_by_node, account = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s,
+                                                     trident)
     finally:
         if connection.started_by_us:
             ray.shutdown()
-    return {**summary.to_dict(), "replicas_by_node": replicas_by_node}
+    return {**summary.to_dict(), "replicas_by_node": replicas_by_node, **account.to_dict()}
 
 
 class _Sidecar:
@@ -156,8 +165,9 @@ class _Sidecar:
                                        daemon=True)
         self.thread.start()
 
-    def join(self, timeout_s: float) -> None:
-        """Wait for the sidecar to end (it ends within a tick of the pipeline) and log how it ended."""
+    def join(self, timeout_s: float) -> Optional[PolicyFigures]:
+        """Wait for the sidecar to end (it ends within a tick of the pipeline), log how it ended and return the
+        account figures it took at the pipeline's end (None when it did not end well)."""
         logger = get_run_logger()
         self.thread.join(timeout_s)
         state = self.outcome.get("state")
@@ -169,6 +179,8 @@ class _Sidecar:
             result = state.result()
             logger.info("trident-sidecar ended with the pipeline: %d ticks, %d decisions, %d applied",
                         result["ticks"], result["decisions"], result["plans_applied"])
+            return result.get("account_figures")
+        return None
 
 
 def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
@@ -195,8 +207,8 @@ def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
 
 
 def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace: str, env: dict[str, str], max_parallel_shards: int,
-            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> tuple[CurationSummary, dict[str, dict[str, int]]]:
-    """The body of ``document_curation`` once connected to Ray: the summary and where the replicas ran."""
+            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> tuple[CurationSummary, dict[str, dict[str, int]], RunAccount]:
+    """The body of ``document_curation`` once connected to Ray: the summary, where the replicas ran and the run's account."""
     logger = get_run_logger()
     out_dir = Path(pipeline.output_location).resolve()
     spec, shards = _prepare_inputs(pipeline, out_dir)
@@ -255,13 +267,13 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         finish_pipeline(spec, out_dir)  # e.g. near-duplicates found out of order, settled in the committed output
         wall_s = time.monotonic() - start
         replicas_by_node = ray.get(runner.summary.remote())["replicas_by_node"]
+        latencies = ray.get(runner.latencies.remote())
         _log_replicas_by_node(replicas_by_node)
         update_progress_artifact(progress_id, *_progress(runner, items_in))
     finally:
         if sidecar is not None and not ray.get(runner.state.remote()).finished:
             ray.get(runner.stop.remote())  # a failed run: stopping marks it finished, which ends the sidecar
-        if sidecar is not None:
-            sidecar.join(timeout_s=trident.tick_interval_s + 120.0)
+        figures = sidecar.join(timeout_s=trident.tick_interval_s + 120.0) if sidecar is not None else None
         ray.get(runner.stop.remote())
         ray.kill(runner)
         _release_shared_state(spec)
@@ -270,10 +282,33 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     summary = summarise(str(out_dir), items_in, len(shards), wall_s)
     create_table_artifact(summary.table(), key=f"{key}-summary",
                           description=f"{spec.name} into {out_dir}: kept, removed, dead-lettered items and throughput")
+    account = _publish_account(spec, out_dir, key, final, latencies, figures, trident)
     logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.3g items/s",
                 summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
                 summary.throughput_items_per_s)
-    return summary, replicas_by_node
+    return summary, replicas_by_node, account
+
+
+def _publish_account(spec: Any, out_dir: Path, key: str, final: Any, latencies: Any, figures: Optional[PolicyFigures],
+                     trident: Optional[TridentSettingsBlock]) -> RunAccount:
+    """The run's account from the sidecar's figures (from the run alone for the static policy, or a sidecar that did not
+    see the end), its timeline written beside the output and the markdown artifact on this run."""
+    if figures is None:
+        policy = trident.policy if trident is not None else "static"
+        start = [(op.name, op.config, op.replicas) for op in spec.operators]
+        figures = policy_figures(policy, None, None, [], start, final)
+        if trident is not None:
+            get_run_logger().warning("the account has no figures of the %s policy: its sidecar did not see the pipeline's end", policy)
+    account = account_of_run(figures, latencies.read_t, latencies.done_t, final)
+    points = list(figures.record.points) if figures.record is not None else []
+    png = timeline_png(account, points, latencies.done_t, out_dir / TIMELINE_PNG)
+    account = account.with_png(str(out_dir / TIMELINE_PNG))
+    create_markdown_artifact(account.markdown(png), key=f"{key}-account",
+                             description=f"What {account.policy} did: {len(account.decisions)} decision(s), OOMs avoided, "
+                                         "the ESTIMATE of the starting configuration's rate, the throughput timeline")
+    for line in account.lines():
+        get_run_logger().info("%s", line)
+    return account
 
 
 def _log_replicas_by_node(replicas_by_node: dict[str, dict[str, int]]) -> None:

@@ -20,7 +20,11 @@ Contract:
   device, a chart of throughput and replicas over time) and the decisions table
   (``trident-decisions-<runner>``: one plain sentence per decision, figures in columns).
 - When the runner is gone or finished, the sidecar's memory actor is removed and the flow ends; on a
-  finished run the policy's ``finish(state)`` runs first (Trident writes its memory across runs).
+  finished run the policy's ``finish(state)`` runs first (Trident writes its memory across runs);
+  at the pipeline's end it also takes what only the policy can tell for the run's account
+  (``control.account.policy_figures``: its record of ticks and decisions, OOMs avoided, the
+  ESTIMATE of the starting configuration's rate, why no decision was made) and returns it as
+  ``account_figures`` (None when it did not see the end), for the curation run to publish.
 """
 
 from __future__ import annotations
@@ -34,11 +38,13 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
+from trident_flows.control.account import PolicyFigures, policy_figures
 from trident_flows.control.apply_step import tell_policy
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown
-from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, output_note_of, pull_samples, roll_out
+from trident_flows.tasks.sidecar import (make_policy_for, memory_key, observe, output_note_of, pipeline_spec_of, pull_samples,
+                                         roll_out)
 from trident_flows.tasks.sidecar_report import (PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run,
                                                 related_of)
 from trident_flows.tasks.sidecar_state import SidecarMemory, forget_memory, load_memory, save_memory
@@ -76,6 +82,7 @@ class _Tuner:
         self.applied = 0
         self._last_status = ""
         self._output_note: Optional[str] = None  # read from the runner's pipeline at the first decision
+        self.figures: Optional[PolicyFigures] = None  # taken at the pipeline's end for the run's account
 
     def tick(self) -> dict[str, Any]:
         """Observe; decide once enough samples came; roll a decision out. Returns what happened."""
@@ -96,6 +103,7 @@ class _Tuner:
             if policy is not None and hasattr(policy, "finish"):
                 policy.finish(state)  # Trident writes what this run learned to its memory across runs
             self._publish(memory, state, "The pipeline finished" + (f": {state.error}" if state.error else ""), force=True)
+            self.figures = self._figures(policy, memory, state)
             forget_memory(self.runner_name, self.namespace)
             return {"status": "finished", "items_written": state.items_written}
         page = pull_samples(self.runner_name, self.namespace, memory.cursor)
@@ -118,6 +126,7 @@ class _Tuner:
                 applied = roll_out.with_options(task_run_name=_task_run_name(decision.sentence))(
                     self.runner_name, self.namespace, plan, decision.sentence)
                 tell_policy(policy, plan, applied.outcome)  # before the policy is kept: a refused plan is not retried as new
+                memory.record.decided(state, plan, applied, decision.at, policy_reason(policy))
                 outcome = read_outcome(applied.report, applied.error)
                 self.decisions += 1
                 self.applied += outcome.status == "applied"
@@ -139,6 +148,13 @@ class _Tuner:
         memory = self._publish(memory, state, status, force=result["status"] != "unchanged")
         save_memory(self.runner_name, self.namespace, memory)
         return {**result, "samples": len(page.samples), "throughput": state.throughput, "status_sentence": status}
+
+    def _figures(self, policy: Any, memory: SidecarMemory, state: Any) -> PolicyFigures:
+        """What the policy can tell about the finished run (its runner is still up: the curation run stops it after this flow)."""
+        spec = pipeline_spec_of(self.runner_name, self.namespace)
+        samples = pull_samples(self.runner_name, self.namespace, 0).samples
+        start = [(op.name, op.config, op.replicas) for op in spec.operators]
+        return policy_figures(self.settings.policy, policy, memory.record, samples, start, state)
 
     def _publish(self, memory: SidecarMemory, state: Any, status: str, force: bool) -> SidecarMemory:
         unit = unit_of(state.pipeline)
@@ -187,4 +203,4 @@ def trident_sidecar(cluster: Optional[RayClusterBlock] = None, trident: Optional
         if connection.started_by_us:
             ray.shutdown()
     return {"status": result["status"], "ticks": ticks, "decisions": tuner.decisions, "plans_applied": tuner.applied,
-            "tuned_flow_run_id": tuned, "last": result}
+            "tuned_flow_run_id": tuned, "last": result, "account_figures": tuner.figures}

@@ -3,7 +3,7 @@
 Contract:
 - ``observe`` finds the runner by name in the Ray cluster and returns (runner id, state), or
   None when no such runner runs (or it went away mid-call); ``pull_samples`` returns the batch
-  samples after the sidecar's cursor; ``make_policy_for`` builds the configured policy once per
+  samples after the sidecar's cursor; ``pipeline_spec_of`` the PipelineSpec the runner started with; ``make_policy_for`` builds the configured policy once per
   runner and policy settings (``make_policy(name, spec=the runner's PipelineSpec, cluster=the
   cluster capped by the CPU/GPU budgets, **the other options)``).
 - These are plain functions, not Prefect task runs: a tick that only observes leaves no trace
@@ -65,12 +65,22 @@ def memory_key(rid: str, policy: str, options: dict[str, Any]) -> str:
     return f"{rid}|{policy}|{sorted(options.items())}"
 
 
+def pipeline_spec_of(runner_name: str, namespace: str) -> Any:
+    """The PipelineSpec the named runner started with."""
+    runner = _runner(runner_name, namespace)
+    if runner is None:
+        raise LookupError(f"pipeline runner {runner_name!r} disappeared from namespace {namespace!r}")
+    return ray.get(runner.pipeline_spec.remote())
+
+
 def output_note_of(runner_name: str, namespace: str) -> str:
     """The named runner's pipeline's note that outputs can differ by configuration ("" when no quality knob is tunable)."""
     from trident_flows.pipelines.quality import output_note
 
-    runner = _runner(runner_name, namespace)
-    return "" if runner is None else output_note(ray.get(runner.pipeline_spec.remote()))
+    try:
+        return output_note(pipeline_spec_of(runner_name, namespace))
+    except LookupError:
+        return ""
 
 
 # Options that cap the cluster a policy plans for rather than being options of the policy itself.

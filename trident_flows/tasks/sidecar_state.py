@@ -4,7 +4,8 @@ Contract:
 - ``SidecarMemory`` is what one sidecar remembers about one pipeline runner: which runner and
   policy settings it belongs to (``key``), the policy object itself (pickled, so the store never
   needs the policy's code; empty until the first decision builds it), the sample cursor,
-  counters, the live view's history and the ids of the artifacts it updates in place.
+  counters, the live view's history, the ``RunRecord`` of the run's account (every tick's counts,
+  every decision and its outcome) and the ids of the artifacts it updates in place.
 - ``load_memory`` / ``save_memory`` read and write it through the actor
   ``trident-sidecar-<runner_name>`` in the runner's namespace (created when missing). The actor
   outlives the flow run that created it, so a scheduled sidecar deployment (one tick per run)
@@ -15,12 +16,13 @@ No Prefect import: this is Ray code the sidecar's tasks call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import ray
 from ray import cloudpickle
 
+from trident_flows.control.run_record import RunRecord
 from trident_flows.tasks.live_view import LiveHistory
 
 
@@ -40,12 +42,14 @@ class SidecarMemory:
     view: LiveHistory = LiveHistory()
     live_artifact_id: Optional[str] = None
     decisions_artifact_id: Optional[str] = None
+    record: RunRecord = field(default_factory=RunRecord)
 
     def policy(self) -> Any | None:
         """The policy as it was after the last decision (None before the first)."""
         return cloudpickle.loads(self.policy_blob) if self.policy_blob else None
 
     def observed(self, state: Any) -> "SidecarMemory":
+        self.record.observe(state)
         return replace(self, ticks=self.ticks + 1, view=self.view.observe(state))
 
     def after_decide(self, policy: Any, cursor: int) -> "SidecarMemory":
