@@ -76,6 +76,15 @@ run_command(pipeline="rt-test", out=Path({str(tmp_path / 'out')!r}), policy="sta
     assert summary["operators"]["parse"]["replicas"] == 1 and "busy_fraction" in summary["operators"]["parse"]
     assert (tmp_path / "d.jsonl").exists()
     assert "items_written" in proc.stdout
+    # the account: a static run makes no decision and says so; it has no models to estimate from and counts no OOMs
+    assert summary["decisions"] == [] and summary["decisions_made"] == 0
+    assert summary["decisions_note"] == "no decisions: the static policy never changes the configuration"
+    assert summary["estimated_rate_without_trident"] is None
+    assert summary["estimated_rate_without_trident_note"] == "no estimate: the static policy fits no throughput models (only trident does)"
+    assert summary["ooms_avoided"] is None and summary["ooms_avoided_configs"] == []
+    assert summary["timeline_png"] == str(tmp_path / "out" / "timeline.png")
+    assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(b"\x89PNG")
+    assert "no decisions: the static policy never changes the configuration" in proc.stdout
 
 
 def test_emulated_docs_loads_the_committed_documents_profile():
@@ -115,4 +124,8 @@ def test_control_loop_applies_a_policy_plan_through_the_runner_calls(ray_cluster
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(records) == 1 and records[0]["reason"] == "scale parse" and records[0]["apply"]["ok"]
     assert [s["kind"] for s in records[0]["apply"]["steps_done"]] == ["start"]
+    (decision,) = summary.account.decisions   # the account says what the plan changed, why, and that it landed
+    assert (decision.change_text(), decision.kind, decision.reason, decision.status) == (
+        "parse 1x cpu/b8 -> 2x cpu/b8", "rebalance", "scale parse", "landed")
+    assert decision.effect is not None or decision.effect_note.startswith("not measured: only")
     assert summary.items_missing == 0 and summary.duplicate_ids == 0
