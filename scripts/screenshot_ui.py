@@ -9,8 +9,10 @@ Without ``--flow-run-id`` it records one: on a local Prefect server (started unl
 with ``trident`` settings, so the run starts its own ``trident-sidecar`` subflow. Then headless
 Chromium (Debian package ``chromium``; ``apt-get install -y chromium``) renders into ``--out-dir``:
 ``prefect-curation-run.png`` (the curation run's page), ``prefect-decisions.png`` (its
-decisions artifact: one plain sentence per decision, figures in columns) and
-``prefect-live-view.png`` (its live view: per-operator table and the throughput/replica chart).
+decisions artifact: one plain sentence per decision, figures in columns),
+``prefect-live-view.png`` (its live view: per-operator table and the throughput/replica chart) and
+``prefect-account.png`` (the run's account: decisions with their measured effect, OOMs avoided,
+the ESTIMATE of the starting configuration's rate, the timeline with the decisions marked).
 A server this script started is stopped at the end.
 """
 
@@ -64,13 +66,14 @@ def record_curation_run(args: argparse.Namespace, api_url: str) -> str:
 
 
 def _artifact_ids(flow_run_id: str) -> dict[str, str]:
-    """Ids of the curation run's trident artifacts by kind ("decisions", "live")."""
+    """Ids of the curation run's artifacts by kind: trident's ("decisions", "live") and the run's "account"."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
     ids = {kind: str(a.id) for a in artifacts for kind in ("decisions", "live") if (a.key or "").startswith(f"trident-{kind}-")}
+    ids.update({"account": str(a.id) for a in artifacts if (a.key or "").startswith("curation-") and (a.key or "").endswith("-account")})
     if "live" not in ids:
         raise RuntimeError(f"flow run {flow_run_id} has no trident live view: was it run with trident settings?")
     return ids
@@ -103,6 +106,8 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=12, help="Logical CPUs of the local Ray node.")
     parser.add_argument("--gpus", type=int, default=2, help="Logical GPUs of the local Ray node.")
     parser.add_argument("--window", default="1600,1000", help="Browser window size, WIDTH,HEIGHT.")
+    parser.add_argument("--account-window", default="1600,1800", help="Browser window size of the account page (a tall one: "
+                        "its table, then the timeline).")
     args = parser.parse_args()
 
     info = ensure_server(port=args.port, state_dir=args.state_dir)
@@ -115,6 +120,8 @@ def main() -> None:
         screenshot(f"{info.ui_url}/artifacts/artifact/{ids['live']}", args.out_dir / "prefect-live-view.png", args.window)
         if "decisions" in ids:
             screenshot(f"{info.ui_url}/artifacts/artifact/{ids['decisions']}", args.out_dir / "prefect-decisions.png", args.window)
+        if "account" in ids:
+            screenshot(f"{info.ui_url}/artifacts/artifact/{ids['account']}", args.out_dir / "prefect-account.png", args.account_window)
     finally:
         if info.started_by_us:
             stop_server(args.state_dir)

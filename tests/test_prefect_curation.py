@@ -54,6 +54,8 @@ def test_document_curation_accounts_for_every_item_and_reruns_idempotently(prefe
     assert all(t.state.is_completed() for t in shard_runs)
     artifacts = {a.key: a for a in _artifacts(flow_run_id)}
     assert artifacts["curation-curation-test-progress"].data == 100.0
+    account = artifacts["curation-curation-test-account"].data
+    assert "no decisions: the static policy never changes the configuration" in account and "data:image/png;base64," in account
     table = artifacts["curation-curation-test-summary"].data
     assert "kept" in table and "near-duplicates removed" in table
 
@@ -113,3 +115,7 @@ def test_a_pipeline_larger_than_the_cluster_is_sized_to_its_nodes(prefect_harnes
     assert node == ray_cluster.get_runtime_context().get_node_id()
     # OCR gave up replicas until the pipeline fit the node's CPUs (the other operators hold one each)
     assert ran == {"parse": 1, "ocr": TEST_CPUS - 5, "langid": 1, "quality": 1, "dedup": 1, "embed": 1}
+    # the run's account: a static run says it made no decision, and its timeline is written beside the output
+    assert summary["decisions"] == [] and summary["decisions_note"] == "no decisions: the static policy never changes the configuration"
+    assert summary["estimated_rate_without_trident"] is None and summary["timeline_png"] == str(out.resolve() / "timeline.png")
+    assert (out / "timeline.png").read_bytes().startswith(b"\x89PNG")

@@ -143,3 +143,8 @@ def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_f
     assert len(live) == 1 and "The pipeline finished" in live[0].data  # one live view, updated in place to the end
     assert len(task_runs) == result["decisions"] < result["ticks"]  # one task run per decision, none per tick
     assert load_memory("sidecar-long", NAMESPACE) is None
+    # what only the policy can tell for the curation run's account, taken at the pipeline's end
+    figures = result["account_figures"]
+    assert figures.policy == "trident" and len(figures.record.decisions) == result["decisions"]
+    assert len(figures.record.points) >= result["ticks"] and figures.record.points[-1].items_done == 600
+    assert figures.estimate.items_per_s is not None or figures.estimate.note.startswith("no estimate: ")
