@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from trident_flows.control.ooms_avoided import OomsAvoided, count_ooms_avoided
-from trident_flows.control.run_record import CountPoint, DecisionTaken, RunRecord
+from trident_flows.control.run_record import REBALANCE, CountPoint, DecisionTaken, RunRecord
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
 from trident_flows.core.state import ApplyStatus, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, PlanKind
@@ -48,7 +48,7 @@ MIN_WINDOW_S = 5.0  # a shorter window measures a batch or two, not a rate
 ROLLED_BACK = "rolled back"
 REASON_CHARS = 160  # the reason shown in a line or a table cell (the JSON keeps it whole)
 # A rollback undoes the last rollout under verification: a throughput change (trident's, or a baseline's rebalance)
-VERIFIED_KINDS = (PlanKind.THROUGHPUT.value, "rebalance")
+VERIFIED_KINDS = (PlanKind.THROUGHPUT.value, REBALANCE)
 
 
 @dataclass(frozen=True)
