@@ -12,7 +12,7 @@ from trident_flows.control.account import ROLLED_BACK, build_account, policy_fig
 from trident_flows.control.account_plot import timeline_png
 from trident_flows.control.apply_step import Applied
 from trident_flows.control.ooms_avoided import OomsAvoided, count_ooms_avoided
-from trident_flows.control.run_record import DecisionTaken, RunRecord
+from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecord
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
 from trident_flows.core.changes import OperatorChange
 from trident_flows.core.state import ApplyOutcome, ApplyReport, OperatorState, ReplicaState, RunnerState
@@ -121,6 +121,13 @@ def test_the_record_keeps_an_applied_plan_with_its_outcome_and_landing_time():
     assert taken.changes == (OperatorChange("ocr", 1, 3, "cpu/b4", "cpu/b4"),)
     refused = record.decided(state, plan, Applied(None, ApplyOutcome.refused("no room"), "RuntimeError: no room"), T0, "")
     assert (refused.status, refused.status_reason, refused.landed_at) == ("refused", "no room", None)
+
+
+def test_a_long_record_keeps_the_whole_run_at_a_coarser_resolution():
+    record = RunRecord()
+    for k in range(MAX_POINTS + 10):
+        record.observe(_state(k, {"ocr": (k, 1)}), at=T0 + k)
+    assert len(record.points) <= MAX_POINTS and record.points[0].at == T0 and record.points[-1].at == T0 + MAX_POINTS + 9
 
 
 # ------------------------------------------------------------------ the estimate without trident

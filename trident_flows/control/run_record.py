@@ -3,8 +3,9 @@
 Contract:
 - ``RunRecord.observe(state, at=None)`` keeps one ``CountPoint`` per tick: the wall-clock time
   (``time.time()`` unless ``at``), each operator's cumulative items taken and serving replicas, and
-  the input items done (written or dead-lettered). The newest ``MAX_POINTS`` are kept (a 2 s tick
-  fills them in 11 hours).
+  the input items done (written or dead-lettered). At ``MAX_POINTS`` every other point is dropped,
+  so the whole run stays covered at half the resolution (the Prefect sidecar pickles the record
+  every tick: it stays under about 200 KB).
 - ``RunRecord.decided(state, plan, applied, at, reason)`` keeps one ``DecisionTaken`` per plan a
   policy handed to the runner: when it was decided (wall clock), the plan's kind (its
   ``Rationale.kind``; ``rebalance`` for a policy that gives no rationale), what it changes against
@@ -18,7 +19,6 @@ Contract:
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from trident_flows.control.apply_step import Applied
@@ -26,7 +26,7 @@ from trident_flows.core.changes import OperatorChange, changes_of
 from trident_flows.core.state import ApplyStatus, RunnerState
 from trident_flows.core.types import OpConfig, Plan
 
-MAX_POINTS = 20000
+MAX_POINTS = 2000
 REBALANCE = "rebalance"  # the kind of a plan without a rationale (the baseline policies)
 
 
@@ -62,10 +62,12 @@ class DecisionTaken:
 class RunRecord:
     """Count points and decisions of one run (see the module docstring)."""
 
-    points: deque = field(default_factory=lambda: deque(maxlen=MAX_POINTS))
+    points: list[CountPoint] = field(default_factory=list)
     decisions: list[DecisionTaken] = field(default_factory=list)
 
     def observe(self, state: RunnerState, at: float | None = None) -> None:
+        if len(self.points) >= MAX_POINTS:
+            self.points[:] = self.points[::2]
         self.points.append(CountPoint(time.time() if at is None else at, tuple((o.name, o.items_in) for o in state.operators),
                                       tuple((o.name, sum(o.configs().values())) for o in state.operators),
                                       state.items_written + state.items_dead_lettered))
