@@ -46,7 +46,8 @@ from trident_flows.core.types import BatchSample, OpConfig, PlanKind
 WINDOW_S = 30.0     # how long before and after a change its effect is measured over
 MIN_WINDOW_S = 5.0  # a shorter window measures a batch or two, not a rate
 ROLLED_BACK = "rolled back"
-REASON_CHARS = 160  # the reason shown in a line or a table cell (the JSON keeps it whole)
+REASON_CHARS = 160  # the reason shown in a CLI line (the JSON keeps it whole)
+CELL_CHARS = 90     # the reason shown in the artifact's table, its last column (a wide table scrolls its figures away)
 # A rollback undoes the last rollout under verification: a throughput change (trident's, or a baseline's rebalance)
 VERIFIED_KINDS = (PlanKind.THROUGHPUT.value, REBALANCE)
 
@@ -155,15 +156,15 @@ class RunAccount:
                 ("OOMs avoided", "not counted" if self.ooms.count is None else str(self.ooms.count))]
         parts = [f"# What {self.policy} did in this run", "", "| figure | value |", "|---|---|"]
         parts += [f"| {k} | {v} |" for k, v in rows]
-        parts += ["", f"**Estimate without trident**: {_cell(self.estimate.note)}", "",
-                  f"**OOMs avoided** counts {_cell(self.ooms.note)}", ""]
+        ooms = f"**OOMs avoided** counts {self.ooms.note}" if self.ooms.count is not None else f"**OOMs avoided**: {self.ooms.note}"
+        parts += ["", f"**Estimate without trident**: {_cell(self.estimate.note)}", "", _cell(ooms), ""]
         if not self.decisions:
             parts += [f"**{_cell(self.decisions_note)}**", ""]
         else:
-            parts += ["| # | at (s) | change | kind | reason | status | measured effect |", "|---|---|---|---|---|---|---|"]
-            parts += [f"| {d.n} | {d.at_s:.0f} | {_cell(d.change_text())} | {d.kind} | {_cell(_short(d.reason))} | "
+            parts += ["| # | at (s) | change | status | measured effect | kind | reason |", "|---|---|---|---|---|---|---|"]
+            parts += [f"| {d.n} | {d.at_s:.0f} | {_cell(d.change_text())} | "
                       f"{d.status}{' (' + _cell(_short(d.status_reason)) + ')' if d.status_reason and d.status != 'landed' else ''} | "
-                      f"{_cell(d.effect_text())} |" for d in self.decisions]
+                      f"{_cell(d.effect_text())} | {d.kind} | {_cell(_short(d.reason, CELL_CHARS))} |" for d in self.decisions]
             parts.append("")
         if png:
             parts += [f"![throughput over the run, decisions marked](data:image/png;base64,{base64.b64encode(png).decode('ascii')})", ""]
@@ -172,9 +173,9 @@ class RunAccount:
         return "\n".join(parts)
 
 
-def _short(text: str) -> str:
+def _short(text: str, chars: int = REASON_CHARS) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+    return text if len(text) <= chars else text[:chars - 3] + "..."
 
 
 def _cell(text: str) -> str:

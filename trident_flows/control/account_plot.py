@@ -7,7 +7,8 @@ operator a decision changed (measured, from the control loop's ``CountPoint``s, 
 the run's measured mean, and the starting
 configuration's rate when the account has one, drawn dashed and labelled ESTIMATE. Bottom panel:
 each operator's serving replicas. Every decision is a vertical line where it landed (where it was
-decided when nothing changed) numbered as in the account, coloured by status. Rendered off-screen
+decided when nothing changed) numbered as in the account, coloured by status, its rolling update
+(from the decision to its last step) shaded. Rendered off-screen
 (a matplotlib ``Figure`` of its own, no pyplot state).
 """
 
@@ -62,6 +63,8 @@ def timeline_png(account: RunAccount, points: Sequence[CountPoint], done_t: np.n
         colour = STATUS_COLOURS.get(d.status, "tab:gray")
         for ax in (top, bottom):
             ax.axvline(at, color=colour, ls="--", lw=1)
+            if d.landed_s is not None and d.landed_s > d.at_s:  # the rolling update, from the decision to its last step
+                ax.axvspan(d.at_s, d.landed_s, color=colour, alpha=0.08, lw=0)
         top.annotate(f"#{d.n}", (at, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -12), textcoords="offset points",
                      color=colour, fontsize=9)
     title = (f"{account.policy}: {len(account.decisions)} decision(s)" if account.decisions
