@@ -124,7 +124,8 @@ def run(
     out: Path = typer.Option(Path("run-output"), help="Output directory (Parquet parts + dead-letter table)."),
     policy: str = typer.Option(DEFAULT_POLICY, help=f"Scheduling policy: {', '.join(available_policies())}; "
                                "static runs the pipeline as configured, never changing it."),
-    input: Optional[Path] = typer.Option(None, help="Directory of input files (documents/video pipelines)."),
+    input: Optional[str] = typer.Option(None, help="Directory of input files (documents/video pipelines); documents: also a filesystem URL "
+                                        "(s3://bucket/prefix, gs://..., any fsspec scheme), credentials from the standard places."),
     synth: Optional[int] = typer.Option(None, min=1, help="Generate this many synthetic inputs instead of reading --input."),
     regimes: Optional[str] = typer.Option(None, help="Regime schedule for --synth."),
     seed: int = typer.Option(0, help="Random seed for --synth."),
@@ -142,6 +143,11 @@ def run(
     memory: Optional[str] = typer.Option(None, help="Trident's memory of earlier runs of this pipeline, read at the start and "
                                          "written at regime ends and at the end: a path or a pyarrow filesystem URI (s3://...); "
                                          "default trident-memory/PIPELINE.json beside --out; 'off' for none."),
+    table: Optional[str] = typer.Option(None, help="documents: curate only the --input files that are new or changed since the last run "
+                                        "into this table location (directory or URL: Delta Lake tables curated/ and dead_letter/, one "
+                                        "commit per run); --out is then the run's staging area."),
+    retry_dead_letters: bool = typer.Option(False, "--retry-dead-letters", help="With --table: also retry the files dead-lettered by "
+                                            "earlier runs whose bytes did not change (default: a dead letter is retried only when its bytes change)."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
     from trident_flows.pipelines.quality import check_settings, parse_settings
@@ -152,8 +158,9 @@ def run(
         ray_data = ":" in pipeline  # MODULE:FUNCTION returning a Ray Data Dataset
         if not ray_data:
             _check_choice("pipeline", pipeline, sorted(PIPELINES))
-        if input is not None and not input.is_dir():
-            raise RuntimeConfigError(f"--input {input}: no such directory; give a directory of input files, or --synth N to generate N")
+        if input is not None and "://" not in input.removeprefix("file://") and not Path(input.removeprefix("file://")).is_dir():
+            raise RuntimeConfigError(f"--input {input}: no such directory; give a directory of input files (or, for documents, a URL "
+                                     "such as s3://bucket/prefix), or --synth N to generate N")
         try:  # refuse bad quality settings before a Ray node starts
             settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
             if ray_data and (quality or tune):
@@ -164,12 +171,20 @@ def run(
         except ValueError as exc:
             raise RuntimeConfigError(str(exc)) from None
         try:
-            run_command(pipeline=pipeline, out=out, policy=policy, input=input, synth=synth, regimes=regimes, seed=seed, cpus=cpus,
-                        gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log,
-                        console=console, quality=settings["quality"], tune=settings["tune"], restart=restart, memory=memory)
+            run_command(pipeline=pipeline, out=out, policy=policy, input=_input_arg(input), synth=synth, regimes=regimes, seed=seed,
+                        cpus=cpus, gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log,
+                        console=console, quality=settings["quality"], tune=settings["tune"], restart=restart, memory=memory, table=table,
+                        retry_dead_letters=retry_dead_letters)
         except RunInterrupted as exc:
             console.print(str(exc), soft_wrap=True)
             raise typer.Exit(130) from None
+
+
+def _input_arg(input: str | None) -> Path | str | None:
+    """``--input`` as a local ``Path``, or the URL as given."""
+    if input is None or "://" in input.removeprefix("file://"):
+        return input
+    return Path(input.removeprefix("file://"))
 
 
 @app.command("simulate")

@@ -29,6 +29,11 @@ Contract:
   A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset (``trident_flows.ray_data``): Ray
   starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
   Under trident, ``memory`` (``memory_uri``) is where its memory of earlier runs of the pipeline lives.
+  With ``table`` (the documents pipeline), or an ``input`` that is a filesystem URL, the run is a
+  corpus run (``control.corpus_run``): only new or changed files are processed (``OUT`` is its
+  staging area, cleared once published; a re-run after a kill resumes it), the near-duplicate index
+  is seeded with the table's, the result is committed to the table, and the summary adds the
+  corpus figures (``corpus_run.FIGURES``). A run with no file to process starts no Ray node.
 """
 
 from __future__ import annotations
@@ -178,6 +183,7 @@ class RunSummary:
     reaction_s_median: float | None = None
     prepositioned_moves: int | None = None
     account: RunAccount | None = None
+    corpus: dict[str, Any] = field(default_factory=dict)  # a corpus run's figures (control.corpus_run.FIGURES), top-level in to_dict
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(replace(self, account=None))
@@ -185,6 +191,7 @@ class RunSummary:
         data["apply_reports"] = list(self.apply_reports)
         if self.account is not None:
             data.update(self.account.to_dict())
+        data.update(data.pop("corpus"))
         return data
 
 
@@ -308,6 +315,8 @@ def _summary_table(summary: RunSummary) -> Any:
         if value is None and key.startswith(("memory_", "reaction_", "prepositioned_")):
             continue
         table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    for key, value in summary.corpus.items():
+        table.add_row(key, str(value))
     ops = Table(title="operators")
     for col in ("operator", "replicas", "configs", "busy", "items", "errors", "ooms"):
         ops.add_column(col)
@@ -344,10 +353,11 @@ def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) 
                                             "nothing ran: an earlier run committed every shard"))
 
 
-def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input: Path | None, synth: int | None, regimes: str | None, seed: int,
-                cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
+def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input: Path | str | None, synth: int | None, regimes: str | None,
+                seed: int, cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
-                tune: dict[str, str] | None = None, restart: bool = False, memory: str | None = None) -> RunSummary:
+                tune: dict[str, str] | None = None, restart: bool = False, memory: str | None = None, table: str | None = None,
+                retry_dead_letters: bool = False) -> RunSummary:
     """The ``trident-flows run`` command (see the module docstring). Raises ``RuntimeConfigError`` for a bad
     option (``resume.RunMismatch`` for an ``out`` holding another run) and ``resume.RunInterrupted`` (after
     shutting down) on Ctrl-C."""
@@ -357,34 +367,48 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
         raise RuntimeConfigError(f"--address {address} is not allowed ('auto' may attach to a stranger's cluster): give HOST:PORT "
                                  "of your cluster, or leave --address out to start a local Ray node")
     ray_data = ":" in pipeline  # MODULE:FUNCTION returning a user's Ray Data Dataset
+    corpus = _corpus_run(pipeline, input, table, out, retry_dead_letters, quality, tune, console)
     try:  # options are checked (and a registry pipeline built) before Ray starts
         make_policy(policy)
-        spec = None if ray_data else build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes,
-                                                    work_dir=out / "_inputs", quality=quality, tune=tune)
+        spec = (corpus.spec if corpus is not None else None if ray_data else
+                build_pipeline(pipeline, input=input, synth=synth, seed=seed, regimes=regimes, work_dir=out / "_inputs", quality=quality,
+                               tune=tune))
     except (ValueError, FileNotFoundError) as exc:
         raise RuntimeConfigError(str(exc)) from None
     if address:
         _check_reachable(address)
-    opened = None if spec is None else _open_run(spec, out, restart, console)  # another run in --out is refused before Ray starts
+    # another run in --out is refused before Ray starts; a corpus run's --out is its staging area, replaced by a new night's work
+    opened = None if spec is None else _open_run(spec, out, restart, console, "restart" if corpus is not None and corpus.table is not None else "refuse")
     with resume_mod.stop_on_first_interrupt(console.print):
         try:
-            _start_ray(address, cpus, gpus, console)
-            try:
-                if spec is None:  # Ray Data reads the user's input, so its pipeline is built once Ray is up
-                    from trident_flows.ray_data import prepare_target
+            if corpus is not None and not corpus.work.items:
+                summary = _committed_summary(spec.name, policy, opened[1])  # nothing new: no Ray node to start
+                if corpus.table is not None:
+                    summary = replace(summary, corpus=corpus.publish(out, summary))
+            else:
+                _start_ray(address, cpus, gpus, console)
+                try:
+                    if spec is None:  # Ray Data reads the user's input, so its pipeline is built once Ray is up
+                        from trident_flows.ray_data import prepare_target
 
-                    spec = prepare_target(pipeline, out / "_inputs", input=input, synth=synth, seed=seed, regimes=regimes)
-                    opened = _open_run(spec, out, restart, console)
-                shards, plan = opened
-                summary = (_run_resumable(spec, shards, plan, out=out, policy=policy, tick_s=tick_s, decision_log=decision_log,
-                                          console=console, memory=memory_uri(memory, out, spec.name) if policy == "trident" else None)
-                           if plan.pending else _committed_summary(spec.name, policy, plan))
-                if ray_data:
-                    from trident_flows.ray_data import publish
+                        spec = prepare_target(pipeline, out / "_inputs", input=input, synth=synth, seed=seed, regimes=regimes)
+                        opened = _open_run(spec, out, restart, console)
+                    if corpus is not None:
+                        corpus.seed()
+                    shards, plan = opened
+                    summary = (_run_resumable(spec, shards, plan, out=out, policy=policy, tick_s=tick_s, decision_log=decision_log,
+                                              console=console, memory=memory_uri(memory, out, spec.name) if policy == "trident" else None)
+                               if plan.pending else _committed_summary(spec.name, policy, plan))
+                    if ray_data:
+                        from trident_flows.ray_data import publish
 
-                    console.print(f"Ray Data output: {publish(out)['rows']} rows in {out / 'dataset'}")
-            finally:
-                ray.shutdown()
+                        console.print(f"Ray Data output: {publish(out)['rows']} rows in {out / 'dataset'}")
+                    if corpus is not None and corpus.table is not None and not summary.error:
+                        summary = replace(summary, corpus=corpus.publish(out, summary))
+                    elif corpus is not None:
+                        summary = replace(summary, corpus=corpus.figures())
+                finally:
+                    ray.shutdown()
         except KeyboardInterrupt:
             raise resume_mod.RunInterrupted(resume_mod.interrupted_message(out)) from None
     for table in _summary_table(summary):
@@ -405,11 +429,34 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
     return summary
 
 
-def _open_run(spec: PipelineSpec, out: Path, restart: bool, console: Any) -> tuple[Any, resume_mod.ResumePlan]:
+def _corpus_run(pipeline: str, input: Path | str | None, table: str | None, out: Path, retry_dead_letters: bool,
+                quality: dict[str, str] | None, tune: dict[str, str] | None, console: Any) -> Any:
+    """The ``CorpusRun`` of a run with ``table`` or a URL ``input`` (None for any other run); its options checked."""
+    url = input is not None and "://" in str(input) and not str(input).startswith("file://")
+    if table is None and not url:
+        if retry_dead_letters:
+            raise RuntimeConfigError("--retry-dead-letters retries the files a --table remembers as dead-lettered; add --table TABLE_URI")
+        return None
+    if pipeline != "documents":
+        raise RuntimeConfigError(f"--table and URL inputs are for the documents pipeline; {pipeline!r} reads a local --input directory")
+    if input is None:
+        raise RuntimeConfigError("--table needs --input DIR_OR_URL: the directory or URL where the documents land")
+    from trident_flows.control.corpus_run import CorpusRun
+
+    corpus = CorpusRun.prepare(input, table, out, retry_dead_letters, quality=quality, tune=tune)
+    counts = corpus.work.counts()
+    console.print(f"{corpus.source.uri}: {counts['files_new']} new, {counts['files_changed']} changed, {counts['files_unchanged']} unchanged, "
+                  f"{counts['files_deleted']} deleted, {counts['files_retried']} dead letters retried, {counts['files_requeued']} requeued"
+                  + (f"; table {table} at version {corpus.version}" if table is not None else ""), soft_wrap=True, highlight=False)
+    return corpus
+
+
+def _open_run(spec: PipelineSpec, out: Path, restart: bool, console: Any,
+              on_mismatch: str = "refuse") -> tuple[Any, resume_mod.ResumePlan]:
     """Cut the input into shards and prepare ``out`` for them (resume, restart, or refuse another run)."""
     rows = list(spec.source())
     shards = resume_mod.plan_shards(rows, resume_mod.default_shard_size(len(rows)))
-    plan = resume_mod.open_run(out, spec.name, shards, restart=restart)
+    plan = resume_mod.open_run(out, spec.name, shards, restart=restart, on_mismatch=on_mismatch)
     if plan.message():
         console.print(plan.message())
     return shards, plan

@@ -21,7 +21,13 @@ Contract:
   committed original and the rule's answer over the index (the committed original was a match
   in the earlier run, and it reaches dedup again since it is in the same input). A seeded
   document revised later (a smaller-id match arrives) is in ``revisions()`` like any other;
-  ``documents.resume_run`` seeds the index from a run's committed shards.
+  ``documents.resume_run`` seeds the index from a run's committed shards. With
+  ``trust_committed=False`` (documents curated by earlier runs of a corpus, whose originals need not
+  reach dedup again) a seeded document's answer is the rule's alone; ``revisions()`` still compares
+  it with the answer its row holds.
+- ``signatures()`` returns every document in the index, in id order, with its MinHash values and
+  current answer: the index a later run of the same corpus is seeded with
+  (``corpus.near_dup_store``).
 - What can still differ between two runs over the same documents: nothing in the output once
   ``finish_run`` has run, a resumed run included (its index seeded from the committed shards). Before it (while a run is going, or when a run dies before its end) a
   document whose smaller-id near-duplicate has not arrived yet is in the output as kept; it was
@@ -68,19 +74,27 @@ class LshIndex:
         with self._lock:
             return [self._insert(key, values, committed=None) for key, values in items]
 
-    def seed(self, items: Sequence[tuple[str, np.ndarray, str]]) -> int:
+    def seed(self, items: Sequence[tuple[str, np.ndarray, str]], trust_committed: bool = True) -> int:
         """Insert documents an earlier run committed, with the answer their output holds ("" = kept);
         returns how many were new to the index."""
         with self._lock:
             new = [(key, values, committed) for key, values, committed in sorted(items, key=lambda item: item[0])
                    if key not in self._answers]
             for key, values, committed in new:
-                self._insert(key, values, committed=committed)
+                self._insert(key, values, committed=committed, trust=trust_committed)
             return len(new)
 
-    def _insert(self, key: str, values: np.ndarray, committed: str | None) -> str:
+    def signatures(self) -> tuple[list[str], np.ndarray, list[str]]:
+        """Ids in order, their MinHash values (one row each) and current answers."""
+        with self._lock:
+            ids = sorted(self._hashes)
+            values = np.stack([self._hashes[k] for k in ids]) if ids else np.zeros((0, self.num_perm), dtype=np.uint64)
+            return ids, values, [self._answers[k] for k in ids]
+
+    def _insert(self, key: str, values: np.ndarray, committed: str | None, trust: bool = True) -> str:
         """The answer for ``key``, inserting it first when new (``committed``: the answer of a seeded
-        document's committed row, which bounds its answer; None for a document being decided now)."""
+        document's committed row, which bounds its answer when ``trust``; None for a document being
+        decided now)."""
         from datasketch import MinHash
 
         values = np.asarray(values, dtype=np.uint64)
@@ -90,7 +104,7 @@ class LshIndex:
             signature = MinHash(num_perm=self.num_perm, hashvalues=values, scheme=MINHASH_SCHEME)
             matches = sorted(c for c in self._lsh.query(signature) if float(np.mean(self._hashes[c] == values)) >= self.threshold)
             answer = next((c for c in matches if c < key), "")
-            if committed and (not answer or committed < answer):
+            if trust and committed and (not answer or committed < answer):
                 answer = committed
             self._answers[key] = answer
             self._given[key] = answer if committed is None else committed
@@ -113,9 +127,11 @@ class LshIndex:
 class IndexHandle(Protocol):
     def check_and_insert(self, items: Sequence[tuple[str, np.ndarray]]) -> list[str]: ...
 
-    def seed(self, items: Sequence[tuple[str, np.ndarray, str]]) -> int: ...
+    def seed(self, items: Sequence[tuple[str, np.ndarray, str]], trust_committed: bool = True) -> int: ...
 
     def revisions(self) -> dict[str, str]: ...
+
+    def signatures(self) -> tuple[list[str], np.ndarray, list[str]]: ...
 
 
 class _ActorHandle:
@@ -127,15 +143,20 @@ class _ActorHandle:
 
         return ray.get(self._actor.check_and_insert.remote(list(items)))
 
-    def seed(self, items: Sequence[tuple[str, np.ndarray, str]]) -> int:
+    def seed(self, items: Sequence[tuple[str, np.ndarray, str]], trust_committed: bool = True) -> int:
         import ray
 
-        return ray.get(self._actor.seed.remote(list(items)))
+        return ray.get(self._actor.seed.remote(list(items), trust_committed))
 
     def revisions(self) -> dict[str, str]:
         import ray
 
         return ray.get(self._actor.revisions.remote())
+
+    def signatures(self) -> tuple[list[str], np.ndarray, list[str]]:
+        import ray
+
+        return ray.get(self._actor.signatures.remote())
 
 
 _LOCAL: dict[str, LshIndex] = {}

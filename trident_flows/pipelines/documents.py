@@ -642,6 +642,11 @@ def build(*, input: Path | None = None, synth: int | None = None, seed: int = 0,
         rows = pdf_rows(synth_corpus(Path(work_dir), synth, seed, regimes))
     else:
         raise ValueError("the documents pipeline needs input=<directory of PDFs> or synth=<number of documents>")
+    return build_rows(rows, quality=quality, tune=tune)
+
+
+def build_rows(rows: list[dict[str, Any]], *, quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None) -> PipelineSpec:
+    """The document pipeline over given input rows (``id``, ``path`` of a local PDF), e.g. a corpus run's new files."""
     index_name = f"docs-{uuid.uuid4().hex[:12]}"
 
     def source() -> Iterator[dict[str, Any]]:
@@ -664,45 +669,64 @@ def dedup_index_name(spec: PipelineSpec) -> str:
 _AFTER_DEDUP = ("chunks", "embeddings", *(f"cfg_embed_{k}" for k in ("chunk_words", "model")))
 
 
+def dedup_settings(spec: PipelineSpec) -> tuple[float, int]:
+    """The dedup operator's ``threshold`` and ``num_perm`` in a built spec."""
+    dedup = spec.operator("dedup")
+    knobs = {k.name: k.default for k in NearDuplicates.QUALITY_KNOBS}
+    knobs.update({k: v for k, v in dedup.params.items() if k in knobs})
+    return float(knobs["threshold"]), int(knobs["num_perm"])
+
+
+def dedup_index(spec: PipelineSpec) -> Any:
+    """The handle of a built spec's shared near-duplicate index (doc_dedup.shared_index)."""
+    from trident_flows.pipelines.doc_dedup import shared_index
+
+    return shared_index(dedup_index_name(spec), *dedup_settings(spec))
+
+
+def apply_revisions(table: Any, revisions: Mapping[str, str]) -> tuple[Any, int]:
+    """``table`` (Arrow, output rows) with the rows of ``revisions``' ids marked ``_drop = "duplicate-of:<id>"``,
+    ``duplicate_of`` set and their embedding columns cleared (what an in-order run writes); and how many rows changed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = table.column(ID).to_pylist()
+    if not any(i in revisions for i in ids):
+        return table, 0
+    mask = pa.array([i in revisions for i in ids])
+    replace = {DROP: [f"duplicate-of:{revisions[i]}" if i in revisions else None for i in ids],
+               "duplicate_of": [revisions.get(i) for i in ids]}
+    for name, values in replace.items():
+        column = pa.array(values, pa.string())
+        old = table.column(name).cast(pa.string()) if name in table.column_names else pa.nulls(len(ids), pa.string())
+        merged = pc.if_else(mask, column, old)
+        table = table.set_column(table.column_names.index(name), name, merged) if name in table.column_names else table.append_column(name, merged)
+    for name in (c for c in _AFTER_DEDUP if c in table.column_names):
+        column = table.column(name)
+        table = table.set_column(table.column_names.index(name), name, pc.if_else(mask, pa.nulls(len(ids), column.type), column))
+    return table, int(sum(mask.to_pylist()))
+
+
 def finish_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
     """Apply the dedup index's revisions to a finished run's committed output (see doc_dedup).
 
     A document kept while streaming whose smaller-id near-duplicate arrived later is marked
     ``_drop = "duplicate-of:<id>"`` with ``duplicate_of`` set, and its embedding columns are
-    cleared, so the data table is what an in-order run writes. Each changed shard file is
-    rewritten atomically. Returns ``{"revised": ids revised, "rows_changed": rows rewritten}``.
+    cleared, so the data table is what an in-order run writes (``apply_revisions``). Each changed
+    shard file is rewritten atomically. Returns ``{"revised": ids revised, "rows_changed": rows rewritten}``.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from trident_flows.pipelines.doc_dedup import shared_index
-
-    dedup = spec.operator("dedup")
-    knobs = {k.name: k.default for k in NearDuplicates.QUALITY_KNOBS}
-    knobs.update({k: v for k, v in dedup.params.items() if k in knobs})
-    revisions = shared_index(str(dedup.params["index_name"]), float(knobs["threshold"]), int(knobs["num_perm"])).revisions()
+    revisions = dedup_index(spec).revisions()
     changed = 0
     for path in sorted((Path(out_dir) / "data").glob("*.parquet")) if revisions else []:
-        table = pq.read_table(path)
-        ids = table.column(ID).to_pylist()
-        if not any(i in revisions for i in ids):
+        table, rows = apply_revisions(pq.read_table(path), revisions)
+        if not rows:
             continue
-        mask = pa.array([i in revisions for i in ids])
-        replace = {DROP: [f"duplicate-of:{revisions[i]}" if i in revisions else None for i in ids],
-                   "duplicate_of": [revisions.get(i) for i in ids]}
-        for name, values in replace.items():
-            column = pa.array(values, pa.string())
-            old = table.column(name).cast(pa.string()) if name in table.column_names else pa.nulls(len(ids), pa.string())
-            merged = pc.if_else(mask, column, old)
-            table = table.set_column(table.column_names.index(name), name, merged) if name in table.column_names else table.append_column(name, merged)
-        for name in (c for c in _AFTER_DEDUP if c in table.column_names):
-            column = table.column(name)
-            table = table.set_column(table.column_names.index(name), name, pc.if_else(mask, pa.nulls(len(ids), column.type), column))
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, path)
-        changed += int(sum(mask.to_pylist()))
+        changed += rows
     return {"revised": len(revisions), "rows_changed": changed}
 
 
@@ -749,13 +773,8 @@ def resume_run(spec: PipelineSpec, out_dir: Path) -> dict[str, int]:
     Returns ``{"seeded": documents inserted, "reparsed": documents read again}``."""
     import pyarrow.parquet as pq
 
-    from trident_flows.pipelines.doc_dedup import shared_index
-
-    dedup = spec.operator("dedup")
-    knobs = {k.name: k.default for k in NearDuplicates.QUALITY_KNOBS}
-    knobs.update({k: v for k, v in dedup.params.items() if k in knobs})
-    num_perm = int(knobs["num_perm"])
-    index = shared_index(str(dedup.params["index_name"]), float(knobs["threshold"]), num_perm)
+    num_perm = dedup_settings(spec)[1]
+    index = dedup_index(spec)
     seeded = 0
     for path in sorted((Path(out_dir) / "data").glob("*.parquet")):
         names = set(pq.read_schema(path).names)

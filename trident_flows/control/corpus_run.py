@@ -1,0 +1,179 @@
+"""A run over a growing corpus: ``trident-flows run documents --input DIR_OR_URL [--table TABLE_URI]``
+and the ``document-curation`` flow with a ``table``.
+
+Contract:
+- ``CorpusRun.prepare(input, table, out, retry_dead_letters)``, before Ray starts: opens the input
+  (``corpus.location``: a directory or any filesystem URL) and, with a table, the table location,
+  its version, the manifest and the near-duplicate index of that version; plans the work
+  (``corpus.work.plan_work``: new, changed, retried and requeued files, copied under
+  ``OUT/_inputs/corpus``). Without a table every listed file is new (a URL input curated into
+  ``OUT`` like a directory). A bad location or setting raises ``RuntimeConfigError`` saying what
+  to change. ``spec`` is the documents pipeline over the work's rows (``id`` = the path relative
+  to the input root).
+- ``seed()``, once Ray is up and before the pipeline's runner starts: the run's near-duplicate index
+  gets every document of the table's index except those this run processes again, each with the
+  answer its row holds (not trusted: the rule decides it anew), so the run decides as one run over
+  every night's files would (doc_dedup).
+- ``publish(out, summary, flow_run_id)``, once the run has ended (its near-duplicate marks settled
+  by ``finish_run``) and while Ray is still up: the rows the run committed in ``OUT`` plus the
+  earlier rows the index revised (an earlier document that near-duplicates a smaller-id new one:
+  ``documents.apply_revisions``) go to the table in one commit (``corpus.table``), after the next
+  manifest (with each processed file's outcome) and the index are written for that version
+  (``corpus.sidecar``). A row's ``path`` is the source file's URL. The commit's metadata holds the flow run id, the counts and the trident
+  decisions. Then ``OUT``'s run files and the cached copies are removed: the table is the output.
+  Returns the run's corpus figures (``FIGURES``), ``table_version`` included.
+- ``figures()`` are the same figures before anything is committed (``table_version`` the table's
+  current version): the summary of a run that had nothing to publish.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trident_flows.core.state import RuntimeConfigError
+from trident_flows.corpus import manifest, near_dup_store, sidecar
+from trident_flows.corpus.location import Location, LocationError, open_location
+from trident_flows.corpus.near_dup_store import IndexSnapshot
+from trident_flows.corpus.table import CorpusTable
+from trident_flows.corpus.work import Work, plan_work
+from trident_flows.pipelines import documents
+from trident_flows.runtime.resume import clear_run
+from trident_flows.runtime.spec import DROP, ID, PipelineSpec
+
+CACHE = Path("_inputs") / "corpus"
+FIGURES = ("files_new", "files_changed", "files_unchanged", "files_deleted", "files_retried", "files_requeued",
+           "near_duplicates_of_earlier_runs", "earlier_rows_revised", "table_version")
+NEAR_DUPLICATE = "duplicate-of:"
+
+
+def _outcome(drop: str | None) -> str:
+    if not drop:
+        return manifest.KEPT
+    return manifest.NEAR_DUPLICATE if drop.startswith(NEAR_DUPLICATE) else manifest.FILTERED
+
+
+def _read_parts(folder: Path) -> pa.Table | None:
+    parts = [pq.read_table(p) for p in sorted(folder.glob("*.parquet"))] if folder.exists() else []
+    return pa.concat_tables(parts, promote_options="permissive") if parts else None
+
+
+@dataclass
+class CorpusRun:
+    source: Location
+    table: CorpusTable | None
+    version: int | None
+    snapshot: IndexSnapshot | None
+    work: Work
+    spec: PipelineSpec
+    cache: Path
+
+    @staticmethod
+    def prepare(input: str | Path, table: str | None, out: Path, retry_dead_letters: bool = False,
+                quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None) -> "CorpusRun":
+        try:
+            source = open_location(input)
+            corpus = CorpusTable(open_location(table)) if table is not None else None
+            version = corpus.version() if corpus is not None else None
+            previous = sidecar.read(corpus.location, "manifest", version) if corpus is not None else None
+            snapshot = near_dup_store.load(corpus.location, version) if corpus is not None else None
+            cache = Path(out) / CACHE
+            originals = {k: v for k, v in zip(snapshot.ids, snapshot.duplicate_of) if v} if snapshot is not None else {}
+            work = plan_work(source, previous if previous is not None else manifest.empty(), cache, retry_dead_letters, originals)
+            spec = documents.build_rows(work.rows(), quality=quality, tune=tune)
+            if snapshot is not None:
+                snapshot.check_settings(*documents.dedup_settings(spec))
+        except (LocationError, sidecar.SidecarMissing, ValueError) as exc:
+            raise RuntimeConfigError(str(exc)) from None
+        return CorpusRun(source, corpus, version, snapshot, work, spec, cache)
+
+    def _earlier(self) -> set[str]:
+        """Ids of the table's index that this run does not process again."""
+        if self.snapshot is None:
+            return set()
+        return set(self.snapshot.ids) - set(self.work.hashes())
+
+    def seed(self) -> int:
+        """Seed the run's near-duplicate index with the earlier documents (see the module docstring)."""
+        if self.snapshot is None or not self.work.items:
+            return 0
+        earlier = self._earlier()
+        items = [(key, self.snapshot.values[k], given) for k, (key, given) in enumerate(zip(self.snapshot.ids, self.snapshot.duplicate_of))
+                 if key in earlier]
+        return documents.dedup_index(self.spec).seed(items, trust_committed=False) if items else 0
+
+    def figures(self, near_duplicates: int = 0, revised: int = 0, version: int | None = None) -> dict[str, Any]:
+        return {**self.work.counts(), "near_duplicates_of_earlier_runs": near_duplicates, "earlier_rows_revised": revised,
+                "table_version": version if version is not None else self.version}
+
+    def _revised_rows(self, revisions: Mapping[str, str]) -> pa.Table | None:
+        """The table's rows of ``revisions``' ids, with the revised near-duplicate marks."""
+        if not revisions or self.table is None:
+            return None
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable
+
+        rows = DeltaTable(self.table.curated_uri).to_pyarrow_dataset().to_table(filter=pc.is_in(ds.field(ID), pa.array(sorted(revisions))))
+        rows, _ = documents.apply_revisions(rows.drop_columns(["table_version", "run_id"]), revisions)
+        return rows
+
+    def publish(self, out: Path, summary: Any, flow_run_id: str = "") -> dict[str, Any]:
+        """Commit the run to the table (see the module docstring); returns the figures."""
+        if self.table is None:
+            raise ValueError("publish needs a table: this run was prepared without --table")
+        run_id = uuid.uuid4().hex
+        data = _read_parts(Path(out) / "data")
+        dead = _read_parts(Path(out) / "dead_letter")
+        data = data if data is not None else pa.table({ID: pa.array([], pa.string())})
+        dead = dead if dead is not None else pa.table({ID: pa.array([], pa.string())})
+        hashes = self.work.hashes()
+        earlier = self._earlier()
+        if self.work.items:
+            index = documents.dedup_index(self.spec)
+            revisions = {k: v for k, v in index.revisions().items() if k in earlier}
+            ids, values, answers = index.signatures()
+            snapshot = IndexSnapshot(tuple(ids), values, tuple(answers), *documents.dedup_settings(self.spec))
+        else:
+            revisions = {}
+            threshold, num_perm = documents.dedup_settings(self.spec)
+            snapshot = self.snapshot or IndexSnapshot((), np.zeros((0, num_perm), np.uint64), (), threshold, num_perm)
+        if any(not answer for answer in revisions.values()):
+            raise RuntimeError(f"an earlier near-duplicate would become kept without being curated again: {revisions}")
+        own = data.append_column("content_sha256", pa.array([hashes.get(i) for i in data[ID].to_pylist()], pa.string()))
+        if "path" in own.column_names:  # the source file's URL, not the run's cached copy
+            own = own.set_column(own.column_names.index("path"), "path",
+                                 pa.array([self.source.uri_of(i) for i in own[ID].to_pylist()], pa.string()))
+        parts = [own]
+        revised = self._revised_rows(revisions)
+        if revised is not None:
+            parts.append(revised)
+        rows = pa.concat_tables(parts, promote_options="permissive")
+        rows = rows.append_column("run_id", pa.array([run_id] * rows.num_rows, pa.string()))
+        dead = dead.append_column("content_sha256", pa.array([hashes.get(i) for i in dead[ID].to_pylist()], pa.string()))
+        dead = dead.append_column("run_id", pa.array([run_id] * dead.num_rows, pa.string()))
+        drops = data[DROP].to_pylist() if DROP in data.column_names else [None] * data.num_rows
+        outcomes = {i: _outcome(d) for i, d in zip(data[ID].to_pylist(), drops)}
+        duplicate_of = data["duplicate_of"].to_pylist() if "duplicate_of" in data.column_names else [None] * data.num_rows
+        near_duplicates = sum(1 for original in duplicate_of if original and original in earlier)
+        version = (self.version or 0) + 1
+        sidecar.write(self.table.location, "manifest", version, self.work.next_manifest(outcomes, datetime.now(timezone.utc)))
+        near_dup_store.save(self.table.location, version, snapshot)
+        figures = self.figures(near_duplicates, len(revisions), version)
+        decisions = {"decisions": summary.decisions, "reconfigurations": summary.reconfigurations, "policy": summary.policy,
+                     "plans": [r.get("reason", "") for r in summary.apply_reports]}
+        counts = {**{k: v for k, v in figures.items() if k != "table_version"}, "items_written": summary.items_written,
+                  "items_dead_lettered": summary.items_dead_lettered, "items_dropped": summary.items_dropped}
+        self.table.commit(rows, dead, {"trident.run_id": run_id, "trident.flow_run_id": flow_run_id, "trident.counts": counts,
+                                                   "trident.decisions": decisions, "trident.input": self.source.uri})
+        clear_run(out)
+        shutil.rmtree(self.cache, ignore_errors=True)
+        return figures

@@ -1,0 +1,111 @@
+"""A place documents land or a table lives: a local directory or any filesystem URL.
+
+Contract:
+- ``open_location(uri)`` takes a local path, a ``file://`` URL, or a URL of any filesystem pyarrow
+  opens itself (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``) or through fsspec (every other
+  scheme of an installed fsspec implementation). Credentials come from the standard places of that
+  filesystem (for S3 the AWS chain: environment, ``~/.aws``, instance role; ``AWS_ENDPOINT_URL``
+  for an S3-compatible server). An unknown scheme or an unreachable location raises
+  ``LocationError`` naming the URI and what to change; nothing is created by opening.
+- ``Location.list_files(suffix)`` lists every file under the root whose name ends with ``suffix``
+  (case-insensitive), recursively, as an Arrow table ``path`` (relative to the root, ``/``
+  separated, sorted), ``size``, ``mtime_ns`` (0 where the filesystem gives none).
+- ``read_bytes(rel)``, ``write_bytes(rel, data)`` (whole-object write: a temporary name then a
+  move on a local disk, one PUT on an object store, so a reader never sees half a file),
+  ``exists(rel)`` and ``uri_of(rel)`` (the URL of a path under the root, for other libraries).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+
+class LocationError(ValueError):
+    """A location that cannot be opened or read; the message names it and what to change."""
+
+
+def _is_url(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A filesystem and a root directory on it (see the module docstring)."""
+
+    uri: str
+    fs: pafs.FileSystem
+    root: str
+
+    def _full(self, rel: str) -> str:
+        return f"{self.root.rstrip('/')}/{rel}" if rel else self.root
+
+    def uri_of(self, rel: str) -> str:
+        """The URL (or local path) of ``rel`` under the root."""
+        return f"{self.uri.rstrip('/')}/{rel}" if rel else self.uri
+
+    def list_files(self, suffix: str) -> pa.Table:
+        """Every file under the root ending with ``suffix``: ``path`` (relative), ``size``, ``mtime_ns``."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=False))
+        except FileNotFoundError:
+            raise LocationError(f"input {self.uri}: no such directory or bucket prefix; give the directory (or URL) where the "
+                                "documents land") from None
+        except OSError as exc:
+            raise LocationError(f"input {self.uri}: cannot list it ({exc}); check the URL and the credentials "
+                                "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, AWS_ENDPOINT_URL for an S3-compatible server)") from None
+        prefix = self.root.rstrip("/") + "/"
+        wanted = suffix.lower()
+        files = sorted((i.path[len(prefix):] if i.path.startswith(prefix) else i.path, i.size, i.mtime_ns or 0)
+                       for i in infos if i.type == pafs.FileType.File and i.path.lower().endswith(wanted))
+        return pa.table({"path": pa.array([f[0] for f in files], pa.string()), "size": pa.array([f[1] for f in files], pa.int64()),
+                         "mtime_ns": pa.array([f[2] for f in files], pa.int64())})
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self._full(rel)) as stream:
+            return stream.read()
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self._full(rel)).type == pafs.FileType.File
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``rel`` whole (see the module docstring)."""
+        full = self._full(rel)
+        self.fs.create_dir(full.rpartition("/")[0], recursive=True)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            tmp = f"{full.rpartition('/')[0]}/.{full.rpartition('/')[2]}.{uuid.uuid4().hex}.tmp"
+            with self.fs.open_output_stream(tmp) as stream:
+                stream.write(data)
+            self.fs.move(tmp, full)
+            return
+        with self.fs.open_output_stream(full) as stream:
+            stream.write(data)
+
+
+def open_location(uri: str | Path) -> Location:
+    """Open ``uri`` (see the module docstring)."""
+    text = str(uri).strip()
+    if not text:
+        raise LocationError("empty location: give a directory or a filesystem URL such as s3://bucket/prefix")
+    if not _is_url(text):
+        path = Path(text.removeprefix("file://")).expanduser().resolve()
+        return Location(str(path), pafs.LocalFileSystem(), str(path))
+    try:
+        fs, root = pafs.FileSystem.from_uri(text)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        try:
+            import fsspec
+            from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+            spec_fs, root = fsspec.core.url_to_fs(text)
+        except (ImportError, ValueError) as exc:
+            raise LocationError(f"{text}: no filesystem for this URL scheme ({exc}); give a local directory, an s3:// or gs:// URL, "
+                                "or install the fsspec implementation of that scheme") from None
+        fs = PyFileSystem(FSSpecHandler(spec_fs))
+    except OSError as exc:
+        raise LocationError(f"{text}: cannot open it ({exc}); check the URL and the credentials") from None
+    return Location(text.rstrip("/"), fs, root.rstrip("/"))
