@@ -20,4 +20,5 @@ BENCHMARKS: dict[str, str] = {
     "dataplane": "trident_flows.bench.dataplane",
     "rollout-latency": "trident_flows.bench.rollout_latency",
     "warm-start": "trident_flows.bench.warm_start",
+    "manifest": "trident_flows.bench.manifest",
 }

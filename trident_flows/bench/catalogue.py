@@ -144,6 +144,10 @@ CATALOGUE: dict[str, Benchmark] = {
     "dataplane": Benchmark(
         "What does moving large intermediates between operators cost this runtime's runner, against plain Ray Data?",
         (f"{_B}/dataplane.py", f"{_B}/overhead.py", f"{_B}/local_ray.py", *_LIVE)),
+    "manifest": Benchmark(
+        "How long, and how much memory, does a corpus run take to list a 100,000-file input and diff it against its manifest?",
+        (f"{_B}/manifest.py", f"{_PKG}/corpus/location.py", f"{_PKG}/corpus/manifest.py", f"{_PKG}/corpus/sidecar.py"),
+        headline=("total_s", "peak_rss_mb")),
     "rollout-latency": Benchmark(
         "Does an item's end-to-end latency (read at the source to done at the sink) stay as low while trident's rolling "
         "updates start and retire replicas as in steady state?",
