@@ -19,7 +19,7 @@ fi
 # project's machines; a torch left to a resolver (a model package requires one) would be a
 # multi-GB CUDA build.
 "$venv/bin/python" -m pip install -q -c "$lock" torch
-"$venv/bin/python" -m pip install -q -c "$lock" -e ".[models,test,bench]"
+"$venv/bin/python" -m pip install -q -c "$lock" -e ".[models,test,bench,corpus]"
 # rapidocr-onnxruntime depends on the GUI build of OpenCV, which overwrites the headless one
 # (and needs X libraries this kind of machine lacks). Keep exactly one, headless, build.
 if "$venv/bin/python" -m pip show -q opencv-python >/dev/null 2>&1; then

@@ -80,9 +80,14 @@ def _arrow_schema(table: Any) -> pa.Schema:
 
 
 class CorpusTable:
-    """The two tables of a corpus (see the module docstring)."""
+    """The two tables of a corpus (see the module docstring). Needs the ``corpus`` extra (deltalake):
+    without it, construction raises ``ValueError`` saying what to install."""
 
     def __init__(self, location: Location) -> None:
+        try:
+            import deltalake  # noqa: F401
+        except ImportError:
+            raise ValueError("a corpus table needs the deltalake package: pip install 'trident-flows[corpus]'") from None
         self.location = location
         self.curated_uri = location.uri_of(CURATED)
         self.dead_uri = location.uri_of(DEAD_LETTER)
