@@ -64,10 +64,21 @@ def test_pipeline_settings_paths_and_options(tmp_path):
     assert options["input"] == tmp_path and options["synth"] is None and options["work_dir"] == tmp_path / "work"
 
 
+def test_the_documents_pipeline_reads_urls_and_takes_the_flows_input_and_table():
+    block = PipelineSettingsBlock(pipeline="documents", input_location="s3://bucket/landing", table_location="s3://bucket/tables/docs")
+    assert (block.input_location, block.table_location) == ("s3://bucket/landing", "s3://bucket/tables/docs")
+    bare = PipelineSettingsBlock(pipeline="documents", output_location="out")
+    placed = bare.with_locations(input="file:///data/landing", table="tables/docs")
+    assert (placed.input_location, placed.table_location, placed.output_location) == ("/data/landing", "tables/docs", "out")
+    with pytest.raises(ValueError, match="give the flow's input parameter"):
+        bare.with_locations()
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"pipeline": "images", "synth": 5}, "choose one of documents, emulated-docs"),
-    ({"pipeline": "documents"}, "set input_location to a directory, or synth"),
-    ({"pipeline": "documents", "input_location": "s3://bucket/docs"}, "only local directories"),
+    ({"pipeline": "video"}, "set input_location to a directory, or synth"),
+    ({"pipeline": "video", "input_location": "s3://bucket/videos"}, "only local directories"),
+    ({"pipeline": "emulated-docs", "table_location": "tables/x"}, "table_location and retry_dead_letters are for the documents pipeline"),
     ({"pipeline": "emulated-docs", "output_location": " "}, "output_location is empty"),
     ({"pipeline": "emulated-docs", "shard_size": 0}, "greater than or equal to 1"),
 ])

@@ -75,7 +75,8 @@ def test_deploy_all_creates_both_deployments(server):
     assert nightly.schedules[0].schedule.cron == "0 2 * * *"
     assert sidecar.schedules[0].schedule.interval.total_seconds() == 60
     assert nightly.schedules[0].active and not sidecar.schedules[0].active  # the scheduled sidecar is created paused
-    assert nightly.parameters["pipeline"]["pipeline"] == "documents"
+    assert nightly.parameters["pipeline"]["pipeline"] == "documents" and "synth" not in nightly.parameters["pipeline"]
+    assert (nightly.parameters["input"], nightly.parameters["table"]) == ("landing/documents", "curation-output/nightly-table")
     assert nightly.parameters["trident"]["policy"] == "trident"  # the nightly run tunes itself
     assert sidecar.parameters["runner_name"] == nightly.parameters["pipeline"]["runner_name"]
     assert nightly.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}]

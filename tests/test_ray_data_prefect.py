@@ -17,7 +17,7 @@ def test_the_pipeline_block_takes_a_ray_data_function_without_an_input_location(
     block = PipelineSettingsBlock(ray_data_pipeline=EXAMPLE, synth=10, output_location="out")
     assert block.ray_data_pipeline == EXAMPLE
     with pytest.raises(ValueError, match="needs an input"):
-        PipelineSettingsBlock(pipeline="documents", output_location="out")
+        PipelineSettingsBlock(pipeline="documents", output_location="out").with_locations()
 
 
 @pytest.mark.prefect

@@ -2,9 +2,16 @@
 in shards of what size, and the name its runner is found by.
 
 Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES``, unless
-``ray_data_pipeline`` names a user's Ray Data pipeline (``MODULE:FUNCTION``, see ``trident_flows.ray_data``); input and output
-locations are local directories (a path or a ``file://`` URL); without an input location the
-pipeline generates ``synth`` synthetic inputs. ``quality`` holds the user's quality knob settings
+``ray_data_pipeline`` names a user's Ray Data pipeline (``MODULE:FUNCTION``, see ``trident_flows.ray_data``); the output
+location is a local directory (a path or a ``file://`` URL); the input location too, except for the
+documents pipeline, whose input may be any filesystem URL (``s3://``, ``gs://``, ...:
+``trident_flows.corpus.location``); without an input location the pipeline generates ``synth``
+synthetic inputs. ``table_location`` (documents) makes each run a corpus run
+(``control.corpus_run``): only new or changed files are curated, into that Delta Lake table
+location, with ``retry_dead_letters`` retrying unchanged dead-lettered files. ``with_locations(input,
+table)`` is the block with the flow's ``input`` / ``table`` parameters put in place of its own
+(when given), refusing a documents pipeline left with no input (neither an input location nor
+``synth``), saying what to set. ``quality`` holds the user's quality knob settings
 (what the output is: ``{"ocr.dpi": 200}``; no scheduling policy changes them) and ``tune`` the
 quality knobs a policy may vary, each with its range (``{"ocr.dpi": "100..300"}``; outputs then
 differ by configuration and each row records its values); see
@@ -24,14 +31,15 @@ from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
 from trident_flows.pipelines import PIPELINES
 
 
-def _local_path(field: str, value: Optional[str]) -> Optional[str]:
+def _local_path(field: str, value: Optional[str], urls: bool = False) -> Optional[str]:
     if value is None or not str(value).strip():
         return None
     value = str(value).strip()
     if value.startswith("file://"):
         value = value[len("file://"):]
-    elif "://" in value:
-        raise ValueError(f"{field}={value!r}: only local directories are supported; give a path or a file:// URL")
+    elif "://" in value and not urls:
+        raise ValueError(f"{field}={value!r}: only local directories are supported here; give a path or a file:// URL "
+                         "(the documents pipeline also reads filesystem URLs such as s3://bucket/prefix)")
     return value
 
 
@@ -45,7 +53,9 @@ class PipelineSettingsBlock(Block):
     _logo_url = LOGO_URL
 
     pipeline: str = Field(default="documents", description=f"Pipeline to run: one of {', '.join(sorted(PIPELINES))}.")
-    input_location: Optional[str] = Field(default=None, description="Directory of input files (path or file:// URL); empty: generate `synth` inputs.")
+    input_location: Optional[str] = Field(default=None, description="Directory of input files (path or file:// URL; documents: also s3://, gs://, ... URLs); empty: the flow's `input` parameter, or generate `synth` inputs.")
+    table_location: Optional[str] = Field(default=None, description="documents: curate only new or changed input files into this table location (directory or URL; Delta Lake tables curated/ and dead_letter/, one commit per run); the output location is then the run's staging area.")
+    retry_dead_letters: bool = Field(default=False, description="With a table location: retry files dead-lettered by earlier runs although their bytes did not change.")
     output_location: str = Field(default="curation-output", description="Directory for the curated Parquet parts and the dead-letter table.")
     shard_size: int = Field(default=50, ge=1, le=100_000, description="Input items per shard; each shard is one task run with retries.")
     synth: Optional[int] = Field(default=None, ge=1, description="Generate this many synthetic inputs when no input location is given.")
@@ -67,10 +77,10 @@ class PipelineSettingsBlock(Block):
             raise ValueError(f"pipeline={value!r} is unknown: choose one of {', '.join(sorted(PIPELINES))}")
         return value
 
-    @field_validator("input_location")
+    @field_validator("table_location")
     @classmethod
-    def _check_input(cls, value: Optional[str]) -> Optional[str]:
-        return _local_path("input_location", value)
+    def _check_table(cls, value: Optional[str]) -> Optional[str]:
+        return _local_path("table_location", value, urls=True)
 
     @field_validator("output_location")
     @classmethod
@@ -82,12 +92,28 @@ class PipelineSettingsBlock(Block):
 
     @model_validator(mode="after")
     def _check_source(self) -> "PipelineSettingsBlock":
-        if self.input_location is None and self.synth is None and not self.pipeline.startswith("emulated") and not self.ray_data_pipeline:
+        documents = self.pipeline == "documents" and not self.ray_data_pipeline
+        self.input_location = _local_path("input_location", self.input_location, urls=documents)
+        if self.input_location is None and self.synth is None and not documents and not self.pipeline.startswith("emulated") \
+                and not self.ray_data_pipeline:
             raise ValueError(f"pipeline {self.pipeline!r} needs an input: set input_location to a directory, or synth to a number of synthetic inputs")
+        if (self.table_location or self.retry_dead_letters) and not documents:
+            raise ValueError(f"table_location and retry_dead_letters are for the documents pipeline; {self.pipeline!r} curates into output_location")
         from trident_flows.pipelines.quality import check_settings
 
         check_settings(self.pipeline, self.quality, self.tune)
         return self
+
+    def with_locations(self, input: Optional[str] = None, table: Optional[str] = None) -> "PipelineSettingsBlock":
+        """This block with the flow's ``input`` and ``table`` parameters in place of its own locations (see the module docstring)."""
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        fields["input_location"] = input or self.input_location
+        fields["table_location"] = table or self.table_location
+        block = type(self)(**fields)
+        if block.pipeline == "documents" and not block.ray_data_pipeline and block.input_location is None and block.synth is None:
+            raise ValueError("pipeline 'documents' needs an input: give the flow's input parameter (or input_location) the directory or "
+                             "URL where the documents land, or set synth to a number of synthetic inputs")
+        return block
 
     def build_options(self, work_dir: Path) -> dict[str, Any]:
         """Keyword options for ``trident_flows.pipelines.build_pipeline``."""

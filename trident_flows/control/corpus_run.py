@@ -14,13 +14,14 @@ Contract:
   gets every document of the table's index except those this run processes again, each with the
   answer its row holds (not trusted: the rule decides it anew), so the run decides as one run over
   every night's files would (doc_dedup).
-- ``publish(out, summary, flow_run_id)``, once the run has ended (its near-duplicate marks settled
+- ``publish(out, items, decisions, flow_run_id)``, once the run has ended (its near-duplicate marks settled
   by ``finish_run``) and while Ray is still up: the rows the run committed in ``OUT`` plus the
   earlier rows the index revised (an earlier document that near-duplicates a smaller-id new one:
   ``documents.apply_revisions``) go to the table in one commit (``corpus.table``), after the next
   manifest (with each processed file's outcome) and the index are written for that version
-  (``corpus.sidecar``). A row's ``path`` is the source file's URL. The commit's metadata holds the flow run id, the counts and the trident
-  decisions. Then ``OUT``'s run files and the cached copies are removed: the table is the output.
+  (``corpus.sidecar``). A row's ``path`` is the source file's URL. The commit's metadata holds the flow
+  run id, the counts (the corpus figures and ``items``: written, dead-lettered, dropped) and the
+  scheduler's ``decisions`` (``decisions_of``: policy, reconfigurations, the reason of every plan applied). Then ``OUT``'s run files and the cached copies are removed: the table is the output.
   Returns the run's corpus figures (``FIGURES``), ``table_version`` included.
 - ``figures()`` are the same figures before anything is committed (``table_version`` the table's
   current version): the summary of a run that had nothing to publish.
@@ -53,6 +54,11 @@ CACHE = Path("_inputs") / "corpus"
 FIGURES = ("files_new", "files_changed", "files_unchanged", "files_deleted", "files_retried", "files_requeued",
            "near_duplicates_of_earlier_runs", "earlier_rows_revised", "table_version")
 NEAR_DUPLICATE = "duplicate-of:"
+
+
+def decisions_of(policy: str, reconfigurations: int, apply_reports: Any) -> dict[str, Any]:
+    """What the scheduler decided in a run, for its table commit: the policy, its reconfigurations, each applied plan's reason."""
+    return {"policy": policy, "reconfigurations": reconfigurations, "plans": [r.get("reason", "") for r in apply_reports]}
 
 
 def _outcome(drop: str | None) -> str:
@@ -126,7 +132,7 @@ class CorpusRun:
         rows, _ = documents.apply_revisions(rows.drop_columns(["table_version", "run_id"]), revisions)
         return rows
 
-    def publish(self, out: Path, summary: Any, flow_run_id: str = "") -> dict[str, Any]:
+    def publish(self, out: Path, items: Mapping[str, int], decisions: Mapping[str, Any], flow_run_id: str = "") -> dict[str, Any]:
         """Commit the run to the table (see the module docstring); returns the figures."""
         if self.table is None:
             raise ValueError("publish needs a table: this run was prepared without --table")
@@ -168,12 +174,9 @@ class CorpusRun:
         sidecar.write(self.table.location, "manifest", version, self.work.next_manifest(outcomes, datetime.now(timezone.utc)))
         near_dup_store.save(self.table.location, version, snapshot)
         figures = self.figures(near_duplicates, len(revisions), version)
-        decisions = {"decisions": summary.decisions, "reconfigurations": summary.reconfigurations, "policy": summary.policy,
-                     "plans": [r.get("reason", "") for r in summary.apply_reports]}
-        counts = {**{k: v for k, v in figures.items() if k != "table_version"}, "items_written": summary.items_written,
-                  "items_dead_lettered": summary.items_dead_lettered, "items_dropped": summary.items_dropped}
+        counts = {**{k: v for k, v in figures.items() if k != "table_version"}, **items}
         self.table.commit(rows, dead, {"trident.run_id": run_id, "trident.flow_run_id": flow_run_id, "trident.counts": counts,
-                                                   "trident.decisions": decisions, "trident.input": self.source.uri})
+                                       "trident.decisions": dict(decisions), "trident.input": self.source.uri})
         clear_run(out)
         shutil.rmtree(self.cache, ignore_errors=True)
         return figures

@@ -384,7 +384,7 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
             if corpus is not None and not corpus.work.items:
                 summary = _committed_summary(spec.name, policy, opened[1])  # nothing new: no Ray node to start
                 if corpus.table is not None:
-                    summary = replace(summary, corpus=corpus.publish(out, summary))
+                    summary = replace(summary, corpus=_publish(corpus, out, summary))
             else:
                 _start_ray(address, cpus, gpus, console)
                 try:
@@ -404,7 +404,7 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
 
                         console.print(f"Ray Data output: {publish(out)['rows']} rows in {out / 'dataset'}")
                     if corpus is not None and corpus.table is not None and not summary.error:
-                        summary = replace(summary, corpus=corpus.publish(out, summary))
+                        summary = replace(summary, corpus=_publish(corpus, out, summary))
                     elif corpus is not None:
                         summary = replace(summary, corpus=corpus.figures())
                 finally:
@@ -449,6 +449,15 @@ def _corpus_run(pipeline: str, input: Path | str | None, table: str | None, out:
                   f"{counts['files_deleted']} deleted, {counts['files_retried']} dead letters retried, {counts['files_requeued']} requeued"
                   + (f"; table {table} at version {corpus.version}" if table is not None else ""), soft_wrap=True, highlight=False)
     return corpus
+
+
+def _publish(corpus: Any, out: Path, summary: RunSummary) -> dict[str, Any]:
+    """Commit a corpus run to its table (``CorpusRun.publish``) with the summary's counts and decisions; its figures."""
+    from trident_flows.control.corpus_run import decisions_of
+
+    items = {"items_written": summary.items_written, "items_dead_lettered": summary.items_dead_lettered, "items_dropped": summary.items_dropped}
+    decisions = {**decisions_of(summary.policy, summary.reconfigurations, summary.apply_reports), "decisions": summary.decisions}
+    return corpus.publish(out, items, decisions)
 
 
 def _open_run(spec: PipelineSpec, out: Path, restart: bool, console: Any,

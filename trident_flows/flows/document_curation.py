@@ -35,6 +35,15 @@ Contract:
   ``trident`` settings left out are ``TridentSettingsBlock()``'s
   defaults (policy ``DEFAULT_POLICY``, ``trident``); ``policy="static"`` runs the pipeline as
   configured, with no sidecar (``sidecar_settings``).
+- ``input`` and ``table`` (the ``nightly`` deployment's parameters) replace the settings block's input
+  and table locations when given (``PipelineSettingsBlock.with_locations``). With a table, or a URL
+  input, the run is a corpus run (``control.corpus_run``) as ``trident-flows run documents --table``
+  does it: only new or changed files are curated, the near-duplicate index is seeded with the
+  table's before the runner starts, and once the pipeline has ended the run is committed to the
+  table (its commit carrying this flow run's id). The run's page then has a ``corpus`` table
+  artifact (new / changed / unchanged / deleted files, near-duplicates of earlier runs, the table
+  version written) and the flow returns those figures too. A run with no file to process starts no
+  runner (and has no account) and commits the run's figures alone.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipe
 from trident_flows.pipelines.quality import output_note
 from trident_flows.control.account import PolicyFigures, RunAccount, account_of_run, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
+from trident_flows.control.corpus_run import CorpusRun, decisions_of
 from trident_flows.control.launch import memory_uri, start_runner
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
@@ -127,22 +137,26 @@ def sidecar_settings(trident: Optional[TridentSettingsBlock]) -> Optional[Triden
 @flow(name="document-curation", description="Run a curation pipeline on Ray, one task run per input shard, tuned by Trident "
                                             "for the whole run (trident settings with policy static: not tuned).")
 def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 3,
-                      shard_timeout_s: float = 3600.0, trident: Optional[TridentSettingsBlock] = None) -> dict[str, Any]:
+                      shard_timeout_s: float = 3600.0, trident: Optional[TridentSettingsBlock] = None, input: Optional[str] = None,
+                      table: Optional[str] = None) -> dict[str, Any]:
     """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node),
     tuned by a ``trident-sidecar`` subflow under the ``trident`` settings (default: the Trident policy;
-    ``{"policy": "static"}``: no sidecar, the pipeline runs as configured)."""
+    ``{"policy": "static"}``: no sidecar, the pipeline runs as configured). ``input`` (a directory or
+    URL where the documents land) and ``table`` (a table location: only new or changed files are
+    curated, into it) replace the block's locations when given."""
     logger = get_run_logger()
+    pipeline = pipeline.with_locations(input, table)
     cluster = cluster or RayClusterBlock()
     env = worker_env()
     connection = cluster.connect(env_vars=env)
     logger.info("%s", _ray_origin(cluster, connection))
     try:
-        summary, replicas_by_node, account = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s,
-                                                     trident)
+        summary, replicas_by_node, account, corpus_figures = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards,
+                                                                     shard_timeout_s, trident)
     finally:
         if connection.started_by_us:
             ray.shutdown()
-    return {**summary.to_dict(), "replicas_by_node": replicas_by_node, **account.to_dict()}
+    return {**summary.to_dict(), "replicas_by_node": replicas_by_node, **(account.to_dict() if account is not None else {}), **corpus_figures}
 
 
 class _Sidecar:
@@ -183,8 +197,43 @@ class _Sidecar:
         return None
 
 
-def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
-    """Build the pipeline, generating synthetic inputs first when asked to (logged: it can take a while)."""
+def _corpus_run(pipeline: PipelineSettingsBlock, out_dir: Path) -> Optional[CorpusRun]:
+    """The corpus run of a block with a table location or a URL input (None otherwise), its work logged."""
+    url = pipeline.input_location is not None and "://" in pipeline.input_location
+    if pipeline.table_location is None and not url:
+        return None
+    corpus = CorpusRun.prepare(pipeline.input_location, pipeline.table_location, out_dir, pipeline.retry_dead_letters,
+                               quality=dict(pipeline.quality), tune=dict(pipeline.tune))
+    counts = corpus.work.counts()
+    get_run_logger().info("%s: %d new, %d changed, %d unchanged, %d deleted, %d dead letters retried, %d requeued%s", corpus.source.uri,
+                          counts["files_new"], counts["files_changed"], counts["files_unchanged"], counts["files_deleted"],
+                          counts["files_retried"], counts["files_requeued"],
+                          f"; table {pipeline.table_location} at version {corpus.version}" if corpus.table is not None else "")
+    return corpus
+
+
+def _corpus_figures(corpus: CorpusRun, out_dir: Path, key: str, summary: CurationSummary, decisions: dict[str, Any]) -> dict[str, Any]:
+    """Commit a corpus run to its table (``CorpusRun.publish``; none without a table) and show its figures on the run's page."""
+    logger = get_run_logger()
+    if corpus.table is None:
+        figures = corpus.figures()
+    else:
+        items = {"items_written": summary.kept + summary.near_duplicates + summary.filtered, "items_dead_lettered": summary.dead_lettered,
+                 "items_dropped": summary.near_duplicates + summary.filtered}
+        figures = corpus.publish(out_dir, items, decisions, flow_run_id=str(get_run_context().flow_run.id))
+        logger.info("committed version %d of %s", figures["table_version"], corpus.table.location.uri)
+    labels = {"files_new": "new files", "files_changed": "changed files", "files_unchanged": "unchanged files", "files_deleted": "deleted files",
+              "files_retried": "dead letters retried", "files_requeued": "near-duplicates of changed files, curated again",
+              "near_duplicates_of_earlier_runs": "near-duplicates of earlier runs", "earlier_rows_revised": "earlier rows revised",
+              "table_version": "table version written"}
+    create_table_artifact([{"figure": labels[k], "value": figures[k]} for k in labels], key=f"{key}-corpus",
+                          description=f"{corpus.source.uri}: the files of this run against the table's manifest, and the version it wrote")
+    return figures
+
+
+def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path, corpus: Optional[CorpusRun]) -> Any:
+    """Build the pipeline (a corpus run's: over its new and changed files), generating synthetic inputs first when asked
+    to (logged: it can take a while)."""
     logger = get_run_logger()
     work_dir = out_dir.parent / f".{out_dir.name}-inputs"
     if pipeline.input_location:
@@ -194,8 +243,8 @@ def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
                     pipeline.synth, pipeline.ray_data_pipeline or pipeline.pipeline, work_dir)
     start = time.monotonic()
     options = pipeline.build_options(work_dir=work_dir)
-    spec = (ray_data.prepare_target(pipeline.ray_data_pipeline, **options) if pipeline.ray_data_pipeline
-            else build_pipeline(pipeline.pipeline, **options))
+    spec = (corpus.spec if corpus is not None else ray_data.prepare_target(pipeline.ray_data_pipeline, **options)
+            if pipeline.ray_data_pipeline else build_pipeline(pipeline.pipeline, **options))
     shards = plan_shards(spec.source(), pipeline.shard_size)
     logger.info("inputs ready in %.1f s: %d items", time.monotonic() - start, sum(len(s.rows) for s in shards))
     nodes = read_nodes(ray.nodes())
@@ -207,11 +256,19 @@ def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path) -> Any:
 
 
 def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace: str, env: dict[str, str], max_parallel_shards: int,
-            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> tuple[CurationSummary, dict[str, dict[str, int]], RunAccount]:
-    """The body of ``document_curation`` once connected to Ray: the summary, where the replicas ran and the run's account."""
+            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None
+            ) -> tuple[CurationSummary, dict[str, dict[str, int]], Optional[RunAccount], dict[str, Any]]:
+    """The body of ``document_curation`` once connected to Ray: the summary, where the replicas ran, the run's account (None when
+    a corpus run had nothing to curate) and a corpus run's figures."""
     logger = get_run_logger()
     out_dir = Path(pipeline.output_location).resolve()
-    spec, shards = _prepare_inputs(pipeline, out_dir)
+    corpus = _corpus_run(pipeline, out_dir)
+    key = _artifact_key(f"curation-{pipeline.runner_name}")
+    if corpus is not None and not corpus.work.items:
+        logger.info("no new or changed file: nothing to curate")
+        summary = summarise(str(out_dir), 0, 0, 0.0)
+        return summary, {}, None, _corpus_figures(corpus, out_dir, key, summary, {"policy": "none", "reconfigurations": 0, "plans": []})
+    spec, shards = _prepare_inputs(pipeline, out_dir, corpus)
     items_in = sum(len(s.rows) for s in shards)
     logger.info("pipeline %s: %d items in %d shards of up to %d", spec.name, items_in, len(shards), pipeline.shard_size)
     if output_note(spec):
@@ -228,7 +285,8 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         restored = resume_pipeline(spec, out_dir)
         if restored:
             logger.info("restored from the committed shards: %s", restored)
-    key = _artifact_key(f"curation-{pipeline.runner_name}")
+    if corpus is not None:
+        logger.info("near-duplicate index seeded with %d documents of earlier runs", corpus.seed())
     progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
     start = time.monotonic()
     logger.info("starting the pipeline runner %r (its operators' replicas start on the Ray cluster)", pipeline.runner_name)
@@ -266,10 +324,17 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
             raise RuntimeError(f"pipeline {spec.name} failed: {final.error}")
         finish_pipeline(spec, out_dir)  # e.g. near-duplicates found out of order, settled in the committed output
         wall_s = time.monotonic() - start
-        replicas_by_node = ray.get(runner.summary.remote())["replicas_by_node"]
+        runner_summary = ray.get(runner.summary.remote())
+        replicas_by_node = runner_summary["replicas_by_node"]
         latencies = ray.get(runner.latencies.remote())
         _log_replicas_by_node(replicas_by_node)
         update_progress_artifact(progress_id, *_progress(runner, items_in))
+        corpus_figures: dict[str, Any] = {}
+        if corpus is not None:  # while the near-duplicate index lives: the table gets the index the run ends with
+            summary = summarise(str(out_dir), items_in, len(shards), wall_s)
+            decisions = decisions_of(trident.policy if trident is not None else "static", final.reconfigurations,
+                                     runner_summary["apply_reports"])
+            corpus_figures = _corpus_figures(corpus, out_dir, key, summary, decisions)
     finally:
         if sidecar is not None and not ray.get(runner.state.remote()).finished:
             ray.get(runner.stop.remote())  # a failed run: stopping marks it finished, which ends the sidecar
@@ -279,14 +344,15 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         _release_shared_state(spec)
     if pipeline.ray_data_pipeline:
         logger.info("Ray Data output: %d rows in %s", ray_data.publish(out_dir)["rows"], out_dir / "dataset")
-    summary = summarise(str(out_dir), items_in, len(shards), wall_s)
+    if corpus is None:
+        summary = summarise(str(out_dir), items_in, len(shards), wall_s)
     create_table_artifact(summary.table(), key=f"{key}-summary",
                           description=f"{spec.name} into {out_dir}: kept, removed, dead-lettered items and throughput")
     account = _publish_account(spec, out_dir, key, final, latencies, figures, trident)
     logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.3g items/s",
                 summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
                 summary.throughput_items_per_s)
-    return summary, replicas_by_node, account
+    return summary, replicas_by_node, account, corpus_figures
 
 
 def _publish_account(spec: Any, out_dir: Path, key: str, final: Any, latencies: Any, figures: Optional[PolicyFigures],
