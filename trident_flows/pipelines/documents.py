@@ -34,9 +34,13 @@ language, thresholds, chunk size: user settings, constructor params, never tuned
 marks one tunable with a range) and its execution knobs (threads, encode batch: tuned by
 policies). Every row an operator works on gets one ``cfg_<operator>_<knob>`` column per quality
 setting and engine/model it used (``cfg_ocr_dpi``, ``cfg_ocr_engine``, ``cfg_embed_model``, ...).
-``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends;
-``resume_run(spec, out_dir)`` seeds the near-duplicate index from the shards an earlier run
-committed before a run resumes, so a resumed run keeps the documents an uninterrupted one keeps.
+``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends
+(``apply_revisions`` marks the revised rows of an Arrow table, the way a corpus run also marks
+earlier rows of its table); ``resume_run(spec, out_dir)`` seeds the near-duplicate index from the
+shards an earlier run committed before a run resumes, so a resumed run keeps the documents an
+uninterrupted one keeps. ``build_rows(rows)`` is the pipeline over given input rows (a corpus
+run's new and changed files), ``dedup_index(spec)`` / ``dedup_settings(spec)`` a built spec's shared
+near-duplicate index and its threshold and permutations.
 """
 
 from __future__ import annotations
