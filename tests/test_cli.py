@@ -25,6 +25,9 @@ def used_out(tmp_path):
 @pytest.mark.parametrize("args, fix", [
     (["run", "nope"], "choose one of documents, emulated-docs, emulated-video, video"),
     (["run", "documents", "--input", "/no/such/dir"], "no such directory; give a directory of input files, or --synth N"),
+    (["run", "emulated-docs", "--synth", "5", "--table", "t"], "--table and URL inputs are for the documents pipeline"),
+    (["run", "documents", "--synth", "5", "--retry-dead-letters"], "--retry-dead-letters retries the files a --table remembers"),
+    (["run", "documents", "--input", "nosuch://bucket/x", "--table", "t"], "no filesystem for this URL scheme"),
     (["run", "documents"], "needs input="),
     (["run", "emulated-docs", "--input", "."], "use --synth N"),
     (["run", "emulated-docs", "--policy", "magic"], "available policies: ds2, static, threshold, trident"),

@@ -159,8 +159,8 @@ def run(
         if not ray_data:
             _check_choice("pipeline", pipeline, sorted(PIPELINES))
         if input is not None and "://" not in input.removeprefix("file://") and not Path(input.removeprefix("file://")).is_dir():
-            raise RuntimeConfigError(f"--input {input}: no such directory; give a directory of input files (or, for documents, a URL "
-                                     "such as s3://bucket/prefix), or --synth N to generate N")
+            raise RuntimeConfigError(f"--input {input}: no such directory; give a directory of input files, or --synth N to generate N "
+                                     "(documents also read a URL such as s3://bucket/prefix)")
         try:  # refuse bad quality settings before a Ray node starts
             settings = {"quality": parse_settings(quality, "--quality"), "tune": parse_settings(tune, "--tune")}
             if ray_data and (quality or tune):
