@@ -2,7 +2,9 @@
 (the check of issue 47): a first night of 30 PDFs; a second with 10 new ones (3 near-duplicates of
 first-night documents) and 2 first-night files changed, of which exactly those 12 are processed; a third
 interrupted midway, leaving the table at version 2, and its re-run giving version 3 with no id twice.
-Once with a local directory and table, once with both on a real S3-compatible server (moto's)."""
+Once with a local directory and table (then checked against one run over every night's files), once
+with both on a real S3-compatible server (moto's); and the document-curation flow run twice with files
+added between the runs."""
 
 from __future__ import annotations
 
@@ -111,6 +113,18 @@ def test_a_growing_corpus_in_a_local_directory(tmp_path, ray_cluster):
     table = str(tmp_path / "table")
     _scenario(put, str(source), table, tmp_path)
     assert ray.data.read_delta(f"{table}/curated").count() == 52
+    # one run over every night's files marks the same near-duplicates and drops the same documents
+    once = str(tmp_path / "once")
+    _finish(_run(str(source), once, tmp_path / "once-staging", tmp_path / "once.json"), tmp_path / "once.json")
+    assert _marks(table) == _marks(once)
+
+
+def _marks(table: str) -> dict:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(f"{table}/curated").to_pandas().set_index("id").sort_index()
+    text = lambda value: value if isinstance(value, str) else ""  # noqa: E731 - a missing value (None, NaN, NA) is ""
+    return {k: (text(row["_drop"]), text(row["duplicate_of"])) for k, row in rows.iterrows()}
 
 
 def test_a_growing_corpus_in_a_bucket(tmp_path, s3_bucket):
