@@ -456,7 +456,7 @@ def _publish(corpus: Any, out: Path, summary: RunSummary) -> dict[str, Any]:
     from trident_flows.control.corpus_run import decisions_of
 
     items = {"items_written": summary.items_written, "items_dead_lettered": summary.items_dead_lettered, "items_dropped": summary.items_dropped}
-    decisions = {**decisions_of(summary.policy, summary.reconfigurations, summary.apply_reports), "decisions": summary.decisions}
+    decisions = {**decisions_of(summary.policy, summary.reconfigurations, summary.apply_reports), "decisions": summary.decisions_made}
     return corpus.publish(out, items, decisions)
 
 
