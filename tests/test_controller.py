@@ -182,7 +182,8 @@ def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
         return solve_placement(*args, **kwargs)
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY), solve=flaky)
+    # regime plans off: they share the solver, and the failure is injected into the placement's solve
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY, regime_plans=False), solve=flaky)
     waiting = policy.tick(runner.state(), [])
     assert waiting.action == "none" and "waiting for samples" in waiting.reason and waiting.plan is None
     records = run_ticks(runner, policy, 4)

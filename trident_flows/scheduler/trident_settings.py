@@ -72,7 +72,8 @@ class TridentSettings:
                                        "filesystem URI (s3://, gs://, ...); None: nothing is remembered across runs")
     source_regime_items: int = setting(24, "input items whose mean features at the source are compared with the current regime's")
     source_regime_rel: float = setting(0.4, "relative difference of a mean item feature at the source that starts a new regime, > 0")
-    regime_plans: bool = setting(True, "move each operator to a known regime's allocation as that regime's items reach it")
+    regime_plans: bool = setting(True, "solve each known regime's allocation and move each operator to it as that regime's items "
+                                       "reach it (False: neither; the memory then keeps only the allocations it was given)")
     # the placement MILP
     solver: str = setting(DEFAULT_SOLVER, f"MILP solver, one of {', '.join(SOLVERS)}")
     time_limit_s: float = setting(1.0, "seconds one MILP solve may take")

@@ -9,7 +9,8 @@ Contract:
   median, scaled so that the config it ran most on them predicts the items per busy second measured
   there (a window that moved on to other items extrapolates the level badly, the shape across
   configs and replica counts less so). Candidates: the configs that ran ``COVERED_ITEMS`` of the
-  regime's items, the accepted canaries and the running ones, never an unsafe one. Solved again
+  regime's items, the accepted canaries and the running ones, never an unsafe one; each operator's
+  bytes read per item as the placement step gives them (for node classes that declare a link). Solved again
   when a model was refitted and ``RESOLVE_S`` runner seconds passed (after a solve that found
   none, again ``RESOLVE_S`` later). Otherwise the last plan solved while it was live (the models of
   a window that moved on to other regimes predict it worse), else the plan remembered from an
@@ -32,6 +33,7 @@ from trident_flows.scheduler.observe import NoModelError
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.replicas import replica_limits
+from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators, drain_s
 from trident_flows.scheduler.trident.pace import Pace
@@ -136,7 +138,9 @@ class RegimePlans:
                                                cold_start_s=self.cold_starts.cold_start(name, config.device), drain_s=drain_s(op)))
             if not options:
                 return None
-            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi))
+            moved = transfer_estimate(smp for _, smp in op.window)
+            demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi,
+                                          input_bytes_per_item=moved.bytes_per_item if moved else 0.0))
         try:
             result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
         except Exception:  # noqa: BLE001 - no plan for this regime now; the placement step plans from measurements
