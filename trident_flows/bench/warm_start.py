@@ -7,7 +7,8 @@ Contract of ``run(quick, repeats, suite_results) -> BenchResult``:
   are the allocations the suite's sim section found for the same stream (``suite_results``, default
   bench-results/closed-loop-suite.json; a stream that differs is refused, naming the command that
   refreshes it), run again here beside trident. Each tick's CPU time is charged to the simulated clock, as
-  in the suite.
+  in the suite. A trident run still going after ``CAP`` times S*'s time for the stream is stopped and
+  reported with its error, its unfinished items counted as lost.
 - Per repeat r (``repeats``; 3, 1 with ``quick``): trident ``cold`` (no memory) on the stream; an
   ``earlier`` run of trident, cold, over the same regime blocks rotated by r + 1 (the same regimes in
   another order) that writes a memory; trident ``warm`` on the stream, starting from a copy of that memory.
@@ -55,6 +56,7 @@ WORKLOAD = "cpu-only"
 NO_HEADROOM = ("docs-baseline", "video-baseline")
 WORKLOADS = (WORKLOAD, *NO_HEADROOM)
 TOLERANCE = 0.25  # a replica count within 25% of O's (at least 1 replica) runs the block's configuration
+CAP = 20.0  # a trident run is stopped after 20x the simulated time S* takes for the stream (reported as not finished)
 SUITE_RESULTS = Path("bench-results/closed-loop-suite.json")
 REFRESH = "trident-flows bench closed-loop-suite --sim"
 
@@ -101,20 +103,22 @@ class _Watched:
         return getattr(self._policy, name)
 
 
-def simulate_run(w: Any, stream: Workload, system: str, policy: Any | None, start: Any | None = None) -> Run:
-    """``stream`` under ``policy`` (None: static) from ``start`` (default the suite's static-default)."""
+def simulate_run(w: Any, stream: Workload, system: str, policy: Any | None, start: Any | None = None, cap_s: float | None = None) -> Run:
+    """``stream`` under ``policy`` (None: static) from ``start`` (default the suite's static-default), for at most
+    ``cap_s`` simulated seconds: a run that has not finished by then is reported with its error (no rate)."""
     spec = stream.spec(w.profile, start or w.start, f"suite-sim-{w.suite.name}-trident")  # one name: one pipeline for the memory
     ticks: list[Tick] = []
     if policy is not None and not callable(getattr(policy, "decide", None)):
         policy = policy(spec)
     watched = _Watched(policy, ticks) if policy is not None else None
-    run = simulate(spec, w.cluster, watched, tick_s=TICK_S)
+    run = simulate(spec, w.cluster, watched, tick_s=TICK_S, duration_s=cap_s)
     s = run.summary
     memory = getattr(policy, "memory", None)
-    return Run(system, s["steady_items_per_s"], int(s["ooms"]), int(s["items_missing"]), ticks,
+    stuck = "" if run.runner.finished else f"did not finish within {cap_s:g} simulated s ({s['items_written']} of {s['items_in']} items written)"
+    return Run(system, s["steady_items_per_s"] if not stuck else None, int(s["ooms"]), int(s["items_missing"] + s["items_in_flight"]), ticks,
                prepositioned=getattr(getattr(policy, "preposition", None), "moves", 0),
                memory_loaded=getattr(memory, "loaded", None) is not None, memory_regimes_known=getattr(memory, "regimes_known", 0),
-               memory_warning=getattr(memory, "warning", None), error=s.get("error") or "")
+               memory_warning=getattr(memory, "warning", None), error=stuck or s.get("error") or "")
 
 
 def trident(w: Any, memory: str | None) -> Callable[[Any], Any]:
@@ -190,18 +194,19 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
     runs["oracle"] = simulate_run(w, w.stream, "oracle", OraclePolicy(blocks, {str(k): a for k, a in enumerate(oracle)},
                                                                      w.cluster.total_cpus, w.cluster.total_gpus))
     log(f"warm-start {name}: S* {runs['static-hindsight'].items_per_s} items/s, O {runs['oracle'].items_per_s} items/s")
+    cap_s = CAP * w.stream.items / (runs["static-hindsight"].items_per_s or 1.0)
     source = w.stream.spec(w.profile, w.start, "probe").operators[0].name
     start = allocation.allocation_of(w.start)
     repeats_out = []
     for r in range(repeats):
         memory = work / f"{name}-{r}.json"
         earlier_stream = rotated(w.stream, r + 1)
-        cold = simulate_run(w, w.stream, "trident-cold", trident(w, None))
-        earlier = simulate_run(w, earlier_stream, "trident-earlier", trident(w, str(memory)))
+        cold = simulate_run(w, w.stream, "trident-cold", trident(w, None), cap_s=cap_s)
+        earlier = simulate_run(w, earlier_stream, "trident-earlier", trident(w, str(memory)), cap_s=cap_s)
         kept = work / f"{name}-{r}-warm.json"
         if memory.exists():
             shutil.copy(memory, kept)
-        warm = simulate_run(w, w.stream, "trident-warm", trident(w, str(kept)))
+        warm = simulate_run(w, w.stream, "trident-warm", trident(w, str(kept)), cap_s=cap_s)
         entry = {"earlier_regimes": earlier_stream.regimes}
         for label, run in (("cold", cold), ("earlier", earlier), ("warm", warm)):
             entry[label] = run.to_dict()

@@ -8,7 +8,9 @@ Contract:
   is remembered from an earlier run or was seen in an earlier segment of this run, and its
   ``RegimePlan`` gives the operator other groups than it runs, the operator moves to them. A
   regime in its first segment is left to the evidence gate and the placement (nothing is known of
-  it). Each operator is moved at most once per segment and never back to an earlier segment
+  it). A move that would hold more GPUs than the operator holds now is left to the placement (which
+  packs GPUs device by device; a sum of GPU fractions can fit where no device has room). Each
+  operator is moved at most once per segment and never back to an earlier segment
   (``positioned``): what the placement changes after it stands. Groups with a config that is unsafe now are not moved to. When the moves together
   need more CPUs or GPUs than the cluster has, only those that hold no more than the operator holds
   now move; the rest wait for a later tick.
@@ -64,6 +66,8 @@ class PrePositioning:
             groups = dict(regime_plan.groups.get(name, {})) if regime_plan is not None else {}
             if not groups or any(self.safety.unsafe(name, c) is not None for c in groups):
                 continue
+            if held(groups)[1] > held(op_state.configs())[1] + 1e-9:
+                continue  # more GPUs than it holds: left to the placement, which packs GPUs device by device
             if groups == op_state.configs():
                 self.positioned[name] = segment
                 continue
