@@ -9,7 +9,8 @@ Contract:
   ``RegimePlan`` gives the operator other groups than it runs, the operator moves to them. A
   regime in its first segment is left to the evidence gate and the placement (nothing is known of
   it). A move that would hold more GPUs than the operator holds now is left to the placement (which
-  packs GPUs device by device; a sum of GPU fractions can fit where no device has room). Each
+  packs GPUs device by device; a sum of GPU fractions can fit where no device has room), and then no
+  operator is moved for that regime this tick (half a regime's allocation can be slower than none). Each
   operator is moved at most once per segment and never back to an earlier segment
   (``positioned``): what the placement changes after it stands. Groups with a config that is unsafe now are not moved to. When the moves together
   need more CPUs or GPUs than the cluster has, only those that hold no more than the operator holds
@@ -55,6 +56,7 @@ class PrePositioning:
         positions = stream_positions(state)
         rates = self._position_rates(state, positions)
         live = self.sources.live(state)
+        partial: set[int] = set()  # regimes whose allocation cannot be pre-positioned whole this tick
         targets: dict[str, tuple[Segment, RegimePlan, dict[OpConfig, int]]] = {}
         for op_state in state.operators:
             name = op_state.name
@@ -67,11 +69,13 @@ class PrePositioning:
             if not groups or any(self.safety.unsafe(name, c) is not None for c in groups):
                 continue
             if held(groups)[1] > held(op_state.configs())[1] + 1e-9:
-                continue  # more GPUs than it holds: left to the placement, which packs GPUs device by device
+                partial.add(segment.regime.id)  # more GPUs than it holds: left to the placement, which packs GPUs by device
+                continue
             if groups == op_state.configs():
                 self.positioned[name] = segment
                 continue
             targets[name] = (segment, regime_plan, groups)
+        targets = {n: t for n, t in targets.items() if t[0].regime.id not in partial}  # half a regime's allocation is no plan
         if not targets:
             return None
         current = {op.name: op.configs() for op in state.operators}
