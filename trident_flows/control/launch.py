@@ -294,12 +294,9 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
 
 
 def _policy_figures(policy: Policy | None) -> dict[str, Any]:
-    """The summary keys a policy reports of itself (Trident: its memory and source regimes)."""
+    """The ``RunSummary`` fields a policy reports of itself (Trident: its memory and source regimes)."""
     figures = getattr(policy, "run_figures", None)
-    if figures is None:
-        return {}
-    keys = ("memory_loaded", "memory_regimes_known", "memory_warning", "reaction_s_median", "prepositioned_moves")
-    return {k: v for k, v in figures().items() if k in keys}
+    return figures() if figures is not None else {}
 
 
 def _summary_table(summary: RunSummary) -> Any:

@@ -31,9 +31,9 @@ Contract:
   re-issued (``WAIT``); a rollout other than the replica-for-replica safety move and a regime plan
   goes under verification. Every issued plan carries its ``Rationale``; a tick that issues none
   records why as a ``Hold``.
-- ``run_figures()``: whether a memory was loaded, the regimes it knew, its warning, the median
-  seconds from a regime recognised at the source to the first rollout after it, the operators
-  pre-positioned and the regimes seen at the source.
+- ``run_figures()``: the ``RunSummary`` fields it reports: whether a memory was loaded, the regimes
+  it knew, its warning, the median seconds from a regime recognised at the source to the first
+  rollout after it and the operators pre-positioned.
 - Failures: every step runs guarded; an exception is recorded in the tick's ``error`` (a tick with
   nothing else to issue is ``ERROR``) and the current plan is kept; the next tick starts afresh.
   Each step's milliseconds go to the record's ``timings_ms``.
@@ -56,7 +56,7 @@ from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.decided import Decided
 from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
 from trident_flows.scheduler.trident.models import Models
-from trident_flows.scheduler.trident.operators import ColdStarts, Operators
+from trident_flows.scheduler.trident.operators import ColdStarts, Operators, upper_median
 from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.placement_step import PlacementStep
 from trident_flows.scheduler.trident.preposition import PrePositioning
@@ -150,8 +150,8 @@ class TridentPolicy:
     def run_figures(self) -> dict[str, Any]:
         """What the run summary reports of the memory and the source regimes (``RunSummary``'s trident keys)."""
         return {"memory_loaded": self.memory.loaded is not None, "memory_regimes_known": self.memory.regimes_known,
-                "memory_warning": self.memory.warning, "reaction_s_median": _median(self._reactions),
-                "prepositioned_moves": self.preposition.moves, "source_regimes": len(self.sources.regimes)}
+                "memory_warning": self.memory.warning, "reaction_s_median": upper_median(self._reactions) if self._reactions else None,
+                "prepositioned_moves": self.preposition.moves}
 
     def finish(self, state: RunnerState) -> None:
         """The run ended: its memory is written (when ``settings.memory`` names where)."""
@@ -283,10 +283,6 @@ class TridentPolicy:
             return decided
         return replace(decided, action=Action.WAIT, plan=None, hold=Hold(HoldKind.REFUSED_BEFORE),
                        reason=f"not re-issuing a plan the runner refused ({refused}); keeping the current placement ({decided.reason})")
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return sorted(values)[len(values) // 2] if values else None
 
 
 def _regime_plan(plan: Plan) -> bool:

@@ -4,7 +4,8 @@ Contract: ``Context(spec, cluster)``: ``spec`` is the pipeline's spec (None: unk
 space, optimiser or replica bounds are known), ``cluster`` the cluster planned for. ``given_cluster``
 is the one the policy was built with; ``follow(state)`` replaces ``cluster`` with the live nodes the
 runner reports (``live_cluster``: memory figures from the given classes), if it reports any, at the
-start of every tick, so every part sees the same cluster within a tick.
+start of every tick, so every part sees the same cluster within a tick. ``planned_for(state)`` is that
+cluster, or one node of the runner's CPUs and GPUs when none is known.
 """
 
 from __future__ import annotations
@@ -28,3 +29,6 @@ class Context:
         live = live_cluster(state, self.given_cluster)
         if live is not None:  # the live nodes, read by the runner: a node that joined or left changes what is planned for
             self.cluster = live
+
+    def planned_for(self, state: RunnerState) -> ClusterSpec:
+        return self.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))

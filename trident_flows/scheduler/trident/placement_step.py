@@ -18,6 +18,7 @@ Contract:
 - ``cluster_for_placement(state)``: the cluster minus what running canaries hold and, while an
   operator may still get a canary (``Canaries.exploring``), one CPU kept free for it (on a single
   node of the largest class, when that leaves a CPU per operator).
+- ``replica_cap`` and ``placement_option`` are what the regime plans build their options with too.
 - ``solve``: the placement solver (``placement.milp.solve_placement``; tests swap in a failing one).
 """
 
@@ -80,7 +81,7 @@ class PlacementStep:
     def cluster_for_placement(self, state: RunnerState) -> ClusterSpec:
         """The cluster minus what running canaries hold and, while an operator may still get a canary
         (``Canaries.exploring``), one CPU kept free for it."""
-        cluster = self.ctx.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        cluster = self.ctx.planned_for(state)
         held = [r.config for op in state.operators for r in op.active if r.canary]
         cpus = sum(c.cpus for c in held) + (1.0 if self.canaries.exploring(state) else 0.0)
         gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
@@ -154,9 +155,7 @@ class PlacementStep:
                     if serving:
                         forced.append((name, config, unsafe))
                     continue
-                cap = min(hi, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else hi)
-                if config.gpus > 0:
-                    cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
+                cap = replica_cap(cluster, config, hi)
                 if cap < 1:
                     continue
                 if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.settings.min_config_samples:
@@ -169,11 +168,7 @@ class PlacementStep:
                     curve = concave_curve(totals.tolist())
                 except (NoModelError, ValueError):
                     continue
-                bound = self.search.memory_bound(name, config) or 0.0
-                is_cpu = config.device == CPU
-                options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
-                                               device_mem_bytes=0 if is_cpu else int(bound),
-                                               cold_start_s=self.cold_starts.cold_start(name, config.device), drain_s=drain_s(self.ops[name])))
+                options.append(placement_option(name, config, curve, self.search, self.cold_starts, op))
             if not options:
                 raise ValueError(f"operator {name!r}: no safe candidate config with a throughput prediction")
             moved = transfer_estimate(smp for _, smp in op.window)
@@ -181,3 +176,20 @@ class PlacementStep:
                                           input_bytes_per_item=moved.bytes_per_item if moved else 0.0))
         result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
         return Placed(demands, cluster, result, forced, notes)
+
+
+def replica_cap(cluster: ClusterSpec, config: OpConfig, most: int) -> int:
+    """The most replicas of ``config`` the cluster's CPUs and GPUs hold, at most ``most``."""
+    cap = min(most, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else most)
+    if config.gpus > 0:
+        cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
+    return cap
+
+
+def placement_option(name: str, config: OpConfig, curve: Any, search: ConfigSearch, cold_starts: ColdStarts, op: Any) -> PlacementOption:
+    """``config`` of operator ``name`` as a MILP option: its capacity ``curve``, its memory upper bound (host for a CPU
+    config, device otherwise), its cold start on the device and ``op``'s drain."""
+    bound = search.memory_bound(name, config) or 0.0
+    is_cpu = config.device == CPU
+    return PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0, device_mem_bytes=0 if is_cpu else int(bound),
+                           cold_start_s=cold_starts.cold_start(name, config.device), drain_s=drain_s(op))

@@ -22,7 +22,7 @@ Contract:
 from __future__ import annotations
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.context import Context
@@ -80,7 +80,7 @@ class PrePositioning:
             return None
         current = {op.name: op.configs() for op in state.operators}
         final = {n: (targets[n][2] if n in targets else g) for n, g in current.items()}
-        cluster = self.ctx.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        cluster = self.ctx.planned_for(state)
         moving = list(targets)
         if sum(held(g)[0] for g in final.values()) > cluster.total_cpus + 1e-9 or sum(held(g)[1] for g in final.values()) > cluster.total_gpus + 1e-9:
             moving = [n for n in moving if all(a <= b + 1e-9 for a, b in zip(held(targets[n][2]), held(current[n])))]

@@ -28,15 +28,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import CPU, ClusterSpec, OpConfig
+from trident_flows.core.types import OpConfig
 from trident_flows.scheduler.observe import NoModelError
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
-from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
+from trident_flows.scheduler.placement.types import OperatorDemand
 from trident_flows.scheduler.replicas import replica_limits
 from trident_flows.scheduler.transfer import transfer_estimate
 from trident_flows.scheduler.trident.context import Context
-from trident_flows.scheduler.trident.operators import ColdStarts, Operators, drain_s
+from trident_flows.scheduler.trident.operators import ColdStarts, Operators
 from trident_flows.scheduler.trident.pace import Pace
+from trident_flows.scheduler.trident.placement_step import placement_option, replica_cap
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.source_regimes import Regime
@@ -107,7 +108,7 @@ class RegimePlans:
         return plan
 
     def _solve(self, state: RunnerState, regime: Regime) -> RegimePlan | None:
-        cluster = self.ctx.cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
+        cluster = self.ctx.planned_for(state)
         work = work_per_item(state, tuple(self.pace.history))
         demands = []
         for op_state in state.operators:
@@ -122,20 +123,14 @@ class RegimePlans:
             for config in candidates:
                 if self.safety.unsafe(name, config) is not None:
                     continue
-                cap = min(hi, int(cluster.total_cpus // config.cpus) if config.cpus > 0 else hi)
-                if config.gpus > 0:
-                    cap = min(cap, int(cluster.total_gpus / config.gpus + 1e-9))
+                cap = replica_cap(cluster, config, hi)
                 if cap < 1:
                     continue
                 try:
                     curve = concave_curve((factor * op.model.capacity_lower(config, cap, 0, 0.0, features)).tolist())
                 except (NoModelError, ValueError):
                     continue
-                bound = self.search.memory_bound(name, config) or 0.0
-                is_cpu = config.device == CPU
-                options.append(PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0,
-                                               device_mem_bytes=0 if is_cpu else int(bound),
-                                               cold_start_s=self.cold_starts.cold_start(name, config.device), drain_s=drain_s(op)))
+                options.append(placement_option(name, config, curve, self.search, self.cold_starts, op))
             if not options:
                 return None
             moved = transfer_estimate(smp for _, smp in op.window)
