@@ -287,6 +287,26 @@ def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_fails_at_onc
     assert runner.now == 0.0 and runner.reconfigurations == 0 and len(runner.pools[0].replicas) == 2
 
 
+def test_a_swap_in_place_whose_start_fails_restores_the_retired_replica_and_loses_no_item() -> None:
+    # the operator's last replica is retired to make room for its replacement, which cannot start (2 CPUs on a
+    # 1-CPU node): the failed apply gives the operator one replica of the config it retired back, as live
+    # (runtime.rollout), so the pipeline does not stall with no replica of it
+    old, new = OpConfig.make(CPU, batch_size=2), OpConfig.make(CPU, batch_size=2, cpus=2.0)
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01)}, 1.0)], [Stage("work", old, 1)], 300)
+    runner = SimRunner(spec, ClusterSpec.single_node(1), settings=RunnerSettings(warm_timeout_s=5.0), actor_start=FREE_START,
+                       call_cost=NO_CALL_COST)
+    runner.start()
+    runner.run_until(runner.now + 0.5)
+    report = runner.apply(Transition((TransitionStep(StepKind.RETIRE, "work", old, 1, reason="swap"),
+                                      TransitionStep(StepKind.START, "work", new, 1))))
+    assert not report.ok and [s["kind"] for s in report.steps_done] == ["retire"]
+    assert "restored after the failed swap: work: restarted cpu/b2" in report.error
+    assert [r.config for r in runner.state().operator("work").replicas] == [old]
+    while not runner.finished:
+        runner.run_until(runner.now + 1.0)
+    assert runner.inputs_done == 300 and runner.inputs_dead == 0
+
+
 def test_a_retire_that_makes_room_frees_the_node_where_the_next_start_fits() -> None:
     # two nodes of 2 CPUs + 1 GPU: g holds node 0's GPU and a CPU, c runs once there and twice on node 1. A GPU
     # replica needs its CPU beside a free GPU, so retiring the c on node 0 (the pool's least loaded) would leave the

@@ -29,9 +29,10 @@ from typing import Any, Callable
 import ray
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
-from trident_flows.core.types import Decision, OpConfig, Plan, StepKind, Transition, TransitionStep
+from trident_flows.core.types import Decision, Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import RoomFor, check_plan, refuse_without_room, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
+                                              room_for)
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.
@@ -120,18 +121,13 @@ class Rollout:
 
     def _restore_emptied(self, done: list[dict[str, Any]]) -> str:
         """After a failed step: an operator left without replicas by a swap in place gets one of the
-        configs it retired back, so the pipeline never stalls on a failed apply. Returns a note."""
+        configs it retired back (``transition.emptied_by_swap``). Returns a note."""
         notes = []
-        for i, pool in enumerate(self.pools):
-            if pool.active(canary=False):
-                continue
-            retired = [d for d in done if d["operator"] == self.ops[i] and d["kind"] == StepKind.RETIRE.value]
-            if not retired:
-                continue
-            config = OpConfig.from_dict(retired[-1]["config"])
-            for r in pool.start(config, 1, canary=False):
+        for name, config in emptied_by_swap(done, lambda op: bool(self.pools[self.ops.index(op)].active(canary=False))):
+            i = self.ops.index(name)
+            for r in self.pools[i].start(config, 1, canary=False):
                 self._watch_start(i, r, True)
-            notes.append(f"{self.ops[i]}: restarted {config.label()}")
+            notes.append(f"{name}: restarted {config.label()}")
         return ("; restored after the failed swap: " + ", ".join(notes)) if notes else ""
 
     def _checked(self, transition: Transition) -> Transition:

@@ -27,6 +27,10 @@ Contract:
   class's) free resources in total, and a GPU replica needs its CPU on the node of its GPU. Freeing
   CPUs on nodes without a free GPU had left a start of GPU replicas waiting out the warm timeout
   (300 s) in simulated 8-node runs, with the retire that would have made room queued behind it.
+- ``emptied_by_swap(done, serving)``: after a failed apply, the operators a swap in place left without a
+  serving replica (``serving(name)`` False) and the config each last retired (``done``: the steps that ran,
+  as ``TransitionStep.to_dict``): both runners start one replica of it, so a failed apply never stalls
+  an operator.
 - ``no_room(step, free)``: why a START/CANARY step cannot start now, its replicas placed first-fit on
   each node's free CPUs/GPUs (None when they fit). Both runners (``refuse_without_room``) refuse such a step at once while no
   replica drains (on a fixed cluster nothing else makes room) instead of waiting out the warm
@@ -262,6 +266,15 @@ class RoomFor:
                 room, lacking = self._take(room), lacking - 1
             free[self.node_of(victim)] = room
         return chosen
+
+
+def emptied_by_swap(done: Sequence[Mapping[str, Any]], serving: Callable[[str], bool]) -> list[tuple[str, OpConfig]]:
+    """(operator, config it last retired) for each operator ``done`` retired replicas of that now has no serving replica."""
+    last: dict[str, OpConfig] = {}
+    for step in done:
+        if step["kind"] == StepKind.RETIRE.value:
+            last[step["operator"]] = OpConfig.from_dict(step["config"])
+    return [(name, config) for name, config in last.items() if not serving(name)]
 
 
 def _fits(config: OpConfig, room: tuple[float, float]) -> bool:

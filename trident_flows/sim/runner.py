@@ -10,7 +10,8 @@ Contract:
   ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.rolling_steps``; a
   START waits, on the simulated clock, until its replicas are warm, a RETIRE until its
   replicas (``transition.retire_victims``: on nodes where the next START then fits first) have drained, each leaving with its resources as soon as its own batches are back;
-  the pipeline keeps streaming meanwhile), ``summary()`` and ``replica_seconds()`` (per
+  the pipeline keeps streaming meanwhile; a failed step ends the apply, and an operator a swap in
+  place left without replicas gets one of the config it retired back, as live), ``summary()`` and ``replica_seconds()`` (per
   operator, replica-seconds since streaming began).
 - Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
   served one at a time; an operator's input queue is bounded by ``backpressure.items_bound``
@@ -44,7 +45,8 @@ import numpy as np
 from trident_flows.runtime.backpressure import items_bound
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
-from trident_flows.runtime.transition import RoomFor, check_plan, refuse_without_room, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
+                                              room_for)
 from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
                                       TransitionStep)
 from trident_flows.sim import outcome
@@ -564,6 +566,7 @@ class SimRunner:
                 ids = self._do_step(step, replaced=replaced, room=room_for(steps, k, self._free_by_node, _node_of))
             except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped (as live)
                 error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
+                error += self._restore_emptied(done)
                 break
             done.append({**step.to_dict(), "replicas": ids, "seconds": self.now - s0})
         t1 = self.now
@@ -574,6 +577,15 @@ class SimRunner:
         self.apply_reports.append(report)
         self._dispatch()
         return report
+
+    def _restore_emptied(self, done: list[dict[str, Any]]) -> str:
+        """As live (``runtime.rollout``): an operator a failed swap in place left without replicas gets one of the
+        configs it retired back. Returns a note."""
+        notes = []
+        for name, config in emptied_by_swap(done, lambda op: bool(self.pools[self.names.index(op)].active(canary=False))):
+            self._start_replica(self.names.index(name), config, canary=False)
+            notes.append(f"{name}: restarted {config.label()}")
+        return ("; restored after the failed swap: " + ", ".join(notes)) if notes else ""
 
     def _check_transition(self, transition: Transition) -> None:
         for step in transition.steps:
