@@ -13,7 +13,7 @@ from trident_flows.bench.closed_loop_runs import RunRecord, run_matrix
 from trident_flows.bench.closed_loop_workload import Tuning, Workload, tune
 from trident_flows.bench.lineage import items_lost
 from trident_flows.bench.oracle_policy import OraclePolicy
-from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.types import OpConfig

@@ -177,7 +177,7 @@ def test_a_suite_trace_is_rebuilt_from_its_suite_workload_header_and_first_poll(
 
 def _suite_start():
     """A starting configuration of every documents operator (the policy needs the spec's operators only)."""
-    from trident_flows.bench.static_search import StaticConfig
+    from trident_flows.sim.static_search import StaticConfig
 
     names = ("parse", "ocr", "langid", "quality", "dedup", "embed")
     return StaticConfig(tuple((n, OpConfig.make(CPU, batch_size=4), 1) for n in names), 0.0)

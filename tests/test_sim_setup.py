@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from trident_flows.bench.sim_fidelity import RollingUpdate
-from trident_flows.bench.static_search import predict_throughput
+from trident_flows.sim.static_search import predict_throughput
 from trident_flows.cli import app
 from trident_flows.pipelines import build_pipeline
 from trident_flows.runtime.costmodel import PipelineProfile

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.static_search import StaticConfig, search_static, search_static_stream, stream_seconds
+from trident_flows.sim.static_search import StaticConfig, search_static, search_static_stream, stream_seconds
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
 from trident_flows.runtime.costmodel import PipelineProfile
 

@@ -37,7 +37,7 @@ _B = f"{_PKG}/bench"
 _LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "core", "pipelines", "planning", "ray_data", "corpus"))
 # the closed-loop runs (live and simulated) and the bench helpers they share
 _LOOP = (f"{_B}/closed_loop_runs.py", f"{_B}/closed_loop_stats.py", f"{_B}/closed_loop_workload.py", f"{_B}/closed_loop_figure.py",
-         f"{_B}/static_search.py", f"{_B}/allocation.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
+         f"{_B}/allocation.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
          f"{_B}/headroom.py", f"{_B}/sim_headroom.py", f"{_PKG}/sim", *_LIVE)
 _SUITE = (f"{_B}/closed_loop_suite.py", f"{_B}/suite_workloads.py", f"{_B}/suite_sim.py", f"{_B}/baselines.py", *_LOOP)
 _FIDELITY = (f"{_B}/sim_fidelity.py", f"{_B}/fidelity_traces.py", f"{_B}/live_trace.py", f"{_B}/record_traces.py", f"{_B}/traces",
@@ -102,7 +102,7 @@ CATALOGUE: dict[str, Benchmark] = {
     "headroom": Benchmark(
         "How much could any scheduler gain on each workload: the per-regime optimum over the best single static "
         "configuration, by the cost models?",
-        (f"{_B}/headroom.py", f"{_B}/static_search.py", f"{_PKG}/runtime/costmodel.py", f"{_PKG}/runtime/devices.py",
+        (f"{_B}/headroom.py", f"{_PKG}/sim/static_search.py", f"{_PKG}/runtime/costmodel.py", f"{_PKG}/runtime/devices.py",
          f"{_PKG}/runtime/spec.py", f"{_PKG}/pipelines/emulated.py", f"{_PKG}/pipelines/profiles", f"{_PKG}/core")),
     "closed-loop-suite": Benchmark(
         "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
@@ -152,6 +152,6 @@ CATALOGUE: dict[str, Benchmark] = {
         "Does an item's end-to-end latency (read at the source to done at the sink) stay as low while trident's rolling "
         "updates start and retire replicas as in steady state?",
         (f"{_B}/rollout_latency.py", f"{_B}/suite_workloads.py", f"{_B}/closed_loop_workload.py", f"{_B}/baselines.py",
-         f"{_B}/static_search.py", f"{_B}/headroom.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
+         f"{_PKG}/sim/static_search.py", f"{_B}/headroom.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
         headline=("rollouts", "latency_s_p99_steady", "latency_s_p99_during_rollout", "p99_during_rollout_over_steady", "items_lost")),
 }

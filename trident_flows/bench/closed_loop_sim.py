@@ -81,7 +81,7 @@ from trident_flows.bench.closed_loop_workload import Workload
 from trident_flows.bench.oracle_policy import OraclePolicy
 from trident_flows.bench.report import BenchResult, Target
 from trident_flows.bench.sim_headroom import steady_rate
-from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.bench.wide_pipeline import WIDE, load_profile
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile

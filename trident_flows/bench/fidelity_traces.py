@@ -49,7 +49,7 @@ import numpy as np
 from trident_flows.bench.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
 from trident_flows.bench.live_trace import Trace
 from trident_flows.bench.record_traces import EMULATED
-from trident_flows.bench.static_search import StaticConfig
+from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile

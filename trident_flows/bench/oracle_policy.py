@@ -13,7 +13,7 @@ from typing import Mapping, Sequence, Union
 
 from trident_flows.bench.allocation import Allocation, allocation_of, label
 
-from trident_flows.bench.static_search import StaticConfig
+from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.scheduler.replicas import held

@@ -44,7 +44,7 @@ from trident_flows.bench.closed_loop_runs import TICK_S
 from trident_flows.bench import allocation
 from trident_flows.bench.allocation import Allocation, allocation_of
 from trident_flows.bench.oracle_policy import OraclePolicy
-from trident_flows.bench.static_search import StaticConfig
+from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from trident_flows.bench.static_search import reach
+from trident_flows.sim.static_search import reach
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.core.types import CPU, OpConfig

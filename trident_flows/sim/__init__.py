@@ -8,6 +8,7 @@ them), ``cluster`` (node classes and where replicas land, as the runtime places 
 (emulated accelerators: resident memory, one kernel at a time, OOM), ``pool`` (an operator's
 simulated replicas), ``queues`` (bounded operator input queues), ``runner`` (``SimRunner``:
 the live runner's ``state`` / ``samples`` / ``apply`` on simulated time), ``outcome`` (what an
-apply reports) and ``driver`` (``simulate``: a policy in a control loop over a simulated run,
-each tick's CPU time charged to the simulated clock).
+apply reports), ``static_search`` (static configurations searched on the cost model: ``setup``
+starts a run from one) and ``driver`` (``simulate``: a policy in a control loop over a simulated
+run, each tick's CPU time charged to the simulated clock).
 """

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from trident_flows.bench.static_search import StaticConfig, predict_throughput, search_static
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, parse_regimes
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec

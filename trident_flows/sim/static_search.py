@@ -1,5 +1,10 @@
 """Static configurations of an emulated pipeline, searched on its cost model.
 
+What a fixed deployment of a pipeline would run, found without running it: the simulator starts a
+run from it (``sim.setup.initial_config``), the planner reads the share of items reaching each
+operator from it (``reach``), and the benchmarks' static baselines are its searches. It imports
+only the cost model (``runtime.costmodel``), the emulated stages and ``core``.
+
 Contract:
 - A ``StaticConfig`` is one config and a replica count per operator (what a hand-tuned static
   deployment, a plain Ray Data job or a fixed xenna stage spec would run), with the throughput
