@@ -23,7 +23,7 @@ demo: install
 	@$(PY) -m trident_flows.demo
 
 lint: install
-	@$(VENV)/bin/ruff check trident_flows tests examples
+	@$(VENV)/bin/ruff check trident_flows benchmarks tests examples
 
 test: install lint
 	@OMP_THREAD_LIMIT=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -1,24 +1,30 @@
-"""Benchmarks by name. Each entry names a module with
-``run(quick: bool) -> BenchResult``; ``trident_flows.bench.report.write_report`` writes
-``DIR/NAME.json`` and ``DIR/NAME.png``."""
+"""The benchmarks of trident-flows, by name. Each entry names a module with
+``run(quick: bool) -> BenchResult``; ``benchmarks.report.write_report`` writes
+``DIR/NAME.json`` and ``DIR/NAME.png``.
+
+A package of the repository, not of the installed ``trident_flows`` (the wheel leaves it out): it
+is imported from a checkout, by ``trident-flows bench NAME`` and the tests. It may import any
+part of ``trident_flows``; nothing in ``trident_flows`` imports it but the CLI's ``bench``
+command, lazily. ``BENCHMARKS`` stays a literal dict: ``trident-flows bench --help`` reads its
+names from this file without importing the package."""
 
 BENCHMARKS: dict[str, str] = {
-    "overhead": "trident_flows.bench.overhead",
-    "observe": "trident_flows.bench.observe",
-    "observe-live": "trident_flows.bench.observe_live",
-    "optimize": "trident_flows.bench.optimize",
-    "placement": "trident_flows.bench.placement",
-    "closed-loop": "trident_flows.bench.closed_loop",
-    "closed-loop-video": "trident_flows.bench.closed_loop_video",
-    "headroom": "trident_flows.bench.headroom",
-    "closed-loop-suite": "trident_flows.bench.closed_loop_suite",
-    "faults": "trident_flows.bench.faults",
-    "ray-data-import": "trident_flows.bench.ray_data_import",
-    "sim-fidelity": "trident_flows.bench.sim_fidelity",
-    "closed-loop-sim": "trident_flows.bench.closed_loop_sim",
-    "plan-fidelity": "trident_flows.bench.plan_fidelity",
-    "dataplane": "trident_flows.bench.dataplane",
-    "rollout-latency": "trident_flows.bench.rollout_latency",
-    "warm-start": "trident_flows.bench.warm_start",
-    "manifest": "trident_flows.bench.manifest",
+    "overhead": "benchmarks.overhead",
+    "observe": "benchmarks.observe",
+    "observe-live": "benchmarks.observe_live",
+    "optimize": "benchmarks.optimize",
+    "placement": "benchmarks.placement",
+    "closed-loop": "benchmarks.closed_loop",
+    "closed-loop-video": "benchmarks.closed_loop_video",
+    "headroom": "benchmarks.headroom",
+    "closed-loop-suite": "benchmarks.closed_loop_suite",
+    "faults": "benchmarks.faults",
+    "ray-data-import": "benchmarks.ray_data_import",
+    "sim-fidelity": "benchmarks.sim_fidelity",
+    "closed-loop-sim": "benchmarks.closed_loop_sim",
+    "plan-fidelity": "benchmarks.plan_fidelity",
+    "dataplane": "benchmarks.dataplane",
+    "rollout-latency": "benchmarks.rollout_latency",
+    "warm-start": "benchmarks.warm_start",
+    "manifest": "benchmarks.manifest",
 }

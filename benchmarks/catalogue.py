@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from trident_flows.bench.baselines import DEFINITIONS as SUITE_DEFINITIONS
-from trident_flows.bench.suite_sim import DEFINITIONS as SUITE_SIM_DEFINITIONS
+from benchmarks.baselines import DEFINITIONS as SUITE_DEFINITIONS
+from benchmarks.suite_sim import DEFINITIONS as SUITE_SIM_DEFINITIONS
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Benchmark:
 
 
 _PKG = "trident_flows"
-_B = f"{_PKG}/bench"
+_B = "benchmarks"
 # the live stack a pipeline runs on under a policy (the runtime's modules import planning's advice and ray_data; control's run imports corpus)
 _LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "core", "pipelines", "planning", "ray_data", "corpus"))
 # the closed-loop runs (live and simulated) and the bench helpers they share

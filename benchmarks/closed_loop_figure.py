@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop_runs import RunRecord
-from trident_flows.bench.closed_loop_stats import per_system
-from trident_flows.bench.closed_loop_workload import Workload
+from benchmarks.closed_loop_runs import RunRecord
+from benchmarks.closed_loop_stats import per_system
+from benchmarks.closed_loop_workload import Workload
 
 
 def median_run(records: Sequence[RunRecord], system: str) -> RunRecord | None:

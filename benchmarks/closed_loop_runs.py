@@ -28,9 +28,9 @@ from typing import Any, Sequence
 import numpy as np
 import ray
 
-from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, Tuning, Workload
-from trident_flows.bench.lineage import items_lost, source_ids
-from trident_flows.bench.oracle_policy import OraclePolicy
+from benchmarks.closed_loop_workload import CPUS, DEVICE_MEMORY, Tuning, Workload
+from benchmarks.lineage import items_lost, source_ids
+from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.control.launch import start_runner, stop_runner
 from trident_flows.control.loop import ControlLoop
 from trident_flows.core.state import RunnerSettings, RunnerState
@@ -232,7 +232,7 @@ def run_ray_data(spec: PipelineSpec, record: RunRecord, autoscale: bool = True) 
 
 def run_xenna_record(spec: PipelineSpec, record: RunRecord) -> RunRecord:
     """cosmos-xenna streaming with its autoscaler (``xenna_adapter``) on the same operators."""
-    from trident_flows.bench.xenna_adapter import run_xenna
+    from benchmarks.xenna_adapter import run_xenna
 
     prefix = f"cl-xn-{uuid.uuid4().hex[:6]}"
     devs = devices.create_devices(prefix, NAMESPACE, DEVICE_MEMORY)

@@ -77,12 +77,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop_workload import Workload
-from trident_flows.bench.oracle_policy import OraclePolicy
-from trident_flows.bench.report import BenchResult, Target
-from trident_flows.bench.sim_headroom import steady_rate
+from benchmarks.closed_loop_workload import Workload
+from benchmarks.oracle_policy import OraclePolicy
+from benchmarks.report import BenchResult, Target
+from benchmarks.sim_headroom import steady_rate
 from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
-from trident_flows.bench.wide_pipeline import WIDE, load_profile
+from benchmarks.wide_pipeline import WIDE, load_profile
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.decision_log import Action
@@ -424,17 +424,19 @@ def _as_system(rows: Sequence[Mapping[str, Any]], workload: Mapping[str, Any], o
 
 
 def code_fingerprint(policies: bool = True) -> str:
-    """A digest of every source and data file of the installed ``trident_flows`` package (without the
-    ``scheduler`` package, which a run without a policy never enters, when not ``policies``): runs
-    made by other code have another."""
-    root = Path(__file__).resolve().parents[1]
+    """A digest of every source and data file of the ``trident_flows`` package running here (without its
+    ``scheduler`` package, which a run without a policy never enters, when not ``policies``) and of these
+    benchmarks: runs made by other code have another."""
+    import trident_flows
+
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".json", ".csv", ".parquet")):
-        relative = path.relative_to(root)
-        if not policies and relative.parts[0] == "scheduler":
-            continue
-        digest.update(str(relative).encode())
-        digest.update(path.read_bytes())
+    for root, prefix in ((Path(trident_flows.__file__).resolve().parent, ""), (Path(__file__).resolve().parent, "benchmarks/")):
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".json", ".csv", ".parquet")):
+            relative = path.relative_to(root)
+            if not policies and not prefix and relative.parts[0] == "scheduler":
+                continue
+            digest.update(f"{prefix}{relative}".encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop_runs import RunRecord
+from benchmarks.closed_loop_runs import RunRecord
 
 
 def _median(values: Iterable[float | None]) -> float | None:

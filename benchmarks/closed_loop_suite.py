@@ -52,14 +52,14 @@ import numpy as np
 import psutil
 import ray
 
-from trident_flows.bench import allocation, closed_loop_figure, closed_loop_workload, headroom, suite_sim
-from trident_flows.bench.baselines import DEFINITIONS, STATIC_DEFAULT, STATIC_HINDSIGHT, STATIC_SYSTEMS, Baselines
-from trident_flows.bench.closed_loop_runs import RunRecord, run_ray_data, run_runtime
-from trident_flows.bench.closed_loop_stats import per_system
-from trident_flows.bench.closed_loop_workload import Workload
-from trident_flows.bench.oracle_policy import OraclePolicy
-from trident_flows.bench.report import BenchResult, Target
-from trident_flows.bench.suite_workloads import CPUS, DEVICE_MEMORY, WORKLOADS, SuiteWorkload, suite_workloads
+from benchmarks import allocation, closed_loop_figure, closed_loop_workload, headroom, suite_sim
+from benchmarks.baselines import DEFINITIONS, STATIC_DEFAULT, STATIC_HINDSIGHT, STATIC_SYSTEMS, Baselines
+from benchmarks.closed_loop_runs import RunRecord, run_ray_data, run_runtime
+from benchmarks.closed_loop_stats import per_system
+from benchmarks.closed_loop_workload import Workload
+from benchmarks.oracle_policy import OraclePolicy
+from benchmarks.report import BenchResult, Target
+from benchmarks.suite_workloads import CPUS, DEVICE_MEMORY, WORKLOADS, SuiteWorkload, suite_workloads
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.leftovers import ray_descendants
 from trident_flows.scheduler.policies import make_policy

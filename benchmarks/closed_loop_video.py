@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from trident_flows.bench import closed_loop
-from trident_flows.bench.closed_loop import SPIKE_SYSTEMS, SYSTEMS
-from trident_flows.bench.report import BenchResult
+from benchmarks import closed_loop
+from benchmarks.closed_loop import SPIKE_SYSTEMS, SYSTEMS
+from benchmarks.report import BenchResult
 
 
 def run(quick: bool = False, *, systems: Sequence[str] = SYSTEMS, spike_systems: Sequence[str] = SPIKE_SYSTEMS,

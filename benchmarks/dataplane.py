@@ -30,9 +30,9 @@ from typing import Any, Iterator
 import numpy as np
 import ray
 
-from trident_flows.bench.local_ray import start_local_ray
-from trident_flows.bench.overhead import run_ray_data
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.local_ray import start_local_ray
+from benchmarks.overhead import run_ray_data
+from benchmarks.report import BenchResult, Target
 from trident_flows.control.launch import start_runner
 from trident_flows.core.state import RunnerSettings
 from trident_flows.core.types import OpConfig

@@ -62,7 +62,7 @@ import psutil
 import pyarrow.parquet as pq
 import ray
 
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.report import BenchResult, Target
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import emulated_pipeline
 from trident_flows.runtime import resume
@@ -340,7 +340,7 @@ from trident_flows.control.launch import find_runner
 from trident_flows.control.loop import ControlLoop
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec
-from trident_flows.bench.faults import _ocr_rollout
+from benchmarks.faults import _ocr_rollout
 address, name, namespace, mode = sys.argv[1:5]
 ray.init(address=address, log_to_driver=False, configure_logging=False)
 runner = find_runner(name, namespace)
@@ -514,11 +514,11 @@ def run_case(name: str, work: Path, n: int, rng: random.Random) -> FaultRow:
     if name in ("output-read-only", "output-full"):
         return case_output_fs(work, n, name.removeprefix("output-"))
     if name == "corrupt-inputs":
-        from trident_flows.bench.faults_inputs import case_corrupt_inputs
+        from benchmarks.faults_inputs import case_corrupt_inputs
 
         return case_corrupt_inputs(work)
     if name == "corrupt-video":
-        from trident_flows.bench.faults_inputs import case_corrupt_video
+        from benchmarks.faults_inputs import case_corrupt_video
 
         return case_corrupt_video(work)
     raise ValueError(f"unknown fault case {name!r}; choose one of {CASES}")

@@ -23,7 +23,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 
-from trident_flows.bench import faults
+from benchmarks import faults
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID
 
 GOOD_DOCUMENTS = 6

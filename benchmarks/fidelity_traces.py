@@ -46,9 +46,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
-from trident_flows.bench.live_trace import Trace
-from trident_flows.bench.record_traces import EMULATED
+from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
+from benchmarks.live_trace import Trace
+from benchmarks.record_traces import EMULATED
 from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
@@ -101,7 +101,7 @@ def reference(trace: Trace) -> TraceReference:
     """What ``trace`` ran (see the module docstring)."""
     if "suite_workload" in trace.header:
         return _suite_reference(trace)
-    from trident_flows.bench.closed_loop_runs import make_system_policy
+    from benchmarks.closed_loop_runs import make_system_policy
 
     bench, policy = trace_workload(trace.name)
     profile = PipelineProfile.load(bench.profile)
@@ -126,7 +126,7 @@ def start_config(state: RunnerState) -> StaticConfig:
 
 
 def _suite_reference(trace: Trace) -> TraceReference:
-    from trident_flows.bench import suite_workloads
+    from benchmarks import suite_workloads
     from trident_flows.scheduler.policies import make_policy
 
     name, policy = str(trace.header["suite_workload"]), str(trace.header.get("policy", ""))

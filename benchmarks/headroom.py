@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 import pulp
 
-from trident_flows.bench.report import BenchResult
+from benchmarks.report import BenchResult
 from trident_flows.sim.static_search import reach
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.types import CPU, GPU

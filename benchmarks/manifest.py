@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.report import BenchResult, Target
 
 FILES = 100_000
 QUICK_FILES = 10_000

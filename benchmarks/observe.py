@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from trident_flows.bench.report import BenchResult, Target
-from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun, simulate
+from benchmarks.report import BenchResult, Target
+from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.observe import OperatorModel
@@ -278,7 +278,7 @@ def run(quick: bool = False) -> BenchResult:
     }
     targets = {"mape": Target("<=", 0.05), "detection_delay_samples": Target("<=", 10), "false_alarms": Target("<=", 1),
                "fit_predict_ms_p95": Target("<=", 100.0)}
-    notes = ("Known-truth simulation (bench/sample_sim.py): two operators, 6 config phases each, regimes short/long/scans/"
+    notes = ("Known-truth simulation (benchmarks/sample_sim.py): two operators, 6 config phases each, regimes short/long/scans/"
              "hidden-slowdown cycling with recurrences, ~3% spikes and short bursts injected. fit_predict_ms_p95 is CPU time "
              "of the (single-threaded) fit + predict; wall clock on this shared machine is in raw.fit_predict_ms.")
     return BenchResult("observe", summary, targets, raw, _figure({n: r for n, r in runs.items() if n.endswith(f"-s{seeds[0]}")}, results, timings), notes)

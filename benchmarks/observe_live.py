@@ -1,7 +1,7 @@
 """Benchmark "observe-live": the observation layer judged on live traces, where decisions are made.
 
 Contract: ``run(quick) -> BenchResult`` (registered as "observe-live") replays the committed
-traces (``bench/traces/*.jsonl.gz``, written by ``python -m trident_flows.bench.record_traces``:
+traces (``benchmarks/traces/*.jsonl.gz``, written by ``python -m benchmarks.record_traces``:
 emulated documents and video under static, ds2 and trident; the recorder's real-document trace
 is replayed too when present; ``--quick``: the two trident traces of the emulated pipelines). Each
 trace is replayed tick by tick through the loop the trident controller runs: per operator a
@@ -77,8 +77,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.bench.live_trace import Trace, available, load
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.live_trace import Trace, available, load
+from benchmarks.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.observe import NoModelError, OperatorModel
@@ -605,7 +605,7 @@ def run(quick: bool = False, traces: Sequence[Path] | None = None) -> BenchResul
     if quick and traces is None:
         paths = [p for p in paths if p.name.removesuffix(".jsonl.gz") in QUICK]
     if not paths:
-        raise FileNotFoundError("no live traces to replay; record them with: python -m trident_flows.bench.record_traces")
+        raise FileNotFoundError("no live traces to replay; record them with: python -m benchmarks.record_traces")
     results: dict[str, dict] = {}
     hours = 0.0
     t_start = time.perf_counter()

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 from skopt.space import Categorical, Integer
 
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.report import BenchResult, Target
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
 from trident_flows.scheduler.constraint import MemoryBudget
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError, objective, surrogate_optimizer

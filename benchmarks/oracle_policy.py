@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence, Union
 
-from trident_flows.bench.allocation import Allocation, allocation_of, label
+from benchmarks.allocation import Allocation, allocation_of, label
 
 from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.state import RunnerState

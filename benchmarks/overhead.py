@@ -24,7 +24,7 @@ from typing import Any
 
 import ray
 
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.report import BenchResult, Target
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.control.launch import start_runner

@@ -21,7 +21,7 @@ import resource
 import statistics
 import time
 
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.report import BenchResult, Target
 from trident_flows.scheduler.placement.milp import GAP_REL, PlacementError, solve_placement
 from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
 from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption

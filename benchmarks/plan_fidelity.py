@@ -23,9 +23,9 @@ from typing import Any
 
 import ray
 
-from trident_flows.bench.local_ray import start_local_ray
-from trident_flows.bench.report import BenchResult, Target
-from trident_flows.bench.sim_fidelity import run_live
+from benchmarks.local_ray import start_local_ray
+from benchmarks.report import BenchResult, Target
+from benchmarks.sim_fidelity import run_live
 from trident_flows.planning.catalogue import Catalogue, NodeType
 from trident_flows.planning.demands import operator_demands
 from trident_flows.planning.planner import _Checker

@@ -33,11 +33,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import ray
 
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.report import BenchResult, Target
 
 CLUSTER_CPUS, CLUSTER_GPUS = 8, 1
 SEED = 7
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ray_data_emulated.py"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ray_data_emulated.py"
 
 
 def _native(n: int, time_scale: float, out: Path, tick_s: float) -> tuple[float, Any]:

@@ -1,6 +1,6 @@
-"""Record the live traces that ``bench observe-live`` replays (``bench/traces/*.jsonl.gz``).
+"""Record the live traces that ``bench observe-live`` replays (``benchmarks/traces/*.jsonl.gz``).
 
-Contract: ``python -m trident_flows.bench.record_traces [--only NAME ...] [--out DIR]`` runs, one
+Contract: ``python -m benchmarks.record_traces [--only NAME ...] [--out DIR]`` runs, one
 after the other, through the runtime's own ``launch.run_pipeline`` (runner actor + control loop
 every ``TICK_S``) with the policy wrapped in ``live_trace.RecordingPolicy`` and the runner polled
 every ``TICK_S`` by ``live_trace.RunnerPoller``:
@@ -12,7 +12,7 @@ every ``TICK_S`` by ``live_trace.RunnerPoller``:
 - with ``--only``: ``{docs,video}-{threshold,oracle}`` likewise (the oracle: the closed-loop
   benchmark's ``OraclePolicy``), references for ``bench sim-fidelity`` (record them with
   ``--out bench-results/sim-fidelity-live/traces``: ``bench observe-live`` replays every trace of
-  ``bench/traces``);
+  ``benchmarks/traces``);
 - ``cpu-only-trident``: the ``closed-loop-suite`` benchmark's cpu-only workload (documents on 16 CPUs
   and no GPU, four 5-minute regime blocks at time scale 0.5, starting from static-default) under
   trident: the workload where trident makes its moves (3-5 rolling updates), so the plans it
@@ -35,10 +35,10 @@ from typing import Any
 
 import ray
 
-from trident_flows.bench import suite_workloads
-from trident_flows.bench.closed_loop_runs import TICK_S, make_system_policy
-from trident_flows.bench.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
-from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
+from benchmarks import suite_workloads
+from benchmarks.closed_loop_runs import TICK_S, make_system_policy
+from benchmarks.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
+from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import find_runner, run_pipeline
 from trident_flows.core.state import RunnerSettings

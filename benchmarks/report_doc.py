@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from trident_flows.bench.catalogue import CATALOGUE, Benchmark
-from trident_flows.bench.provenance import describe, git
-from trident_flows.bench.report import figure, figures
+from benchmarks.catalogue import CATALOGUE, Benchmark
+from benchmarks.provenance import describe, git
+from benchmarks.report import figure, figures
 from trident_flows.core.state import RuntimeConfigError
 
 HEADER = """# Benchmarks
@@ -140,7 +140,7 @@ def render(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark]
     for r in results:
         if r.name not in catalogue:
             raise RuntimeConfigError(f"{results_dir / r.path} is a result of benchmark {r.name!r}, which the catalogue lacks: "
-                                     f"add its question and code to CATALOGUE in trident_flows/bench/catalogue.py")
+                                     f"add its question and code to CATALOGUE in benchmarks/catalogue.py")
     repo = repo_of(results_dir)
     order = {name: i for i, name in enumerate(catalogue)}
     results.sort(key=lambda r: (order[r.name], r.path))

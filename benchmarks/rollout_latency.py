@@ -54,11 +54,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import ray
 
-from trident_flows.bench.closed_loop_workload import Workload
-from trident_flows.bench.lineage import items_lost
-from trident_flows.bench.local_ray import start_local_ray
-from trident_flows.bench.report import BenchResult, Target
-from trident_flows.bench.suite_workloads import CPUS, DEVICE_MEMORY, SEED, TIME_SCALE, SuiteWorkload, equal_time_regimes
+from benchmarks.closed_loop_workload import Workload
+from benchmarks.lineage import items_lost
+from benchmarks.local_ray import start_local_ray
+from benchmarks.report import BenchResult, Target
+from benchmarks.suite_workloads import CPUS, DEVICE_MEMORY, SEED, TIME_SCALE, SuiteWorkload, equal_time_regimes
 from trident_flows.control.launch import start_runner, stop_runner
 from trident_flows.control.loop import ControlLoop
 from trident_flows.core.state import RunnerSettings, RunnerState

@@ -25,7 +25,7 @@ Contract of ``run(quick) -> BenchResult``:
   throughput, GPU busy fraction (``accel_busy``), median reconfigurations; systems static-avg,
   static-large, oracle, threshold, ds2, trident (quick: static-avg, static-large, threshold);
   (2) the live traces (``TRACES``: one run each with every batch, read by ``fidelity_traces``)
-  committed in ``bench/traces`` (static, ds2, trident, and the closed-loop-suite's
+  committed in ``benchmarks/traces`` (static, ds2, trident, and the closed-loop-suite's
   ``cpu-only-trident`` once recorded: its own stream, time scale, cluster and starting
   configuration, from its header and first poll) and, once recorded, in ``LIVE_DIR/traces``
   (threshold, oracle, or any re-recorded), compared: throughput, every operator's busy fraction
@@ -46,7 +46,7 @@ Contract of ``run(quick) -> BenchResult``:
   ``trident-flows bench closed-loop --systems static-avg,oracle,threshold,ds2,trident --repeats 3
   --out bench-results/sim-fidelity-live``, then the same with ``closed-loop-video``; and one
   traced run each (every batch recorded; about 15 minutes for the eight: docs-oracle took 143 s):
-  ``python -m trident_flows.bench.record_traces --only docs-threshold docs-oracle docs-trident
+  ``python -m benchmarks.record_traces --only docs-threshold docs-oracle docs-trident
   docs-ds2 video-threshold video-oracle video-trident video-ds2 --out
   bench-results/sim-fidelity-live/traces``. The next ``bench sim-fidelity`` compares them.
 - ``run(quick, live=True)`` adds the fresh side-by-side runs of ``WORKLOADS`` (live and simulated
@@ -85,10 +85,10 @@ from typing import Any, Sequence
 import numpy as np
 import ray
 
-from trident_flows.bench.local_ray import start_local_ray
-from trident_flows.bench.closed_loop_runs import TICK_S
-from trident_flows.bench.closed_loop_workload import DEVICE_MEMORY, PIPELINES, tune, workloads
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks.local_ray import start_local_ray
+from benchmarks.closed_loop_runs import TICK_S
+from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, tune, workloads
+from benchmarks.report import BenchResult, Target
 from trident_flows.control.loop import ControlLoop
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import start_runner, stop_runner
@@ -233,7 +233,7 @@ def figure(rows: list[dict[str, Any]]) -> Any:
     return fig
 
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
+RESULTS = Path(__file__).resolve().parents[1] / "bench-results"
 # The live references: the committed closed-loop benchmarks, then (when recorded) the policies that
 # roll replicas, recorded for this benchmark into LIVE_DIR by the commands in the module docstring.
 LIVE_DIR = "sim-fidelity-live"
@@ -245,7 +245,7 @@ COMMITTED_SYSTEMS = ("static-avg", "static-large", "oracle", "threshold", "ds2",
 # 19.54 items/s), those at load 30-105 differ up to 7.8x.
 REPEAT_SPREAD_MAX = 1.2
 QUICK_SYSTEMS = ("static-avg", "static-large", "threshold")
-# the committed traces (bench/traces) and the policy traces recorded for this benchmark into LIVE_DIR/traces
+# the committed traces (benchmarks/traces) and the policy traces recorded for this benchmark into LIVE_DIR/traces
 # and the closed-loop-suite's traces (record_traces: header suite_workload; the workload where trident makes its moves)
 TRACES = tuple(f"{p}-{policy}" for p in ("docs", "video") for policy in ("static", "ds2", "threshold", "oracle", "trident")) + \
     ("cpu-only-trident",)
@@ -288,7 +288,7 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, u
     """The live closed-loop runs of ``pipeline`` in ``results/reference`` re-run in the simulator (see the module docstring)."""
     import json
 
-    from trident_flows.bench.closed_loop_runs import make_system_policy
+    from benchmarks.closed_loop_runs import make_system_policy
 
     reference = reference or dict(REFERENCES)[pipeline]
     path = results / reference
@@ -349,8 +349,8 @@ def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, u
 
 
 def _trace_paths(names: Sequence[str], results: Path, log: Any) -> list[tuple[str, Path]]:
-    """(label, path) of each of ``names`` found in ``bench/traces`` and in ``results/LIVE_DIR/traces``."""
-    from trident_flows.bench.live_trace import TRACE_DIR
+    """(label, path) of each of ``names`` found in ``benchmarks/traces`` and in ``results/LIVE_DIR/traces``."""
+    from benchmarks.live_trace import TRACE_DIR
 
     found = []
     for name in names:
@@ -366,8 +366,8 @@ def _trace_paths(names: Sequence[str], results: Path, log: Any) -> list[tuple[st
 def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict[str, Any]] | None = None,
                    overheads: dict[str, dict[str, Any]] | None = None, results: Path = RESULTS) -> list[dict[str, Any]]:
     """The live traces re-run in the simulator: every operator's busy fraction compared (see the module docstring)."""
-    from trident_flows.bench import fidelity_traces as ft
-    from trident_flows.bench.live_trace import load
+    from benchmarks import fidelity_traces as ft
+    from benchmarks.live_trace import load
 
     rows = []
     for source, path in _trace_paths(names, results, log):
@@ -425,7 +425,7 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
 
 def _against_trace(run: Any, live: dict[str, Any], gpus: int, name: str) -> dict[str, Any]:
     """A simulated run's figures and its errors against a live trace's."""
-    from trident_flows.bench.fidelity_traces import busy_fractions
+    from benchmarks.fidelity_traces import busy_fractions
 
     s = run.summary
     samples = run.runner.samples(0).samples
@@ -481,7 +481,7 @@ def run(quick: bool = False, log: Any = print, live: bool = False, results: Path
     # errors over every run are reported beside it (a free-running policy's moves may differ from live's: see the rows)
     targets = {"workloads_within": Target(">=", 3), "rolling_update_workloads_within": Target(">=", 1)}
     notes = ("Live: the committed closed-loop benchmarks (emulated Ray runtime, one logical node of 16 CPUs + 2 emulated GPUs, time "
-             "scale 1, medians of their repeats; busy = the GPUs' busy fraction) and the committed live traces (bench/traces: one "
+             "scale 1, medians of their repeats; busy = the GPUs' busy fraction) and the committed live traces (benchmarks/traces: one "
              "run each, every batch recorded; busy = each operator's and the GPUs'). Left out "
              f"({len(unreliable)}): " + ("; ".join(f"{u['workload']} ({u['source']}): {u['reason']}" for u in unreliable) or "none") +
              f". Simulated: trident_flows.sim, same streams, configurations, policies and {TICK_S:g} s tick; replicas requested "

@@ -38,12 +38,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from trident_flows.bench import sim_headroom, suite_workloads
-from trident_flows.bench.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT
-from trident_flows.bench.closed_loop_runs import TICK_S
-from trident_flows.bench import allocation
-from trident_flows.bench.allocation import Allocation, allocation_of
-from trident_flows.bench.oracle_policy import OraclePolicy
+from benchmarks import sim_headroom, suite_workloads
+from benchmarks.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT
+from benchmarks.closed_loop_runs import TICK_S
+from benchmarks import allocation
+from benchmarks.allocation import Allocation, allocation_of
+from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec, Plan

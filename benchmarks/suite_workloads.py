@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from trident_flows.bench import closed_loop_workload, headroom
-from trident_flows.bench.baselines import Baselines, tune_baselines
-from trident_flows.bench.closed_loop_workload import Workload
+from benchmarks import closed_loop_workload, headroom
+from benchmarks.baselines import Baselines, tune_baselines
+from benchmarks.closed_loop_workload import Workload
 from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
 from trident_flows.pipelines.emulated_video import LAYOUT as VIDEO_LAYOUT

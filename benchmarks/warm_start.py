@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from trident_flows.bench import allocation, suite_sim, suite_workloads
-from trident_flows.bench.allocation import Allocation
-from trident_flows.bench.closed_loop_runs import TICK_S
-from trident_flows.bench.closed_loop_workload import Workload
-from trident_flows.bench.oracle_policy import OraclePolicy
-from trident_flows.bench.report import BenchResult, Target
+from benchmarks import allocation, suite_sim, suite_workloads
+from benchmarks.allocation import Allocation
+from benchmarks.closed_loop_runs import TICK_S
+from benchmarks.closed_loop_workload import Workload
+from benchmarks.oracle_policy import OraclePolicy
+from benchmarks.report import BenchResult, Target
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, Plan
 from trident_flows.scheduler.policies import make_policy

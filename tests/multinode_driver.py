@@ -246,7 +246,7 @@ def node_join(cluster: Cluster, out: Path, nodes: dict) -> dict:
 
 
 def lost_outputs(cluster: Cluster, out: Path, nodes: dict) -> dict:
-    from trident_flows.bench.dataplane import build_spec
+    from benchmarks.dataplane import build_spec
 
     spec = build_spec(256 * 1024, 4, 160)
     # half a CPU per replica, so all four fit the head and the GPU worker once the joined node is gone;

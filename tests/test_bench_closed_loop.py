@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trident_flows.bench.closed_loop_runs import RunRecord, run_matrix
-from trident_flows.bench.closed_loop_workload import Tuning, Workload, tune
-from trident_flows.bench.lineage import items_lost
-from trident_flows.bench.oracle_policy import OraclePolicy
+from benchmarks.closed_loop_runs import RunRecord, run_matrix
+from benchmarks.closed_loop_workload import Tuning, Workload, tune
+from benchmarks.lineage import items_lost
+from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
@@ -155,7 +155,7 @@ def test_one_tiny_round_of_two_policies_loses_no_item(ray_cluster, tmp_path):
 
 
 def test_a_run_record_thins_its_poll_series_for_the_results_file_without_changing_what_they_show():
-    from trident_flows.bench.closed_loop_runs import RunRecord
+    from benchmarks.closed_loop_runs import RunRecord
 
     polls = [(round(0.2 * k, 3), k // 3) for k in range(50)]  # 10 s of 0.2 s polls
     record = RunRecord("trident", "regimes", 0, 50, timeline=list(polls), tail=list(polls),

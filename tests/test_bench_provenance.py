@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trident_flows.bench import BENCHMARKS
-from trident_flows.bench.provenance import LoadDuring, LoadSampler, ProvenanceRecorder, code_repo, git_state
-from trident_flows.bench.report import BenchResult, write_report
+from benchmarks import BENCHMARKS
+from benchmarks.provenance import LoadDuring, LoadSampler, ProvenanceRecorder, code_repo, git_state
+from benchmarks.report import BenchResult, write_report
 from trident_flows.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def test_write_report_without_a_recorder_records_what_it_can_at_write_time(tmp_p
 
 
 STUB = textwrap.dedent('''
-    from trident_flows.bench.report import BenchResult
+    from benchmarks.report import BenchResult
 
     def run(quick=False):
         print("stub running")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from trident_flows.bench import BENCHMARKS
-from trident_flows.bench.catalogue import CATALOGUE, Benchmark
-from trident_flows.bench.report_doc import README_END, README_START, check, freshness, render, render_readme, write
+from benchmarks import BENCHMARKS
+from benchmarks.catalogue import CATALOGUE, Benchmark
+from benchmarks.report_doc import README_END, README_START, check, freshness, render, render_readme, write
 from trident_flows.cli import app
 from trident_flows.core.state import RuntimeConfigError
 
@@ -150,7 +150,7 @@ def test_check_passes_on_the_written_report_and_fails_with_a_reason_and_a_diff(r
 
 def test_a_result_the_catalogue_lacks_or_a_json_that_is_no_report_names_the_fix(tmp_path: Path):
     (tmp_path / "gamma.json").write_text(json.dumps(result("gamma", "none", {})))
-    with pytest.raises(RuntimeConfigError, match="benchmark 'gamma', which the catalogue lacks: add .* trident_flows/bench/catalogue.py"):
+    with pytest.raises(RuntimeConfigError, match="benchmark 'gamma', which the catalogue lacks: add .* benchmarks/catalogue.py"):
         render(tmp_path, tmp_path / "doc.md", TOY)
     (tmp_path / "gamma.json").write_text("[1, 2]")
     with pytest.raises(RuntimeConfigError, match="is no benchmark report"):
@@ -313,7 +313,7 @@ def test_the_catalogue_covers_every_benchmark_and_names_code_that_exists():
         for path in bench.code:  # results a benchmark reads (under bench-results/) may not be recorded yet
             assert path.startswith("bench-results/") or any(t == path or t.startswith(path + "/") for t in tracked), \
                 f"{name}: {path} is not tracked"
-            assert path not in ("trident_flows/bench/report.py", "trident_flows/bench/provenance.py"), name
+            assert path not in ("benchmarks/report.py", "benchmarks/provenance.py"), name
 
 
 def _imports(path: Path) -> set[str]:
@@ -329,7 +329,7 @@ def _imports(path: Path) -> set[str]:
                 source = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([source] if source else []))
             found.add(source)
             found.update(f"{source}.{alias.name}" for alias in node.names)  # a submodule imported by name
-    return {name for name in found if name.split(".")[0] == "trident_flows"}
+    return {name for name in found if name.split(".")[0] in ("trident_flows", "benchmarks")}
 
 
 def _module_file(name: str) -> Path | None:
@@ -348,16 +348,16 @@ def test_the_code_a_benchmark_measures_covers_every_module_it_imports(name: str)
         if path is not None and path not in seen:
             seen.add(path)
             todo.extend(_imports(path))
-    writers = {REPO / "trident_flows/bench/report.py", REPO / "trident_flows/bench/provenance.py"}
+    writers = {REPO / "benchmarks/report.py", REPO / "benchmarks/provenance.py"}
     missed = sorted(str(p.relative_to(REPO)) for p in seen - writers
                     if p.name != "__init__.py" and not any(p.relative_to(REPO).as_posix() == c or
                                                            p.relative_to(REPO).as_posix().startswith(c + "/")
                                                            for c in CATALOGUE[name].code))
-    assert not missed, f"{name} runs {missed}: add them to its code in trident_flows/bench/catalogue.py"
+    assert not missed, f"{name} runs {missed}: add them to its code in benchmarks/catalogue.py"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, b in CATALOGUE.items() if b.headline))
 def test_every_headline_figure_is_a_figure_its_benchmark_writes(name: str):
     source = (REPO / Path(*BENCHMARKS[name].split("."))).with_suffix(".py").read_text()
     for figure in CATALOGUE[name].headline:
-        assert f'"{figure}"' in source, f"{name} writes no figure {figure!r}: fix its headline in trident_flows/bench/catalogue.py"
+        assert f'"{figure}"' in source, f"{name} writes no figure {figure!r}: fix its headline in benchmarks/catalogue.py"

@@ -3,7 +3,7 @@ input: each count's prediction is exactly what asking for that count alone gives
 
 from __future__ import annotations
 
-from trident_flows.bench.sample_sim import Phase, Regime, SimOperator, simulate
+from benchmarks.sample_sim import Phase, Regime, SimOperator, simulate
 from trident_flows.core.types import OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.observe import OperatorModel

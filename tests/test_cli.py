@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from trident_flows.bench import BENCHMARKS
+from benchmarks import BENCHMARKS
 from trident_flows.cli import app
 from trident_flows.pipelines import PIPELINES
 

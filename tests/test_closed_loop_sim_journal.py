@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trident_flows.bench import closed_loop_sim as cls
+from benchmarks import closed_loop_sim as cls
 from trident_flows.sim.static_search import StaticConfig
 
 WORKLOAD = {"pipeline": "documents", "nodes": 8, "items": 1000, "schedule": "short:900,long:100"}

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trident_flows.bench import closed_loop_sim as cls
+from benchmarks import closed_loop_sim as cls
 from trident_flows.scheduler.decision_log import Action, Hold, HoldKind, TickRecord
 
 

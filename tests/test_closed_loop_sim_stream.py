@@ -4,7 +4,7 @@ was 2.5x under the simulator's on 8-node documents, and a "0.5 hour" stream ende
 
 from __future__ import annotations
 
-from trident_flows.bench import closed_loop_sim as cls
+from benchmarks import closed_loop_sim as cls
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.sim.driver import simulate

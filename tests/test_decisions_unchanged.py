@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from trident_flows.bench import suite_workloads as sw
-from trident_flows.bench.baselines import STATIC_DEFAULT
-from trident_flows.bench.closed_loop_workload import Workload
+from benchmarks import suite_workloads as sw
+from benchmarks.baselines import STATIC_DEFAULT
+from benchmarks.closed_loop_workload import Workload
 from trident_flows.core.types import ClusterSpec
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.policies import make_policy

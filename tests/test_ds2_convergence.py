@@ -9,9 +9,9 @@ from typing import Any, Sequence
 
 import pytest
 
-from trident_flows.bench.closed_loop_runs import TICK_S
-from trident_flows.bench.closed_loop_suite import suite_workloads
-from trident_flows.bench.closed_loop_workload import Workload
+from benchmarks.closed_loop_runs import TICK_S
+from benchmarks.closed_loop_suite import suite_workloads
+from benchmarks.closed_loop_workload import Workload
 from trident_flows.core.state import ApplyOutcome, RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile

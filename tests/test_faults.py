@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trident_flows.bench import faults
+from benchmarks import faults
 from trident_flows.runtime import resume
 from trident_flows.runtime.sink import Sink, read_ids
 
@@ -77,7 +77,7 @@ def test_a_read_only_output_filesystem_fails_naming_the_path(small_fs):
 
 
 def test_adversarial_pdfs_are_each_dead_lettered_with_their_reason_before_anything_is_decoded(tmp_path):
-    from trident_flows.bench.faults_inputs import adversarial_pdfs
+    from benchmarks.faults_inputs import adversarial_pdfs
     from trident_flows.pipelines.documents import ParsePdf, pdf_rows
     from trident_flows.pipelines.synth_documents import generate
     from trident_flows.runtime.spec import ERROR, rows_to_batch
@@ -121,7 +121,7 @@ def test_ocr_refuses_a_page_that_would_render_beyond_its_limit(tmp_path):
 
 
 def test_a_video_with_a_broken_stream_is_dead_lettered_with_its_reason(tmp_path):
-    from trident_flows.bench.faults_inputs import broken_stream_video
+    from benchmarks.faults_inputs import broken_stream_video
     from trident_flows.pipelines import synth_video
     from trident_flows.pipelines.video import Decode, probe
     from trident_flows.runtime.spec import ERROR, ID, rows_to_batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.bench.headroom import GiB, Workload, headroom, regime_optimum, with_derived_gpu
+from benchmarks.headroom import GiB, Workload, headroom, regime_optimum, with_derived_gpu
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.types import CPU, GPU
 

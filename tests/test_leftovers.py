@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 from test_runtime_support import child_env
-from trident_flows.bench.report import BenchResult
+from benchmarks.report import BenchResult
 
 
 _LAUNCHER = """
 import sys
-import trident_flows.bench as bench
+import benchmarks as bench
 bench.BENCHMARKS["stubborn"] = "test_leftovers"
 from trident_flows.cli import app
 app(sys.argv[1:], prog_name="trident-flows")

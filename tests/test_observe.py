@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.observe import NoModelError, OperatorModel

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trident_flows.bench import observe_live
-from trident_flows.bench.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
+from benchmarks import observe_live
+from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.throughput_measure import (completed_input_items, placement_settled, remaining_input_items, stream_positions,
                                                         sustainable_throughput)

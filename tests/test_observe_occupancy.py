@@ -2,7 +2,7 @@
 
 import pytest
 
-from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.observe import OperatorModel

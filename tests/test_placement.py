@@ -221,7 +221,7 @@ def test_throughput_of_matches_plan():
 
 
 def test_time_limit_returns_a_feasible_plan_with_status_and_gap():
-    from trident_flows.bench.placement import make_cluster, make_demands
+    from benchmarks.placement import make_cluster, make_demands
     from trident_flows.scheduler.placement.model import pack_cluster
 
     demands, cluster = make_demands(10, seed=9), make_cluster(16)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulp
 import pytest
 
-from trident_flows.bench.placement import _small_instance, brute_force, make_cluster, make_demands
+from benchmarks.placement import _small_instance, brute_force, make_cluster, make_demands
 from trident_flows.scheduler.placement import bound as placement_bound
 from trident_flows.scheduler.placement import milp
 from trident_flows.scheduler.placement.milp import GAP_REL, solve_placement

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from trident_flows.bench.placement import make_cluster, make_demands
+from benchmarks.placement import make_cluster, make_demands
 from trident_flows.core.state import RuntimeConfigError
 from trident_flows.core.types import BatchSample, ClusterSpec, NodeClass, OpConfig
 from trident_flows.runtime.nodes import NIC_LABEL, read_nodes

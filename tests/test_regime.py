@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from trident_flows.bench.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.observe import OperatorModel
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector

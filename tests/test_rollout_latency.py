@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from trident_flows.bench.rollout_latency import Window, fill_end, groups, per_rollout, summarise, windows_of
+from benchmarks.rollout_latency import Window, fill_end, groups, per_rollout, summarise, windows_of
 
 NAN = math.nan
 

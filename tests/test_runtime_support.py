@@ -20,8 +20,9 @@ TESTS = Path(__file__).resolve().parent
 
 def child_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python process that imports the test modules (to register a test
-    pipeline or benchmark): this process's, with tests/ first on PYTHONPATH, plus ``extra``."""
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+    pipeline or benchmark): this process's, with tests/ and the checkout (its ``benchmarks`` package)
+    first on PYTHONPATH, plus ``extra``."""
+    path = os.pathsep.join(p for p in (str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 

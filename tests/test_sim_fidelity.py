@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from trident_flows.bench import fidelity_traces as ft
-from trident_flows.bench.live_trace import Decision, Tick, Trace
-from trident_flows.bench.sim_fidelity import POLICY_SINCE, _stale_policy
+from benchmarks import fidelity_traces as ft
+from benchmarks.live_trace import Decision, Tick, Trace
+from benchmarks.sim_fidelity import POLICY_SINCE, _stale_policy
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import CPU, BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
@@ -120,7 +120,7 @@ def _reference(path, quick: bool, per_system: dict) -> None:
 
 
 def test_recorded_policy_runs_are_read_from_the_live_dir_and_a_quick_run_is_no_reference_for_the_full_benchmark(tmp_path) -> None:
-    from trident_flows.bench.sim_fidelity import LIVE_DIR, against_committed
+    from benchmarks.sim_fidelity import LIVE_DIR, against_committed
 
     live = {"items_per_s_median": 25.0, "items_per_s": [24.9, 25.1], "accel_busy_median": 0.7, "reconfigurations_median": 0.0}
     spread = {**live, "items_per_s": [10.0, 25.0]}
@@ -140,8 +140,8 @@ def test_recorded_policy_runs_are_read_from_the_live_dir_and_a_quick_run_is_no_r
 def test_traces_recorded_for_the_benchmark_are_found_next_to_the_committed_ones(tmp_path) -> None:
     import shutil
 
-    from trident_flows.bench.live_trace import TRACE_DIR
-    from trident_flows.bench.sim_fidelity import LIVE_DIR, against_traces
+    from benchmarks.live_trace import TRACE_DIR
+    from benchmarks.sim_fidelity import LIVE_DIR, against_traces
 
     (tmp_path / LIVE_DIR / "traces").mkdir(parents=True)
     shutil.copy(TRACE_DIR / "docs-static.jsonl.gz", tmp_path / LIVE_DIR / "traces" / "docs-static.jsonl.gz")
@@ -155,7 +155,7 @@ def test_traces_recorded_for_the_benchmark_are_found_next_to_the_committed_ones(
 
 
 def test_a_suite_trace_is_rebuilt_from_its_suite_workload_header_and_first_poll() -> None:
-    from trident_flows.bench.suite_workloads import suite_workloads
+    from benchmarks.suite_workloads import suite_workloads
 
     suite = suite_workloads(False, ("cpu-only",))[0]
     stream = suite.streams()[0]
@@ -184,7 +184,7 @@ def _suite_start():
 
 
 def test_a_run_is_within_fidelity_only_when_throughput_busy_and_reconfigurations_all_are():
-    from trident_flows.bench.sim_fidelity import _within
+    from benchmarks.sim_fidelity import _within
 
     row = {"throughput_error": 0.08, "max_busy_error_points": 9.5, "reconfiguration_diff": 1}
     assert _within(row)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.bench.closed_loop_workload import Workload as Stream
-from trident_flows.bench.headroom import GiB, Workload
-from trident_flows.bench.sim_headroom import simulated_headroom
+from benchmarks.closed_loop_workload import Workload as Stream
+from benchmarks.headroom import GiB, Workload
+from benchmarks.sim_headroom import simulated_headroom
 from trident_flows.core.types import CPU, ClusterSpec
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 

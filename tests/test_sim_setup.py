@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from trident_flows.bench.sim_fidelity import RollingUpdate
+from benchmarks.sim_fidelity import RollingUpdate
 from trident_flows.sim.static_search import predict_throughput
 from trident_flows.cli import app
 from trident_flows.pipelines import build_pipeline

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.bench import closed_loop_suite as suite
-from trident_flows.bench import suite_workloads
-from trident_flows.bench.baselines import STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT, tune_baselines
-from trident_flows.bench.closed_loop_runs import RunRecord
-from trident_flows.bench.closed_loop_workload import GPU_BATCHES, Workload
+from benchmarks import closed_loop_suite as suite
+from benchmarks import suite_workloads
+from benchmarks.baselines import STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT, tune_baselines
+from benchmarks.closed_loop_runs import RunRecord
+from benchmarks.closed_loop_workload import GPU_BATCHES, Workload
 from trident_flows.sim.static_search import search_static, stream_seconds
 from trident_flows.pipelines.emulated_docs import LAYOUT
 from trident_flows.runtime.costmodel import PipelineProfile

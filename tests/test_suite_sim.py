@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from trident_flows.bench.oracle_policy import OraclePolicy
-from trident_flows.bench.suite_sim import SystemRun, running_allocation, summarise
+from benchmarks.oracle_policy import OraclePolicy
+from benchmarks.suite_sim import SystemRun, running_allocation, summarise
 from trident_flows.core.types import OpConfig
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from trident_flows.bench import suite_workloads as sw
-from trident_flows.bench.baselines import STATIC_DEFAULT
-from trident_flows.bench.closed_loop_workload import Workload
+from benchmarks import suite_workloads as sw
+from benchmarks.baselines import STATIC_DEFAULT
+from benchmarks.closed_loop_workload import Workload
 from trident_flows.sim.static_search import StaticConfig
 from trident_flows.control.launch import memory_uri
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, PlanKind

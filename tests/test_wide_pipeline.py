@@ -3,8 +3,8 @@ documents profile only (its six operators, then copies of its last four stages).
 
 from __future__ import annotations
 
-from trident_flows.bench import closed_loop_sim as cls
-from trident_flows.bench.wide_pipeline import COPIED, load_profile, wide_profile
+from benchmarks import closed_loop_sim as cls
+from benchmarks.wide_pipeline import COPIED, load_profile, wide_profile
 from trident_flows.runtime.costmodel import PipelineProfile
 
 

@@ -4,13 +4,23 @@ Each command validates its options and hands over to the module that owns the wo
 (imported lazily, so ``--help`` is fast and emulated pipelines need no model packages).
 A user error (a bad option or setting, ``RuntimeConfigError``) is printed as one line on
 stderr saying what to change, with exit status 2 and no traceback; a traceback means a bug.
+
+``bench`` runs the repository's ``benchmarks`` package, which the installed package leaves out:
+``load_benchmarks()`` imports it from the checkout this ``trident_flows`` runs from (a checkout, or
+an editable install of one), putting the checkout on ``sys.path`` and ``PYTHONPATH`` (so that Ray
+workers and the benchmarks' subprocesses import it too), or from wherever Python finds it; where
+there is none (an installed wheel) it is a user error saying that benchmarks run from a checkout
+of the repository. ``--help`` lists the benchmarks from the registry's source without importing it.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +31,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trident_flows.bench import BENCHMARKS
 from trident_flows.pipelines import PIPELINES
 from trident_flows.core.state import RuntimeConfigError
 from trident_flows.scheduler.policies import DEFAULT_POLICY, available_policies
@@ -256,12 +265,70 @@ def profile(
 
 
 REPORT = "report"  # ``bench report``: the report document, not a benchmark
+NO_BENCHMARKS = ("the benchmarks run from a checkout of the repository (its benchmarks/ folder, which the installed package "
+                 "leaves out): clone the repository, install it there with `pip install -e '.[bench]'` and run "
+                 "`trident-flows bench` in it")
+
+
+def _benchmarks_checkout() -> Path | None:
+    """The checkout whose ``benchmarks/`` sits beside the ``trident_flows`` running here, or ``None`` (an installed wheel)."""
+    import trident_flows
+
+    root = Path(trident_flows.__file__).resolve().parents[1]
+    return root if (root / "benchmarks" / "__init__.py").is_file() else None
+
+
+def load_benchmarks() -> Any:
+    """The repository's ``benchmarks`` package, imported on first use (see the module docstring)."""
+    root = _benchmarks_checkout()
+    if root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    try:
+        import benchmarks
+    except ModuleNotFoundError as exc:
+        if exc.name != "benchmarks":
+            raise
+        raise RuntimeConfigError(NO_BENCHMARKS) from None
+    if not isinstance(getattr(benchmarks, "BENCHMARKS", None), dict):
+        raise RuntimeConfigError(f"{benchmarks.__file__} is another package named benchmarks; {NO_BENCHMARKS}")
+    return benchmarks
+
+
+def _benchmark_names() -> list[str]:
+    """The names of ``benchmarks.BENCHMARKS`` (a literal dict), read from its source without importing the package;
+    empty where there are no benchmarks."""
+    root = _benchmarks_checkout()
+    if root is not None:
+        init = root / "benchmarks" / "__init__.py"
+    else:
+        spec = importlib.util.find_spec("benchmarks")
+        if spec is None or not spec.origin:
+            return []
+        init = Path(spec.origin)
+    try:
+        tree = ast.parse(init.read_text())
+    except (OSError, SyntaxError):
+        return []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "BENCHMARKS" for t in targets) and node.value is not None:
+            try:
+                return list(ast.literal_eval(node.value))
+            except ValueError:
+                return []
+    return []
+
+
+_BENCHMARK_NAMES = _benchmark_names()
 
 
 @app.command("bench")
 def bench(
-    name: str = typer.Argument(..., help=f"Benchmark name: {', '.join(BENCHMARKS)}; or {REPORT!r}: write docs/benchmarks.md "
-                               "from every NAME.json in --out (subfolders too) and the results block of README.md."),
+    name: str = typer.Argument(..., help=(f"Benchmark name: {', '.join(_BENCHMARK_NAMES)}" if _BENCHMARK_NAMES else
+                                          "Benchmark name (benchmarks run from a checkout of the repository)")
+                               + f"; or {REPORT!r}: write docs/benchmarks.md from every NAME.json in --out (subfolders too) "
+                               "and the results block of README.md."),
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png (report: the results to read)."),
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite, closed-loop-sim: run only these systems, comma-separated "
@@ -283,8 +350,10 @@ def bench(
                                "README's results block differs from what the results give."),
 ) -> None:
     """Run a benchmark, print its headline figures and write NAME.json + NAME.png; or ``bench report [--check]``."""
-    from trident_flows.bench.provenance import ProvenanceRecorder, describe
-    from trident_flows.bench.report import figures, write_report
+    with user_errors():
+        registry = load_benchmarks().BENCHMARKS
+    from benchmarks.provenance import ProvenanceRecorder, describe
+    from benchmarks.report import figures, write_report
 
     if name == REPORT:
         with user_errors():
@@ -297,11 +366,11 @@ def bench(
                           check)
         return
     with user_errors():
-        _check_choice("benchmark", name, list(BENCHMARKS))
+        _check_choice("benchmark", name, list(registry))
         for option, value in (("doc", doc), ("readme", readme), ("check", check)):
             if value not in (None, False):
                 raise RuntimeConfigError(f"--{option} belongs to bench {REPORT}; drop it to run benchmark {name!r}")
-        module = importlib.import_module(BENCHMARKS[name])
+        module = importlib.import_module(registry[name])
         options = _bench_options(name, module, systems, repeats, workloads, hours, jobs)
         if "journal" in inspect.signature(module.run).parameters:
             options["journal"] = out / f".{name}{'-quick' if quick else ''}.runs.jsonl"
@@ -337,7 +406,7 @@ def bench(
 def _bench_report(results: Path, doc: Path, readme: Path, check: bool) -> None:
     """``bench report``: write ``doc`` and ``readme``'s results block from the results, or with ``check`` compare them
     (exit 1 where they differ)."""
-    from trident_flows.bench import report_doc
+    from benchmarks import report_doc
 
     if not check:
         doc_path, readme_path = report_doc.write(results, doc, readme=readme)
