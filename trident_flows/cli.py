@@ -179,11 +179,14 @@ def run(
                 check_settings(pipeline, settings["quality"], settings["tune"])
         except ValueError as exc:
             raise RuntimeConfigError(str(exc)) from None
+        dataset_support = None
+        if ray_data:  # the Ray Data integration (above control, which is handed it) reads and publishes the Dataset
+            from trident_flows import ray_data as dataset_support
         try:
             run_command(pipeline=pipeline, out=out, policy=policy, input=_input_arg(input), synth=synth, regimes=regimes, seed=seed,
                         cpus=cpus, gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log,
                         console=console, quality=settings["quality"], tune=settings["tune"], restart=restart, memory=memory, table=table,
-                        retry_dead_letters=retry_dead_letters)
+                        retry_dead_letters=retry_dead_letters, dataset_support=dataset_support)
         except RunInterrupted as exc:
             console.print(str(exc), soft_wrap=True)
             raise typer.Exit(130) from None

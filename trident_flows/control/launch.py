@@ -26,8 +26,10 @@ Contract:
   address) raises ``RuntimeConfigError`` saying what to change. Ctrl-C stops the run (committed
   shards kept, Ray shut down) and says how to resume; a runner that dies is restarted
   (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
-  A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset (``trident_flows.ray_data``): Ray
-  starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
+  A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset, read and published by
+  ``dataset_support`` (the Ray Data integration ``trident_flows.ray_data``, its ``prepare_target`` and
+  ``publish``; it runs pipelines through this module, so it sits above control and the caller hands
+  it in): Ray starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
   Under trident, ``memory`` (``memory_uri``) is where its memory of earlier runs of the pipeline lives.
   With ``table`` (the documents pipeline), or an ``input`` that is a filesystem URL, the run is a
   corpus run (``control.corpus_run``): only new or changed files are processed (``OUT`` is its
@@ -354,7 +356,7 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                 seed: int, cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
                 tune: dict[str, str] | None = None, restart: bool = False, memory: str | None = None, table: str | None = None,
-                retry_dead_letters: bool = False) -> RunSummary:
+                retry_dead_letters: bool = False, dataset_support: Any = None) -> RunSummary:
     """The ``trident-flows run`` command (see the module docstring). Raises ``RuntimeConfigError`` for a bad
     option (``resume.RunMismatch`` for an ``out`` holding another run) and ``resume.RunInterrupted`` (after
     shutting down) on Ctrl-C."""
@@ -364,6 +366,8 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
         raise RuntimeConfigError(f"--address {address} is not allowed ('auto' may attach to a stranger's cluster): give HOST:PORT "
                                  "of your cluster, or leave --address out to start a local Ray node")
     ray_data = ":" in pipeline  # MODULE:FUNCTION returning a user's Ray Data Dataset
+    if ray_data and dataset_support is None:
+        raise ValueError(f"{pipeline} is a Ray Data pipeline: give dataset_support=trident_flows.ray_data")
     corpus = _corpus_run(pipeline, input, table, out, retry_dead_letters, quality, tune, console)
     try:  # options are checked (and a registry pipeline built) before Ray starts
         make_policy(policy)
@@ -386,9 +390,8 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                 _start_ray(address, cpus, gpus, console)
                 try:
                     if spec is None:  # Ray Data reads the user's input, so its pipeline is built once Ray is up
-                        from trident_flows.ray_data import prepare_target
-
-                        spec = prepare_target(pipeline, out / "_inputs", input=input, synth=synth, seed=seed, regimes=regimes)
+                        spec = dataset_support.prepare_target(pipeline, out / "_inputs", input=input, synth=synth, seed=seed,
+                                                              regimes=regimes)
                         opened = _open_run(spec, out, restart, console)
                     if corpus is not None:
                         corpus.seed()
@@ -397,9 +400,7 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                                               console=console, memory=memory_uri(memory, out, spec.name) if policy == "trident" else None)
                                if plan.pending else _committed_summary(spec.name, policy, plan))
                     if ray_data:
-                        from trident_flows.ray_data import publish
-
-                        console.print(f"Ray Data output: {publish(out)['rows']} rows in {out / 'dataset'}")
+                        console.print(f"Ray Data output: {dataset_support.publish(out)['rows']} rows in {out / 'dataset'}")
                     if corpus is not None and corpus.table is not None and not summary.error:
                         summary = replace(summary, corpus=_publish(corpus, out, summary))
                     elif corpus is not None:

@@ -10,6 +10,10 @@ runtime's exactly-once output and dead-letter table, and the rows Ray Data would
   (for ``trident-flows run MODULE:FUNCTION`` and the Prefect flow); ``publish`` writes its output.
 - ``read_dataset``: the plan read and checked, refusals as ``RayDataPlanError`` (``pipeline``).
 - Every Ray Data internal used is in ``internals`` (pinned to ``internals.RAY_VERSION``).
+
+A front end like the CLI and the Prefect flows: ``run_dataset`` runs through ``control.launch``, so
+this package sits above ``control``, which never imports it (``trident-flows run MODULE:FUNCTION``
+hands it to ``control.launch.run_command`` as ``dataset_support``).
 """
 
 from trident_flows.ray_data.pipeline import RayDataPipeline, RayDataPlanError, publish, read_dataset
