@@ -74,6 +74,24 @@ def test_bench_help_lists_every_registered_benchmark():
     assert "closed-loop-video" in result.output
 
 
+def test_bench_where_the_benchmarks_are_absent_says_they_run_from_a_checkout(monkeypatch):
+    """An installed wheel has no ``benchmarks`` package: every bench command is then a one-line user error."""
+    import trident_flows.cli as cli
+
+    monkeypatch.setattr(cli, "_benchmarks_checkout", lambda: None)
+    monkeypatch.setitem(sys.modules, "benchmarks", None)  # `import benchmarks` fails, as where the wheel is installed
+    for args in (["bench", "closed-loop"], ["bench", "report", "--check"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.stderr.startswith("error: the benchmarks run from a checkout of the repository"), result.stderr
+
+
+def test_the_cli_imports_no_benchmark_until_a_bench_command_runs():
+    done = subprocess.run([sys.executable, "-c", "import sys, trident_flows.cli; print(sorted(m for m in sys.modules if "
+                           "m.split('.')[0] == 'benchmarks'))"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
 def test_run_help_lists_every_registered_pipeline():
     result = CliRunner().invoke(app, ["run", "--help"], terminal_width=400)
     assert result.exit_code == 0 and all(name in result.output for name in PIPELINES)
