@@ -16,7 +16,8 @@ Contract of ``run(quick, workloads, jobs, log) -> dict`` (the suite's ``sim`` se
     best allocation;
   - ``oracle`` (O): each regime's best allocation (``sim_headroom.simulated_headroom``: the cost
     model's answers hill-climbed on steady rates), switched by ``OraclePolicy`` as each block reaches
-    each operator, paying every cold start (or S* in every block, where that is faster); then block
+    each operator, paying every cold start of a switch (it starts in its first block's allocation, as S*
+    starts in its own: the same run as S* when it chooses S* in every block, where that is faster); then block
     by block, its regime's best, S* or a neighbouring block's choice where that runs the whole stream
     faster (a short block may not pay for its cold starts). O is never below S*.
   When a system beats O by more than ``BEAT_TOLERANCE``, the allocations it ran in each regime seed
@@ -189,10 +190,12 @@ class _Workload:
         return self.run(system, static_policy(chosen, self.stream.items, self.cluster), allocation.start_config(chosen), slower_than)
 
     def run_oracle(self, per_block: Sequence[Allocation], slower_than: float = 0.0) -> SystemRun:
-        """``per_block[k]`` from when block k reaches each operator (``OraclePolicy``), paying every cold start."""
+        """``per_block[k]`` from when block k reaches each operator (``OraclePolicy``), starting in ``per_block[0]`` as S* starts
+        in its own allocation, and paying every cold start of a switch."""
         blocks = [(str(k), start, end) for k, (_, start, end) in enumerate(self.blocks)]
         configs = {str(k): chosen for k, chosen in enumerate(per_block)}
-        return self.run(ORACLE, OraclePolicy(blocks, configs, self.cluster.total_cpus, self.cluster.total_gpus), slower_than=slower_than)
+        return self.run(ORACLE, OraclePolicy(blocks, configs, self.cluster.total_cpus, self.cluster.total_gpus),
+                        start=allocation.start_config(per_block[0]), slower_than=slower_than)
 
     def search_oracle(self, per_regime: Mapping[str, Allocation], static: Allocation) -> tuple[list[Allocation], SystemRun, int]:
         """O: each block's regime's best allocation or S* in every block, whichever runs the whole stream faster, then block

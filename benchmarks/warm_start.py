@@ -6,7 +6,8 @@ Contract of ``run(quick, repeats, suite_results) -> BenchResult``:
 - Streams, node, starting configuration and tick are the closed-loop suite's (``suite_sim.prepare``); S* and O
   are the allocations the suite's sim section found for the same stream (``suite_results``, default
   bench-results/closed-loop-suite.json; a stream that differs is refused, naming the command that
-  refreshes it), run again here beside trident. Each tick's CPU time is charged to the simulated clock, as
+  refreshes it), run again here beside trident (O starting in its first block's allocation, S* in its own,
+  as in the suite) and static-default. Each tick's CPU time is charged to the simulated clock, as
   in the suite. A trident run still going after ``CAP`` times S*'s time for the stream is stopped and
   reported with its error, its unfinished items counted as lost.
 - Per repeat r (``repeats``; 3, 1 with ``quick``): trident ``cold`` (no memory) on the stream; an
@@ -25,8 +26,10 @@ Contract of ``run(quick, repeats, suite_results) -> BenchResult``:
 - ``summary`` (medians over repeats): ``sim_cold_t_over_oracle``, ``sim_warm_t_over_oracle`` (trident's rate
   over O's), ``cold_vs_static_hindsight``, ``warm_vs_static_hindsight``, ``reaction_s_median_cold``,
   ``reaction_s_median_warm`` (over every counted block of every repeat), ``reaction_s_median_oracle``, ``headroom`` (O / S*), ``trident_ooms``,
-  ``items_lost`` (every run), ``prepositioned_moves_warm``, and per workload without headroom
-  (``NO_HEADROOM``) the median and lowest ratio to its S*, cold and warm. ``raw`` keeps every run.
+  ``items_lost`` (every run), ``prepositioned_moves_warm``, ``max_trident_over_oracle`` (the fastest cold or
+  warm run over O: above 1.02, O's search is too weak to be the reference), and per workload without headroom
+  (``NO_HEADROOM``) the median and lowest ratio to its S*, and the median ratio to static-default (the
+  configuration trident starts from), cold and warm. ``raw`` keeps every run.
 """
 
 from __future__ import annotations
@@ -192,8 +195,11 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
                                                             allocation.start_config(static))}
     blocks = [(str(k), start, end) for k, (_, start, end) in enumerate(w.blocks)]
     runs["oracle"] = simulate_run(w, w.stream, "oracle", OraclePolicy(blocks, {str(k): a for k, a in enumerate(oracle)},
-                                                                     w.cluster.total_cpus, w.cluster.total_gpus))
-    log(f"warm-start {name}: S* {runs['static-hindsight'].items_per_s} items/s, O {runs['oracle'].items_per_s} items/s")
+                                                                     w.cluster.total_cpus, w.cluster.total_gpus),
+                                  allocation.start_config(oracle[0]))
+    runs["static-default"] = simulate_run(w, w.stream, "static-default", None)
+    log(f"warm-start {name}: S* {runs['static-hindsight'].items_per_s} items/s, O {runs['oracle'].items_per_s} items/s, "
+        f"static-default {runs['static-default'].items_per_s} items/s")
     cap_s = CAP * w.stream.items / (runs["static-hindsight"].items_per_s or 1.0)
     source = w.stream.spec(w.profile, w.start, "probe").operators[0].name
     start = allocation.allocation_of(w.start)
@@ -215,7 +221,7 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
         repeats_out.append(entry)
         log(f"warm-start {name} repeat {r + 1}/{repeats}: cold {cold.items_per_s} items/s, warm {warm.items_per_s} items/s "
             f"({warm.prepositioned} operators pre-positioned; memory {'loaded' if warm.memory_loaded else 'NOT loaded: ' + str(warm.memory_warning)})")
-    return {"static_hindsight": runs["static-hindsight"].to_dict(),
+    return {"static_hindsight": runs["static-hindsight"].to_dict(), "static_default": runs["static-default"].to_dict(),
             "oracle": {**runs["oracle"].to_dict(), "reactions": reactions(runs["oracle"].ticks, w.blocks, oracle, source, start)},
             "static_hindsight_allocation": allocation.label(static), "oracle_blocks": [allocation.label(a) for a in oracle],
             "regimes": w.suite.regimes, "items": w.stream.items, "repeats": repeats_out}
@@ -246,22 +252,24 @@ def summarise(per_workload: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "items_lost": sum(run["items_lost"] for run in all_runs) + sum(raw[s]["items_lost"] for raw in per_workload.values()
                                                                          for s in ("static_hindsight", "oracle")),
         "prepositioned_moves_warm": _median([rep["warm"]["prepositioned"] for rep in main["repeats"]]),
+        "max_trident_over_oracle": _ratio(max((x for label in ("cold", "warm") for x in rates(main, label) if x is not None), default=None), o),
     }
     for name, raw in per_workload.items():
         if name == WORKLOAD:
             continue
-        base = raw["static_hindsight"]["items_per_s"]
+        base, default = raw["static_hindsight"]["items_per_s"], raw["static_default"]["items_per_s"]
         for label in ("cold", "warm"):
             ratios = [_ratio(x, base) for x in rates(raw, label)]
             summary[f"{name}.{label}_vs_static_hindsight_median"] = _median(ratios)
             summary[f"{name}.{label}_vs_static_hindsight_min"] = min((x for x in ratios if x is not None), default=None)
+            summary[f"{name}.{label}_vs_static_default_median"] = _median([_ratio(x, default) for x in rates(raw, label)])
     return summary
 
 
 def targets(workloads: Sequence[str]) -> dict[str, Target]:
     out = {"sim_cold_t_over_oracle": Target(">=", 0.90), "sim_warm_t_over_oracle": Target(">=", 0.95),
            "reaction_s_median_cold": Target("<=", 30.0), "reaction_s_median_warm": Target("<=", 10.0),
-           "trident_ooms": Target("==", 0), "items_lost": Target("==", 0)}
+           "trident_ooms": Target("==", 0), "items_lost": Target("==", 0), "max_trident_over_oracle": Target("<=", 1.02)}
     for name in workloads:
         if name != WORKLOAD:
             for label in ("cold", "warm"):

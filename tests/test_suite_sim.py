@@ -50,3 +50,16 @@ def test_an_oracle_of_mixed_allocations_plans_every_group_of_an_operator():
     assert plan is not None
     assert {(g.config, g.replicas) for g in plan.for_operator("b").groups} == {(cpu, 2), (gpu, 2)}
     assert running_allocation(state) == (("a", ((cpu, 3),)), ("b", ((cpu, 1),)))
+
+
+def test_the_oracle_starts_in_its_first_blocks_allocation_so_choosing_s_star_everywhere_is_the_s_star_run():
+    # O pays the cold starts of its switches, not a switch from static-default that S* (started in its own
+    # allocation) never pays: O choosing S* in every block is S*'s run, so O >= S* whatever the stream
+    from benchmarks import allocation, suite_sim
+
+    w = suite_sim.prepare("docs-baseline", quick=True)
+    static = allocation.allocation_of(w.model_hindsight)
+    s_star = w.run_static("static-hindsight", static)
+    o = w.run_oracle([static] * len(w.blocks))
+    assert o.items_per_s == pytest.approx(s_star.items_per_s) and o.items_lost == 0
+    assert w.run("static-default").items_per_s != pytest.approx(s_star.items_per_s)  # the start matters on this stream
