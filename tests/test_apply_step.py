@@ -1,8 +1,8 @@
-"""The apply step the control loops share (control/apply_step.py): no Ray."""
+"""The apply step the control loops share (loop/apply.py): no Ray."""
 
 from __future__ import annotations
 
-from trident_flows.control.apply_step import apply_plan
+from trident_flows.loop.apply import apply_plan
 from trident_flows.core.state import ApplyReport, ApplyStatus
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup
 

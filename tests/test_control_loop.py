@@ -3,6 +3,7 @@ sharded input, and refusal of bad settings before anything starts."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -187,10 +188,12 @@ def test_a_failing_tick_keeps_the_sample_cursor_so_the_next_tick_is_offered_the_
     while not ray.get(handle.samples.remote(0)).samples and time.time() < deadline:
         time.sleep(0.2)
     policy = _FailsOnce()
-    loop = ControlLoop(handle, policy)
-    with pytest.raises(RuntimeError, match="the policy failed"):
-        loop.tick()
-    assert loop.tick()  # the run is still open (its input is not closed)
+    log = tmp_path / "decisions.jsonl"
+    loop = ControlLoop(handle, policy, decision_log=log)
+    failed = loop.tick()
+    assert failed.error == "policy failed: RuntimeError: the policy failed" and loop.loop_state.cursor == 0
+    assert not loop.tick().finished and loop.loop_state.cursor > 0  # the run is still open (its input is not closed)
+    assert [json.loads(line)["error"] for line in log.read_text().splitlines()] == [failed.error]
     first, second = policy.first_samples
     assert first is not None and second == first  # not lost with the failed tick
     _finish(handle)

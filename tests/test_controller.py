@@ -231,27 +231,34 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     from test_runtime_support import assert_exactly_once
     from trident_flows.pipelines.emulated import Stage, emulated_pipeline
     from trident_flows.control.launch import start_runner
-    from trident_flows.control.controller import Controller
+    from trident_flows.control.loop import RayRunner
+    from trident_flows.loop.clock import WallClock
+    from trident_flows.loop.tick_loop import TickLoop
 
     stages = [Stage("a", B8, 2), Stage("b", B8, 2)]
     # b_heavy is long enough that moving replicas to b pays for their cold starts on a loaded machine
     # too (a replica took 5-25 s to start beside other work; with 900 items the policy rightly waited)
     spec = emulated_pipeline(_two_stage_profile(), stages, name="ctl-move", items=3600, regimes="a_heavy:600,b_heavy:3000")
     handle = start_runner(spec, tmp_path / "out", name="ctl-move-runner")
-    controller = Controller(handle, spec=spec, cluster=ClusterSpec.single_node(8, 0), decision_log=tmp_path / "d.jsonl",
-                            verify_ticks=2, min_samples=12, min_config_samples=6)  # a short run: b finishes few batches per regime
-    written: list[int] = []  # items past b after each tick: how much of the b_heavy regime was left
+    policy = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(8, 0), verify_ticks=2, min_samples=12,
+                         min_config_samples=6)  # a short run: b finishes few batches per regime
+    loop = TickLoop(RayRunner(handle, timeout_s=120.0), policy, WallClock(0.7), decision_log=tmp_path / "d.jsonl")
+    written: list[int] = []  # items past b after each tick the policy decided: how much of the b_heavy regime was left
     try:
         deadline = time.time() + 300
-        while not controller.finished and time.time() < deadline:
-            controller.tick()
-            written.append(ray.get(handle.state.remote()).items_written)
+        while time.time() < deadline:
+            tick = loop.tick()
+            if tick.finished:
+                break
+            if tick.decision is not None:
+                written.append(ray.get(handle.state.remote()).items_written)
             time.sleep(0.7)
         final = ray.get(handle.state.remote())
     finally:
         ray.get(handle.stop.remote())
         ray.kill(handle)
-    records = controller.records
+    records = list(policy.records)
+    assert len(records) == len(written) and loop.loop_state.errors == 0
     assert final.finished and final.error == ""
     assert_exactly_once(spec, tmp_path / "out")
     changed = [k for k, r in enumerate(records) if any(e.operator == "b" and e.kind in (EventKind.REGIME_CHANGE, EventKind.RESIDUAL_CHANGE) for e in r.events)]
@@ -264,8 +271,9 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     # items, not ticks, since on a loaded machine each tick sees fewer of b's batches and the evidence takes more ticks
     assert to_b and written[to_b[0]] <= 3600 - 1200, timeline
     assert sum(final.operator("b").configs().values()) > sum(final.operator("a").configs().values()), timeline
-    lines = DecisionLog(tmp_path / "d.jsonl").read()
-    assert len(lines) == len(records) and any("apply" in line for line in lines)
+    lines = DecisionLog(tmp_path / "d.jsonl").read()  # one line per plan handed to the runner, with its apply report
+    assert len(lines) == sum(1 for r in records if r.plan is not None) == loop.loop_state.decisions
+    assert lines and all("apply" in line and "outcome" in line and line["detail"]["plan"] is not None for line in lines)
 
 
 def _spike_profile():
@@ -306,35 +314,6 @@ def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_oom
     assert summary.ooms == 0 and summary.items_missing == 0 and summary.duplicate_ids == 0
     assert_exactly_once(trident_spec, tmp_path / "trident")
     assert any(r.plan is not None for r in policy.records)
-
-
-class _Method:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        return self.fn(*args)
-
-
-class _DeadRunner:
-    """A handle whose every call fails, like a runner that is gone or unreachable."""
-
-    def __getattr__(self, name):
-        def fail(*_args):
-            raise ConnectionError(f"runner unreachable ({name})")
-        return _Method(fail)
-
-
-def test_controller_survives_a_failing_runner_call_and_logs_it(tmp_path):
-    from trident_flows.control.controller import Controller
-
-    policy = TridentPolicy(None, CLUSTER8)
-    controller = Controller(_DeadRunner(), policy, decision_log=tmp_path / "d.jsonl")
-    first, second = controller.tick(), controller.tick()
-    assert first.action == second.action == "error" and "runner unreachable (state)" in first.error
-    assert "kept the current plan" in first.reason and first.plan is None
-    assert controller.cursor == 0 and not controller.finished and controller.ticks == 2
-    assert [line["action"] for line in DecisionLog(tmp_path / "d.jsonl").read()] == ["error", "error"]
 
 
 def test_max_changes_caps_the_operators_one_plan_changes():

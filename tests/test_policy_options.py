@@ -10,7 +10,6 @@ import typing
 
 import pytest
 
-from trident_flows.control.controller import Controller
 from trident_flows.core.types import ClusterSpec
 from trident_flows.scheduler.policies import POLICIES, StaticPolicy, make_policy, policy_factory
 from trident_flows.scheduler.trident_settings import TridentSettings
@@ -88,14 +87,6 @@ def test_the_sidecar_gives_every_policy_only_options_it_takes():
             assert (policy.settings.memory_safety_margin, policy.settings.max_changes) == (0.2, 2)
 
 
-def test_the_controller_refuses_a_misspelt_option_when_built_not_at_its_first_tick():
-    with pytest.raises(ValueError, match=re.escape("trident: unknown option 'verify_tick' (did you mean 'verify_ticks'?)")):
-        Controller(object(), spec=None, cluster=CLUSTER, verify_tick=2)
-    with pytest.raises(ValueError, match="apply only to the policy the controller builds"):
-        Controller(object(), StaticPolicy(), verify_ticks=2)
-    Controller(object(), spec=None, cluster=CLUSTER, verify_ticks=2, canaries=False)  # known options: accepted
-
-
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_every_policy_has_a_frozen_settings_type_whose_fields_are_typed_and_documented(name):
     settings_type = policy_factory(name).settings_type
@@ -120,8 +111,6 @@ def test_every_policy_has_a_frozen_settings_type_whose_fields_are_typed_and_docu
 def test_a_bad_trident_setting_is_refused_naming_the_field_the_value_and_the_fix(options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make_policy("trident", spec=None, cluster=CLUSTER, **options)
-    with pytest.raises(ValueError, match=re.escape(message)):
-        Controller(object(), spec=None, cluster=CLUSTER, **options)  # at construction, not at the first tick
 
 
 def test_trident_settings_are_frozen_and_reach_the_policy():

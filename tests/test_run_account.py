@@ -10,7 +10,7 @@ import pytest
 
 from trident_flows.control.account import ROLLED_BACK, build_account, policy_figures, why_no_decisions
 from trident_flows.control.account_plot import timeline_png
-from trident_flows.control.apply_step import Applied
+from trident_flows.loop.apply import Applied
 from trident_flows.control.ooms_avoided import OomsAvoided, count_ooms_avoided
 from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecord
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident

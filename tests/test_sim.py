@@ -5,6 +5,8 @@ cluster spec, and the unchanged policies running on it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
@@ -305,6 +307,33 @@ def test_a_swap_in_place_whose_start_fails_restores_the_retired_replica_and_lose
     while not runner.finished:
         runner.run_until(runner.now + 1.0)
     assert runner.inputs_done == 300 and runner.inputs_dead == 0
+
+
+def test_a_policy_that_raises_is_logged_and_the_simulated_run_goes_on(tmp_path) -> None:
+    # the failure rule of every loop (loop.TickLoop): an error line, the samples offered again next tick, no abort
+    config = OpConfig.make(CPU, batch_size=4)
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01)}, 1.0)], [Stage("work", config, 1)], 2000)
+    offered: list[int] = []
+
+    class FailsAtFirst:
+        name = "fails-at-first"
+
+        def decide(self, state, samples):
+            offered.append(len(samples))
+            if len(offered) == 1:
+                raise RuntimeError("model fit failed")
+            return Plan((OperatorPlan("work", (ReplicaGroup(config, 2),)),), reason="grow") if len(offered) == 2 else None
+
+    log = tmp_path / "d.jsonl"
+    run = simulate(spec, ClusterSpec.single_node(4), FailsAtFirst(), tick_s=1.0, decision_log=log, actor_start=FREE_START,
+                   call_cost=NO_CALL_COST)
+    s = run.summary
+    assert s["items_written"] == 2000 and s["tick_errors"] == 1 and s["decisions"] == 1 and s["reconfigurations"] == 1
+    assert run.errors == [{"sim_t": 1.0, "error": "policy failed: RuntimeError: model fit failed"}]
+    assert offered[1] > offered[0] > 0  # the first tick's samples were offered again with the second's
+    assert [d["reason"] for d in run.decisions] == ["grow"] and run.decisions[0]["sim_t"] == pytest.approx(2.0, abs=0.05)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [("error" in line, line["tick"]) for line in lines] == [(True, 1), (False, 2)] and lines[1]["outcome"]["status"] == "landed"
 
 
 def test_a_retire_that_makes_room_frees_the_node_where_the_next_start_fits() -> None:

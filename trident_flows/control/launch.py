@@ -55,6 +55,7 @@ from trident_flows.runtime import resume as resume_mod
 from trident_flows.control.account import RunAccount, account_of_run, build_account, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.loop import ControlLoop
+from trident_flows.loop.figures import operator_figures
 from trident_flows.control.ooms_avoided import OomsAvoided
 from trident_flows.control.start_estimate import Estimate
 from trident_flows.runtime.runner import RunnerActor
@@ -197,19 +198,6 @@ class RunSummary:
         return data
 
 
-def _operator_figures(state: RunnerState) -> dict[str, dict[str, Any]]:
-    figures = {}
-    for op in state.operators:
-        configs: dict[str, int] = {}
-        for r in op.active:
-            label = r.config.label() + (" (canary)" if r.canary else "")
-            configs[label] = configs.get(label, 0) + 1
-        figures[op.name] = {"replicas": len(op.active), "configs": configs, "busy_fraction": round(op.busy_fraction, 4),
-                            "items_in": op.items_in, "items_out": op.items_out, "errors": op.errors, "ooms": op.ooms,
-                            "config_epoch": op.config_epoch}
-    return figures
-
-
 def stop_runner(handle: Any, loop: ControlLoop | None = None, timeout_s: float = 60.0) -> None:
     """Stop the control loop (if any), let the runner stop cleanly, then kill its actor."""
     if loop is not None:
@@ -288,7 +276,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         duplicate_ids=acc.duplicate_ids, wall_s=final_state.wall_s,
         throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
         ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
-        decisions_made=loop.decisions if loop is not None else 0, operators=_operator_figures(final_state),
+        decisions_made=loop.decisions if loop is not None else 0, operators=operator_figures(final_state),
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
         shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
         advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latencies.percentiles(),

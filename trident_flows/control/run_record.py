@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from trident_flows.control.apply_step import Applied
+from trident_flows.loop.apply import Applied
 from trident_flows.core.changes import OperatorChange, changes_of
 from trident_flows.core.state import ApplyStatus, RunnerState
 from trident_flows.core.types import OpConfig, Plan

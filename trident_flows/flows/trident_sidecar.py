@@ -39,7 +39,7 @@ from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
 from trident_flows.control.account import PolicyFigures, policy_figures
-from trident_flows.control.apply_step import tell_policy
+from trident_flows.loop.apply import tell_policy
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown

@@ -1,33 +1,24 @@
 """``simulate``: a policy controlling a simulated run, its summary and its plot.
 
 Contract:
-- ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., actor_start=..., call_cost=...)`` starts a ``SimRunner`` and,
-  like the live ``ControlLoop``, every ``tick_s`` simulated seconds calls ``state()``,
-  ``samples(since)``, ``policies.decide_once`` and, for a plan, ``apply``
-  (``control.step.decide_and_apply``, shared with the live loop and the controller). The policy runs
-  unchanged in this process; the time its tick really takes (model fits, BO, MILP) is charged
-  to the simulated clock (the pipeline streams on while it decides); ``tick_charge_s`` charges a
-  fixed time instead, so that a run's decisions do not depend on the machine (same inputs, same
-  decisions: what a behaviour-preserving change is checked against). Charged is the tick's
-  CPU time (``time.process_time``, all threads of this process): what the tick takes on a
-  machine that is not shared; its wall time on a shared machine adds waiting for a core
-  (both are kept: ``tick_ms`` and ``tick_wall_ms``), and an apply
-  blocks the loop until its steps are done, as the live loop's ``ray.get(apply)`` does. A
-  refused plan is logged and the run goes on. It ends when the stream is done or at
-  ``duration_s`` simulated seconds.
+- ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., tick_charge_s=..., ...)`` starts a
+  ``SimRunner`` and ticks the policy against it in a ``loop.TickLoop`` (the one the live loop and the
+  Prefect sidecar run) on a ``sim.tick_clock.SimClock``: a tick every ``tick_s`` simulated seconds,
+  each decision's CPU time (or the fixed ``tick_charge_s``: same inputs, same decisions) charged to the
+  simulated clock before its plan lands; an apply blocks the loop until its steps are done. A refused
+  plan, or a policy that raises, is logged and the run goes on. It ends when the stream is done or at
+  ``duration_s`` simulated seconds. ``decision_log`` is the loop's JSON-lines log.
 - ``SimRun.summary`` has the keys of ``trident-flows run --summary-json`` (``RunSummary``) plus
-  ``simulated: true``, ``items_in_flight`` (items admitted and not yet done when a run is cut
-  at ``duration_s``), ``steady_items_per_s`` (input items / (last output - first output)),
-  ``tick_ms_p50`` / ``tick_ms_p95`` (CPU), ``tick_wall_ms_p95``, ``sim_wall_s`` (real seconds the simulation took) and ``sim_cpu_s``
-  (its CPU seconds: the wall time it would take on a machine it does not share).
-  Items are never written anywhere: ``out_dir`` is empty and ``duplicate_ids`` is 0 by construction.
-- ``SimRun.timeline``: every ``record_s`` simulated seconds, input items done, throughput over
-  the interval, replicas per operator, CPUs and GPUs held. ``plot(run, path)`` draws it.
+  ``simulated: true``, ``items_in_flight``, ``steady_items_per_s`` (input items / (last output - first
+  output)), ``tick_ms_p50`` / ``tick_ms_p95`` (CPU), ``tick_wall_ms_p95``, ``tick_errors``, ``sim_wall_s``
+  and ``sim_cpu_s``; ``out_dir`` is empty and ``duplicate_ids`` 0 (nothing is written). ``decisions``:
+  each plan handed to the runner (``sim_t``, ``reason``, ``error``); ``errors``: each failed tick.
+- ``SimRun.timeline``: every ``record_s`` simulated seconds, input items done, throughput over the
+  interval, replicas per operator, CPUs and GPUs held. ``plot(run, path)`` draws it.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -36,15 +27,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trident_flows.control.launch import _operator_figures
-from trident_flows.control.step import decide_and_apply
-from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import RunnerSettings
-from trident_flows.scheduler.policies import Policy, decide_once
 from trident_flows.core.types import ClusterSpec, StepKind
+from trident_flows.loop.apply import Applied, apply_plan
+from trident_flows.loop.figures import operator_figures
+from trident_flows.loop.tick_loop import Recorder, TickLoop
+from trident_flows.runtime.spec import PipelineSpec
+from trident_flows.scheduler.policies import Policy
 from trident_flows.sim.actor_start import ActorStart
 from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.runner import SimRunner
+from trident_flows.sim.tick_clock import SimClock
 from trident_flows.sim.workload import Stream
 
 
@@ -54,7 +47,8 @@ class SimRun:
     timeline: list[dict[str, Any]] = field(default_factory=list)
     tick_ms: list[float] = field(default_factory=list)       # CPU milliseconds of each policy tick (charged)
     tick_wall_ms: list[float] = field(default_factory=list)  # wall milliseconds of each policy tick (not charged)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # each plan handed to the runner: sim_t, reason, error
+    errors: list[dict[str, Any]] = field(default_factory=list)     # each failed tick: sim_t, error
     runner: SimRunner | None = None
 
 
@@ -77,68 +71,41 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
     runner = SimRunner(spec, cluster, settings=settings, stream=stream, node_loss=node_loss, actor_start=actor_start,
                        call_cost=call_cost)
     run = SimRun({}, runner=runner)
-    log = None
-    if decision_log is not None:
-        Path(decision_log).parent.mkdir(parents=True, exist_ok=True)
-        log = Path(decision_log).open("w")
-    record_s = record_s or tick_s
-    end = math.inf if duration_s is None else float(duration_s)
     runner.start()
-    cursor, decisions = 0, 0
-    next_tick, next_record, last_done, last_t = runner.now + tick_s, runner.now, 0, runner.now
-    try:
-        while not runner.finished and runner.now < end:
-            target = min(end, next_record if policy is None else min(next_tick, next_record))
-            runner.run_until(target)
-            if runner.now >= next_record or runner.finished:
-                run.timeline.append(_point(runner, last_done, last_t))
-                last_done, last_t = runner.inputs_done, runner.now
-                next_record = runner.now + record_s
-            if policy is None or runner.finished or runner.now < next_tick:
-                continue
-            state = runner.state()
-            page = runner.samples(cursor)
-            cursor = page.next
-            decided_at: list[float] = []  # the simulated time the plan goes to the runner, after the charge
-
-            def charged_decide(policy: Policy, state: Any, samples: Sequence[Any]) -> Any:
-                t0, c0 = time.perf_counter(), time.process_time()
-                decision = decide_once(policy, state, samples)
-                spent = time.process_time() - c0
-                run.tick_ms.append(spent * 1e3)
-                run.tick_wall_ms.append((time.perf_counter() - t0) * 1e3)
-                # the decision's real compute time (or the fixed charge), charged to the simulated clock
-                runner.run_until(runner.now + (spent if tick_charge_s is None else tick_charge_s))
-                decided_at.append(runner.now)
-                return decision
-
-            # a refused plan is logged and the pipeline keeps running; every outcome goes back to the policy (as live)
-            step = decide_and_apply(policy, state, page.samples, runner.apply, decide=charged_decide,
-                                    may_apply=lambda: not runner.finished)
-            decision, applied = step.decision, step.applied
-            if applied is not None:
-                decisions += 1
-                record = decision.to_dict()
-                record["sim_t"] = round(decided_at[0], 3)
-                if applied.report is not None:
-                    record["apply"] = applied.report.to_dict()
-                else:
-                    record["apply_error"] = applied.error
-                run.decisions.append({k: record[k] for k in ("sim_t", "reason") if k in record}
-                                     | {"error": record.get("apply_error") or record.get("apply", {}).get("error", "")})
-                if log is not None:
-                    log.write(json.dumps(record, default=str) + "\n")
-            next_tick = runner.now + tick_s
-    finally:
-        if log is not None:
-            log.close()
-    run.timeline.append(_point(runner, last_done, last_t))
+    clock = SimClock(runner, tick_s if policy is not None else None, record_s or tick_s, math.inf if duration_s is None else float(duration_s),
+                     _point, tick_charge_s)
+    loop = None
+    if policy is None:
+        clock.wait()  # no ticks: the simulation runs to its end
+    else:
+        # a plan goes to the runner unless the run ended while the policy decided; a refused plan is logged and the run goes on
+        loop = TickLoop(runner, policy, clock, apply=lambda plan: None if runner.finished else apply_plan(runner.apply, plan),
+                        recorders=(_Decisions(run),), decision_log=decision_log)
+        loop.run()
+    clock.finish()
+    run.timeline, run.tick_ms, run.tick_wall_ms = clock.timeline, clock.tick_ms, clock.tick_wall_ms
     finish = getattr(policy, "finish", None)
     if finish is not None:
         finish(runner.state())  # a policy that keeps something across runs (Trident's memory) writes it now
-    run.summary = _summary(runner, policy, decisions, run.tick_ms, run.tick_wall_ms, time.perf_counter() - wall0)
+    run.summary = _summary(runner, policy, loop.loop_state.decisions if loop is not None else 0, run.tick_ms, run.tick_wall_ms,
+                           time.perf_counter() - wall0)
+    run.summary["tick_errors"] = len(run.errors)
     run.summary["sim_cpu_s"] = time.process_time() - cpu0
     return run
+
+
+class _Decisions(Recorder):
+    """Keeps each plan handed to the runner (simulated time, reason, apply error) and each failed tick in the ``SimRun``."""
+
+    def __init__(self, run: SimRun) -> None:
+        self.run = run
+
+    def decided(self, state: Any, decision: Any, applied: Applied, line: dict[str, Any]) -> None:
+        error = applied.error or (applied.report.error if applied.report is not None else "")
+        self.run.decisions.append({"sim_t": line["t"], "reason": line["reason"], "error": error})
+
+    def failed(self, line: dict[str, Any]) -> None:
+        self.run.errors.append({"sim_t": line["t"], "error": line["error"]})
 
 
 def _point(runner: SimRunner, last_done: int, last_t: float) -> dict[str, Any]:
@@ -169,7 +136,7 @@ def _summary(runner: SimRunner, policy: Policy | None, decisions: int, tick_ms: 
         "items_missing": runner.items_in - runner.inputs_done - in_flight, "rows_written": runner.rows_written, "duplicate_ids": 0,
         "wall_s": wall, "throughput_items_per_s": runner.inputs_done / wall if wall > 0 else 0.0, "ooms": state.ooms,
         "reconfigurations": state.reconfigurations, "rolling_update_dip": max(rolling) if rolling else 0.0, "decisions": decisions,
-        "operators": _operator_figures(state), "apply_reports": [r.to_dict() for r in runner.apply_reports], "error": state.error,
+        "operators": operator_figures(state), "apply_reports": [r.to_dict() for r in runner.apply_reports], "error": state.error,
         "simulated": True, "items_in_flight": in_flight, "first_output_s": first,
         "steady_items_per_s": (runner.inputs_done / (last - first)) if first is not None and last is not None and last > first else None,
         "tick_ms_p50": _pct(tick_ms, 50), "tick_ms_p95": _pct(tick_ms, 95), "tick_wall_ms_p95": _pct(tick_wall_ms, 95),

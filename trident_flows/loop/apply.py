@@ -1,13 +1,12 @@
-"""The apply step every control loop shares: hand a plan to a runner and tell the policy how it went.
+"""The apply step: hand a plan to a runner and tell the policy how it went.
 
-Contract: ``apply_plan(apply, plan, policy)`` calls ``apply(plan)`` (a runner's ``apply``, local or
-through Ray) and returns an ``Applied``: the ``ApplyReport`` and its ``ApplyOutcome``, or, when
-``apply`` raised, no report, a refused outcome and the exception as ``error``
-("TypeName: message"); a refused plan never stops the loop. The outcome then goes to the policy's
-``observe_apply(plan, outcome)`` when it has one (``tell_policy``; a loop that applies in another
-place than where its policy lives, such as the Prefect sidecar's ``roll-out`` task, calls
-``apply_plan`` without a policy there and ``tell_policy`` where the policy is). What a loop writes
-about it (log lines, counters) stays the loop's own.
+Contract: ``apply_plan(apply, plan, policy=None)`` calls ``apply(plan)`` (a runner's ``apply``,
+local or through Ray) and returns an ``Applied``: the ``ApplyReport`` and its ``ApplyOutcome``,
+or, when ``apply`` raised, no report, a refused outcome and the exception as ``error``
+("TypeName: message"): a refused plan never stops a loop. The outcome goes to the policy's
+``observe_apply(plan, outcome)`` when it has one (``tell_policy``). ``TickLoop`` tells the policy
+itself, so its appliers call ``apply_plan`` without one (the sidecar's ``roll-out`` task applies
+in another process than the policy's).
 """
 
 from __future__ import annotations
