@@ -1,13 +1,15 @@
 """The ``trident-sidecar`` flow: Trident ticks against a pipeline running on the same Ray cluster.
 
 Contract:
-- Finds the pipeline runner by name (``runner_name``) in the cluster's namespace. A tick
-  observes the pipeline, pulls its new batch samples and, once it has ``min_samples`` of them,
-  asks the policy. Observing and deciding are not Prefect task runs; a decision the policy
-  hands to the runner is exactly one task run (``roll-out``, named after the decision) and one
-  event (``trident.plan.applied`` / ``.partial`` / ``.refused``) related to the tuned flow run;
-  its outcome goes back to the policy's ``observe_apply`` (the shared apply step) before the
-  policy is kept for the next tick.
+- Finds the pipeline runner by name (``runner_name``) in the cluster's namespace. A tick is one
+  ``loop.TickLoop.tick()`` (the loop the CLI and the simulator run; its ``LoopState`` and the
+  policy kept in the sidecar's memory between ticks): it observes the pipeline, pulls its new
+  batch samples and, once it has ``min_samples`` of them, asks the policy; a policy that raises
+  keeps the configuration and the samples for the next tick. Observing and deciding are not
+  Prefect task runs; a decision the policy hands to the runner is exactly one task run
+  (``roll-out``, named after the decision) and one event (``trident.plan.applied`` / ``.partial``
+  / ``.refused``) related to the tuned flow run; its outcome goes back to the policy's
+  ``observe_apply`` before the policy is kept for the next tick.
 - Two ways to run it:
   * with the pipeline: ``document-curation`` given ``trident`` settings starts this flow as its
     subflow (``until_finished=True``, ``tuned_flow_run_id`` = the curation run) for exactly the
@@ -39,7 +41,9 @@ from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
 from trident_flows.control.account import PolicyFigures, policy_figures
-from trident_flows.loop.apply import tell_policy
+from trident_flows.control.loop import RecordKeeper
+from trident_flows.loop.clock import WallClock
+from trident_flows.loop.tick_loop import Recorder, TickLoop
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown
@@ -78,6 +82,7 @@ class _Tuner:
         own_run = str(get_run_context().flow_run.id)  # where the artifacts go when no tuned run is known
         self.publisher = Publisher(runner_name, tuned_flow_run_id or own_run, live_every_s=max(settings.tick_interval_s, 5.0))
         self.related = related_of(tuned_flow_run_id) if tuned_flow_run_id else []
+        self.clock = WallClock(settings.tick_interval_s)
         self.decisions = 0
         self.applied = 0
         self._last_status = ""
@@ -85,7 +90,7 @@ class _Tuner:
         self.figures: Optional[PolicyFigures] = None  # taken at the pipeline's end for the run's account
 
     def tick(self) -> dict[str, Any]:
-        """Observe; decide once enough samples came; roll a decision out. Returns what happened."""
+        """Observe; one tick of the loop (decide once enough samples came; roll a decision out). Returns what happened."""
         logger = get_run_logger()
         found = observe(self.runner_name, self.namespace)
         if found is None:
@@ -96,58 +101,44 @@ class _Tuner:
         memory = load_memory(self.runner_name, self.namespace)
         if memory is None or memory.key != key:
             memory = SidecarMemory(key)
-        memory = memory.observed(state)
-        unit = unit_of(state.pipeline)
-        if state.finished:
-            policy = memory.policy()
+        seen = _FlowTick(self, state, memory)
+        loop = TickLoop(seen, memory.policy(), self.clock, apply=seen.roll_out, recorders=(RecordKeeper(memory.record), seen),
+                        min_samples=self.settings.min_samples, loop_state=memory.loop,
+                        make_policy=lambda st: make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, st))
+        seen.loop = loop
+        tick = loop.tick()
+        memory = seen.memory
+        if tick.finished:
+            policy = loop.policy
             if policy is not None and hasattr(policy, "finish"):
                 policy.finish(state)  # Trident writes what this run learned to its memory across runs
             self._publish(memory, state, "The pipeline finished" + (f": {state.error}" if state.error else ""), force=True)
             self.figures = self._figures(policy, memory, state)
             forget_memory(self.runner_name, self.namespace)
             return {"status": "finished", "items_written": state.items_written}
-        page = pull_samples(self.runner_name, self.namespace, memory.cursor)
-        status, result = "", {"status": "unchanged"}
-        if len(page.samples) < self.settings.min_samples:  # after the first decision, the last reason still holds
+        if loop.policy is not None and (tick.decision is not None or tick.error):
+            memory = memory.kept(loop.policy)  # as the tick left it: a refused plan is not retried as new
+        result: dict[str, Any] = {"status": "unchanged"}
+        if tick.error:
+            status = explain_hold(Hold(HoldKind.STEP_FAILED))
+        elif tick.decision is None:  # fewer new samples than min_samples; after the first decision, the last reason still holds
             status = self._last_status if memory.policy_blob and self._last_status else explain_hold(Hold(HoldKind.WAITING_FOR_SAMPLES))
+        elif tick.applied is None:
+            status = explain_hold(policy_hold(loop.policy), policy_reason(loop.policy))
+            logger.debug("no change: %s", policy_reason(loop.policy))
         else:
-            policy = memory.policy() or make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, state)
-            try:
-                plan = policy.decide(state, list(page.samples))
-            except Exception as exc:  # noqa: BLE001 - a failing policy keeps the configuration; the next tick tries again
-                logger.warning("the %s policy failed on this tick, keeping the configuration: %s: %s", self.settings.policy,
-                               type(exc).__name__, exc)
-                plan = None
-            if plan is None:
-                status = explain_hold(policy_hold(policy), policy_reason(policy))
-                logger.debug("no change: %s", policy_reason(policy))
-            else:
-                decision = read_decision(state, plan, page.samples, raw_reason=policy_reason(policy))
-                applied = roll_out.with_options(task_run_name=_task_run_name(decision.sentence))(
-                    self.runner_name, self.namespace, plan, decision.sentence)
-                tell_policy(policy, plan, applied.outcome)  # before the policy is kept: a refused plan is not retried as new
-                memory.record.decided(state, plan, applied, decision.at, policy_reason(policy))
-                outcome = read_outcome(applied.report, applied.error)
-                self.decisions += 1
-                self.applied += outcome.status == "applied"
-                memory = memory.decided(decision_row(decision, outcome, state.wall_s, unit), applied=outcome.status == "applied")
-                emit_decision(self.namespace, self.runner_name, state.pipeline, self.settings.policy, decision, outcome, plan.to_dict(),
-                              self.related)
-                if self._output_note is None:
-                    self._output_note = output_note_of(self.runner_name, self.namespace)
-                memory = replace(memory, decisions_artifact_id=self.publisher.decisions(
-                    memory.decisions_artifact_id, list(memory.view.decisions),
-                    f"Trident's decisions for {state.pipeline} ({self.settings.policy}), newest last"
-                    + (f". Note: {self._output_note}" if self._output_note else "")))
-                status = f"{decision.sentence} ({outcome.text()})"
-                result = {"status": outcome.status, "decision": decision.sentence, "outcome": outcome.to_dict(), "plan": plan.to_dict()}
-            memory = memory.after_decide(policy, page.next)
+            outcome = read_outcome(tick.applied.report, tick.applied.error)
+            self.decisions += 1
+            self.applied += outcome.status == "applied"
+            status = f"{seen.decision.sentence} ({outcome.text()})"
+            result = {"status": outcome.status, "decision": seen.decision.sentence, "outcome": outcome.to_dict(),
+                      "plan": tick.decision.plan.to_dict()}
         if status != self._last_status and result["status"] == "unchanged":  # a new reason to hold, not one per tick
             logger.info("%s", status)
         self._last_status = status
         memory = self._publish(memory, state, status, force=result["status"] != "unchanged")
         save_memory(self.runner_name, self.namespace, memory)
-        return {**result, "samples": len(page.samples), "throughput": state.throughput, "status_sentence": status}
+        return {**result, "samples": tick.samples, "throughput": state.throughput, "status_sentence": status}
 
     def _figures(self, policy: Any, memory: SidecarMemory, state: Any) -> PolicyFigures:
         """What the policy can tell about the finished run (its runner is still up: the curation run stops it after this flow)."""
@@ -170,6 +161,51 @@ class _Tuner:
             found = observe(self.runner_name, self.namespace)
             if found is None or found[1].finished:
                 return
+
+
+class _FlowTick(Recorder):
+    """The runner as one sidecar tick sees it, and what that tick records on the tuned run: the state observed for
+    the tick, samples pulled through Ray, a plan rolled out as one ``roll-out`` task run named after its decision;
+    each decision's row in the live view and the decisions table, and its event."""
+
+    def __init__(self, tuner: _Tuner, state: Any, memory: SidecarMemory) -> None:
+        self.tuner = tuner
+        self.observed_state = state
+        self.memory = memory
+        self.page: Any = None
+        self.decision: Any = None
+        self.loop: Optional[TickLoop] = None
+
+    def state(self) -> Any:
+        return self.observed_state
+
+    def samples(self, since: int) -> Any:
+        self.page = pull_samples(self.tuner.runner_name, self.tuner.namespace, since)
+        return self.page
+
+    def roll_out(self, plan: Any) -> Any:
+        policy = self.loop.policy if self.loop is not None else None
+        self.decision = read_decision(self.observed_state, plan, self.page.samples, raw_reason=policy_reason(policy))
+        return roll_out.with_options(task_run_name=_task_run_name(self.decision.sentence))(
+            self.tuner.runner_name, self.tuner.namespace, plan, self.decision.sentence)
+
+    def observed(self, state: Any) -> None:
+        self.memory = self.memory.observed(state)
+
+    def decided(self, state: Any, decision: Any, applied: Any, line: dict[str, Any]) -> None:
+        tuner, outcome = self.tuner, read_outcome(applied.report, applied.error)
+        self.memory = self.memory.decided(decision_row(self.decision, outcome, state.wall_s, unit_of(state.pipeline)))
+        emit_decision(tuner.namespace, tuner.runner_name, state.pipeline, tuner.settings.policy, self.decision, outcome, decision.plan.to_dict(),
+                      tuner.related)
+        if tuner._output_note is None:
+            tuner._output_note = output_note_of(tuner.runner_name, tuner.namespace)
+        self.memory = replace(self.memory, decisions_artifact_id=tuner.publisher.decisions(
+            self.memory.decisions_artifact_id, list(self.memory.view.decisions),
+            f"Trident's decisions for {state.pipeline} ({tuner.settings.policy}), newest last"
+            + (f". Note: {tuner._output_note}" if tuner._output_note else "")))
+
+    def failed(self, line: dict[str, Any]) -> None:
+        get_run_logger().warning("the %s policy's tick failed, keeping the configuration: %s", self.tuner.settings.policy, line["error"])
 
 
 def _task_run_name(sentence: str) -> str:

@@ -8,9 +8,9 @@ Contract:
   cluster capped by the CPU/GPU budgets, **the other options)``).
 - These are plain functions, not Prefect task runs: a tick that only observes leaves no trace
   in Prefect's database. ``roll_out`` is the one task run a tick can make: one per decision
-  the policy hands to the runner, named after it, returning the ``Applied`` of the shared apply
-  step (the runner's report and its ``ApplyOutcome``, which the flow hands to the policy); a
-  runner that raises, or is gone, is a refusal, not a failed flow.
+  the policy hands to the runner, named after it, returning the ``Applied`` of the apply step
+  (``loop.apply.apply_plan``: the runner's report and its ``ApplyOutcome``, which the flow's
+  ``TickLoop`` hands to the policy); a runner that raises, or is gone, is a refusal, not a failed flow.
 """
 
 from __future__ import annotations

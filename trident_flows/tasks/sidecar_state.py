@@ -3,9 +3,10 @@
 Contract:
 - ``SidecarMemory`` is what one sidecar remembers about one pipeline runner: which runner and
   policy settings it belongs to (``key``), the policy object itself (pickled, so the store never
-  needs the policy's code; empty until the first decision builds it), the sample cursor,
-  counters, the live view's history, the ``RunRecord`` of the run's account (every tick's counts,
-  every decision and its outcome) and the ids of the artifacts it updates in place.
+  needs the policy's code; empty until the first tick that asks it), the tick loop's ``LoopState``
+  (the sample cursor and the loop's counts: ``cursor``, ``ticks`` and ``plans_applied`` read it), the
+  live view's history, the ``RunRecord`` of the run's account (every tick's counts, every decision
+  and its outcome) and the ids of the artifacts it updates in place.
 - ``load_memory`` / ``save_memory`` read and write it through the actor
   ``trident-sidecar-<runner_name>`` in the runner's namespace (created when missing). The actor
   outlives the flow run that created it, so a scheduled sidecar deployment (one tick per run)
@@ -23,6 +24,7 @@ import ray
 from ray import cloudpickle
 
 from trident_flows.control.run_record import RunRecord
+from trident_flows.loop.tick_loop import LoopState
 from trident_flows.tasks.live_view import LiveHistory
 
 
@@ -36,27 +38,36 @@ class SidecarMemory:
 
     key: str
     policy_blob: bytes = b""
-    cursor: int = 0
-    ticks: int = 0
-    plans_applied: int = 0
+    loop: LoopState = field(default_factory=LoopState)
     view: LiveHistory = LiveHistory()
     live_artifact_id: Optional[str] = None
     decisions_artifact_id: Optional[str] = None
     record: RunRecord = field(default_factory=RunRecord)
 
+    @property
+    def cursor(self) -> int:
+        return self.loop.cursor
+
+    @property
+    def ticks(self) -> int:
+        return self.loop.ticks
+
+    @property
+    def plans_applied(self) -> int:
+        return self.loop.applied
+
     def policy(self) -> Any | None:
-        """The policy as it was after the last decision (None before the first)."""
+        """The policy as it was after the last tick that asked it (None before the first)."""
         return cloudpickle.loads(self.policy_blob) if self.policy_blob else None
 
+    def kept(self, policy: Any) -> "SidecarMemory":
+        return replace(self, policy_blob=cloudpickle.dumps(policy))
+
     def observed(self, state: Any) -> "SidecarMemory":
-        self.record.observe(state)
-        return replace(self, ticks=self.ticks + 1, view=self.view.observe(state))
+        return replace(self, view=self.view.observe(state))
 
-    def after_decide(self, policy: Any, cursor: int) -> "SidecarMemory":
-        return replace(self, policy_blob=cloudpickle.dumps(policy), cursor=cursor)
-
-    def decided(self, row: dict[str, Any], applied: bool) -> "SidecarMemory":
-        return replace(self, view=self.view.decided(row), plans_applied=self.plans_applied + int(applied))
+    def decided(self, row: dict[str, Any]) -> "SidecarMemory":
+        return replace(self, view=self.view.decided(row))
 
 
 class _Store:
