@@ -1,28 +1,18 @@
-"""``TickLoop``: one policy ticking against one runner. The CLI's control loop, the Prefect sidecar
-and the simulator each build one; what differs is passed in.
+"""``TickLoop``: one policy ticking against one runner; the CLI's loop, the Prefect sidecar and the simulator pass in what differs.
 
 Contract:
-- ``TickLoop(runner, policy, clock, apply=..., recorders=..., decision_log=..., min_samples=0,
-  make_policy=None, loop_state=None)``. ``runner`` has ``state()`` and ``samples(since)``; ``apply(plan)``
-  returns an ``Applied``, or None when the run ended before the plan could go to the runner
-  (default: ``apply_plan(runner.apply, plan)``). ``make_policy(state)`` builds the policy at the first
-  tick that asks one when ``policy`` is None; an exception there (options the policy refuses) is a
-  mistake of the caller and propagates.
-- ``tick()`` reads the state (each recorder's ``observed``); on a finished run it stops there.
-  Otherwise it reads the samples after the cursor and, with at least ``min_samples`` of them, asks
-  the policy (``decide_once``, its time given to ``clock.charge``) and moves the cursor. A plan goes
-  to ``apply``; its outcome to the policy's ``observe_apply``. It returns a ``Tick``.
-- One failure rule: a runner call or policy that raises gives an error line, the cursor stays
-  (the same samples are offered next tick) and the loop goes on. An ``apply`` that raises is a refusal.
-- One decision log (JSON lines, when ``decision_log`` is given; the file starts empty). A plan handed
-  to the runner: ``tick``, ``t`` (clock time after the charge, rounded to ms), ``at``, ``policy``,
-  ``reason``, ``plan``, ``detail`` (when the policy keeps a record), ``apply`` (the report; None when
-  ``apply`` raised), ``outcome``, ``refused_repeated``. A failed tick: ``tick``, ``t``, ``at``,
-  ``policy``, ``error``. Each line also goes to the recorders' ``decided`` / ``failed``.
-- ``loop_state`` (a ``LoopState``, plain data: the sidecar keeps it between flow runs) keeps the cursor and the one count of ticks, decisions,
-  applies landed with a change (``applied``), applies not landed fully (``applies_refused``) and
-  refused plans issued again unchanged against an unchanged placement (``refused_repeated``: a policy
-  bug, it must stay 0). ``run()`` ticks at each ``clock.wait()`` until the run finishes.
+- ``TickLoop(runner, policy, clock, apply=, recorders=, decision_log=, min_samples=0, make_policy=, loop_state=)``:
+  ``runner`` has ``state()`` and ``samples(since)``; ``apply(plan)`` returns an ``Applied``, or None when
+  the run ended first (default ``apply_plan(runner.apply, plan)``); ``make_policy(state)`` builds the
+  policy when first asked (its exception, a caller's mistake, propagates).
+- ``tick()``: state (recorders' ``observed``; a finished run stops here), samples after the cursor and,
+  with ``min_samples`` of them, ``decide_once`` (its time to ``clock.charge``), cursor moved, a plan to
+  ``apply`` and its outcome to the policy. Returns a ``Tick``. ``run()`` ticks at each ``clock.wait()``.
+- One failure rule: a runner call or policy that raises writes an error line, keeps the cursor, goes on.
+- One decision log (JSON lines): per plan handed over ``tick, t, at, policy, reason, plan, [detail],
+  apply, outcome, refused_repeated``; per failed tick ``tick, t, at, policy, error`` (also to recorders).
+- ``loop_state`` (``LoopState``) holds the cursor and the one count of decisions, ``applied``,
+  ``applies_refused`` and ``refused_repeated`` (a refused plan re-issued on an unchanged placement).
 """
 
 from __future__ import annotations
