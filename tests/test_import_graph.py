@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trident_flows"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "core", "corpus"),  # the package's own __init__; plain values and pure helpers; a growing corpus's storage
     ("scheduler", "runtime"),  # the policies (pure Python) and the Ray runtime: both speak core, never each other
-    ("pipelines",),  # operators, cost models and emulated operators, built on the runtime's PipelineSpec
+    ("pipelines", "loop"),  # operators, cost models and emulated operators (on the runtime's PipelineSpec); the one tick loop (on the scheduler)
     ("sim",),  # the runner's interface on a simulated clock, with the emulated operators
     ("planning",),  # node counts for a corpus: the placement MILP, checked in the simulator
     ("control",),  # a policy against a runner: the control loops and `trident-flows run`
@@ -32,20 +32,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 
-# Imports the other engineer's tick-loop change removes: sim/driver.py still imports control (the
-# control -> planning -> sim -> control loop). The test requires each still to be a violation, so it
-# fails once they are gone: then empty this set. Add nothing here.
-KNOWN_UNTIL_TICKLOOP = {
-    ("trident_flows.sim.driver", "trident_flows.control.launch"),
-    ("trident_flows.sim.driver", "trident_flows.control.step"),
-}
-
 # Third-party packages a layer must not import: the scheduler, the core and the corpus are pure
 # Python, the runtime and the operators run on Ray but never touch Prefect.
 FORBIDDEN_LIBS = {
     "core": {"ray", "prefect"},
     "corpus": {"ray", "prefect"},
     "scheduler": {"ray", "prefect"},
+    "loop": {"ray", "prefect"},
     "runtime": {"prefect"},
     "pipelines": {"prefect"},
 }
@@ -130,22 +123,18 @@ def test_every_package_and_top_level_module_has_a_layer() -> None:
 
 
 def test_every_package_imports_only_downwards() -> None:
-    found = [v for path in _modules() for v in violations(path)]
-    unexpected = [why for module, name, why in found if (module, name) not in KNOWN_UNTIL_TICKLOOP]
-    assert not unexpected, "imports that cross the layers:\n" + "\n".join(unexpected)
-    gone = KNOWN_UNTIL_TICKLOOP - {(module, name) for module, name, _ in found}
-    assert not gone, (f"{sorted(gone)} no longer cross the layers: remove them from KNOWN_UNTIL_TICKLOOP "
-                      "(and the set itself once it is empty)")
+    found = [why for path in _modules() for _, _, why in violations(path)]
+    assert not found, "imports that cross the layers:\n" + "\n".join(found)
 
 
 def package_graph() -> dict[str, set[str]]:
-    """Which packages of trident_flows each one imports (itself left out; KNOWN_UNTIL_TICKLOOP's imports too)."""
+    """Which packages of trident_flows each one imports (itself left out)."""
     graph: dict[str, set[str]] = {}
     for path in _modules():
-        own, module = package_of(path), _module_name(path)
+        own = package_of(path)
         for _, name in imports_of(path):
             target = _ours(name)
-            if target is not None and target != own and (module, name) not in KNOWN_UNTIL_TICKLOOP:
+            if target is not None and target != own:
                 graph.setdefault(own, set()).add(target)
     return graph
 
@@ -235,6 +224,6 @@ def test_checker_names_the_offending_module_and_import(tmp_path: Path, monkeypat
     ]
     assert [why for _, _, why in violations(up)] == [
         "trident_flows.sim.up:1 imports trident_flows.planning (trident_flows.sim may import only its own package and the "
-        "layers below it: ['core', 'corpus', 'pipelines', 'runtime', 'scheduler'])",
+        "layers below it: ['core', 'corpus', 'loop', 'pipelines', 'runtime', 'scheduler'])",
         "trident_flows.sim.up:2 imports trident_flows.bench: trident_flows.bench has no layer in LAYERS",
     ]
