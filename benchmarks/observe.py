@@ -34,7 +34,7 @@ from benchmarks.report import BenchResult, Target
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.core.types import OpConfig

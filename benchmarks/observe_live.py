@@ -81,7 +81,8 @@ from benchmarks.live_trace import Trace, available, load
 from benchmarks.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.decision_log import Action
-from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.model_values import NoModelError
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA

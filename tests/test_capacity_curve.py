@@ -6,7 +6,7 @@ from __future__ import annotations
 from benchmarks.sample_sim import Phase, Regime, SimOperator, simulate
 from trident_flows.core.types import OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve
 
 

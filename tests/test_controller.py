@@ -15,7 +15,7 @@ import pytest
 
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.decision_log import DecisionLog, EventKind
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
 from trident_flows.scheduler.policies import decide_once, make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy

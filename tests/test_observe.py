@@ -9,7 +9,8 @@ import pytest
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
-from trident_flows.scheduler.observe import NoModelError, OperatorModel
+from trident_flows.scheduler.model_values import NoModelError
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.core.types import BatchSample, OpConfig, Outcome
 
 MIB = 2**20

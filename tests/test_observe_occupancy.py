@@ -5,7 +5,7 @@ import pytest
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify
 from trident_flows.core.types import OpConfig
 

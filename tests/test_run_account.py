@@ -17,7 +17,7 @@ from trident_flows.control.start_estimate import Estimate, estimate_without_trid
 from trident_flows.core.changes import OperatorChange
 from trident_flows.core.state import ApplyOutcome, ApplyReport, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 
 T0 = 1_000_000.0
 A = OpConfig.make(batch_size=4)

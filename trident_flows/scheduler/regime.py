@@ -87,7 +87,7 @@ from scipy.signal import lfilter
 
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.core.types import BatchSample
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 
 
 # samples ``_quiet_run`` considers at once: its array work is over the candidates, and a run cut short

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.core.types import OpConfig
 
 

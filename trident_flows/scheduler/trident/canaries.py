@@ -37,7 +37,7 @@ from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.decision_log import EventKind, TickEvent
-from trident_flows.scheduler.observe import NoModelError
+from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
 from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, serving_groups
 from trident_flows.scheduler.trident.gate import EvidenceGate

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import OpConfig, Plan
-from trident_flows.scheduler.observe import OperatorModel
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.regime import RegimeDetector
 
 if TYPE_CHECKING:

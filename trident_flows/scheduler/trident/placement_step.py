@@ -32,7 +32,7 @@ from typing import Any, Callable, NamedTuple
 from trident_flows.core.signatures import placement_signature
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig
-from trident_flows.scheduler.observe import NoModelError
+from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.replicas import replica_limits

@@ -24,7 +24,7 @@ from trident_flows.core.state import RunnerState
 from trident_flows.core.types import CPU, BatchSample, ClusterSpec, ConfigSpace, OpConfig, Outcome
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.constraint import MemoryBudget
-from trident_flows.scheduler.observe import NoModelError
+from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.optimize import ConfigOptimizer
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.operators import Operators
