@@ -9,7 +9,8 @@ import pytest
 from benchmarks.placement import _small_instance, brute_force, make_cluster, make_demands
 from trident_flows.scheduler.placement import bound as placement_bound
 from trident_flows.scheduler.placement import milp
-from trident_flows.scheduler.placement.milp import GAP_REL, solve_placement
+from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.placement.solvers import GAP_REL
 from trident_flows.scheduler.placement.bound import rounding_bound
 from trident_flows.scheduler.placement.model import Key
 from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
@@ -44,14 +45,14 @@ def test_solve_reports_the_integer_optimum_as_proven():
 
 def _record_bounds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]]:
     seen: list[tuple[float, float]] = []
-    original = milp._integer_bound
+    original = milp.integer_bound
 
     def recording(*args: object) -> float:
         bound = original(*args)  # type: ignore[arg-type]
         seen.append((bound, args[-1]))  # type: ignore[arg-type]
         return bound
 
-    monkeypatch.setattr(milp, "_integer_bound", recording)
+    monkeypatch.setattr(milp, "integer_bound", recording)
     return seen
 
 
@@ -78,14 +79,14 @@ def test_bound_is_never_below_the_exhaustive_optimum(monkeypatch, fractional):
 def test_bound_is_never_below_the_milp_optimum_on_bench_instances(monkeypatch):
     seen = _record_bounds(monkeypatch)
     built: list[pulp.LpProblem] = []
-    original_build = milp._build
+    original_build = milp.build_milp
 
     def build(*args: object) -> tuple:
         out = original_build(*args)  # type: ignore[arg-type]
         built.append(out[0])
         return out
 
-    monkeypatch.setattr(milp, "_build", build)
+    monkeypatch.setattr(milp, "build_milp", build)
     checked = 0
     for seed in range(4):
         seen.clear()

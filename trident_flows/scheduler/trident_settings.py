@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trident_flows.scheduler.canary import CanaryPolicy
-from trident_flows.scheduler.placement.milp import DEFAULT_SOLVER, SOLVERS
+from trident_flows.scheduler.placement.solvers import DEFAULT_SOLVER, SOLVERS
 from trident_flows.scheduler.settings import check_types, refuse, setting, setting_factory
 
 
