@@ -35,7 +35,8 @@ from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun,
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
+from trident_flows.scheduler.regime import RegimeDetector
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.core.types import OpConfig
 

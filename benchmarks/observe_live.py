@@ -86,7 +86,8 @@ from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
-from trident_flows.scheduler.regime import ChangeKind, RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
+from trident_flows.scheduler.regime import RegimeDetector
 from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
 from trident_flows.core.types import BatchSample
 

@@ -377,7 +377,7 @@ def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predic
 def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
     # live, load moved a cheap operator's residuals every few seconds: each shift restarted the regime's
     # clock, and every move was then priced over a regime of a second or two
-    from trident_flows.scheduler.regime import ChangeKind, RegimeChange
+    from trident_flows.scheduler.regime_change import ChangeKind, RegimeChange
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))

@@ -1,75 +1,31 @@
 """Regime detection for one operator.
 
 Contract:
-- ``RegimeDetector.observe(sample, model, replicas)`` (or the lower-level
-  ``update(sample, residual)``) consumes the operator's samples in completion
-  order and returns ``None`` or a frozen ``RegimeChange`` (old and new regime id, kind,
-  whether the new regime was seen before, the estimated change point, the evidence and a
-  reason). Applying a change (refit, recall a remembered model) is the caller's step.
-- Which regime the input is in: online leader clustering of the per-item workload features
-  of each batch (``features / items_in``, then ``log1p``, divided by an optional per-feature
-  scale). A sample within the radius of a regime's centroid belongs to it; the current
-  regime changes when ``confirm`` of the last ``vote_window`` samples belong to another
-  regime, or are novel and close together (a new regime is created from their mean).
-  The radius is ``radius`` or, when the stream is noisier, ``noise_z`` times the RMS distance of
-  recent samples to the current centroid (an EWMA over every sample, each clipped at three
-  radii): batches of a few items (or of clips cut from one video) scatter far more than
-  batches of many, and a fixed radius turned that scatter into spurious regimes.
-  Regime ids are stable for the detector's life, so a recurring regime gets its old id
-  (``recurring=True``): scikit-learn's online clusterers (Birch) may renumber clusters.
-- Whether the operator behaves differently: a two-sided CUSUM on throughput residuals
-  (``OperatorModel.log_residual``), standardised by a reference median and a MAD-based
-  sigma calibrated on ``calibration`` residuals after every reset (or given to
-  ``recalibrate`` after a refit). Each step uses the median of the last three standardised
-  residuals, clipped at ``clip``: isolated spikes (the anomaly filter's business) cannot
-  raise an alarm, a sustained shift of d sigma does within about ``1 + h / (min(d, clip) - k)``
-  samples. An alarm is also required to *persist*: the median of the last ``persist``
-  standardised residuals must be beyond ``2k`` and the shift at least ``min_shift`` (log
-  units, 0.3 = 35%: on a shared machine a batch's rate moves that much with nothing changed in the
-  operator: in live traces of emulated pipelines recorded at load 1-15, 6 of 10 residual alarms
-  were shifts of 13-36%; a shift that small is also not worth re-planning for), and the build-up
-  must have lasted ``persist_s`` seconds of sample end times, one control tick by default (the
-  machine's load bursts last up to a second whatever the batch size: in the live video trace under
-  ds2, dedup_frames' 25 ms batches took 60-140 ms for 0.5-1 s at a time, 20-40 batches, enough for
-  ``persist`` samples, and two of them were reported as regimes; 2 s delayed the report of a real
-  shift of OCR's 34 ms batches past 80 samples); a CUSUM
-  excursion whose cause is already over (a neighbour's burst shorter than about
-  ``persist / 2`` batches) is counted in ``transients`` and reset, and so is one that a gap in the
-  samples cut short before it lasted ``persist_s`` (a starved operator that flushed its queue in a
-  burst, then got a batch every few seconds: in the live cpu-only trace, quality's 60 sub-millisecond
-  batches in 0.8 s ran 40% faster than the model, then one batch 20 s later completed the persistence
-  test alone). So a hidden change is
-  reported after about ``persist / 2 + 1`` samples. With k=0.5, h=8 the false-alarm run
-  length on Gaussian noise is far beyond 10^5.
-- The pipeline's fill is not a regime: residuals of samples that end within ``warmup_s`` of the
-  detector's first sample neither calibrate the baseline nor count as evidence (features are
-  still classified). While a pipeline starts, its queues fill with every operator running flat
-  out, then backpressure sets in and most operators run in bursts: in the live trace of the
-  emulated documents pipeline under trident, per-batch rates moved 25-30% in the first 10 s
-  (parse +30%, langid -28% once embed throttled the rest), and both were reported as regimes.
-- Load is not a regime: a residual shift with unchanged features that the operator's own
-  concurrency explains is counted in ``load_shifts`` and the baseline recalibrates, no change is
-  reported. Concurrency of a batch = 1 + the overlap of the operator's other batches with its
-  busy interval, over its busy seconds (replicas sharing a device, cores or the node's wake-ups
-  slow each other down; the model's replica count is the serving replicas, not the ones busy
-  at once, which follows the load the operator gets). When the median log concurrency of the
-  samples since the change point moved against the residual (more at once, slower) by at least
-  ``load_share`` of the residual shift, the shift is load. In live traces of emulated pipelines
-  these were most of the residual alarms (ds2 moving 3 -> 8 replicas onto the emulated GPUs: a
-  -41% residual with concurrency up 2.5x).
-- Stragglers: with R replicas, batches of the old regime still complete after the first
-  ones of the new regime, so for ``dwell`` samples after a switch, votes for the regime just
-  left do not switch back.
-- Residual levels are only comparable under one model. ``observe(sample, model, replicas)``
-  does the bookkeeping: it computes residuals under a *snapshot* of the caller's live
-  ``OperatorModel`` and takes a newer fit only when the CUSUM is calm (or not yet
-  calibrated), re-basing on the residuals of up to ``rebase_samples`` recent samples (since
-  the last change) under it; so a refit every tick never looks like a shift. A sample with a higher ``config_epoch`` than
-  seen before (a configuration change) re-baselines the residual test by itself.
-- On a CUSUM alarm the samples since the estimated change point decide the kind: their
-  mean features in another regime -> ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL``
-  (same workload, different behaviour: ``old == new``; the caller should drop samples
-  before ``change_point`` and refit). After any change the residual baseline recalibrates.
+- ``RegimeDetector.observe(sample, model, replicas)`` (``observe_many`` for a tick's samples, or the
+  lower-level ``update(sample, residual)``) consumes the operator's samples in completion order and
+  returns ``None`` or a ``regime_change.RegimeChange``; applying it (refit, recall) is the caller's step.
+- Which regime the input is in: online leader clustering of each batch's per-item features
+  (``log1p(features / items_in) / scale``). A sample within the radius of a regime's centroid belongs
+  to it; the current regime changes when ``confirm`` of the last ``vote_window`` samples belong to
+  another regime, or are novel and close together (a new regime from their mean). The radius is
+  ``radius`` or, when the stream is noisier, ``noise_z`` times the RMS distance of recent samples to
+  the current centroid. Regime ids are stable, so a recurring regime gets its old id (``recurring``).
+  For ``dwell`` samples after a switch, votes for the regime just left (stragglers) do not switch back.
+- Whether the operator behaves differently: a two-sided CUSUM (``cusum_k``, ``cusum_h``) on throughput
+  residuals (``OperatorModel.log_residual``), standardised by a median and MAD-based sigma calibrated
+  on ``calibration`` residuals after every reset; each step takes the median of the last three, clipped
+  at ``clip``. An alarm must persist: the median of the last ``persist`` residuals beyond ``2k``, a
+  shift of at least ``min_shift`` (log units) and a build-up lasting ``persist_s`` seconds. A build-up
+  already over, or cut short by a gap in the samples, is counted in ``transients`` and reset.
+- Residuals of samples ending within ``warmup_s`` of the first (the pipeline's fill) are no evidence.
+  A residual shift with unchanged features that the operator's concurrency explains (moved against it
+  by ``load_share`` of the shift) is load: counted in ``load_shifts``, the baseline recalibrates.
+- ``observe`` computes residuals under a snapshot of the caller's model and takes a newer fit only
+  when the CUSUM is calm, re-basing on up to ``rebase_samples`` recent samples, so a refit never looks
+  like a shift; a higher ``config_epoch`` re-baselines the residual test by itself.
+- On an alarm the samples since the change point decide the kind: features in another regime ->
+  ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL`` (``old == new``: drop samples before
+  ``change_point`` and refit). Runs of quiet samples are consumed vectorised with the same result.
 """
 
 from __future__ import annotations
@@ -78,7 +34,6 @@ import math
 import statistics
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from enum import Enum
 from itertools import islice
 from typing import Mapping, Sequence
 
@@ -88,43 +43,12 @@ from scipy.signal import lfilter
 from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.operator_model import OperatorModel
+from trident_flows.scheduler.regime_change import ChangeKind, Regime, RegimeChange
 
 
 # samples ``_quiet_run`` considers at once: its array work is over the candidates, and a run cut short
 # early (an outlier) would otherwise redo it over the whole tick's samples
 QUIET_CHUNK = 256
-
-
-class ChangeKind(str, Enum):
-    FEATURES = "features"    # the workload moved to another (or a new) feature regime
-    RESIDUAL = "residual"    # same workload features, the operator's throughput shifted
-
-
-@dataclass(frozen=True)
-class RegimeChange:
-    """A detected regime change of one operator; ``at_sample`` and ``change_point`` count
-    samples given to ``update`` (0-based)."""
-
-    operator: str
-    old: int | None
-    new: int
-    kind: ChangeKind
-    recurring: bool
-    at_sample: int
-    change_point: int
-    evidence: Mapping[str, float]
-    reason: str
-
-
-@dataclass
-class Regime:
-    """One workload regime: its centroid in the detector's feature space and how many samples built it."""
-
-    id: int
-    centroid: np.ndarray
-    count: int = 0
-    first_seen: int = 0
-    last_seen: int = 0
 
 
 @dataclass
@@ -656,4 +580,3 @@ class RegimeDetector:
         return self._switch(rid, ChangeKind.FEATURES, start, {**evidence, "distance": dist},
                             f"throughput residual shifted by {math.expm1(shift):+.0%} and the features since sample {start} are "
                             f"{'those of regime ' + str(rid) if recurring else 'a new regime ' + str(rid)}", recurring)
-

@@ -31,7 +31,7 @@ from typing import Any
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.decision_log import EventKind, TickEvent
-from trident_flows.scheduler.regime import ChangeKind
+from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
 from trident_flows.scheduler.throughput_measure import remaining_input_items
 from trident_flows.scheduler.trident.context import Context
