@@ -32,7 +32,7 @@ import numpy as np
 from scipy import stats
 
 from trident_flows.scheduler.constraint import per_item
-from trident_flows.scheduler.optimize import DEFAULT_GPU_WEIGHT, resource_cost
+from trident_flows.scheduler.optimizer_values import DEFAULT_GPU_WEIGHT, resource_cost
 from trident_flows.core.types import CPU, BatchSample, Outcome
 
 

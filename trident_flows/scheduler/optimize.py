@@ -1,165 +1,39 @@
 """Memory-constrained Bayesian optimisation of one operator's OpConfig.
 
 Contract:
-- ``ConfigOptimizer(space, budget, ...)`` searches the operator's ``ConfigSpace`` (devices,
-  batch size on a log scale, knobs) with scikit-optimize (``skopt.Optimizer``, GP surrogate,
-  ask/tell) for the config that maximises the OBJECTIVE
-
-      throughput per unit of resource = items/s of one replica / (cpus + gpu_weight * gpus)
-
-  (``gpu_weight``, default 4: one accelerator costs as much as four CPUs), subject to
-  peak memory <= budget * (1 - safety_margin), host memory for CPU replicas and device
-  memory for accelerator replicas (``MemoryBudget``).
-- Safety (``constraint.py``): a per-device memory model (resident part + a GP of the log
-  working set) gives an upper bound ``resident + exp(mean + k * std)`` at the worst recent
-  workload FOR THE CANDIDATE'S BATCH SIZE (``FeatureWindow.worst``: the ``feature_quantile``
-  of a batch's per-item mean, estimated from the per-item features of the last
-  ``feature_window`` batches seen, told or passed to ``observe_features``, with the item
-  count each was averaged over; a larger batch averages more items, so its worst case is
-  tighter; features given without an item count are taken at face value for every batch
-  size); a candidate is eligible only when that bound is under the limit AND
-  it is near an already-measured safe config (same device; numeric knobs within
-  ``knob_radius``; batch size at most ``growth`` times the safe one's, or one categorical knob
-  changed at no larger batch). A longer batch step, up to ``headroom_growth`` times a safe
-  batch, a categorical knob value never measured safe on the device (the memory model has not
-  seen its effect, and a smooth model carries the measured values' memory over to it), and,
-  on a device that ran out of memory before, a batch larger than any measured safe with the
-  same knobs, are eligible only where the upper bound leaves room for the working set to
-  double (``resident + 2 * (bound - resident) <= limit``). A device with no safe measurement is entered only at its
-  seed: smallest batch, numeric knobs at their low end, categorical knobs at their first choice.
-- Order of proposals over a fixed candidate grid (batch sizes 8 per doubling, so a frontier
-  optimum is not missed by a coarse grid; knob grids):
-  (1) the seed of every device; (2) safe expansion: the batch of each device grows (by the
-  largest eligible step) from its best config while throughput keeps growing, the memory frontier is not
-  reached and even linear growth could beat the best config so far (up to the largest batch
-  while the device's working sets are all within its peaks' jitter, ``MemoryModel.informative``:
-  where its memory runs out is not known yet); (3) the candidate with the
-  largest constrained expected improvement (``skopt.acquisition.gaussian_ei`` on the skopt GP
-  surrogate of ``-log(objective)``, times P(memory under the limit)) anywhere in the space: it
-  is proposed when it is in the safe set; otherwise the safe candidate closest to it, when
-  that is closer to it than every safe measurement (a step toward it), else the safe
-  candidate with the largest constrained expected improvement when that is at least
-  ``min_expected_gain``, else the safe candidate closest to it (refining the memory model
-  next to it).
-  ``ask`` returns ``None`` when nothing is left worth trying (constrained expected gain under
-  ``min_expected_gain``, no eligible candidate, or ``max_evals`` distinct configs measured); ``status`` says
-  which. ``ask`` does not change state: calling it twice gives the same proposal; measured
-  configs are not proposed again.
-- ``tell_oom(config)`` records a constraint violation: the config and every larger batch
-  with the same device and knobs become unsafe for good (in this optimiser, i.e. this regime),
-  the memory model learns "memory >= budget" there, and the returned ``Rollback`` names the
-  config to go back to (the best safe measured one, else the incumbent given at construction).
-- When no device has a safe starting point (its seed OOM'd or measured over the limit),
-  ``ask`` raises ``NoSafeConfigError`` naming the operator, devices and budgets.
-- ``warm_start(observations)`` replays a regime's earlier observations; ``best()`` then
-  returns the earlier best at once.
+- ``ConfigOptimizer(space, budget, ...)`` searches the operator's ``ConfigSpace`` (``search_space``:
+  the skopt dimensions and candidate grid) with skopt ask/tell for the config that maximises
+  ``optimizer_values.objective`` (items/s of one replica per unit of resource) subject to peak
+  memory <= budget * (1 - safety_margin) (host memory for CPU replicas, device memory otherwise).
+- Safety (``constraint``): a candidate is eligible only when the memory model's upper bound at the
+  worst recent workload for its batch size is under the limit AND it is near a measured safe config
+  (same device; knobs within ``knob_radius``; batch at most ``growth`` times a safe one's, or one
+  categorical knob changed at no larger batch). Longer steps (up to ``headroom_growth``), unmeasured
+  categorical values and, after an OOM, larger batches need room for the working set to double. A
+  device with no safe measurement is entered only at its seed (smallest batch, low knobs).
+- Proposals: (1) each device's seed; (2) safe expansion of the batch from a device's best config while
+  throughput grows; (3) the candidate of largest constrained expected improvement (EI x P(memory under
+  the limit)), or the safe step toward it. ``ask`` returns ``None`` when nothing is worth trying
+  (``status`` says why), does not change state, and never re-proposes a measured config.
+- ``tell_oom(config)`` makes the config and every larger batch with its device and knobs unsafe for
+  good and returns the ``Rollback``; with no safe starting point on any device ``ask`` raises
+  ``NoSafeConfigError``. ``warm_start(observations)`` replays a regime's observations.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-from skopt import Optimizer as SkoptOptimizer
 from skopt.acquisition import gaussian_ei
-from skopt.space import Categorical, Integer, Real
-from skopt.learning import GaussianProcessRegressor
-from skopt.learning.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
-from skopt.space import Space
-from skopt.utils import normalize_dimensions
 
+from trident_flows.core.types import ConfigSpace, OpConfig
 from trident_flows.scheduler.constraint import ConfigEncoder, FeatureWindow, MemoryBudget, MemoryModel, OomRegion, blocked
-from trident_flows.core.types import ConfigSpace, KnobValue, OpConfig
-
-DEFAULT_GPU_WEIGHT = 4.0
-_MAX_CANDIDATES = 3000
-_BATCH_STEPS_PER_DOUBLING = 8
-_KNOB_GRID = 9
-
-
-def resource_cost(config: OpConfig, gpu_weight: float = DEFAULT_GPU_WEIGHT) -> float:
-    """The resource cost of one replica: ``cpus + gpu_weight * gpus``."""
-    return config.cpus + gpu_weight * config.gpus
-
-
-def objective(config: OpConfig, throughput: float, gpu_weight: float = DEFAULT_GPU_WEIGHT) -> float:
-    """Items/s of one replica per unit of resource cost (what the optimiser maximises)."""
-    return throughput / resource_cost(config, gpu_weight)
-
-
-class NoSafeConfigError(RuntimeError):
-    """No configuration of the operator fits its memory budget."""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One evaluated config: items/s per replica, peak memory in bytes (host memory for CPU
-    replicas, device memory for accelerator replicas), per-item workload features, and whether
-    it ran out of memory (then ``throughput`` is 0 and ``peak_memory`` the budget it exceeded);
-    ``resident_memory``: bytes the warm replica held before its first batch, when known;
-    ``items``: how many items ``features`` were averaged over, when known."""
-
-    config: OpConfig
-    throughput: float
-    peak_memory: float
-    features: Mapping[str, float] = field(default_factory=dict)
-    oom: bool = False
-    resident_memory: float | None = None
-    items: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "throughput": self.throughput, "peak_memory": self.peak_memory,
-                "features": dict(self.features), "oom": self.oom, "resident_memory": self.resident_memory, "items": self.items}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Observation":
-        return cls(OpConfig.from_dict(data["config"]), float(data["throughput"]), float(data["peak_memory"]),
-                   dict(data.get("features", {})), bool(data.get("oom", False)),
-                   None if data.get("resident_memory") is None else float(data["resident_memory"]),
-                   None if data.get("items") is None else int(data["items"]))
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A config to try on a canary replica, with what the models expect of it and why it was chosen.
-    ``predicted_throughput`` (items/s per replica) is ``nan`` before any measurement;
-    ``memory_upper_bound`` is ``inf`` for a seed on a device with no memory measurement yet.
-    ``kind``: "seed" (first config of a device), "expand" (a larger batch than any safe one near it)
-    or "exploit" (inside the measured safe region)."""
-
-    config: OpConfig
-    predicted_throughput: float
-    memory_upper_bound: float
-    memory_limit: float
-    kind: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Rollback:
-    """After an OOM: go back to ``to`` (``None``: no safe config is known yet; stop the canary and
-    keep the running replicas as they are). ``failed`` is the config that ran out of memory."""
-
-    to: OpConfig | None
-    failed: OpConfig
-    reason: str
-
-
-def surrogate_optimizer(dimensions: Sequence[Any], seed: int, n_initial_points: int) -> SkoptOptimizer:
-    """The skopt ask/tell optimiser with EI and a GP surrogate like ``gp_minimize``'s (Matern 5/2 with
-    per-dimension length scales, normalised targets), except that the fitted noise is bounded to at
-    most 10% of the target variance: with skopt's unbounded default a handful of points is often
-    explained as pure noise, the surrogate goes flat and expected improvement vanishes everywhere."""
-    n_dims = Space(normalize_dimensions(list(dimensions))).transformed_n_dims
-    kernel = (ConstantKernel(1.0, (0.1, 10.0)) * Matern(length_scale=np.ones(n_dims), length_scale_bounds=[(0.05, 20.0)] * n_dims, nu=2.5)
-              + WhiteKernel(1e-3, (1e-5, 0.1)))
-    estimator = GaussianProcessRegressor(kernel=kernel, normalize_y=True, noise="gaussian", n_restarts_optimizer=1, random_state=seed)
-    return SkoptOptimizer(list(dimensions), base_estimator=estimator, acq_func="EI", n_initial_points=n_initial_points,
-                          acq_optimizer="sampling", acq_optimizer_kwargs={"n_points": 256}, random_state=seed)
+from trident_flows.scheduler.optimizer_values import (DEFAULT_GPU_WEIGHT, NoSafeConfigError, Observation, Proposal, Rollback, objective,
+                                                      resource_cost)
+from trident_flows.scheduler.search_space import candidate_grid, check_in_space, skopt_dimensions, skopt_point, surrogate_optimizer
 
 
 class ConfigOptimizer:
@@ -191,86 +65,15 @@ class ConfigOptimizer:
         self._observations: list[Observation] = []
         self._regions: list[OomRegion] = []
         self._ranking: tuple[tuple[int, int], list[OpConfig]] | None = None  # (observations, regions) -> ``_ranked``
-        self._dims, self._dim_keys = self._dimensions()
+        self._dims, self._dim_keys = skopt_dimensions(space)
         self._skopt = surrogate_optimizer(self._dims, seed, n_initial_points=1) if self._dims else None
         self._dirty = False
-        self._candidates = self._grid(np.random.default_rng(seed))
+        self._candidates = candidate_grid(space, np.random.default_rng(seed))
         self._cand_x = self._skopt.space.transform([self._point(c) for c in self._candidates]) if self._skopt else None
         self._cand_enc = np.array([[self._encoder.batch_coord(c.batch_size)] + self._encoder.knob_vector(c) for c in self._candidates])
 
-    # ----- the search space -------------------------------------------------------------------
-    def _dimensions(self) -> tuple[list[Any], list[str]]:
-        dims: list[Any] = []
-        keys: list[str] = []
-        if len(self.space.devices) > 1:
-            dims.append(Categorical(list(self.space.devices), name="device"))
-            keys.append("device")
-        if self.space.batch_size_max > self.space.batch_size_min:
-            dims.append(Integer(self.space.batch_size_min, self.space.batch_size_max, prior="log-uniform", name="batch_size"))
-            keys.append("batch_size")
-        for knob in self.space.knobs:
-            if knob.kind == "categorical":
-                if len(knob.choices) > 1:
-                    dims.append(Categorical([str(c) for c in knob.choices], name=knob.name))
-                    keys.append(knob.name)
-            elif knob.high > knob.low:
-                prior = "log-uniform" if knob.log and knob.low > 0 else "uniform"
-                dim = Integer(int(knob.low), int(knob.high), prior=prior) if knob.kind == "int" else Real(float(knob.low), float(knob.high), prior=prior)
-                dims.append(dim)
-                keys.append(knob.name)
-        return dims, keys
-
     def _point(self, config: OpConfig) -> list[Any]:
-        values: dict[str, Any] = {"device": config.device, "batch_size": config.batch_size}
-        for knob in self.space.knobs:
-            value = self._encoder.knob_value(knob, config)
-            values[knob.name] = str(value) if knob.kind == "categorical" else value
-        return [values[key] for key in self._dim_keys]
-
-    def _knob_grid(self) -> list[dict[str, KnobValue]]:
-        axes: list[list[tuple[str, KnobValue]]] = []
-        for knob in self.space.knobs:
-            if knob.kind == "categorical":
-                values: list[KnobValue] = list(knob.choices)
-            elif knob.kind == "int" and knob.high - knob.low + 1 <= _KNOB_GRID:
-                values = list(range(int(knob.low), int(knob.high) + 1))
-            else:
-                spaced = (np.geomspace(knob.low, knob.high, _KNOB_GRID) if knob.log and knob.low > 0
-                          else np.linspace(knob.low, knob.high, _KNOB_GRID))
-                values = sorted({int(round(v)) for v in spaced}) if knob.kind == "int" else [float(v) for v in spaced]
-            axes.append([(knob.name, v) for v in values])
-        return [dict(combo) for combo in itertools.product(*axes)]
-
-    def _batch_grid(self) -> list[int]:
-        lo, hi = self.space.batch_size_min, self.space.batch_size_max
-        steps = int(math.ceil(math.log2(hi / lo) * _BATCH_STEPS_PER_DOUBLING)) + 1
-        return sorted({int(round(v)) for v in np.geomspace(lo, hi, max(steps, 1))} | {lo, hi})
-
-    def _grid(self, rng: np.random.Generator) -> list[OpConfig]:
-        batches = self._batch_grid()
-        combos = self._knob_grid()
-        room = max(1, _MAX_CANDIDATES // (len(batches) * len(self.space.devices)))
-        if len(combos) > room:  # keep the seed's knobs, sample the rest
-            keep = [0] + sorted(rng.choice(np.arange(1, len(combos)), size=room - 1, replace=False).tolist())
-            combos = [combos[i] for i in keep]
-        return [self.space.config(d, b, **knobs) for d in self.space.devices for knobs in combos for b in batches]
-
-    def _check_in_space(self, config: OpConfig) -> None:
-        if config.device not in self.space.devices:
-            raise ValueError(f"operator {self.operator!r}: config {config.label()} has device {config.device!r}, "
-                             f"not one of the space's devices {list(self.space.devices)}")
-        if not self.space.batch_size_min <= config.batch_size <= self.space.batch_size_max:
-            raise ValueError(f"operator {self.operator!r}: config {config.label()} has batch_size {config.batch_size}, outside "
-                             f"the space's {self.space.batch_size_min}..{self.space.batch_size_max}")
-        for knob in self.space.knobs:
-            value = self._encoder.knob_value(knob, config)
-            if knob.kind == "categorical":
-                if str(value) not in {str(c) for c in knob.choices}:
-                    raise ValueError(f"operator {self.operator!r}: config {config.label()} has knob {knob.name}={value!r}, "
-                                     f"not one of {list(knob.choices)}")
-            elif isinstance(value, (str, bool)) or not knob.low <= value <= knob.high:
-                raise ValueError(f"operator {self.operator!r}: config {config.label()} has knob {knob.name}={value!r}, "
-                                 f"outside {knob.low}..{knob.high}")
+        return skopt_point(self.space, self._encoder, self._dim_keys, config)
 
     # ----- state ------------------------------------------------------------------------------
     @property
@@ -322,7 +125,7 @@ class ConfigOptimizer:
         runtime knows it) the replica's resident memory before its first batch, which lets the memory
         model tell model weights from the per-batch working set. ``items``: how many items the
         features were averaged over (the peak batch's items), when known."""
-        self._check_in_space(config)
+        check_in_space(self.space, self._encoder, self.operator, config)
         if not (math.isfinite(throughput) and throughput >= 0):
             raise ValueError(f"operator {self.operator!r}: throughput of {config.label()} must be a finite number >= 0, got {throughput!r}")
         if not (math.isfinite(peak_memory) and peak_memory > 0):
@@ -337,7 +140,7 @@ class ConfigOptimizer:
         """Record an OOM of ``config``: it and every larger batch with the same device and knobs are
         unsafe from now on (``features``/``items`` as in ``tell``). Returns the rollback decision
         (see ``Rollback``)."""
-        self._check_in_space(config)
+        check_in_space(self.space, self._encoder, self.operator, config)
         features = dict(features or {})
         budget = self.budget.for_device(config.device)
         self._features.add(features, items)

@@ -38,7 +38,8 @@ from trident_flows.core.types import BatchSample, CanaryEnd, CanaryVerdict, OpCo
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.decision_log import EventKind, TickEvent
 from trident_flows.scheduler.model_values import NoModelError
-from trident_flows.scheduler.optimize import ConfigOptimizer, NoSafeConfigError
+from trident_flows.scheduler.optimize import ConfigOptimizer
+from trident_flows.scheduler.optimizer_values import NoSafeConfigError
 from trident_flows.scheduler.replicas import canary_busy, canary_config, free_resources, serving_groups
 from trident_flows.scheduler.trident.gate import EvidenceGate
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators
