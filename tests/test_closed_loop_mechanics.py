@@ -296,7 +296,7 @@ def test_a_move_seconds_into_the_first_regime_waits_without_a_prior_for_its_leng
 
 
 def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_with_no_work_left():
-    from trident_flows.scheduler.trident_policy import done_operators
+    from trident_flows.scheduler.trident.gate import done_operators
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))

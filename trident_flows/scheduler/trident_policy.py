@@ -54,7 +54,8 @@ from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.decided import Decided
-from trident_flows.scheduler.trident.gate import EvidenceGate, done_operators  # noqa: F401 - done_operators: importable here
+from trident_flows.scheduler.trident.gate import EvidenceGate
+from trident_flows.scheduler.trident.guarded_steps import GuardedSteps
 from trident_flows.scheduler.trident.models import Models
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators, upper_median
 from trident_flows.scheduler.trident.pace import Pace
@@ -68,7 +69,7 @@ from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.source_regimes import SourceRegimes
 from trident_flows.scheduler.trident.transition import TransitionStep
-from trident_flows.scheduler.trident.verifier import Verifier, worse_than_before  # noqa: F401 - worse_than_before: importable here
+from trident_flows.scheduler.trident.verifier import Verifier
 from trident_flows.scheduler.trident_settings import TridentSettings
 
 
@@ -164,7 +165,7 @@ class TridentPolicy:
         t_start = time.perf_counter()
         self._tick += 1
         self.ctx.follow(state)
-        steps = _Steps()
+        steps = GuardedSteps()
         events: list[TickEvent] = []
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured, pipeline_t = self.pace.start_tick(state)
@@ -226,7 +227,7 @@ class TridentPolicy:
         self.safety.record_ooms(new, events)
         return self.canaries.step(state, new, events, ended, self._tick)
 
-    def _decide(self, state: RunnerState, steps: _Steps, rollback: Plan | None, safety: Plan | None, verification: str,
+    def _decide(self, state: RunnerState, steps: GuardedSteps, rollback: Plan | None, safety: Plan | None, verification: str,
                 canary_ops: dict[str, OperatorPlan]) -> Decided:
         """What the tick issues before its canaries: the first that applies (see the module docstring)."""
         if rollback is not None:
@@ -252,7 +253,7 @@ class TridentPolicy:
             return Decided(Action.ROLL_OUT, f"{safety.reason} (the placement did not move it: {why})", safety, decided.predicted)
         return decided
 
-    def _placed(self, state: RunnerState, steps: _Steps, canary_ops: dict[str, OperatorPlan]) -> Decided:
+    def _placed(self, state: RunnerState, steps: GuardedSteps, canary_ops: dict[str, OperatorPlan]) -> Decided:
         """The placement and the transition step's decision on it; nothing when either step failed."""
         placed = steps.run("placement", lambda: self.placement.place(state, self._tick))
         if placed is None:
@@ -287,22 +288,3 @@ class TridentPolicy:
 
 def _regime_plan(plan: Plan) -> bool:
     return plan.rationale is not None and plan.rationale.kind == PlanKind.REGIME_PLAN
-
-
-class _Steps:
-    """A tick's steps, each run guarded: an exception is recorded in ``errors`` and the step returns
-    None (the current plan stays); each step's milliseconds go to ``timings``."""
-
-    def __init__(self) -> None:
-        self.timings: dict[str, float] = {}
-        self.errors: list[str] = []
-
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        except Exception as exc:  # noqa: BLE001 - a failed step is recorded; the current plan stays
-            self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
-            return None
-        finally:
-            self.timings[name] = (time.perf_counter() - t0) * 1e3
