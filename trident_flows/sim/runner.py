@@ -1,55 +1,36 @@
 """The simulated runner: the live runner's streaming rules and interface on a simulated clock.
 
 Contract:
-- ``SimRunner(spec, cluster, settings=..., stream=..., node_loss=...)`` runs an emulated
-  pipeline's ``PipelineSpec`` (``emulated-docs``, ``emulated-video``: operators with a cost
-  model) on a simulated ``ClusterSpec``. ``start()`` places the initial replicas and runs the
-  clock until they are warm (as the live ``start()`` does); ``run_until(t)`` advances the clock.
-- It offers the policies what ``PipelineRunner`` offers: ``state() -> RunnerState``,
-  ``samples(since) -> SamplePage`` (one ``BatchSample`` per batch, times in simulated seconds),
-  ``apply(Plan | Transition) -> ApplyReport`` (steps from ``transition.rolling_steps``; a
-  START waits, on the simulated clock, until its replicas are warm, a RETIRE until its
-  replicas (``transition.retire_victims``: on nodes where the next START then fits first) have drained, each leaving with its resources as soon as its own batches are back;
-  the pipeline keeps streaming meanwhile; a failed step ends the apply, and an operator a swap in
-  place left without replicas gets one of the config it retired back, as live), ``summary()`` and ``replica_seconds()`` (per
-  operator, replica-seconds since streaming began).
-- Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches,
-  served one at a time; an operator's input queue is bounded by ``backpressure.items_bound``
-  (``queue_max_items``, or the items in flight of the pools on both sides of it when more, as live; a batch
-  is sent only while the next queue plus the expected output of batches in flight stays under
-  it; growth estimates tracked as the runner does); a partial batch lingers ``linger_s`` unless
-  the queue is full or upstream is idle. Queue byte bounds are not simulated (the emulated rows
-  are a few hundred bytes, far under ``queue_max_bytes``).
-- Costs: a batch takes the cost model's seconds on its device plus what the emulated operator's
-  call costs beyond them (``call_cost.CallCost``: a CPU batch's working-set fill, a GPU batch's
-  round trip to its device); GPU kernels of replicas sharing
-  a device queue behind each other (``memory.SimDevice``) and a kernel whose resident + batch
-  bytes exceed the device is an OOM: the batch fails at once and is split in halves and retried;
-  a single item failing ``max_attempts`` times is dead-lettered. A replica's cold start is its
-  actor's start (``actor_start.ActorStart``: starts requested together on a node share its cores)
+- ``SimRunner(spec, cluster, settings=..., stream=..., node_loss=...)`` runs an emulated pipeline's
+  ``PipelineSpec`` (operators with a cost model) on a simulated ``ClusterSpec``. ``start()`` places the
+  initial replicas and runs the clock until they are warm; ``run_until(t)`` advances the clock.
+- It offers the policies what ``PipelineRunner`` offers: ``state() -> RunnerState``, ``samples(since)
+  -> SamplePage`` (times in simulated seconds), ``apply(Plan | Transition) -> ApplyReport``
+  (``sim.rollout``), ``summary()`` and ``replica_seconds()`` (per operator, since streaming began).
+- Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches, served
+  one at a time; an operator's input queue is bounded by ``backpressure.items_bound``, a batch sent
+  only while the next queue plus the expected output of batches in flight stays under it; a partial
+  batch lingers ``linger_s`` unless the queue is full or upstream is idle. Queue byte bounds are not
+  simulated (the emulated rows are a few hundred bytes).
+- Costs: a batch takes the cost model's seconds on its device plus what the emulated call costs
+  beyond them (``call_cost``); GPU kernels sharing a device queue behind each other and one that
+  exceeds the device's memory is an OOM: the batch is split in halves and retried, a single item
+  failing ``max_attempts`` times dead-lettered. A cold start is the actor's start (``actor_start``)
   plus the model's ``cold_start_s``.
-- ``node_loss=((t, node), ...)``: node ``node`` dies at simulated second ``t``; its replicas'
-  batches are re-queued whole (a single item counts an attempt) and each replica is replaced
-  with the same config wherever it fits (or waits for room).
-- Input items are counted through splits and filters: ``inputs_done`` counts input items whose
-  every row was written, filtered or dead-lettered.
+- ``node_loss=((t, node), ...)``: node ``node`` dies at simulated second ``t``; its batches are
+  re-queued whole and each replica is replaced with the same config wherever it fits.
+- ``inputs_done`` counts input items whose every row was written, filtered or dead-lettered.
 """
 
-from __future__ import annotations
-
 import collections
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from trident_flows.runtime.backpressure import items_bound
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.state import (ApplyReport, ApplyStatus, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage)
-from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
-                                              room_for)
-from trident_flows.core.types import (CPU, BatchSample, ClusterSpec, Decision, OpConfig, Outcome, Plan, StepKind, Transition,
-                                      TransitionStep)
-from trident_flows.sim import outcome
+from trident_flows.core.state import ApplyReport, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage
+from trident_flows.core.types import CPU, BatchSample, ClusterSpec, OpConfig, Outcome, Plan, Transition
 from trident_flows.sim.actor_start import ActorStart, NodeStarts
 from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.clock import EventQueue
@@ -57,6 +38,7 @@ from trident_flows.sim.cluster import SimCluster
 from trident_flows.sim.operator import SimOperator
 from trident_flows.sim.pool import SimPool, SimReplica
 from trident_flows.sim.queues import SimQueue
+from trident_flows.sim.rollout import apply_change
 from trident_flows.sim.workload import ATTEMPTS, FEATURES, SRC, Stream
 
 # Peak RSS of a replica actor process (Python, numpy, Ray worker): the smallest peak host memory
@@ -65,18 +47,11 @@ ACTOR_RSS_BYTES = 126 * 2**20
 # An emulated operator holds at most this much of a CPU batch's working set (EmulatedOperator's
 # host_memory_cap_bytes default), so a CPU sample's peak host memory is capped the same way.
 HOST_WORKING_SET_CAP = 64 * 2**20
-# How long a retiring replica may drain before it is stopped anyway (runtime.pool.OperatorPool.retire's timeout_s).
-RETIRE_TIMEOUT_S = 600.0
 # A batch refused by the device (OOM) returns after one device round trip, not after its kernel.
 OOM_RETURN_S = 0.002
 _BUCKET_S = 0.1
 _NONE: frozenset[int] = frozenset()
 _add_reduce = np.add.reduce
-
-
-def _node_of(replica: SimReplica) -> int | None:
-    """The node a simulated replica holds resources on (None while it waits for one)."""
-    return replica.placement.node.index if replica.placement is not None else None
 
 
 class _Counters:
@@ -540,103 +515,5 @@ class SimRunner:
 
     # ------------------------------------------------------------------ control
     def apply(self, change: Plan | Transition) -> ApplyReport:
-        """Apply a Plan or a Transition on the simulated clock (see the module docstring)."""
-        if self.finished:
-            return outcome.refused("the run has finished")
-        if isinstance(change, Plan):
-            transition = rolling_steps(self.state(), change)
-        elif isinstance(change, Transition):
-            transition = change
-            self._check_transition(transition)
-        else:
-            raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
-        if transition.decision == Decision.WAIT or not transition.steps:
-            return outcome.nothing_to_do(transition.reason)
-        t0 = self.now
-        window = min(self.settings.dip_window_s, max(t0, 1e-6))
-        before = self._rate(t0 - window, t0)
-        done: list[dict[str, Any]] = []
-        error = ""
-        steps = transition.steps
-        for k, step in enumerate(steps):
-            s0 = self.now
-            # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go (as live)
-            replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
-            try:
-                ids = self._do_step(step, replaced=replaced, room=room_for(steps, k, self._free_by_node, _node_of))
-            except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped (as live)
-                error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
-                error += self._restore_emptied(done)
-                break
-            done.append({**step.to_dict(), "replicas": ids, "seconds": self.now - s0})
-        t1 = self.now
-        during = self._rate(t0, t1) if t1 - t0 >= 0.5 else self._rate(t1 - 0.5, t1)
-        report = outcome.apply_report(done, len(steps), t1 - t0, before, during, error, transition.reason)
-        if report.outcome.status == ApplyStatus.LANDED:
-            self.reconfigurations += 1  # only changes that landed count, as live
-        self.apply_reports.append(report)
-        self._dispatch()
-        return report
-
-    def _restore_emptied(self, done: list[dict[str, Any]]) -> str:
-        """As live (``runtime.rollout``): an operator a failed swap in place left without replicas gets one of the
-        configs it retired back. Returns a note."""
-        notes = []
-        for name, config in emptied_by_swap(done, lambda op: bool(self.pools[self.names.index(op)].active(canary=False))):
-            self._start_replica(self.names.index(name), config, canary=False)
-            notes.append(f"{name}: restarted {config.label()}")
-        return ("; restored after the failed swap: " + ", ".join(notes)) if notes else ""
-
-    def _check_transition(self, transition: Transition) -> None:
-        for step in transition.steps:
-            if step.operator not in self.names:
-                raise RuntimeConfigError(f"transition step names unknown operator {step.operator!r}; operators are {self.names}")
-            if step.count < 1:
-                raise RuntimeConfigError(f"transition step for {step.operator!r} has count {step.count}; use count >= 1")
-        if transition.plan is not None:
-            check_plan(transition.plan, self.state())
-
-    def _free_by_node(self) -> dict[int, tuple[float, float]]:
-        """Each live node's free CPUs and GPUs: its whole free devices plus the largest share left on one in use."""
-        def gpus(node: Any) -> float:
-            whole = sum(1 for d in node.devices if d.gpu_share <= 1e-9)
-            return whole + max((1.0 - d.gpu_share for d in node.devices if d.gpu_share > 1e-9), default=0.0)
-        return {n.index: (n.free_cpus, gpus(n)) for n in self.cluster.nodes if n.alive}
-
-    def _do_step(self, step: TransitionStep, replaced: bool = False, room: RoomFor | None = None) -> list[str]:
-        i = self.names.index(step.operator)
-        pool = self.pools[i]
-        if step.kind in (StepKind.START, StepKind.CANARY):
-            refuse_without_room(step, self.pools, self._free_by_node)
-            records = [self._start_replica(i, step.config, canary=step.kind == StepKind.CANARY) for _ in range(step.count)]
-            deadline = self.now + self.settings.warm_timeout_s
-            self.events.run_until(deadline, stop=lambda: all(r.warm for r in records) or self.finished)
-            if not all(r.warm for r in records):
-                for r in records:
-                    if not r.warm:
-                        self._release(i, r)
-                if self.finished:
-                    raise RuntimeError("the run finished before the new replicas were warm")
-                raise RuntimeError(f"new replicas did not become warm within {self.settings.warm_timeout_s:g}s "
-                                   "(no node with room for them?)")
-            self._dispatch()
-            return [r.replica_id for r in records]
-        victims = retire_victims(pool, step, replaced, room=room)
-        pool.begin_drain(victims)
-
-        def leave(v: SimReplica) -> None:
-            if not v.dead:  # a replica lost with its node has left already
-                self._release(i, v)
-
-        # as live (runtime.rollout: one pool.retire per victim, gathered): each victim leaves, and gives
-        # its resources back, once its own batches are back, not when the slowest victim's are
-        for v in victims:
-            if v.inflight == 0:
-                leave(v)
-            else:
-                v.on_idle.append(leave)
-        self.events.run_until(self.now + RETIRE_TIMEOUT_S, stop=lambda: all(v.dead for v in victims))
-        for v in victims:  # as live, a victim still busy after the timeout is stopped anyway
-            leave(v)
-        self._dispatch()
-        return [v.replica_id for v in victims]
+        """Apply a Plan or a Transition on the simulated clock (``sim.rollout``)."""
+        return apply_change(self, change)
