@@ -157,7 +157,7 @@ def test_sidecars_are_per_version_and_a_missing_one_is_named(tmp_path):
 
 
 def _signature(text: str, num_perm: int = 64) -> np.ndarray:
-    from trident_flows.pipelines.documents import minhash_values
+    from trident_flows.pipelines.doc_filters import minhash_values
 
     return minhash_values(text, num_perm)
 

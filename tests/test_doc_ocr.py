@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trident_flows.pipelines import documents
+from trident_flows.pipelines import doc_parse, documents
 from trident_flows.pipelines.quality import apply_quality
 from trident_flows.runtime.spec import ERROR, rows_to_batch
 from trident_flows.core.types import CPU, GPU
@@ -103,4 +103,4 @@ def test_rapidocr_may_run_on_a_gpu_and_refuses_a_tesseract_language(tmp_path):
     ocr = spec.operator("ocr")
     assert ocr.space.devices == (CPU, GPU) and ocr.config.device == CPU  # starts on the CPU; a policy may move it
     with pytest.raises(ValueError, match="lang='deu' applies to tesseract only.*leave ocr.lang at 'eng'"):
-        documents.OcrPages(ocr.config, engine="rapidocr", lang="deu")
+        doc_parse.OcrPages(ocr.config, engine="rapidocr", lang="deu")

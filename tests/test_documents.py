@@ -10,8 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trident_flows.pipelines.documents import (EMBEDDING_DIM, OPERATOR_NAMES, NearDuplicates, ParsePdf, build, minhash_values,
-                                               run_in_process)
+from trident_flows.pipelines.doc_embed import EMBEDDING_DIM
+from trident_flows.pipelines.doc_filters import NearDuplicates, minhash_values
+from trident_flows.pipelines.doc_parse import ParsePdf
+from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
+from trident_flows.pipelines.documents import build, run_in_process
 from trident_flows.pipelines.doc_dedup import release_index
 from trident_flows.pipelines.synth_documents import generate
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trident_flows.pipelines.documents import OPERATOR_NAMES
+from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
 from trident_flows.pipelines.profile_documents import FEATURES, fit_linear
 from trident_flows.runtime.costmodel import PipelineProfile
 

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from trident_flows.pipelines.doc_dedup import release_index
-from trident_flows.pipelines.documents import EMBEDDING_DIM, build, dedup_index_name
+from trident_flows.pipelines.doc_embed import EMBEDDING_DIM
+from trident_flows.pipelines.documents import build, dedup_index_name
 from trident_flows.pipelines.synth_documents import generate
 
 

@@ -78,7 +78,8 @@ def test_a_read_only_output_filesystem_fails_naming_the_path(small_fs):
 
 def test_adversarial_pdfs_are_each_dead_lettered_with_their_reason_before_anything_is_decoded(tmp_path):
     from benchmarks.faults_inputs import adversarial_pdfs
-    from trident_flows.pipelines.documents import ParsePdf, pdf_rows
+    from trident_flows.pipelines.doc_parse import ParsePdf
+    from trident_flows.pipelines.documents import pdf_rows
     from trident_flows.pipelines.synth_documents import generate
     from trident_flows.runtime.spec import ERROR, rows_to_batch
     from trident_flows.core.types import OpConfig
@@ -107,7 +108,7 @@ def test_adversarial_pdfs_are_each_dead_lettered_with_their_reason_before_anythi
 def test_ocr_refuses_a_page_that_would_render_beyond_its_limit(tmp_path):
     from fpdf import FPDF
 
-    from trident_flows.pipelines.documents import OcrPages
+    from trident_flows.pipelines.doc_parse import OcrPages
     from trident_flows.runtime.spec import ERROR, rows_to_batch
     from trident_flows.core.types import OpConfig
 

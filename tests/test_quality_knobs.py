@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trident_flows.pipelines import PIPELINES, build_pipeline
-from trident_flows.pipelines import documents, video
+from trident_flows.pipelines import doc_filters, doc_parse, documents, video
 from trident_flows.pipelines.doc_dedup import LshIndex, release_index, shared_index
 from trident_flows.pipelines.doc_text import paragraph
 from trident_flows.pipelines.quality import (TUNABLE, apply_quality, declared, output_note, parse_settings, quality_settings,
@@ -74,7 +74,7 @@ def test_a_quality_knob_marked_tunable_joins_the_space_with_exactly_its_range():
     assert (knob.name, knob.role, knob.low, knob.high) == ("dpi", KnobRole.QUALITY, 200, 300)
     assert ocr.config.knob("dpi") == 200  # the setting, moved into the range
     assert ocr.params[TUNABLE] == ("dpi",)
-    assert quality_settings("ocr", documents.OcrPages, ocr.config.with_changes(dpi=250), ocr.params)["dpi"] == 250
+    assert quality_settings("ocr", doc_parse.OcrPages, ocr.config.with_changes(dpi=250), ocr.params)["dpi"] == 250
     spec = PipelineSpec("documents", specs, lambda: iter(()))
     assert tunable_quality(spec) == ["ocr.dpi"]
     assert "outputs can differ by configuration" in output_note(spec) and "cfg_ocr_dpi" in output_note(spec)
@@ -155,7 +155,7 @@ def _cluster_corpus() -> list[tuple[str, np.ndarray]]:
     docs.update({"chain-a": " ".join(words), "chain-b": " ".join(drift), "chain-c": " ".join(further)})
     for k in range(5):
         docs[f"solo-{k}"] = paragraph(random.Random(500 + k), "fr", 200)
-    return [(i, documents.minhash_values(t, 128)) for i, t in sorted(docs.items())]
+    return [(i, doc_filters.minhash_values(t, 128)) for i, t in sorted(docs.items())]
 
 
 def _final_answers(items: list[tuple[str, np.ndarray]], order: list[int], batch: int) -> dict[str, str]:
@@ -192,7 +192,7 @@ def test_late_smaller_id_revises_the_kept_row_in_the_committed_output(tmp_path):
     near = text.replace("committee", "commission", 1)
     name = f"test-{uuid.uuid4().hex}"
     try:
-        dedup = documents.NearDuplicates(OpConfig.make(), index_name=name)
+        dedup = doc_filters.NearDuplicates(OpConfig.make(), index_name=name)
         from trident_flows.runtime.spec import rows_to_batch
 
         first = dedup(rows_to_batch([{"id": "doc-2", "text": near}]))  # the larger id arrives first: kept for now

@@ -1,7 +1,7 @@
 """The OCR engines of the document pipeline's ``ocr`` operator: tesseract and RapidOCR.
 
 Which engine reads the scanned pages is the user's choice for a run (the ``engine`` quality knob
-of ``documents.OcrPages``): the engines write different text, so no policy switches it. Where
+of ``doc_parse.OcrPages``): the engines write different text, so no policy switches it. Where
 an engine runs (CPU or GPU) and how many threads it uses are execution knobs: they change speed,
 never the text.
 

@@ -202,7 +202,9 @@ def _derived_gpu(cpu: DeviceCost, param_bytes: int) -> DeviceCost:
 
 def _stage_inputs(corpus_dir: Path, manifest) -> tuple[dict[str, dict[str, list[dict]]], dict[str, dict[str, float]], dict[str, float]]:
     """Run the chain once: each operator's unmarked input rows by regime, per-regime workloads, selectivities."""
-    from trident_flows.pipelines.documents import OPERATOR_NAMES, chunk_text, operator_specs
+    from trident_flows.pipelines.doc_embed import chunk_text
+    from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
+    from trident_flows.pipelines.documents import operator_specs
 
     regime_of = dict(zip(manifest.id, manifest.regime))
     specs = [s for s in operator_specs(f"profile-{uuid.uuid4().hex}") if s.name != "embed"]
@@ -238,7 +240,7 @@ def _stage_inputs(corpus_dir: Path, manifest) -> tuple[dict[str, dict[str, list[
 
 def main(*, quick: bool, out: Path | None, console) -> Path:
     """Profile every operator of the document pipeline and write the cost-model JSON; returns its path."""
-    from trident_flows.pipelines.documents import OPERATOR_NAMES
+    from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
     from trident_flows.pipelines.synth_documents import generate
 
     settings = QUICK if quick else FULL
