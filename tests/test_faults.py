@@ -124,7 +124,7 @@ def test_ocr_refuses_a_page_that_would_render_beyond_its_limit(tmp_path):
 def test_a_video_with_a_broken_stream_is_dead_lettered_with_its_reason(tmp_path):
     from benchmarks.faults_inputs import broken_stream_video
     from trident_flows.pipelines import synth_video
-    from trident_flows.pipelines.video import Decode, probe
+    from trident_flows.pipelines.video_decode import Decode, probe
     from trident_flows.runtime.spec import ERROR, ID, rows_to_batch
     from trident_flows.core.types import OpConfig
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trident_flows.pipelines import PIPELINES, build_pipeline
-from trident_flows.pipelines import doc_filters, doc_parse, documents, video
+from trident_flows.pipelines import doc_filters, doc_parse, documents, video, video_decode
 from trident_flows.pipelines.doc_dedup import LshIndex, release_index, shared_index
 from trident_flows.pipelines.doc_text import paragraph
 from trident_flows.pipelines.quality import (TUNABLE, apply_quality, declared, output_note, parse_settings, quality_settings,
@@ -64,7 +64,7 @@ def test_quality_settings_reach_the_operator_as_params_and_no_config_can_change_
         decode.build(decode.config.with_changes(sample_fps=0.5))
     with pytest.raises(ValueError, match="does not have"):
         decode.build(decode.config.with_changes(speed=3))
-    assert video.Decode(OpConfig.make(sample_fps=0.5), **{TUNABLE: ("sample_fps",)}).sample_fps == 0.5
+    assert video_decode.Decode(OpConfig.make(sample_fps=0.5), **{TUNABLE: ("sample_fps",)}).sample_fps == 0.5
 
 
 def test_a_quality_knob_marked_tunable_joins_the_space_with_exactly_its_range():

@@ -57,7 +57,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "embed": (("kept_frames",), ("kept_frames",)),
 }
 MODEL_OPS = ("text_detect", "safety", "embed")
-# Frames per model call a GPU replica uses by default (video.TextDetect: 1 on CPU, 32 on GPU).
+# Frames per model call a GPU replica uses by default (video_models.TextDetect: 1 on CPU, 32 on GPU).
 GPU_FRAMES_PER_CALL = {"text_detect": 32}
 # Assumption, not a measurement: a data-centre GPU runs these small convnet / MiniLM forwards this many
 # times faster than one CPU core does (batched inference; conservative next to the 50-100x usually seen).
@@ -170,14 +170,15 @@ def worker(op_name: str, config_json: str, inputs_path: str, result_path: str, r
 def _stage_inputs(rows: list[dict[str, Any]], regime_of: dict[str, str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Run the pipeline once in-process; return each operator's live input rows (regime in ``_regime``)
     and the operator instances used."""
-    from trident_flows.pipelines.video import _marks, operator_specs
+    from trident_flows.pipelines.video import operator_specs
+    from trident_flows.pipelines.video_rows import marks
     from trident_flows.runtime.spec import SOURCE_ID, rows_to_batch
 
     stages: dict[str, list[dict[str, Any]]] = {}
     instances: dict[str, Any] = {}
     batch = rows_to_batch(rows)
     for spec in operator_specs():
-        live = ~_marks(batch) if ("_error" in batch or "_drop" in batch) else np.ones(len(batch["id"]), bool)
+        live = ~marks(batch) if ("_error" in batch or "_drop" in batch) else np.ones(len(batch["id"]), bool)
         keep = {k: v[live] for k, v in batch.items()}
         stage_rows = [{k: v[j] for k, v in keep.items()} for j in range(int(live.sum()))]
         for r in stage_rows:

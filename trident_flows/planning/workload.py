@@ -141,7 +141,7 @@ def _document_items(files: list[Path], profile: PipelineProfile) -> tuple[list[d
 
 def _video_items(files: list[Path], profile: PipelineProfile) -> tuple[list[dict[str, float]], int]:
     """Header features of each readable video from the pipeline's probe; later-stage features scaled from its nearest regime."""
-    from trident_flows.pipelines.video import probe
+    from trident_flows.pipelines.video_decode import probe
 
     items, unreadable = [], 0
     for path in files:
