@@ -102,8 +102,16 @@ CATALOGUE: dict[str, Benchmark] = {
     "headroom": Benchmark(
         "How much could any scheduler gain on each workload: the per-regime optimum over the best single static "
         "configuration, by the cost models?",
-        (f"{_B}/headroom.py", f"{_PKG}/sim/static_search.py", f"{_PKG}/runtime/costmodel.py", f"{_PKG}/runtime/devices.py",
-         f"{_PKG}/runtime/spec.py", f"{_PKG}/pipelines/emulated.py", f"{_PKG}/pipelines/profiles", f"{_PKG}/core")),
+        (f"{_B}/headroom.py", f"{_B}/corpus_workloads.py", f"{_PKG}/sim/static_search.py", f"{_PKG}/runtime/costmodel.py",
+         f"{_PKG}/runtime/devices.py", f"{_PKG}/runtime/spec.py", f"{_PKG}/pipelines/emulated.py", f"{_PKG}/pipelines/corpus_model.py",
+         f"{_PKG}/pipelines/corpus_documents.py", f"{_PKG}/pipelines/corpus_video.py", f"{_PKG}/pipelines/profiles", f"{_PKG}/core")),
+    "corpus-headroom": Benchmark(
+        "On document and video workloads drawn from published corpus statistics, how much could any scheduler gain over the "
+        "best single static allocation, by the cost model and in the simulator, on 1 and 8 nodes?",
+        (f"{_B}/corpus_headroom.py", f"{_B}/corpus_workloads.py", f"{_B}/headroom.py", f"{_B}/sim_headroom.py",
+         f"{_B}/allocation.py", f"{_B}/closed_loop_workload.py", f"{_PKG}/sim", f"{_PKG}/pipelines", f"{_PKG}/runtime/costmodel.py",
+         f"{_PKG}/runtime/spec.py", f"{_PKG}/core"),
+        headline=("headroom_sim_1n", "headroom_sim_8n")),
     "closed-loop-suite": Benchmark(
         "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
         "with the baselines a user would have, and how much of the available headroom does it capture?",

@@ -19,9 +19,10 @@ Contract:
   ``reach * T``. Best static: ``min sum_r items_r / T_r`` over one allocation, a convex program
   solved as an LP with tangent cuts of ``1 / T`` (outer approximation), the reported duration
   re-evaluated exactly for the allocation found.
-- ``run(quick)`` is the benchmark ``headroom``: the figures for the closed-loop workloads and for
+- ``run(quick)`` is the benchmark ``headroom``: the figures for the closed-loop workloads, for
   candidate workloads (documents on a CPU-only node; documents with OCR on the GPUs, labelled as a
-  what-if with a derived GPU cost until a GPU measures it).
+  what-if with a derived GPU cost until a GPU measures it) and for the corpus workloads
+  (``corpus_workloads``: drawn from published corpus statistics; a workload's ``sources`` names them).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Workload:
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     batches: tuple[int, ...] = BATCHES
     note: str = ""
+    sources: tuple[str, ...] = ()  # the pages of the published statistics the workload is drawn from (corpus workloads)
 
     def __post_init__(self) -> None:
         if self.cpus <= 0 or self.gpus < 0:
@@ -306,11 +308,14 @@ def candidate_workloads(seconds: float = 180.0) -> list[Workload]:
 
 def run(quick: bool) -> BenchResult:
     """Benchmark ``headroom``: each candidate workload's headroom, with whole replicas and relaxed (about 30 s)."""
-    workloads = candidate_workloads(60.0 if quick else 180.0)
+    from benchmarks.corpus_workloads import CORPORA, corpus_workload
+
+    workloads = candidate_workloads(60.0 if quick else 180.0) + [corpus_workload(name, quick)[0] for name in CORPORA]
     results = [(w, headroom(w), headroom(w, integer=False)) for w in workloads]
     summary = {w.name: round(h.ratio, 4) for w, h, _ in results}
     raw = {w.name: {"whole_replicas": h.to_dict(), "relaxed": f.to_dict(), "schedule": [list(s) for s in w.schedule],
-                    "cpus": w.cpus, "gpus": w.gpus, "device_memory_bytes": w.device_memory_bytes, "note": w.note}
+                    "cpus": w.cpus, "gpus": w.gpus, "device_memory_bytes": w.device_memory_bytes, "note": w.note,
+                    **({"sources": list(w.sources)} if w.sources else {})}
            for w, h, f in results}
     notes = ("Headroom = duration of the stream under the best single static configuration chosen in hindsight (knowledge "
              "no user has) / duration if every regime ran its own optimum, switched for free. Searched on the cost models "
@@ -318,7 +323,9 @@ def run(quick: bool) -> BenchResult:
              "whole replicas (every operator keeps one; summary) and relaxed (raw), GPU work in device time shared by "
              "co-located replicas without overhead (time-slicing: the share follows the regime even for a static "
              "configuration), every replica holding one CPU. The gpu-ocr-whatif workload's OCR GPU cost is derived "
-             "(CPU cost / 10), not measured. Workload notes in raw.")
+             "(CPU cost / 10), not measured. documents-corpus and video-corpus are drawn from published corpus statistics "
+             "(raw.<workload>.sources; benchmarks/corpus_workloads.py, docs/workloads.md), their sources as regimes. "
+             "Workload notes in raw.")
     return BenchResult("headroom", summary, raw=raw, figure=_figure(results), notes=notes)
 
 
