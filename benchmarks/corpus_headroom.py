@@ -53,7 +53,8 @@ def run(quick: bool) -> BenchResult:
         raw[name] = {"sources": list(workload.sources), "figures": corpus_workloads.figures_of(name), "note": workload.note,
                      "runs": []}
         summary[name] = {}
-        for nodes in node_counts:
+    for nodes in node_counts:  # every workload on 1 node first
+        for name in corpus_workloads.CORPORA:
             result = measure(name, quick, nodes)
             raw[name]["runs"].append(result)
             summary[name][f"headroom_fluid_{nodes}n"] = round(result["fluid"]["headroom"], 4)

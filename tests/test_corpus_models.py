@@ -21,6 +21,7 @@ from trident_flows.sim.static_search import search_static
 def test_every_figure_is_labelled_and_a_published_one_names_its_page():
     for model in (docs, video):
         assert model.SOURCES and all(s.startswith("https://") for s in model.SOURCES)
+        assert set(model.SOURCES) == {f.source for f in model.FIGURES if f.source}
         for f in model.FIGURES:
             assert f.kind in (PUBLISHED, DERIVED, ASSUMED) and f.says
             if f.kind == PUBLISHED:

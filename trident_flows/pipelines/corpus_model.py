@@ -5,7 +5,7 @@ Contract:
   ``PUBLISHED`` (``source`` is the paper, dataset card or page that states it and ``says`` what
   exactly it states), ``DERIVED`` (computed from published figures; ``says`` shows the arithmetic)
   or ``ASSUMED`` (no published figure was found; ``says`` states the assumption and why). A model
-  never holds an unlabelled number.
+  never holds an unlabelled number. ``sources_of``: every page a model's figures name.
 - Arrangement (``arrange``): a corpus is ingested shard by shard (a crawl's WARC/zip files, a
   dataset's tar shards); every shard holds items of one source (a crawl, a scanned archive, a clip
   collection), and the shards are read in an order that does not depend on their source (the
@@ -60,8 +60,8 @@ class Figure:
 
 
 def sources_of(figures: Sequence[Figure]) -> tuple[str, ...]:
-    """The distinct pages the published figures come from, in order."""
-    return tuple(dict.fromkeys(f.source for f in figures if f.kind == PUBLISHED))
+    """The distinct pages the figures come from (published ones and those derived or assumed from a page), in order."""
+    return tuple(dict.fromkeys(f.source for f in figures if f.source.startswith("http")))
 
 
 # ---------------------------------------------------------------------------- distributions
