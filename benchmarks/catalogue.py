@@ -38,7 +38,7 @@ _LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "loop",
 # the closed-loop runs (live and simulated) and the bench helpers they share
 _LOOP = (f"{_B}/closed_loop_runs.py", f"{_B}/closed_loop_stats.py", f"{_B}/closed_loop_workload.py", f"{_B}/closed_loop_figure.py",
          f"{_B}/allocation.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
-         f"{_B}/headroom.py", f"{_B}/sim_headroom.py", f"{_PKG}/sim", *_LIVE)
+         f"{_B}/headroom.py", f"{_B}/sim_headroom.py", f"{_B}/corpus_workloads.py", f"{_PKG}/sim", *_LIVE)
 _SUITE = (f"{_B}/closed_loop_suite.py", f"{_B}/suite_workloads.py", f"{_B}/suite_sim.py", f"{_B}/baselines.py", *_LOOP)
 _FIDELITY = (f"{_B}/sim_fidelity.py", f"{_B}/fidelity_traces.py", f"{_B}/live_trace.py", f"{_B}/record_traces.py", f"{_B}/traces",
              "bench-results/closed-loop.json", "bench-results/closed-loop-video.json", "bench-results/sim-fidelity-live", *_SUITE)
@@ -102,15 +102,15 @@ CATALOGUE: dict[str, Benchmark] = {
     "headroom": Benchmark(
         "How much could any scheduler gain on each workload: the per-regime optimum over the best single static "
         "configuration, by the cost models?",
-        (f"{_B}/headroom.py", f"{_B}/corpus_workloads.py", f"{_PKG}/sim/static_search.py", f"{_PKG}/runtime/costmodel.py",
+        (f"{_B}/headroom.py", f"{_B}/corpus_workloads.py", f"{_B}/closed_loop_workload.py", f"{_PKG}/sim/static_search.py", f"{_PKG}/runtime/costmodel.py",
          f"{_PKG}/runtime/devices.py", f"{_PKG}/runtime/spec.py", f"{_PKG}/pipelines/emulated.py", f"{_PKG}/pipelines/corpus_model.py",
          f"{_PKG}/pipelines/corpus_documents.py", f"{_PKG}/pipelines/corpus_video.py", f"{_PKG}/pipelines/profiles", f"{_PKG}/core")),
     "corpus-headroom": Benchmark(
         "On document and video workloads drawn from published corpus statistics, how much could any scheduler gain over the "
         "best single static allocation, by the cost model and in the simulator, on 1 and 8 nodes?",
         (f"{_B}/corpus_headroom.py", f"{_B}/corpus_workloads.py", f"{_B}/headroom.py", f"{_B}/sim_headroom.py",
-         f"{_B}/allocation.py", f"{_B}/closed_loop_workload.py", f"{_PKG}/sim", f"{_PKG}/pipelines", f"{_PKG}/runtime/costmodel.py",
-         f"{_PKG}/runtime/spec.py", f"{_PKG}/core"),
+         f"{_B}/allocation.py", f"{_B}/closed_loop_workload.py", f"{_PKG}/sim", f"{_PKG}/pipelines", f"{_PKG}/runtime",
+         f"{_PKG}/core"),
         headline=("headroom_sim_1n", "headroom_sim_8n")),
     "closed-loop-suite": Benchmark(
         "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
@@ -160,6 +160,6 @@ CATALOGUE: dict[str, Benchmark] = {
         "Does an item's end-to-end latency (read at the source to done at the sink) stay as low while trident's rolling "
         "updates start and retire replicas as in steady state?",
         (f"{_B}/rollout_latency.py", f"{_B}/suite_workloads.py", f"{_B}/closed_loop_workload.py", f"{_B}/baselines.py",
-         f"{_PKG}/sim/static_search.py", f"{_B}/headroom.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
+         f"{_PKG}/sim/static_search.py", f"{_B}/headroom.py", f"{_B}/corpus_workloads.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
         headline=("rollouts", "latency_s_p99_steady", "latency_s_p99_during_rollout", "p99_during_rollout_over_steady", "items_lost")),
 }

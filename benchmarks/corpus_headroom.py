@@ -23,6 +23,7 @@ from benchmarks.report import BenchResult
 from trident_flows.core.types import ClusterSpec, NodeClass
 
 NODES_MANY = 8
+KEYS = {1: ("headroom_fluid_1n", "headroom_sim_1n"), NODES_MANY: ("headroom_fluid_8n", "headroom_sim_8n")}  # summary keys by nodes
 MAX_EVALS, QUICK_MAX_EVALS = 40, 6
 
 
@@ -57,8 +58,9 @@ def run(quick: bool) -> BenchResult:
         for name in corpus_workloads.CORPORA:
             result = measure(name, quick, nodes)
             raw[name]["runs"].append(result)
-            summary[name][f"headroom_fluid_{nodes}n"] = round(result["fluid"]["headroom"], 4)
-            summary[name][f"headroom_sim_{nodes}n"] = round(result["simulated"]["headroom"], 4)
+            fluid_key, sim_key = KEYS[nodes]
+            summary[name][fluid_key] = round(result["fluid"]["headroom"], 4)
+            summary[name][sim_key] = round(result["simulated"]["headroom"], 4)
     notes = ("SIMULATED and modelled, no live run. Workloads drawn from published corpus statistics (raw.<workload>.figures: "
              "each figure published, derived or assumed, with its page). Headroom = the stream's duration under the best single "
              "static allocation in hindsight / under each source's best allocation switched for free at block boundaries: "
