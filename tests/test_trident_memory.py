@@ -97,3 +97,15 @@ def test_the_next_run_keeps_the_newest_batches_and_counts_a_regime_seen_again():
     assert [(r.seen, r.predicted_items_per_s) for r in both.regimes] == [(2, 31.0), (1, 2.0)]
     assert same_regime({"pages": 2.0}, {"pages": 2.4}) and not same_regime({"pages": 2.0}, {"pages": 40.0})
     assert merged(None, second) == second
+
+
+def test_two_builds_of_the_documents_pipeline_are_one_pipeline_and_a_quality_change_is_another(tmp_path: Path):
+    from trident_flows.pipelines.documents import build
+    from trident_flows.pipelines.synth_documents import generate
+
+    generate(tmp_path / "pdfs", n=4, regimes="short:4", seed=0)
+    first, second = build(input=tmp_path / "pdfs"), build(input=tmp_path / "pdfs")
+    assert first.operator("dedup").params != second.operator("dedup").params  # each run has its own near-duplicate index
+    assert PipelineIdentity.of(first) == PipelineIdentity.of(second)
+    stricter = build(input=tmp_path / "pdfs", quality={"ocr.dpi": 200})
+    assert PipelineIdentity.of(stricter) != PipelineIdentity.of(first)

@@ -11,6 +11,9 @@ Contract:
   ``document-curation`` flow, tuned by its own ``trident-sidecar`` subflow, on a local Prefect
   server (``prefect_server.ensure_server``), and prints both flow-run links; ``--no-prefect``
   uses ``run_demo()`` instead.
+- Every demo curates the corpus afresh into ``demo-output/run``; Trident's memory of the earlier
+  demo runs stays in ``demo-output/trident-memory`` (beside the output), so a second demo starts
+  from what the first one learned.
 - ``python -m trident_flows.demo --stop`` stops what a demo left running (the local Prefect
   server it may have started; see ``prefect_server.stop_server``) and nothing else.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +94,7 @@ def run_demo(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tupl
 
     from trident_flows.pipelines.doc_dedup import release_index
     from trident_flows.pipelines.documents import build, dedup_index_name
-    from trident_flows.control.launch import cluster_totals, run_pipeline
+    from trident_flows.control.launch import cluster_totals, memory_uri, run_pipeline
     from trident_flows.scheduler.policies import make_policy
     from trident_flows.core.types import ClusterSpec
 
@@ -104,7 +108,8 @@ def run_demo(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tupl
     policy_name = best_policy()
     try:
         cpus, gpus_now = cluster_totals()
-        policy = make_policy(policy_name, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus_now)))
+        memory = {"memory": memory_uri(None, out, spec.name)} if policy_name == "trident" else {}
+        policy = make_policy(policy_name, spec=spec, cluster=ClusterSpec.single_node(cpus, int(gpus_now)), **memory)
         console.print(f"running pipeline {' -> '.join(o.name for o in spec.operators)} on a local Ray node "
                       f"({cpus:g} logical CPUs, {gpus_now:g} GPUs), policy {policy_name!r}")
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[ops]}"),
@@ -141,6 +146,7 @@ def run_demo_flow(console: Console, corpus: Path, out: Path = OUTPUT / "run") ->
 
     os.environ["OMP_THREAD_LIMIT"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
+    shutil.rmtree(out, ignore_errors=True)  # curated afresh (a flow re-run over the same output would skip it all)
     info = ensure_server()
     console.print(f"Prefect UI: {info.ui_url}" + ("" if info.started_by_us else " (a server that was already running)"))
     policy_name = best_policy()

@@ -81,7 +81,7 @@ def operator_specs(index_name: str = "unnamed", ocr_engine: str = TESSERACT) -> 
         OperatorSpec("quality", QualityFilter, OpConfig.make(batch_size=32), max_replicas=8,
                      space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=128, resources=cpu_only)),
         OperatorSpec("dedup", NearDuplicates, OpConfig.make(batch_size=16), params={"index_name": index_name}, max_replicas=8,
-                     space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=64, resources=cpu_only)),
+                     run_params=frozenset({"index_name"}), space=ConfigSpace(devices=(CPU,), batch_size_min=1, batch_size_max=64, resources=cpu_only)),
         OperatorSpec("embed", EmbedChunks, OpConfig.make(batch_size=8, encode_batch=32), max_replicas=16,
                      space=ConfigSpace(devices=(CPU, GPU), batch_size_min=1, batch_size_max=64,
                                        knobs=(KnobSpace("encode_batch", "categorical", choices=(16, 32, 64, 128)),),

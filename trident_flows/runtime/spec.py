@@ -44,7 +44,8 @@ class Operator(Protocol):
 class OperatorSpec:
     """One stage of a pipeline: the operator class, its constructor params, where it starts
     (initial config and replica count), what the scheduler may change (``space``,
-    ``min_replicas`` / ``max_replicas``), and its limits."""
+    ``min_replicas`` / ``max_replicas``), and its limits. ``run_params`` names the params that
+    only name this run's resources (e.g. a shared index), not what the operator computes."""
 
     name: str
     cls: type
@@ -54,6 +55,7 @@ class OperatorSpec:
     space: ConfigSpace = field(default_factory=ConfigSpace)
     min_replicas: int = 1
     max_replicas: int = 64
+    run_params: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:

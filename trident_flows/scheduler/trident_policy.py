@@ -155,7 +155,16 @@ class TridentPolicy:
                 "prepositioned_moves": self.preposition.moves}
 
     def finish(self, state: RunnerState) -> None:
-        """The run ended: its memory is written (when ``settings.memory`` names where)."""
+        """The run ended: its memory is written (when ``settings.memory`` names where), with every model fitted on
+        all it measured and a plan for each regime this run covered (``RegimePlans.settle``)."""
+        if self.memory.uri:
+            with one_blas_thread():
+                failed = self.models.fit_all(state, self._tick)
+                if self.settings.regime_plans:
+                    self.regime_plans.settle(state, self.sources.regimes)
+            if failed:
+                note = "model fit failed at the run's end for " + "; ".join(failed)
+                self.memory.warning = f"{self.memory.warning}; {note}" if self.memory.warning else note
         warning = self.memory.write(state, self.ops, self.sources, self.regime_plans, self.cold_starts)
         if warning is not None:
             self.memory.warning = warning

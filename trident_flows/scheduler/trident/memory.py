@@ -46,7 +46,8 @@ class MemoryFormatError(ValueError):
 @dataclass(frozen=True)
 class PipelineIdentity:
     """What makes two runs the same pipeline: its name, and per operator its name, class, parameters
-    and search space (what it computes and what may be tuned), hashed into ``fingerprint``."""
+    (less those naming the run's own resources) and search space (what it computes and what may be
+    tuned), hashed into ``fingerprint``."""
 
     name: str
     operators: tuple[str, ...]
@@ -56,7 +57,9 @@ class PipelineIdentity:
     def of(cls, spec: Any) -> "PipelineIdentity":
         """The identity of a ``PipelineSpec`` (its initial configuration and replica counts are not part of it)."""
         parts = [{"name": op.name, "class": f"{op.cls.__module__}.{op.cls.__qualname__}",
-                  "params": json.dumps(dict(op.params), sort_keys=True, default=str), "space": repr(op.space)}
+                  "params": json.dumps({k: v for k, v in op.params.items() if k not in op.run_params}, sort_keys=True,
+                                       default=str),
+                  "space": repr(op.space)}
                  for op in spec.operators]
         digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
         return cls(spec.name, tuple(op.name for op in spec.operators), digest)

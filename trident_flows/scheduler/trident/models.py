@@ -17,6 +17,9 @@ Contract:
   holding a batch) calibrates its model with the span of what it took then, so the capacities the
   model reports are what the operator measurably can do. Spans are timed on the samples' clock (the
   runner's ``wall_s`` plus its origin there, estimated from the newest sample ends).
+- ``fit_all(state, tick)``: every operator with samples its model has not been fitted on is refitted
+  now, whatever the refit schedule (the run ended: its memory is written from the newest models);
+  returns the failures, one string each.
 - ``is_stale(name)``: the calibration says the model over-predicts what the operator took while
   saturated by more than ``stale_ratio``: it describes a workload that has passed.
 - ``calibration_step(model)``: the calibration in 10% (log) steps, None for none: a placement input that
@@ -81,6 +84,14 @@ class Models:
         if failed:
             raise RuntimeError("model fit failed for " + "; ".join(failed))
         return new
+
+    def fit_all(self, state: RunnerState, tick: int) -> list[str]:
+        failed: list[str] = []
+        for op_state in state.operators:
+            op = self.ops.get(op_state.name)
+            if op is not None and op.window and (op.unfitted > 0 or not op.model.ready):
+                self._refit(op, op_state.config_epoch, tick, failed)
+        return failed
 
     def _refit(self, op: Operator, epoch: int, tick: int, failed: list[str]) -> None:
         try:

@@ -16,6 +16,9 @@ Contract:
   a window that moved on to other regimes predict it worse), else the plan remembered from an
   earlier run (``remember``), else None.
 - ``refresh(state, regimes, live)``, every tick, solves the live regimes' plans when due.
+- ``settle(state, regimes)``, at the run's end: a regime covered in this run that has no plan of this
+  run's models yet (a short run whose models were not ready while it was live) is solved once from
+  the models as they are now (fitted on the whole window), so that the next run remembers it.
 - ``RegimePlan.groups`` maps each operator to its replicas per config; ``predicted`` is the MILP's
   pipeline throughput (input items/s); ``origin`` says where it came from ("models" of this run or
   "memory" of an earlier one).
@@ -88,6 +91,14 @@ class RegimePlans:
         for regime in regimes:
             if regime.id in live:
                 self.plan(state, regime, True)
+
+    def settle(self, state: RunnerState, regimes: Sequence[Regime]) -> None:
+        names = [op.name for op in state.operators]
+        for regime in regimes:
+            if regime.id in self._solved or not regime.covered(names, COVERED_ITEMS):
+                continue
+            if all(n in self.ops and self.ops[n].model.ready for n in names) and (plan := self._solve(state, regime)) is not None:
+                self._solved[regime.id] = (tuple((n, self.ops[n].model_version) for n in names), state.wall_s, plan)
 
     def plan(self, state: RunnerState, regime: Regime, live: bool) -> RegimePlan | None:
         """``live``: an operator works on the regime's items now (only then are the models fresh on it)."""
