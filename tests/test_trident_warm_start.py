@@ -34,13 +34,13 @@ def _stream(order: tuple[str, ...] = ("short", "scans", "long", "short")) -> tup
 
 
 def _run(memory: str | None, order: tuple[str, ...] = ("short", "scans", "long", "short"), cpus: int = sw.CPUS,
-         start: StaticConfig | None = None) -> tuple[Any, Any, list]:
+         start: StaticConfig | None = None, **settings: Any) -> tuple[Any, Any, list]:
     """One simulated run of trident; returns the policy, the run and each tick's (time, stream positions)."""
     suite, stream, profile = _stream(order)
     cluster = ClusterSpec.single_node(cpus, 0, gpu_memory_bytes=sw.DEVICE_MEMORY)
     start = start or suite.baselines(profile, stream, stream.rows(profile)).start(STATIC_DEFAULT)
     spec = stream.spec(profile, start, "warm-start-test")
-    policy = make_policy("trident", spec=spec, cluster=cluster, memory=memory)
+    policy = make_policy("trident", spec=spec, cluster=cluster, memory=memory, **settings)
     ticks: list = []
 
     class Watched:
@@ -99,6 +99,21 @@ def test_pre_positioning_starts_replicas_before_the_new_regime_reaches_them(lear
         decided_at = ticks[tick - 1][0]
         reached_at = next(t for t, positions in ticks if positions[operator] >= first_item)
         assert decided_at < reached_at, f"{operator} was moved at {decided_at} s, after the items of input {first_item:.0f} reached it"
+
+
+def test_a_run_too_short_for_the_gate_leaves_a_plan_the_next_run_applies_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "memory.json"
+    # as in a run of a few dozen documents: no model is fitted while the run lasts, and the evidence gate never opens
+    never = {"min_samples": 1_000_000, "refit_min_samples": 1_000_000}
+    first, run, _ = _run(str(path), order=("scans", "short"), **never)
+    assert run.summary["items_missing"] == 0
+    assert not any(r.plan is not None and r.plan.rationale is not None and r.plan.rationale.kind == PlanKind.REGIME_PLAN
+                   for r in first.records)
+    assert len(json.loads(path.read_text())["regimes"]) == 2  # both solved at the run's end, from the models fitted then
+    second, run, _ = _run(str(path), order=("scans", "short"), **never)
+    assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
+    plan = next(r.plan for r in second.records if r.plan is not None)
+    assert plan.rationale is not None and plan.rationale.kind == PlanKind.REGIME_PLAN and "memory allocation" in plan.reason
 
 
 @pytest.mark.parametrize("case", ["corrupt", "other-pipeline", "bigger-cluster"])
