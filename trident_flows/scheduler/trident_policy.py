@@ -165,7 +165,7 @@ class TridentPolicy:
             if failed:
                 note = "model fit failed at the run's end for " + "; ".join(failed)
                 self.memory.warning = f"{self.memory.warning}; {note}" if self.memory.warning else note
-        warning = self.memory.write(state, self.ops, self.sources, self.regime_plans, self.cold_starts)
+        warning = self.memory.write(state, self.ops, self.sources, self.regime_plans, self.cold_starts, ended=True)
         if warning is not None:
             self.memory.warning = warning
 

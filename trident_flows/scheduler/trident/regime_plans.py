@@ -18,7 +18,8 @@ Contract:
 - ``refresh(state, regimes, live)``, every tick, solves the live regimes' plans when due.
 - ``settle(state, regimes)``, at the run's end: a regime covered in this run that has no plan of this
   run's models yet (a short run whose models were not ready while it was live) is solved once from
-  the models as they are now (fitted on the whole window), so that the next run remembers it.
+  the models as they are now (fitted on the whole window), so that the next run remembers it; a
+  plan solved while its regime was live stands.
 - ``RegimePlan.groups`` maps each operator to its replicas per config; ``predicted`` is the MILP's
   pipeline throughput (input items/s); ``origin`` says where it came from ("models" of this run or
   "memory" of an earlier one).

@@ -7,9 +7,10 @@ Contract:
 - ``seed(sources, plans, cold_starts)`` hands what was read to the parts: every remembered regime
   to ``SourceRegimes`` (its signature and per-operator features), its allocation to ``RegimePlans``
   (origin "memory") and the measured cold starts to ``ColdStarts``.
-- ``write(state, ops, sources, plans, cold_starts)`` writes ``memory.merged(loaded, this run)``
+- ``write(state, ops, sources, plans, cold_starts, ended=False)`` writes ``memory.merged(loaded, this run)``
   atomically: per operator the newest batches measured, the cold starts, and per regime with a plan
-  its signature, allocation, predicted rate, segments seen and per-operator features. A write that
+  its signature, allocation, predicted rate, segments seen and per-operator features (``ended``: the
+  run is over, no regime is live, each keeps the plan solved last while it was). A write that
   fails is returned as a one-line warning (the run goes on); ``writes`` counts the writes made.
 """
 
@@ -55,12 +56,13 @@ class RunMemory:
                                       entry.predicted_items_per_s, "memory"))
         cold_starts.remember({name: e.cold_start_s for name, e in self.loaded.operators.items()})
 
-    def write(self, state: RunnerState, ops: Operators, sources: SourceRegimes, plans: RegimePlans, cold_starts: ColdStarts) -> str | None:
+    def write(self, state: RunnerState, ops: Operators, sources: SourceRegimes, plans: RegimePlans, cold_starts: ColdStarts,
+              ended: bool = False) -> str | None:
         if not self.uri or self._pipeline is None:
             return None
         cluster = self._cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
         entries = []
-        live = sources.live(state)
+        live = set() if ended else sources.live(state)
         for regime in sources.regimes:
             plan = plans.plan(state, regime, regime.id in live)
             if plan is None:
