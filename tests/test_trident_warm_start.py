@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -169,3 +170,24 @@ def test_memory_location_defaults_beside_the_output_and_can_be_off(tmp_path: Pat
     assert memory_uri(None, tmp_path / "run-output", "documents") == str(tmp_path / "trident-memory" / "documents.json")
     assert memory_uri("s3://bucket/trident.json", tmp_path, "documents") == "s3://bucket/trident.json"
     assert memory_uri("off", tmp_path, "documents") is None
+
+
+def test_gpu_growth_is_pre_positioned_only_where_it_packs_device_by_device() -> None:
+    from trident_flows.scheduler.trident.preposition import gpus_pack
+
+    cpu, gpu, half = OpConfig("cpu", 8), OpConfig("gpu", 32, gpus=1.0), OpConfig("gpu", 16, gpus=0.5)
+
+    def state(**running: dict) -> Any:
+        return SimpleNamespace(operators=[SimpleNamespace(name=n, configs=lambda g=g: dict(g),
+                                                          replicas=tuple(SimpleNamespace(config=c) for c, k in g.items() for _ in range(k)))
+                                          for n, g in running.items()])
+
+    node = ClusterSpec.single_node(16, 2)
+    whole = state(ocr={cpu: 10}, embed={gpu: 1})
+    assert gpus_pack(whole, node, {"embed": {gpu: 2}})  # the second device is free and whole
+    assert not gpus_pack(whole, node, {"embed": {gpu: 3}})
+    assert gpus_pack(whole, node, {"embed": {gpu: 1, half: 2}})
+    split = state(a={half: 1}, b={half: 1}, embed={cpu: 1})  # where the halves sit is not known: a whole GPU may not fit
+    assert not gpus_pack(split, node, {"embed": {gpu: 1}})
+    two_nodes = ClusterSpec((replace(node.node_classes[0], count=2),))  # which node has room is not known: left to the placement
+    assert not gpus_pack(whole, two_nodes, {"embed": {gpu: 2}})
