@@ -9,6 +9,7 @@ regime's best configuration), so it is a labelled upper reference, not a baselin
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Mapping, Sequence, Union
 
 from benchmarks.allocation import Allocation, allocation_of, label
@@ -19,6 +20,8 @@ from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, 
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
 
+RATE_TICKS = 5  # ticks over which an operator's intake rate is measured
+
 
 class OraclePolicy:
     """Knows the regime schedule: every operator runs the best static configuration of the regime
@@ -26,24 +29,36 @@ class OraclePolicy:
     counters: the head's items taken, then for each later operator the share of the rows
     delivered to it that it has taken, applied to the position of the operator before it (so a
     downstream operator switches when the new block reaches it, not when it enters the pipeline).
-    A mix of configurations that does not fit the cluster waits: only the operators whose new
+    It switches ahead of the block by the operator's cold start plus one tick (``tick_s``; the cold
+    start its replicas measured, at the rate its position advanced over the last ``RATE_TICKS``
+    ticks), so that the new replicas are warm when the block arrives, as a policy that anticipates
+    can. A mix of configurations that does not fit the cluster waits: only the operators whose new
     configuration holds no more than the current one switch until the rest fit."""
 
     name = "oracle"
 
     def __init__(self, blocks: Sequence[tuple[str, int, int]], configs: Mapping[str, Union[StaticConfig, Allocation]], cpus: float,
-                 gpus: float) -> None:
+                 gpus: float, tick_s: float = 1.0) -> None:
         self.blocks = list(blocks)
         self.configs = {r: {name: dict(groups) for name, groups in allocation_of(c)} for r, c in configs.items()}
         self.labels = {r: label(allocation_of(c)) for r, c in configs.items()}
         self.predicted = {r: c.predicted_items_per_s if isinstance(c, StaticConfig) else 0.0 for r, c in configs.items()}
         self.cpus, self.gpus = cpus, gpus
+        self.tick_s = tick_s
+        self._history: deque[tuple[float, dict[str, float]]] = deque(maxlen=RATE_TICKS)
 
     def regime_at(self, item: float) -> str:
         for regime, start, end in self.blocks:
             if start <= item < end:
                 return regime
         return self.blocks[-1][0]
+
+    def regime_ahead(self, item: float, rate: float, lead_s: float) -> str:
+        """The regime at ``item``, or the next block's once its first item is within ``lead_s`` at ``rate`` items/s."""
+        after = next((start for _, start, _ in self.blocks if start > item), None)
+        if after is not None and rate > 0 and (after - item) / rate <= lead_s:
+            return self.regime_at(after)
+        return self.regime_at(item)
 
     @staticmethod
     def positions(state: RunnerState) -> dict[str, float]:
@@ -52,10 +67,13 @@ class OraclePolicy:
 
     def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
         positions = self.positions(state)
+        rates = self._rates(state.wall_s, positions)
+        self._history.append((state.wall_s, positions))
         current = {op.name: op.configs() for op in state.operators}
         target: dict[str, tuple[str, dict[OpConfig, int]]] = {}
         for op in state.operators:
-            regime = self.regime_at(positions[op.name])
+            lead_s = max((r.cold_start_s for r in op.replicas), default=0.0) + self.tick_s
+            regime = self.regime_ahead(positions[op.name], rates.get(op.name, 0.0), lead_s)
             target[op.name] = (regime, self.configs[regime][op.name])
         changing = [n for n, (_, groups) in target.items() if current[n] != groups]
         if not changing:
@@ -76,3 +94,10 @@ class OraclePolicy:
         head_regime = target[state.operators[0].name][0]
         return Plan(tuple(ops), self.predicted[head_regime], "; ".join(o.reason for o in ops))
 
+
+    def _rates(self, wall_s: float, positions: Mapping[str, float]) -> dict[str, float]:
+        """Input items per second each operator's position advanced over the last ``RATE_TICKS`` ticks."""
+        if not self._history or wall_s <= self._history[0][0]:
+            return {}
+        t0, before = self._history[0]
+        return {name: max(0.0, (p - before.get(name, p)) / (wall_s - t0)) for name, p in positions.items()}

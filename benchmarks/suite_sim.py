@@ -15,8 +15,8 @@ Contract of ``run(quick, workloads, jobs, log) -> dict`` (the suite's ``sim`` se
     the cost model's best static for the stream, the simulated headroom's static and each regime's
     best allocation;
   - ``oracle`` (O): each regime's best allocation (``sim_headroom.simulated_headroom``: the cost
-    model's answers hill-climbed on steady rates), switched by ``OraclePolicy`` as each block reaches
-    each operator, paying every cold start of a switch (it starts in its first block's allocation, as S*
+    model's answers hill-climbed on steady rates), switched by ``OraclePolicy`` at each operator one
+    cold start ahead of its block (warm when the block arrives), paying every cold start of a switch (it starts in its first block's allocation, as S*
     starts in its own: the same run as S* when it chooses S* in every block, where that is faster); then block
     by block, its regime's best, S* or a neighbouring block's choice where that runs the whole stream
     faster (a short block may not pay for its cold starts). O is never below S*.
@@ -63,8 +63,8 @@ DEFINITIONS = {
     "threshold": "scale an operator out when its queue grows and in when its replicas idle, starting from static-default",
     "ds2": "DS2 (Kalavri et al., OSDI 2018): rate-based parallelism for every operator at once, starting from static-default",
     "trident": "this project's scheduler, starting from static-default with no memory of earlier runs",
-    ORACLE: ("O: each regime's best allocation (simulated, hill-climbed), switched as each block reaches each operator, paying "
-             "every cold start, and never below S*; uses knowledge no user has"),
+    ORACLE: ("O: each regime's best allocation (simulated, hill-climbed), switched at each operator one cold start ahead of "
+             "its block, paying every cold start, and never below S*; uses knowledge no user has"),
 }
 BEAT_TOLERANCE = 0.02  # a system more than 2% above O means the search missed an allocation
 SEED_ROUNDS = 2

@@ -95,11 +95,13 @@ def test_memory_spikes_scale_bytes_of_the_marked_items_only():
     assert op._work_bytes(batch, np.ones(3, dtype=bool), 3, {"x": float(batch["x"].sum())}) == int(expected)
 
 
-def _state(counts, configs):
-    """A runner state: ``counts`` maps an operator to (items taken, rows forwarded)."""
-    ops = [SimpleNamespace(name=n, items_in=counts[n][0], items_forwarded=counts[n][1], configs=lambda c=c: dict(c))
+def _state(counts, configs, wall_s=0.0, cold_start_s=0.0):
+    """A runner state at ``wall_s``: ``counts`` maps an operator to (items taken, rows forwarded); each replica took
+    ``cold_start_s`` to start."""
+    ops = [SimpleNamespace(name=n, items_in=counts[n][0], items_forwarded=counts[n][1], configs=lambda c=c: dict(c),
+                           replicas=tuple(SimpleNamespace(cold_start_s=cold_start_s) for _ in range(sum(c.values()))))
            for n, c in configs.items()]
-    return SimpleNamespace(operators=ops, operator=lambda name: next(o for o in ops if o.name == name))
+    return SimpleNamespace(operators=ops, operator=lambda name: next(o for o in ops if o.name == name), wall_s=wall_s)
 
 
 def test_oracle_switches_each_operator_when_the_new_block_reaches_it():
@@ -117,6 +119,23 @@ def test_oracle_switches_each_operator_when_the_new_block_reaches_it():
     plan = oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 1}}), [])
     assert plan is not None and [o.operator for o in plan.operators] == ["b"] and plan.for_operator("b").replicas == 2
     assert oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 2}}), []) is None
+
+
+def test_oracle_switches_an_operator_ahead_of_its_block_by_its_cold_start():
+    cpu4, gpu8 = OpConfig.make("cpu", batch_size=4), OpConfig.make("gpu", batch_size=8)
+    first = StaticConfig((("a", cpu4, 1), ("b", gpu8, 1)), 10.0)
+    second = StaticConfig((("a", cpu4, 1), ("b", gpu8, 2)), 5.0)
+    oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, cpus=8, gpus=2, tick_s=1.0)
+    running = {"a": {cpu4: 1}, "b": {gpu8: 1}}
+    # b is 40 items short of the block and its rate is not known yet: it stays
+    assert oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running, wall_s=0.0, cold_start_s=4.0), []) is None
+    # 10 items/s: the block is 3 s away, within its 4 s cold start + 1 tick: b grows now, before the block reaches it
+    plan = oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=4.0), [])
+    assert plan is not None and plan.for_operator("b").replicas == 2
+    # with a cold start of 1 s, 3 s away is too early
+    oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, cpus=8, gpus=2, tick_s=1.0)
+    oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running, wall_s=0.0, cold_start_s=1.0), [])
+    assert oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=1.0), []) is None
 
 
 def test_oracle_waits_while_a_growing_operator_does_not_fit_beside_the_others():

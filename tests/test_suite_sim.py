@@ -37,7 +37,7 @@ def test_the_oracle_is_never_below_the_best_static_and_a_policy_above_it_is_repo
 
 
 def _op(name: str, counts: dict[OpConfig, int], items_in: int = 0, forwarded: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(name=name, items_in=items_in, items_forwarded=forwarded, configs=lambda c=counts: dict(c))
+    return SimpleNamespace(name=name, items_in=items_in, items_forwarded=forwarded, configs=lambda c=counts: dict(c), replicas=())
 
 
 def test_an_oracle_of_mixed_allocations_plans_every_group_of_an_operator():
@@ -45,7 +45,7 @@ def test_an_oracle_of_mixed_allocations_plans_every_group_of_an_operator():
     mixed = (("a", ((cpu, 1),)), ("b", ((cpu, 2), (gpu, 2))))
     plain = (("a", ((cpu, 3),)), ("b", ((cpu, 1),)))
     oracle = OraclePolicy([("x", 0, 10), ("y", 10, 20)], {"x": plain, "y": mixed}, cpus=8, gpus=1)
-    state = SimpleNamespace(operators=[_op("a", {cpu: 3}, 15, 15), _op("b", {cpu: 1}, 12)])
+    state = SimpleNamespace(operators=[_op("a", {cpu: 3}, 15, 15), _op("b", {cpu: 1}, 12)], wall_s=0.0)
     plan = oracle.decide(state, [])
     assert plan is not None
     assert {(g.config, g.replicas) for g in plan.for_operator("b").groups} == {(cpu, 2), (gpu, 2)}
