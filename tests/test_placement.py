@@ -10,7 +10,7 @@ from trident_flows.scheduler.placement.milp import PlacementError, solve_placeme
 from trident_flows.scheduler.placement.model import class_capacity, throughput_of
 from trident_flows.scheduler.placement.types import GiB, CurrentPlacement, OperatorDemand, PlacementOption
 from trident_flows.scheduler.placement.transition_cost import plan_transition, step_usage
-from trident_flows.core.types import ClusterSpec, Decision, NodeClass, OpConfig, ReplicaGroup, StepKind
+from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig, ReplicaGroup, StepKind, TransitionVerdict
 
 CPU1 = OpConfig.make("cpu", cpus=1)
 GPU1 = OpConfig.make("gpu", cpus=1, gpus=1)
@@ -161,7 +161,7 @@ def test_large_gain_rolls_out_with_starts_before_retires():
     current = CurrentPlacement.from_mapping({"parse": [ReplicaGroup(CPU1, 3, "n")], "embed": [ReplicaGroup(cpu_embed.config, 4, "n")]})
     res = solve_placement(demands, cluster, current)
     tr = plan_transition(demands, cluster, current, res.plan, regime_duration_s=3600)
-    assert tr.decision == Decision.ROLL_OUT, tr.reason
+    assert tr.verdict == TransitionVerdict.ROLL_OUT, tr.reason
     assert res.throughput == pytest.approx(34.0)
     assert tr.expected_gain == pytest.approx(34.0 - 8.0)
     kinds = [(s.kind, s.operator) for s in tr.steps]
@@ -177,10 +177,10 @@ def test_small_gain_over_a_short_regime_waits_with_reason():
     current = CurrentPlacement.from_mapping({"parse": [ReplicaGroup(CPU1, 4, "n")], "embed": [ReplicaGroup(cpu_embed.config, 4, "n")]})
     res = solve_placement(demands, cluster, current)
     tr = plan_transition(demands, cluster, current, res.plan, regime_duration_s=30)  # shorter than the 60 s cold start
-    assert tr.decision == Decision.WAIT
+    assert tr.verdict == TransitionVerdict.WAIT
     assert "does not pay" in tr.reason and "cost" in tr.reason
     same = plan_transition(demands, cluster, CurrentPlacement.from_plan(res.plan), res.plan, regime_duration_s=3600)
-    assert same.decision == Decision.WAIT and same.steps == ()
+    assert same.verdict == TransitionVerdict.WAIT and same.steps == ()
 
 
 def test_unchanged_operators_say_so():
@@ -196,7 +196,7 @@ def test_tight_resources_interleave_and_limits_hold_at_every_step():
     current = CurrentPlacement.from_mapping({"parse": [ReplicaGroup(CPU1, 2, "n")], "embed": [ReplicaGroup(cpu_embed.config, 2, "n")]})
     res = solve_placement(demands, cluster, current)
     tr = plan_transition(demands, cluster, current, res.plan, regime_duration_s=3600)
-    assert tr.decision == Decision.ROLL_OUT
+    assert tr.verdict == TransitionVerdict.ROLL_OUT
     assert "interleaved" in tr.reason
     assert tr.steps[0].kind == StepKind.RETIRE and "interleaved" in tr.steps[0].reason
     _assert_limits_hold(demands, cluster, current, tr)
@@ -275,6 +275,6 @@ def test_a_plan_that_only_starts_replicas_is_priced_over_the_run_left_not_the_re
     from trident_flows.core.types import OperatorPlan, Plan
     add = Plan(tuple(OperatorPlan(op, groups, "test") for op, groups in plan.groups), 0.0, "add a GPU replica")
     assert all(s.kind == StepKind.START for s in plan_transition(demands, cluster, current, add, 30).steps)
-    assert plan_transition(demands, cluster, current, add, 30).decision == Decision.WAIT
-    assert plan_transition(demands, cluster, current, add, 30, run_left_s=600).decision == Decision.ROLL_OUT
-    assert plan_transition(demands, cluster, current, add, 30, run_left_s=20).decision == Decision.WAIT  # ends before it is warm
+    assert plan_transition(demands, cluster, current, add, 30).verdict == TransitionVerdict.WAIT
+    assert plan_transition(demands, cluster, current, add, 30, run_left_s=600).verdict == TransitionVerdict.ROLL_OUT
+    assert plan_transition(demands, cluster, current, add, 30, run_left_s=20).verdict == TransitionVerdict.WAIT  # ends before it is warm

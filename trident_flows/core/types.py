@@ -477,7 +477,9 @@ class TransitionStep:
                 "node_class": self.node_class, "reason": self.reason}
 
 
-class Decision(str, Enum):
+class TransitionVerdict(str, Enum):
+    """Whether a priced transition is worth rolling out now, or waits."""
+
     ROLL_OUT = "roll_out"
     WAIT = "wait"
 
@@ -488,13 +490,13 @@ class Transition:
 
     ``expected_gain`` is in input items/s, ``cold_start_cost_s`` the capacity-seconds lost to
     starting and draining replicas, ``rollout_s`` how long the steps take, ``cost_items`` the
-    input items the switch costs over the regime; ``decision`` says whether to roll out now or
+    input items the switch costs over the regime; ``verdict`` says whether to roll out now or
     wait, and ``reason`` why. Steps are applied in order; a START step's replicas are warm before the
     next RETIRE step of the same operator drains old ones.
     """
 
     steps: tuple[TransitionStep, ...]
-    decision: Decision = Decision.ROLL_OUT
+    verdict: TransitionVerdict = TransitionVerdict.ROLL_OUT
     reason: str = ""
     expected_gain: float = 0.0
     cold_start_cost_s: float = 0.0
@@ -503,6 +505,6 @@ class Transition:
     cost_items: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": [s.to_dict() for s in self.steps], "decision": self.decision.value, "reason": self.reason,
+        return {"steps": [s.to_dict() for s in self.steps], "verdict": self.verdict.value, "reason": self.reason,
                 "expected_gain": self.expected_gain, "cold_start_cost_s": self.cold_start_cost_s,
                 "plan": self.plan.to_dict() if self.plan else None, "rollout_s": self.rollout_s, "cost_items": self.cost_items}

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import ray
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
-from trident_flows.core.types import Decision, Plan, StepKind, Transition, TransitionStep
+from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
                                               room_for)
@@ -80,7 +80,7 @@ class Rollout:
             except RuntimeConfigError as exc:  # refused before any step: recorded with its reason, then raised to the caller
                 self.reports.append(ApplyReport((), 0.0, 0.0, 0.0, 0.0, ok=False, error=str(exc), reason=change.reason or ""))
                 raise
-            if transition.decision == Decision.WAIT or not transition.steps:
+            if transition.verdict == TransitionVerdict.WAIT or not transition.steps:
                 return ApplyReport((), 0.0, 0.0, 0.0, 0.0, reason=transition.reason or "nothing to do")
             t0 = time.time()
             window = min(self.settings.dip_window_s, max(t0 - self._started_at(), 1e-6))

@@ -20,7 +20,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RuntimeConfigError
-from trident_flows.core.types import Decision, Plan, StepKind, Transition, TransitionStep
+from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
                                               room_for)
 from trident_flows.sim import outcome
@@ -50,7 +50,7 @@ def apply_change(runner: SimRunner, change: Plan | Transition) -> ApplyReport:
         _check_transition(runner, transition)
     else:
         raise TypeError(f"apply takes a Plan or a Transition, got {type(change).__name__}")
-    if transition.decision == Decision.WAIT or not transition.steps:
+    if transition.verdict == TransitionVerdict.WAIT or not transition.steps:
         return outcome.nothing_to_do(transition.reason)
     t0 = runner.now
     window = min(runner.settings.dip_window_s, max(t0, 1e-6))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from trident_flows.core.step_order import order_steps
-from trident_flows.core.types import ClusterSpec, Decision, OpConfig, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.core.types import ClusterSpec, OpConfig, Plan, ReplicaGroup, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
 from trident_flows.scheduler.placement.types import CurrentPlacement, OperatorDemand
 
@@ -76,7 +76,7 @@ def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     cur, cur_cfg = placement_counts(demands, cluster, {op: gs for op, gs in current.groups}, "current")
     new, new_cfg = placement_counts(demands, cluster, {o.operator: o.groups for o in plan.operators}, "planned")
     if all(cur.get(k, 0) == new.get(k, 0) for k in {*cur, *new}):
-        return Transition((), Decision.WAIT, "the plan equals the current placement", 0.0, 0.0, plan)
+        return Transition((), TransitionVerdict.WAIT, "the plan equals the current placement", 0.0, 0.0, plan)
     t_now = throughput_of(demands, cluster, cur) if all(any(k.operator == d.name for k in cur) for d in demands) else 0.0
     t_new = throughput_of(demands, cluster, new)
     rollout = _rollout(demands, cluster, cur, new, {**cur_cfg, **new_cfg}, plan)
@@ -168,9 +168,9 @@ def _priced(rollout: _Rollout, demands: Sequence[OperatorDemand], plan: Plan, t_
     if rollout.interleaved:
         detail += "; resources too tight to start everything before retiring, interleaved: " + "; ".join(rollout.interleaved)
     if t_new > t_now and gain_items > benefit_ratio * cost_items and items_roll > items_wait:
-        return Transition(steps, Decision.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
+        return Transition(steps, TransitionVerdict.ROLL_OUT, "roll out: " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
     why = "no throughput gain" if t_new <= t_now else "the gain does not pay for the switch"
-    return Transition(steps, Decision.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
+    return Transition(steps, TransitionVerdict.WAIT, f"wait ({why}): " + detail, t_new - t_now, cap_s, plan, rollout_s, cost_items)
 
 
 def step_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement,

@@ -26,7 +26,7 @@ import math
 from dataclasses import replace
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import Decision, OperatorPlan, PlanKind, Rationale
+from trident_flows.core.types import OperatorPlan, PlanKind, Rationale, TransitionVerdict
 from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.scheduler.placement.inputs import current_placement
 from trident_flows.scheduler.placement.transition_cost import plan_transition
@@ -88,7 +88,7 @@ class TransitionStep:
             rationale = Rationale(PlanKind.MEMORY_SAFETY, **figures, unsafe=tuple((name, config) for name, config, _ in forced))
             return Decided.roll_out(replace(plan, rationale=rationale), f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
                                     result.throughput)
-        if transition.decision != Decision.ROLL_OUT:
+        if transition.verdict != TransitionVerdict.ROLL_OUT:
             kind = HoldKind.NO_GAIN if transition.expected_gain <= 0 else HoldKind.DOES_NOT_PAY
             return Decided.wait(f"{transition.reason} ({plan.reason})", result.throughput, Hold(kind))
         if gain < self.settings.min_gain:
