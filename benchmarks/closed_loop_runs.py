@@ -39,7 +39,7 @@ from trident_flows.runtime import devices
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.sink import read_ids
 from trident_flows.runtime.spec import ID, PipelineSpec
-from trident_flows.scheduler.decision_log import Action
+from trident_flows.core.decision import Action
 from trident_flows.scheduler.policies import make_policy
 
 TICK_S = 1.0
@@ -175,9 +175,10 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     record.tick_ms = [float(r.timings_ms.get("total", 0.0)) for r in getattr(policy, "records", [])]
     steps = [r.timings_ms for r in getattr(policy, "records", [])]
     record.tick_steps_ms = {k: round(float(np.median([t.get(k, 0.0) for t in steps])), 2) for k in (steps[-1] if steps else {})}
-    record.decisions = [{"t": round(r.at - t_wall0, 2), "action": Action(r.action).value, "reason": r.reason[:400], "events": [str(e) for e in r.events][:5],
-                         "predicted": round(r.predicted_throughput, 3), "measured": round(r.pipeline_throughput, 3), "verification": r.verification[:300]}
-                        for r in getattr(policy, "records", []) if r.action != Action.NONE or r.events or r.verification]
+    record.decisions = [{"t": round(r.at - t_wall0, 2), "action": r.decision.action.value, "reason": r.decision.reason[:400],
+                         "events": [str(e) for e in r.events][:5], "predicted": round(r.decision.predicted_throughput, 3),
+                         "measured": round(r.pipeline_throughput, 3), "verification": r.verification[:300]}
+                        for r in getattr(policy, "records", []) if r.decision.action != Action.NONE or r.events or r.verification]
     record.error = state.error
     return record
 

@@ -85,7 +85,6 @@ from trident_flows.sim.static_search import StaticConfig, predict_throughput, se
 from benchmarks.wide_pipeline import WIDE, load_profile
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.scheduler.decision_log import Action
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec, NodeClass
 from trident_flows.sim.driver import simulate
@@ -221,11 +220,11 @@ def decisions(policy: Any) -> dict[str, Any]:
     records = list(getattr(policy, "records", ()))
     if not records:
         return {}
-    holds = Counter(r.hold.kind.value for r in records if r.hold is not None)
+    holds = Counter(r.decision.hold.kind.value for r in records if r.decision.hold is not None)
     failed = Counter(r.error[:160] for r in records if r.error)
-    moves = [{"tick": r.tick, "action": Action(r.action).value, "reason": r.reason[:300]} for r in records if r.plan is not None]
+    moves = [{"tick": r.tick, "action": r.decision.action.value, "reason": r.decision.reason[:300]} for r in records if r.decision.plan is not None]
     return {"holds": dict(holds.most_common()), "failed_steps": dict(failed.most_common()), "moves": moves[:MOVES_KEPT],
-            "last_reason": records[-1].reason[:300]}
+            "last_reason": records[-1].decision.reason[:300]}
 
 
 class SteadyRates:

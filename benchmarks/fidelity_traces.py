@@ -50,6 +50,7 @@ from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipel
 from benchmarks.live_trace import Trace
 from benchmarks.record_traces import EMULATED
 from trident_flows.sim.static_search import StaticConfig
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -205,13 +206,14 @@ class ReplayPolicy:
         self.moves = list(moves)
         self.origin: float | None = None  # the first batch's start, on the run's own clock
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         if samples:
             first = min(s.start for s in samples)
             self.origin = first if self.origin is None else min(self.origin, first)
         if self.origin is None or not self.moves or state.wall_s - self.origin < self.moves[0][0]:
-            return None
-        return self.moves.pop(0)[1]
+            return Decision.no_change()
+        plan = self.moves.pop(0)[1]
+        return Decision.roll_out(plan, plan.reason)
 
 
 def start_groups(trace: Trace, profile: PipelineProfile) -> list[tuple[int, list[float]]]:

@@ -13,7 +13,7 @@ Contract:
   minutes on a loaded machine) leaves no gap in the trace.
 - ``TraceWriter(path, header)`` appends lines and closes with ``end(summary)``;
   ``RecordingPolicy(inner, writer)`` is a ``Policy`` that writes every decision it is asked for
-  and returns ``inner``'s plan unchanged (the recording never changes a decision);
+  and returns ``inner``'s ``Decision`` unchanged (the recording never changes a decision);
   ``RunnerPoller(handle, writer, every_s)`` is a ``run_pipeline`` progress callback that writes
   a tick at most every ``every_s`` seconds (and always the finished state).
 - ``load(path) -> Trace`` reads a trace back into the runtime's own value types
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, Plan
 
@@ -56,8 +57,8 @@ class Tick:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """One control-loop tick of the policy: what it returned (``plan``) and its record, if it keeps one."""
+class TracedDecision:
+    """One control-loop tick of the policy as traced: the plan its decision handed over (None: none) and its record, if it keeps one."""
 
     at: float
     wall_s: float
@@ -72,7 +73,7 @@ class Trace:
     name: str
     header: Mapping[str, Any]
     ticks: tuple[Tick, ...]
-    decisions: tuple[Decision, ...]
+    decisions: tuple[TracedDecision, ...]
     summary: Mapping[str, Any]
 
     @property
@@ -118,17 +119,17 @@ class TraceWriter:
 
 
 class RecordingPolicy:
-    """Asks ``inner`` and writes what it saw and decided to ``writer`` (the plan is returned unchanged)."""
+    """Asks ``inner`` and writes what it saw and decided to ``writer`` (the decision is returned unchanged)."""
 
     def __init__(self, inner: Any, writer: TraceWriter) -> None:
         self.inner = inner
         self.writer = writer
         self.name = inner.name
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
-        plan = self.inner.decide(state, samples)
-        self.writer.decision(state, plan, getattr(self.inner, "last_record", None))
-        return plan
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
+        decision = self.inner.decide(state, samples)
+        self.writer.decision(state, decision.plan, getattr(self.inner, "last_record", None))
+        return decision
 
     def __getattr__(self, name: str) -> Any:  # records, last_record, ... of the inner policy
         return getattr(self.inner, name)
@@ -161,7 +162,7 @@ def load(path: Path | str) -> Trace:
     path = Path(path)
     header: dict[str, Any] = {}
     ticks: list[Tick] = []
-    decisions: list[Decision] = []
+    decisions: list[TracedDecision] = []
     summary: dict[str, Any] = {}
     with gzip.open(path, "rt") as f:
         for line in f:
@@ -172,11 +173,11 @@ def load(path: Path | str) -> Trace:
                 state = state_from_dict(data["state"])
                 ticks.append(Tick(float(data["at"]), state, tuple(BatchSample.from_dict(s) for s in data["samples"])))
                 if "plan" in data:   # the first traces wrote the decision into the tick (the policy polled the runner)
-                    decisions.append(Decision(float(data["at"]), state.wall_s, Plan.from_dict(data["plan"]) if data["plan"] else None,
-                                              data.get("record")))
+                    decisions.append(TracedDecision(float(data["at"]), state.wall_s, Plan.from_dict(data["plan"]) if data["plan"] else None,
+                                                    data.get("record")))
             elif data["kind"] == "decision":
-                decisions.append(Decision(float(data["at"]), float(data["wall_s"]), Plan.from_dict(data["plan"]) if data["plan"] else None,
-                                          data.get("record")))
+                decisions.append(TracedDecision(float(data["at"]), float(data["wall_s"]), Plan.from_dict(data["plan"]) if data["plan"] else None,
+                                                data.get("record")))
             elif data["kind"] == "end":
                 summary = data["summary"]
     if not header or not ticks:

@@ -80,7 +80,7 @@ import numpy as np
 from benchmarks.live_trace import Trace, available, load
 from benchmarks.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.scheduler.decision_log import Action
+from trident_flows.core.decision import Action
 from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item

@@ -15,6 +15,7 @@ from typing import Mapping, Sequence, Union
 from benchmarks.allocation import Allocation, allocation_of, label
 
 from trident_flows.sim.static_search import StaticConfig
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.scheduler.replicas import held
@@ -65,7 +66,7 @@ class OraclePolicy:
         """Each operator's estimated position (input items) in the stream (``throughput_measure.stream_positions``)."""
         return stream_positions(state)
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         positions = self.positions(state)
         rates = self._rates(state.wall_s, positions)
         self._history.append((state.wall_s, positions))
@@ -77,14 +78,14 @@ class OraclePolicy:
             target[op.name] = (regime, self.configs[regime][op.name])
         changing = [n for n, (_, groups) in target.items() if current[n] != groups]
         if not changing:
-            return None
+            return Decision.no_change()
         final = {n: (groups if n in changing else current[n]) for n, (_, groups) in target.items()}
         cpus = sum(held(g)[0] for g in final.values())
         gpus = sum(held(g)[1] for g in final.values())
         if cpus > self.cpus + 1e-9 or gpus > self.gpus + 1e-9:
             changing = [n for n in changing if all(a <= b + 1e-9 for a, b in zip(held(final[n]), held(current[n])))]
             if not changing:
-                return None
+                return Decision.no_change("the next configurations do not fit the cluster yet")
         ops = []
         for n in changing:
             regime, groups = target[n]
@@ -92,7 +93,8 @@ class OraclePolicy:
                                     f"oracle: {n} is at input item ~{positions[n]:.0f}, regime {regime!r}: its configuration "
                                     f"{self.labels[regime]}"))
         head_regime = target[state.operators[0].name][0]
-        return Plan(tuple(ops), self.predicted[head_regime], "; ".join(o.reason for o in ops))
+        plan = Plan(tuple(ops), self.predicted[head_regime], "; ".join(o.reason for o in ops))
+        return Decision.roll_out(plan, plan.reason, plan.predicted_throughput)
 
 
     def _rates(self, wall_s: float, positions: Mapping[str, float]) -> dict[str, float]:

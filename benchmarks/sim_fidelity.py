@@ -92,6 +92,7 @@ from benchmarks.report import BenchResult, Target
 from trident_flows.control.loop import ControlLoop
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import start_runner, stop_runner
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings, RunnerState
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, OperatorPlan, Plan, ReplicaGroup
@@ -121,14 +122,14 @@ class RollingUpdate:
         self.operator, self.batch_size, self.at_s = operator, batch_size, at_s
         self.done = False
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         if self.done or state.wall_s < self.at_s:
-            return None
+            return Decision.no_change()
         self.done = True
         op = state.operator(self.operator)
         groups = tuple(ReplicaGroup(c.with_changes(batch_size=self.batch_size), n) for c, n in op.configs().items())
-        return Plan((OperatorPlan(self.operator, groups, f"scripted rolling update to batch {self.batch_size}"),),
-                    reason="scripted rolling update")
+        return Decision.roll_out(Plan((OperatorPlan(self.operator, groups, f"scripted rolling update to batch {self.batch_size}"),),
+                                      reason="scripted rolling update"), "scripted rolling update")
 
 
 @dataclass(frozen=True)

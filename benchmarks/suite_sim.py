@@ -46,8 +46,9 @@ from benchmarks import allocation
 from benchmarks.allocation import Allocation, allocation_of
 from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.sim.static_search import StaticConfig
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import BatchSample, ClusterSpec, Plan
+from trident_flows.core.types import BatchSample, ClusterSpec
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
@@ -111,13 +112,13 @@ class _Watched:
         head = stream_positions(state)[state.operators[0].name]
         return next((k for k, (_, _, end) in enumerate(self._blocks) if head < end), len(self._blocks) - 1)
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         block = self._block(state)
         self.ticks.append((block, running_allocation(state)))
-        plan = self._policy.decide(state, samples)
-        if plan is not None:
+        decision = self._policy.decide(state, samples)
+        if decision.plan is not None:
             self.plans.append(block)
-        return plan
+        return decision
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._policy, name)

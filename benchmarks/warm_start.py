@@ -49,8 +49,9 @@ from benchmarks.closed_loop_runs import TICK_S
 from benchmarks.closed_loop_workload import Workload
 from benchmarks.oracle_policy import OraclePolicy
 from benchmarks.report import BenchResult, Target
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import BatchSample, Plan
+from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.sim.driver import simulate
@@ -98,7 +99,7 @@ class _Watched:
     def __init__(self, policy: Any, ticks: list[Tick]) -> None:
         self._policy, self._ticks = policy, ticks
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         self._ticks.append(Tick(state.wall_s, stream_positions(state), {op.name: sum(op.configs().values()) for op in state.operators}))
         return self._policy.decide(state, samples)
 

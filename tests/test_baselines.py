@@ -8,6 +8,7 @@ import re
 import pytest
 
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+from trident_flows.core.decision import Action
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.ds2 import ds2_decision, measure_rates
 from trident_flows.scheduler.policies import make_policy
@@ -68,7 +69,8 @@ def test_threshold_utilisation_is_ray_datas_and_bad_thresholds_are_refused():
     with pytest.raises(ValueError, match=re.escape("threshold: down=0.8 is refused: need 0 <= down < up (up=0.5)")):
         ThresholdSettings(up=0.5, down=0.8)
     policy = make_policy("threshold")
-    assert policy.decide(runner_state(op_state("a", 1, 2)), []).for_operator("a").replicas == 2
+    decision = policy.decide(runner_state(op_state("a", 1, 2)), [])
+    assert decision.action == Action.ROLL_OUT and decision.plan.for_operator("a").replicas == 2
 
 
 # ------------------------------------------------------------------ DS2

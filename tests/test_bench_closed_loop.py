@@ -16,6 +16,7 @@ from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.core.decision import Decision
 from trident_flows.core.types import OpConfig
 
 MIB = 2**20
@@ -110,15 +111,15 @@ def test_oracle_switches_each_operator_when_the_new_block_reaches_it():
     second = StaticConfig((("a", cpu4, 1), ("b", gpu8, 2)), 5.0)
     oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, cpus=8, gpus=2)
     running = {"a": {cpu4: 3}, "b": {gpu8: 1}}
-    assert oracle.decide(_state({"a": (50, 50), "b": (40, 0)}, running), []) is None
+    assert oracle.decide(_state({"a": (50, 50), "b": (40, 0)}, running), []) == Decision.no_change()
     # the head is in the scans block, b has taken 60 of the 120 rows a passed on: b is still at item ~60
-    plan = oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running), [])
+    plan = oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running), []).plan
     assert plan is not None and [o.operator for o in plan.operators] == ["a"] and plan.for_operator("a").replicas == 1
     assert "scans" in plan.reason
     # once b's input is in the scans block too, b gets its second replica
-    plan = oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 1}}), [])
+    plan = oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 1}}), []).plan
     assert plan is not None and [o.operator for o in plan.operators] == ["b"] and plan.for_operator("b").replicas == 2
-    assert oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 2}}), []) is None
+    assert oracle.decide(_state({"a": (130, 130), "b": (110, 0)}, {"a": {cpu4: 1}, "b": {gpu8: 2}}), []) == Decision.no_change()
 
 
 def test_oracle_switches_an_operator_ahead_of_its_block_by_its_cold_start():
@@ -145,9 +146,9 @@ def test_oracle_waits_while_a_growing_operator_does_not_fit_beside_the_others():
     oracle = OraclePolicy([("x", 0, 10), ("y", 10, 20)], {"x": first, "y": second}, cpus=8, gpus=0)
     running = {"a": {cpu4: 2}, "b": {cpu4: 6}}
     # a is in block y and wants 6 replicas, but b (still in x) holds 6 of the 8 CPUs: nothing changes yet
-    assert oracle.decide(_state({"a": (12, 12), "b": (8, 0)}, running), []) is None
+    assert oracle.decide(_state({"a": (12, 12), "b": (8, 0)}, running), []).plan is None
     # b reaches y too: both switch, together they fit
-    plan = oracle.decide(_state({"a": (14, 14), "b": (12, 0)}, running), [])
+    plan = oracle.decide(_state({"a": (14, 14), "b": (12, 0)}, running), []).plan
     assert plan is not None and {o.operator: o.replicas for o in plan.operators} == {"a": 6, "b": 2}
 
 

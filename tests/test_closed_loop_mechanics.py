@@ -15,13 +15,14 @@ import ray
 from test_controller import CLUSTER8, STEADY, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
 from trident_flows.control.launch import start_runner
+from trident_flows.core.decision import Action, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.occupancy import SaturatedSpan, serving_configs
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup, StepKind, Transition, TransitionStep
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=4)
@@ -72,9 +73,9 @@ def test_a_refused_plan_is_not_reissued_unchanged():
     for _ in range(16):
         state = runner.state()
         record = policy.tick(state, runner.advance(2.0))
-        if record.plan is not None:  # the runner refuses every plan: nothing changes
-            issued.append((placement_signature(runner.state()), plan_signature(record.plan)))
-            policy.observe_apply(record.plan, ApplyOutcome.refused("injected: no room"))
+        if record.decision.plan is not None:  # the runner refuses every plan: nothing changes
+            issued.append((placement_signature(runner.state()), plan_signature(record.decision.plan)))
+            policy.observe_apply(record.decision.plan, ApplyOutcome.refused("injected: no room"))
     assert issued, "the policy never planned"
     assert len(issued) == len(set(issued)), "a refused plan was issued again unchanged"
     assert any(r.events and "apply refused" in str(r.events[-1]) for r in policy.records)
@@ -89,10 +90,10 @@ def test_no_rollout_before_the_evidence_gate():
         for s in new:
             seen[s.operator] += 1
         record = policy.tick(runner.state(), new)
-        if record.action == "roll_out":
+        if record.decision.action == Action.ROLL_OUT:
             assert min(seen.values()) >= 60, f"rolled out on {seen} samples"
             return
-        assert "evidence gate" in record.reason, record.reason
+        assert record.decision.hold == Hold(HoldKind.WAITING_FOR_SAMPLES), record.decision
     raise AssertionError("never rolled out")
 
 
@@ -107,8 +108,8 @@ def test_a_rollout_that_lowers_throughput_is_rolled_back_after_the_input_closed(
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 14)
-    actions = [r.action for r in records]
-    assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason[:100], r.verification) for r in records]
+    actions = [r.decision.action for r in records]
+    assert Action.ROLL_OUT in actions and Action.ROLLBACK in actions, [(r.decision.action, r.decision.reason[:100], r.verification) for r in records]
     assert runner.replicas("b") == 2
 
 
@@ -119,13 +120,13 @@ def test_a_slower_verification_across_a_regime_change_keeps_the_plan():
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(16.0, {"x": 1.0, "y": 4.0}), (1e9, {"x": 1.0, "y": 12.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 16)
-    first = next(k for k, r in enumerate(records) if r.action == "roll_out")
-    placed = {o.operator: sum(g.replicas for g in o.groups) for o in records[first].plan.operators}
+    first = next(k for k, r in enumerate(records) if r.decision.action == Action.ROLL_OUT)
+    placed = {o.operator: sum(g.replicas for g in o.groups) for o in records[first].decision.plan.operators}
     verdicts = [r.verification for r in records[first + 1:] if "kept" in r.verification or "rollback" in r.verification]
-    assert verdicts and "not comparable" in verdicts[0], [(r.action, r.verification) for r in records]
+    assert verdicts and "not comparable" in verdicts[0], [(r.decision.action, r.verification) for r in records]
     # a later move may be judged on its own (with contention and a heavier workload arriving together, the model takes
     # the slowdown for the workload, tries one more replica of b and rolls that back): the first plan stays in place
-    assert runner.replicas("b") == placed["b"], [(r.action, r.verification) for r in records]
+    assert runner.replicas("b") == placed["b"], [(r.decision.action, r.verification) for r in records]
 
 
 def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback():
@@ -137,16 +138,16 @@ def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = []
-    while not records or records[-1].action != "roll_out":
+    while not records or records[-1].decision.action != Action.ROLL_OUT:
         records += run_ticks(runner, policy, 1)
-        assert len(records) < 14, [(r.action, r.reason[:80]) for r in records]
+        assert len(records) < 14, [(r.decision.action, r.decision.reason[:80]) for r in records]
     placed, regime = policy.verifier.in_place, policy.regimes.observe
     policy.verifier.in_place = lambda _state, _plan: False
     policy.regimes.observe = lambda _state, _new, events: events.append(TickEvent(EventKind.REGIME_CHANGE, "a", "a: regime 0 -> 1 (injected)"))
     records += run_ticks(runner, policy, 1)
     policy.verifier.in_place, policy.regimes.observe = placed, regime
     records += run_ticks(runner, policy, 10)
-    assert "rollback" not in [r.action for r in records], [(r.action, r.verification) for r in records]
+    assert Action.ROLLBACK not in [r.decision.action for r in records], [(r.decision.action, r.verification) for r in records]
     assert any("not comparable" in r.verification for r in records), [r.verification for r in records]
 
 
@@ -169,13 +170,13 @@ class _ItemsLeft(_ClosedInput):
 
 def test_a_move_the_remaining_items_cannot_repay_is_not_made():
     policy = TridentPolicy(_Spec(10**6), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
-    assert any(r.action == "roll_out" for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
+    assert any(r.decision.action == Action.ROLL_OUT for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
         "the move pays with many items left"
     # about a second of work left, against a 5 s cold start
     policy = TridentPolicy(_Spec(60), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
     records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
-    assert not any(r.plan is not None for r in records), [(r.action, r.reason[:160]) for r in records]
-    assert any("does not pay" in r.reason for r in records), [r.reason[:160] for r in records]
+    assert not any(r.decision.plan is not None for r in records), [(r.decision.action, r.decision.reason[:160]) for r in records]
+    assert any(r.decision.hold == Hold(HoldKind.DOES_NOT_PAY) for r in records), [r.decision.reason[:160] for r in records]
 
 
 def _tick_with_an_oom(runner: SimRunner, policy: TridentPolicy):
@@ -185,8 +186,8 @@ def _tick_with_an_oom(runner: SimRunner, policy: TridentPolicy):
     new = runner.advance(2.0)
     new[0] = replace(new[0], outcome=Outcome.OOM)
     record = policy.tick(runner.state(), new)
-    assert record.action == "roll_out" and "memory safety" in record.reason, record.reason
-    return record.plan.for_operator(new[0].operator)
+    assert record.decision.action == Action.ROLL_OUT and record.decision.rationale.kind == PlanKind.MEMORY_SAFETY, record.decision
+    return record.decision.plan.for_operator(new[0].operator)
 
 
 def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
@@ -204,7 +205,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_m
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=8), solve=_failing_solve)
     records = run_ticks(runner, policy, 4)
-    assert policy.gate.passed(runner.state()) and all(r.plan is None for r in records), [(r.action, r.reason[:100]) for r in records]
+    assert policy.gate.passed(runner.state()) and all(r.decision.plan is None for r in records), [(r.decision.action, r.decision.reason[:100]) for r in records]
     moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
@@ -216,17 +217,17 @@ def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=5))
     for _ in range(12):
         record = policy.tick(runner.state(), runner.advance(2.0))
-        if record.plan is not None:
-            runner.apply(record.plan)
-        if record.action == "roll_out":
+        if record.decision.plan is not None:
+            runner.apply(record.decision.plan)
+        if record.decision.action == Action.ROLL_OUT:
             break
-    assert record.action == "roll_out" and policy.verifier.pending is not None, record.reason
+    assert record.decision.action == Action.ROLL_OUT and policy.verifier.pending is not None, record.decision.reason
     new = runner.advance(2.0)
     k = next(i for i, s in enumerate(new) if s.operator == "b")
     new[k] = replace(new[k], outcome=Outcome.OOM)
     record = policy.tick(runner.state(), new)
-    assert record.action == "roll_out" and "memory safety" in record.reason, (record.action, record.reason, record.verification)
-    assert all(g.config.batch_size < new[k].config.batch_size for g in record.plan.for_operator("b").groups)
+    assert record.decision.action == Action.ROLL_OUT and record.decision.rationale.kind == PlanKind.MEMORY_SAFETY, (record.decision, record.verification)
+    assert all(g.config.batch_size < new[k].config.batch_size for g in record.decision.plan.for_operator("b").groups)
     assert policy.verifier.pending is None and "verification dropped" in record.verification
 
 
@@ -242,11 +243,11 @@ def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_i
             for s in new:
                 since[s.operator] += 1
         record = policy.tick(runner.state(), new)
-        if record.plan is not None:
-            runner.apply(record.plan)
+        if record.decision.plan is not None:
+            runner.apply(record.decision.plan)
         if since is None and any(e.kind == EventKind.REGIME_CHANGE for e in record.events):
             since = {"a": 0, "b": 0}
-        if since is not None and record.action == "roll_out":
+        if since is not None and record.decision.action == Action.ROLL_OUT:
             # without the re-armed gate: a move at the change itself on the old models (a 4/4 split), then a second one
             assert min(since.values()) >= 40, f"rolled out on {since} samples of the new workload"
             assert runner.replicas("b") > runner.replicas("a")
@@ -261,9 +262,9 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
     for _ in range(20):  # settle: the first move made, verified, then nothing left to gain
         record = policy.tick(runner.state(), runner.advance(2.0))
-        if record.plan is not None:
-            runner.apply(record.plan)
-    assert policy.gate.passed(runner.state()) and policy.verifier.pending is None, record.reason
+        if record.decision.plan is not None:
+            runner.apply(record.decision.plan)
+    assert policy.gate.passed(runner.state()) and policy.verifier.pending is None, record.decision.reason
     a, configs = policy.ops["a"], serving_configs(runner.state().operator("a"))
     predicted = sum(a.model.throughput(c, n).mean for c, n in configs)
     end = max(s.end for _, s in a.window)
@@ -274,7 +275,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
         record = policy.tick(runner.state(), new)
         for s in new:
             since[s.operator] += 1
-        if record.action == "roll_out":
+        if record.decision.action == Action.ROLL_OUT:
             assert min(since.values()) >= 40, f"rolled out on {since} samples since the model turned stale"
             return
     raise AssertionError(f"no rollout once the new workload was measured ({since})")
@@ -286,13 +287,13 @@ def test_a_move_seconds_into_the_first_regime_waits_without_a_prior_for_its_leng
     def first_plan(**options):
         runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
         records = run_ticks(runner, TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, **options)), 5)
-        return next((r for r in records if r.plan is not None), None), records
+        return next((r for r in records if r.decision.plan is not None), None), records
 
     with_prior, _ = first_plan(regime_duration_s=STEADY)
-    assert with_prior is not None and with_prior.action == "roll_out"
+    assert with_prior is not None and with_prior.decision.action == Action.ROLL_OUT
     without, records = first_plan()
-    assert without is None, without.reason
-    assert any(r.action == "wait" and "does not pay" in r.reason for r in records), [r.reason[:100] for r in records]
+    assert without is None, without.decision
+    assert any(r.decision.action == Action.WAIT and r.decision.hold == Hold(HoldKind.DOES_NOT_PAY) for r in records), [r.decision.reason[:100] for r in records]
 
 
 def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_with_no_work_left():

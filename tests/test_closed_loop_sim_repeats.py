@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from benchmarks import closed_loop_sim as cls
-from trident_flows.scheduler.decision_log import Action, Hold, HoldKind, TickRecord
+from trident_flows.core.decision import Decision, Hold, HoldKind
+from trident_flows.scheduler.decision_log import TickRecord
 
 
 def _row(system: str, rate: float, repeat: int = 0, ticks: list[float] | None = None, ooms: int = 0, nodes: int = 8) -> dict:
@@ -65,10 +66,9 @@ def test_the_report_counts_the_ticks_each_failed_steps_error_held() -> None:
     # the 256-node video run held 1,065 ticks with step_failed and the report kept only the last reason:
     # each error is now counted, so a run's report says which failure cost it the ticks
     failed = "placement: ValueError: a device='cpu' config cannot hold gpus=1.0; set gpus=0 or device='gpu'"
-    records = [TickRecord(k, 0.0, Action.ERROR, "kept the current plan after a failed step: " + failed, error=failed,
-                          hold=Hold(HoldKind.STEP_FAILED)) for k in range(3)]
-    records.append(TickRecord(3, 0.0, Action.WAIT, "verifying", error="regime: KeyError: 'ocr'", hold=Hold(HoldKind.VERIFYING)))
-    records.append(TickRecord(4, 0.0, Action.WAIT, "waiting", hold=Hold(HoldKind.WAITING_FOR_SAMPLES)))
+    records = [TickRecord(k, 0.0, Decision.error("kept the current plan after a failed step: " + failed), error=failed) for k in range(3)]
+    records.append(TickRecord(3, 0.0, Decision.no_change("verifying", Hold(HoldKind.VERIFYING)), error="regime: KeyError: 'ocr'"))
+    records.append(TickRecord(4, 0.0, Decision.no_change("waiting", Hold(HoldKind.WAITING_FOR_SAMPLES))))
     out = cls.decisions(SimpleNamespace(records=records))
     assert out["holds"] == {"step_failed": 3, "verifying": 1, "waiting_for_samples": 1}
     assert out["failed_steps"] == {failed: 3, "regime: KeyError: 'ocr'": 1}

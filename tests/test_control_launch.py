@@ -12,6 +12,7 @@ from test_runtime_support import assert_exactly_once, child_env, docs_test_profi
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import parse_regimes, synthetic_rows
 from trident_flows.control.launch import run_pipeline
+from trident_flows.core.decision import Decision
 from trident_flows.scheduler.policies import StaticPolicy, make_policy
 
 
@@ -47,7 +48,7 @@ def test_emulated_docs_runs_exactly_once(ray_cluster, tmp_path):
 
 
 def test_unknown_policies_are_refused_listing_the_available_ones():
-    assert make_policy("static").decide(None, []) is None
+    assert make_policy("static").decide(None, []) == Decision.no_change()
     assert make_policy("trident").name == "trident" and make_policy("ds2").name == "ds2" and make_policy("threshold").name == "threshold"
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         make_policy("nope")
@@ -107,11 +108,12 @@ class _ScaleParseOnce:
         from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 
         if self.done or not samples:
-            return None
+            return Decision.no_change()
         self.done = True
         parse = state.operator("parse")
         config = next(iter(parse.configs()))
-        return Plan((OperatorPlan("parse", (ReplicaGroup(config, 2),), reason="parse is busiest"),), reason="scale parse")
+        return Decision.roll_out(Plan((OperatorPlan("parse", (ReplicaGroup(config, 2),), reason="parse is busiest"),), reason="scale parse"),
+                                 "scale parse")
 
 
 def test_control_loop_applies_a_policy_plan_through_the_runner_calls(ray_cluster, tmp_path):

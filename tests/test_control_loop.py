@@ -12,6 +12,7 @@ import ray
 from test_runtime_support import assert_exactly_once, small_pipeline
 from trident_flows.control.launch import start_runner
 from trident_flows.runtime.sink import read_ids
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings, RuntimeConfigError
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
 
@@ -175,7 +176,7 @@ class _FailsOnce:
         self.first_samples.append(samples[0] if samples else None)
         if len(self.first_samples) == 1:
             raise RuntimeError("the policy failed")
-        return None
+        return Decision.no_change()
 
 
 def test_a_failing_tick_keeps_the_sample_cursor_so_the_next_tick_is_offered_the_same_samples(ray_cluster, tmp_path):

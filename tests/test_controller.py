@@ -13,14 +13,15 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.decision_log import DecisionLog, EventKind
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
-from trident_flows.scheduler.policies import decide_once, make_policy
+from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup
 
 MIB = 2**20
 B8 = OpConfig.make("cpu", batch_size=8)
@@ -126,8 +127,8 @@ def run_ticks(runner: SimRunner, policy: TridentPolicy, ticks: int, dt: float = 
         new = runner.advance(dt)
         record = policy.tick(runner.state(), new)
         records.append(record)
-        if record.plan is not None:
-            runner.apply(record.plan)
+        if record.decision.plan is not None:
+            runner.apply(record.decision.plan)
     return records
 
 
@@ -146,13 +147,13 @@ def test_trident_moves_replicas_to_the_new_bottleneck_within_a_few_ticks():
     runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
     first = run_ticks(runner, policy, 12)
-    assert runner.replicas("a") > runner.replicas("b"), [r.reason for r in first if r.plan]
-    rollouts = [r for r in first if r.action == "roll_out"]
-    assert rollouts and "bottleneck a" in rollouts[0].reason
+    assert runner.replicas("a") > runner.replicas("b"), [r.decision.reason for r in first if r.decision.plan]
+    rollouts = [r for r in first if r.decision.action == Action.ROLL_OUT]
+    assert rollouts and rollouts[0].decision.rationale.bottlenecks == ("a",), rollouts[0].decision
     assert all(set(r.timings_ms) >= {"observe", "regime", "optimize", "total"} for r in first)
     second = run_ticks(runner, policy, 12)
-    assert runner.replicas("b") > runner.replicas("a"), [(r.action, r.reason) for r in second]
-    moved = next(k for k, r in enumerate(second) if r.action == "roll_out" and any(o.operator == "b" for o in r.plan.operators))
+    assert runner.replicas("b") > runner.replicas("a"), [(r.decision.action, r.decision.reason) for r in second]
+    moved = next(k for k, r in enumerate(second) if r.decision.action == Action.ROLL_OUT and any(o.operator == "b" for o in r.decision.plan.operators))
     assert moved <= 6
     assert any(e.kind in (EventKind.REGIME_CHANGE, EventKind.RESIDUAL_CHANGE) for r in second for e in r.events)
     assert runner.state().throughput > 0
@@ -164,11 +165,12 @@ def test_trident_rolls_back_a_plan_that_measures_worse_than_before():
     runner = SimRunner(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 14)
-    actions = [r.action for r in records]
-    assert "roll_out" in actions and "rollback" in actions, [(r.action, r.reason, r.verification) for r in records]
-    rollback = records[actions.index("rollback")]
-    assert "made the pipeline slower" in rollback.reason and "restoring the previous placement" in rollback.reason
-    assert rollback.plan.for_operator("b").replicas == 2
+    actions = [r.decision.action for r in records]
+    assert Action.ROLL_OUT in actions and Action.ROLLBACK in actions, [(r.decision.action, r.decision.reason, r.verification) for r in records]
+    rollback = records[actions.index(Action.ROLLBACK)]
+    measured = rollback.decision.rationale
+    assert measured.kind == PlanKind.ROLLBACK and measured.measured_after < measured.measured_before, rollback.decision
+    assert rollback.decision.plan.for_operator("b").replicas == 2
     assert runner.replicas("b") <= 3  # it did not keep a placement that measured worse
 
 
@@ -185,30 +187,30 @@ def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
     # regime plans off: they share the solver, and the failure is injected into the placement's solve
     policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY, regime_plans=False), solve=flaky)
     waiting = policy.tick(runner.state(), [])
-    assert waiting.action == "none" and "waiting for samples" in waiting.reason and waiting.plan is None
+    assert waiting.decision == Decision.no_change(waiting.decision.reason, Hold(HoldKind.WAITING_FOR_SAMPLES))
     records = run_ticks(runner, policy, 4)
     failed = next(r for r in records if r.error)
-    assert failed.action == "error" and failed.plan is None and "injected solver failure" in failed.error
-    assert "kept the current plan" in failed.reason
-    assert any(r.action == "roll_out" for r in records[records.index(failed) + 1:])
+    assert failed.decision.action == Action.ERROR and failed.decision.hold == Hold(HoldKind.STEP_FAILED) and failed.decision.plan is None
+    assert "injected solver failure" in failed.error
+    assert any(r.decision.action == Action.ROLL_OUT for r in records[records.index(failed) + 1:])
     log = DecisionLog(tmp_path / "d.jsonl")
     for r in records:
         log.write(r)
     lines = log.read()
-    assert [line["action"] for line in lines] == [r.action for r in records] and lines[0]["timings_ms"]["total"] > 0
+    assert [line["action"] for line in lines] == [r.decision.action for r in records] and lines[0]["timings_ms"]["total"] > 0
 
 
-def test_trident_is_a_registered_policy_and_logs_its_tick_record():
+def test_trident_is_a_registered_policy_whose_decision_is_its_tick_records():
     policy = make_policy("trident", spec=None, cluster=CLUSTER8, canaries=False, regime_duration_s=STEADY)
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     decision = None
     for _ in range(6):
-        decision = decide_once(policy, runner.state(), runner.advance(2.0))
+        decision = policy.decide(runner.state(), runner.advance(2.0))
         if decision.plan is not None:
             runner.apply(decision.plan)
             break
-    assert decision is not None and decision.plan is not None
-    assert decision.to_dict()["detail"]["action"] == "roll_out" and decision.reason.startswith("predicted")
+    assert decision is not None and decision.action == Action.ROLL_OUT and decision.rationale.kind == PlanKind.THROUGHPUT
+    assert policy.last_record.decision is decision and policy.last_record.to_dict()["action"] == "roll_out"
 
 
 # ------------------------------------------------------------------ closed loops on the real runtime
@@ -263,16 +265,16 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     assert_exactly_once(spec, tmp_path / "out")
     changed = [k for k, r in enumerate(records) if any(e.operator == "b" and e.kind in (EventKind.REGIME_CHANGE, EventKind.RESIDUAL_CHANGE) for e in r.events)]
     assert changed, "the regime change of b was not detected"
-    timeline = "\n".join(f"{r.tick} written={n} {r.action.value} {[e.kind.value + ':' + e.operator for e in r.events]} {r.reason[:140]}"
+    timeline = "\n".join(f"{r.tick} written={n} {r.decision.action.value} {[e.kind.value + ':' + e.operator for e in r.events]} {r.decision.reason[:140]}"
                          for r, n in zip(records, written))
-    to_b = [k for k, r in enumerate(records) if k >= changed[0] and r.action == "roll_out"
-            and any(o.operator == "b" and o.replicas > 2 for o in r.plan.operators)]
+    to_b = [k for k, r in enumerate(records) if k >= changed[0] and r.decision.action == Action.ROLL_OUT
+            and any(o.operator == "b" and o.replicas > 2 for o in r.decision.plan.operators)]
     # replicas move to b while at least 40% of the b_heavy regime (3000 items) is still ahead of it: counted in
     # items, not ticks, since on a loaded machine each tick sees fewer of b's batches and the evidence takes more ticks
     assert to_b and written[to_b[0]] <= 3600 - 1200, timeline
     assert sum(final.operator("b").configs().values()) > sum(final.operator("a").configs().values()), timeline
     lines = DecisionLog(tmp_path / "d.jsonl").read()  # one line per plan handed to the runner, with its apply report
-    assert len(lines) == sum(1 for r in records if r.plan is not None) == loop.loop_state.decisions
+    assert len(lines) == sum(1 for r in records if r.decision.plan is not None) == loop.loop_state.decisions
     assert lines and all("apply" in line and "outcome" in line and line["detail"]["plan"] is not None for line in lines)
 
 
@@ -313,7 +315,7 @@ def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_oom
     # embed may not scale out (max_replicas=1), so the second GPU is free for canaries of other embed configs
     assert summary.ooms == 0 and summary.items_missing == 0 and summary.duplicate_ids == 0
     assert_exactly_once(trident_spec, tmp_path / "trident")
-    assert any(r.plan is not None for r in policy.records)
+    assert any(r.decision.plan is not None for r in policy.records)
 
 
 def test_max_changes_caps_the_operators_one_plan_changes():
@@ -323,7 +325,7 @@ def test_max_changes_caps_the_operators_one_plan_changes():
     policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), TridentSettings(canaries=False, max_changes=1, min_samples=8,  # 3 ticks: a low gate
                                                                            regime_duration_s=STEADY))
     records = run_ticks(runner, policy, 3)
-    plans = [r.plan for r in records if r.plan is not None]
+    plans = [r.decision.plan for r in records if r.decision.plan is not None]
     assert plans and all(len(p.operators) == 1 for p in plans)
     with pytest.raises(ValueError, match="max_changes"):
         TridentSettings(max_changes=-1)
@@ -342,7 +344,7 @@ def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
     policy = TridentPolicy(spec, CLUSTER8)
     records = run_ticks(runner, policy, 22)
     accepted = [e for r in records for e in r.events if e.kind == EventKind.CANARY and e.text.startswith("canary cpu/b") and " of a accepted" in e.text]
-    assert accepted, [(r.action, r.reason[:120]) for r in records]
+    assert accepted, [(r.decision.action, r.decision.reason[:120]) for r in records]
     serving = [c for _, c, canary in runner.ops[0].replicas if not canary]
     assert serving and max(c.batch_size for c in serving) > 8
     caps = {op.name: sum(c.batch_size / runner.busy(op, c) for _, c, canary in op.replicas if not canary) for op in runner.ops}
@@ -518,7 +520,6 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     # the placement's plans carry no canary: a rollout on a tick without a canary event must not end the one running
     from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
-    from trident_flows.scheduler.trident.decided import Decided
     from trident_flows.scheduler.replicas import canary_config
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01, per_batch=0.08)]
@@ -537,11 +538,11 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     grown = Plan(tuple(OperatorPlan(n, (ReplicaGroup(B8, 3),), "grow") for n in "ab"), reason="grow")
     for n in "ab":
         policy.ops[n].next_ask = 10**9  # no optimiser asked: a tick without a canary event
-    policy.transition.decide = lambda *_args: Decided.roll_out(grown, "grow", 1.0)
+    policy.transition.decide = lambda *_args: Decision.roll_out(grown, "grow", 1.0)
     policy.placement.place = lambda _state, _tick: ((), None, None, (), "")
     record = run_ticks(runner, policy, 1)[0]
-    assert record.action == "roll_out", record.reason
-    assert record.plan.for_operator(name).canary == running, (record.reason, [e.text for e in record.events])
+    assert record.decision.action == Action.ROLL_OUT, record.decision.reason
+    assert record.decision.plan.for_operator(name).canary == running, (record.decision.reason, [e.text for e in record.events])
     assert canary_config(runner.state().operator(name)) == running
 
 

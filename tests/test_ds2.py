@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig
 from trident_flows.scheduler.ds2 import DS2Policy, DS2Settings
@@ -31,56 +32,62 @@ def batches(b_busy_s: float, n: int = 4) -> list[BatchSample]:
             for k in range(n)]
 
 
+def held(decision: Decision) -> str:
+    """The reason of a decision that keeps the configuration (and names no typed hold)."""
+    assert decision.action == Action.NONE and decision.plan is None and decision.hold is None, decision
+    return decision.reason
+
+
 def test_it_evaluates_once_per_interval_after_the_warm_up_and_warms_up_again_after_a_step():
     policy = DS2Policy(settings=DS2Settings(source_rate=100.0))   # b at 25/s per replica needs 4 for 100/s
-    assert policy.decide(state(1, 1, 10.0), batches(0.32)) is None and "warming up until 30.0" in policy.status
-    assert policy.decide(state(1, 1, 20.0), batches(0.32)) is None and policy.last is None  # warm-up samples: not used
-    assert policy.decide(state(1, 1, 30.0), batches(0.32)) is None and policy.status == "warmed up: observing"
-    assert policy.decide(state(1, 1, 35.0), batches(0.32)) is None and "observing: 5.0 of 10 s" in policy.status
-    plan = policy.decide(state(1, 1, 40.0), [])
+    assert "warming up until 30.0" in held(policy.decide(state(1, 1, 10.0), batches(0.32)))
+    assert held(policy.decide(state(1, 1, 20.0), batches(0.32))) and policy.last is None  # warm-up samples: not used
+    assert policy.decide(state(1, 1, 30.0), batches(0.32)) == Decision.no_change("warmed up: observing")
+    assert "observing: 5.0 of 10 s" in held(policy.decide(state(1, 1, 35.0), batches(0.32)))
+    plan = policy.decide(state(1, 1, 40.0), []).plan
     assert plan is not None and plan.for_operator("b").replicas == 4 and policy.last.rates["b"].batches == 4
     # the first tick after the step (the loop waited for it to land) starts a new warm-up; older samples are gone
-    assert policy.decide(state(1, 4, 55.0), batches(0.32)) is None and "warming up until 75.0" in policy.status
-    assert policy.decide(state(1, 4, 75.0), []) is None
-    assert policy.decide(state(1, 4, 85.0), batches(0.32)) is None and "targets equal the current parallelism" in policy.status
+    assert "warming up until 75.0" in held(policy.decide(state(1, 4, 55.0), batches(0.32)))
+    assert held(policy.decide(state(1, 4, 75.0), []))
+    assert "targets equal the current parallelism" in held(policy.decide(state(1, 4, 85.0), batches(0.32)))
 
 
 def test_a_step_waits_for_activation_intervals_evaluations_in_a_row_calling_for_it():
     policy = make_policy("ds2", source_rate=100.0, activation_intervals=2, warm_up_intervals=0)
-    assert policy.decide(state(1, 4, 0.0), []) is None          # the first interval starts
-    assert policy.decide(state(1, 4, 10.0), batches(0.64)) is None and "b 4->8; step (1 of 2 evaluations in a row)" in policy.status
+    assert held(policy.decide(state(1, 4, 0.0), []))            # the first interval starts
+    assert "b 4->8; step (1 of 2 evaluations in a row)" in held(policy.decide(state(1, 4, 10.0), batches(0.64)))
     # b fast in this interval: over the window's two intervals (135 items/s per replica) one replica serves 100/s: a step
     # down, not the step up called for before, so the count starts again
-    assert policy.decide(state(1, 4, 20.0), batches(0.001, n=40)) is None and "b 4->1; step (1 of 2 evaluations in a row)" in policy.status
-    plan = policy.decide(state(1, 4, 30.0), batches(0.64))      # the window (the last two intervals) calls for it again
+    assert "b 4->1; step (1 of 2 evaluations in a row)" in held(policy.decide(state(1, 4, 20.0), batches(0.001, n=40)))
+    plan = policy.decide(state(1, 4, 30.0), batches(0.64)).plan  # the window (the last two intervals) calls for it again
     assert plan is not None and plan.for_operator("b").replicas == 1
     # an evaluation that holds ends the run of evaluations
     policy = make_policy("ds2", source_rate=100.0, activation_intervals=2, warm_up_intervals=0)
     policy.decide(state(1, 4, 0.0), [])
-    assert policy.decide(state(1, 4, 10.0), batches(0.64)) is None and "(1 of 2" in policy.status
-    assert policy.decide(state(1, 4, 20.0), batches(0.08, n=8)) is None and "targets equal" in policy.status  # 30/s: 4 replicas
-    assert policy.decide(state(1, 4, 30.0), batches(0.64)) is None and "targets equal" in policy.status
-    assert policy.decide(state(1, 4, 40.0), batches(0.64)) is None and "(1 of 2" in policy.status
-    assert policy.decide(state(1, 4, 50.0), batches(0.64)).for_operator("b").replicas == 8
+    assert "(1 of 2" in held(policy.decide(state(1, 4, 10.0), batches(0.64)))
+    assert "targets equal" in held(policy.decide(state(1, 4, 20.0), batches(0.08, n=8)))  # 30/s: 4 replicas
+    assert "targets equal" in held(policy.decide(state(1, 4, 30.0), batches(0.64)))
+    assert "(1 of 2" in held(policy.decide(state(1, 4, 40.0), batches(0.64)))
+    assert policy.decide(state(1, 4, 50.0), batches(0.64)).plan.for_operator("b").replicas == 8
 
 
 def test_a_step_the_runner_refused_is_not_issued_again_on_the_same_parallelism():
     policy = DS2Policy(settings=DS2Settings(source_rate=100.0, warm_up_intervals=0))
     policy.decide(state(1, 1, 0.0), [])
-    plan = policy.decide(state(1, 1, 10.0), batches(0.32))
+    plan = policy.decide(state(1, 1, 10.0), batches(0.32)).plan
     policy.observe_apply(plan, ApplyOutcome.refused("no node has room"))
     policy.decide(state(1, 1, 11.0), [])
-    assert policy.decide(state(1, 1, 21.0), batches(0.32)) is None and "refused before" in policy.status
+    assert policy.decide(state(1, 1, 21.0), batches(0.32)).hold == Hold(HoldKind.REFUSED_BEFORE)
     # the same evaluation on another parallelism is a new step
-    assert policy.decide(state(1, 2, 31.0), batches(0.32)) is not None
+    assert policy.decide(state(1, 2, 31.0), batches(0.32)).action == Action.ROLL_OUT
 
 
 def test_an_operator_with_too_few_batches_in_the_window_is_measured_over_earlier_intervals_of_the_configuration():
     policy = DS2Policy(settings=DS2Settings(source_rate=100.0, warm_up_intervals=0, min_batches=6))
     policy.decide(state(1, 4, 0.0), [])
-    assert policy.decide(state(1, 4, 10.0), batches(0.32, n=3)) is None and "waiting for batches of a (3/6), b (3/6)" in policy.status
-    assert policy.decide(state(1, 4, 20.0), batches(0.32, n=3)) is None
-    assert policy.last.rates["b"].batches == 6 and "targets equal the current parallelism" in policy.status
+    assert "waiting for batches of a (3/6), b (3/6)" in held(policy.decide(state(1, 4, 10.0), batches(0.32, n=3)))
+    decision = policy.decide(state(1, 4, 20.0), batches(0.32, n=3))
+    assert policy.last.rates["b"].batches == 6 and "targets equal the current parallelism" in held(decision)
 
 
 @pytest.mark.parametrize("field, value, fix", [

@@ -12,6 +12,7 @@ import pytest
 from benchmarks.closed_loop_runs import TICK_S
 from benchmarks.closed_loop_suite import suite_workloads
 from benchmarks.closed_loop_workload import Workload
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyOutcome, RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -38,15 +39,15 @@ class Watched:
         self.evaluations: list[bool] = []
         self.steps: list[set[int]] = []
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         before = self.policy.last
-        plan = self.policy.decide(state, samples)
+        decision = self.policy.decide(state, samples)
         if self.policy.last is not before:
-            self.evaluations.append(plan is not None)
-        if plan is not None:
+            self.evaluations.append(decision.plan is not None)
+        if decision.plan is not None:
             at = stream_positions(state)
-            self.steps.append({self._block(at[o.operator]) for o in plan.operators})
-        return plan
+            self.steps.append({self._block(at[o.operator]) for o in decision.plan.operators})
+        return decision
 
     def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
         self.policy.observe_apply(plan, outcome)

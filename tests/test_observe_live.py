@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import observe_live
 from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.scheduler.throughput_measure import (completed_input_items, placement_settled, remaining_input_items, stream_positions,
                                                         sustainable_throughput)
@@ -66,12 +67,12 @@ def test_items_left_are_counted_in_input_items_not_rows():
 class _Inner:
     name = "fake"
 
-    def __init__(self, plan):
-        self.plan = plan
+    def __init__(self, decision):
+        self.decision = decision
         self.last_record = None
 
     def decide(self, state, samples):
-        return self.plan
+        return self.decision
 
 
 class _Page:
@@ -90,17 +91,18 @@ class _Handle:
         return _Page(tuple(self._samples[since:]), len(self._samples))
 
 
-def test_recording_writes_polls_and_decisions_and_returns_the_plan_unchanged(tmp_path: Path, monkeypatch):
+def test_recording_writes_polls_and_decisions_and_returns_the_decision_unchanged(tmp_path: Path, monkeypatch):
     import ray
 
     monkeypatch.setattr(ray, "get", lambda ref: ref)
     plan = Plan((OperatorPlan("embed", (ReplicaGroup(A, 2),), "more"),), 12.5, "why")
     writer = TraceWriter(tmp_path / "t.jsonl.gz", {"pipeline": "p", "policy": "fake", "blocks": [["short", 0, 10], ["long", 10, 20]]})
-    policy = RecordingPolicy(_Inner(plan), writer)
+    decision = Decision.roll_out(plan, "why")
+    policy = RecordingPolicy(_Inner(decision), writer)
     sample = BatchSample("parse", "r0", A, 1.0, 2.0, 0.5, 8, 8, {"pages": 12.0})
     poller = RunnerPoller(_Handle([sample]), writer, every_s=0.0)
     poller(_state(1.0, (8, 8, 0), (0, 0, 8)))
-    assert policy.decide(_state(1.5, (8, 8, 0), (0, 0, 8)), [sample]) is plan
+    assert policy.decide(_state(1.5, (8, 8, 0), (0, 0, 8)), [sample]) is decision
     poller(_state(2.0, (16, 16, 0), (8, 0, 8)))
     writer.end({"items_in": 16})
     trace = load(tmp_path / "t.jsonl.gz")

@@ -147,8 +147,8 @@ def test_the_trident_policy_gives_the_milp_each_operators_measured_bytes_per_ite
         new = [dataclasses.replace(s, bytes_read=3000 * s.items_in, bytes_from_other_nodes=1000 * s.items_in) if s.operator == "b" else s
                for s in runner.advance(2.0)]
         record = policy.tick(runner.state(), new)
-        if record.plan is not None:
-            runner.apply(record.plan)
+        if record.decision.plan is not None:
+            runner.apply(record.decision.plan)
         if seen:
             break
     assert seen, "the placement was never solved"

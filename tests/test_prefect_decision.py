@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
+from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyReport, OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.core.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
@@ -36,16 +38,16 @@ def _state(ops, wall_s=60.0, pipeline="emulated-docs", throughput=1.5):
     return RunnerState(pipeline, tuple(ops), 400, 90, 0, 5, 90, False, False, wall_s, throughput, 8, 1, 0, 0)
 
 
-def _ocr_rollout(reason: str) -> tuple[RunnerState, Plan, list]:
+def _ocr_rollout(reason: str) -> tuple[RunnerState, Decision, list]:
     state = _state([_op("parse", 2), _op("ocr", 1, busy=1.0, queue=40)])
     plan = Plan((OperatorPlan("ocr", (ReplicaGroup(CPU8, 3),), "bottleneck: +2 replicas cpu/b8 on node"),), 2.175, reason, TRIDENT_RATIONALE)
     scanned = [SimpleNamespace(operator="ocr", features={"pages": 10, "scanned_pages": 9})]
-    return state, plan, scanned
+    return state, Decision.roll_out(plan, reason, 2.175), scanned
 
 
 def test_a_trident_rollout_reads_as_one_sentence_with_its_figures():
-    state, plan, scanned = _ocr_rollout(TRIDENT_REASON)
-    decision = read_decision(state, plan, scanned, now=0.0)
+    state, rollout, scanned = _ocr_rollout(TRIDENT_REASON)
+    decision = read_decision(state, rollout, scanned, now=0.0)
     assert decision.sentence == OCR_SENTENCE
     assert (decision.throughput_before, decision.throughput_after, decision.startup_s) == (1.5, 2.175, 20.0)
     assert round(decision.payback_s) == 120  # 81 items lost to the switch / 0.675 items/s gained
@@ -53,32 +55,32 @@ def test_a_trident_rollout_reads_as_one_sentence_with_its_figures():
 
 
 def test_the_sentence_and_figures_come_from_the_plans_typed_rationale_never_from_its_text():
-    state, plan, scanned = _ocr_rollout("")
-    decision = read_decision(state, plan, scanned, now=0.0)
+    state, rollout, scanned = _ocr_rollout("")
+    decision = read_decision(state, rollout, scanned, now=0.0)
     assert decision.sentence == OCR_SENTENCE and decision.raw_reason == ""
     assert (decision.throughput_before, decision.throughput_after, decision.startup_s, round(decision.payback_s)) == (1.5, 2.175, 20.0, 120)
     # A reason text that says otherwise changes nothing: it is kept for the raw data, never read.
     misleading = ("predicted 9 -> 10 input items/s (+11.1%); roll out: T 9 -> 10 input items/s over a 9 s regime: gain 9 items, "
                   "cost 900 items (rollout 500 s); T=10 input items/s, bottleneck parse; memory safety: parse runs cpu/b64: oom")
-    state, plan, scanned = _ocr_rollout(misleading)
-    decision = read_decision(state, plan, scanned, now=0.0)
+    state, rollout, scanned = _ocr_rollout(misleading)
+    decision = read_decision(state, rollout, scanned, now=0.0)
     assert decision.sentence == OCR_SENTENCE and decision.raw_reason == misleading
 
 
 def test_rollbacks_canaries_and_safety_moves_read_from_their_rationale():
     state = _state([_op("parse", 2), _op("ocr", 3, busy=0.4)])
     back = Plan((OperatorPlan("ocr", (ReplicaGroup(CPU8, 1),)),), rationale=Rationale(PlanKind.ROLLBACK, measured_before=2.0, measured_after=1.2))
-    assert read_decision(state, back).sentence == ("Rolled back the last change: the pipeline measured 1.2 docs/s after it, "
+    assert read_decision(state, Decision.rollback(back)).sentence == ("Rolled back the last change: the pipeline measured 1.2 docs/s after it, "
                                                    "against 2 before (ocr 3 -> 1 replica)")
     big = OpConfig.make("cpu", batch_size=32)
     ended = Plan((OperatorPlan("ocr", (ReplicaGroup(CPU8, 3),)),),
                  rationale=Rationale(PlanKind.CANARY, canaries_ended=(CanaryEnd("ocr", big, CanaryVerdict.ACCEPTED),)))
-    assert read_decision(state, ended).sentence == "The canary cpu/b32 of ocr was accepted"
+    assert read_decision(state, Decision.canary(ended, "ended a canary")).sentence == "The canary cpu/b32 of ocr was accepted"
     started = Plan((OperatorPlan("ocr", (ReplicaGroup(CPU8, 3),), canary=big),), rationale=Rationale(PlanKind.CANARY))
-    assert read_decision(state, started).sentence == "Trying cpu/b32 on one extra ocr replica (a canary) before switching the others"
+    assert read_decision(state, Decision.canary(started, "started a canary")).sentence == "Trying cpu/b32 on one extra ocr replica (a canary) before switching the others"
     safety = Plan((OperatorPlan("ocr", (ReplicaGroup(OpConfig.make("cpu", batch_size=4), 3),)),),
                   rationale=Rationale(PlanKind.MEMORY_SAFETY, unsafe=(("ocr", CPU8),)))
-    decision = read_decision(state, safety)
+    decision = read_decision(state, Decision.roll_out(safety, "memory safety"))
     assert decision.kind == "memory-safety" and decision.sentence == "Ocr risks running out of memory with cpu/b8: ocr cpu/b8 -> cpu/b4"
 
 
@@ -92,29 +94,33 @@ def test_the_trident_controllers_own_rollouts_and_rollbacks_read_with_their_figu
         new = runner.advance(2.0)
         states.append(runner.state())
         records.append(policy.tick(states[-1], new))
-        if records[-1].plan is not None:
-            runner.apply(records[-1].plan)
-    assert records[0].hold == Hold(HoldKind.WAITING_FOR_SAMPLES)  # why nothing changed is typed too
-    assert all((r.hold is None) == (r.plan is not None) for r in records), [(r.action, r.hold) for r in records]
-    k = next(k for k, r in enumerate(records) if r.action == "roll_out")
-    rationale = records[k].plan.rationale
-    assert rationale.kind == PlanKind.THROUGHPUT and rationale.throughput_after == records[k].predicted_throughput
+        if records[-1].decision.plan is not None:
+            runner.apply(records[-1].decision.plan)
+    decisions = [r.decision for r in records]
+    assert decisions[0].hold == Hold(HoldKind.WAITING_FOR_SAMPLES)  # why nothing changed is typed too
+    assert all((d.hold is None) == (d.plan is not None) for d in decisions), decisions
+    k = next(k for k, d in enumerate(decisions) if d.action == Action.ROLL_OUT)
+    rationale = decisions[k].rationale
+    assert rationale.kind == PlanKind.THROUGHPUT and rationale.throughput_after == decisions[k].predicted_throughput
     assert 0 < rationale.throughput_before < rationale.throughput_after and rationale.rollout_s > 0 and rationale.bottlenecks
-    decision = read_decision(states[k], records[k].plan)
+    decision = read_decision(states[k], decisions[k])
     assert decision.sentence.startswith("B is the bottleneck: b 2 -> ") and ", expected +" in decision.sentence
-    assert decision.throughput_after == records[k].predicted_throughput
-    k = next(k for k, r in enumerate(records) if r.action == "rollback")
-    rollback = read_decision(states[k], records[k].plan)
+    assert decision.throughput_after == decisions[k].predicted_throughput and decision.raw_reason == decisions[k].plan.reason
+    k = next(k for k, d in enumerate(decisions) if d.action == Action.ROLLBACK)
+    rollback = read_decision(states[k], decisions[k])
     assert rollback.kind == "rollback" and rollback.sentence.startswith("Rolled back the last change: the pipeline measured ")
-    assert records[k].plan.rationale.measured_after < records[k].plan.rationale.measured_before
+    assert decisions[k].rationale.measured_after < decisions[k].rationale.measured_before
 
 
 def test_a_plan_without_figures_leaves_the_clauses_out_rather_than_guessing():
     state = _state([_op("parse", 1, busy=0.9), _op("embed", 1, busy=0.2)], pipeline="rt-test")
-    plan = Plan((OperatorPlan("parse", (ReplicaGroup(CPU8, 2),), "busiest"),), reason="grow parse")
-    decision = read_decision(state, plan)
+    plan = Plan((OperatorPlan("parse", (ReplicaGroup(CPU8, 2),), "busiest"),))
+    decision = read_decision(state, Decision.roll_out(plan, "utilisation thresholds: parse: scale up 1 -> 2"))
     assert decision.sentence == "Parse is the bottleneck: parse 1 -> 2 replicas"
     assert decision.gain is None and decision.payback_s is None
+    assert decision.raw_reason == "utilisation thresholds: parse: scale up 1 -> 2"  # the plan gives none: the decision's
+    with pytest.raises(ValueError, match="hands no plan"):
+        read_decision(state, Decision.no_change())
 
 
 def test_holds_and_outcomes_are_plain_sentences():

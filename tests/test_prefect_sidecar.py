@@ -15,6 +15,7 @@ import ray
 from trident_flows.blocks import TridentSettingsBlock
 from trident_flows.flows.trident_sidecar import PLAN_APPLIED, trident_sidecar
 from trident_flows.control.launch import start_runner
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler import policies
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
@@ -39,12 +40,12 @@ class GrowBusiest:
 
     def decide(self, state, samples):
         if self.done:
-            return None
+            return Decision.no_change()
         self.done = True
         op = max(state.operators, key=lambda o: (o.busy_fraction, o.queue_items))
         (config, count), = op.configs().items()
-        return Plan((OperatorPlan(op.name, (ReplicaGroup(config, count + 1),), reason=f"{op.name} is the busiest operator"),),
-                    reason=f"grow {op.name}")
+        return Decision.roll_out(Plan((OperatorPlan(op.name, (ReplicaGroup(config, count + 1),), reason=f"{op.name} is the busiest operator"),),
+                                      reason=f"grow {op.name}"), f"grow {op.name}")
 
 
 @pytest.fixture

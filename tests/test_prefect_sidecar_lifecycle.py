@@ -15,6 +15,7 @@ import pytest
 from trident_flows.blocks import TridentSettingsBlock
 from trident_flows.flows.document_curation import document_curation
 from trident_flows.scheduler import policies
+from trident_flows.core.decision import Decision
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 
 pytestmark = [pytest.mark.prefect, pytest.mark.ray]
@@ -38,13 +39,14 @@ class GrowThenOverreach:
         donor, donor_config, donor_count = max(cpu_ops, key=lambda t: t[2])
         taker, config, count = max((t for t in cpu_ops if t[0] is not donor), key=lambda t: (t[0].busy_fraction, t[0].queue_items))
         if self.calls == 1:
-            return Plan((OperatorPlan(donor.name, (ReplicaGroup(donor_config, donor_count - 1),), reason="most replicas"),
-                         OperatorPlan(taker.name, (ReplicaGroup(config, count + 1),), reason="bottleneck: +1 replica")),
-                        reason=f"T=1 input items/s, bottleneck {taker.name}")
+            return Decision.roll_out(Plan((OperatorPlan(donor.name, (ReplicaGroup(donor_config, donor_count - 1),), reason="most replicas"),
+                                           OperatorPlan(taker.name, (ReplicaGroup(config, count + 1),), reason="bottleneck: +1 replica")),
+                                          reason=f"T=1 input items/s, bottleneck {taker.name}"), f"bottleneck {taker.name}")
         if self.calls == 2:
             greedy = config.with_changes(device="gpu", gpus=64.0)
-            return Plan((OperatorPlan(taker.name, (ReplicaGroup(greedy, 1),), reason="overreach"),), reason="overreach")
-        return None
+            return Decision.roll_out(Plan((OperatorPlan(taker.name, (ReplicaGroup(greedy, 1),), reason="overreach"),), reason="overreach"),
+                                     "overreach")
+        return Decision.no_change()
 
 
 def _wait_for(read, ready, timeout_s=30.0):

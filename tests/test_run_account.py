@@ -15,6 +15,7 @@ from trident_flows.control.ooms_avoided import OomsAvoided, count_ooms_avoided
 from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecord
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
 from trident_flows.core.changes import OperatorChange
+from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, ApplyReport, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.operator_model import OperatorModel
@@ -105,7 +106,8 @@ def test_a_run_without_decisions_says_so_plainly_and_still_draws_its_timeline(tm
 def test_why_no_decisions_quotes_the_policys_last_tick():
     record = RunRecord()
     record.observe(_state(0, {"ocr": (0, 1)}), at=T0)
-    policy = SimpleNamespace(last_record=SimpleNamespace(reason="waiting for samples: short: ocr (3)"))
+    policy = SimpleNamespace(last_record=SimpleNamespace(decision=Decision.no_change("waiting for samples: short: ocr (3)",
+                                                                                  Hold(HoldKind.WAITING_FOR_SAMPLES))))
     assert why_no_decisions("trident", policy, record) == ("trident kept the starting configuration through 1 ticks; "
                                                            "its last tick: waiting for samples: short: ocr (3)")
     assert why_no_decisions("trident", None, record).startswith("the trident policy was never asked")
@@ -116,10 +118,10 @@ def test_the_record_keeps_an_applied_plan_with_its_outcome_and_landing_time():
     plan = Plan((OperatorPlan("ocr", (ReplicaGroup(A, 3),)),), 0.0, "scale ocr", Rationale(PlanKind.THROUGHPUT, 1.0, 2.0))
     report = ApplyReport(({"kind": "start"},), 4.0, 1.0, 1.0, 0.0, started_at=T0 + 1.0)
     record = RunRecord()
-    taken = record.decided(state, plan, Applied(report, report.outcome), T0, "")
+    taken = record.decided(state, Decision.roll_out(plan, "grow ocr"), Applied(report, report.outcome), T0)
     assert (taken.kind, taken.status, taken.landed_at, taken.reason) == ("throughput", "landed", T0 + 5.0, "scale ocr")
     assert taken.changes == (OperatorChange("ocr", 1, 3, "cpu/b4", "cpu/b4"),)
-    refused = record.decided(state, plan, Applied(None, ApplyOutcome.refused("no room"), "RuntimeError: no room"), T0, "")
+    refused = record.decided(state, Decision.roll_out(plan, "grow ocr"), Applied(None, ApplyOutcome.refused("no room"), "RuntimeError: no room"), T0)
     assert (refused.status, refused.status_reason, refused.landed_at) == ("refused", "no room", None)
 
 

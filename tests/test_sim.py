@@ -11,6 +11,7 @@ import pytest
 
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import (CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup, StepKind, Transition,
@@ -274,7 +275,7 @@ def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_fails_at_onc
 
         def decide(self, state, samples):
             seen.append(state.wall_s)
-            return Plan((OperatorPlan("work", (ReplicaGroup(config, 3),)),)) if len(seen) == 1 else None
+            return Decision.roll_out(Plan((OperatorPlan("work", (ReplicaGroup(config, 3),)),)), "grow") if len(seen) == 1 else Decision.no_change()
 
     run = simulate(spec, ClusterSpec.single_node(4), AskOnce(), duration_s=45.5, tick_s=1.0, actor_start=FREE_START, call_cost=NO_CALL_COST)
     assert [round(t) for t in seen] == [21, 42, 43, 44, 45]
@@ -322,7 +323,8 @@ def test_a_policy_that_raises_is_logged_and_the_simulated_run_goes_on(tmp_path) 
             offered.append(len(samples))
             if len(offered) == 1:
                 raise RuntimeError("model fit failed")
-            return Plan((OperatorPlan("work", (ReplicaGroup(config, 2),)),), reason="grow") if len(offered) == 2 else None
+            return Decision.roll_out(Plan((OperatorPlan("work", (ReplicaGroup(config, 2),)),), reason="grow"), "grow") if len(offered) == 2 \
+                else Decision.no_change()
 
     log = tmp_path / "d.jsonl"
     run = simulate(spec, ClusterSpec.single_node(4), FailsAtFirst(), tick_s=1.0, decision_log=log, actor_start=FREE_START,

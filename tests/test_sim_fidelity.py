@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import fidelity_traces as ft
-from benchmarks.live_trace import Decision, Tick, Trace
+from benchmarks.live_trace import Tick, TracedDecision, Trace
 from benchmarks.sim_fidelity import POLICY_SINCE, _stale_policy
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import CPU, BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
@@ -82,16 +83,16 @@ def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> Non
     # streaming began at 0.0 (a0's first batch); the live policy returned a plan at 12.5 s and nothing before
     plan = Plan((OperatorPlan("b", (ReplicaGroup(CONFIG, 2),), "more b"),))
     trace = _trace()
-    trace = Trace(trace.name, trace.header, trace.ticks, (Decision(5.0, 5.0, None, None), Decision(12.5, 12.5, plan, None)), trace.summary)
+    trace = Trace(trace.name, trace.header, trace.ticks, (TracedDecision(5.0, 5.0, None, None), TracedDecision(12.5, 12.5, plan, None)), trace.summary)
     moves = ft.live_moves(trace)
     assert moves == [(12.5, plan)]
     replay = ft.ReplayPolicy(moves)
     state = _state({"a": (_replica("a0"),)})
     # the simulated run streams from t=100 (its own clock): the plan comes at the first tick from t=112.5 on, once
-    assert replay.decide(replace(state, wall_s=101.0), [_sample("a", "a0", 100.0, 101.0, 1.0)]) is None
-    assert replay.decide(replace(state, wall_s=112.0), []) is None
-    assert replay.decide(replace(state, wall_s=112.6), []) is plan
-    assert replay.decide(replace(state, wall_s=130.0), []) is None
+    assert replay.decide(replace(state, wall_s=101.0), [_sample("a", "a0", 100.0, 101.0, 1.0)]) == Decision.no_change()
+    assert replay.decide(replace(state, wall_s=112.0), []) == Decision.no_change()
+    assert replay.decide(replace(state, wall_s=112.6), []) == Decision.roll_out(plan, plan.reason)
+    assert replay.decide(replace(state, wall_s=130.0), []) == Decision.no_change()
 
 
 def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> None:

@@ -46,7 +46,7 @@ def test_an_oracle_of_mixed_allocations_plans_every_group_of_an_operator():
     plain = (("a", ((cpu, 3),)), ("b", ((cpu, 1),)))
     oracle = OraclePolicy([("x", 0, 10), ("y", 10, 20)], {"x": plain, "y": mixed}, cpus=8, gpus=1)
     state = SimpleNamespace(operators=[_op("a", {cpu: 3}, 15, 15), _op("b", {cpu: 1}, 12)], wall_s=0.0)
-    plan = oracle.decide(state, [])
+    plan = oracle.decide(state, []).plan
     assert plan is not None
     assert {(g.config, g.replicas) for g in plan.for_operator("b").groups} == {(cpu, 2), (gpu, 2)}
     assert running_allocation(state) == (("a", ((cpu, 3),)), ("b", ((cpu, 1),)))

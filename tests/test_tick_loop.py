@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyReport, ApplyStatus, OperatorState, ReplicaState, RunnerState, SamplePage
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.loop.apply import Applied
@@ -16,6 +17,7 @@ from trident_flows.loop.tick_loop import Recorder, TickLoop
 
 B8 = OpConfig.make("cpu", batch_size=8)
 PLAN = Plan((OperatorPlan("parse", (ReplicaGroup(B8, 3),), "grow parse"),), reason="grow parse")
+GROW = Decision.roll_out(PLAN, "grow parse: busy")
 
 
 def _state(finished: bool = False) -> RunnerState:
@@ -48,12 +50,12 @@ class Runner:
 
 
 class Policy:
-    """Returns ``PLAN`` every tick (or None); raises at the ticks in ``fail_at``; records what it sees and is told."""
+    """Returns ``decision`` every tick (``GROW``: roll ``PLAN`` out); raises at the ticks in ``fail_at``; records what it sees and is told."""
 
     name = "scripted"
 
-    def __init__(self, plan: Plan | None = PLAN, fail_at: tuple[int, ...] = ()) -> None:
-        self.plan = plan
+    def __init__(self, decision: Decision = GROW, fail_at: tuple[int, ...] = ()) -> None:
+        self.decision = decision
         self.fail_at = fail_at
         self.seen: list[tuple] = []
         self.told: list = []
@@ -62,7 +64,7 @@ class Policy:
         self.seen.append(tuple(samples))
         if len(self.seen) in self.fail_at:
             raise RuntimeError("the policy failed")
-        return self.plan
+        return self.decision
 
     def observe_apply(self, plan, outcome):
         self.told.append(outcome.status)
@@ -70,13 +72,14 @@ class Policy:
 
 class Kept(Recorder):
     def __init__(self) -> None:
-        self.observed_n, self.decided_lines, self.failed_lines = 0, [], []
+        self.observed_n, self.decided_lines, self.decisions, self.failed_lines = 0, [], [], []
 
     def observed(self, state):
         self.observed_n += 1
 
     def decided(self, state, decision, applied, line):
         self.decided_lines.append(line)
+        self.decisions.append(decision)
 
     def failed(self, line):
         self.failed_lines.append(line)
@@ -90,6 +93,7 @@ def test_a_landed_plan_is_logged_counted_told_and_moves_the_cursor(tmp_path):
     runner, policy, kept = Runner(), Policy(), Kept()
     loop = TickLoop(runner, policy, WallClock(), recorders=(kept,), decision_log=tmp_path / "d.jsonl")
     tick = loop.tick()
+    assert tick.decision is GROW and kept.decisions == [GROW]  # the policy's decision, unchanged
     assert tick.applied.outcome.status == ApplyStatus.LANDED and tick.samples == 3 and not tick.error
     assert runner.applied == [PLAN] and policy.told == [ApplyStatus.LANDED]
     s = loop.loop_state
@@ -102,9 +106,9 @@ def test_a_landed_plan_is_logged_counted_told_and_moves_the_cursor(tmp_path):
 
 
 def test_a_tick_without_a_plan_writes_nothing_but_moves_the_cursor(tmp_path):
-    loop = TickLoop(Runner(), Policy(plan=None), WallClock(), decision_log=tmp_path / "d.jsonl")
+    loop = TickLoop(Runner(), Policy(Decision.no_change()), WallClock(), decision_log=tmp_path / "d.jsonl")
     tick = loop.tick()
-    assert tick.decision.plan is None and tick.applied is None and tick.line is None
+    assert tick.decision == Decision.no_change() and tick.applied is None and tick.line is None
     assert loop.loop_state.cursor == 3 and (tmp_path / "d.jsonl").read_text() == ""
 
 
@@ -184,14 +188,14 @@ def test_a_finished_run_is_observed_but_not_decided_on():
 
 def test_a_plan_the_applier_does_not_hand_over_is_neither_counted_nor_told():
     policy = Policy()
-    loop = TickLoop(Runner(), policy, WallClock(), apply=lambda plan: None)  # the run ended while the policy decided
+    loop = TickLoop(Runner(), policy, WallClock(), apply=lambda decision: None)  # the run ended while the policy decided
     tick = loop.tick()
-    assert tick.decision.plan == PLAN and tick.applied is None and tick.line is None
+    assert tick.decision == GROW and tick.applied is None and tick.line is None
     assert policy.told == [] and loop.loop_state.decisions == 0 and loop.loop_state.cursor == 3
 
 
 def test_an_applier_that_raises_refuses_the_plan():
-    def broken(plan) -> Applied:
+    def broken(decision: Decision) -> Applied:
         raise ConnectionError("task failed")
 
     policy = Policy()
@@ -244,7 +248,7 @@ class _Ticks:
 
 def test_run_ticks_at_each_clock_tick_until_the_run_finishes():
     runner, clock = Runner(), _Ticks(10)
-    loop = TickLoop(runner, Policy(plan=None), clock)
+    loop = TickLoop(runner, Policy(Decision.no_change()), clock)
     loop.run()
     assert loop.loop_state.ticks == 10 and len(clock.charged) == 10
     runner.now, clock.n = _state(finished=True), 10

@@ -75,9 +75,9 @@ def test_a_memory_written_by_one_run_gives_the_next_run_its_first_plan(learned: 
     assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
     figures = policy.run_figures()
     assert figures["memory_loaded"] and figures["memory_regimes_known"] >= 2
-    first = next(r for r in policy.records if r.plan is not None)
-    assert first.plan.rationale is not None and first.plan.rationale.kind == PlanKind.REGIME_PLAN
-    assert "memory allocation" in first.plan.reason
+    first = next(r for r in policy.records if r.decision.plan is not None)
+    assert first.decision.rationale is not None and first.decision.rationale.kind == PlanKind.REGIME_PLAN
+    assert "memory allocation" in first.decision.plan.reason
     assert figures["prepositioned_moves"] >= 2
     data = json.loads(copy.read_text())
     assert data["runs"] == 2  # this run merged what it learned into the memory it read
@@ -89,9 +89,9 @@ def test_pre_positioning_starts_replicas_before_the_new_regime_reaches_them(lear
     policy, run, ticks = _run(str(copy))
     ahead = []
     for record in policy.records:
-        if record.plan is None or record.plan.rationale is None or record.plan.rationale.kind != PlanKind.REGIME_PLAN:
+        if record.decision.rationale is None or record.decision.rationale.kind != PlanKind.REGIME_PLAN:
             continue
-        for op in record.plan.operators:
+        for op in record.decision.plan.operators:
             if "whose items reach it" in op.reason:
                 first_item = float(re.search(r"from input item (\d+)", op.reason).group(1))
                 ahead.append((record.tick, op.operator, first_item))

@@ -189,8 +189,9 @@ def why_no_decisions(policy_name: str, policy: Any, record: RunRecord | None) ->
     ticks = len(record.points) if record is not None else 0
     if policy is None or ticks == 0:
         return f"the {policy_name} policy was never asked (the run ended before it had the samples it needs)"
-    last = getattr(policy, "last_record", None) or getattr(policy, "last", None)
-    said = " ".join(str(getattr(last, "reason", "") or "").split())
+    last_tick = getattr(policy, "last_record", None)  # Trident's TickRecord; a baseline's last evaluation otherwise
+    reason = last_tick.decision.reason if last_tick is not None else getattr(getattr(policy, "last", None), "reason", "")
+    said = " ".join(str(reason or "").split())
     return f"{policy_name} kept the starting configuration through {ticks} ticks; its last tick: {said or 'no change'}"
 
 

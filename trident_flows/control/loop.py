@@ -21,12 +21,13 @@ from typing import Any
 import ray
 
 from trident_flows.control.run_record import RunRecord
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyOutcome, ApplyReport, RunnerState, SamplePage
 from trident_flows.core.types import Plan
 from trident_flows.loop.apply import Applied
 from trident_flows.loop.clock import WallClock
 from trident_flows.loop.tick_loop import Recorder, TickLoop
-from trident_flows.scheduler.policies import Policy, PolicyDecision
+from trident_flows.scheduler.policies import Policy
 
 
 def yield_to_ray_workers() -> None:
@@ -80,8 +81,8 @@ class RecordKeeper(Recorder):
     def observed(self, state: RunnerState) -> None:
         self.record.observe(state)
 
-    def decided(self, state: RunnerState, decision: PolicyDecision, applied: Applied, line: dict[str, Any]) -> None:
-        self.record.decided(state, decision.plan, applied, decision.at, decision.reason)
+    def decided(self, state: RunnerState, decision: Decision, applied: Applied, line: dict[str, Any]) -> None:
+        self.record.decided(state, decision, applied, line["at"])
 
 
 class ControlLoop(TickLoop):

@@ -6,13 +6,13 @@ Contract:
   the input items done (written or dead-lettered). At ``MAX_POINTS`` every other point is dropped,
   so the whole run stays covered at half the resolution (the Prefect sidecar pickles the record
   every tick: it stays under about 200 KB).
-- ``RunRecord.decided(state, plan, applied, at, reason)`` keeps one ``DecisionTaken`` per plan a
-  policy handed to the runner: when it was decided (wall clock), the plan's kind (its
+- ``RunRecord.decided(state, decision, applied, at)`` keeps one ``DecisionTaken`` per ``Decision``
+  whose plan a policy handed to the runner: when it was decided (wall clock), its kind (the plan's
   ``Rationale.kind``; ``rebalance`` for a policy that gives no rationale), what it changes against
-  the placement of ``state`` (``core.changes``), its reason, how the apply ended (``landed``,
-  ``partial``, ``refused``, with the reason; a landed apply that changed nothing is ``refused``, as
-  the runner found nothing to roll out), when its last step finished (wall clock; None when no step
-  ran) and, for a memory-safety move, the (operator, config) pairs it moves off.
+  the placement of ``state`` (``core.changes``), its reason (the plan's, else the decision's), how
+  the apply ended (``landed``, ``partial``, ``refused``, with the reason; a landed apply that changed
+  nothing is ``refused``, as the runner found nothing to roll out), when its last step finished (wall
+  clock; None when no step ran) and, for a memory-safety move, the (operator, config) pairs it moves off.
 - Plain data: the record is pickled with the Prefect sidecar's memory between ticks.
 """
 
@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 from trident_flows.loop.apply import Applied
 from trident_flows.core.changes import OperatorChange, changes_of
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyStatus, RunnerState
-from trident_flows.core.types import OpConfig, Plan
+from trident_flows.core.types import OpConfig
 
 MAX_POINTS = 2000
 REBALANCE = "rebalance"  # the kind of a plan without a rationale (the baseline policies)
@@ -72,8 +73,8 @@ class RunRecord:
                                       tuple((o.name, sum(o.configs().values())) for o in state.operators),
                                       state.items_written + state.items_dead_lettered))
 
-    def decided(self, state: RunnerState, plan: Plan, applied: Applied, at: float, reason: str = "") -> DecisionTaken:
-        rationale = plan.rationale
+    def decided(self, state: RunnerState, decision: Decision, applied: Applied, at: float) -> DecisionTaken:
+        plan, rationale = decision.plan, decision.rationale
         outcome = applied.outcome
         status, why = outcome.status.value, outcome.reason or applied.error
         if outcome.status == ApplyStatus.LANDED and not outcome.changed:
@@ -81,6 +82,6 @@ class RunRecord:
         report = applied.report
         landed_at = report.started_at + report.seconds if report is not None and report.started_at > 0 and outcome.changed else None
         taken = DecisionTaken(at, rationale.kind.value if rationale is not None else REBALANCE, changes_of(state, plan),
-                              plan.reason or reason, status, why, landed_at, rationale.unsafe if rationale is not None else ())
+                              plan.reason or decision.reason, status, why, landed_at, rationale.unsafe if rationale is not None else ())
         self.decisions.append(taken)
         return taken

@@ -42,10 +42,10 @@ from prefect.context import get_run_context
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
 from trident_flows.control.account import PolicyFigures, policy_figures
 from trident_flows.control.loop import RecordKeeper
+from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.loop.clock import WallClock
 from trident_flows.loop.tick_loop import Recorder, TickLoop
-from trident_flows.scheduler.decision_log import Hold, HoldKind
-from trident_flows.tasks.decision import explain_hold, policy_hold, policy_reason, read_decision, read_outcome, unit_of
+from trident_flows.tasks.decision import Explanation, explain_hold, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown
 from trident_flows.tasks.sidecar import (make_policy_for, memory_key, observe, output_note_of, pipeline_spec_of, pull_samples,
                                          roll_out)
@@ -105,7 +105,6 @@ class _Tuner:
         loop = TickLoop(seen, memory.policy(), self.clock, apply=seen.roll_out, recorders=(RecordKeeper(memory.record), seen),
                         min_samples=self.settings.min_samples, loop_state=memory.loop,
                         make_policy=lambda st: make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, st))
-        seen.loop = loop
         tick = loop.tick()
         memory = seen.memory
         if tick.finished:
@@ -124,14 +123,14 @@ class _Tuner:
         elif tick.decision is None:  # fewer new samples than min_samples; after the first decision, the last reason still holds
             status = self._last_status if memory.policy_blob and self._last_status else explain_hold(Hold(HoldKind.WAITING_FOR_SAMPLES))
         elif tick.applied is None:
-            status = explain_hold(policy_hold(loop.policy), policy_reason(loop.policy))
-            logger.debug("no change: %s", policy_reason(loop.policy))
+            status = explain_hold(tick.decision.hold, tick.decision.reason)
+            logger.debug("no change: %s", tick.decision.reason)
         else:
             outcome = read_outcome(tick.applied.report, tick.applied.error)
             self.decisions += 1
             self.applied += outcome.status == "applied"
-            status = f"{seen.decision.sentence} ({outcome.text()})"
-            result = {"status": outcome.status, "decision": seen.decision.sentence, "outcome": outcome.to_dict(),
+            status = f"{seen.explained.sentence} ({outcome.text()})"
+            result = {"status": outcome.status, "decision": seen.explained.sentence, "outcome": outcome.to_dict(),
                       "plan": tick.decision.plan.to_dict()}
         if status != self._last_status and result["status"] == "unchanged":  # a new reason to hold, not one per tick
             logger.info("%s", status)
@@ -173,8 +172,7 @@ class _FlowTick(Recorder):
         self.observed_state = state
         self.memory = memory
         self.page: Any = None
-        self.decision: Any = None
-        self.loop: Optional[TickLoop] = None
+        self.explained: Optional[Explanation] = None  # the decision being rolled out, in words
 
     def state(self) -> Any:
         return self.observed_state
@@ -183,19 +181,18 @@ class _FlowTick(Recorder):
         self.page = pull_samples(self.tuner.runner_name, self.tuner.namespace, since)
         return self.page
 
-    def roll_out(self, plan: Any) -> Any:
-        policy = self.loop.policy if self.loop is not None else None
-        self.decision = read_decision(self.observed_state, plan, self.page.samples, raw_reason=policy_reason(policy))
-        return roll_out.with_options(task_run_name=_task_run_name(self.decision.sentence))(
-            self.tuner.runner_name, self.tuner.namespace, plan, self.decision.sentence)
+    def roll_out(self, decision: Decision) -> Any:
+        self.explained = read_decision(self.observed_state, decision, self.page.samples)
+        return roll_out.with_options(task_run_name=_task_run_name(self.explained.sentence))(
+            self.tuner.runner_name, self.tuner.namespace, decision.plan, self.explained.sentence)
 
     def observed(self, state: Any) -> None:
         self.memory = self.memory.observed(state)
 
-    def decided(self, state: Any, decision: Any, applied: Any, line: dict[str, Any]) -> None:
+    def decided(self, state: Any, decision: Decision, applied: Any, line: dict[str, Any]) -> None:
         tuner, outcome = self.tuner, read_outcome(applied.report, applied.error)
-        self.memory = self.memory.decided(decision_row(self.decision, outcome, state.wall_s, unit_of(state.pipeline)))
-        emit_decision(tuner.namespace, tuner.runner_name, state.pipeline, tuner.settings.policy, self.decision, outcome, decision.plan.to_dict(),
+        self.memory = self.memory.decided(decision_row(self.explained, outcome, state.wall_s, unit_of(state.pipeline)))
+        emit_decision(tuner.namespace, tuner.runner_name, state.pipeline, tuner.settings.policy, self.explained, outcome, decision.plan.to_dict(),
                       tuner.related)
         if tuner._output_note is None:
             tuner._output_note = output_note_of(tuner.runner_name, tuner.namespace)

@@ -2,15 +2,18 @@
 
 Contract:
 - ``TickLoop(runner, policy, clock, apply=, recorders=, decision_log=, min_samples=0, make_policy=, loop_state=)``:
-  ``runner`` has ``state()`` and ``samples(since)``; ``apply(plan)`` returns an ``Applied``, or None when
-  the run ended first (default ``apply_plan(runner.apply, plan)``); ``make_policy(state)`` builds the
-  policy when first asked (its exception, a caller's mistake, propagates).
+  ``runner`` has ``state()`` and ``samples(since)``; ``apply(decision)`` hands a ``Decision``'s plan to the
+  runner and returns an ``Applied``, or None when the run ended first (default ``apply_plan(runner.apply,
+  decision.plan)``); ``make_policy(state)`` builds the policy when first asked (its exception, a caller's
+  mistake, propagates).
 - ``tick()``: state (recorders' ``observed``; a finished run stops here), samples after the cursor and,
-  with ``min_samples`` of them, ``decide_once`` (its time to ``clock.charge``), cursor moved, a plan to
-  ``apply`` and its outcome to the policy. Returns a ``Tick``. ``run()`` ticks at each ``clock.wait()``.
+  with ``min_samples`` of them, the policy's ``decide`` (its time to ``clock.charge``), cursor moved, a
+  decision with a plan to ``apply`` and the outcome to the policy; the ``Decision`` goes unchanged into the
+  ``Tick`` and to the recorders. Returns a ``Tick``. ``run()`` ticks at each ``clock.wait()``.
 - One failure rule: a runner call or policy that raises writes an error line, keeps the cursor, goes on.
-- One decision log (JSON lines): per plan handed over ``tick, t, at, policy, reason, plan, [detail],
-  apply, outcome, refused_repeated``; per failed tick ``tick, t, at, policy, error`` (also to recorders).
+- One decision log (JSON lines): per plan handed over ``tick, t, at, policy, reason`` (the plan's),
+  ``plan, [detail]`` (a policy's ``last_record`` as it decided), ``apply, outcome, refused_repeated``; per failed tick
+  ``tick, t, at, policy, error`` (also to recorders).
 - ``loop_state`` (``LoopState``) holds the cursor and the one count of decisions, ``applied``,
   ``applies_refused`` and ``refused_repeated`` (a refused plan re-issued on an unchanged placement).
 """
@@ -23,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from trident_flows.core.decision import Decision
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState, SamplePage
-from trident_flows.core.types import Plan
 from trident_flows.loop.apply import Applied, apply_plan, tell_policy
 from trident_flows.loop.clock import Clock
-from trident_flows.scheduler.policies import Policy, PolicyDecision, decide_once
+from trident_flows.scheduler.policies import Policy
 
 
 class Runner(Protocol):
@@ -43,8 +46,8 @@ class Recorder:
     def observed(self, state: RunnerState) -> None:
         """Each state read."""
 
-    def decided(self, state: RunnerState, decision: PolicyDecision, applied: Applied, line: dict[str, Any]) -> None:
-        """Each plan handed to the runner, with its decision-log line."""
+    def decided(self, state: RunnerState, decision: Decision, applied: Applied, line: dict[str, Any]) -> None:
+        """Each decision whose plan was handed to the runner, with what became of it and its decision-log line."""
 
     def failed(self, line: dict[str, Any]) -> None:
         """Each failed tick, with its decision-log line."""
@@ -72,7 +75,7 @@ class Tick:
     the error ("" unless the tick failed)."""
 
     state: RunnerState | None
-    decision: PolicyDecision | None = None
+    decision: Decision | None = None
     applied: Applied | None = None
     line: dict[str, Any] | None = None
     samples: int = 0
@@ -90,7 +93,7 @@ def _text(exc: BaseException) -> str:
 class TickLoop:
     """Ticks ``policy`` against ``runner`` (see the module docstring)."""
 
-    def __init__(self, runner: Runner, policy: Policy | None, clock: Clock, *, apply: Callable[[Plan], Applied | None] | None = None,
+    def __init__(self, runner: Runner, policy: Policy | None, clock: Clock, *, apply: Callable[[Decision], Applied | None] | None = None,
                  recorders: Sequence[Recorder] = (), decision_log: Path | str | None = None, min_samples: int = 0,
                  make_policy: Callable[[RunnerState], Policy] | None = None, loop_state: LoopState | None = None) -> None:
         if policy is None and make_policy is None:
@@ -98,7 +101,7 @@ class TickLoop:
         self.runner = runner
         self.policy = policy
         self.clock = clock
-        self.apply = apply if apply is not None else (lambda plan: apply_plan(runner.apply, plan))  # type: ignore[attr-defined]
+        self.apply = apply if apply is not None else (lambda decision: apply_plan(runner.apply, decision.plan))  # type: ignore[attr-defined]
         self.recorders = tuple(recorders)
         self.min_samples = min_samples
         self.make_policy = make_policy
@@ -136,36 +139,39 @@ class TickLoop:
             self.policy = self.make_policy(state)  # type: ignore[misc]
         t0, c0 = time.perf_counter(), time.process_time()
         try:
-            decision = decide_once(self.policy, state, samples)
+            decision = self.policy.decide(state, samples)
         except Exception as exc:  # noqa: BLE001 - a failing policy keeps the configuration and the samples
             self.clock.charge(time.process_time() - c0, time.perf_counter() - t0)
             return self._failed(state, f"policy failed: {_text(exc)}", len(samples))
+        decided_at, record = time.time(), getattr(self.policy, "last_record", None)
         self.clock.charge(time.process_time() - c0, time.perf_counter() - t0)
         decided_t = self.clock.now()
         self.loop_state.cursor = page.next
         if decision.plan is None:
             return Tick(state, decision, samples=len(samples))
-        applied = self._apply(decision.plan)
+        applied = self._apply(decision)
         if applied is None:  # the run ended before the plan could go to the runner
             return Tick(state, decision, samples=len(samples))
         tell_policy(self.policy, decision.plan, applied.outcome)
-        line = self._decided(state, decision, applied, decided_t)
+        line = self._decided(state, decision, applied, decided_t, decided_at, record)
         return Tick(state, decision, applied, line, len(samples))
 
-    def _apply(self, plan: Plan) -> Applied | None:
+    def _apply(self, decision: Decision) -> Applied | None:
         try:
-            return self.apply(plan)
+            return self.apply(decision)
         except Exception as exc:  # noqa: BLE001 - an applier that raises refuses the plan
             return Applied(None, ApplyOutcome.refused(_text(exc)), _text(exc))
 
-    def _decided(self, state: RunnerState, decision: PolicyDecision, applied: Applied, t: float) -> dict[str, Any]:
-        """Count and log one plan handed to the runner: the one place refusals and repeats are counted."""
-        s, outcome = self.loop_state, applied.outcome
-        key = (plan_signature(decision.plan), placement_signature(state))
+    def _decided(self, state: RunnerState, decision: Decision, applied: Applied, t: float, at: float, record: Any) -> dict[str, Any]:
+        """Count and log one plan handed to the runner: the one place refusals and repeats are counted. ``record``:
+        the policy's ``last_record`` as it decided (its ``detail``)."""
+        s, outcome, plan = self.loop_state, applied.outcome, decision.plan
+        key = (plan_signature(plan), placement_signature(state))
         repeated = key in s.refused
-        line = {"tick": s.ticks, "t": round(t, 3), **decision.to_dict(),
-                "apply": applied.report.to_dict() if applied.report is not None else None, "outcome": outcome.to_dict(),
-                "refused_repeated": repeated}
+        detail = {"detail": record.to_dict()} if hasattr(record, "to_dict") else {}
+        line = {"tick": s.ticks, "t": round(t, 3), "at": at, "policy": self.policy.name, "reason": plan.reason or "plan without a reason",
+                "plan": plan.to_dict(), **detail, "apply": applied.report.to_dict() if applied.report is not None else None,
+                "outcome": outcome.to_dict(), "refused_repeated": repeated}
         s.decisions += 1
         s.outcomes.append(outcome)
         s.applied += int(outcome.status == ApplyStatus.LANDED and outcome.changed)

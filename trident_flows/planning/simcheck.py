@@ -24,6 +24,7 @@ from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.planning.catalogue import Catalogue
 from trident_flows.planning.workload import SIM_PIPELINES, PlanWorkload
 from trident_flows.runtime.spec import PipelineSpec
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.policies import Policy
 from trident_flows.core.types import BatchSample, Plan
@@ -50,9 +51,9 @@ class _StartWith:
     def __init__(self, plan: Plan) -> None:
         self.plan: Plan | None = plan
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         plan, self.plan = self.plan, None
-        return plan
+        return Decision.roll_out(plan, plan.reason) if plan is not None else Decision.no_change()
 
 
 def _steady_rate(timeline: Sequence[Mapping[str, float]], items: int) -> float:

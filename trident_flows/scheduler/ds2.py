@@ -54,6 +54,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, RunnerState
 from trident_flows.core.types import BatchSample, Outcome, Plan
 from trident_flows.scheduler.replicas import held, main_config, replica_limits, scaled_plan
@@ -257,7 +258,6 @@ class DS2Policy:
         self.spec = spec
         self.source_rate = self.settings.source_rate
         self.last: DS2Decision | None = None  # the last evaluation
-        self.status = "not started"           # why the last tick issued no plan
         self._warm_until: float | None = None  # run seconds before which samples are not used (None: set at the next tick)
         self._interval_start: float | None = None  # None: the next tick after the warm-up starts the first interval
         self._current: list[BatchSample] = []
@@ -266,44 +266,39 @@ class DS2Policy:
         self._direction: dict[str, int] | None = None  # per operator -1, 0 or +1: the step the last evaluation called for
         self._refused: tuple[dict[str, int], dict[str, int]] | None = None  # (parallelism, targets) of a refused plan
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         s, now = self.settings, state.wall_s
         if self._warm_until is None:  # the first tick, or the first after a step (the loop waited for it to land)
             self._warm_until, self._interval_start, self._current, self._intervals = now + s.warm_up_intervals * s.policy_interval_s, None, [], []
         if now < self._warm_until:
-            return self._hold(f"warming up until {self._warm_until:.1f} s")
+            return Decision.no_change(f"warming up until {self._warm_until:.1f} s")
         if self._interval_start is None:  # these samples span the warm-up's end: the first interval starts now
             self._interval_start = now
-            return self._hold("warmed up: observing")
+            return Decision.no_change("warmed up: observing")
         self._current.extend(samples)
         if now - self._interval_start < s.policy_interval_s * (1 - _SLACK):
-            return self._hold(f"observing: {now - self._interval_start:.1f} of {s.policy_interval_s:g} s")
+            return Decision.no_change(f"observing: {now - self._interval_start:.1f} of {s.policy_interval_s:g} s")
         self._intervals.append(self._current)
         self._current, self._interval_start = [], now
         self.last = ds2_decision(state, measure_rates(state, self._window(state)), spec=self.spec, source_rate=self.source_rate,
                                  min_batches=s.min_batches, target_rate_ratio=s.target_rate_ratio)
         plan = self.last.plan
         if plan is not None and self._refused == (_parallelism(self.last), dict(self.last.targets)):
-            return self._hold(f"{self.last.reason}; refused before with this parallelism, not issued again")
+            return Decision.no_change(f"{self.last.reason}; refused before with this parallelism, not issued again", Hold(HoldKind.REFUSED_BEFORE))
         direction = _direction(self.last) if plan is not None else None
         self._calls = self._calls + 1 if direction is not None and direction == self._direction else 1 if direction is not None else 0
         self._direction = direction
         if plan is None:
-            return self._hold(self.last.reason)
+            return Decision.no_change(self.last.reason)
         if self._calls < s.activation_intervals:
-            return self._hold(f"{self.last.reason} ({self._calls} of {s.activation_intervals} evaluations in a row)")
+            return Decision.no_change(f"{self.last.reason} ({self._calls} of {s.activation_intervals} evaluations in a row)")
         self._calls, self._direction, self._warm_until, self._refused = 0, None, None, None
-        self.status = "step issued"
-        return plan
+        return Decision.roll_out(plan, plan.reason)
 
     def observe_apply(self, plan: Plan, outcome: ApplyOutcome) -> None:
         """A refused plan is remembered so that the same step is not issued again on the same parallelism."""
         if not outcome.changed and self.last is not None and self.last.plan is plan:
             self._refused = (_parallelism(self.last), dict(self.last.targets))
-
-    def _hold(self, why: str) -> None:
-        self.status = why
-        return None
 
     def _window(self, state: RunnerState) -> list[BatchSample]:
         """The activation window's samples (see the module docstring); older intervals no operator needs are dropped

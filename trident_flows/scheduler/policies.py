@@ -1,14 +1,12 @@
 """Scheduling policies by name: the interface every policy implements, and the registry.
 
 Contract:
-- A policy is an object with ``name`` and ``decide(state, samples) -> Plan | None``: a pure
+- A policy is an object with ``name`` and ``decide(state, samples) -> Decision``: a pure
   function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since its
-  last call (it may keep its own history). ``None`` means "no change"; a ``Plan`` carries
-  its reason (``Plan.reason`` and per-operator ``OperatorPlan.reason``). Applying the plan
-  is the caller's separate step (``PipelineRunner.apply``).
-- ``decide_once(policy, state, samples)`` wraps one call into a frozen ``PolicyDecision``
-  (time, policy, plan or None, reason), the record the control loop logs; a policy that keeps
-  a ``last_record`` (e.g. Trident's ``TickRecord``) has it added as ``detail``.
+  last call (it may keep its own history), returning a ``core.decision.Decision`` built by its
+  named constructors (``Decision.no_change()``: keep the configuration; ``Decision.roll_out(plan,
+  reason)``: a ``Plan`` with its reason, ``Plan.reason`` and per-operator ``OperatorPlan.reason``).
+  Applying the plan is the caller's separate step (``PipelineRunner.apply``).
 - ``make_policy(name, **options)`` builds a registered policy; ``POLICIES`` maps a name to
   ``"module:factory"``, imported lazily. The caller supplies ``spec=`` (the PipelineSpec) and
   ``cluster=`` (a ClusterSpec); every other option is a field of the policy's settings:
@@ -28,12 +26,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import BatchSample, Plan
+from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.settings import settings_from_options, unknown_options
 
 DEFAULT_POLICY = "trident"
@@ -49,24 +47,7 @@ POLICIES: dict[str, str] = {
 class Policy(Protocol):
     name: str
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None: ...
-
-
-@dataclass(frozen=True)
-class PolicyDecision:
-    """One tick of a policy: the plan it chose (or None) and why."""
-
-    at: float
-    policy: str
-    plan: Plan | None
-    reason: str
-    detail: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {"at": self.at, "policy": self.policy, "reason": self.reason, "plan": self.plan.to_dict() if self.plan else None}
-        if self.detail is not None:
-            data["detail"] = self.detail
-        return data
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision: ...
 
 
 @dataclass(frozen=True)
@@ -83,15 +64,8 @@ class StaticPolicy:
     def __init__(self, spec: Any | None = None, cluster: Any | None = None, settings: StaticSettings | None = None) -> None:
         self.settings = settings if settings is not None else StaticSettings()
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
-        return None
-
-
-def decide_once(policy: Policy, state: RunnerState, samples: Sequence[BatchSample]) -> PolicyDecision:
-    plan = policy.decide(state, samples)
-    reason = (plan.reason or "plan without a reason") if plan is not None else "no change"
-    record = getattr(policy, "last_record", None)
-    return PolicyDecision(time.time(), policy.name, plan, reason, record.to_dict() if hasattr(record, "to_dict") else None)
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
+        return Decision.no_change()
 
 
 def available_policies() -> list[str]:

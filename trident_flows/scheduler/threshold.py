@@ -15,8 +15,8 @@ Contract:
   pending"). One step (+-1 replica) per operator per decision, each with its reason.
   (Ray Data itself scales up by ``max(1, ceil(size * (util / up - 1)))``; this baseline takes
   one step at a time.)
-- ``ThresholdPolicy`` returns the decision's ``Plan`` (only the operators that change) or None;
-  its options are a ``ThresholdSettings``.
+- ``ThresholdPolicy`` returns a ``Decision``: a roll-out of the evaluation's ``Plan`` (only the
+  operators that change), else no change; its options are a ``ThresholdSettings``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.scheduler.replicas import free_resources, main_config, replica_limits, scaled_plan
 from trident_flows.scheduler.settings import check_types, refuse, setting
@@ -121,6 +122,6 @@ class ThresholdPolicy:
         self.down = settings.down
         self.last: ThresholdDecision | None = None
 
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
         self.last = threshold_decision(state, spec=self.spec, up=self.up, down=self.down)
-        return self.last.plan
+        return Decision.roll_out(self.last.plan, self.last.reason) if self.last.plan is not None else Decision.no_change(self.last.reason)

@@ -5,12 +5,12 @@ Contract:
   option validated; ``make_policy("trident", **options)`` builds it from options; ``solve``: the
   placement solver) implements the ``Policy`` protocol. ``tick(state, samples)`` is a function of the
   runner's ``RunnerState``, the ``BatchSample``s that arrived since the last tick and the policy's own
-  memory of earlier ticks, and returns a frozen ``TickRecord`` whose ``plan`` is the change to apply
-  (None: keep the current configuration); ``decide`` returns just that plan. It makes no runner call:
-  the caller applies the plan and reports the ``ApplyOutcome`` through ``observe_apply(plan,
-  outcome)``: a plan that did not land fully is never issued again unchanged against the same
-  placement, a rollout that did not land is not verified, and the last record gets an
-  ``APPLY_REFUSED`` event. ``records`` holds the newest ``max_records`` records, ``last_record`` the last.
+  memory of earlier ticks, and returns a frozen ``TickRecord`` whose ``decision`` (a ``Decision``)
+  holds the plan to apply (None: keep the current configuration); ``decide`` returns that
+  ``Decision``. It makes no runner call: the caller applies the plan and reports the
+  ``ApplyOutcome`` through ``observe_apply(plan, outcome)``: a plan that did not land fully is
+  never issued again unchanged against the same placement, a rollout that did not land is not
+  verified, and the last record gets an ``APPLY_REFUSED`` event. ``records`` holds the newest ``max_records`` records, ``last_record`` the last.
 - Each part owns its state (see its module): ``ops`` (per-operator state), ``cold_starts``, ``pace``
   (measured rates), ``models`` (windows, refits, calibration), ``regimes``, ``gate`` (the evidence
   gate), ``search`` (config spaces, optimisers), ``safety`` (memory safety), ``canaries``,
@@ -30,7 +30,7 @@ Contract:
   plan (a tick that issues nothing else issues them as ``CANARY``); a plan refused before is not
   re-issued (``WAIT``); a rollout other than the replica-for-replica safety move and a regime plan
   goes under verification. Every issued plan carries its ``Rationale``; a tick that issues none
-  records why as a ``Hold``.
+  says why as a ``Hold``.
 - ``run_figures()``: the ``RunSummary`` fields it reports: whether a memory was loaded, the regimes
   it knew, its warning, the median seconds from a regime recognised at the source to the first
   rollout after it and the operators pre-positioned.
@@ -46,14 +46,14 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OperatorPlan, Plan, PlanKind
 from trident_flows.scheduler.blas import one_blas_thread
-from trident_flows.scheduler.decision_log import Action, EventKind, Hold, HoldKind, TickEvent, TickRecord
+from trident_flows.scheduler.decision_log import EventKind, TickEvent, TickRecord
 from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
-from trident_flows.scheduler.trident.decided import Decided
 from trident_flows.scheduler.trident.gate import EvidenceGate
 from trident_flows.scheduler.trident.guarded_steps import GuardedSteps
 from trident_flows.scheduler.trident.models import Models
@@ -126,8 +126,8 @@ class TridentPolicy:
         return self.ctx.cluster
 
     # ------------------------------------------------------------------ the Policy protocol
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Plan | None:
-        return self.tick(state, samples).plan
+    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
+        return self.tick(state, samples).decision
 
     def tick(self, state: RunnerState, samples: Sequence[BatchSample]) -> TickRecord:
         """One tick (see the module docstring), BLAS single-threaded (``blas``)."""
@@ -206,21 +206,20 @@ class TridentPolicy:
             self.verifier.drop()
             rollback = None
         decided = self._with_canaries(state, self._decide(state, steps, rollback, safety, verification, canary_ops), canary_ops, ended)
-        if steps.errors and decided.plan is None and decided.action.issues_nothing:
-            decided = replace(decided, action=Action.ERROR, reason="kept the current plan after a failed step: " + "; ".join(steps.errors),
-                              hold=Hold(HoldKind.STEP_FAILED))
+        if decided is None or (steps.errors and decided.plan is None and decided.action.issues_nothing):
+            decided = Decision.error("kept the current plan after a failed step: " + "; ".join(steps.errors),
+                                     decided.predicted_throughput if decided is not None else 0.0)
         decided = self._unless_refused(state, decided)
-        if decided.action == Action.ROLL_OUT and decided.plan is not None and decided.plan is not safety and not _regime_plan(decided.plan):
+        if decided.action == Action.ROLL_OUT and decided.plan is not safety and not _regime_plan(decided.plan):
             # a safety move is not undone for speed; a regime plan is measured on the regime it was made for, not the one before
-            self.verifier.start(state, decided.plan, decided.predicted, list(self.pace.recent))
+            self.verifier.start(state, decided.plan, decided.predicted_throughput, list(self.pace.recent))
         if decided.action == Action.ROLL_OUT and self._recognised_at is not None:
             self._reactions.append(state.wall_s - self._recognised_at)
             self._recognised_at = None
         self.pace.end_tick(state)
         steps.timings["total"] = (time.perf_counter() - t_start) * 1e3
-        record = TickRecord(self._tick, time.time(), decided.action, decided.reason or "no change", measured, pipeline_t,
-                            {n: o.detector.current for n, o in self.ops.items()}, tuple(events), decided.plan, decided.predicted,
-                            verification, "; ".join(steps.errors), steps.timings, decided.hold if decided.plan is None else None)
+        record = TickRecord(self._tick, time.time(), decided, measured, pipeline_t, {n: o.detector.current for n, o in self.ops.items()},
+                            tuple(events), verification, "; ".join(steps.errors), steps.timings)
         self.records.append(record)
         self.last_record = record
         return record
@@ -237,62 +236,65 @@ class TridentPolicy:
         return self.canaries.step(state, new, events, ended, self._tick)
 
     def _decide(self, state: RunnerState, steps: GuardedSteps, rollback: Plan | None, safety: Plan | None, verification: str,
-                canary_ops: dict[str, OperatorPlan]) -> Decided:
-        """What the tick issues before its canaries: the first that applies (see the module docstring)."""
+                canary_ops: dict[str, OperatorPlan]) -> Decision | None:
+        """What the tick issues before its canaries: the first that applies (see the module docstring); None when a
+        step failed before anything was decided."""
         if rollback is not None:
-            return Decided.rollback(rollback)
+            return Decision.rollback(rollback)
         if safety is None and self.settings.regime_plans:
             ahead = steps.run("preposition", lambda: self.preposition.plan(state))
             if ahead is not None:
                 self.verifier.drop()  # the workload the verification measures is leaving
-                return Decided.roll_out(ahead, ahead.reason, ahead.predicted_throughput)
+                return Decision.roll_out(ahead, ahead.reason, ahead.predicted_throughput)
         gate_open = self.gate.passed(state)
         if safety is not None and not gate_open:
-            return Decided.roll_out(safety, safety.reason, 0.0)
+            return Decision.roll_out(safety, safety.reason)
         if not gate_open:
-            return Decided.holding(self.gate.waiting_reason(state), Hold(HoldKind.WAITING_FOR_SAMPLES))
+            return Decision.no_change(self.gate.waiting_reason(state), Hold(HoldKind.WAITING_FOR_SAMPLES))
         if self.verifier.pending is not None:
-            return Decided.holding(f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})",
-                                   Hold(HoldKind.VERIFYING))
+            return Decision.no_change(f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})",
+                                      Hold(HoldKind.VERIFYING))
         decided = self._placed(state, steps, canary_ops)
-        if safety is not None and decided.plan is None:
+        if safety is not None and (decided is None or decided.plan is None):
             # the placement could not move an operator off an unsafe config (no priced option, no
             # feasible order, a failed solve): the replica-for-replica move always fits
-            why = decided.reason or "; ".join(steps.errors) or "no placement"
-            return Decided(Action.ROLL_OUT, f"{safety.reason} (the placement did not move it: {why})", safety, decided.predicted)
+            why = decided.reason if decided is not None else "; ".join(steps.errors) or "no placement"
+            return Decision.roll_out(safety, f"{safety.reason} (the placement did not move it: {why})",
+                                     decided.predicted_throughput if decided is not None else 0.0)
         return decided
 
-    def _placed(self, state: RunnerState, steps: GuardedSteps, canary_ops: dict[str, OperatorPlan]) -> Decided:
-        """The placement and the transition step's decision on it; nothing when either step failed."""
+    def _placed(self, state: RunnerState, steps: GuardedSteps, canary_ops: dict[str, OperatorPlan]) -> Decision | None:
+        """The placement and the transition step's decision on it; None when either step failed."""
         placed = steps.run("placement", lambda: self.placement.place(state, self._tick))
         if placed is None:
-            return Decided.nothing()
+            return None
         decided = steps.run("transition", lambda: self.transition.decide(state, placed))
         if decided is None:
-            return Decided.nothing()
+            return None
         self.canaries.settled = decided.action.issues_nothing
         if decided.plan is None or canary_ops:
             return decided
         # the MILP's plan names no canary: keep the one being measured
         return replace(decided, plan=replace(decided.plan, operators=tuple(self.canaries.keeping(state, o) for o in decided.plan.operators)))
 
-    def _with_canaries(self, state: RunnerState, decided: Decided, canary_ops: dict[str, OperatorPlan], ended: list[CanaryEnd]) -> Decided:
+    def _with_canaries(self, state: RunnerState, decided: Decision | None, canary_ops: dict[str, OperatorPlan],
+                       ended: list[CanaryEnd]) -> Decision | None:
         """The tick's canary plans join its plan; a tick that issues nothing else issues them."""
         if not canary_ops:
             return decided
-        plan = self.canaries.attach(state, decided.plan, canary_ops, ended)
-        if not decided.action.issues_nothing:
+        plan = self.canaries.attach(state, decided.plan if decided is not None else None, canary_ops, ended)
+        if decided is not None and not decided.action.issues_nothing:
             return replace(decided, plan=plan)
-        reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {decided.reason})" if decided.reason else "")
-        return replace(decided, action=Action.CANARY, reason=reason, plan=plan, hold=None)
+        reason = "; ".join(o.reason for o in canary_ops.values()) + (f" (placement: {decided.reason})" if decided is not None else "")
+        return Decision.canary(plan, reason, decided.predicted_throughput if decided is not None else 0.0)
 
-    def _unless_refused(self, state: RunnerState, decided: Decided) -> Decided:
+    def _unless_refused(self, state: RunnerState, decided: Decision) -> Decision:
         """Never re-issue a plan the runner refused, unchanged, against an unchanged placement."""
         refused = self.refusals.refused_before(state, decided.plan) if decided.plan is not None else None
         if refused is None:
             return decided
-        return replace(decided, action=Action.WAIT, plan=None, hold=Hold(HoldKind.REFUSED_BEFORE),
-                       reason=f"not re-issuing a plan the runner refused ({refused}); keeping the current placement ({decided.reason})")
+        return Decision.wait(f"not re-issuing a plan the runner refused ({refused}); keeping the current placement ({decided.reason})",
+                             Hold(HoldKind.REFUSED_BEFORE), decided.predicted_throughput)
 
 
 def _regime_plan(plan: Plan) -> bool:

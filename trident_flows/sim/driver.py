@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings
 from trident_flows.core.types import ClusterSpec, StepKind
 from trident_flows.loop.apply import Applied, apply_plan
@@ -79,7 +80,7 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
         clock.wait()  # no ticks: the simulation runs to its end
     else:
         # a plan goes to the runner unless the run ended while the policy decided; a refused plan is logged and the run goes on
-        loop = TickLoop(runner, policy, clock, apply=lambda plan: None if runner.finished else apply_plan(runner.apply, plan),
+        loop = TickLoop(runner, policy, clock, apply=lambda decision: None if runner.finished else apply_plan(runner.apply, decision.plan),
                         recorders=(_Decisions(run),), decision_log=decision_log)
         loop.run()
     clock.finish()
@@ -100,7 +101,7 @@ class _Decisions(Recorder):
     def __init__(self, run: SimRun) -> None:
         self.run = run
 
-    def decided(self, state: Any, decision: Any, applied: Applied, line: dict[str, Any]) -> None:
+    def decided(self, state: Any, decision: Decision, applied: Applied, line: dict[str, Any]) -> None:
         error = applied.error or (applied.report.error if applied.report is not None else "")
         self.run.decisions.append({"sim_t": line["t"], "reason": line["reason"], "error": error})
 

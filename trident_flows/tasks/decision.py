@@ -2,12 +2,12 @@
 runner return and what the Prefect layer shows.
 
 Contract:
-- ``read_decision(state, plan, samples)`` turns a plan a policy returned into a frozen
-  ``Decision``: one plain sentence first (what changes, why, what it is expected to gain and
-  when it pays back its start-up), the figures in their own fields, and the policy's full
-  reason (solver details and all) only in ``raw_reason``.
+- ``read_decision(state, decision, samples)`` turns a policy's ``Decision`` that hands a plan to the
+  runner into a frozen ``Explanation``: one plain sentence first (what changes, why, what it is
+  expected to gain and when it pays back its start-up), the figures in their own fields, and the
+  full reason (the plan's, else the decision's: solver details and all) only in ``raw_reason``.
 - The sentence and the figures are built from typed values only: the operators, replicas and
-  configurations of the plan against the runner's state, and the plan's ``Rationale`` (its
+  configurations of the plan against the runner's state, and the decision's ``Rationale`` (its
   kind, predicted throughput before and after, rollout seconds, the items the switch costs,
   the bottlenecks, a rollback's measurements, the unsafe configs, the canary verdicts). The
   reason text is never read: a figure the rationale does not give is None and its clause is
@@ -17,7 +17,7 @@ Contract:
   through its typed ``ApplyOutcome``, or the error it raised) into an ``Outcome``: "applied",
   "partial" or "refused", with the reason. It is the one place that knows the apply's return type.
 - ``explain_hold(hold, reason)`` says in one sentence why a tick changed nothing, from the
-  policy's typed ``Hold`` (``policy_hold(policy)``).
+  decision's typed ``Hold`` (else its reason).
 Pure functions: no Ray, no Prefect.
 """
 
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
 from trident_flows.core.changes import OperatorChange, changes_of
+from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyStatus
-from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.core.types import Plan, PlanKind, Rationale
 
 # Units of a pipeline's input items, for sentences ("+45% docs/s").
@@ -42,8 +42,8 @@ def unit_of(pipeline: str) -> str:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """A plan the policy handed to the runner, explained. Throughputs are predicted input
+class Explanation:
+    """A decision whose plan the policy handed to the runner, explained. Throughputs are predicted input
     items/s (None when the policy does not predict); ``startup_s`` is how long the change takes
     to be in place; ``payback_s`` how long the expected gain takes to make up for what the
     switch costs."""
@@ -149,16 +149,6 @@ def _bottleneck(state: Any, rationale: Optional[Rationale], changes: tuple[Opera
     return named[0] if named else None
 
 
-def policy_reason(policy: Any) -> str:
-    """Why the policy's last decision was what it was, when the policy records it (the Trident
-    controller's ``last_record``, the baselines' ``last``); "" otherwise."""
-    for attr in ("last_record", "last"):
-        reason = getattr(getattr(policy, attr, None), "reason", "")
-        if reason:
-            return str(reason)
-    return ""
-
-
 def _canary_sentence(plan: Plan, rationale: Optional[Rationale], text: str, resized: bool) -> str:
     """Canaries the plan starts, then those it ends with their verdicts; the replica changes only
     when the plan also resizes an operator (a canary's own replica is in the words already)."""
@@ -171,11 +161,11 @@ def _canary_sentence(plan: Plan, rationale: Optional[Rationale], text: str, resi
     return _title("; ".join(parts)) + (f": {text}" if resized else "")
 
 
-def read_decision(state: Any, plan: Plan, samples: Iterable[Any] = (), now: Optional[float] = None,
-                  raw_reason: str = "") -> Decision:
-    """Explain ``plan``, which a policy just returned for ``state`` (see the module docstring).
-    ``raw_reason`` is kept for the raw data when the plan carries no reason of its own."""
-    rationale = plan.rationale
+def read_decision(state: Any, decision: Decision, samples: Iterable[Any] = (), now: Optional[float] = None) -> Explanation:
+    """Explain ``decision``, which a policy just returned for ``state``, with its plan (see the module docstring)."""
+    plan, rationale = decision.plan, decision.rationale
+    if plan is None:
+        raise ValueError(f"a {decision.action} decision hands no plan to the runner: explain it with explain_hold")
     changes = changes_of(state, plan)
     unit = unit_of(state.pipeline)
     before = rationale.throughput_before if rationale is not None else None
@@ -206,10 +196,10 @@ def read_decision(state: Any, plan: Plan, samples: Iterable[Any] = (), now: Opti
         phrase = workload_phrase(s for s in samples if getattr(s, "operator", None) == bottleneck) if bottleneck else ""
         head = f"{_title(bottleneck)} is the bottleneck{phrase}" if bottleneck else "Rebalancing the pipeline"
         sentence = f"{head}: {text}{expected}{pays}"
-    return Decision(at=time.time() if now is None else now, kind=label, sentence=sentence, changes=changes,
-                    throughput_before=before, throughput_after=after, startup_s=startup,
-                    payback_s=payback if payback is not None and math.isfinite(payback) else None,
-                    raw_reason=plan.reason or raw_reason)
+    return Explanation(at=time.time() if now is None else now, kind=label, sentence=sentence, changes=changes,
+                       throughput_before=before, throughput_after=after, startup_s=startup,
+                       payback_s=payback if payback is not None and math.isfinite(payback) else None,
+                       raw_reason=plan.reason or decision.reason)
 
 
 HOLDS = {
@@ -225,12 +215,6 @@ HOLDS = {
     HoldKind.REFUSED_BEFORE: "The runner refused this change before: keeping the current configuration until the pipeline changes",
     HoldKind.STEP_FAILED: "A scheduling step failed: keeping the current configuration (details in the raw data)",
 }
-
-
-def policy_hold(policy: Any) -> Optional[Hold]:
-    """Why the policy's last tick changed nothing, when the policy says so as a typed ``Hold``
-    (the Trident controller's ``last_record``); None otherwise."""
-    return getattr(getattr(policy, "last_record", None), "hold", None)
 
 
 def explain_hold(hold: Optional[Hold], reason: str = "") -> str:

@@ -30,7 +30,7 @@ import httpx
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
-from trident_flows.tasks.decision import Decision, Outcome
+from trident_flows.tasks.decision import Explanation, Outcome
 
 CURATION_FLOW = "document-curation"
 EVENTS = {"applied": "trident.plan.applied", "partial": "trident.plan.partial", "refused": "trident.plan.refused"}
@@ -86,28 +86,28 @@ def related_of(flow_run_id: str) -> list[dict[str, str]]:
     return related
 
 
-def emit_decision(namespace: str, runner_name: str, pipeline: str, policy: str, decision: Decision, outcome: Outcome,
+def emit_decision(namespace: str, runner_name: str, pipeline: str, policy: str, explained: Explanation, outcome: Outcome,
                   plan: dict[str, Any], related: list[dict[str, str]]) -> Any:
     """The event of one decision (see the module docstring)."""
     return emit_event(EVENTS[outcome.status],
                       resource={"prefect.resource.id": f"trident.pipeline.{namespace}.{runner_name}", "prefect.resource.name": runner_name,
                                 "trident.pipeline": pipeline},
                       related=related,
-                      payload={"decision": decision.sentence, "outcome": outcome.to_dict(), "policy": policy,
-                               "figures": decision.to_dict(), "plan": plan})
+                      payload={"decision": explained.sentence, "outcome": outcome.to_dict(), "policy": policy,
+                               "figures": explained.to_dict(), "plan": plan})
 
 
-def decision_row(decision: Decision, outcome: Outcome, pipeline_time_s: float, unit: str) -> dict[str, Any]:
+def decision_row(explained: Explanation, outcome: Outcome, pipeline_time_s: float, unit: str) -> dict[str, Any]:
     """One row of the decisions table: the sentence first, then the figures."""
     def rounded(value: Optional[float], digits: int = 2) -> Any:
         return "-" if value is None else round(value, digits)
 
-    return {"decision": decision.sentence, "outcome": outcome.text(),
-            "time (UTC)": time.strftime("%H:%M:%S", time.gmtime(decision.at)), "pipeline time (s)": round(pipeline_time_s, 1),
-            f"predicted before ({unit})": rounded(decision.throughput_before),
-            f"predicted after ({unit})": rounded(decision.throughput_after),
-            "gain": "-" if decision.gain is None else f"{decision.gain:+.0%}",
-            "start-up (s)": rounded(decision.startup_s, 0), "pays back in (s)": rounded(decision.payback_s, 0)}
+    return {"decision": explained.sentence, "outcome": outcome.text(),
+            "time (UTC)": time.strftime("%H:%M:%S", time.gmtime(explained.at)), "pipeline time (s)": round(pipeline_time_s, 1),
+            f"predicted before ({unit})": rounded(explained.throughput_before),
+            f"predicted after ({unit})": rounded(explained.throughput_after),
+            "gain": "-" if explained.gain is None else f"{explained.gain:+.0%}",
+            "start-up (s)": rounded(explained.startup_s, 0), "pays back in (s)": rounded(explained.payback_s, 0)}
 
 
 class Publisher:

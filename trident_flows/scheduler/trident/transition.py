@@ -1,6 +1,6 @@
 """The transition step of the Trident policy: roll the MILP's plan out now, or wait, and why.
 
-Contract: ``decide(state, placed) -> Decided`` compares the MILP's plan (``PlacementStep.place``)
+Contract: ``decide(state, placed) -> Decision`` compares the MILP's plan (``PlacementStep.place``)
 with the running placement, operator by operator, the first rule that applies deciding:
 - no operator changes: nothing to do (hold ``OPTIMAL``);
 - with ``max_changes``, at most that many operators change, growing ones first, then the most
@@ -25,13 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import OperatorPlan, PlanKind, Rationale, TransitionVerdict
-from trident_flows.scheduler.decision_log import Hold, HoldKind
 from trident_flows.scheduler.placement.inputs import current_placement
 from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.replicas import held
-from trident_flows.scheduler.trident.decided import Decided
 from trident_flows.scheduler.trident.operators import replica_counts
 from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.placement_step import Placed
@@ -49,25 +48,25 @@ class TransitionStep:
         self.pace = pace
         self.verifier = verifier
 
-    def decide(self, state: RunnerState, placed: Placed) -> Decided:
+    def decide(self, state: RunnerState, placed: Placed) -> Decision:
         demands, cluster, result, forced, notes = placed
         plan = result.plan
         current = current_placement(state)
         expected = self.regimes.expected_s(state, self.pace.completion_rate() or result.throughput)
         changed = [o for o in plan.operators if dict(replica_counts(o.groups)) != dict(replica_counts(current.for_operator(o.operator)))]
         if not changed:
-            return Decided.optimal(f"the current placement is the MILP's optimum ({plan.reason})", plan.predicted_throughput)
+            return Decision.no_change(f"the current placement is the MILP's optimum ({plan.reason})", Hold(HoldKind.OPTIMAL), plan.predicted_throughput)
         limited = ""
         if self.settings.max_changes is not None and len(changed) > self.settings.max_changes:
             changed = self._limit_changes(state, changed)
             limited = f"; limited to {len(changed)} operator change(s) per plan (max_changes={self.settings.max_changes})"
             if not changed:
-                return Decided.wait(f"the MILP's plan changes operators but max_changes={self.settings.max_changes} allows none ({plan.reason})",
-                                    result.throughput, Hold(HoldKind.MAX_CHANGES))
+                return Decision.wait(f"the MILP's plan changes operators but max_changes={self.settings.max_changes} allows none ({plan.reason})",
+                                     Hold(HoldKind.MAX_CHANGES), result.throughput)
         plan = replace(plan, operators=tuple(changed), reason=plan.reason + limited)
         if self.verifier.rejected(plan):
-            return Decided.wait(f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})",
-                                result.throughput, Hold(HoldKind.ROLLED_BACK_BEFORE))
+            return Decision.wait(f"the MILP's plan was rolled back before in this regime: keeping the current placement ({plan.reason})",
+                                 Hold(HoldKind.ROLLED_BACK_BEFORE), result.throughput)
         named = {o.operator for o in changed}
         executed = replace(result.plan, operators=tuple(o if o.operator not in named else next(c for c in changed if c.operator == o.operator)
                                                         for o in result.plan.operators if o.operator in named)
@@ -77,8 +76,8 @@ class TransitionStep:
             transition = plan_transition(demands, cluster, current, executed, expected, benefit_ratio=self.settings.benefit_ratio,
                                          run_left_s=self.pace.run_left_s(state))
         except (ValueError, RuntimeError) as exc:
-            return Decided.wait(f"cannot order or price the change ({exc}); keeping the current placement", result.throughput,
-                                Hold(HoldKind.CANNOT_PRICE))
+            return Decision.wait(f"cannot order or price the change ({exc}); keeping the current placement", Hold(HoldKind.CANNOT_PRICE),
+                                 result.throughput)
         t_now = result.throughput - transition.expected_gain
         gain = transition.expected_gain / t_now if t_now > 0 else math.inf
         figures = dict(throughput_before=t_now, throughput_after=result.throughput, rollout_s=transition.rollout_s,
@@ -86,19 +85,20 @@ class TransitionStep:
         if forced:  # safety comes before gain, but only with a feasible order; the price is recorded
             runs = "; ".join(f"{name} runs {config.label()}: {why}" for name, config, why in forced)
             rationale = Rationale(PlanKind.MEMORY_SAFETY, **figures, unsafe=tuple((name, config) for name, config, _ in forced))
-            return Decided.roll_out(replace(plan, rationale=rationale), f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
-                                    result.throughput)
+            return Decision.roll_out(replace(plan, rationale=rationale), f"memory safety: {runs}; {transition.reason}; new placement {plan.reason}",
+                                     result.throughput)
         if transition.verdict != TransitionVerdict.ROLL_OUT:
             kind = HoldKind.NO_GAIN if transition.expected_gain <= 0 else HoldKind.DOES_NOT_PAY
-            return Decided.wait(f"{transition.reason} ({plan.reason})", result.throughput, Hold(kind))
+            return Decision.wait(f"{transition.reason} ({plan.reason})", Hold(kind), result.throughput)
         if gain < self.settings.min_gain:
-            return Decided.wait(f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
-                                f"{self.settings.min_gain:.0%}: keeping the current placement", result.throughput, Hold(HoldKind.UNDER_MIN_GAIN, gain, self.settings.min_gain))
+            return Decision.wait(f"predicted gain {gain:+.1%} ({t_now:.4g} -> {result.throughput:.4g} items/s) is under min_gain "
+                                 f"{self.settings.min_gain:.0%}: keeping the current placement", Hold(HoldKind.UNDER_MIN_GAIN, gain, self.settings.min_gain),
+                                 result.throughput)
         head = f"predicted {t_now:.4g} -> {result.throughput:.4g} input items/s ({gain:+.1%}); {transition.reason}"
         if notes:
             head += "; " + "; ".join(notes)
-        return Decided.roll_out(replace(plan, reason=f"{head}; {plan.reason}", rationale=Rationale(PlanKind.THROUGHPUT, **figures)),
-                                f"{head}; {plan.reason}", result.throughput)
+        return Decision.roll_out(replace(plan, reason=f"{head}; {plan.reason}", rationale=Rationale(PlanKind.THROUGHPUT, **figures)),
+                                 f"{head}; {plan.reason}", result.throughput)
 
     def _limit_changes(self, state: RunnerState, changed: list[OperatorPlan]) -> list[OperatorPlan]:
         """At most ``max_changes`` operator plans, operators that grow first (a plan that only shrinks
