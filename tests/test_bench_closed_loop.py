@@ -129,14 +129,14 @@ def test_oracle_switches_an_operator_ahead_of_its_block_by_its_cold_start():
     oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, cpus=8, gpus=2, tick_s=1.0)
     running = {"a": {cpu4: 1}, "b": {gpu8: 1}}
     # b is 40 items short of the block and its rate is not known yet: it stays
-    assert oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running, wall_s=0.0, cold_start_s=4.0), []) is None
+    assert oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running, wall_s=0.0, cold_start_s=4.0), []) == Decision.no_change()
     # 10 items/s: the block is 3 s away, within its 4 s cold start + 1 tick: b grows now, before the block reaches it
-    plan = oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=4.0), [])
+    plan = oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=4.0), []).plan
     assert plan is not None and plan.for_operator("b").replicas == 2
     # with a cold start of 1 s, 3 s away is too early
     oracle = OraclePolicy([("short", 0, 100), ("scans", 100, 150)], {"short": first, "scans": second}, cpus=8, gpus=2, tick_s=1.0)
     oracle.decide(_state({"a": (120, 120), "b": (60, 0)}, running, wall_s=0.0, cold_start_s=1.0), [])
-    assert oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=1.0), []) is None
+    assert oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=1.0), []) == Decision.no_change()
 
 
 def test_oracle_waits_while_a_growing_operator_does_not_fit_beside_the_others():

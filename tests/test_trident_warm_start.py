@@ -108,12 +108,11 @@ def test_a_run_too_short_for_the_gate_leaves_a_plan_the_next_run_applies_at_once
     never = {"min_samples": 1_000_000, "refit_min_samples": 1_000_000}
     first, run, _ = _run(str(path), order=("scans", "short"), **never)
     assert run.summary["items_missing"] == 0
-    assert not any(r.plan is not None and r.plan.rationale is not None and r.plan.rationale.kind == PlanKind.REGIME_PLAN
-                   for r in first.records)
+    assert not any(r.decision.rationale is not None and r.decision.rationale.kind == PlanKind.REGIME_PLAN for r in first.records)
     assert len(json.loads(path.read_text())["regimes"]) == 2  # both solved at the run's end, from the models fitted then
     second, run, _ = _run(str(path), order=("scans", "short"), **never)
     assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
-    plan = next(r.plan for r in second.records if r.plan is not None)
+    plan = next(r.decision.plan for r in second.records if r.decision.plan is not None)
     assert plan.rationale is not None and plan.rationale.kind == PlanKind.REGIME_PLAN and "memory allocation" in plan.reason
 
 
