@@ -219,3 +219,12 @@ def test_the_whole_corpus_store_works_on_a_real_s3_compatible_server(s3_bucket, 
     db = duckdb.connect()
     db.register("curated", DeltaTable(table.curated_uri).to_pyarrow_dataset())
     assert db.sql("select count(*) from curated").fetchall() == [(3,)]
+
+
+def test_a_runs_figures_read_in_one_line_as_the_run_page_shows_them():
+    from trident_flows.control.corpus_run import FIGURES, describe
+
+    figures = dict(zip(FIGURES, (10, 2, 40, 1, 0, 3, 1, 0, 2)))
+    assert describe(figures) == ("10 new, 2 changed, 40 unchanged, 1 deleted files, 0 dead letters retried, 3 requeued; "
+                                 "1 near-duplicates of earlier runs, 0 earlier rows revised; table version 2")
+    assert describe({**figures, "table_version": None}).endswith("; no table")

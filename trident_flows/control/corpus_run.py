@@ -24,7 +24,8 @@ Contract:
   scheduler's ``decisions`` (``decisions_of``: policy, reconfigurations, the reason of every plan applied). Then ``OUT``'s run files and the cached copies are removed: the table is the output.
   Returns the run's corpus figures (``FIGURES``), ``table_version`` included.
 - ``figures()`` are the same figures before anything is committed (``table_version`` the table's
-  current version): the summary of a run that had nothing to publish.
+  current version): the summary of a run that had nothing to publish. ``describe(figures)`` says
+  them in one line (*10 new, 2 changed, ... files; 1 near-duplicate of earlier runs, ...; table version 2*).
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ CACHE = Path("_inputs") / "corpus"
 FIGURES = ("files_new", "files_changed", "files_unchanged", "files_deleted", "files_retried", "files_requeued",
            "near_duplicates_of_earlier_runs", "earlier_rows_revised", "table_version")
 NEAR_DUPLICATE = "duplicate-of:"
+
+
+def describe(figures: Mapping[str, Any]) -> str:
+    """A run's corpus figures (``FIGURES``) in one line, for a log or an artifact's description."""
+    return (f"{figures['files_new']} new, {figures['files_changed']} changed, {figures['files_unchanged']} unchanged, "
+            f"{figures['files_deleted']} deleted files, {figures['files_retried']} dead letters retried, {figures['files_requeued']} "
+            f"requeued; {figures['near_duplicates_of_earlier_runs']} near-duplicates of earlier runs, {figures['earlier_rows_revised']} "
+            f"earlier rows revised; " + (f"table version {figures['table_version']}" if figures["table_version"] is not None else "no table"))
 
 
 def decisions_of(policy: str, reconfigurations: int, apply_reports: Any) -> dict[str, Any]:

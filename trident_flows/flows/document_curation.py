@@ -67,7 +67,7 @@ from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipe
 from trident_flows.pipelines.quality import output_note
 from trident_flows.control.account import PolicyFigures, RunAccount, account_of_run, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
-from trident_flows.control.corpus_run import CorpusRun, decisions_of
+from trident_flows.control.corpus_run import CorpusRun, decisions_of, describe
 from trident_flows.control.launch import memory_uri, start_runner
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
@@ -227,7 +227,7 @@ def _corpus_figures(corpus: CorpusRun, out_dir: Path, key: str, summary: Curatio
               "near_duplicates_of_earlier_runs": "near-duplicates of earlier runs", "earlier_rows_revised": "earlier rows revised",
               "table_version": "table version written"}
     create_table_artifact([{"figure": labels[k], "value": figures[k]} for k in labels], key=f"{key}-corpus",
-                          description=f"{corpus.source.uri}: the files of this run against the table's manifest, and the version it wrote")
+                          description=f"{corpus.source.uri}: {describe(figures)}")
     return figures
 
 
