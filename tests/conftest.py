@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 import pytest
 
@@ -41,11 +43,10 @@ def prefect_harness():
             yield
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """A real S3-compatible server (moto's standalone server) on 127.0.0.1, for the session: yields the
-    environment a client needs to reach it (endpoint, test credentials, region); tests set it with
-    ``monkeypatch`` and create their own bucket."""
+@contextlib.contextmanager
+def _moto_server() -> Iterator[dict[str, str]]:
+    """moto's standalone S3-compatible server on a free port of 127.0.0.1; yields the environment a client needs
+    to reach it (endpoint, moto's test credentials, region)."""
     import socket
     import subprocess
     import sys
@@ -72,6 +73,39 @@ def s3_server():
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto's standalone server) on 127.0.0.1, for the session: yields the
+    environment a client needs to reach it (endpoint, test credentials, region); tests set it with
+    ``monkeypatch`` and create their own bucket."""
+    with _moto_server() as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def s3_checked_credentials():
+    """An S3-compatible server of its own that checks credentials (moto's IAM authentication, on once the user
+    exists), with one bucket: yields ``(bucket URL, endpoint, access key id, secret access key)``. Any other key or
+    secret, or none, is refused (403)."""
+    import json
+    import urllib.request
+
+    import boto3
+
+    with _moto_server() as env:
+        endpoint = env["AWS_ENDPOINT_URL"]
+        client = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+        iam = boto3.client("iam", **client)
+        iam.create_user(UserName="curator")
+        iam.put_user_policy(UserName="curator", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="curator")["AccessKey"]
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"})).read()
+        s3 = boto3.client("s3", **{**client, "aws_access_key_id": key["AccessKeyId"], "aws_secret_access_key": key["SecretAccessKey"]})
+        s3.create_bucket(Bucket="landing")
+        yield "s3://landing", endpoint, key["AccessKeyId"], key["SecretAccessKey"]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from prefect.blocks.core import Block
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
 
-from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
+from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, S3CredentialsBlock, TridentSettingsBlock
 from trident_flows.blocks import catalogue
 
 
@@ -32,6 +32,6 @@ def test_the_logo_url_names_the_logo_file_in_the_repository():
 
 
 class TestBlockStandards(BlockStandardTestSuite):
-    @pytest.fixture(params=[PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock], ids=lambda b: b.__name__)
+    @pytest.fixture(params=[PipelineSettingsBlock, RayClusterBlock, S3CredentialsBlock, TridentSettingsBlock], ids=lambda b: b.__name__)
     def block(self, request: pytest.FixtureRequest) -> type[Block]:
         return request.param

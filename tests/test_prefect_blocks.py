@@ -78,7 +78,7 @@ def test_the_documents_pipeline_reads_urls_and_takes_the_flows_input_and_table()
     ({"pipeline": "images", "synth": 5}, "choose one of documents, emulated-docs"),
     ({"pipeline": "video"}, "set input_location to a directory, or synth"),
     ({"pipeline": "video", "input_location": "s3://bucket/videos"}, "only local directories"),
-    ({"pipeline": "emulated-docs", "table_location": "tables/x"}, "table_location and retry_dead_letters are for the documents pipeline"),
+    ({"pipeline": "emulated-docs", "table_location": "tables/x"}, "table_location, retry_dead_letters and credentials are for the documents pipeline"),
     ({"pipeline": "emulated-docs", "output_location": " "}, "output_location is empty"),
     ({"pipeline": "emulated-docs", "shard_size": 0}, "greater than or equal to 1"),
 ])

@@ -53,11 +53,12 @@ def test_second_ensure_server_reuses_ours(server, tmp_path):
 def test_blocks_register_with_the_cli(server):
     info, env = server
     out = _prefect(env, "block", "register", "-m", "trident_flows.blocks")
-    assert "Successfully registered 3 blocks" in out
+    assert "Successfully registered 4 blocks" in out
     settings, get_client = _client(info)
     with settings, get_client(sync_client=True) as client:
-        slugs = {client.read_block_type_by_slug(s).slug for s in ("trident-ray-cluster", "trident-settings", "trident-pipeline-settings")}
-    assert slugs == {"trident-ray-cluster", "trident-settings", "trident-pipeline-settings"}
+        slugs = {client.read_block_type_by_slug(s).slug for s in ("trident-ray-cluster", "trident-settings", "trident-pipeline-settings",
+                                                                  "trident-s3-credentials")}
+    assert slugs == {"trident-ray-cluster", "trident-settings", "trident-pipeline-settings", "trident-s3-credentials"}
 
 
 def test_deploy_all_creates_both_deployments(server):

@@ -8,10 +8,12 @@ documents pipeline, whose input may be any filesystem URL (``s3://``, ``gs://``,
 ``trident_flows.corpus.location``); without an input location the pipeline generates ``synth``
 synthetic inputs. ``table_location`` (documents) makes each run a corpus run
 (``control.corpus_run``): only new or changed files are curated, into that Delta Lake table
-location, with ``retry_dead_letters`` retrying unchanged dead-lettered files. ``with_locations(input,
-table)`` is the block with the flow's ``input`` / ``table`` parameters put in place of its own
-(when given), refusing a documents pipeline left with no input (neither an input location nor
-``synth``), saying what to set. ``quality`` holds the user's quality knob settings
+location, with ``retry_dead_letters`` retrying unchanged dead-lettered files. ``credentials`` names
+a saved ``S3CredentialsBlock`` for those of the two locations that are ``s3://`` URLs (empty: the
+standard places). ``with_locations(input, table, credentials)`` is the block with the flow's
+``input`` / ``table`` / ``credentials`` parameters put in place of its own (when given), refusing a
+documents pipeline left with no input (neither an input location nor ``synth``), saying what to
+set. ``quality`` holds the user's quality knob settings
 (what the output is: ``{"ocr.dpi": 200}``; no scheduling policy changes them) and ``tune`` the
 quality knobs a policy may vary, each with its range (``{"ocr.dpi": "100..300"}``; outputs then
 differ by configuration and each row records its values); see
@@ -56,6 +58,7 @@ class PipelineSettingsBlock(Block):
     input_location: Optional[str] = Field(default=None, description="Directory of input files (path or file:// URL; documents: also s3://, gs://, ... URLs); empty: the flow's `input` parameter, or generate `synth` inputs.")
     table_location: Optional[str] = Field(default=None, description="documents: curate only new or changed input files into this table location (directory or URL; Delta Lake tables curated/ and dead_letter/, one commit per run); the output location is then the run's staging area.")
     retry_dead_letters: bool = Field(default=False, description="With a table location: retry files dead-lettered by earlier runs although their bytes did not change.")
+    credentials: Optional[str] = Field(default=None, description="documents: name of a saved Trident S3 Credentials block for the s3:// input and table locations; empty: the standard places (AWS_* environment, ~/.aws, instance role).")
     output_location: str = Field(default="curation-output", description="Directory for the curated Parquet parts and the dead-letter table.")
     shard_size: int = Field(default=50, ge=1, le=100_000, description="Input items per shard; each shard is one task run with retries.")
     synth: Optional[int] = Field(default=None, ge=1, description="Generate this many synthetic inputs when no input location is given.")
@@ -77,6 +80,11 @@ class PipelineSettingsBlock(Block):
             raise ValueError(f"pipeline={value!r} is unknown: choose one of {', '.join(sorted(PIPELINES))}")
         return value
 
+    @field_validator("credentials")
+    @classmethod
+    def _check_credentials(cls, value: Optional[str]) -> Optional[str]:
+        return value.strip() if value is not None and value.strip() else None
+
     @field_validator("table_location")
     @classmethod
     def _check_table(cls, value: Optional[str]) -> Optional[str]:
@@ -97,18 +105,21 @@ class PipelineSettingsBlock(Block):
         if self.input_location is None and self.synth is None and not documents and not self.pipeline.startswith("emulated") \
                 and not self.ray_data_pipeline:
             raise ValueError(f"pipeline {self.pipeline!r} needs an input: set input_location to a directory, or synth to a number of synthetic inputs")
-        if (self.table_location or self.retry_dead_letters) and not documents:
-            raise ValueError(f"table_location and retry_dead_letters are for the documents pipeline; {self.pipeline!r} curates into output_location")
+        if (self.table_location or self.retry_dead_letters or self.credentials) and not documents:
+            raise ValueError(f"table_location, retry_dead_letters and credentials are for the documents pipeline; {self.pipeline!r} curates "
+                             "into output_location")
         from trident_flows.pipelines.quality import check_settings
 
         check_settings(self.pipeline, self.quality, self.tune)
         return self
 
-    def with_locations(self, input: Optional[str] = None, table: Optional[str] = None) -> "PipelineSettingsBlock":
-        """This block with the flow's ``input`` and ``table`` parameters in place of its own locations (see the module docstring)."""
+    def with_locations(self, input: Optional[str] = None, table: Optional[str] = None,
+                       credentials: Optional[str] = None) -> "PipelineSettingsBlock":
+        """This block with the flow's ``input``, ``table`` and ``credentials`` parameters in place of its own (see the module docstring)."""
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         fields["input_location"] = input or self.input_location
         fields["table_location"] = table or self.table_location
+        fields["credentials"] = credentials or self.credentials
         block = type(self)(**fields)
         if block.pipeline == "documents" and not block.ray_data_pipeline and block.input_location is None and block.synth is None:
             raise ValueError("pipeline 'documents' needs an input: give the flow's input parameter (or input_location) the directory or "

@@ -2,8 +2,9 @@
 and the ``document-curation`` flow with a ``table``.
 
 Contract:
-- ``CorpusRun.prepare(input, table, out, retry_dead_letters)``, before Ray starts: opens the input
-  (``corpus.location``: a directory or any filesystem URL) and, with a table, the table location,
+- ``CorpusRun.prepare(input, table, out, retry_dead_letters, credentials=None)``, before Ray starts:
+  opens the input (``corpus.location``: a directory or any filesystem URL; ``credentials`` for those
+  of input and table that are ``s3://`` URLs, else the standard places) and, with a table, the table location,
   its version, the manifest and the near-duplicate index of that version; plans the work
   (``corpus.work.plan_work``: new, changed, retried and requeued files, copied under
   ``OUT/_inputs/corpus``). Without a table every listed file is new (a URL input curated into
@@ -43,7 +44,7 @@ import pyarrow.parquet as pq
 
 from trident_flows.core.state import RuntimeConfigError
 from trident_flows.corpus import manifest, near_dup_store, sidecar
-from trident_flows.corpus.location import Location, LocationError, open_location
+from trident_flows.corpus.location import Location, LocationError, S3Credentials, open_location
 from trident_flows.corpus.near_dup_store import IndexSnapshot
 from trident_flows.corpus.table import CorpusTable
 from trident_flows.corpus.work import Work, plan_work
@@ -70,6 +71,11 @@ def decisions_of(policy: str, reconfigurations: int, apply_reports: Any) -> dict
     return {"policy": policy, "reconfigurations": reconfigurations, "plans": [r.get("reason", "") for r in apply_reports]}
 
 
+def _for(location: str | Path, credentials: S3Credentials | None) -> S3Credentials | None:
+    """``credentials`` where ``location`` is an ``s3://`` URL (they are for the run's S3 locations), else None."""
+    return credentials if str(location).startswith("s3://") else None
+
+
 def _outcome(drop: str | None) -> str:
     if not drop:
         return manifest.KEPT
@@ -93,10 +99,14 @@ class CorpusRun:
 
     @staticmethod
     def prepare(input: str | Path, table: str | None, out: Path, retry_dead_letters: bool = False,
-                quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None) -> "CorpusRun":
+                quality: Mapping[str, Any] | None = None, tune: Mapping[str, Any] | None = None,
+                credentials: S3Credentials | None = None) -> "CorpusRun":
         try:
-            source = open_location(input)
-            corpus = CorpusTable(open_location(table)) if table is not None else None
+            if credentials is not None and _for(input, credentials) is None and _for(table or "", credentials) is None:
+                raise ValueError(f"{credentials.source} is for s3:// locations, and neither the input {input} nor the table {table} is one: "
+                                 "give no credentials, or an s3:// URL")
+            source = open_location(input, _for(input, credentials))
+            corpus = CorpusTable(open_location(table, _for(table, credentials))) if table is not None else None
             version = corpus.version() if corpus is not None else None
             previous = sidecar.read(corpus.location, "manifest", version) if corpus is not None else None
             snapshot = near_dup_store.load(corpus.location, version) if corpus is not None else None
@@ -135,9 +145,7 @@ class CorpusRun:
             return None
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
-        from deltalake import DeltaTable
-
-        rows = DeltaTable(self.table.curated_uri).to_pyarrow_dataset().to_table(filter=pc.is_in(ds.field(ID), pa.array(sorted(revisions))))
+        rows = self.table.open(self.table.curated_uri).to_pyarrow_dataset().to_table(filter=pc.is_in(ds.field(ID), pa.array(sorted(revisions))))
         rows, _ = documents.apply_revisions(rows.drop_columns(["table_version", "run_id"]), revisions)
         return rows
 

@@ -1,12 +1,17 @@
 """A place documents land or a table lives: a local directory or any filesystem URL.
 
 Contract:
-- ``open_location(uri)`` takes a local path, a ``file://`` URL, or a URL of any filesystem pyarrow
-  opens itself (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``) or through fsspec (every other
-  scheme of an installed fsspec implementation). Credentials come from the standard places of that
-  filesystem (for S3 the AWS chain: environment, ``~/.aws``, instance role; ``AWS_ENDPOINT_URL``
-  for an S3-compatible server). An unknown scheme or an unreachable location raises
-  ``LocationError`` naming the URI and what to change; nothing is created by opening.
+- ``open_location(uri, credentials=None)`` takes a local path, a ``file://`` URL, or a URL of any
+  filesystem pyarrow opens itself (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``) or through fsspec
+  (every other scheme of an installed fsspec implementation). Credentials come from the standard
+  places of that filesystem (for S3 the AWS chain: environment, ``~/.aws``, instance role;
+  ``AWS_ENDPOINT_URL`` for an S3-compatible server), or, for an ``s3://`` URL, from ``credentials``
+  (``S3Credentials``: key id, secret, session token, endpoint, region; refused for another scheme).
+  A URL is probed once: an unknown scheme, a refused or missing credential or an unreachable location
+  raises ``LocationError``, one line naming the URI, where the credentials came from and what to change;
+  nothing is created by opening.
+- ``Location.storage_options`` are the same credentials for Delta Lake (``deltalake``'s keys; empty:
+  the standard places).
 - ``Location.list_files(suffix)`` lists every file under the root whose name ends with ``suffix``
   (case-insensitive), recursively, as an Arrow table ``path`` (relative to the root, ``/``
   separated, sorted), ``size``, ``mtime_ns`` (0 where the filesystem gives none).
@@ -18,15 +23,54 @@ Contract:
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 
+STANDARD_HINT = ("check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials, an instance role) and AWS_ENDPOINT_URL for "
+                 "an S3-compatible server (or, for a document-curation flow, name a Trident S3 Credentials block)")
+
+
 class LocationError(ValueError):
     """A location that cannot be opened or read; the message names it and what to change."""
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """Credentials for ``s3://`` locations given explicitly; ``source`` says where they came from (for errors)."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    endpoint_url: str | None = None
+    region: str | None = None
+    source: str = "the S3Credentials given"
+
+    def filesystem(self) -> pafs.S3FileSystem:
+        endpoint = urlsplit(self.endpoint_url) if self.endpoint_url else None
+        return pafs.S3FileSystem(access_key=self.access_key_id, secret_key=self.secret_access_key, session_token=self.session_token,
+                                 region=self.region, scheme=endpoint.scheme if endpoint else None,
+                                 endpoint_override=endpoint.netloc if endpoint else None)
+
+    def storage_options(self) -> dict[str, str]:
+        """Delta Lake's options for these credentials."""
+        options = {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+        if self.session_token:
+            options["AWS_SESSION_TOKEN"] = self.session_token
+        if self.endpoint_url:
+            options["AWS_ENDPOINT_URL"] = self.endpoint_url
+            options["AWS_ALLOW_HTTP"] = str(self.endpoint_url.startswith("http://")).lower()
+        if self.region:
+            options["AWS_REGION"] = self.region
+        return options
+
+    def hint(self) -> str:
+        return f"check the access key id, secret access key and endpoint of {self.source}"
 
 
 def _is_url(uri: str) -> bool:
@@ -40,6 +84,7 @@ class Location:
     uri: str
     fs: pafs.FileSystem
     root: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def _full(self, rel: str) -> str:
         return f"{self.root.rstrip('/')}/{rel}" if rel else self.root
@@ -56,7 +101,7 @@ class Location:
             raise LocationError(f"input {self.uri}: no such directory or bucket prefix; give the directory (or URL) where the "
                                 "documents land") from None
         except OSError as exc:
-            raise LocationError(f"input {self.uri}: cannot list it ({exc}); check the URL and the credentials "
+            raise LocationError(f"input {self.uri}: cannot list it ({_one_line(exc)}); check the URL and the credentials "
                                 "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, AWS_ENDPOINT_URL for an S3-compatible server)") from None
         prefix = self.root.rstrip("/") + "/"
         wanted = suffix.lower()
@@ -86,14 +131,34 @@ class Location:
             stream.write(data)
 
 
-def open_location(uri: str | Path) -> Location:
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def open_location(uri: str | Path, credentials: S3Credentials | None = None) -> Location:
     """Open ``uri`` (see the module docstring)."""
     text = str(uri).strip()
     if not text:
         raise LocationError("empty location: give a directory or a filesystem URL such as s3://bucket/prefix")
+    if credentials is not None and not text.startswith("s3://"):
+        raise LocationError(f"{text}: {credentials.source} is for s3:// locations; give an s3:// URL, or no credentials for this location")
     if not _is_url(text):
         path = Path(text.removeprefix("file://")).expanduser().resolve()
         return Location(str(path), pafs.LocalFileSystem(), str(path))
+    location = _open_url(text, credentials)
+    try:
+        location.fs.get_file_info(location.root)
+    except OSError as exc:
+        used, hint = ((f"the credentials of {credentials.source}", credentials.hint()) if credentials is not None else
+                      ("the credentials from the standard places", STANDARD_HINT if text.startswith("s3://") else
+                       "check the credentials of this filesystem"))
+        raise LocationError(f"{text}: cannot reach it with {used} ({_one_line(exc)}); {hint}") from None
+    return location
+
+
+def _open_url(text: str, credentials: S3Credentials | None) -> Location:
+    if credentials is not None:
+        return Location(text.rstrip("/"), credentials.filesystem(), text.removeprefix("s3://").rstrip("/"), credentials.storage_options())
     try:
         fs, root = pafs.FileSystem.from_uri(text)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -107,5 +172,5 @@ def open_location(uri: str | Path) -> Location:
                                 "or install the fsspec implementation of that scheme") from None
         fs = PyFileSystem(FSSpecHandler(spec_fs))
     except OSError as exc:
-        raise LocationError(f"{text}: cannot open it ({exc}); check the URL and the credentials") from None
+        raise LocationError(f"{text}: cannot open it ({_one_line(exc)}); check the URL and the credentials") from None
     return Location(text.rstrip("/"), fs, root.rstrip("/"))

@@ -5,7 +5,8 @@ Contract:
   ``_drop`` with the reason) plus ``content_sha256``, ``table_version`` (the version that wrote the
   row) and ``run_id``; ``TABLE/dead_letter`` one row per document a run dead-lettered (the sink's
   dead-letter columns, the same three added). Both read with any Delta reader: DuckDB, pandas,
-  Ray Data (``ray.data.read_delta``), Spark.
+  Ray Data (``ray.data.read_delta``), Spark. ``open(uri)`` opens either with the location's
+  credentials (``Location.storage_options``), as every read and write here does.
 - ``CorpusTable.commit(rows, dead, metadata)`` is a run's commit. The curated table gets exactly one
   commit, version ``v = previous + 1`` (the table is created empty, version 0, on the first run),
   a MERGE on ``id``: a row of this run replaces the row of the same document (a changed file, a
@@ -91,18 +92,26 @@ class CorpusTable:
         self.location = location
         self.curated_uri = location.uri_of(CURATED)
         self.dead_uri = location.uri_of(DEAD_LETTER)
+        self.storage_options = dict(location.storage_options) or None
+
+    def open(self, uri: str) -> Any:
+        """The Delta table at ``uri`` (``curated_uri`` or ``dead_uri``), opened with the location's credentials."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(uri, storage_options=self.storage_options)
+
+    def exists(self, uri: str) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(uri, storage_options=self.storage_options)
 
     def version(self) -> int | None:
         """The curated table's latest version; None before the first run."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.curated_uri).version() if DeltaTable.is_deltatable(self.curated_uri) else None
+        return self.open(self.curated_uri).version() if self.exists(self.curated_uri) else None
 
     def history(self) -> list[dict[str, Any]]:
         """The curated table's commits, newest first (commit info, with each run's metadata)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.curated_uri).history() if DeltaTable.is_deltatable(self.curated_uri) else []
+        return self.open(self.curated_uri).history() if self.exists(self.curated_uri) else []
 
     def commit(self, rows: pa.Table, dead: pa.Table, metadata: Mapping[str, Any]) -> int:
         """Commit one run (see the module docstring); returns the curated table's new version."""
@@ -113,14 +122,16 @@ class CorpusTable:
         info = CommitProperties(custom_metadata={k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in metadata.items()})
         rows = rows.append_column(VERSION_COLUMN, pa.array([version] * rows.num_rows, pa.int64()))
         dead = dead.append_column(VERSION_COLUMN, pa.array([version] * dead.num_rows, pa.int64()))
-        if DeltaTable.is_deltatable(self.dead_uri):
-            dead = fit(dead, _arrow_schema(DeltaTable(self.dead_uri)))
-            write_deltalake(self.dead_uri, dead, mode="overwrite", predicate=f"{VERSION_COLUMN} >= {version}", commit_properties=info)
+        options = self.storage_options
+        if self.exists(self.dead_uri):
+            dead = fit(dead, _arrow_schema(self.open(self.dead_uri)))
+            write_deltalake(self.dead_uri, dead, mode="overwrite", predicate=f"{VERSION_COLUMN} >= {version}", commit_properties=info,
+                            storage_options=options)
         else:
-            write_deltalake(self.dead_uri, fit(dead, None), mode="append", commit_properties=info)
+            write_deltalake(self.dead_uri, fit(dead, None), mode="append", commit_properties=info, storage_options=options)
         if before is None:
-            DeltaTable.create(self.curated_uri, schema=fit(rows, None).schema)
-        table = DeltaTable(self.curated_uri)
+            DeltaTable.create(self.curated_uri, schema=fit(rows, None).schema, storage_options=options)
+        table = self.open(self.curated_uri)
         if table.version() != (before or 0):
             raise ConcurrentCommit(f"{self.curated_uri} moved from version {before or 0} to {table.version()} while this run committed: "
                                    "run one curation per table at a time, then run this one again")
@@ -129,8 +140,9 @@ class CorpusTable:
             (table.merge(source, predicate="t.id = s.id", source_alias="s", target_alias="t", merge_schema=True, commit_properties=info)
              .when_matched_update_all().when_not_matched_insert_all().execute())
         else:  # nothing curated (only deletions, or nothing new): the run's commit still records it, changing no row
-            write_deltalake(self.curated_uri, source, mode="overwrite", predicate=f"{VERSION_COLUMN} > {version}", commit_properties=info)
-        after = DeltaTable(self.curated_uri).version()
+            write_deltalake(self.curated_uri, source, mode="overwrite", predicate=f"{VERSION_COLUMN} > {version}", commit_properties=info,
+                            storage_options=options)
+        after = self.open(self.curated_uri).version()
         if after != version:
             raise ConcurrentCommit(f"{self.curated_uri} is at version {after} after this run's commit, expected {version}: another run "
                                    "committed at the same time; run one curation per table at a time")

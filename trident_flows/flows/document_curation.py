@@ -35,8 +35,11 @@ Contract:
   ``trident`` settings left out are ``TridentSettingsBlock()``'s
   defaults (policy ``DEFAULT_POLICY``, ``trident``); ``policy="static"`` runs the pipeline as
   configured, with no sidecar (``sidecar_settings``).
-- ``input`` and ``table`` (the ``nightly`` deployment's parameters) replace the settings block's input
-  and table locations when given (``PipelineSettingsBlock.with_locations``). With a table, or a URL
+- ``input``, ``table`` and ``credentials`` (the ``nightly`` deployment's parameters) replace the settings
+  block's input and table locations and its credentials when given (``PipelineSettingsBlock.with_locations``);
+  ``credentials`` names a saved ``S3CredentialsBlock`` for the s3:// ones (``blocks.s3_credentials``:
+  a name with no block, or credentials the bucket refuses, fail the run before its pipeline starts with one
+  line saying what to change; without it, the standard places). With a table, or a URL
   input, the run is a corpus run (``control.corpus_run``) as ``trident-flows run documents --table``
   does it: only new or changed files are curated, the near-duplicate index is seeded with the
   table's before the runner starts, and once the pipeline has ended the run is committed to the
@@ -62,6 +65,7 @@ from prefect_ray.context import remote_options
 
 from trident_flows import ray_data
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
+from trident_flows.blocks.s3_credentials import load_credentials
 from trident_flows.flows.prefect_env import worker_env
 from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
@@ -69,6 +73,7 @@ from trident_flows.control.account import PolicyFigures, RunAccount, account_of_
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.corpus_run import CorpusRun, decisions_of, describe
 from trident_flows.control.launch import memory_uri, start_runner
+from trident_flows.core.state import RuntimeConfigError
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
 from trident_flows.runtime.sizing import fit_to_nodes
@@ -138,14 +143,15 @@ def sidecar_settings(trident: Optional[TridentSettingsBlock]) -> Optional[Triden
                                             "for the whole run (trident settings with policy static: not tuned).")
 def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClusterBlock] = None, max_parallel_shards: int = 3,
                       shard_timeout_s: float = 3600.0, trident: Optional[TridentSettingsBlock] = None, input: Optional[str] = None,
-                      table: Optional[str] = None) -> dict[str, Any]:
+                      table: Optional[str] = None, credentials: Optional[str] = None) -> dict[str, Any]:
     """Curate ``pipeline``'s input into its output location on ``cluster`` (default: a local Ray node),
     tuned by a ``trident-sidecar`` subflow under the ``trident`` settings (default: the Trident policy;
     ``{"policy": "static"}``: no sidecar, the pipeline runs as configured). ``input`` (a directory or
     URL where the documents land) and ``table`` (a table location: only new or changed files are
-    curated, into it) replace the block's locations when given."""
+    curated, into it) replace the block's locations when given, ``credentials`` (the name of a saved
+    Trident S3 Credentials block, for s3:// locations) the block's credentials."""
     logger = get_run_logger()
-    pipeline = pipeline.with_locations(input, table)
+    pipeline = pipeline.with_locations(input, table, credentials)
     cluster = cluster or RayClusterBlock()
     env = worker_env()
     connection = cluster.connect(env_vars=env)
@@ -201,9 +207,16 @@ def _corpus_run(pipeline: PipelineSettingsBlock, out_dir: Path) -> Optional[Corp
     """The corpus run of a block with a table location or a URL input (None otherwise), its work logged."""
     url = pipeline.input_location is not None and "://" in pipeline.input_location
     if pipeline.table_location is None and not url:
+        if pipeline.credentials:
+            raise RuntimeConfigError(f"credentials={pipeline.credentials!r} are for s3:// locations, and this run has neither a table nor a "
+                                     f"URL input ({pipeline.input_location}): give no credentials, or an s3:// input or table")
         return None
+    try:
+        credentials = load_credentials(pipeline.credentials) if pipeline.credentials else None
+    except ValueError as exc:
+        raise RuntimeConfigError(str(exc)) from None
     corpus = CorpusRun.prepare(pipeline.input_location, pipeline.table_location, out_dir, pipeline.retry_dead_letters,
-                               quality=dict(pipeline.quality), tune=dict(pipeline.tune))
+                               quality=dict(pipeline.quality), tune=dict(pipeline.tune), credentials=credentials)
     counts = corpus.work.counts()
     get_run_logger().info("%s: %d new, %d changed, %d unchanged, %d deleted, %d dead letters retried, %d requeued%s", corpus.source.uri,
                           counts["files_new"], counts["files_changed"], counts["files_unchanged"], counts["files_deleted"],
