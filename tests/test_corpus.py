@@ -228,3 +228,17 @@ def test_a_runs_figures_read_in_one_line_as_the_run_page_shows_them():
     assert describe(figures) == ("10 new, 2 changed, 40 unchanged, 1 deleted files, 0 dead letters retried, 3 requeued; "
                                  "1 near-duplicates of earlier runs, 0 earlier rows revised; table version 2")
     assert describe({**figures, "table_version": None}).endswith("; no table")
+
+
+def test_a_run_says_its_work_in_one_line_and_whether_it_creates_the_table(tmp_path):
+    from trident_flows.control.corpus_run import CorpusRun
+
+    (tmp_path / "in").mkdir()
+    _write(tmp_path / "in" / "a.pdf", b"a")
+    table = str(tmp_path / "table")
+    first = CorpusRun.prepare(tmp_path / "in", table, tmp_path / "out")
+    assert first.plan_line(table) == (f"{tmp_path / 'in'}: 1 new, 0 changed, 0 unchanged, 0 deleted, 0 dead letters retried, 0 requeued; "
+                                      f"table {table} not created yet: this run creates it")
+    assert first.publish(tmp_path / "out", {}, {})["table_version"] == 1
+    assert CorpusRun.prepare(tmp_path / "in", table, tmp_path / "out").plan_line(table).endswith(f"; table {table} at version 1")
+    assert CorpusRun.prepare(tmp_path / "in", None, tmp_path / "out").plan_line(None).endswith("0 requeued")

@@ -24,6 +24,8 @@ Contract:
   run id, the counts (the corpus figures and ``items``: written, dead-lettered, dropped) and the
   scheduler's ``decisions`` (``decisions_of``: policy, reconfigurations, the reason of every plan applied). Then ``OUT``'s run files and the cached copies are removed: the table is the output.
   Returns the run's corpus figures (``FIGURES``), ``table_version`` included.
+- ``plan_line(table)`` says the work in one line (new / changed / unchanged / deleted / retried /
+  requeued files, the table's version or that this run creates it), as the CLI prints it and the flow logs it.
 - ``figures()`` are the same figures before anything is committed (``table_version`` the table's
   current version): the summary of a run that had nothing to publish. ``describe(figures)`` says
   them in one line (*10 new, 2 changed, ... files; 1 near-duplicate of earlier runs, ...; table version 2*).
@@ -134,6 +136,14 @@ class CorpusRun:
         items = [(key, self.snapshot.values[k], given) for k, (key, given) in enumerate(zip(self.snapshot.ids, self.snapshot.duplicate_of))
                  if key in earlier]
         return documents.dedup_index(self.spec).seed(items, trust_committed=False) if items else 0
+
+    def plan_line(self, table: str | None) -> str:
+        """What the run will do, in one line: its files against the manifest and the table's version."""
+        counts = self.work.counts()
+        where = ("" if self.table is None else f"; table {table} at version {self.version}" if self.version is not None
+                 else f"; table {table} not created yet: this run creates it")
+        return (f"{self.source.uri}: {counts['files_new']} new, {counts['files_changed']} changed, {counts['files_unchanged']} unchanged, "
+                f"{counts['files_deleted']} deleted, {counts['files_retried']} dead letters retried, {counts['files_requeued']} requeued{where}")
 
     def figures(self, near_duplicates: int = 0, revised: int = 0, version: int | None = None) -> dict[str, Any]:
         return {**self.work.counts(), "near_duplicates_of_earlier_runs": near_duplicates, "earlier_rows_revised": revised,

@@ -430,10 +430,7 @@ def _corpus_run(pipeline: str, input: Path | str | None, table: str | None, out:
     from trident_flows.control.corpus_run import CorpusRun
 
     corpus = CorpusRun.prepare(input, table, out, retry_dead_letters, quality=quality, tune=tune)
-    counts = corpus.work.counts()
-    console.print(f"{corpus.source.uri}: {counts['files_new']} new, {counts['files_changed']} changed, {counts['files_unchanged']} unchanged, "
-                  f"{counts['files_deleted']} deleted, {counts['files_retried']} dead letters retried, {counts['files_requeued']} requeued"
-                  + (f"; table {table} at version {corpus.version}" if table is not None else ""), soft_wrap=True, highlight=False)
+    console.print(corpus.plan_line(table), soft_wrap=True, highlight=False)
     return corpus
 
 

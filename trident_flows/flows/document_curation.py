@@ -217,11 +217,7 @@ def _corpus_run(pipeline: PipelineSettingsBlock, out_dir: Path) -> Optional[Corp
         raise RuntimeConfigError(str(exc)) from None
     corpus = CorpusRun.prepare(pipeline.input_location, pipeline.table_location, out_dir, pipeline.retry_dead_letters,
                                quality=dict(pipeline.quality), tune=dict(pipeline.tune), credentials=credentials)
-    counts = corpus.work.counts()
-    get_run_logger().info("%s: %d new, %d changed, %d unchanged, %d deleted, %d dead letters retried, %d requeued%s", corpus.source.uri,
-                          counts["files_new"], counts["files_changed"], counts["files_unchanged"], counts["files_deleted"],
-                          counts["files_retried"], counts["files_requeued"],
-                          f"; table {pipeline.table_location} at version {corpus.version}" if corpus.table is not None else "")
+    get_run_logger().info("%s", corpus.plan_line(pipeline.table_location))
     return corpus
 
 
