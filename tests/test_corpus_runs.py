@@ -169,6 +169,6 @@ def test_the_curation_flow_curates_only_the_files_added_between_two_runs(prefect
     shown = {row["figure"]: row["value"] for row in json_.loads(artifacts["curation-corpus-flow-test-corpus"].data)}
     assert shown["new files"] == 2 and shown["near-duplicates of earlier runs"] == 1 and shown["table version written"] == 2
     assert artifacts["curation-corpus-flow-test-corpus"].description == (
-        f"{landing}: 2 new, 0 changed, 4 unchanged, 0 deleted files, 0 dead letters retried, 0 requeued; "
-        "1 near-duplicates of earlier runs, 0 earlier rows revised; table version 2")
+        "2 new, 0 changed, 4 unchanged, 0 deleted files; 1 near-duplicate of earlier runs; table version 2; 0 dead letters retried, "
+        f"0 requeued, 0 earlier rows revised; input {landing}")
     assert DeltaTable(f"{table}/curated").history(1)[0]["trident.flow_run_id"] == str(flow_run_id)

@@ -28,7 +28,8 @@ Contract:
   requeued files, the table's version or that this run creates it), as the CLI prints it and the flow logs it.
 - ``figures()`` are the same figures before anything is committed (``table_version`` the table's
   current version): the summary of a run that had nothing to publish. ``describe(figures)`` says
-  them in one line (*10 new, 2 changed, ... files; 1 near-duplicate of earlier runs, ...; table version 2*).
+  them in one line (*10 new, 2 changed, 28 unchanged, 0 deleted files; 1 near-duplicate of earlier
+  runs; table version 2; ...*).
 """
 
 from __future__ import annotations
@@ -60,12 +61,19 @@ FIGURES = ("files_new", "files_changed", "files_unchanged", "files_deleted", "fi
 NEAR_DUPLICATE = "duplicate-of:"
 
 
+def _count(n: int, thing: str, plural: str | None = None) -> str:
+    return f"{n} {thing if n == 1 else plural or thing + 's'}"
+
+
 def describe(figures: Mapping[str, Any]) -> str:
-    """A run's corpus figures (``FIGURES``) in one line, for a log or an artifact's description."""
+    """A run's corpus figures (``FIGURES``) in one line, the run-over-run ones first, for a log or an artifact's description."""
+    version = figures["table_version"]
     return (f"{figures['files_new']} new, {figures['files_changed']} changed, {figures['files_unchanged']} unchanged, "
-            f"{figures['files_deleted']} deleted files, {figures['files_retried']} dead letters retried, {figures['files_requeued']} "
-            f"requeued; {figures['near_duplicates_of_earlier_runs']} near-duplicates of earlier runs, {figures['earlier_rows_revised']} "
-            f"earlier rows revised; " + (f"table version {figures['table_version']}" if figures["table_version"] is not None else "no table"))
+            f"{_count(figures['files_deleted'], 'deleted file')}; "
+            f"{_count(figures['near_duplicates_of_earlier_runs'], 'near-duplicate')} of earlier runs; "
+            + (f"table version {version}" if version is not None else "no table")
+            + f"; {_count(figures['files_retried'], 'dead letter')} retried, {figures['files_requeued']} requeued, "
+            f"{_count(figures['earlier_rows_revised'], 'earlier row')} revised")
 
 
 def decisions_of(policy: str, reconfigurations: int, apply_reports: Any) -> dict[str, Any]:

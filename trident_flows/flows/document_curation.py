@@ -236,7 +236,7 @@ def _corpus_figures(corpus: CorpusRun, out_dir: Path, key: str, summary: Curatio
               "near_duplicates_of_earlier_runs": "near-duplicates of earlier runs", "earlier_rows_revised": "earlier rows revised",
               "table_version": "table version written"}
     create_table_artifact([{"figure": labels[k], "value": figures[k]} for k in labels], key=f"{key}-corpus",
-                          description=f"{corpus.source.uri}: {describe(figures)}")
+                          description=f"{describe(figures)}; input {corpus.source.uri}")
     return figures
 
 
