@@ -141,6 +141,10 @@ def test_a_video_with_a_broken_stream_is_dead_lettered_with_its_reason(tmp_path)
 FAULT_ITEMS = 60
 
 
+# `make test-slow`: two runs of the benchmark's cases (~1.5 min). `make test` keeps both faults, cheaper:
+# test_runtime_stream.py::test_replica_killed_mid_batch_loses_nothing kills a replica mid-batch, and
+# test_resume.py's interrupted-run test SIGKILLs the runner of `trident-flows run`, which resumes without loss.
+@pytest.mark.slow
 @pytest.mark.ray
 def test_replicas_and_the_runner_sigkilled_lose_and_duplicate_nothing(ray_cluster, tmp_path):
     n = FAULT_ITEMS
