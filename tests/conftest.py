@@ -32,6 +32,21 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture
+def emulated_docs_time_scale(monkeypatch):
+    """Build the named ``emulated-docs`` pipeline of this process (``build_pipeline``: the flows, ``run_command``) at a
+    time scale: ``emulated_docs_time_scale(0.2)``. At its measured costs (scale 1) its replicas take ~20 s to start
+    (embed's cold start) and a scanned document ~5 s of OCR; a test of what the flow does around the pipeline
+    (artifacts, sidecar, sizing) needs the same pipeline, not those seconds."""
+    from trident_flows.pipelines import emulated_docs
+
+    build = emulated_docs.build
+
+    def set_scale(scale: float) -> None:
+        monkeypatch.setattr(emulated_docs, "build", lambda **options: build(**{**options, "time_scale": scale}))
+    return set_scale
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """A Prefect API for the session (SQLite, temporary), with flow heartbeats off."""
@@ -41,6 +56,20 @@ def prefect_harness():
     with prefect_test_harness(server_startup_timeout=120):
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             yield
+
+
+@pytest.fixture(scope="session")
+def curated_documents(prefect_harness, ray_cluster, tmp_path_factory):
+    """One clean ``document-curation`` run of the real documents pipeline (8 synthetic documents in 3 shards, static
+    policy), shared by the tests of what such a run leaves and of re-running it: ``(settings, state)``, the output
+    at ``settings["output_location"]``. A test that re-runs into it must leave it as a clean run leaves it (every
+    re-run of the flow does: it writes each id once)."""
+    from trident_flows.flows.document_curation import document_curation
+
+    out = tmp_path_factory.mktemp("curated-documents") / "curated"
+    settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "curation-test"}
+    state = document_curation(pipeline=settings, trident={"policy": "static"}, return_state=True)
+    return settings, state
 
 
 @contextlib.contextmanager

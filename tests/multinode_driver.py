@@ -248,7 +248,7 @@ def node_join(cluster: Cluster, out: Path, nodes: dict) -> dict:
 def lost_outputs(cluster: Cluster, out: Path, nodes: dict) -> dict:
     from benchmarks.dataplane import build_spec
 
-    spec = build_spec(256 * 1024, 4, 160)
+    spec = build_spec(256 * 1024, 4, 80)
     # half a CPU per replica, so all four fit the head and the GPU worker once the joined node is gone;
     # a slow touch2 keeps produced rows queued (by reference) when the node dies
     ops = tuple(dataclasses.replace(op, config=dataclasses.replace(op.config, cpus=0.5),

@@ -225,6 +225,10 @@ def _two_stage_profile():
     )
 
 
+# `make test-slow`: a closed loop of ~45 s on the Ray cluster, judged by how early replicas move (benchmark-like: bench
+# closed-loop measures it). `make test` keeps the same decisions on the simulated runner (the pure-tick tests above and
+# test_closed_loop_mechanics.py) and the loop's calls to a real runner (test_control_launch.py, test_control_loop.py).
+@pytest.mark.slow
 def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster, tmp_path):
     import time
 
@@ -290,6 +294,10 @@ def _spike_profile():
     )
 
 
+# `make test-slow`: two runs of ~20 s on the Ray cluster comparing two policies (benchmark-like: bench closed-loop's
+# memory-spike workload measures it). `make test` keeps an OOM retried smaller and dead-lettered
+# (test_runtime_stream.py) and trident's memory decisions (test_closed_loop_mechanics.py's out-of-memory tests).
+@pytest.mark.slow
 def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_ooms(ray_cluster, tmp_path):
     from test_runtime_support import assert_exactly_once
     from trident_flows.pipelines.emulated import Stage, emulated_pipeline

@@ -3,6 +3,8 @@ redone, the one it did not commit is, and the output is the same as a clean run'
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from test_prefect_curation import _task_runs
@@ -13,11 +15,10 @@ from trident_flows.runtime.sink import read_ids
 pytestmark = [pytest.mark.prefect, pytest.mark.ray, pytest.mark.models]
 
 
-def test_a_flow_retry_skips_committed_shards(prefect_harness, ray_cluster, tmp_path):
-    out = tmp_path / "curated"
-    settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "resume-test"}
-    first = document_curation(pipeline=settings, trident={"policy": "static"})
-    assert first["duplicate_ids"] == 0
+def test_a_flow_retry_skips_committed_shards(curated_documents):
+    settings, first = curated_documents  # a clean run (8 documents, 3 shards, static), shared with test_prefect_curation
+    out = Path(settings["output_location"])
+    assert first.is_completed() and first.result()["duplicate_ids"] == 0
     reference = sorted(sum(read_ids(out), []))
     # the state a crash leaves behind: shard-00001 was written but its commit never finished
     resume.remove_marker(out, "shard-00001")

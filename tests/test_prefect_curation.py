@@ -5,6 +5,7 @@ same output location writes no duplicate rows."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -35,10 +36,9 @@ def _task_runs(flow_run_id):
 
 
 @pytest.mark.models
-def test_document_curation_accounts_for_every_item_and_reruns_idempotently(prefect_harness, ray_cluster, tmp_path):
-    out = tmp_path / "curated"
-    settings = {"pipeline": "documents", "synth": 8, "output_location": str(out), "shard_size": 3, "runner_name": "curation-test"}
-    state = document_curation(pipeline=settings, trident=STATIC, return_state=True)
+def test_document_curation_accounts_for_every_item_and_reruns_idempotently(curated_documents):
+    settings, state = curated_documents  # the clean run (8 documents, 3 shards, static), shared with test_flow_resume
+    out = Path(settings["output_location"])
     assert state.is_completed(), state.message
     summary = state.result()
     assert summary["items_in"] == 8 and summary["shards"] == 3
@@ -92,10 +92,12 @@ def test_ray_workers_get_the_api_url_and_a_missing_server_is_refused():
             worker_env()
 
 
-def test_a_pipeline_larger_than_the_cluster_is_sized_to_its_nodes(prefect_harness, ray_cluster, tmp_path, monkeypatch):
+def test_a_pipeline_larger_than_the_cluster_is_sized_to_its_nodes(prefect_harness, ray_cluster, tmp_path, monkeypatch,
+                                                                   emulated_docs_time_scale):
     """A pipeline whose starting replicas need more CPUs than the cluster has runs sized to the
     live nodes (as ``trident-flows run`` does) instead of being refused, and the flow says where
     its replicas ran."""
+    emulated_docs_time_scale(0.1)  # the sizing is the point, not the measured seconds of the emulated operators
     build = curation.build_pipeline
 
     def wide(name, **options):  # 8 OCR replicas of 1 CPU: 13 CPUs in all, on a cluster of TEST_CPUS

@@ -125,7 +125,7 @@ def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_f
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId
 
-    runner = _start("sidecar-long", 600, tmp_path)
+    runner = _start("sidecar-long", 300, tmp_path)
     try:
         state = trident_sidecar(trident=TridentSettingsBlock(policy="trident", tick_interval_s=0.5, min_samples=4),
                                 runner_name="sidecar-long", until_finished=True, return_state=True)
@@ -135,7 +135,7 @@ def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_f
     assert state.is_completed(), state.message
     result = state.result()
     assert result["status"] == "finished" and result["ticks"] >= 2
-    assert final.finished and final.items_written + final.items_dead_lettered == 600 and not final.error
+    assert final.finished and final.items_written + final.items_dead_lettered == 300 and not final.error
     with get_client(sync_client=True) as client:
         flow_run_id = state.state_details.flow_run_id
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
@@ -147,5 +147,5 @@ def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_f
     # what only the policy can tell for the curation run's account, taken at the pipeline's end
     figures = result["account_figures"]
     assert figures.policy == "trident" and len(figures.record.decisions) == result["decisions"]
-    assert len(figures.record.points) >= result["ticks"] and figures.record.points[-1].items_done == 600
+    assert len(figures.record.points) >= result["ticks"] and figures.record.points[-1].items_done == 300
     assert figures.estimate.items_per_s is not None or figures.estimate.note.startswith("no estimate: ")
