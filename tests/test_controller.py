@@ -227,7 +227,8 @@ def _two_stage_profile():
 
 # `make test-slow`: a closed loop of ~45 s on the Ray cluster, judged by how early replicas move (benchmark-like: bench
 # closed-loop measures it). `make test` keeps the same decisions on the simulated runner (the pure-tick tests above and
-# test_closed_loop_mechanics.py) and the loop's calls to a real runner (test_control_launch.py, test_control_loop.py).
+# test_closed_loop_mechanics.py), the trident policy ticking a real runner to its end (test_prefect_sidecar.py's long
+# run) and the loop's calls to a real runner (test_control_launch.py, test_control_loop.py).
 @pytest.mark.slow
 def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster, tmp_path):
     import time

@@ -154,6 +154,9 @@ def test_documents_output_does_not_depend_on_the_schedule_or_arrival_order(ray_c
 
 # ------------------------------------------------------------------------------------------ video
 
+# `make test-slow`: ~40 s of video model loads (every forced plan starts replicas that load theirs). `make test` keeps
+# the same property on the documents pipeline (the test above) and the video operators' outputs (test_video.py).
+@pytest.mark.slow
 def test_video_output_does_not_depend_on_the_schedule_or_arrival_order(ray_cluster, tmp_path):
     from trident_flows.pipelines import synth_video
     from trident_flows.pipelines.video import build
