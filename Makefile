@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (install + tests).
 # Both create .venv when missing and install what they need; a stamp keyed on pyproject.toml,
 # scripts/install.sh and constraints.lock makes a second run skip the install. `make test-slow`
-# runs the slow tests (installs into fresh environments); `make lock` rewrites constraints.lock,
+# runs the slow tests (installs into fresh environments, benchmark-like end-to-end runs); `make lock` rewrites constraints.lock,
 # the exact versions install.sh installs.
 SHELL := /bin/bash
 PYTHON ?= python3
