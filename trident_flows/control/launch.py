@@ -8,7 +8,8 @@ Contract:
   creates the named runner actor and starts it; ``find_runner(name, namespace)`` returns a
   handle to it from any driver of the same cluster.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
-  end (with the control loop when a policy is given), stops the runner, and reads the outputs
+  end (with the control loop when a policy is given; started in the policy's ``starting_spec(spec)``
+  where it has one, while the account's starting configuration stays ``spec``'s), stops the runner, and reads the outputs
   back to count items and duplicate ids. Its ``account`` (``control.account``) says what the
   policy did: the decisions with their measured effect, OOMs avoided, the ESTIMATE of the
   starting configuration's rate, and the throughput timeline drawn into ``OUT/timeline.png``. With ``resume=`` (a ``resume.ResumePlan``) it first
@@ -239,7 +240,9 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     if resume is not None and resume.committed:
         resume_pipeline(spec, out)  # e.g. the near-duplicate index seeded with the committed documents
     feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
-    handle = start_runner(spec, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
+    starting = getattr(policy, "starting_spec", None)
+    started = starting(spec) if starting is not None else spec  # Trident may start in what its memory learned
+    handle = start_runner(started, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
     loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
     try:
         while True:

@@ -340,6 +340,7 @@ class PlanKind(str, Enum):
     ROLLBACK = "rollback"            # restores the placement before a change that made the pipeline slower
     CANARY = "canary"                # starts canary replicas, or ends them with a verdict
     REGIME_PLAN = "regime_plan"      # moves operators to a known regime's allocation as its items reach them
+    IDLE_CAPACITY = "idle_capacity"  # gives resources no replica holds to operators with work waiting
 
 
 class CanaryVerdict(str, Enum):

@@ -31,6 +31,9 @@ Contract:
   re-issued (``WAIT``); a rollout other than the replica-for-replica safety move and a regime plan
   goes under verification. Every issued plan carries its ``Rationale``; a tick that issues none
   says why as a ``Hold``.
+- ``starting_spec(spec)``: the pipeline spec a run starts in: the memory's allocation for its most
+  frequent regime, where it is one config per operator (see the method); the run's lifecycle calls it
+  before the runner starts (the simulator, ``run_pipeline``).
 - ``run_figures()``: the ``RunSummary`` fields it reports: whether a memory was loaded, the regimes
   it knew, its warning, the median seconds from a regime recognised at the source to the first
   rollout after it and the operators pre-positioned.
@@ -56,6 +59,7 @@ from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate
 from trident_flows.scheduler.trident.guarded_steps import GuardedSteps
+from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
 from trident_flows.scheduler.trident.models import Models
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators, upper_median
 from trident_flows.scheduler.trident.pace import Pace
@@ -111,9 +115,11 @@ class TridentPolicy:
                                         cold_starts=self.cold_starts, solve=solve)
         self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,
                                           safety=self.safety)
+        self.idle = IdleCapacity(settings, self.ctx, self.safety, memory_bound=self.search.memory_bound, keep_cpu=self.canaries.exploring)
         self.memory = RunMemory(settings.memory, spec, cluster)
         self._reactions: list[float] = []  # seconds from a regime recognised at the source to the first rollout after it
         self._recognised_at: float | None = None
+        self.started_from: str | None = None  # what ``starting_spec`` changed, noted on the first tick
         self.memory.seed(self.sources, self.regime_plans, self.cold_starts)
 
     @property
@@ -154,6 +160,31 @@ class TridentPolicy:
                 "memory_warning": self.memory.warning, "reaction_s_median": upper_median(self._reactions) if self._reactions else None,
                 "prepositioned_moves": self.preposition.moves}
 
+    def starting_spec(self, spec: Any) -> Any:
+        """``spec`` as the run should start it: with ``start_from_memory`` and a memory read, each operator whose
+        allocation for the remembered regime with the most items (``RunMemory.starting_allocation``) is one config
+        within its replica bounds starts in it, the others as ``spec`` says; unchanged when that would hold more CPUs or
+        GPUs than the cluster has. ``started_from`` says what was done, for the first tick's record."""
+        entry, why = self.memory.starting_allocation() if self.settings.start_from_memory else (None, "")
+        if entry is None or spec is None:
+            return spec
+        operators, moved = [], []
+        for op in spec.operators:
+            groups = entry.allocation.get(op.name, ())
+            if len(groups) == 1 and op.min_replicas <= groups[0][1] <= op.max_replicas and (groups[0][0], groups[0][1]) != (op.config, op.replicas):
+                config, n = groups[0]
+                operators.append(replace(op, config=config, replicas=n))
+                moved.append(f"{op.name} {n}x{config.label()}")
+            else:
+                operators.append(op)
+        cluster = self.ctx.given_cluster
+        cpus = sum(o.config.cpus * o.replicas for o in operators)
+        gpus = sum(o.config.gpus * o.replicas for o in operators)
+        if not moved or (cluster is not None and (cpus > cluster.total_cpus + 1e-9 or gpus > cluster.total_gpus + 1e-9)):
+            return spec
+        self.started_from = f"started from the memory: {why}: " + ", ".join(moved)
+        return replace(spec, operators=tuple(operators))
+
     def finish(self, state: RunnerState) -> None:
         """The run ended: its memory is written (when ``settings.memory`` names where), with every model fitted on
         all it measured and a plan for each regime this run covered (``RegimePlans.settle``)."""
@@ -179,8 +210,9 @@ class TridentPolicy:
         ended: list[CanaryEnd] = []  # canaries judged this tick, for the plan's rationale
         measured, pipeline_t = self.pace.start_tick(state)
         self.cold_starts.track(state)
-        if self._tick == 1 and self.memory.warning:
-            events.append(TickEvent(EventKind.NOTE, "", self.memory.warning))
+        self.idle.observe(state)
+        if self._tick == 1:
+            events += [TickEvent(EventKind.NOTE, "", note) for note in (self.memory.warning, self.started_from) if note]
         new = steps.run("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
         source_events = steps.run("source", lambda: self.sources.observe(state, samples)) or []
         events += source_events
@@ -210,8 +242,9 @@ class TridentPolicy:
             decided = Decision.error("kept the current plan after a failed step: " + "; ".join(steps.errors),
                                      decided.predicted_throughput if decided is not None else 0.0)
         decided = self._unless_refused(state, decided)
-        if decided.action == Action.ROLL_OUT and decided.plan is not safety and not _regime_plan(decided.plan):
-            # a safety move is not undone for speed; a regime plan is measured on the regime it was made for, not the one before
+        if decided.action == Action.ROLL_OUT and decided.plan is not safety and not _unverified(decided.plan):
+            # a safety move is not undone for speed; a regime plan is measured on the regime it was made for, not the one
+            # before; replicas on idle resources slow no operator
             self.verifier.start(state, decided.plan, decided.predicted_throughput, list(self.pace.recent))
         if decided.action == Action.ROLL_OUT and self._recognised_at is not None:
             self._reactions.append(state.wall_s - self._recognised_at)
@@ -250,6 +283,9 @@ class TridentPolicy:
         if safety is not None and not gate_open:
             return Decision.roll_out(safety, safety.reason)
         if not gate_open:
+            grow = steps.run("idle capacity", lambda: self.idle.plan(state)) if safety is None else None
+            if grow is not None:
+                return Decision.roll_out(grow, f"{grow.reason} ({self.gate.waiting_reason(state)})")
             return Decision.no_change(self.gate.waiting_reason(state), Hold(HoldKind.WAITING_FOR_SAMPLES))
         if self.verifier.pending is not None:
             return Decision.no_change(f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})",
@@ -297,5 +333,6 @@ class TridentPolicy:
                              Hold(HoldKind.REFUSED_BEFORE), decided.predicted_throughput)
 
 
-def _regime_plan(plan: Plan) -> bool:
-    return plan.rationale is not None and plan.rationale.kind == PlanKind.REGIME_PLAN
+def _unverified(plan: Plan) -> bool:
+    """A regime plan or replicas on idle resources: rollouts that are not verified against the throughput before."""
+    return plan.rationale is not None and plan.rationale.kind in (PlanKind.REGIME_PLAN, PlanKind.IDLE_CAPACITY)

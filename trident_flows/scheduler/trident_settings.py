@@ -70,10 +70,15 @@ class TridentSettings:
     # regimes recognised at the source, remembered across runs
     memory: str | None = setting(None, "where Trident's memory of earlier runs is read and written: a path or a pyarrow "
                                        "filesystem URI (s3://, gs://, ...); None: nothing is remembered across runs")
+    start_from_memory: bool = setting(True, "start a run in the memory's allocation for the regime it saw most, before any item "
+                                            "is read (False: start as the pipeline spec says)")
     source_regime_items: int = setting(24, "input items whose mean features at the source are compared with the current regime's")
     source_regime_rel: float = setting(0.4, "relative difference of a mean item feature at the source that starts a new regime, > 0")
     regime_plans: bool = setting(True, "solve each known regime's allocation and move each operator to it as that regime's items "
                                        "reach it (False: neither; the memory then keeps only the allocations it was given)")
+    # resources no replica holds
+    idle_growth_s: float | None = setting(4.0, "seconds an operator must be saturated before CPUs/GPUs no replica holds go to it "
+                                               "as more replicas of its config, whatever the evidence gate (None: never)")
     # the placement MILP
     solver: str = setting(DEFAULT_SOLVER, f"MILP solver, one of {', '.join(SOLVERS)}")
     time_limit_s: float = setting(1.0, "seconds one MILP solve may take")
@@ -114,6 +119,7 @@ class TridentSettings:
             ("memory", self.memory is None or bool(self.memory.strip()), "give a path or URI, or None for no memory across runs"),
             ("source_regime_items", self.source_regime_items >= 1, "give a count of items >= 1"),
             ("source_regime_rel", self.source_regime_rel > 0, "give a relative difference > 0 (0.4 = 40%)"),
+            ("idle_growth_s", self.idle_growth_s is None or self.idle_growth_s > 0, "give seconds > 0, or None to leave free resources to the placement"),
             ("solver", self.solver in SOLVERS, f"choose one of {', '.join(SOLVERS)}"),
             ("time_limit_s", self.time_limit_s > 0, "give seconds > 0"),
             ("resolve_ticks", self.resolve_ticks >= 1, "give a count of ticks >= 1"),

@@ -2,7 +2,7 @@
 
 Contract:
 - ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., tick_charge_s=..., ...)`` starts a
-  ``SimRunner`` and ticks the policy against it in a ``loop.TickLoop`` (the one the live loop and the
+  ``SimRunner`` (on the policy's ``starting_spec(spec)`` where it has one) and ticks the policy against it in a ``loop.TickLoop`` (the one the live loop and the
   Prefect sidecar run) on a ``sim.tick_clock.SimClock``: a tick every ``tick_s`` simulated seconds,
   each decision's CPU time (or the fixed ``tick_charge_s``: same inputs, same decisions) charged to the
   simulated clock before its plan lands; an apply blocks the loop until its steps are done. A refused
@@ -69,6 +69,9 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     wall0, cpu0 = time.perf_counter(), time.process_time()
+    starting = getattr(policy, "starting_spec", None)
+    if starting is not None:
+        spec = starting(spec)  # a policy that remembers earlier runs (Trident) may start the pipeline in what it learned
     runner = SimRunner(spec, cluster, settings=settings, stream=stream, node_loss=node_loss, actor_start=actor_start,
                        call_cost=call_cost)
     run = SimRun({}, runner=runner)

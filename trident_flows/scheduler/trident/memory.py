@@ -6,7 +6,8 @@ Contract:
   (``ClusterShape``), per operator its latest measured batches (``BatchSample``; OOMs included:
   where memory ran out) and measured cold starts per device, and the regimes seen (``RegimeEntry``:
   the regime's mean item features at the source, each operator's allocation for it, the rate
-  predicted for it, how often it was seen and the per-item features each operator measured on it).
+  predicted for it, how often it was seen, the input items the source read in it (``items``, over every
+  run; 0 in a memory written before it was counted) and the per-item features each operator measured on it).
 - ``save(memory, uri)`` writes it as versioned JSON (``SCHEMA``, ``VERSION``; never pickle: a memory
   read from a shared bucket cannot run code) to a local path or any URI pyarrow's filesystems
   open (``s3://``, ``gs://``, ...), atomically: a temporary object, then a move.
@@ -90,6 +91,7 @@ class RegimeEntry:
     predicted_items_per_s: float
     seen: int = 1
     operator_features: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # operator -> per-item features it measured
+    items: float = 0.0  # input items the source read in this regime, over every run remembered
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class TridentMemory:
             "cluster": {"cpus": self.cluster.cpus, "gpus": self.cluster.gpus},
             "operators": {name: {"samples": [s.to_dict() for s in e.samples], "cold_start_s": dict(e.cold_start_s)}
                           for name, e in self.operators.items()},
-            "regimes": [{"signature": dict(r.signature), "predicted_items_per_s": r.predicted_items_per_s, "seen": r.seen,
+            "regimes": [{"signature": dict(r.signature), "predicted_items_per_s": r.predicted_items_per_s, "seen": r.seen, "items": r.items,
                          "operator_features": {op: dict(f) for op, f in r.operator_features.items()},
                          "allocation": {op: [[c.to_dict(), n] for c, n in groups] for op, groups in r.allocation.items()}}
                         for r in self.regimes],
@@ -130,7 +132,7 @@ class TridentMemory:
                                          for op, groups in r["allocation"].items()},
                                         float(r["predicted_items_per_s"]), int(r.get("seen", 1)),
                                         {str(op): {str(k): float(v) for k, v in f.items()}
-                                         for op, f in r.get("operator_features", {}).items()})
+                                         for op, f in r.get("operator_features", {}).items()}, float(r.get("items", 0.0)))
                             for r in data["regimes"])
             return cls(PipelineIdentity(str(p["name"]), tuple(p["operators"]), str(p["fingerprint"])),
                        ClusterShape(float(c["cpus"]), float(c["gpus"])), operators, regimes, int(data.get("runs", 1)))
@@ -238,7 +240,7 @@ def merged(memory: TridentMemory | None, newer: TridentMemory) -> TridentMemory:
         if k is None:
             regimes.append(regime)
         else:
-            regimes[k] = replace(regime, seen=regimes[k].seen + regime.seen)
+            regimes[k] = replace(regime, seen=regimes[k].seen + regime.seen, items=regimes[k].items + regime.items)
     return TridentMemory(newer.pipeline, newer.cluster, operators, tuple(regimes), memory.runs + 1)
 
 

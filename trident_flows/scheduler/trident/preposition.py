@@ -14,7 +14,9 @@ Contract:
   fractions can fit where no device has room), and then no
   operator is moved for that regime this tick (half a regime's allocation can be slower than none). Each
   operator is moved at most once per segment and never back to an earlier segment
-  (``positioned``): what the placement changes after it stands. Groups with a config that is unsafe now are not moved to. When the moves together
+  (``positioned``): what the placement changes after it stands. Groups with a config that is unsafe now are not moved to,
+  and an operator saturated now (work waiting, every serving replica busy: ``occupancy``) is not given fewer replicas
+  until it is not. When the moves together
   need more CPUs or GPUs than the cluster has, only those that hold no more than the operator holds
   now move; the rest wait for a later tick.
 - The plan is a ``REGIME_PLAN`` rollout; its reason names the regime, where its items are and the
@@ -27,6 +29,7 @@ import math
 
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.scheduler.occupancy import Occupancy, classify
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.context import Context
@@ -76,6 +79,8 @@ class PrePositioning:
             if groups == op_state.configs():
                 self.positioned[name] = segment
                 continue
+            if sum(groups.values()) < sum(op_state.configs().values()) and classify(op_state) is Occupancy.SATURATED:
+                continue  # work waits at it and every replica is busy: what it measures now outweighs a plan made on other items
             if held(groups)[1] > held(op_state.configs())[1] + 1e-9:
                 growing[name] = groups
             targets[name] = (segment, regime_plan, groups)

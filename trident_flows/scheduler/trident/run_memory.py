@@ -7,6 +7,8 @@ Contract:
 - ``seed(sources, plans, cold_starts)`` hands what was read to the parts: every remembered regime
   to ``SourceRegimes`` (its signature and per-operator features), its allocation to ``RegimePlans``
   (origin "memory") and the measured cold starts to ``ColdStarts``.
+- ``starting_allocation()``: the remembered regime with the most input items (then segments seen): what a
+  run starts in before its own first items are read (``TridentPolicy.starting_spec``).
 - ``write(state, ops, sources, plans, cold_starts, ended=False)`` writes ``memory.merged(loaded, this run)``
   atomically: per operator the newest batches measured, the cold starts, and per regime with a plan
   its signature, allocation, predicted rate, segments seen and per-operator features (``ended``: the
@@ -56,12 +58,22 @@ class RunMemory:
                                       entry.predicted_items_per_s, "memory"))
         cold_starts.remember({name: e.cold_start_s for name, e in self.loaded.operators.items()})
 
+    def starting_allocation(self) -> tuple[RegimeEntry | None, str]:
+        """The remembered regime with the most input items (then segments seen), and a line saying so; (None, why) without one."""
+        if self.loaded is None or not self.loaded.regimes:
+            return None, "no regime remembered"
+        entry = max(self.loaded.regimes, key=lambda r: (r.items, r.seen))
+        share = entry.items / sum(r.items for r in self.loaded.regimes) if entry.items > 0 else None
+        what = f"{share:.0%} of the input items" if share is not None else f"seen {entry.seen} time(s)"
+        return entry, f"the remembered regime with the most items ({what} of {self.loaded.runs} earlier run(s))"
+
     def write(self, state: RunnerState, ops: Operators, sources: SourceRegimes, plans: RegimePlans, cold_starts: ColdStarts,
               ended: bool = False) -> str | None:
         if not self.uri or self._pipeline is None:
             return None
         cluster = self._cluster or ClusterSpec.single_node(state.cluster_cpus, int(state.cluster_gpus))
         entries = []
+        items = sources.items_per_regime()
         live = set() if ended else sources.live(state)
         for regime in sources.regimes:
             plan = plans.plan(state, regime, regime.id in live)
@@ -70,7 +82,8 @@ class RunMemory:
             seen = sum(1 for s in sources.segments if s.regime is regime)
             entries.append(RegimeEntry(dict(regime.signature),
                                        {op: tuple(sorted(g.items(), key=lambda kv: kv[0].label())) for op, g in plan.groups.items()},
-                                       plan.predicted, max(1, seen), {op: dict(f) for op, f in regime.features.items()}))
+                                       plan.predicted, max(1, seen), {op: dict(f) for op, f in regime.features.items()},
+                                       items.get(regime.id, 0.0)))
         samples = {name: [s for _, s in op.window] for name, op in ops.items()}
         newer = memory.memory_of(self._pipeline, cluster, samples, cold_starts.measured(), entries)
         try:

@@ -19,7 +19,7 @@ Contract:
   a config got through per busy second on them; ``Regime.covered(ops)`` says every operator measured it.
 - ``at(position)`` is the segment an input item falls in (None before the first), ``next_after(position)``
   the first segment starting after it; ``current`` is the segment at the source; ``live(state)`` the
-  regimes some operator works on now.
+  regimes some operator works on now; ``items_per_regime()`` the input items read in each regime so far.
 - ``remember(signature, features)`` adds a regime known from an earlier run (``TridentMemory``).
 """
 
@@ -109,6 +109,14 @@ class SourceRegimes:
                 break
             found = segment
         return found
+
+    def items_per_regime(self) -> dict[int, float]:
+        """Input items read so far in each regime (its segments, the newest up to ``position``)."""
+        out: dict[int, float] = {}
+        for k, segment in enumerate(self.segments):
+            end = self.segments[k + 1].start if k + 1 < len(self.segments) else self.position
+            out[segment.regime.id] = out.get(segment.regime.id, 0.0) + max(0.0, end - segment.start)
+        return out
 
     def live(self, state: RunnerState) -> set[int]:
         """Ids of the regimes some operator works on now (the segments at the operators' stream positions)."""

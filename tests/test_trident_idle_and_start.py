@@ -1,0 +1,125 @@
+"""Idle capacity given to saturated operators, a run started in what the memory learned, and pre-positioning that
+does not shrink an operator with work waiting (no Ray)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import ClusterSpec, OpConfig, PlanKind
+from trident_flows.scheduler.policies import make_policy
+from trident_flows.scheduler.trident import memory
+from trident_flows.scheduler.trident.context import Context
+from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
+from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry
+from trident_flows.scheduler.trident_settings import TridentSettings
+
+CPU8 = OpConfig("cpu", 8)
+CPU2 = OpConfig("cpu", 2)
+
+
+def _op(name: str, replicas: int, queue: int, busy: bool, config: OpConfig = CPU8) -> OperatorState:
+    reps = tuple(ReplicaState(f"{name}{k}", f"a{name}{k}", config, True, False, False, 2 if busy else 0, 1.0, 5, 0) for k in range(replicas))
+    return OperatorState(name, reps, queue, queue * 100, 0, 0, 0, 1.0 if busy else 0.0, 0, 0)
+
+
+def _state(t: float, *ops: OperatorState, cpus: float = 16) -> RunnerState:
+    return RunnerState("p", ops, 0, 0, 0, 0, 0, False, False, t, 0.0, cpus, 0, 0, 0)
+
+
+class _Safe:
+    def unsafe(self, name: str, config: OpConfig) -> str | None:
+        return None
+
+
+def _idle(growth_s: float | None = 4.0, keep_cpu: bool = False) -> IdleCapacity:
+    return IdleCapacity(TridentSettings(idle_growth_s=growth_s), Context(None, ClusterSpec.single_node(16, 0)), _Safe(),  # type: ignore[arg-type]
+                        memory_bound=lambda name, config: None, keep_cpu=lambda state: keep_cpu)
+
+
+def _feed(idle: IdleCapacity, seconds: int, make: Any) -> RunnerState:
+    state = make(0.0)
+    for t in range(seconds + 1):
+        state = make(float(t))
+        idle.observe(state)
+    return state
+
+
+def test_free_cpus_go_to_the_operators_saturated_long_enough_most_queued_per_replica_first() -> None:
+    # 4 + 3 + 1 = 8 of 16 CPUs held: 8 free; embed has 400 queued on 3 replicas, ocr 100 on 4, parse is starved
+    idle = _idle()
+    state = _feed(idle, 5, lambda t: _state(t, _op("parse", 1, 0, False), _op("ocr", 4, 100, True), _op("embed", 3, 400, True)))
+    plan = idle.plan(state)
+    assert plan is not None and plan.rationale is not None and plan.rationale.kind == PlanKind.IDLE_CAPACITY
+    total = {o.operator: sum(g.replicas for g in o.groups) for o in plan.operators}
+    assert "parse" not in total  # starved: more replicas would not help it
+    assert sum(total.values()) - 4 * ("ocr" in total) - 3 == 8  # every free CPU is used, none beyond
+    assert total["embed"] > total.get("ocr", 4)  # the deeper queue per replica gets the most
+    assert idle.moves == 8
+
+
+def test_no_growth_before_idle_growth_s_of_saturation_nor_when_turned_off_nor_for_the_canary_cpu() -> None:
+    saturated = lambda t: _state(t, _op("ocr", 14, 50, True))  # noqa: E731 - 2 CPUs free
+    assert _idle().plan(_feed(_idle(), 0, saturated)) is None
+    early = _idle()
+    assert early.plan(_feed(early, 2, saturated)) is None  # saturated for 2 s of the 4 asked
+    off = _idle(None)
+    assert off.plan(_feed(off, 6, saturated)) is None
+    kept = _idle(keep_cpu=True)
+    plan = kept.plan(_feed(kept, 6, saturated))
+    assert plan is not None and sum(g.replicas for g in plan.operators[0].groups) == 15  # one of the 2 free CPUs stays for a canary
+    blipped = _idle()
+    _feed(blipped, 6, saturated)
+    blipped.observe(_state(7.0, _op("ocr", 14, 0, True)))  # its queue ran dry: the saturated run starts again
+    assert blipped.plan(_state(8.0, _op("ocr", 14, 50, True))) is None
+
+
+def _learned_spec() -> Any:
+    from benchmarks import suite_workloads as sw
+    from benchmarks.baselines import STATIC_DEFAULT
+    from benchmarks.closed_loop_workload import Workload
+    from trident_flows.runtime.costmodel import PipelineProfile
+
+    suite = sw.suite_workloads(True, ["cpu-only"])[0]
+    profile = PipelineProfile.load(suite.profile)
+    stream = Workload("regimes", "short:40,scans:10", seed=sw.SEED, time_scale=1.0)
+    start = suite.baselines(profile, stream, stream.rows(profile)).start(STATIC_DEFAULT)
+    return stream.spec(profile, start, "start-test")
+
+
+def test_a_run_starts_in_the_memorys_allocation_for_the_regime_with_the_most_items(tmp_path: Path) -> None:
+    spec = _learned_spec()
+    cluster = ClusterSpec.single_node(16, 0)
+    names = [op.name for op in spec.operators]
+    many = RegimeEntry({"pages": 2.0}, {n: ((CPU2, 1),) for n in names} | {"embed": ((CPU2, 10),)}, 30.0, 2, items=5000.0)
+    few = RegimeEntry({"pages": 40.0}, {n: ((CPU2, 1),) for n in names} | {"ocr": ((CPU2, 10),)}, 3.0, 3, items=600.0)
+    path = tmp_path / "memory.json"
+    memory.save(memory.memory_of(PipelineIdentity.of(spec), cluster, {}, {}, [few, many]), str(path))
+
+    policy = make_policy("trident", spec=spec, cluster=cluster, memory=str(path))
+    started = policy.starting_spec(spec)
+    assert started.operator("embed").replicas == 10 and started.operator("embed").config == CPU2
+    assert started.operator("ocr").replicas == 1
+    assert policy.started_from is not None and "embed 10x" in policy.started_from and "89% of the input items" in policy.started_from
+    assert [op.name for op in started.operators] == names and started.source is spec.source  # what is curated is unchanged
+
+    off = make_policy("trident", spec=spec, cluster=cluster, memory=str(path), start_from_memory=False)
+    assert off.starting_spec(spec) is spec
+    small = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(8, 0), memory=str(path))
+    assert small.starting_spec(spec) is spec  # 15 replicas of 1 CPU do not fit 8 CPUs (nor does a rescaled one start over them)
+    cold = make_policy("trident", spec=spec, cluster=cluster, memory=str(tmp_path / "none.json"))
+    assert cold.starting_spec(spec) is spec
+
+
+def test_memory_items_round_trip_and_add_up_across_runs(tmp_path: Path) -> None:
+    spec = _learned_spec()
+    cluster = ClusterSpec.single_node(16, 0)
+    identity = PipelineIdentity.of(spec)
+    entry = RegimeEntry({"pages": 2.0}, {"ocr": ((CPU8, 2),)}, 30.0, 1, items=120.0)
+    first = memory.memory_of(identity, cluster, {}, {}, [entry])
+    path = tmp_path / "m.json"
+    memory.save(memory.merged(first, memory.memory_of(identity, cluster, {}, {}, [replace(entry, items=80.0)])), str(path))
+    loaded = memory.load(str(path), identity, cluster).memory
+    assert loaded is not None and loaded.regimes[0].items == 200.0 and loaded.regimes[0].seen == 2
