@@ -98,18 +98,18 @@ def test_a_run_starts_in_the_memorys_allocation_for_the_regime_with_the_most_ite
     path = tmp_path / "memory.json"
     memory.save(memory.memory_of(PipelineIdentity.of(spec), cluster, {}, {}, [few, many]), str(path))
 
-    policy = make_policy("trident", spec=spec, cluster=cluster, memory=str(path))
+    policy = make_policy("trident", spec=spec, cluster=cluster, memory=str(path), start_from_memory=True)
     started = policy.starting_spec(spec)
     assert started.operator("embed").replicas == 10 and started.operator("embed").config == CPU2
     assert started.operator("ocr").replicas == 1
     assert policy.started_from is not None and "embed 10x" in policy.started_from and "89% of the input items" in policy.started_from
     assert [op.name for op in started.operators] == names and started.source is spec.source  # what is curated is unchanged
 
-    off = make_policy("trident", spec=spec, cluster=cluster, memory=str(path), start_from_memory=False)
+    off = make_policy("trident", spec=spec, cluster=cluster, memory=str(path))  # off by default
     assert off.starting_spec(spec) is spec
-    small = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(8, 0), memory=str(path))
+    small = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(8, 0), memory=str(path), start_from_memory=True)
     assert small.starting_spec(spec) is spec  # 15 replicas of 1 CPU do not fit 8 CPUs (nor does a rescaled one start over them)
-    cold = make_policy("trident", spec=spec, cluster=cluster, memory=str(tmp_path / "none.json"))
+    cold = make_policy("trident", spec=spec, cluster=cluster, memory=str(tmp_path / "none.json"), start_from_memory=True)
     assert cold.starting_spec(spec) is spec
 
 

@@ -5,7 +5,8 @@ Contract:
 - ``plan(state) -> Plan | None``: the cluster's CPUs and GPUs that no replica holds (starting, serving,
   draining or canary; one CPU kept for a canary while ``keep_cpu`` says so) go to operators ``SATURATED``
   in every tick of the last ``idle_growth_s`` seconds with unchanged serving configs (work waiting, every
-  serving replica holding a batch, nothing holding it back downstream): one replica of the operator's main
+  serving replica holding a batch, nothing holding it back downstream; the first operator only when no other
+  is: its queue is the source's read-ahead, full whatever the pipeline needs): one replica of the operator's main
   serving config (``replicas.main_config``) at a time, each to the operator with the most items queued per
   replica, while the free CPUs and GPUs, its ``max_replicas`` and the nodes' declared host memory
   (``memory_bound`` per replica, its ``memory_safety_margin`` kept free) hold. A config that is unsafe now
@@ -71,8 +72,11 @@ class IdleCapacity:
             cpus -= 1.0
         if cpus < 1e-9 and gpus < 1e-9:
             return None
+        saturated = self.saturated(state)
+        if len(saturated) > 1 and state.operators[0].name in saturated:
+            saturated.remove(state.operators[0].name)  # its queue is the source's read-ahead: a full one says nothing of need
         candidates = {}
-        for name in self.saturated(state):
+        for name in saturated:
             config = main_config(state.operator(name), self.ctx.spec)
             if config is not None and self.safety.unsafe(name, config) is None:
                 candidates[name] = config
