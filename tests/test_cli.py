@@ -12,6 +12,9 @@ from typer.testing import CliRunner
 from benchmarks import BENCHMARKS
 from trident_flows.cli import app
 from trident_flows.pipelines import PIPELINES
+from trident_flows.planning.catalogue import DEFAULT_CATALOGUE
+
+CATALOGUE = str(DEFAULT_CATALOGUE)
 
 
 @pytest.fixture()
@@ -35,6 +38,13 @@ def used_out(tmp_path):
     (["run", "emulated-docs", "--regimes", "weird:10"], "this profile has ['long', 'scans', 'short']"),
     (["run", "emulated-docs", "--address", "auto"], "give HOST:PORT of your cluster, or leave --address out"),
     (["run", "emulated-docs", "--address", "127.0.0.1:1"], "no Ray cluster answers at --address 127.0.0.1:1"),
+    (["run", "emulated-docs", "--synth", "5", "--deadline", "1h"], "--deadline asks Ray's autoscaler for nodes: give --address"),
+    (["run", "emulated-docs", "--synth", "5", "--deadline", "1h", "--address", "127.0.0.1:1", "--policy", "static"],
+     "--deadline needs --policy trident"),
+    (["run", "emulated-docs", "--synth", "5", "--budget", "3", "--address", "127.0.0.1:1"], "--budget needs --catalogue FILE"),
+    (["run", "emulated-docs", "--synth", "5", "--deadline", "tomorrow", "--address", "127.0.0.1:1", "--catalogue", CATALOGUE],
+     "give seconds from now (5400, 90m, 1.5h) or an ISO 8601 time"),
+    (["run", "emulated-docs", "--synth", "5", "--catalogue", CATALOGUE], "add --deadline or --budget"),
     (["bench", "nope"], "choose one of overhead"),
     (["bench", "closed-loop", "--systems", "static-avg,tridnet"], "unknown system 'tridnet': choose one of static-avg"),
     (["bench", "placement", "--systems", "trident"], "benchmark 'placement' has no --systems option; drop it"),

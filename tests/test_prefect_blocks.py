@@ -6,6 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
+from trident_flows.planning.catalogue import DEFAULT_CATALOGUE
+
+CATALOGUE = str(DEFAULT_CATALOGUE)
 
 pytestmark = pytest.mark.prefect
 
@@ -51,10 +54,24 @@ def test_trident_settings_normalises_policy():
     ({"gpu_budget": -1}, "greater than or equal to 0"),
     ({"max_changes": -1}, "greater than or equal to 0"),
     ({"max_reconfigurations_per_tick": 2}, "unknown field 'max_reconfigurations_per_tick'; known fields: .*max_changes"),
+    ({"deadline": "2h"}, "deadline/budget need node_catalogue"),
+    ({"deadline": "2h", "node_catalogue": CATALOGUE, "policy": "ds2"}, "need policy='trident'"),
+    ({"deadline": "soon", "node_catalogue": CATALOGUE}, "deadline 'soon': give seconds from now"),
+    ({"deadline": "2h", "budget": 3.0, "node_catalogue": CATALOGUE}, "give one goal"),
+    ({"deadline": "2h", "node_catalogue": "/no/such.toml"}, "no such file"),
+    ({"node_catalogue": CATALOGUE}, "set deadline or budget, or clear it"),
+    ({"budget": 0}, "greater than 0"),
 ])
 def test_trident_settings_refuses(fields, message):
     with pytest.raises(ValidationError, match=message):
         TridentSettingsBlock(**fields)
+
+
+def test_trident_settings_goal_counts_a_relative_deadline_from_the_run_start():
+    settings = TridentSettingsBlock(deadline="90m", node_catalogue=CATALOGUE)
+    pool, goal = settings.elastic(1000.0)
+    assert goal.deadline_at == 1000.0 + 5400 and goal.budget is None and "c16" in pool.classes.names
+    assert TridentSettingsBlock().elastic(1000.0) is None
 
 
 def test_pipeline_settings_paths_and_options(tmp_path):

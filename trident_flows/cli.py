@@ -157,6 +157,13 @@ def run(
                                         "commit per run); --out is then the run's staging area."),
     retry_dead_letters: bool = typer.Option(False, "--retry-dead-letters", help="With --table: also retry the files dead-lettered by "
                                             "earlier runs whose bytes did not change (default: a dead letter is retried only when its bytes change)."),
+    deadline: Optional[str] = typer.Option(None, help="Finish by then at least cost, asking the --address cluster's autoscaler for the "
+                                           "--catalogue nodes that needs and giving them back: seconds from now (5400, 90m, 1.5h) or an "
+                                           "ISO 8601 time (2026-12-05T06:00). Needs --policy trident."),
+    budget: Optional[float] = typer.Option(None, help="Instead of --deadline: the most the run's nodes may cost (catalogue currency); "
+                                           "trident holds the nodes of least cost per item within it."),
+    catalogue: Optional[Path] = typer.Option(None, help="With --deadline/--budget: the worker node types the autoscaler may start (TOML or "
+                                             "JSON, as `plan --catalogue`; each named as its Ray node type; a class 'head' prices the head)."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
     from trident_flows.pipelines.quality import check_settings, parse_settings
@@ -186,7 +193,8 @@ def run(
             run_command(pipeline=pipeline, out=out, policy=policy, input=_input_arg(input), synth=synth, regimes=regimes, seed=seed,
                         cpus=cpus, gpus=gpus, address=address, summary_json=summary_json, tick_s=tick_s, decision_log=decision_log,
                         console=console, quality=settings["quality"], tune=settings["tune"], restart=restart, memory=memory, table=table,
-                        retry_dead_letters=retry_dead_letters, dataset_support=dataset_support)
+                        retry_dead_letters=retry_dead_letters, dataset_support=dataset_support, deadline=deadline, budget=budget,
+                        catalogue=catalogue)
         except RunInterrupted as exc:
             console.print(str(exc), soft_wrap=True)
             raise typer.Exit(130) from None

@@ -6,19 +6,26 @@ the cluster the policy plans for) and the Trident policy's settings a sidecar us
 (``TRIDENT_FIELDS``: ``memory_safety_margin``, ``max_changes``, ``memory``), under the names and with the
 docs of ``scheduler.trident_settings.TridentSettings``. ``trident_options()`` gives those as the
 policy's options; with ``policy="trident"`` they are checked by ``TridentSettings`` at
-construction. Invalid values and unknown fields are refused at construction with a message naming
-the field and what to change.
+construction. A run's goal (``deadline`` or ``budget``, with ``node_catalogue``: the worker node
+types the autoscaler may start) makes the sidecar of a curation run ask Ray's autoscaler for nodes
+(``control.elastic``); ``elastic(now)`` gives its ``(NodePool, RunGoal)`` (a relative deadline
+counts from ``now``), None without a goal. Invalid values and unknown fields are refused at
+construction with a message naming the field and what to change.
 """
 
 from __future__ import annotations
 
 import difflib
+import time
+from pathlib import Path
 from typing import Any, Optional
 
 from prefect.blocks.core import Block
 from pydantic import Field, field_validator, model_validator
 
 from trident_flows.blocks.catalogue import DOCUMENTATION_URL, LOGO_URL
+from trident_flows.planning.catalogue import PlanningError, load_catalogue
+from trident_flows.planning.scale import NodePool, RunGoal, parse_deadline
 from trident_flows.scheduler.policies import DEFAULT_POLICY
 from trident_flows.scheduler.settings import documented
 from trident_flows.scheduler.trident_settings import TridentSettings
@@ -49,6 +56,14 @@ class TridentSettingsBlock(Block):
                                         description=f"Trident: {_DOC['memory_safety_margin']} (0.15 = plan for at most 85%).")
     max_changes: int = Field(default=4, ge=0, description=f"Trident: {_DOC['max_changes']}.")
     memory: Optional[str] = Field(default=None, description=f"Trident: {_DOC['memory']}.")
+    # The run's goal: nodes asked of Ray's autoscaler (control.elastic), the curation run's sidecar only.
+    deadline: Optional[str] = Field(default=None, description="Finish by then at least cost, asking Ray's autoscaler for the nodes that "
+                                                              "needs: seconds from the run's start (5400, 90m, 1.5h) or an ISO 8601 time.")
+    budget: Optional[float] = Field(default=None, gt=0, description="Instead of a deadline: the most the run's nodes may cost "
+                                                                    "(node_catalogue currency), at least cost per item.")
+    node_catalogue: Optional[str] = Field(default=None, description="With deadline/budget: a catalogue file (TOML/JSON, as `trident-flows "
+                                                                    "plan --catalogue`) of the worker node types the autoscaler may start, "
+                                                                    "each named as its Ray node type; a class 'head' prices the head.")
 
     @model_validator(mode="before")
     @classmethod
@@ -77,7 +92,26 @@ class TridentSettingsBlock(Block):
     def _check_trident_settings(self) -> "TridentSettingsBlock":
         if self.policy == "trident":
             TridentSettings(**self.trident_options())  # its ValueError names the field, the value and the fix
+        if self.deadline is None and self.budget is None:
+            if self.node_catalogue is not None:
+                raise ValueError("node_catalogue names the nodes trident may request for a goal: set deadline or budget, or clear it")
+        elif self.policy != "trident":
+            raise ValueError(f"deadline/budget need policy='trident' (it places work on the nodes as they join), not {self.policy!r}")
+        elif self.node_catalogue is None:
+            raise ValueError("deadline/budget need node_catalogue: a catalogue file of the worker node types the autoscaler may start")
+        else:
+            self.elastic(time.time())  # a bad deadline, goal or catalogue is refused now, naming the fix
         return self
+
+    def elastic(self, now: float) -> tuple[NodePool, RunGoal] | None:
+        """The node pool and goal of a run starting at ``now`` (None without a goal); ``ValueError`` naming the fix."""
+        if self.deadline is None and self.budget is None:
+            return None
+        try:
+            goal = RunGoal(deadline_at=parse_deadline(self.deadline, now) if self.deadline is not None else None, budget=self.budget)
+            return NodePool.from_catalogue(load_catalogue(Path(self.node_catalogue or ""))), goal
+        except PlanningError as exc:
+            raise ValueError(str(exc).replace("--deadline", "deadline").replace("--budget", "budget").replace("--catalogue", "node_catalogue")) from None
 
     def trident_options(self) -> dict[str, Any]:
         """The Trident policy's options this block sets, by their ``TridentSettings`` names."""

@@ -12,7 +12,9 @@ Contract:
   where it has one, while the account's starting configuration stays ``spec``'s), stops the runner, and reads the outputs
   back to count items and duplicate ids. Its ``account`` (``control.account``) says what the
   policy did: the decisions with their measured effect, OOMs avoided, the ESTIMATE of the
-  starting configuration's rate, and the throughput timeline drawn into ``OUT/timeline.png``. With ``resume=`` (a ``resume.ResumePlan``) it first
+  starting configuration's rate, and the throughput timeline drawn into ``OUT/timeline.png``. With a ``scaler``
+  (``control.elastic.ElasticScaler``; it needs a policy) the control loop takes a scale step each tick and the
+  scaler's request is cleared once the run stopped, failed or not; the summary's ``elastic`` is its summary. With ``resume=`` (a ``resume.ResumePlan``) it first
   restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
   documents near-duplicate index), feeds only the plan's pending shards and counts the committed
   ones in the summary. A policy with ``finish(state)`` is told the final state once the loop stopped
@@ -37,11 +39,15 @@ Contract:
   staging area, cleared once published; a re-run after a kill resumes it), the near-duplicate index
   is seeded with the table's, the result is committed to the table, and the summary adds the
   corpus figures (``corpus_run.FIGURES``). A run with no file to process starts no Ray node.
+  A ``goal`` (``--deadline`` or ``--budget``) runs with an ``ElasticScaler`` over the worker classes of
+  ``catalogue`` (``planning.scale.NodePool``): it needs ``address`` (a cluster whose autoscaler trident asks),
+  the trident policy and a catalogue; each missing one is refused naming it.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -55,6 +61,7 @@ from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
 from trident_flows.control.account import RunAccount, account_of_run, build_account, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
+from trident_flows.control.elastic import ElasticScaler
 from trident_flows.control.loop import ControlLoop
 from trident_flows.loop.figures import operator_figures
 from trident_flows.control.ooms_avoided import OomsAvoided
@@ -187,6 +194,7 @@ class RunSummary:
     reaction_s_median: float | None = None
     prepositioned_moves: int | None = None
     account: RunAccount | None = None
+    elastic: dict[str, Any] = field(default_factory=dict)  # the scaler's summary (control.elastic) of a run with a goal
     corpus: dict[str, Any] = field(default_factory=dict)  # a corpus run's figures (control.corpus_run.FIGURES), top-level in to_dict
 
     def to_dict(self) -> dict[str, Any]:
@@ -225,12 +233,14 @@ def refuse_used_out(out: Path) -> None:
 def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
                  name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5,
-                 resume: resume_mod.ResumePlan | None = None) -> RunSummary:
+                 resume: resume_mod.ResumePlan | None = None, scaler: ElasticScaler | None = None) -> RunSummary:
     """Run ``spec`` to the end on the current Ray cluster and return its summary (see module docstring).
 
     ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them.
     ``resume``: the directory was prepared by ``resume.open_run``; only its pending shards are fed."""
     out = Path(out_dir)
+    if scaler is not None and policy is None:
+        raise RuntimeConfigError("a scaler acts in the control loop: give a policy (trident places work on the nodes as they join)")
     old = run_outputs(out) if resume is None else []
     if old and not overwrite:
         refuse_used_out(out)
@@ -242,8 +252,13 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
     feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
     starting = getattr(policy, "starting_spec", None)
     started = starting(spec) if starting is not None else spec  # Trident may start in what its memory learned
-    handle = start_runner(started, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
-    loop = ControlLoop(handle, policy, tick_s, decision_log).start() if policy is not None else None
+    try:
+        handle = start_runner(started, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
+    except BaseException:
+        if scaler is not None:
+            scaler.release()
+        raise
+    loop = ControlLoop(handle, policy, tick_s, decision_log, scaler).start() if policy is not None else None
     try:
         while True:
             if feeder is not None:
@@ -283,7 +298,7 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
         shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
         advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latencies.percentiles(),
-        account=run_account, **_policy_figures(policy))
+        account=run_account, elastic=scaler.summary() if scaler is not None else {}, **_policy_figures(policy))
 
 
 def _policy_figures(policy: Policy | None) -> dict[str, Any]:
@@ -347,7 +362,8 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                 seed: int, cpus: float | None, gpus: float | None, address: str | None, summary_json: Path | None, tick_s: float,
                 decision_log: Path | None, console: Any, quality: dict[str, str] | None = None,
                 tune: dict[str, str] | None = None, restart: bool = False, memory: str | None = None, table: str | None = None,
-                retry_dead_letters: bool = False, dataset_support: Any = None) -> RunSummary:
+                retry_dead_letters: bool = False, dataset_support: Any = None, deadline: str | None = None, budget: float | None = None,
+                catalogue: Path | None = None) -> RunSummary:
     """The ``trident-flows run`` command (see the module docstring). Raises ``RuntimeConfigError`` for a bad
     option (``resume.RunMismatch`` for an ``out`` holding another run) and ``resume.RunInterrupted`` (after
     shutting down) on Ctrl-C."""
@@ -359,6 +375,7 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
     ray_data = ":" in pipeline  # MODULE:FUNCTION returning a user's Ray Data Dataset
     if ray_data and dataset_support is None:
         raise ValueError(f"{pipeline} is a Ray Data pipeline: give dataset_support=trident_flows.ray_data")
+    elastic = _elastic_goal(deadline, budget, catalogue, address, policy)
     corpus = _corpus_run(pipeline, input, table, out, retry_dead_letters, quality, tune, console)
     try:  # options are checked (and a registry pipeline built) before Ray starts
         make_policy(policy)
@@ -388,7 +405,8 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                         corpus.seed()
                     shards, plan = opened
                     summary = (_run_resumable(spec, shards, plan, out=out, policy=policy, tick_s=tick_s, decision_log=decision_log,
-                                              console=console, memory=memory_uri(memory, out, spec.name) if policy == "trident" else None)
+                                              console=console, memory=memory_uri(memory, out, spec.name) if policy == "trident" else None,
+                                              elastic=elastic)
                                if plan.pending else _committed_summary(spec.name, policy, plan))
                     if ray_data:
                         console.print(f"Ray Data output: {dataset_support.publish(out)['rows']} rows in {out / 'dataset'}")
@@ -416,6 +434,33 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
         tmp.replace(summary_json)
         console.print(f"summary: {summary_json}")
     return summary
+
+
+def _elastic_goal(deadline: str | None, budget: float | None, catalogue: Path | None, address: str | None,
+                  policy: str) -> tuple[Any, Any] | None:
+    """``(NodePool, RunGoal)`` of a run with ``--deadline`` or ``--budget`` (None without one); every missing piece refused."""
+    if deadline is None and budget is None:
+        if catalogue is not None:
+            raise RuntimeConfigError("--catalogue names the node classes trident may request for a goal: add --deadline or --budget")
+        return None
+    from trident_flows.planning.catalogue import PlanningError, load_catalogue
+    from trident_flows.planning.scale import NodePool, RunGoal, parse_deadline
+
+    goal_flag = "--deadline" if deadline is not None else "--budget"
+    if not address:
+        raise RuntimeConfigError(f"{goal_flag} asks Ray's autoscaler for nodes: give --address HOST:PORT of an autoscaling cluster "
+                                 "(KubeRay with enableInTreeAutoscaling, or Ray's cluster launcher; docs/kuberay.md)")
+    if policy != "trident":
+        raise RuntimeConfigError(f"{goal_flag} needs --policy trident: it places work on the nodes as they join ({policy} does not)")
+    if catalogue is None:
+        raise RuntimeConfigError(f"{goal_flag} needs --catalogue FILE: the worker node types the autoscaler may start, each named as its "
+                                 "Ray node type (and carrying a custom resource of that name), with prices and start-up minutes "
+                                 "(format: planning/default_catalogue.toml; docs/kuberay.md)")
+    try:
+        goal = RunGoal(deadline_at=parse_deadline(deadline, time.time()) if deadline is not None else None, budget=budget)
+        return NodePool.from_catalogue(load_catalogue(catalogue)), goal
+    except PlanningError as exc:
+        raise RuntimeConfigError(str(exc)) from None
 
 
 def _corpus_run(pipeline: str, input: Path | str | None, table: str | None, out: Path, retry_dead_letters: bool,
@@ -491,7 +536,7 @@ def memory_uri(given: str | None, out: Path, pipeline: str) -> str | None:
 
 
 def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan, *, out: Path, policy: str, tick_s: float,
-                   decision_log: Path | None, console: Any, memory: str | None = None) -> RunSummary:
+                   decision_log: Path | None, console: Any, memory: str | None = None, elastic: tuple[Any, Any] | None = None) -> RunSummary:
     """Size the pipeline to the running cluster and run the pending shards (a runner that dies is restarted)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -517,9 +562,10 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
             def progress(state: RunnerState) -> None:
                 bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
                            rate=f"{state.throughput:.1f} rows/s")
+            scaler = ElasticScaler(*elastic, items_total=plan.manifest.items - plan.items_skipped) if elastic is not None else None
             try:
                 return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
-                                    resume=plan)
+                                    resume=plan, scaler=scaler)
             except ray.exceptions.RayActorError as exc:
                 restarts += 1
                 if restarts > RUNNER_RESTARTS:

@@ -5,28 +5,33 @@ Contract:
 - ``RayRunner(handle, timeout_s=None)``: ``state()``, ``samples(since)`` and ``apply(plan)`` through a
   runner actor handle (from any process: ``control.launch.find_runner``); an apply the runner cancels
   because the run ended raises ``RunEnded`` (the loop counts it a refusal).
-- ``ControlLoop(handle, policy, tick_s=2.0, decision_log=None)`` is that ``TickLoop`` with a
+- ``ControlLoop(handle, policy, tick_s=2.0, decision_log=None, scaler=None)`` is that ``TickLoop`` with a
   ``WallClock(tick_s)``, keeping ``record`` (a ``control.run_record.RunRecord``: every tick's counts and
   every plan, for the run's account) through ``RecordKeeper``. ``start()`` runs it in a thread at the
-  Ray workers' niceness until the run finishes or ``stop()``. ``decisions``, ``applies_refused``,
+  Ray workers' niceness until the run finishes or ``stop()``. With a ``scaler`` (``control.elastic.
+  ElasticScaler``) every tick that read a state also takes a scale step; each scale decision goes to
+  the decision log as ``tick, t, at, scale`` (a failed step as ``tick, t, at, scale_error``: it never
+  fails the run), and ``stop()`` clears the scaler's request. ``decisions``, ``applies_refused``,
   ``refused_repeated`` and ``outcomes`` are the loop's own counts (``loop_state``).
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from trident_flows.control.elastic import ElasticScaler
 from trident_flows.control.run_record import RunRecord
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyOutcome, ApplyReport, RunnerState, SamplePage
 from trident_flows.core.types import Plan
 from trident_flows.loop.apply import Applied
 from trident_flows.loop.clock import WallClock
-from trident_flows.loop.tick_loop import Recorder, TickLoop
+from trident_flows.loop.tick_loop import Recorder, Tick, TickLoop
 from trident_flows.scheduler.policies import Policy
 
 
@@ -88,9 +93,11 @@ class RecordKeeper(Recorder):
 class ControlLoop(TickLoop):
     """A ``TickLoop`` against a runner handle on the wall clock, in a background thread (see the module docstring)."""
 
-    def __init__(self, handle: Any, policy: Policy, tick_s: float = 2.0, decision_log: Path | None = None) -> None:
+    def __init__(self, handle: Any, policy: Policy, tick_s: float = 2.0, decision_log: Path | None = None,
+                 scaler: ElasticScaler | None = None) -> None:
         self.handle = handle
         self.tick_s = tick_s
+        self.scaler = scaler
         self.record = RunRecord()
         super().__init__(RayRunner(handle), policy, WallClock(tick_s), recorders=(RecordKeeper(self.record),), decision_log=decision_log)
         self._thread = threading.Thread(target=self._run, name="trident-control", daemon=True)
@@ -111,6 +118,20 @@ class ControlLoop(TickLoop):
     def outcomes(self) -> list[ApplyOutcome]:
         return self.loop_state.outcomes
 
+    def tick(self) -> Tick:
+        """The ``TickLoop`` tick, then a scale step on the state it read (see the module docstring)."""
+        done = super().tick()
+        if self.scaler is not None and done.state is not None:
+            line: dict[str, Any] = {"tick": self.loop_state.ticks, "t": round(self.clock.now(), 3), "at": time.time()}
+            try:
+                decision = self.scaler.step(done.state)
+            except Exception as exc:  # noqa: BLE001 - a failed scale step keeps the standing request; the run goes on
+                self._log({**line, "scale_error": f"{type(exc).__name__}: {exc}"})
+            else:
+                if decision is not None:
+                    self._log({**line, "scale": decision.to_dict()})
+        return done
+
     def start(self) -> "ControlLoop":
         self._thread.start()
         return self
@@ -119,6 +140,8 @@ class ControlLoop(TickLoop):
         self.clock.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=max(10.0, 3 * self.tick_s))
+        if self.scaler is not None:
+            self.scaler.release()
 
     def _run(self) -> None:
         yield_to_ray_workers()

@@ -168,7 +168,7 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
 class _Sidecar:
     """The ``trident-sidecar`` subflow of this curation run, in a thread of this process."""
 
-    def __init__(self, runner_name: str, trident: TridentSettingsBlock) -> None:
+    def __init__(self, runner_name: str, trident: TridentSettingsBlock, items_total: int) -> None:
         from trident_flows.flows.trident_sidecar import trident_sidecar
 
         run = get_run_context().flow_run
@@ -177,7 +177,7 @@ class _Sidecar:
 
         def body() -> None:
             self.outcome["state"] = subflow(trident=trident, runner_name=runner_name, until_finished=True,
-                                            tuned_flow_run_id=str(run.id), return_state=True)
+                                            tuned_flow_run_id=str(run.id), items_total=items_total, return_state=True)
 
         # Prefect's run context lives in context variables, which a new thread does not inherit:
         # copying them makes the sidecar a subflow of this run, reporting to the same server.
@@ -307,7 +307,7 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         trident = trident.model_copy(update={"memory": memory_uri(None, out_dir, spec.name)})
     if trident is None:
         logger.info("policy static: the pipeline runs as configured, with no trident-sidecar")
-    sidecar = _Sidecar(pipeline.runner_name, trident) if trident is not None else None
+    sidecar = _Sidecar(pipeline.runner_name, trident, sum(len(s.rows) for s in todo)) if trident is not None else None
     try:
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
             pending: list[Any] = []

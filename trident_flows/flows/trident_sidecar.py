@@ -27,6 +27,11 @@ Contract:
   (``control.account.policy_figures``: its record of ticks and decisions, OOMs avoided, the
   ESTIMATE of the starting configuration's rate, why no decision was made) and returns it as
   ``account_figures`` (None when it did not see the end), for the curation run to publish.
+- With a goal in the settings (``deadline`` or ``budget``) and ``items_total`` (the curation run's
+  items; a scheduled sidecar does not know them and says so once), every tick also takes a scale
+  step (``control.elastic.ElasticScaler``): a decision that changes the request to Ray's autoscaler
+  is logged on the flow run with its reason and predicted effect, the request is cleared when the
+  pipeline finishes or the flow ends, and the result's ``elastic`` is the scaler's summary.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
 from trident_flows.control.account import PolicyFigures, policy_figures
+from trident_flows.control.elastic import ElasticScaler
 from trident_flows.control.loop import RecordKeeper
 from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.loop.clock import WallClock
@@ -74,7 +80,8 @@ def policy_options(settings: TridentSettingsBlock) -> dict[str, Any]:
 class _Tuner:
     """One sidecar flow run's ticks against one runner (state that lives for the flow run only)."""
 
-    def __init__(self, runner_name: str, namespace: str, settings: TridentSettingsBlock, tuned_flow_run_id: Optional[str]) -> None:
+    def __init__(self, runner_name: str, namespace: str, settings: TridentSettingsBlock, tuned_flow_run_id: Optional[str],
+                 items_total: Optional[int] = None) -> None:
         self.runner_name = runner_name
         self.namespace = namespace
         self.settings = settings
@@ -88,6 +95,26 @@ class _Tuner:
         self._last_status = ""
         self._output_note: Optional[str] = None  # read from the runner's pipeline at the first decision
         self.figures: Optional[PolicyFigures] = None  # taken at the pipeline's end for the run's account
+        elastic = settings.elastic(time.time())
+        self.scaler = ElasticScaler(*elastic, items_total=items_total) if elastic is not None and items_total is not None else None
+        if elastic is not None and self.scaler is None:
+            get_run_logger().warning("a deadline/budget needs the run's items: only a document-curation run's sidecar asks the "
+                                     "autoscaler for nodes; this one does not")
+
+    def _scale(self, state: Any) -> None:
+        """One scale step; a decision that changes the request is logged with its reason and predicted effect."""
+        if self.scaler is None:
+            return
+        requested = dict(self.scaler.requested)
+        try:
+            decision = self.scaler.step(state)
+        except Exception as exc:  # noqa: BLE001 - a failed scale step keeps the standing request; the run goes on
+            get_run_logger().warning("scale step failed, the request to the autoscaler stands: %s: %s", type(exc).__name__, exc)
+            return
+        if decision is not None and dict(decision.counts) != requested:
+            get_run_logger().info("scale %s: %s (predicted %.3g items/s, last item in %.0f s, %.3g %s)", decision.action,
+                                  decision.reason, decision.predicted_items_per_s, decision.predicted_finish_s, decision.predicted_cost,
+                                  self.scaler.pool.classes.currency)
 
     def tick(self) -> dict[str, Any]:
         """Observe; one tick of the loop (decide once enough samples came; roll a decision out). Returns what happened."""
@@ -106,6 +133,7 @@ class _Tuner:
                         min_samples=self.settings.min_samples, loop_state=memory.loop,
                         make_policy=lambda st: make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, st))
         tick = loop.tick()
+        self._scale(state)
         memory = seen.memory
         if tick.finished:
             policy = loop.policy
@@ -213,13 +241,13 @@ def _task_run_name(sentence: str) -> str:
                                           "and reports each decision on the tuned flow run.")
 def trident_sidecar(cluster: Optional[RayClusterBlock] = None, trident: Optional[TridentSettingsBlock] = None,
                     runner_name: str = "trident-runner", until_finished: bool = False, max_ticks: Optional[int] = None,
-                    tuned_flow_run_id: Optional[str] = None) -> dict[str, Any]:
-    """Tick once (scheduled mode) or until the pipeline finishes (``until_finished``)."""
+                    tuned_flow_run_id: Optional[str] = None, items_total: Optional[int] = None) -> dict[str, Any]:
+    """Tick once (scheduled mode) or until the pipeline finishes (``until_finished``); ``items_total``: the run's items (a goal needs them)."""
     logger = get_run_logger()
     settings = trident or TridentSettingsBlock()
     connection = (cluster or RayClusterBlock()).connect()
     tuned = tuned_flow_run_id or find_curation_run(runner_name)
-    tuner = _Tuner(runner_name, connection.namespace, settings, tuned)
+    tuner = _Tuner(runner_name, connection.namespace, settings, tuned, items_total)
     ticks = 0
     try:
         while True:
@@ -233,7 +261,10 @@ def trident_sidecar(cluster: Optional[RayClusterBlock] = None, trident: Optional
                 break
             tuner.wait(settings.tick_interval_s)
     finally:
+        if tuner.scaler is not None:
+            tuner.scaler.release()
         if connection.started_by_us:
             ray.shutdown()
     return {"status": result["status"], "ticks": ticks, "decisions": tuner.decisions, "plans_applied": tuner.applied,
-            "tuned_flow_run_id": tuned, "last": result, "account_figures": tuner.figures}
+            "tuned_flow_run_id": tuned, "last": result, "account_figures": tuner.figures,
+            "elastic": tuner.scaler.summary() if tuner.scaler is not None else {}}

@@ -6,7 +6,9 @@ Contract:
   the share of input items that reach it (its items / the first operator's); the configurations
   it runs now are its placement options (what it would run on more nodes: no cost model needed,
   so it works for any pipeline; an operator running on the CPU is not assumed to gain from a GPU).
-  The cluster it runs on is one class ``current`` (its CPUs and GPUs).
+  The cluster it runs on is one class ``current`` (its CPUs and GPUs). ``measured_demands(state)`` is
+  that per-operator reading as the placement MILP's ``OperatorDemand``s (``ValueError`` naming an
+  operator that has not worked yet); the scale decisions (``planning.scale``) read it too.
 - The binding resource is read from the LP relaxation's resource prices (``sizing.resource_prices``):
   the resource of the current cluster whose price times its capacity is largest ("CPU-bound",
   "GPU-bound"). The gain of one more node of each catalogue class is estimated from the prices
@@ -58,7 +60,7 @@ class Advice:
                                   for c in self.checked_gain}}
 
 
-def _demands(state: RunnerState) -> list[OperatorDemand]:
+def measured_demands(state: RunnerState) -> list[OperatorDemand]:
     first = state.operators[0].items_in
     demands = []
     for op in state.operators:
@@ -74,7 +76,7 @@ def _demands(state: RunnerState) -> list[OperatorDemand]:
 
 def advise(state: RunnerState, catalogue: Catalogue) -> Advice:
     """The binding resource and the gain of one more node of each class (see the module docstring)."""
-    demands = _demands(state)
+    demands = measured_demands(state)
     current = NodeType(CURRENT, state.cluster_cpus, 1.0, int(state.cluster_gpus), _GPU_MEMORY if state.cluster_gpus else 0, 1)
     nodes = Catalogue((current,) + tuple(n for n in catalogue.nodes if n.name != CURRENT), catalogue.currency, catalogue.source)
     prices = resource_prices(demands, nodes, {CURRENT: 1})

@@ -5,16 +5,18 @@ Contract:
   integer replicas per (operator, option, class) from ``OperatorDemand``s, each class's CPUs and
   GPUs (``placement.model.usage_vector``) at most its per-node capacity times its node count, and
   every operator's capacity at least ``work_per_item * T``. Its uses:
-- ``cheapest_counts(demands, catalogue, target, fixed=...)``: node counts become integer
+- ``cheapest_counts(demands, catalogue, target, fixed=..., at_least=...)``: node counts become integer
   variables in ``[0, max_count]`` and the objective is the hourly price (fewest nodes break
   ties) subject to ``T >= target``. ``fixed`` pins some classes' counts (``{"g8": 0}``: without
-  g8 nodes). Returns the counts, or ``None`` when no catalogue cluster reaches ``target``. The
+  g8 nodes); ``at_least`` gives some classes a lower bound (nodes a running job keeps). Returns the counts, or ``None`` when no catalogue cluster reaches ``target``. The
   aggregate model ignores how replicas pack node by node, so its price is a lower bound: the
   planner checks each answer with the placement MILP itself (``placement.milp.solve_placement``).
-- ``most_efficient_counts(demands, catalogue, target, fixed=...)``: the same constraints, the
+- ``most_efficient_counts(demands, catalogue, target, fixed=..., at_least=...)``: the same constraints, the
   least hourly price per item/s (a job's cost per item) instead of the least price (Dinkelbach).
 - ``fastest_within(demands, catalogue, price)``: the highest aggregate throughput (and its counts)
   at an hourly price of at most ``price``.
+- ``throughput_of_counts(demands, catalogue, counts)``: the LP relaxation's most throughput on
+  exactly those counts (the scale decisions' rate of a cluster).
 - ``resource_prices(demands, catalogue, counts)``: the LP relaxation with counts fixed,
   maximising ``T``; returns ``T`` and, per (class, resource), the dual price (items/s per CPU or
   per GPU; a class with no node still has a price, the value of its first unit, read with every class
@@ -95,13 +97,19 @@ def _capacity(demands: Sequence[OperatorDemand], x: Mapping[tuple[str, int, str]
     return pulp.lpSum(d.options[key.option].rate_per_replica * var for key, var in x.items() if key.operator == d.name)
 
 
+def _count_variables(problem: pulp.LpProblem, catalogue: Catalogue, fixed: Mapping[str, int] | None,
+                     at_least: Mapping[str, int] | None) -> dict[str, pulp.LpVariable]:
+    """One integer count per class in ``[0, max_count]``, ``fixed`` ones pinned, ``at_least`` ones bounded below."""
+    fixed, at_least = dict(fixed or {}), dict(at_least or {})
+    return {node.name: problem.add_variable(f"n_{node.name}", lowBound=fixed.get(node.name, at_least.get(node.name, 0)),
+                                            upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
+
+
 def cheapest_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, target: float,
-                    fixed: Mapping[str, int] | None = None) -> dict[str, int] | None:
+                    fixed: Mapping[str, int] | None = None, at_least: Mapping[str, int] | None = None) -> dict[str, int] | None:
     """The cheapest node counts whose aggregate capacity reaches ``target`` input items/s (see the module docstring)."""
-    fixed = dict(fixed or {})
     problem = pulp.LpProblem("sizing", pulp.LpMinimize)
-    n = {node.name: problem.add_variable(f"n_{node.name}", lowBound=fixed.get(node.name, 0),
-                                         upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
+    n = _count_variables(problem, catalogue, fixed, at_least)
     model = _build(demands, catalogue, n, pulp.LpMinimize, integer=True, problem=problem)
     for d in demands:
         model.problem += _capacity(demands, model.x, d) >= d.work_per_item * target, f"work_{d.name}"
@@ -113,7 +121,7 @@ def cheapest_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, tar
 
 
 def most_efficient_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, target: float,
-                          fixed: Mapping[str, int] | None = None) -> dict[str, int] | None:
+                          fixed: Mapping[str, int] | None = None, at_least: Mapping[str, int] | None = None) -> dict[str, int] | None:
     """The node counts with the least hourly price per item/s (so the least cost per item) among those reaching ``target``.
 
     A job's cost is ``price / T * items``: the fractional program ``min P(n) / T`` is solved by
@@ -121,15 +129,13 @@ def most_efficient_counts(demands: Sequence[OperatorDemand], catalogue: Catalogu
     of the previous answer, which ends at the optimal ratio in finitely many steps (the model has
     finitely many count vectors). ``None`` when no catalogue cluster reaches ``target``.
     """
-    fixed = dict(fixed or {})
-    start = cheapest_counts(demands, catalogue, target, fixed)
+    start = cheapest_counts(demands, catalogue, target, fixed, at_least)
     if start is None:
         return None
     best, ratio = start, math.inf
     for _ in range(_DINKELBACH_STEPS):
         problem = pulp.LpProblem("efficiency", pulp.LpMinimize)
-        n = {node.name: problem.add_variable(f"n_{node.name}", lowBound=fixed.get(node.name, 0),
-                                             upBound=fixed.get(node.name, node.max_count), cat="Integer") for node in catalogue.nodes}
+        n = _count_variables(problem, catalogue, fixed, at_least)
         model = _build(demands, catalogue, n, pulp.LpMinimize, integer=True, problem=problem)
         t = problem.add_variable("T", lowBound=target)
         for d in demands:
@@ -181,11 +187,9 @@ class ResourcePrices:
         return sorted(((c, r, p) for (c, r), p in self.prices.items() if p > 1e-9), key=lambda t: -t[2])
 
 
-def resource_prices(demands: Sequence[OperatorDemand], catalogue: Catalogue, counts: Mapping[str, int]) -> ResourcePrices:
-    """LP relaxation with ``counts`` fixed: max T and the dual price of every resource row."""
-    # without the min-replica rows: they would price a class with no node at the cost of an operator's first
-    # replica, not at the value of capacity; the LP's prices are then those of throughput alone
-    model = _build(demands, catalogue, {node.name: float(counts.get(node.name, 0)) + _PRICE_PERTURBATION for node in catalogue.nodes},
+def _max_throughput(demands: Sequence[OperatorDemand], catalogue: Catalogue, nodes: Mapping[str, float]) -> tuple[_Model, pulp.LpVariable]:
+    """The LP relaxation with ``nodes`` per class fixed, solved for the most throughput (without the min-replica rows)."""
+    model = _build(demands, catalogue, {node.name: float(nodes.get(node.name, 0.0)) for node in catalogue.nodes},
                    pulp.LpMaximize, integer=False, min_replicas=False)
     t = model.problem.add_variable("T", lowBound=0)
     for d in demands:
@@ -193,7 +197,20 @@ def resource_prices(demands: Sequence[OperatorDemand], catalogue: Catalogue, cou
     model.problem += t
     status = model.problem.solve(_solver())
     if pulp.LpStatus[status] != "Optimal":
-        raise RuntimeError(f"resource-price LP ended {pulp.LpStatus[status]}")
+        raise RuntimeError(f"throughput LP ended {pulp.LpStatus[status]}")
+    return model, t
+
+
+def throughput_of_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, counts: Mapping[str, int]) -> float:
+    """The aggregate model's most input items/s on exactly ``counts`` nodes per class (the LP relaxation: an upper bound)."""
+    return float(_max_throughput(demands, catalogue, counts)[1].value() or 0.0)
+
+
+def resource_prices(demands: Sequence[OperatorDemand], catalogue: Catalogue, counts: Mapping[str, int]) -> ResourcePrices:
+    """LP relaxation with ``counts`` fixed: max T and the dual price of every resource row."""
+    # without the min-replica rows: they would price a class with no node at the cost of an operator's first
+    # replica, not at the value of capacity; the LP's prices are then those of throughput alone
+    model, t = _max_throughput(demands, catalogue, {node.name: counts.get(node.name, 0) + _PRICE_PERTURBATION for node in catalogue.nodes})
     pi = {row.name: row.pi for row in model.problem.constraints()}
     prices = {key: abs(float(pi.get(name) or 0.0)) for key, name in model.rows.items()}
     return ResourcePrices(float(t.value() or 0.0), prices)

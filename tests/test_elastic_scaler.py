@@ -1,0 +1,87 @@
+"""control/elastic.py: scale decisions sent to (a stand-in for) Ray's autoscaler, and the request cleared at the end (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trident_flows.control.elastic import ElasticScaler
+from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import CPU, OpConfig
+from trident_flows.planning.catalogue import Catalogue, NodeType
+from trident_flows.planning.scale import NodePool, RunGoal, ScaleAction
+
+POOL = NodePool(Catalogue((NodeType("c2", 2, 1.0, max_count=4), NodeType("c4", 4, 1.5, max_count=2)), startup_minutes=1.0), 0.5)
+HEAD = NodeState("head", "2cpu-4g", 2, 0, 4 * 2**30, is_head=True)
+C4 = NodeState("w1", "4cpu-c4-4g", 4, 0, 4 * 2**30, resources=(("c4", 1.0),))
+CONFIG = OpConfig.make(CPU, batch_size=4)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def state(done: int, wall_s: float, nodes: tuple[NodeState, ...] = (HEAD,), finished: bool = False) -> RunnerState:
+    """One operator, one replica per CPU of ``nodes``, each busy for as long as 1 item/s takes (the measured rate: 1 item/s a replica)."""
+    cpus = int(sum(n.cpus for n in nodes))
+    replicas = tuple(ReplicaState(f"r{i}", f"a{i}", CONFIG, True, False, False, 0, done / (cpus * wall_s), done // 8, 0) for i in range(cpus))
+    op = OperatorState("work", replicas, 0, 0, done, done, 0, 1.0, 0, 0)
+    return RunnerState("p", (op,) if done else (), done, done, 0, 0, done, finished, finished, wall_s, done / max(wall_s, 1e-9), 2.0, 0.0, 0, 0,
+                       nodes=nodes)
+
+
+@pytest.fixture
+def scaler():
+    clock, sent = Clock(), []
+    s = ElasticScaler(POOL, RunGoal(deadline_at=clock.t + 600), items_total=1300, request=lambda **kw: sent.append(kw), interval_s=10,
+                      clock=clock)
+    return s, clock, sent
+
+
+def test_no_request_before_the_operators_have_worked(scaler):
+    s, clock, sent = scaler
+    d = s.step(state(0, 1.0))
+    assert d.action == ScaleAction.WAIT and sent == []
+
+
+def test_a_missed_deadline_is_requested_by_class_and_the_request_cleared_at_the_end(scaler):
+    s, clock, sent = scaler
+    clock.t += 50  # 100 items in 50 s at 2 items/s: 1200 left in 550 s, the head alone needs 600
+    d = s.step(state(100, 50.0))
+    assert d.action == ScaleAction.ADD and d.counts == {"c4": 1}
+    assert sent == [{"bundles": [{"CPU": 4.0, "c4": 1.0}]}] and s.nodes_requested == 1
+    clock.t += 5
+    assert s.step(state(110, 55.0)) is None  # within the interval: no decision
+    clock.t += 60  # the node joined: 1070 items left in 485 s need it (the head alone: 535 s); the request stands
+    d = s.step(state(230, 115.0, (HEAD, C4)))
+    assert d.action == ScaleAction.KEEP and d.counts == {"c4": 1} and len(sent) == 1
+    assert s.decisions[0].measured_items_per_s == pytest.approx(130 / 65)
+    assert s.node_seconds == {"c4": pytest.approx(60.0)} and s.spent == pytest.approx(1.5 * 60 / 3600 + 0.5 * 115 / 3600)
+    clock.t += 200
+    d = s.step(state(1300, 315.0, (HEAD, C4), finished=True))  # every item done: every node given back
+    assert d.action == ScaleAction.GIVE_BACK and sent[-1] == {"bundles": []}
+    s.release()
+    s.release()
+    assert sent[-1] == {"bundles": []} and len(sent) == 3
+    summary = s.summary()
+    assert summary["nodes_requested"] == 1 and summary["request_cleared"] and [x["action"] for x in summary["decisions"]] == ["add", "give_back"]
+
+
+def test_a_deadline_the_head_meets_requests_no_node(scaler):
+    s, clock, sent = scaler
+    s.items_total = 600
+    clock.t += 50
+    d = s.step(state(100, 50.0))
+    assert d.action == ScaleAction.KEEP and d.counts == {} and sent == []
+    s.release()
+    assert sent == [{"bundles": []}] and s.summary()["nodes_requested"] == 0
+
+
+def test_nodes_are_counted_by_their_class_marker_and_the_rest_are_the_base(scaler):
+    s, _, _ = scaler
+    other = NodeState("w2", "2cpu-4g", 2, 0, 4 * 2**30)
+    assert s.counts((HEAD, C4, other)) == {"c4": 1}
+    assert s._base((HEAD, C4, other))[0] == 4
