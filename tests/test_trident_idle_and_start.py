@@ -123,3 +123,20 @@ def test_memory_items_round_trip_and_add_up_across_runs(tmp_path: Path) -> None:
     memory.save(memory.merged(first, memory.memory_of(identity, cluster, {}, {}, [replace(entry, items=80.0)])), str(path))
     loaded = memory.load(str(path), identity, cluster).memory
     assert loaded is not None and loaded.regimes[0].items == 200.0 and loaded.regimes[0].seen == 2
+
+
+def test_the_items_of_a_regime_the_source_already_read_are_known_to_come(monkeypatch: Any) -> None:
+    from trident_flows.scheduler.trident import source_regimes
+    from trident_flows.scheduler.trident.source_regimes import Regime, Segment, SourceRegimes
+
+    sources = SourceRegimes(TridentSettings())
+    state = _state(0.0, _op("parse", 1, 0, True), _op("embed", 4, 0, True))
+    assert sources.known_ahead(state) == 0.0  # no segment yet: nothing is known
+    short, scans = Regime(0, {"pages": 2.0}), Regime(1, {"pages": 40.0})
+    sources.segments = [Segment(0.0, short), Segment(5000.0, scans)]
+    sources.position = 5600.0
+    positions = {"parse": 5600.0, "embed": 4200.0}
+    monkeypatch.setattr(source_regimes, "stream_positions", lambda s: positions)
+    assert sources.known_ahead(state) == 800.0  # the short items up to the scans at 5000
+    positions["embed"] = 5100.0
+    assert sources.known_ahead(state) == 500.0  # in the scans now: up to what the source has read

@@ -109,8 +109,8 @@ class TridentPolicy:
         self.canaries = Canaries(settings, self.ops, self.search, self.safety, self.gate, self.pace, self.cold_starts, self.verifier)
         self.placement = PlacementStep(settings, self.ctx, self.ops, search=self.search, safety=self.safety, canaries=self.canaries,
                                        regimes=self.regimes, gate=self.gate, pace=self.pace, cold_starts=self.cold_starts, solve=solve)
-        self.transition = TransitionStep(settings, self.regimes, self.pace, self.verifier)
         self.sources = SourceRegimes(settings)
+        self.transition = TransitionStep(settings, self.regimes, self.pace, self.verifier, self.sources)
         self.regime_plans = RegimePlans(settings, self.ctx, self.ops, search=self.search, safety=self.safety, pace=self.pace,
                                         cold_starts=self.cold_starts, solve=solve)
         self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,

@@ -19,7 +19,8 @@ Contract:
   a config got through per busy second on them; ``Regime.covered(ops)`` says every operator measured it.
 - ``at(position)`` is the segment an input item falls in (None before the first), ``next_after(position)``
   the first segment starting after it; ``current`` is the segment at the source; ``live(state)`` the
-  regimes some operator works on now; ``items_per_regime()`` the input items read in each regime so far.
+  regimes some operator works on now; ``known_ahead(state)`` the items of the last operator's segment read
+  and not yet taken by it; ``items_per_regime()`` the input items read in each regime so far.
 - ``remember(signature, features)`` adds a regime known from an earlier run (``TridentMemory``).
 """
 
@@ -117,6 +118,15 @@ class SourceRegimes:
             end = self.segments[k + 1].start if k + 1 < len(self.segments) else self.position
             out[segment.regime.id] = out.get(segment.regime.id, 0.0) + max(0.0, end - segment.start)
         return out
+
+    def known_ahead(self, state: RunnerState) -> float:
+        """Input items of the segment the last operator works on that the source has read and the last operator has
+        not taken yet: that regime lasts at least this long at the end of the pipeline (0 before any segment)."""
+        if not self.segments or not state.operators:
+            return 0.0
+        last = stream_positions(state)[state.operators[-1].name]
+        ahead = self.next_after(last)
+        return max(0.0, (ahead.start if ahead is not None else self.position) - last)
 
     def live(self, state: RunnerState) -> set[int]:
         """Ids of the regimes some operator works on now (the segments at the operators' stream positions)."""

@@ -9,7 +9,8 @@ with the running placement, operator by operator, the first rule that applies de
 - a plan rolled back before in the current regimes is not proposed again (``ROLLED_BACK_BEFORE``);
 - the change is ordered exactly as the runner will order it and priced (``plan_transition``) over the
   time it can pay off: the current regime's expected remaining time (``Regimes.expected_s`` at the
-  completion rate, else at the MILP's throughput) and the run's time left; a change that cannot be
+  completion rate, else at the MILP's throughput; at least the time the items of the last operator's
+  segment that the source already read take to pass it, ``SourceRegimes.known_ahead``) and the run's time left; a change that cannot be
   ordered or priced is not issued (``CANNOT_PRICE``);
 - a plan that moves an operator off an unsafe running config rolls out whatever its gain (safety
   comes before gain), with a ``MEMORY_SAFETY`` rationale and its price recorded;
@@ -35,6 +36,7 @@ from trident_flows.scheduler.trident.operators import replica_counts
 from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.placement_step import Placed
 from trident_flows.scheduler.trident.regimes import Regimes
+from trident_flows.scheduler.trident.source_regimes import SourceRegimes
 from trident_flows.scheduler.trident.verifier import Verifier
 from trident_flows.scheduler.trident_settings import TridentSettings
 
@@ -42,9 +44,10 @@ from trident_flows.scheduler.trident_settings import TridentSettings
 class TransitionStep:
     """Whether the MILP's plan is rolled out now (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, regimes: Regimes, pace: Pace, verifier: Verifier) -> None:
+    def __init__(self, settings: TridentSettings, regimes: Regimes, pace: Pace, verifier: Verifier, sources: SourceRegimes) -> None:
         self.settings = settings
         self.regimes = regimes
+        self.sources = sources
         self.pace = pace
         self.verifier = verifier
 
@@ -52,7 +55,9 @@ class TransitionStep:
         demands, cluster, result, forced, notes = placed
         plan = result.plan
         current = current_placement(state)
-        expected = self.regimes.expected_s(state, self.pace.completion_rate() or result.throughput)
+        rate = self.pace.completion_rate() or result.throughput
+        # the regime lasts at least until the items of it the source already read have passed the pipeline's end
+        expected = max(self.regimes.expected_s(state, rate), self.sources.known_ahead(state) / rate if rate > 0 else 0.0)
         changed = [o for o in plan.operators if dict(replica_counts(o.groups)) != dict(replica_counts(current.for_operator(o.operator)))]
         if not changed:
             return Decision.no_change(f"the current placement is the MILP's optimum ({plan.reason})", Hold(HoldKind.OPTIMAL), plan.predicted_throughput)
