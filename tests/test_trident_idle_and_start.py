@@ -140,3 +140,30 @@ def test_the_items_of_a_regime_the_source_already_read_are_known_to_come(monkeyp
     assert sources.known_ahead(state) == 800.0  # the short items up to the scans at 5000
     positions["embed"] = 5100.0
     assert sources.known_ahead(state) == 500.0  # in the scans now: up to what the source has read
+
+
+def test_pre_positioning_does_not_shrink_an_operator_with_work_waiting(monkeypatch: Any) -> None:
+    from trident_flows.scheduler.trident import preposition
+    from trident_flows.scheduler.trident.operators import ColdStarts
+    from trident_flows.scheduler.trident.pace import Pace
+    from trident_flows.scheduler.trident.preposition import PrePositioning
+    from trident_flows.scheduler.trident.regime_plans import RegimePlan
+    from trident_flows.scheduler.trident.source_regimes import Regime, Segment, SourceRegimes
+
+    sources = SourceRegimes(TridentSettings())
+    short = Regime(0, {"pages": 2.0}, remembered=True)
+    sources.segments = [Segment(0.0, short)]
+
+    class Plans:
+        def plan(self, state: Any, regime: Any, live: bool) -> RegimePlan:
+            return RegimePlan(0, {"ocr": {CPU8: 1}, "embed": {CPU8: 10}}, 30.0, "memory")
+
+    monkeypatch.setattr(preposition, "stream_positions", lambda s: {"ocr": 100.0, "embed": 50.0})
+    ahead = PrePositioning(Context(None, ClusterSpec.single_node(16, 0)), sources, Plans(), pace=Pace(None),  # type: ignore[arg-type]
+                           cold_starts=ColdStarts(5.0), safety=_Safe())  # type: ignore[arg-type]
+    busy = _state(10.0, _op("ocr", 10, 200, True), _op("embed", 4, 0, False))
+    plan = ahead.plan(busy)
+    assert plan is None or "ocr" not in [o.operator for o in plan.operators]  # 200 items wait at its 10 busy replicas
+    drained = _state(11.0, _op("ocr", 10, 0, False), _op("embed", 4, 0, False))
+    plan = ahead.plan(drained)
+    assert plan is not None and "ocr" in [o.operator for o in plan.operators]  # its queue drained: it moves to the regime's 1 replica

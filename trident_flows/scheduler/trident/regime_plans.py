@@ -99,7 +99,7 @@ class RegimePlans:
             if regime.id in self._solved or not regime.covered(names, COVERED_ITEMS):
                 continue
             if all(n in self.ops and self.ops[n].model.ready for n in names) and (plan := self._solve(state, regime)) is not None:
-                self._solved[regime.id] = (tuple((n, self.ops[n].model_version) for n in names), state.wall_s, plan)
+                self._solved[regime.id] = (self._versions(names), state.wall_s, plan)
 
     def plan(self, state: RunnerState, regime: Regime, live: bool) -> RegimePlan | None:
         """``live``: an operator works on the regime's items now (only then are the models fresh on it)."""
@@ -107,7 +107,7 @@ class RegimePlans:
         solved = self._solved.get(regime.id)
         if not live or not (regime.covered(names, COVERED_ITEMS) and all(n in self.ops and self.ops[n].model.ready for n in names)):
             return solved[2] if solved is not None else self._remembered.get(regime.id)
-        key = tuple((n, self.ops[n].model_version) for n in names)
+        key = self._versions(names)
         if state.wall_s - self._failed.get(regime.id, -math.inf) < RESOLVE_S:
             return None
         if solved is not None and (solved[0] == key or state.wall_s - solved[1] < RESOLVE_S):
@@ -118,6 +118,10 @@ class RegimePlans:
         else:
             self._failed[regime.id] = state.wall_s
         return plan
+
+    def _versions(self, names: Sequence[str]) -> tuple:
+        """The operators' model versions: a solved plan stands while they are unchanged."""
+        return tuple((n, self.ops[n].model_version) for n in names)
 
     def _solve(self, state: RunnerState, regime: Regime) -> RegimePlan | None:
         cluster = self.ctx.planned_for(state)
