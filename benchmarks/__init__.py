@@ -28,4 +28,5 @@ BENCHMARKS: dict[str, str] = {
     "rollout-latency": "benchmarks.rollout_latency",
     "warm-start": "benchmarks.warm_start",
     "manifest": "benchmarks.manifest",
+    "elastic": "benchmarks.elastic",
 }

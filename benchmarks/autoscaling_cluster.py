@@ -15,7 +15,8 @@ Contract:
   token authentication (``RAY_AUTH_MODE=disabled`` for its processes, whatever the caller's environment
   says: Ray reads that mode once, at import, so a driver process cannot switch it afterwards).
 - ``status()`` is the autoscaler's own view (``ray.autoscaler.v2.sdk.get_cluster_status``): the live worker
-  nodes per node type, the standing ``request_resources`` bundles and the pending launches.
+  nodes per node type, the standing ``request_resources`` bundles, the pending launches and the nodes
+  launched but not yet joined (``pending_nodes``, per node type).
 """
 
 from __future__ import annotations
@@ -139,5 +140,8 @@ class OwnAutoscalingCluster(AutoscalingCluster):
         requested = [dict(b.bundle) for d in status.resource_demands.cluster_constraint_demand for b in d.bundles_by_count
                      for _ in range(b.count)]
         pending = [{"type": p.ray_node_type_name, "count": p.count} for p in status.pending_launches]
-        return {"workers": workers, "requested_bundles": requested, "pending_launches": pending,
+        starting: dict[str, int] = {}
+        for node in status.pending_nodes:
+            starting[node.ray_node_type_name] = starting.get(node.ray_node_type_name, 0) + 1
+        return {"workers": workers, "requested_bundles": requested, "pending_launches": pending, "pending_nodes": starting,
                 "idle_workers": sorted(n.ray_node_type_name for n in status.idle_nodes if n.ray_node_type_name != "ray.head.default")}

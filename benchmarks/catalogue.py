@@ -162,4 +162,12 @@ CATALOGUE: dict[str, Benchmark] = {
         (f"{_B}/rollout_latency.py", f"{_B}/suite_workloads.py", f"{_B}/closed_loop_workload.py", f"{_B}/baselines.py",
          f"{_PKG}/sim/static_search.py", f"{_B}/headroom.py", f"{_B}/corpus_workloads.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
         headline=("rollouts", "latency_s_p99_steady", "latency_s_p99_during_rollout", "p99_during_rollout_over_steady", "items_lost")),
+    "elastic": Benchmark(
+        "When the head alone would miss a run's deadline, does trident ask Ray's autoscaler for the nodes the deadline needs, at "
+        "about the cost the capacity planner gives for it, give them back at the end, and ask for none when the head suffices?",
+        (f"{_B}/elastic.py", f"{_B}/node_timeline.py", f"{_B}/autoscaling_cluster.py", f"{_PKG}/sim", *_LIVE),
+        systems={"planner": "the capacity planner's cheapest cluster of the head and worker nodes finishing the same items within "
+                            "the deadline by the cost model, start-up included (its job cost is the baseline of cost_vs_planner)",
+                 "head alone": "the second run, whose deadline the head alone meets: no node should be requested"},
+        headline=("deadline_met", "cost_vs_planner", "idle_node_s_after_end", "nodes_requested_when_head_suffices")),
 }
