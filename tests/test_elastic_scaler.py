@@ -85,3 +85,13 @@ def test_nodes_are_counted_by_their_class_marker_and_the_rest_are_the_base(scale
     other = NodeState("w2", "2cpu-4g", 2, 0, 4 * 2**30)
     assert s.counts((HEAD, C4, other)) == {"c4": 1}
     assert s._base((HEAD, C4, other))[0] == 4
+
+
+def test_the_rate_measured_on_unchanged_nodes_calibrates_the_decision(scaler):
+    s, clock, sent = scaler
+    s.items_total = 600
+    clock.t += 50  # the operators' rates say the head does 2 items/s: 500 items in 250 s of 550, nothing to add
+    assert s.step(state(100, 50.0)).action == ScaleAction.KEEP and sent == []
+    clock.t += 20  # on the same nodes only 10 items came out in 20 s: 0.5 items/s, 490 items would take 980 s
+    d = s.step(state(110, 70.0))
+    assert d.action == ScaleAction.ADD and d.nodes >= 1 and len(sent) == 1

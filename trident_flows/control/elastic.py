@@ -7,7 +7,9 @@ Contract:
   counts the live nodes of each pool class (a node carrying the class's custom resource; every other
   node, the head among them, is the base cluster), the items left (``items_total`` less those written
   or dead-lettered), the operators' measured rates (``planning.advice.measured_demands``) and asks
-  ``planning.scale.decide_scale``; until every operator has worked the decision is a ``WAIT`` and
+  ``planning.scale.decide_scale`` with the input items/s done since the last decision as the running
+  nodes' measured rate when the same nodes ran all that interval and items were done in it (otherwise
+  none: the decision rates them with the planner's check); until every operator has worked the decision is a ``WAIT`` and
   nothing is requested. A decision whose counts differ from the standing request is sent as
   ``request(bundles=pool.bundles(counts))`` (the empty list when it gives every node back). It returns
   the ``ScaleDecision`` (None between intervals). Each decision is kept with its measured effect: the
@@ -56,6 +58,7 @@ class ElasticScaler:
         self._last_step: float | None = None  # the last decision
         self._last_seen: float | None = None  # the last state read (node seconds are counted between reads)
         self._last_done: tuple[float, int] | None = None  # (time, items done) at the last decision
+        self._last_running: dict[str, int] | None = None  # live pool nodes at the last decision
         self._base_s = 0.0
 
     def counts(self, nodes: tuple[NodeState, ...]) -> dict[str, int]:
@@ -85,10 +88,13 @@ class ElasticScaler:
             return None
         self._last_step = now
         done = state.items_written + state.items_dead_lettered
-        decision = self._decide(state, running, done, now)
+        measured = None
+        if self._last_done is not None and self._last_running == running and now > self._last_done[0] and done > self._last_done[1]:
+            measured = (done - self._last_done[1]) / (now - self._last_done[0])
+        decision = self._decide(state, running, done, now, measured)
         if self.last is not None and self._last_done is not None and now > self._last_done[0]:
             self._measured((done - self._last_done[1]) / (now - self._last_done[0]))
-        self._last_done = (now, done)
+        self._last_done, self._last_running = (now, done), dict(running)
         self.last = decision
         if dict(decision.counts) != self.requested:
             self.request(bundles=self.pool.bundles(decision.counts))
@@ -97,7 +103,7 @@ class ElasticScaler:
             self.decisions.append(decision)
         return decision
 
-    def _decide(self, state: RunnerState, running: dict[str, int], done: int, now: float) -> ScaleDecision:
+    def _decide(self, state: RunnerState, running: dict[str, int], done: int, now: float, measured: float | None) -> ScaleDecision:
         items_left = max(self.items_total - done, 0)
         if items_left > 0 and (not state.operators or state.operators[0].items_in <= 0):
             return ScaleDecision(ScaleAction.WAIT, dict(self.requested), "no operator has worked yet: no rate to plan with", at=now)
@@ -107,7 +113,7 @@ class ElasticScaler:
             return ScaleDecision(ScaleAction.WAIT, dict(self.requested), f"{exc}: no rate to plan with", at=now)
         cpus, gpus, gpu_memory = self._base(state.nodes)
         return decide_scale(demands, self.pool, self.pool.base_node(cpus, gpus, gpu_memory), running, self.requested, items_left, now,
-                            self.goal, self.spent)
+                            self.goal, self.spent, measured_items_per_s=measured)
 
     def _measured(self, items_per_s: float) -> None:
         """The measured effect of the last decision (and of the logged one it is, if it changed the request)."""

@@ -13,12 +13,18 @@ Contract:
   cluster trident does not manage (the catalogue's class ``head``, 0 without one).
   ``bundles(counts)`` is the ``request_resources`` request for those counts: one bundle per node,
   the node's whole CPUs and GPUs and its class marker.
-- ``decide_scale(demands, pool, base, running, requested, items_left, now, goal, spent)`` returns a
+- ``decide_scale(demands, pool, base, running, requested, items_left, now, goal, spent, measured_items_per_s=None)`` returns a
   ``ScaleDecision``: the worker counts per class to request, why, and its predicted effect
   (items/s, seconds to the last item, cost of the remaining work with the start-up of new nodes).
   ``demands`` are the operators' measured rates (``advice.measured_demands``); ``base`` is the nodes trident does not
-  manage as one node (``NodePool.base_node``); a cluster's rate is the node-count model's (``sizing``)
-  for the base node plus the counts. With no work left every
+  manage as one node (``NodePool.base_node``). A cluster's rate (the base node plus the counts) is the
+  planner's whole-replica check (``planner._Checker``: the placement MILP node by node, every operator
+  at least one whole replica), never the LP relaxation: on the head of ``bench elastic`` the relaxation
+  said 14.2 items/s where five light operators each hold a whole CPU and the runtime did ~1.4. When
+  the caller gives ``measured_items_per_s`` (input items/s measured on the running nodes) every
+  cluster's check is scaled by the measured share of the running cluster's check (at most 1: the check
+  is an upper bound). Candidate counts come from the node-count MILP (``sizing``, whole replicas per
+  class) and are checked the same way, the target raised when packing loses capacity. With no work left every
   node is given back. Deadline: the held nodes are kept while they are needed; when the
   cluster of least cost per item among those holding at most them still finishes twice ``margin``
   early (a band against adding them again), the rest are given back; when the held nodes would miss the deadline, the least cost per item
@@ -39,7 +45,8 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from trident_flows.planning.catalogue import Catalogue, NodeType, PlanningError
-from trident_flows.planning.sizing import most_efficient_counts, throughput_of_counts
+from trident_flows.planning.planner import MAX_RAISES, _Checker
+from trident_flows.planning.sizing import most_efficient_counts
 from trident_flows.scheduler.placement.types import OperatorDemand
 
 BASE = "base"  # the nodes trident does not manage (the head), one class of the MILP pinned at one node
@@ -158,11 +165,15 @@ def _label(counts: Mapping[str, int]) -> str:
 
 
 class _Cluster:
-    """The base node and the pool's classes as one catalogue for the node-count model."""
+    """The base node and the pool's classes as one catalogue; clusters rated with whole replicas (the planner's check)."""
 
-    def __init__(self, demands: Sequence[OperatorDemand], pool: NodePool, base: NodeType) -> None:
-        self.demands, self.pool = demands, pool
-        self.base = base
+    def __init__(self, demands: Sequence[OperatorDemand], pool: NodePool, base: NodeType, running: Mapping[str, int],
+                 measured_items_per_s: float | None) -> None:
+        self.demands, self.pool, self.base = demands, pool, base
+        self.check = _Checker(demands, self.catalogue(), 1)
+        checked_now = self.checked(running) if measured_items_per_s else 0.0
+        # the check is an upper bound (measured service rates, no overheads): calibrated down, never up
+        self.factor = min(1.0, measured_items_per_s / checked_now) if measured_items_per_s and checked_now > 0 else 1.0
 
     def catalogue(self, most: Mapping[str, int] | None = None) -> Catalogue:
         """The model's classes; ``most`` caps some classes' counts."""
@@ -170,12 +181,27 @@ class _Cluster:
                                  min(n.max_count, (most or {}).get(n.name, n.max_count))) for n in self.pool.classes.nodes)
         return Catalogue((self.base,) + workers, self.pool.classes.currency, self.pool.classes.source)
 
+    def checked(self, counts: Mapping[str, int]) -> float:
+        option = self.check({BASE: 1, **counts})
+        return option.items_per_s if option is not None else 0.0
+
     def rate(self, counts: Mapping[str, int]) -> float:
-        return throughput_of_counts(self.demands, self.catalogue(), {BASE: 1, **counts})
+        """Items/s on the base node plus ``counts``: the check calibrated to the running nodes' measured rate."""
+        return self.checked(counts) * self.factor
 
     def efficient(self, target: float, at_least: Mapping[str, int] | None = None, most: Mapping[str, int] | None = None) -> dict[str, int] | None:
-        counts = most_efficient_counts(self.demands, self.catalogue(most), target, fixed={BASE: 1}, at_least=at_least)
-        return None if counts is None else {c: n for c, n in counts.items() if c != BASE and n > 0}
+        """The least cost per item reaching ``target`` by the whole-replica check (the MILP's target raised when packing loses)."""
+        goal = target
+        for _ in range(MAX_RAISES):
+            counts = most_efficient_counts(self.demands, self.catalogue(most), goal / self.factor, fixed={BASE: 1}, at_least=at_least)
+            if counts is None:
+                return None
+            counts = {c: n for c, n in counts.items() if c != BASE and n > 0}
+            reached = self.rate(counts)
+            if reached >= target * (1 - 1e-6):
+                return counts
+            goal = goal * (target / reached if reached > 0 else 1.1) * 1.001
+        return None
 
 
 def _finish_s(items_left: float, rate_now: float, rate_later: float, startup_s: float) -> float:
@@ -195,14 +221,16 @@ def _cost(pool: NodePool, counts: Mapping[str, int], held: Mapping[str, int], fi
 
 
 def decide_scale(demands: Sequence[OperatorDemand], pool: NodePool, base: NodeType, running: Mapping[str, int], requested: Mapping[str, int],
-                 items_left: float, now: float, goal: RunGoal, spent: float = 0.0, margin: float = DEADLINE_MARGIN) -> ScaleDecision:
+                 items_left: float, now: float, goal: RunGoal, spent: float = 0.0, margin: float = DEADLINE_MARGIN,
+                 measured_items_per_s: float | None = None) -> ScaleDecision:
     """The worker counts to request for ``goal`` (see the module docstring). ``running``: live nodes per class;
-    ``requested``: what trident asks for now; ``spent``: what the job's nodes cost so far."""
+    ``requested``: what trident asks for now; ``spent``: what the job's nodes cost so far; ``measured_items_per_s``:
+    the input items/s measured on the running nodes (None: not measured on them)."""
     held = {c: n for c, n in requested.items() if n > 0}
     if items_left <= 0:
         action = ScaleAction.GIVE_BACK if held else ScaleAction.KEEP
         return ScaleDecision(action, {}, "no work left: every node given back", at=now)
-    model = _Cluster(demands, pool, base)
+    model = _Cluster(demands, pool, base, running, measured_items_per_s)
     rate_now, rate_held = model.rate(running), model.rate(held)
     pending = any(held.get(c, 0) > running.get(c, 0) for c in held)
     finish_held = _finish_s(items_left, rate_now, rate_held, pool.startup_s if pending else 0.0)

@@ -15,8 +15,6 @@ Contract:
   least hourly price per item/s (a job's cost per item) instead of the least price (Dinkelbach).
 - ``fastest_within(demands, catalogue, price)``: the highest aggregate throughput (and its counts)
   at an hourly price of at most ``price``.
-- ``throughput_of_counts(demands, catalogue, counts)``: the LP relaxation's most throughput on
-  exactly those counts (the scale decisions' rate of a cluster).
 - ``resource_prices(demands, catalogue, counts)``: the LP relaxation with counts fixed,
   maximising ``T``; returns ``T`` and, per (class, resource), the dual price (items/s per CPU or
   per GPU; a class with no node still has a price, the value of its first unit, read with every class
@@ -199,11 +197,6 @@ def _max_throughput(demands: Sequence[OperatorDemand], catalogue: Catalogue, nod
     if pulp.LpStatus[status] != "Optimal":
         raise RuntimeError(f"throughput LP ended {pulp.LpStatus[status]}")
     return model, t
-
-
-def throughput_of_counts(demands: Sequence[OperatorDemand], catalogue: Catalogue, counts: Mapping[str, int]) -> float:
-    """The aggregate model's most input items/s on exactly ``counts`` nodes per class (the LP relaxation: an upper bound)."""
-    return float(_max_throughput(demands, catalogue, counts)[1].value() or 0.0)
 
 
 def resource_prices(demands: Sequence[OperatorDemand], catalogue: Catalogue, counts: Mapping[str, int]) -> ResourcePrices:
