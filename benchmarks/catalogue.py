@@ -33,8 +33,10 @@ class Benchmark:
 
 _PKG = "trident_flows"
 _B = "benchmarks"
-# the live stack a pipeline runs on under a policy, ticked by loop/ (the runtime's modules import planning's advice and ray_data; control's run imports corpus)
-_LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "loop", "core", "pipelines", "planning", "ray_data", "corpus"))
+# the live stack a pipeline runs on under a policy, ticked by loop/ (the runtime's modules import planning's advice and ray_data;
+# control's run imports corpus and the scale step, which reads the planner, which checks its clusters in the simulator)
+_LIVE = tuple(f"{_PKG}/{p}" for p in ("scheduler", "runtime", "control", "loop", "core", "pipelines", "planning", "sim", "ray_data",
+                                      "corpus"))
 # the closed-loop runs (live and simulated) and the bench helpers they share
 _LOOP = (f"{_B}/closed_loop_runs.py", f"{_B}/closed_loop_stats.py", f"{_B}/closed_loop_workload.py", f"{_B}/closed_loop_figure.py",
          f"{_B}/allocation.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",

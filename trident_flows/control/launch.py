@@ -51,7 +51,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import ray
@@ -61,7 +61,6 @@ from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
 from trident_flows.control.account import RunAccount, account_of_run, build_account, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
-from trident_flows.control.elastic import ElasticScaler
 from trident_flows.control.loop import ControlLoop
 from trident_flows.loop.figures import operator_figures
 from trident_flows.control.ooms_avoided import OomsAvoided
@@ -72,6 +71,9 @@ from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.scheduler.policies import DEFAULT_POLICY, Policy, make_policy
 from trident_flows.core.types import ClusterSpec
+
+if TYPE_CHECKING:  # the scaler reads the planner, which reads the simulator: only a run with a goal loads them
+    from trident_flows.control.elastic import ElasticScaler
 
 
 # How often ``trident-flows run`` restarts a pipeline runner that died (its process killed, its
@@ -562,7 +564,11 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
             def progress(state: RunnerState) -> None:
                 bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
                            rate=f"{state.throughput:.1f} rows/s")
-            scaler = ElasticScaler(*elastic, items_total=plan.manifest.items - plan.items_skipped) if elastic is not None else None
+            scaler = None
+            if elastic is not None:
+                from trident_flows.control.elastic import ElasticScaler  # here: it reads the planner, which reads the simulator
+
+                scaler = ElasticScaler(*elastic, items_total=plan.manifest.items - plan.items_skipped)
             try:
                 return run_pipeline(spec, out, policy=policy_obj, progress=progress, tick_s=tick_s, decision_log=decision_log,
                                     resume=plan, scaler=scaler)

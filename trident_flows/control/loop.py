@@ -20,11 +20,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from trident_flows.control.elastic import ElasticScaler
 from trident_flows.control.run_record import RunRecord
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyOutcome, ApplyReport, RunnerState, SamplePage
@@ -33,6 +32,9 @@ from trident_flows.loop.apply import Applied
 from trident_flows.loop.clock import WallClock
 from trident_flows.loop.tick_loop import Recorder, Tick, TickLoop
 from trident_flows.scheduler.policies import Policy
+
+if TYPE_CHECKING:  # the scaler reads the planner, which reads the simulator: only a run with a goal loads them
+    from trident_flows.control.elastic import ElasticScaler
 
 
 def yield_to_ray_workers() -> None:
