@@ -34,7 +34,7 @@ def observed(tmp_path_factory) -> dict:
     if line is None:
         pytest.fail(f"the autoscaling cluster did not start (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     result = json.loads(line[len("RESULT "):])
-    assert "error" not in result, result.get("error")
+    assert "error" not in result, f"{result.get('error')}\n" + "\n".join(f"--- {k}\n{v}" for k, v in result.get("logs", {}).items())
     return result
 
 
