@@ -11,7 +11,7 @@ Contract:
   replica, while the free CPUs and GPUs, its ``max_replicas`` and the nodes' declared host memory
   (``memory_bound`` per replica, its ``memory_safety_margin`` kept free) hold. A config that is unsafe now
   (``MemorySafety.unsafe``) is not grown; a GPU config only where the GPUs pack device by device
-  (``preposition.gpus_pack``). None when nothing is free or nothing waits.
+  (``replicas.gpus_pack``). None when nothing is free or nothing waits.
 - No replica is stopped or moved: the plan costs only the new replicas' cold starts and cannot slow
   another operator, so it needs no evidence, no pricing and no verification. It is an
   ``IDLE_CAPACITY`` rollout whose reason names each operator, its queue and the free resources.
@@ -26,9 +26,8 @@ from typing import Callable
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.occupancy import Occupancy, classify, serving_configs
-from trident_flows.scheduler.replicas import canary_config, free_resources, main_config, replica_limits
+from trident_flows.scheduler.replicas import canary_config, free_resources, gpus_pack, main_config, replica_limits
 from trident_flows.scheduler.trident.context import Context
-from trident_flows.scheduler.trident.preposition import gpus_pack
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident_settings import TridentSettings
 
