@@ -74,20 +74,20 @@ class IdleCapacity:
         saturated = self.saturated(state)
         if len(saturated) > 1 and state.operators[0].name in saturated:
             saturated.remove(state.operators[0].name)  # its queue is the source's read-ahead: a full one says nothing of need
-        candidates = {}
+        candidates: dict[str, OpConfig] = {}  # operator -> the config it grows by
         for name in saturated:
             config = main_config(state.operator(name), self.ctx.spec)
             if config is not None and self.safety.unsafe(name, config) is None:
                 candidates[name] = config
         if not candidates:
             return None
-        chosen = dict(candidates)
+        open_names = set(candidates)  # operators that may still grow: one leaves once its next replica does not fit
         cluster = self.ctx.planned_for(state)
         memory_left = self._host_memory_left(state, cluster)
         grown: dict[str, dict[OpConfig, int]] = {}
         queued = {op.name: op.queue_items for op in state.operators}
-        while candidates:
-            name = max(candidates, key=lambda n: (queued[n] / _replicas(state, n, grown), n))
+        while open_names:
+            name = max(open_names, key=lambda n: (queued[n] / _replicas(state, n, grown), n))
             config = candidates[name]
             groups = dict(grown.get(name) or state.operator(name).configs(include_canary=False))
             groups[config] = groups.get(config, 0) + 1
@@ -97,7 +97,7 @@ class IdleCapacity:
                     and (memory_left is None or bound <= memory_left)
                     and (config.gpus == 0 or gpus_pack(state, cluster, {**grown, name: groups})))
             if not fits:
-                del candidates[name]
+                open_names.remove(name)
                 continue
             grown[name] = groups
             cpus -= config.cpus
@@ -111,7 +111,7 @@ class IdleCapacity:
             op = state.operator(name)
             added = sum(groups.values()) - sum(op.configs(include_canary=False).values())
             ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
-                                    f"{name}: +{added} replica(s) of {chosen[name].label()}: "
+                                    f"{name}: +{added} replica(s) of {candidates[name].label()}: "
                                     f"saturated for {self.settings.idle_growth_s:g} s with {op.queue_items} items queued",
                                     canary_config(op)))
             self.moves += added
