@@ -9,7 +9,7 @@ Contract of ``run(quick) -> BenchResult``:
   trident's ``ElasticScaler`` and the planner both read (``POOL``).
 - Workload: the emulated documents pipeline (cost model ``profiles/documents.json``), ``short`` documents
   only, at time scale 1 (operators sleep their modelled seconds), started in the capacity planner's
-  placement for the head alone (``planner._Checker``, ``simcheck.planned_spec``), under the trident policy
+  placement for the head alone (``planner.PlacementChecker``, ``simcheck.planned_spec``), under the trident policy
   in the control loop with an ``ElasticScaler`` (its default 15 s interval).
 - Run ``needs-nodes``: ``ITEMS`` items due ``DEADLINE_S`` after the run starts, which the head alone
   misses by a clear margin; then, once its workers are gone, run ``head-suffices``: ``ITEMS_SMALL`` items due
@@ -56,7 +56,7 @@ from trident_flows.core.state import RunnerSettings, RunnerState
 from trident_flows.core.types import ClusterSpec
 from trident_flows.planning.catalogue import Catalogue, NodeType
 from trident_flows.planning.demands import operator_demands
-from trident_flows.planning.planner import ClusterOption, _Checker
+from trident_flows.planning.planner import ClusterOption, PlacementChecker
 from trident_flows.planning.scale import HEAD_PRICE_CLASS, NodePool, RunGoal
 from trident_flows.planning.simcheck import planned_spec
 from trident_flows.planning.workload import from_regimes
@@ -96,7 +96,7 @@ def planner_options(items: int) -> list[ClusterOption]:
     """The planner's checked clusters of the head and 0..MAX_WORKERS workers for ``items`` short documents."""
     workload = from_regimes("documents", f"{REGIME}:{items}")
     demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), 0)
-    checker = _Checker(demands, CATALOGUE, items)
+    checker = PlacementChecker(demands, CATALOGUE, items)
     return [o for n in range(MAX_WORKERS + 1) if (o := checker({HEAD_PRICE_CLASS: 1, WORKER: n})) is not None]
 
 

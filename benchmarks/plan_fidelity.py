@@ -4,7 +4,7 @@ Contract of ``run(quick) -> BenchResult``:
 - Node shapes that fit this machine as one logical node (``NODES``: 8 logical CPUs; 6 CPUs + 1
   emulated GPU of 8 GiB), each alone as a one-class catalogue with a count of 1, and the
   documents mix ``short:500,scans:500`` (the regime means of the committed profile).
-- Per node: the planner's placement for that node (``planner._Checker``: the placement MILP
+- Per node: the planner's placement for that node (``planner.PlacementChecker``: the placement MILP
   with one device per operator) and its predicted input items/s; the simulator's steady rate for
   that placement (``simcheck.simulate_plan``); and the emulated Ray runtime running the very same
   pipeline and starting plan (``simcheck.planned_spec``) on a local Ray node of the node's CPUs
@@ -28,7 +28,7 @@ from benchmarks.report import BenchResult, Target
 from benchmarks.sim_fidelity import run_live
 from trident_flows.planning.catalogue import Catalogue, NodeType
 from trident_flows.planning.demands import operator_demands
-from trident_flows.planning.planner import _Checker
+from trident_flows.planning.planner import PlacementChecker
 from trident_flows.planning.simcheck import planned_spec, simulate_plan
 from trident_flows.planning.workload import from_regimes
 
@@ -43,7 +43,7 @@ def measure(node: NodeType, items: int, log: Any = print) -> dict[str, Any]:
     catalogue = Catalogue((node,), "USD", "plan-fidelity")
     workload = from_regimes("documents", REGIMES)
     demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), node.gpu_memory_bytes)
-    option = _Checker(demands, catalogue, items)({node.name: 1})
+    option = PlacementChecker(demands, catalogue, items)({node.name: 1})
     sim = simulate_plan(workload, catalogue, option.counts, option.plan, max(items, 2000))
     spec, policy = planned_spec(workload, option.plan, items, int(node.cpus), time_scale=TIME_SCALE)
     start_local_ray(node.cpus, node.gpus, ATTEMPTS)

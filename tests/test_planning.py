@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from trident_flows.cli import app
 from trident_flows.planning.catalogue import Catalogue, NodeType, load_catalogue
 from trident_flows.planning.demands import operator_demands
-from trident_flows.planning.planner import Goal, _Checker, plan_cluster
+from trident_flows.planning.planner import Goal, PlacementChecker, plan_cluster
 from trident_flows.planning.simcheck import simulate_plan
 from trident_flows.planning.workload import from_regimes
 
@@ -35,7 +35,7 @@ def test_the_planners_choice_is_the_cheapest_cluster_of_an_exhaustive_search(reg
     workload = from_regimes("documents", regimes)
     plan = plan_cluster(workload, catalogue, Goal(items, deadline_h=deadline_h), simulate_top=0, runner_ups=0)
     demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), 24 * GiB)
-    check = _Checker(demands, catalogue, items)
+    check = PlacementChecker(demands, catalogue, items)
     best = None
     for counts in itertools.product(*(range(n.max_count + 1) for n in catalogue.nodes)):
         if not any(counts):
@@ -63,7 +63,7 @@ def test_a_single_node_plan_matches_the_simulator():
     catalogue = load_catalogue()
     workload = from_regimes("documents", "short:500,scans:500")
     demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), 80 * GiB)
-    option = _Checker(demands, catalogue, 10_000)({"c16": 1})
+    option = PlacementChecker(demands, catalogue, 10_000)({"c16": 1})
     sim = simulate_plan(workload, catalogue, option.counts, option.plan, 2000)
     assert abs(sim.items_per_s / option.items_per_s - 1) <= 0.15, (option.items_per_s, sim.items_per_s)
 
@@ -132,7 +132,7 @@ def _simulated_state(regimes: str, counts: dict[str, int]):
     catalogue = load_catalogue()
     workload = from_regimes("documents", regimes)
     demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), 80 * GiB)
-    option = _Checker(demands, catalogue, 10_000)(counts)
+    option = PlacementChecker(demands, catalogue, 10_000)(counts)
     states = []
     real = driver.simulate
 

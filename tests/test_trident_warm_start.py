@@ -172,7 +172,7 @@ def test_memory_location_defaults_beside_the_output_and_can_be_off(tmp_path: Pat
 
 
 def test_gpu_growth_is_pre_positioned_only_where_it_packs_device_by_device() -> None:
-    from trident_flows.scheduler.trident.preposition import gpus_pack
+    from trident_flows.scheduler.replicas import gpus_pack
 
     cpu, gpu, half = OpConfig("cpu", 8), OpConfig("gpu", 32, gpus=1.0), OpConfig("gpu", 16, gpus=0.5)
 

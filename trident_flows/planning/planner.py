@@ -7,7 +7,7 @@ Contract:
   hourly price times its hours: the catalogue's start-up minutes plus the items at the
   predicted rate.
 - ``plan_cluster(workload, catalogue, goal)`` returns a ``ClusterPlan``:
-  1. the recommendation: ``_Checker.least_cost`` walks the node-count MILP (``sizing``) up the
+  1. the recommendation: ``PlacementChecker.least_cost`` walks the node-count MILP (``sizing``) up the
      price levels from the throughput the goal needs, each answer checked by the placement MILP
      itself on its node-by-node cluster (``placement.milp.solve_placement``, whose throughput is the
      prediction); when packing costs capacity the target is raised and the MILP re-solved (at
@@ -161,8 +161,19 @@ class ClusterPlan:
         return sorted(front, key=lambda c: c.checked_hours)
 
 
-class _Checker:
-    """Checks node counts with the placement MILP, once per distinct cluster."""
+class PlacementChecker:
+    """Node counts per class checked by the placement MILP on their node-by-node cluster.
+
+    Contract:
+    - ``checker(counts)`` is the ``ClusterOption`` of that cluster (classes with a count of 0 dropped): its
+      throughput and plan are the placement's (``_solve``: every operator on one device kind), its price the
+      catalogue's, its job ``items`` input items; None when no placement exists. Each distinct cluster is
+      solved once (``seen`` keeps every answer).
+    - ``cheapest(target, fixed)`` is the checked cluster of least hourly price whose throughput reaches
+      ``target`` (``fixed`` pins some classes' counts); ``least_cost(target)`` the one of least job cost (see
+      the module docstring, step 1). Both are None when none is found: the node-count MILP finds no counts,
+      or its answers still fall short after ``MAX_RAISES`` raises of its target.
+    """
 
     def __init__(self, demands: Sequence[OperatorDemand], catalogue: Catalogue, items: int) -> None:
         self.demands, self.catalogue, self.items = demands, catalogue, items
@@ -272,7 +283,7 @@ def plan_cluster(workload: PlanWorkload, catalogue: Catalogue, goal: Goal, *, si
         demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), max_gpu_memory)
     except ValueError as exc:
         raise PlanningError(str(exc)) from None
-    check = _Checker(demands, catalogue, goal.items)
+    check = PlacementChecker(demands, catalogue, goal.items)
     everything = {n.name: n.max_count for n in catalogue.nodes}
     fastest = resource_prices(demands, catalogue, everything).throughput  # LP bound: no catalogue cluster is faster
     notes = []

@@ -18,7 +18,7 @@ Contract:
   (items/s, seconds to the last item, cost of the remaining work with the start-up of new nodes).
   ``demands`` are the operators' measured rates (``advice.measured_demands``); ``base`` is the nodes trident does not
   manage as one node (``NodePool.base_node``). A cluster's rate (the base node plus the counts) is the
-  planner's whole-replica check (``planner._Checker``: the placement MILP node by node, every operator
+  planner's whole-replica check (``planner.PlacementChecker``: the placement MILP node by node, every operator
   at least one whole replica), never the LP relaxation: on the head of ``bench elastic`` the relaxation
   said 14.2 items/s where five light operators each hold a whole CPU and the runtime did ~1.4. When
   the caller gives ``measured_items_per_s`` (input items/s measured on the running nodes) every
@@ -45,7 +45,7 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from trident_flows.planning.catalogue import Catalogue, NodeType, PlanningError
-from trident_flows.planning.planner import MAX_RAISES, _Checker
+from trident_flows.planning.planner import MAX_RAISES, PlacementChecker
 from trident_flows.planning.sizing import most_efficient_counts
 from trident_flows.scheduler.placement.types import OperatorDemand
 
@@ -170,7 +170,7 @@ class _Cluster:
     def __init__(self, demands: Sequence[OperatorDemand], pool: NodePool, base: NodeType, running: Mapping[str, int],
                  measured_items_per_s: float | None) -> None:
         self.demands, self.pool, self.base = demands, pool, base
-        self.check = _Checker(demands, self.catalogue(), 1)
+        self.check = PlacementChecker(demands, self.catalogue(), 1)
         checked_now = self.checked(running) if measured_items_per_s else 0.0
         # the check is an upper bound (measured service rates, no overheads): calibrated down, never up
         self.factor = min(1.0, measured_items_per_s / checked_now) if measured_items_per_s and checked_now > 0 else 1.0

@@ -1,4 +1,4 @@
-"""Reading replica counts out of a ``RunnerState`` and writing "scale this operator" plans.
+"""Reading replica counts out of a ``RunnerState``, writing "scale this operator" plans, packing replicas' GPU shares on devices.
 
 Contract (pure functions, shared by the baseline policies and the Trident controller):
 - ``serving_groups(op)`` is what an operator runs now: one ``ReplicaGroup`` per config among
@@ -14,14 +14,20 @@ Contract (pure functions, shared by the baseline policies and the Trident contro
   (``(1, 64)`` when no spec is known).
 - ``free_resources(state)`` is ``(cpus, gpus)`` not held by any replica.
 - ``held(counts)`` is ``(cpus, gpus)`` held by ``counts[config]`` replicas of each config.
+- ``gpus_pack(state, cluster, moves)`` is whether the allocation after ``moves`` (operator -> config ->
+  replicas; every other operator as it runs) fits the GPUs device by device, as far as the runner's state
+  tells: only on one node with no device shared by fractional replicas now (then the free devices are
+  whole); the replicas' GPU shares, largest first, are placed first whole-GPU shares (a replica of k GPUs
+  uses up k free devices), then fractional ones (first fit, each on the first device with room for it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Sequence
 
 from trident_flows.core.state import OperatorState, RunnerState
-from trident_flows.core.types import OpConfig, OperatorPlan, ReplicaGroup
+from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, ReplicaGroup
 
 
 def serving_groups(op: OperatorState) -> tuple[ReplicaGroup, ...]:
@@ -102,3 +108,42 @@ def free_resources(state: RunnerState) -> tuple[float, float]:
 def held(counts: Mapping[OpConfig, int]) -> tuple[float, float]:
     """(cpus, gpus) held by ``counts[config]`` replicas of each config."""
     return sum(c.cpus * n for c, n in counts.items()), sum(c.gpus * n for c, n in counts.items())
+
+
+def gpus_pack(state: RunnerState, cluster: ClusterSpec, moves: Mapping[str, Mapping[OpConfig, int]]) -> bool:
+    """Whether the allocation after ``moves`` (every other operator as it runs) fits the GPUs device by device, as far as
+    the runner's state tells: one node, no device shared by fractional replicas now (then the free devices are whole),
+    and the GPU shares of every replica after the moves placed, largest first, onto its devices."""
+    if len(cluster.node_classes) != 1 or cluster.node_classes[0].count != 1:
+        return False
+    if any(r.config.gpus > 0 and abs(r.config.gpus - round(r.config.gpus)) > 1e-9 for op in state.operators for r in op.replicas):
+        return False
+    after = {op.name: moves.get(op.name, op.configs()) for op in state.operators}
+    shares = sorted((c.gpus for groups in after.values() for c, n in groups.items() for _ in range(n) if c.gpus > 0), reverse=True)
+    devices = [1.0] * int(cluster.total_gpus)  # the room left on each device
+    return (_place_whole_gpu_shares(devices, [s for s in shares if s >= 1])
+            and _place_fractional_gpu_shares(devices, [s for s in shares if s < 1]))
+
+
+def _place_whole_gpu_shares(devices: list[float], shares: Sequence[float]) -> bool:
+    """Each share of one GPU or more (``k`` GPUs, rounded up) uses up the first ``k`` devices still whole; False when a
+    share finds too few. ``devices`` (room left per device) is updated in place."""
+    for share in shares:
+        need = math.ceil(share - 1e-9)
+        whole = [i for i, room in enumerate(devices) if room + 1e-9 >= 1.0]
+        if len(whole) < need:
+            return False
+        for i in whole[:need]:
+            devices[i] -= 1.0
+    return True
+
+
+def _place_fractional_gpu_shares(devices: list[float], shares: Sequence[float]) -> bool:
+    """Each share under one GPU, in the order given, goes on the first device with room for it (first fit); False when
+    none has. ``devices`` (room left per device) is updated in place."""
+    for share in shares:
+        fit = next((i for i, room in enumerate(devices) if room + 1e-9 >= share), None)
+        if fit is None:
+            return False
+        devices[fit] -= share
+    return True

@@ -11,7 +11,7 @@ Contract:
   replica, while the free CPUs and GPUs, its ``max_replicas`` and the nodes' declared host memory
   (``memory_bound`` per replica, its ``memory_safety_margin`` kept free) hold. A config that is unsafe now
   (``MemorySafety.unsafe``) is not grown; a GPU config only where the GPUs pack device by device
-  (``preposition.gpus_pack``). None when nothing is free or nothing waits.
+  (``replicas.gpus_pack``). None when nothing is free or nothing waits.
 - No replica is stopped or moved: the plan costs only the new replicas' cold starts and cannot slow
   another operator, so it needs no evidence, no pricing and no verification. It is an
   ``IDLE_CAPACITY`` rollout whose reason names each operator, its queue and the free resources.
@@ -26,9 +26,8 @@ from typing import Callable
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.occupancy import Occupancy, classify, serving_configs
-from trident_flows.scheduler.replicas import canary_config, free_resources, main_config, replica_limits
+from trident_flows.scheduler.replicas import canary_config, free_resources, gpus_pack, main_config, replica_limits
 from trident_flows.scheduler.trident.context import Context
-from trident_flows.scheduler.trident.preposition import gpus_pack
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident_settings import TridentSettings
 
@@ -75,20 +74,20 @@ class IdleCapacity:
         saturated = self.saturated(state)
         if len(saturated) > 1 and state.operators[0].name in saturated:
             saturated.remove(state.operators[0].name)  # its queue is the source's read-ahead: a full one says nothing of need
-        candidates = {}
+        candidates: dict[str, OpConfig] = {}  # operator -> the config it grows by
         for name in saturated:
             config = main_config(state.operator(name), self.ctx.spec)
             if config is not None and self.safety.unsafe(name, config) is None:
                 candidates[name] = config
         if not candidates:
             return None
-        chosen = dict(candidates)
+        open_names = set(candidates)  # operators that may still grow: one leaves once its next replica does not fit
         cluster = self.ctx.planned_for(state)
         memory_left = self._host_memory_left(state, cluster)
         grown: dict[str, dict[OpConfig, int]] = {}
         queued = {op.name: op.queue_items for op in state.operators}
-        while candidates:
-            name = max(candidates, key=lambda n: (queued[n] / _replicas(state, n, grown), n))
+        while open_names:
+            name = max(open_names, key=lambda n: (queued[n] / _replicas(state, n, grown), n))
             config = candidates[name]
             groups = dict(grown.get(name) or state.operator(name).configs(include_canary=False))
             groups[config] = groups.get(config, 0) + 1
@@ -98,7 +97,7 @@ class IdleCapacity:
                     and (memory_left is None or bound <= memory_left)
                     and (config.gpus == 0 or gpus_pack(state, cluster, {**grown, name: groups})))
             if not fits:
-                del candidates[name]
+                open_names.remove(name)
                 continue
             grown[name] = groups
             cpus -= config.cpus
@@ -112,7 +111,7 @@ class IdleCapacity:
             op = state.operator(name)
             added = sum(groups.values()) - sum(op.configs(include_canary=False).values())
             ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
-                                    f"{name}: +{added} replica(s) of {chosen[name].label()}: "
+                                    f"{name}: +{added} replica(s) of {candidates[name].label()}: "
                                     f"saturated for {self.settings.idle_growth_s:g} s with {op.queue_items} items queued",
                                     canary_config(op)))
             self.moves += added

@@ -9,7 +9,7 @@ Contract:
   ``RegimePlan`` gives the operator other groups than it runs, the operator moves to them. A
   regime in its first segment is left to the evidence gate and the placement (nothing is known of
   it). A move that would hold more GPUs than the operator holds now is made only where it is known to
-  fit device by device (``gpus_pack``: one node, no device shared now, the allocation after the moves
+  fit device by device (``replicas.gpus_pack``: one node, no device shared now, the allocation after the moves
   packs its GPU shares onto the node's devices); otherwise it is left to the placement (a sum of GPU
   fractions can fit where no device has room), and then no
   operator is moved for that regime this tick (half a regime's allocation can be slower than none). Each
@@ -25,12 +25,10 @@ Contract:
 
 from __future__ import annotations
 
-import math
-
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.occupancy import Occupancy, classify
-from trident_flows.scheduler.replicas import held
+from trident_flows.scheduler.replicas import gpus_pack, held
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.operators import ColdStarts
@@ -133,23 +131,3 @@ class PrePositioning:
         before = stream_positions(history[0])
         return {name: max(0.0, (p - before.get(name, p)) / dt) for name, p in positions.items()}
 
-
-def gpus_pack(state: RunnerState, cluster: ClusterSpec, moves: dict[str, dict[OpConfig, int]]) -> bool:
-    """Whether the allocation after ``moves`` (every other operator as it runs) fits the GPUs device by device, as far as
-    the runner's state tells: one node, no device shared by fractional replicas now (then the free devices are whole),
-    and the GPU shares of every replica after the moves packed first-fit decreasing onto its devices."""
-    if len(cluster.node_classes) != 1 or cluster.node_classes[0].count != 1:
-        return False
-    if any(r.config.gpus > 0 and abs(r.config.gpus - round(r.config.gpus)) > 1e-9 for op in state.operators for r in op.replicas):
-        return False
-    after = {op.name: moves.get(op.name, op.configs()) for op in state.operators}
-    devices = [1.0] * int(cluster.total_gpus)
-    shares = sorted((c.gpus for groups in after.values() for c, n in groups.items() for _ in range(n) if c.gpus > 0), reverse=True)
-    for share in shares:
-        whole = max(1, math.ceil(share - 1e-9))  # a replica of k GPUs takes k whole devices
-        free = [i for i, room in enumerate(devices) if room + 1e-9 >= min(share, 1.0)]
-        if len(free) < (whole if share >= 1 else 1):
-            return False
-        for i in free[:whole if share >= 1 else 1]:
-            devices[i] -= min(share, 1.0)
-    return True

@@ -17,7 +17,8 @@ Contract:
   ``Regime.features[op]`` holds the per-item features the operator measured on that regime's items,
   ``Regime.items[op]`` how many items they were, ``Regime.rate(op, config)`` the items one replica of
   a config got through per busy second on them; ``Regime.covered(ops)`` says every operator measured it.
-- ``at(position)`` is the segment an input item falls in (None before the first), ``next_after(position)``
+- Segments start at strictly increasing input items; one ends where the next starts, the newest at ``position``.
+  ``at(position)`` is the segment an input item falls in (None before the first), ``next_after(position)``
   the first segment starting after it; ``current`` is the segment at the source; ``live(state)`` the
   regimes some operator works on now; ``known_ahead(state)`` the items of the last operator's segment read
   and not yet taken by it; ``items_per_regime()`` the input items read in each regime so far.
@@ -114,9 +115,8 @@ class SourceRegimes:
     def items_per_regime(self) -> dict[int, float]:
         """Input items read so far in each regime (its segments, the newest up to ``position``)."""
         out: dict[int, float] = {}
-        for k, segment in enumerate(self.segments):
-            end = self.segments[k + 1].start if k + 1 < len(self.segments) else self.position
-            out[segment.regime.id] = out.get(segment.regime.id, 0.0) + max(0.0, end - segment.start)
+        for segment in self.segments:
+            out[segment.regime.id] = out.get(segment.regime.id, 0.0) + max(0.0, self._end_of(segment.start) - segment.start)
         return out
 
     def known_ahead(self, state: RunnerState) -> float:
@@ -125,8 +125,7 @@ class SourceRegimes:
         if not self.segments or not state.operators:
             return 0.0
         last = stream_positions(state)[state.operators[-1].name]
-        ahead = self.next_after(last)
-        return max(0.0, (ahead.start if ahead is not None else self.position) - last)
+        return max(0.0, self._end_of(last) - last)
 
     def live(self, state: RunnerState) -> set[int]:
         """Ids of the regimes some operator works on now (the segments at the operators' stream positions)."""
@@ -134,6 +133,12 @@ class SourceRegimes:
 
     def next_after(self, position: float) -> Segment | None:
         return next((s for s in self.segments if s.start > position), None)
+
+    def _end_of(self, position: float) -> float:
+        """Where the segment holding input item ``position`` ends: the next segment's start, or for the newest the
+        items the source has read so far."""
+        ahead = self.next_after(position)
+        return ahead.start if ahead is not None else self.position
 
     def observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> list[TickEvent]:
         if not state.operators:
