@@ -1,5 +1,6 @@
-"""Idle capacity given to saturated operators, a run started in what the memory learned, and pre-positioning that
-does not shrink an operator with work waiting (no Ray)."""
+"""Idle capacity given to saturated operators (free resources, and replicas of operators that sat mostly idle), a run
+started in what the memory learned, and pre-positioning that does not shrink an operator with work waiting nor replace
+replicas for a batch size alone (no Ray)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from trident_flows.scheduler.trident import memory
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
 from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry
+from trident_flows.scheduler.trident.preposition import _serving_batch_sizes
+from trident_flows.scheduler.trident_policy import _unverified
 from trident_flows.scheduler.trident_settings import TridentSettings
 
 CPU8 = OpConfig("cpu", 8)
@@ -76,6 +79,51 @@ def test_no_growth_before_idle_growth_s_of_saturation_nor_when_turned_off_nor_fo
     assert blipped.plan(_state(8.0, _op("ocr", 14, 50, True))) is None
 
 
+def _busy_op(name: str, replicas: int, busy: int, config: OpConfig = CPU8) -> OperatorState:
+    """An operator with no queue whose first ``busy`` replicas hold a batch."""
+    reps = tuple(ReplicaState(f"{name}{k}", f"a{name}{k}", config, True, False, False, 1 if k < busy else 0, 0.2, 5, 0)
+                 for k in range(replicas))
+    return OperatorState(name, reps, 0, 0, 0, 0, 0, 0.2, 0, 0)
+
+
+def test_replicas_of_a_mostly_idle_operator_go_to_a_saturated_one_as_a_verified_rebalance() -> None:
+    # 16 CPUs all held: ocr runs 6 replicas of which 1 holds a batch, embed 10 with 500 queued
+    idle = _idle()
+    state = _feed(idle, 10, lambda t: _state(t, _busy_op("ocr", 6, 1), _op("embed", 10, 500, True)))
+    assert idle.spare(state) == {"ocr": 4}  # it keeps 2: twice the 1 replica it kept busy
+    plan = idle.plan(state)
+    assert plan is not None and plan.rationale is not None and plan.rationale.kind == PlanKind.REBALANCE
+    total = {o.operator: sum(g.replicas for g in o.groups) for o in plan.operators}
+    assert total == {"ocr": 2, "embed": 14}
+    assert "ocr: -4 replica(s)" in plan.reason and idle.moves == 4
+    assert not _unverified(plan)  # measured like any placement, rolled back when slower
+
+
+def test_nothing_is_lent_by_an_operator_saturated_in_the_window_nor_before_the_window_is_seen() -> None:
+    early = _idle()
+    assert early.spare(_feed(early, 6, lambda t: _state(t, _busy_op("ocr", 6, 1), _op("embed", 10, 500, True)))) == {}
+    was_busy = _idle()
+    _feed(was_busy, 10, lambda t: _state(t, _op("ocr", 6, 30, True) if t == 5 else _busy_op("ocr", 6, 1), _op("embed", 10, 500, True)))
+    assert was_busy.spare(_state(10.0, _busy_op("ocr", 6, 1), _op("embed", 10, 500, True))) == {}
+
+
+def test_a_tick_after_a_long_apply_does_not_count_as_a_saturated_window() -> None:
+    # the simulator's loop blocks while an apply runs: the next tick is the only one in the window, after the configs changed
+    idle = _idle()
+    _feed(idle, 3, lambda t: _state(t, _op("ocr", 10, 50, True)))
+    after = _state(30.0, _op("ocr", 14, 50, True))
+    idle.observe(after)
+    assert idle.saturated(after) == []
+
+
+def test_pre_positioning_keeps_the_serving_batch_size_where_only_the_batch_size_differs() -> None:
+    serving = {CPU8: 7}
+    assert _serving_batch_sizes({OpConfig("cpu", 12): 11}, serving) == {CPU8: 11}
+    other = OpConfig("cpu", 12, cpus=2)
+    assert _serving_batch_sizes({other: 3, OpConfig("cpu", 4): 2}, serving) == {other: 3, CPU8: 2}
+    assert _serving_batch_sizes({CPU2: 5, CPU8: 1}, {CPU2: 1, CPU8: 1}) == {CPU2: 5, CPU8: 1}  # both serve already
+
+
 def _learned_spec() -> Any:
     from benchmarks import suite_workloads as sw
     from benchmarks.baselines import STATIC_DEFAULT
@@ -98,14 +146,14 @@ def test_a_run_starts_in_the_memorys_allocation_for_the_regime_with_the_most_ite
     path = tmp_path / "memory.json"
     memory.save(memory.memory_of(PipelineIdentity.of(spec), cluster, {}, {}, [few, many]), str(path))
 
-    policy = make_policy("trident", spec=spec, cluster=cluster, memory=str(path), start_from_memory=True)
+    policy = make_policy("trident", spec=spec, cluster=cluster, memory=str(path))  # on by default
     started = policy.starting_spec(spec)
     assert started.operator("embed").replicas == 10 and started.operator("embed").config == CPU2
     assert started.operator("ocr").replicas == 1
     assert policy.started_from is not None and "embed 10x" in policy.started_from and "89% of the input items" in policy.started_from
     assert [op.name for op in started.operators] == names and started.source is spec.source  # what is curated is unchanged
 
-    off = make_policy("trident", spec=spec, cluster=cluster, memory=str(path))  # off by default
+    off = make_policy("trident", spec=spec, cluster=cluster, memory=str(path), start_from_memory=False)
     assert off.starting_spec(spec) is spec
     small = make_policy("trident", spec=spec, cluster=ClusterSpec.single_node(8, 0), memory=str(path), start_from_memory=True)
     assert small.starting_spec(spec) is spec  # 15 replicas of 1 CPU do not fit 8 CPUs (nor does a rescaled one start over them)

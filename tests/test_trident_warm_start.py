@@ -71,7 +71,7 @@ def learned(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_memory_written_by_one_run_gives_the_next_run_its_first_plan(learned: Path, tmp_path: Path) -> None:
     copy = tmp_path / "memory.json"
     copy.write_bytes(learned.read_bytes())
-    policy, run, _ = _run(str(copy))
+    policy, run, _ = _run(str(copy), start_from_memory=False)
     assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
     figures = policy.run_figures()
     assert figures["memory_loaded"] and figures["memory_regimes_known"] >= 2
@@ -81,6 +81,14 @@ def test_a_memory_written_by_one_run_gives_the_next_run_its_first_plan(learned: 
     assert figures["prepositioned_moves"] >= 2
     data = json.loads(copy.read_text())
     assert data["runs"] == 2  # this run merged what it learned into the memory it read
+
+
+def test_by_default_a_run_starts_in_the_memorys_allocation(learned: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "memory.json"
+    copy.write_bytes(learned.read_bytes())
+    policy, run, _ = _run(str(copy))
+    assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
+    assert policy.started_from is not None and "the remembered regime with the most items" in policy.started_from
 
 
 def test_pre_positioning_starts_replicas_before_the_new_regime_reaches_them(learned: Path, tmp_path: Path) -> None:
@@ -112,8 +120,12 @@ def test_a_run_too_short_for_the_gate_leaves_a_plan_the_next_run_applies_at_once
     assert len(json.loads(path.read_text())["regimes"]) == 2  # both solved at the run's end, from the models fitted then
     second, run, _ = _run(str(path), order=("scans", "short"), **never)
     assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
-    plan = next(r.decision.plan for r in second.records if r.decision.plan is not None)
-    assert plan.rationale is not None and plan.rationale.kind == PlanKind.REGIME_PLAN and "memory allocation" in plan.reason
+    assert second.started_from is not None  # it starts in the memory's allocation for the regime with the most items
+    third, run, _ = _run(str(path), order=("scans", "short"), start_from_memory=False, **never)
+    assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
+    tick = next(r.tick for r in third.records if r.decision.rationale is not None and r.decision.rationale.kind == PlanKind.REGIME_PLAN
+                and "memory allocation" in r.decision.plan.reason)
+    assert tick <= 15, f"the memory's allocation was applied at tick {tick}, not once the source recognised the regime"
 
 
 @pytest.mark.parametrize("case", ["corrupt", "other-pipeline", "bigger-cluster"])

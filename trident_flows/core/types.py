@@ -341,6 +341,7 @@ class PlanKind(str, Enum):
     CANARY = "canary"                # starts canary replicas, or ends them with a verdict
     REGIME_PLAN = "regime_plan"      # moves operators to a known regime's allocation as its items reach them
     IDLE_CAPACITY = "idle_capacity"  # gives resources no replica holds to operators with work waiting
+    REBALANCE = "rebalance"          # moves replicas of operators that sat mostly idle to operators with work waiting
 
 
 class CanaryVerdict(str, Enum):

@@ -24,12 +24,14 @@ Contract:
   pre-positioning of operators for a known regime whose items reach them (a ``REGIME_PLAN`` rollout,
   not verified against the throughput before: it was made for other items; the evidence gate does
   not hold it: the regime was measured before); before the evidence gate opens, the memory-safety
-  move if one is needed, else nothing (waiting for samples); while a rollout is verified, nothing (a
+  move if one is needed, else replicas for operators saturated with work waiting on CPUs and GPUs no replica
+  holds or taken from operators that sat mostly idle (``idle_capacity``), else nothing (waiting for
+  samples); while a rollout is verified, nothing (a
   memory-safety move ends the verification first); else the placement and the transition step's
   decision, or the memory-safety move when that issues no plan. The tick's canary plans join the
   plan (a tick that issues nothing else issues them as ``CANARY``); a plan refused before is not
-  re-issued (``WAIT``); a rollout other than the replica-for-replica safety move and a regime plan
-  goes under verification. Every issued plan carries its ``Rationale``; a tick that issues none
+  re-issued (``WAIT``); a rollout other than the replica-for-replica safety move, a regime plan and
+  replicas on idle resources goes under verification (a rebalance does). Every issued plan carries its ``Rationale``; a tick that issues none
   says why as a ``Hold``.
 - ``starting_spec(spec)``: the pipeline spec a run starts in: the memory's allocation for its most
   frequent regime, where it is one config per operator (see the method); the run's lifecycle calls it

@@ -70,8 +70,8 @@ class TridentSettings:
     # regimes recognised at the source, remembered across runs
     memory: str | None = setting(None, "where Trident's memory of earlier runs is read and written: a path or a pyarrow "
                                        "filesystem URI (s3://, gs://, ...); None: nothing is remembered across runs")
-    start_from_memory: bool = setting(False, "start a run in the memory's allocation for the regime it saw most, before any item "
-                                            "is read (off by default: a memory learned on a short run can start it slower)")
+    start_from_memory: bool = setting(True, "start a run in the memory's allocation for the regime it saw most, before any item "
+                                            "is read (False: start in the pipeline's own configuration)")
     source_regime_items: int = setting(24, "input items whose mean features at the source are compared with the current regime's")
     source_regime_rel: float = setting(0.4, "relative difference of a mean item feature at the source that starts a new regime, > 0")
     regime_plans: bool = setting(True, "solve each known regime's allocation and move each operator to it as that regime's items "

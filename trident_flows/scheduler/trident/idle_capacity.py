@@ -1,7 +1,14 @@
-"""Idle capacity: CPUs and GPUs that no replica holds, given to operators with work waiting and no replica free.
+"""Idle capacity: CPUs and GPUs that no replica holds, or CPU replicas that sit mostly idle, given to operators
+with work waiting and no replica free.
 
 Contract:
-- ``observe(state)`` (every tick) keeps each operator's occupancy (``occupancy.classify``) and serving configs.
+- ``observe(state)`` (every tick) keeps each operator's occupancy (``occupancy.classify``), serving configs and
+  how many serving replicas hold a batch.
+- ``spare(state) -> {operator: replicas}``: CPU-only operators with no canary or draining replica, never
+  ``SATURATED`` over the last ``LEND_WINDOW`` x ``idle_growth_s`` seconds with unchanged serving configs,
+  whose replicas held a batch ``busy`` of them on average: ``replicas - max(min_replicas, ceil(busy /
+  LEND_UTILIZATION))`` can go. What stays serves twice today's pace: the pipeline speeds up when the
+  saturated operator grows.
 - ``plan(state) -> Plan | None``: the cluster's CPUs and GPUs that no replica holds (starting, serving,
   draining or canary; one CPU kept for a canary while ``keep_cpu`` says so) go to operators ``SATURATED``
   in every tick of the last ``idle_growth_s`` seconds with unchanged serving configs (work waiting, every
@@ -11,27 +18,32 @@ Contract:
   replica, while the free CPUs and GPUs, its ``max_replicas`` and the nodes' declared host memory
   (``memory_bound`` per replica, its ``memory_safety_margin`` kept free) hold. A config that is unsafe now
   (``MemorySafety.unsafe``) is not grown; a GPU config only where the GPUs pack device by device
-  (``replicas.gpus_pack``). None when nothing is free or nothing waits.
-- No replica is stopped or moved: the plan costs only the new replicas' cold starts and cannot slow
-  another operator, so it needs no evidence, no pricing and no verification. It is an
-  ``IDLE_CAPACITY`` rollout whose reason names each operator, its queue and the free resources.
-  ``moves`` counts the replicas added.
+  (``replicas.gpus_pack``). A CPU config short of CPUs takes them from the spare replicas (``spare``), one
+  replica at a time from the operator with the most spare. None when nothing is free or spare, or nothing waits.
+- A plan that stops no replica costs only the new replicas' cold starts and cannot slow another operator: an
+  ``IDLE_CAPACITY`` rollout, neither priced nor verified. One that takes spare replicas is a ``REBALANCE``
+  rollout, verified like a placement (rolled back when the pipeline measures slower). Each reason names the
+  operators, their queues, the free resources and the replicas taken. ``moves`` counts the replicas added.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
-from trident_flows.scheduler.occupancy import Occupancy, classify, serving_configs
+from trident_flows.scheduler.occupancy import Occupancy, classify, serving, serving_configs
 from trident_flows.scheduler.replicas import canary_config, free_resources, gpus_pack, main_config, replica_limits
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident_settings import TridentSettings
 
 HISTORY = 64  # ticks of occupancy kept
+LEND_WINDOW = 2.0  # an operator lends replicas after LEND_WINDOW x idle_growth_s seconds never saturated
+LEND_UTILIZATION = 0.5  # a lender keeps the replicas it needs at twice its measured pace
 
 
 class IdleCapacity:
@@ -44,22 +56,53 @@ class IdleCapacity:
         self.safety = safety
         self.memory_bound = memory_bound
         self.keep_cpu = keep_cpu
-        self._history: deque[tuple[float, dict[str, tuple[Occupancy, tuple]]]] = deque(maxlen=HISTORY)
+        self._history: deque[tuple[float, dict[str, _Seen]]] = deque(maxlen=HISTORY)
         self.moves = 0
 
     def observe(self, state: RunnerState) -> None:
-        self._history.append((state.wall_s, {op.name: (classify(op), serving_configs(op)) for op in state.operators}))
+        self._history.append((state.wall_s, {op.name: _Seen(classify(op), serving_configs(op), sum(1 for r in serving(op) if r.inflight > 0))
+                                             for op in state.operators}))
+
+    def _held_since(self, now: float, seconds: float) -> list[dict[str, _Seen]] | None:
+        """The snapshots that say what held over the last ``seconds``: those taken in it and the last one before it (the
+        state at its start; a tick after a long apply has none in it but that one); None when the history is shorter."""
+        since = now - seconds - 1e-9
+        before = [snap for at, snap in self._history if at < since]
+        if not before:
+            return None
+        return [before[-1]] + [snap for at, snap in self._history if at >= since]
+
+    def spare(self, state: RunnerState) -> dict[str, int]:
+        """Replicas each mostly idle CPU-only operator can lend (see the module docstring)."""
+        window = self._held_since(state.wall_s, LEND_WINDOW * self.settings.idle_growth_s) if self.settings.idle_growth_s else None
+        if window is None:
+            return {}
+        out = {}
+        for op in state.operators:
+            configs = serving_configs(op)
+            if not configs or any(c.gpus > 0 for c, _ in configs) or any(r.canary or r.draining for r in op.replicas):
+                continue
+            seen = [snap.get(op.name) for snap in window]
+            if any(x is None or x.occupancy is Occupancy.SATURATED or x.configs != configs for x in seen):
+                continue
+            mean_busy = sum(x.busy for x in seen) / len(seen)
+            keep = max(replica_limits(op.name, self.ctx.spec)[0], 1, math.ceil(mean_busy / LEND_UTILIZATION - 1e-9))
+            held_now = sum(n for _, n in configs)
+            if held_now > keep:
+                out[op.name] = held_now - keep
+        return out
 
     def saturated(self, state: RunnerState) -> list[str]:
         """Operators saturated with unchanged serving configs in every tick of the last ``idle_growth_s`` seconds."""
-        if self.settings.idle_growth_s is None or not self._history or state.wall_s - self._history[0][0] < self.settings.idle_growth_s:
+        window = self._held_since(state.wall_s, self.settings.idle_growth_s) if self.settings.idle_growth_s else None
+        if window is None:
             return []
-        since = state.wall_s - self.settings.idle_growth_s
-        window = [snap for at, snap in self._history if at >= since - 1e-9]
         out = []
         for op in state.operators:
-            now = (classify(op), serving_configs(op))
-            if now[0] is Occupancy.SATURATED and all(snap.get(op.name) == now for snap in window):
+            configs = serving_configs(op)
+            seen = [snap.get(op.name) for snap in window]
+            if classify(op) is Occupancy.SATURATED and all(x is not None and x.occupancy is Occupancy.SATURATED and x.configs == configs
+                                                           for x in seen):
                 out.append(op.name)
         return out
 
@@ -69,8 +112,6 @@ class IdleCapacity:
         cpus, gpus = free_resources(state)
         if self.keep_cpu(state):
             cpus -= 1.0
-        if cpus < 1e-9 and gpus < 1e-9:
-            return None
         saturated = self.saturated(state)
         if len(saturated) > 1 and state.operators[0].name in saturated:
             saturated.remove(state.operators[0].name)  # its queue is the source's read-ahead: a full one says nothing of need
@@ -81,10 +122,14 @@ class IdleCapacity:
                 candidates[name] = config
         if not candidates:
             return None
+        spare = {name: n for name, n in self.spare(state).items() if name not in candidates}
+        if cpus < 1e-9 and gpus < 1e-9 and not spare:
+            return None
         open_names = set(candidates)  # operators that may still grow: one leaves once its next replica does not fit
         cluster = self.ctx.planned_for(state)
         memory_left = self._host_memory_left(state, cluster)
         grown: dict[str, dict[OpConfig, int]] = {}
+        lent = False
         queued = {op.name: op.queue_items for op in state.operators}
         while open_names:
             name = max(open_names, key=lambda n: (queued[n] / _replicas(state, n, grown), n))
@@ -92,6 +137,17 @@ class IdleCapacity:
             groups = dict(grown.get(name) or state.operator(name).configs(include_canary=False))
             groups[config] = groups.get(config, 0) + 1
             bound = (self.memory_bound(name, config) or 0.0) if config.device == CPU else 0.0
+            if config.gpus == 0 and config.cpus > cpus + 1e-9 and spare and sum(groups.values()) <= replica_limits(name, self.ctx.spec)[1]:
+                lender = max(spare, key=lambda n: (spare[n], n))
+                grown[lender], freed = _one_fewer(grown.get(lender) or state.operator(lender).configs(include_canary=False))
+                spare[lender] -= 1
+                if not spare[lender]:
+                    del spare[lender]
+                lent = True
+                cpus += freed.cpus
+                if memory_left is not None:
+                    memory_left += self.memory_bound(lender, freed) or 0.0
+                continue
             fits = (config.cpus <= cpus + 1e-9 and config.gpus <= gpus + 1e-9
                     and sum(groups.values()) <= replica_limits(name, self.ctx.spec)[1]
                     and (memory_left is None or bound <= memory_left)
@@ -104,18 +160,25 @@ class IdleCapacity:
             gpus -= config.gpus
             if memory_left is not None:
                 memory_left -= bound
-        if not grown:
+        if not any(name in candidates for name in grown):
             return None
         ops = []
         for name, groups in grown.items():
             op = state.operator(name)
             added = sum(groups.values()) - sum(op.configs(include_canary=False).values())
+            if name in candidates:
+                why = (f"{name}: +{added} replica(s) of {candidates[name].label()}: "
+                       f"saturated for {self.settings.idle_growth_s:g} s with {op.queue_items} items queued")
+                self.moves += added
+            else:
+                why = f"{name}: {added} replica(s): never saturated for {LEND_WINDOW * self.settings.idle_growth_s:g} s"
             ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
-                                    f"{name}: +{added} replica(s) of {candidates[name].label()}: "
-                                    f"saturated for {self.settings.idle_growth_s:g} s with {op.queue_items} items queued",
-                                    canary_config(op)))
-            self.moves += added
+                                    why, canary_config(op)))
         free = free_resources(state)
+        if lent:
+            reason = (f"rebalance: replicas of operators that sat mostly idle go to operators with work waiting "
+                      f"({free[0]:g} CPU(s) held by no replica): " + "; ".join(o.reason for o in ops))
+            return Plan(tuple(ops), 0.0, reason, Rationale(PlanKind.REBALANCE))
         reason = (f"idle capacity: {free[0]:g} CPU(s) and {free[1]:g} GPU(s) held by no replica go to operators with work waiting: "
                   + "; ".join(o.reason for o in ops))
         return Plan(tuple(ops), 0.0, reason, Rationale(PlanKind.IDLE_CAPACITY))
@@ -127,6 +190,25 @@ class IdleCapacity:
             return None
         used = sum(self.memory_bound(op.name, r.config) or 0.0 for op in state.operators for r in op.replicas if r.config.device == CPU)
         return total * (1.0 - self.settings.memory_safety_margin) - used
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """One operator in one snapshot: its occupancy, serving configs and serving replicas holding a batch."""
+
+    occupancy: Occupancy
+    configs: tuple
+    busy: int
+
+
+def _one_fewer(groups: dict[OpConfig, int]) -> tuple[dict[OpConfig, int], OpConfig]:
+    """``groups`` with one replica fewer, taken from its most numerous config, and that config."""
+    groups = dict(groups)
+    config = max(groups, key=lambda c: (groups[c], c.label()))
+    groups[config] -= 1
+    if not groups[config]:
+        del groups[config]
+    return groups, config
 
 
 def _replicas(state: RunnerState, name: str, grown: dict[str, dict[OpConfig, int]]) -> int:
