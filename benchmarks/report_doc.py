@@ -52,7 +52,8 @@ from what the results and the git history give.
 
 A result is **STALE** when the commit it ran on is older than the last commit that changed the code
 its benchmark measures (listed per benchmark); a result with no provenance, no commit or an unknown
-commit counts as stale too.
+commit counts as stale too. A closed-loop-suite headline row is marked by the run of its own section
+(`sim` or `live`: each keeps the provenance of the run that measured it).
 
 The same command rewrites the results block of `README.md` from the `closed-loop-suite` result.
 """
@@ -150,9 +151,11 @@ def render(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark]
              f"{len(results)} results: {len(results) - stale} fresh, {stale} stale.", "", "## Headline", "",
              "| benchmark | result | figure | value | target | met | status |", "|---|---|---|---|---|---|---|"]
     for r in results:
+        marks = _section_marks(r, catalogue, repo)
         for key, value in figures(r.report["summary"]):
             if key.rsplit(".", 1)[-1] in catalogue[r.name].headline:
-                lines.append(_row(r.name, f"`{r.path}`", key, value, r.report.get("targets", {}).get(key), fresh[r.path].mark))
+                mark = marks.get(key.split(".", 1)[0], fresh[r.path].mark)
+                lines.append(_row(r.name, f"`{r.path}`", key, value, r.report.get("targets", {}).get(key), mark))
     lines.append("")
     for name, bench in catalogue.items():
         lines += _section(name, bench, [r for r in results if r.name == name], fresh, results_dir, doc_path)
@@ -179,6 +182,15 @@ def _section(name: str, bench: Benchmark, results: list[Result], fresh: Mapping[
             link = Path(os.path.relpath(png.resolve(), doc_path.resolve().parent)).as_posix()
             lines += [f"![{name}: {r.path}]({link})", ""]
     return lines
+
+
+def _section_marks(result: Result, catalogue: Mapping[str, Benchmark], repo: Path | None) -> dict[str, str]:
+    """Per section of a closed-loop-suite result (``sim``, ``live``), the freshness of the run that measured it: each
+    section keeps the provenance of its own run (empty for any other result)."""
+    if result.name != SUITE:
+        return {}
+    return {section: freshness(provenance, catalogue[SUITE].code, repo).mark
+            for section, (summary, provenance) in suite_sections(result.report).items() if summary}
 
 
 def _provenance_line(report: Mapping[str, Any]) -> str:

@@ -363,3 +363,13 @@ def test_every_headline_figure_is_a_figure_its_benchmark_writes(name: str):
     source = (REPO / Path(*BENCHMARKS[name].split("."))).with_suffix(".py").read_text()
     for figure in CATALOGUE[name].headline:
         assert f'"{figure}"' in source, f"{name} writes no figure {figure!r}: fix its headline in benchmarks/catalogue.py"
+
+
+def test_the_headline_marks_each_suite_section_by_the_run_that_measured_it(suite_repo: dict):
+    catalogue = {**TOY, "closed-loop-suite": Benchmark("Does the suite pay?", ("pkg/suite.py",), headline=("headroom",))}
+    write(suite_repo["results"], suite_repo["doc"], catalogue, readme=suite_repo["readme"])
+    rows = [line for line in suite_repo["doc"].read_text().splitlines() if line.startswith("| closed-loop-suite |")]
+    sim = next(r for r in rows if "`sim.cpu-only.headroom`" in r)
+    live = next(r for r in rows if "`live.cpu-only.headroom`" in r)
+    assert sim.endswith("| fresh |")  # the report's own provenance: the simulated run, on the code as it is
+    assert "STALE" in live  # the live section ran before the suite's code changed, whatever the file's provenance says
