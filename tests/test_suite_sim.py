@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks.oracle_policy import OraclePolicy
-from benchmarks.suite_sim import SystemRun, running_allocation, summarise
+from benchmarks.suite_sim import SystemRun, median_run, running_allocation, summarise
 from trident_flows.core.types import OpConfig
 
 
@@ -63,3 +63,13 @@ def test_the_oracle_starts_in_its_first_blocks_allocation_so_choosing_s_star_eve
     o = w.run_oracle([static] * len(w.blocks))
     assert o.items_per_s == pytest.approx(s_star.items_per_s) and o.items_lost == 0
     assert w.run("static-default").items_per_s != pytest.approx(s_star.items_per_s)  # the start matters on this stream
+
+
+def test_an_adaptive_system_is_scored_by_its_median_repeat_and_no_loss_hides_behind_it():
+    repeats = [SystemRun("trident", items_per_s=r, ooms=o, items_lost=0, plans_per_block=[k]) for k, (r, o) in
+               enumerate([(19.0, 0), (13.0, 1), (15.0, 0)])]
+    chosen = median_run(repeats)
+    assert chosen.items_per_s == 15.0 and chosen.plans_per_block == [2]  # the median run's own figures
+    assert chosen.repeat_items_per_s == [19.0, 13.0, 15.0] and chosen.ooms == 1  # every repeat's rate; every OOM counted
+    failed = [SystemRun("ds2", items_per_s=None, error="stuck"), SystemRun("ds2", items_per_s=9.0), SystemRun("ds2", items_per_s=8.0)]
+    assert median_run(failed).items_per_s == 8.0  # a run with no rate is the slowest
