@@ -149,7 +149,8 @@ def test_a_run_starts_in_the_memorys_allocation_for_the_regime_with_the_most_ite
     policy = make_policy("trident", spec=spec, cluster=cluster, memory=str(path))  # on by default
     started = policy.starting_spec(spec)
     assert started.operator("embed").replicas == 10 and started.operator("embed").config == CPU2
-    assert started.operator("ocr").replicas == 1
+    # embed grows 7 -> 10: the 3 CPUs come from ocr (5, remembered at 1), no more than the growth needs
+    assert started.operator("ocr").replicas == 2 and started.operator("ocr").config == CPU2
     assert policy.started_from is not None and "embed 10x" in policy.started_from and "89% of the input items" in policy.started_from
     assert [op.name for op in started.operators] == names and started.source is spec.source  # what is curated is unchanged
 

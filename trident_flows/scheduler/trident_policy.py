@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
-from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OperatorPlan, Plan, PlanKind
+from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import EventKind, TickEvent, TickRecord
 from trident_flows.scheduler.placement.milp import solve_placement
@@ -165,24 +165,42 @@ class TridentPolicy:
     def starting_spec(self, spec: Any) -> Any:
         """``spec`` as the run should start it: with ``start_from_memory`` and a memory read, each operator whose
         allocation for the remembered regime with the most items (``RunMemory.starting_allocation``) is one config
-        within its replica bounds starts in it, the others as ``spec`` says; unchanged when that would hold more CPUs or
-        GPUs than the cluster has. ``started_from`` says what was done, for the first tick's record."""
+        within its replica bounds starts in that config; an operator the memory gives more replicas starts with them,
+        and the CPUs and GPUs they need come from the operators it gives fewer, the largest surplus first, each
+        down to the memory's count and no further than the growth needs (the least change from the pipeline's own
+        configuration). Unchanged when nothing would change or the growth does not fit. ``started_from`` says
+        what was done, for the first tick's record."""
         entry, why = self.memory.starting_allocation() if self.settings.start_from_memory else (None, "")
         if entry is None or spec is None:
             return spec
-        operators, moved = [], []
+        remembered: dict[str, tuple[OpConfig, int]] = {}
         for op in spec.operators:
             groups = entry.allocation.get(op.name, ())
-            if len(groups) == 1 and op.min_replicas <= groups[0][1] <= op.max_replicas and (groups[0][0], groups[0][1]) != (op.config, op.replicas):
-                config, n = groups[0]
+            if len(groups) == 1 and op.min_replicas <= groups[0][1] <= op.max_replicas:
+                remembered[op.name] = groups[0]
+        target = {op.name: (remembered[op.name][0], max(op.replicas, remembered[op.name][1])) if op.name in remembered
+                  else (op.config, op.replicas) for op in spec.operators}
+        cluster = self.ctx.given_cluster
+
+        def over() -> bool:
+            return cluster is not None and (sum(c.cpus * n for c, n in target.values()) > cluster.total_cpus + 1e-9
+                                            or sum(c.gpus * n for c, n in target.values()) > cluster.total_gpus + 1e-9)
+
+        while over():
+            surplus = {name: target[name][1] - n for name, (_, n) in remembered.items() if target[name][1] > n}
+            if not surplus:
+                return spec
+            name = max(surplus, key=lambda k: (surplus[k], k))
+            target[name] = (target[name][0], target[name][1] - 1)
+        operators, moved = [], []
+        for op in spec.operators:
+            config, n = target[op.name]
+            if (config, n) != (op.config, op.replicas):
                 operators.append(replace(op, config=config, replicas=n))
                 moved.append(f"{op.name} {n}x{config.label()}")
             else:
                 operators.append(op)
-        cluster = self.ctx.given_cluster
-        cpus = sum(o.config.cpus * o.replicas for o in operators)
-        gpus = sum(o.config.gpus * o.replicas for o in operators)
-        if not moved or (cluster is not None and (cpus > cluster.total_cpus + 1e-9 or gpus > cluster.total_gpus + 1e-9)):
+        if not moved:
             return spec
         self.started_from = f"started from the memory: {why}: " + ", ".join(moved)
         return replace(spec, operators=tuple(operators))
