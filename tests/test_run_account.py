@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trident_flows.control.account import ROLLED_BACK, build_account, policy_figures, why_no_decisions
+from trident_flows.control.account import ROLLED_BACK, PolicyFigures, account_of_run, build_account, policy_figures, why_no_decisions
 from trident_flows.control.account_plot import timeline_png
 from trident_flows.loop.apply import Applied
 from trident_flows.control.ooms_avoided import OomsAvoided, count_ooms_avoided
@@ -218,3 +218,16 @@ def test_ooms_avoided_counts_moves_off_configs_that_had_not_run_out_of_memory():
     assert ooms.count == 1 and [(o.operator, o.config, o.at) for o in ooms.configs] == [("ocr", "cpu/b8", T0 + 10.0)]
     assert "memory upper bound" in ooms.configs[0].why and "before they ran out of memory" in ooms.note
     assert count_ooms_avoided("ds2", SimpleNamespace(name="ds2"), decisions).count is None
+
+
+def test_a_run_started_from_the_memory_says_so_in_every_view():
+    record, done = _record_at_rates(2.0, 2.0, switch=10.0, end=40.0)
+    said = "started from the memory: the remembered regime with the most items (89% of the input items): embed 10xcpu/b2"
+    figures = PolicyFigures("trident", record, NOT_COUNTED, NO_ESTIMATE, "unused", said)
+    account = account_of_run(figures, done[:1], done, _state(80, {"embed": (80, 80)}, wall_s=40.0))
+    assert account.to_dict()["started_from"] == said
+    assert account.lines()[1].strip() == said
+    assert f"**Start**: {said}" in account.markdown()
+    plain = account_of_run(PolicyFigures("trident", record, NOT_COUNTED, NO_ESTIMATE, "unused"), done[:1], done,
+                           _state(80, {"embed": (80, 80)}, wall_s=40.0))
+    assert plain.to_dict()["started_from"] is None and "**Start**" not in plain.markdown()

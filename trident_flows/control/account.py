@@ -23,7 +23,8 @@ Contract:
   is the run's input items / its wall time, as ``RunSummary.throughput_items_per_s``.
 - ``RunAccount.to_dict()`` gives the summary keys (``decisions``, ``decisions_note``,
   ``ooms_avoided``, ``ooms_avoided_counts``, ``ooms_avoided_configs``,
-  ``estimated_rate_without_trident`` and its ``_note``, ``timeline_png``); ``lines()`` the CLI's
+  ``estimated_rate_without_trident`` and its ``_note``, ``timeline_png``, ``started_from``: the configuration
+  the policy started the run in where not the pipeline's own, e.g. the memory's); ``lines()`` the CLI's
   lines; ``markdown(png)`` the Prefect artifact (figures and decisions as tables, the PNG inlined as
   a data URI). Estimates are labelled ESTIMATE wherever they appear.
 """
@@ -101,6 +102,7 @@ class RunAccount:
     origin: float = 0.0  # wall-clock time of the account's second 0
     end: float = 0.0     # wall-clock time of the run's end (its last item done or last count point)
     timeline_png: str | None = None
+    started_from: str = ""  # the configuration the policy started the run in, where not the pipeline's own (e.g. the memory's)
 
     def with_png(self, path: str | None) -> "RunAccount":
         return replace(self, timeline_png=path)
@@ -115,7 +117,8 @@ class RunAccount:
                 "ooms_avoided": self.ooms.count, "ooms_avoided_counts": self.ooms.note,
                 "ooms_avoided_configs": [{"operator": o.operator, "config": o.config, "why": o.why} for o in self.ooms.configs],
                 "estimated_rate_without_trident": None if est is None else round(est, 4),
-                "estimated_rate_without_trident_note": self.estimate.note, "timeline_png": self.timeline_png}
+                "estimated_rate_without_trident_note": self.estimate.note, "timeline_png": self.timeline_png,
+                "started_from": self.started_from or None}
 
     def _estimate_text(self) -> str:
         est = self.estimate.items_per_s
@@ -133,7 +136,7 @@ class RunAccount:
 
     def lines(self) -> list[str]:
         """The CLI's account: one line per decision, then OOMs avoided, the estimate and the timeline's path."""
-        out = [f"What {self.policy} did:"]
+        out = [f"What {self.policy} did:"] + ([f"  {_short(self.started_from)}"] if self.started_from else [])
         if not self.decisions:
             out.append(f"  {self.decisions_note}")
         for d in self.decisions:
@@ -158,6 +161,8 @@ class RunAccount:
         parts += [f"| {k} | {v} |" for k, v in rows]
         ooms = f"**OOMs avoided** counts {self.ooms.note}" if self.ooms.count is not None else f"**OOMs avoided**: {self.ooms.note}"
         parts += ["", f"**Estimate without trident**: {_cell(self.estimate.note)}", "", _cell(ooms), ""]
+        if self.started_from:
+            parts += [f"**Start**: {_cell(self.started_from)}", ""]
         if not self.decisions:
             parts += [f"**{_cell(self.decisions_note)}**", ""]
         else:
@@ -204,6 +209,7 @@ class PolicyFigures:
     ooms: OomsAvoided
     estimate: Estimate
     no_decisions_reason: str
+    started_from: str = ""
 
 
 def policy_figures(policy_name: str, policy: Any, record: RunRecord | None, samples: Sequence[BatchSample],
@@ -212,13 +218,14 @@ def policy_figures(policy_name: str, policy: Any, record: RunRecord | None, samp
     decisions = list(record.decisions) if record is not None else []
     return PolicyFigures(policy_name, record, count_ooms_avoided(policy_name, policy, decisions),
                          estimate_without_trident(policy_name, policy, start, samples, state),
-                         why_no_decisions(policy_name, policy, record))
+                         why_no_decisions(policy_name, policy, record), getattr(policy, "started_from", None) or "")
 
 
 def account_of_run(figures: PolicyFigures, read_t: np.ndarray, done_t: np.ndarray, state: RunnerState) -> RunAccount:
     """The account of a finished run (see the module docstring)."""
-    return build_account(figures.policy, figures.record, read_t, done_t, figures.ooms, figures.estimate,
-                         state.items_in / state.wall_s if state.wall_s > 0 else 0.0, figures.no_decisions_reason)
+    account = build_account(figures.policy, figures.record, read_t, done_t, figures.ooms, figures.estimate,
+                            state.items_in / state.wall_s if state.wall_s > 0 else 0.0, figures.no_decisions_reason)
+    return replace(account, started_from=figures.started_from)
 
 
 def build_account(policy_name: str, record: RunRecord | None, read_t: np.ndarray, done_t: np.ndarray, ooms: OomsAvoided, estimate: Estimate,
