@@ -63,15 +63,15 @@ import pyarrow.parquet as pq
 import ray
 
 from benchmarks.report import BenchResult, Target
+from trident_flows.control.launch import find_runner, run_pipeline
+from trident_flows.core.state import RunnerSettings
+from trident_flows.core.types import ClusterSpec, StepKind, Transition, TransitionStep
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import emulated_pipeline
 from trident_flows.runtime import resume
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.control.launch import find_runner, run_pipeline
 from trident_flows.runtime.spec import ID, SOURCE_ID
-from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import ClusterSpec, StepKind, Transition, TransitionStep
 
 CPUS, GPUS = 8, 1
 # The static placement leaves this many CPUs free, so that a rolling update (one new replica

@@ -32,13 +32,13 @@ import numpy as np
 
 from benchmarks.report import BenchResult, Target
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun, simulate
+from trident_flows.core.types import OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime import RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.core.types import OpConfig
 
 WINDOW = 2000
 MIB = 2**20

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Mapping, Sequence
 
 from benchmarks import headroom
-from benchmarks.closed_loop_workload import Workload as Stream
 from benchmarks.allocation import Allocation, completion_plan, label, start_config
+from benchmarks.closed_loop_workload import Workload as Stream
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.sim.runner import SimRunner

@@ -13,11 +13,11 @@ from benchmarks.closed_loop_runs import RunRecord, run_matrix
 from benchmarks.closed_loop_workload import Tuning, Workload, tune
 from benchmarks.lineage import items_lost
 from benchmarks.oracle_policy import OraclePolicy
-from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
-from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
-from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.decision import Decision
 from trident_flows.core.types import OpConfig
+from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 
 MIB = 2**20
 

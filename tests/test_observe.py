@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from trident_flows.core.types import BatchSample, OpConfig, Outcome
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.core.types import BatchSample, OpConfig, Outcome
 
 MIB = 2**20
 OP = SimOperator("parse", {"cpu": DeviceCost(per_batch_s=0.05, per_item_s=0.004, per_unit_s={"pages": 0.006}, resident_bytes=200 * MIB,

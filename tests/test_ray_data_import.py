@@ -17,11 +17,11 @@ ray = pytest.importorskip("ray")
 from ray import cloudpickle  # noqa: E402
 from ray.data import ActorPoolStrategy  # noqa: E402
 
+from trident_flows.core.types import CPU, GPU  # noqa: E402
 from trident_flows.ray_data import RayDataPlanError, read_dataset, run_dataset  # noqa: E402
 from trident_flows.ray_data.rows import ROW, decode_rows, encode_rows  # noqa: E402
 from trident_flows.ray_data.stage import RayDataStage  # noqa: E402
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID  # noqa: E402
-from trident_flows.core.types import CPU, GPU  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # the UDFs below travel to Ray workers by value (workers cannot import this test module)

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from trident_flows.core.types import BatchSample, OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime import RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.core.types import BatchSample, OpConfig
 
 CFG = OpConfig.make(batch_size=16)
 

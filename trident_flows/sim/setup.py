@@ -23,11 +23,11 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
+from trident_flows.core.types import ClusterSpec
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, parse_regimes
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.types import ClusterSpec
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.sim.workload import Stream
 
 PROFILES = {"emulated-docs": "documents", "emulated-video": "video"}

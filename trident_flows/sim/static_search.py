@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
+from trident_flows.core.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.pipelines.emulated import Stage
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.core.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 
 @dataclass(frozen=True)
