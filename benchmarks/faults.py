@@ -270,7 +270,7 @@ def case_replica_kill(work: Path, n: int, kills: int, rng: random.Random) -> Fau
             continue
         row.faults_injected += 1
         # the run's end first: once it has ended its runner is gone and asking it raises, which would wait out the timeout
-        took = _wait_for(lambda: not run.alive() or _replaced(runner, before), 120.0)
+        took = _wait_for(lambda runner=runner, before=before: not run.alive() or _replaced(runner, before), 120.0)
         if took is not None and run.alive():
             recoveries.append(took)
     row.recovery_s = round(max(recoveries), 2) if recoveries else None

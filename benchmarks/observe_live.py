@@ -313,7 +313,7 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]], settled_predict
             continue
         applied_at.append((k, settled, entry, decision.at, n))
     switches = {name: _Switches.of(trace, name) for name in trace.operators}
-    for m, (k, settled, entry, decided_at, n) in enumerate(applied_at):
+    for m, (_k, settled, entry, decided_at, n) in enumerate(applied_at):
         start = ticks[settled].state
         next_plan = applied_at[m + 1][0] if m + 1 < len(applied_at) else len(ticks)
         end = settled

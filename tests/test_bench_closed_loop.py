@@ -59,7 +59,7 @@ def test_search_returns_the_configuration_with_the_best_predicted_throughput(cpu
     used_cpus = sum(c.cpus * r for _, c, r in found.assignment)
     used_gpus = sum(c.gpus * r for _, c, r in found.assignment)
     assert used_cpus <= cpus and used_gpus <= gpus
-    for name, config, _ in found.assignment:
+    for _name, config, _ in found.assignment:
         if config.device == "gpu":  # never a batch whose predicted peak exceeds the device
             assert 100 * MIB + config.batch_size * 10 * MIB <= memory
 

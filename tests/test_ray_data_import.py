@@ -256,7 +256,7 @@ def test_trident_writes_what_ray_data_writes_and_dead_letters_what_fails_it(ray_
     assert (s.items_in, s.items_missing, s.duplicate_ids, s.items_dead_lettered) == (40, 0, 0, 1)
     dead = pq.read_table(tmp_path / "trident" / "dead_letter").to_pylist()
     assert len(dead) == 1 and "row 13 is bad input" in dead[0]["error"] and dead[0]["operator"] == "big_enough+label+split"
-    with pytest.raises(Exception):
+    with pytest.raises(ray.exceptions.RayError, match="row 13 is bad input"):  # Ray Data's wrap of the UDF's ValueError
         pipeline(items()).write_parquet(str(tmp_path / "ray-data-fails"))
 
 

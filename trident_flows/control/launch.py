@@ -561,7 +561,7 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
                       TimeElapsedColumn(), console=console, transient=False) as bar:
             task = bar.add_task(f"{spec.name} ({policy})", total=plan.manifest.items, completed=plan.items_skipped, rate="")
 
-            def progress(state: RunnerState) -> None:
+            def progress(state: RunnerState, bar=bar, task=task, plan=plan) -> None:  # this attempt's bar, task and plan
                 bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
                            rate=f"{state.throughput:.1f} rows/s")
             scaler = None
