@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence, Union
 
-from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.sim.static_search import StaticConfig
 
 Allocation = tuple[tuple[str, tuple[tuple[OpConfig, int], ...]], ...]
 

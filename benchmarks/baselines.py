@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.sim.static_search import StaticConfig, search_static, search_static_stream, stream_seconds
 from trident_flows.pipelines.emulated_layout import EmulatedLayout
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.sim.static_search import StaticConfig, search_static, search_static_stream, stream_seconds
 
 STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT = "static-default", "static-first-n", "static-hindsight"
 STATIC_SYSTEMS = (STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT)

@@ -56,8 +56,7 @@ import ray
 from benchmarks.closed_loop_figure import figure
 from benchmarks.closed_loop_runs import TICK_S, XENNA_AUTOSCALE_S, XENNA_WINDOW_S, run_matrix
 from benchmarks.closed_loop_stats import per_system, summarise
-from benchmarks.closed_loop_workload import (CPU_BATCH, CPUS, DEVICE_MEMORY, GPU_BATCHES, GPUS, PIPELINES, BenchPipeline,
-                                                      model_headroom, tune, workloads)
+from benchmarks.closed_loop_workload import CPU_BATCH, CPUS, DEVICE_MEMORY, GPU_BATCHES, GPUS, PIPELINES, BenchPipeline, model_headroom, tune, workloads
 from benchmarks.report import BenchResult, Target
 from trident_flows.core.types import GPU
 from trident_flows.runtime.costmodel import PipelineProfile

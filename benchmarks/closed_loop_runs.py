@@ -33,13 +33,13 @@ from benchmarks.lineage import items_lost, source_ids
 from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.control.launch import start_runner, stop_runner
 from trident_flows.control.loop import ControlLoop
+from trident_flows.core.decision import Action
 from trident_flows.core.state import RunnerSettings, RunnerState
 from trident_flows.core.types import ClusterSpec
 from trident_flows.runtime import devices
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.sink import read_ids
 from trident_flows.runtime.spec import ID, PipelineSpec
-from trident_flows.core.decision import Action
 from trident_flows.scheduler.policies import make_policy
 
 TICK_S = 1.0

@@ -81,14 +81,14 @@ from benchmarks.closed_loop_workload import Workload
 from benchmarks.oracle_policy import OraclePolicy
 from benchmarks.report import BenchResult, Target
 from benchmarks.sim_headroom import steady_rate
-from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from benchmarks.wide_pipeline import WIDE, load_profile
+from trident_flows.core.types import ClusterSpec, NodeClass
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import ClusterSpec, NodeClass
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.setup import CPU_BATCH, GPU_BATCHES, mean_features, schedule_counts
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.sim.workload import Stream
 
 NODE = dict(cpus=16, gpus=2, gpu_memory_bytes=8 * 2**30)

@@ -60,10 +60,10 @@ from benchmarks.closed_loop_workload import Workload
 from benchmarks.oracle_policy import OraclePolicy
 from benchmarks.report import BenchResult, Target
 from benchmarks.suite_workloads import CPUS, DEVICE_MEMORY, WORKLOADS, SuiteWorkload, suite_workloads
+from trident_flows.core.types import ClusterSpec
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.leftovers import ray_descendants
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import ClusterSpec
 
 ORACLE = suite_sim.ORACLE
 SYSTEMS = (STATIC_DEFAULT, STATIC_HINDSIGHT, ORACLE, "trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling")

@@ -23,11 +23,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.sim.static_search import StaticConfig, largest_batch, predict_throughput, search_static
 from trident_flows.core.types import GPU
 from trident_flows.pipelines.emulated import emulated_pipeline, regime_plan, synthetic_rows
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
+from trident_flows.sim.static_search import StaticConfig, largest_batch, predict_throughput, search_static
 
 CPUS, GPUS = 16, 2
 DEVICE_MEMORY = 8 * 2**30

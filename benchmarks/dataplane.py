@@ -135,7 +135,7 @@ def _compare(label: str, quick: bool, repeats: int, work: Path) -> dict[str, Any
                 else:
                     ray_data.append(spec.items / run_ray_data(spec, out))
                 shutil.rmtree(out, ignore_errors=True)
-        med = lambda key: statistics.median(r[key] for r in runtime)  # noqa: E731
+        med = lambda key, runtime=runtime: statistics.median(r[key] for r in runtime)  # noqa: E731
         results[size] = {"items": spec.items, "batch_size": batch, "runtime_runs": runtime, "ray_data_items_per_s": ray_data,
                          "runtime_items_per_s": med("items_per_s"), "ray_data_items_per_s_median": statistics.median(ray_data),
                          "ratio_vs_ray_data": med("items_per_s") / statistics.median(ray_data),

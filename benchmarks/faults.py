@@ -63,15 +63,15 @@ import pyarrow.parquet as pq
 import ray
 
 from benchmarks.report import BenchResult, Target
+from trident_flows.control.launch import find_runner, run_pipeline
+from trident_flows.core.state import RunnerSettings
+from trident_flows.core.types import ClusterSpec, StepKind, Transition, TransitionStep
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import emulated_pipeline
 from trident_flows.runtime import resume
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.control.launch import find_runner, run_pipeline
 from trident_flows.runtime.spec import ID, SOURCE_ID
-from trident_flows.core.state import RunnerSettings
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import ClusterSpec, StepKind, Transition, TransitionStep
 
 CPUS, GPUS = 8, 1
 # The static placement leaves this many CPUs free, so that a rolling update (one new replica
@@ -270,7 +270,7 @@ def case_replica_kill(work: Path, n: int, kills: int, rng: random.Random) -> Fau
             continue
         row.faults_injected += 1
         # the run's end first: once it has ended its runner is gone and asking it raises, which would wait out the timeout
-        took = _wait_for(lambda: not run.alive() or _replaced(runner, before), 120.0)
+        took = _wait_for(lambda runner=runner, before=before: not run.alive() or _replaced(runner, before), 120.0)
         if took is not None and run.alive():
             recoveries.append(took)
     row.recovery_s = round(max(recoveries), 2) if recoveries else None

@@ -49,12 +49,12 @@ import numpy as np
 from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
 from benchmarks.live_trace import Trace
 from benchmarks.record_traces import EMULATED
-from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
+from trident_flows.sim.static_search import StaticConfig
 
 # A live run whose batches took more than this times their modelled seconds (median) measured the
 # machine's load, not the runtime. The committed traces: documents 1.014-1.023, video 1.040-1.069

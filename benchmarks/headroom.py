@@ -33,9 +33,9 @@ from typing import Mapping, Sequence
 import pulp
 
 from benchmarks.report import BenchResult
-from trident_flows.sim.static_search import reach
-from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.types import CPU, GPU
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.sim.static_search import reach
 
 GiB = 2**30
 BATCHES = (1, 2, 4, 8, 16, 32, 64)

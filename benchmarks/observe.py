@@ -32,13 +32,13 @@ import numpy as np
 
 from benchmarks.report import BenchResult, Target
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, SimRun, simulate
+from trident_flows.core.types import OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime import RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.core.types import OpConfig
 
 WINDOW = 2000
 MIB = 2**20
@@ -199,7 +199,7 @@ def _figure(runs: dict[str, SimRun], results: dict[str, dict], timings: dict[str
         ax.fill_between(x, pred - 2 * std, pred + 2 * std, color="tab:blue", alpha=0.25, label="prediction ± 2 std")
         ax.plot(x, pred, ".", color="tab:blue", ms=3, label="predicted (held-out windows)")
         ax.plot(x, [h["truth"] for h in pts], "-", color="black", lw=0.8, label="true sustainable throughput")
-        for n, (idx, old, new) in enumerate(run.switches):
+        for n, (idx, _old, new) in enumerate(run.switches):
             ax.axvline(idx, color="tab:green", ls="--", lw=1, label="true regime switch" if n == 0 else None)
             ax.text(idx, 0.98, f" {new}", color="tab:green", fontsize=7, va="top", transform=ax.get_xaxis_transform())
         for n, c in enumerate(results[op]["changes"]):

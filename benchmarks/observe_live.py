@@ -79,17 +79,17 @@ import numpy as np
 
 from benchmarks.live_trace import Trace, available, load
 from benchmarks.report import BenchResult, Target
-from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.core.decision import Action
+from trident_flows.core.types import BatchSample
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.scheduler.model_values import NoModelError
+from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.inputs import concave_curve, work_per_item
-from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify, serving_configs
-from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
-from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime import RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, stream_positions, sustainable_throughput
-from trident_flows.core.types import BatchSample
 
 WINDOW = 1200              # samples per operator window, as the trident policy keeps
 REFIT_MIN_SAMPLES = 8      # as the trident policy
@@ -313,7 +313,7 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]], settled_predict
             continue
         applied_at.append((k, settled, entry, decision.at, n))
     switches = {name: _Switches.of(trace, name) for name in trace.operators}
-    for m, (k, settled, entry, decided_at, n) in enumerate(applied_at):
+    for m, (_k, settled, entry, decided_at, n) in enumerate(applied_at):
         start = ticks[settled].state
         next_plan = applied_at[m + 1][0] if m + 1 < len(applied_at) else len(ticks)
         end = settled

@@ -33,12 +33,12 @@ import numpy as np
 from skopt.space import Categorical, Integer
 
 from benchmarks.report import BenchResult, Target
+from trident_flows.core.types import CPU, GPU, BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
 from trident_flows.scheduler.constraint import MemoryBudget
 from trident_flows.scheduler.optimize import ConfigOptimizer
 from trident_flows.scheduler.optimizer_values import NoSafeConfigError, objective
 from trident_flows.scheduler.search_space import surrogate_optimizer
-from trident_flows.core.types import CPU, GPU, BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 
 MiB, GiB = 2**20, 2**30
 BATCH_MAX = 512

@@ -13,13 +13,12 @@ from collections import deque
 from typing import Mapping, Sequence, Union
 
 from benchmarks.allocation import Allocation, allocation_of, label
-
-from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.scheduler.replicas import held
 from trident_flows.scheduler.throughput_measure import stream_positions
+from trident_flows.sim.static_search import StaticConfig
 
 RATE_TICKS = 5  # ticks over which an operator's intake rate is measured
 

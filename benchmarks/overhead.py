@@ -25,13 +25,13 @@ from typing import Any
 import ray
 
 from benchmarks.report import BenchResult, Target
-from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
-from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.control.launch import start_runner
-from trident_flows.runtime.sink import account
-from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import RunnerSettings
 from trident_flows.core.types import OpConfig
+from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.runtime.sink import account
+from trident_flows.runtime.spec import PipelineSpec
 
 OPERATORS = ("parse", "langid", "quality", "embed")
 REPLICAS = {"parse": 2, "langid": 1, "quality": 1, "embed": 2}

@@ -22,11 +22,11 @@ import statistics
 import time
 
 from benchmarks.report import BenchResult, Target
-from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
-from trident_flows.scheduler.placement.solvers import GAP_REL
-from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
-from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
+from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
+from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, pack_cluster, throughput_of, usage_vector
+from trident_flows.scheduler.placement.solvers import GAP_REL
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 
 NODE_COUNTS = (1, 8, 16, 64, 256)
 TIME_LIMIT_S = 1.0  # the default of solve_placement

@@ -41,10 +41,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ray_data_emulated.
 
 
 def _native(n: int, time_scale: float, out: Path, tick_s: float) -> tuple[float, Any]:
-    from trident_flows.pipelines.emulated_docs import build
     from trident_flows.control.launch import cluster_totals, run_pipeline
-    from trident_flows.scheduler.policies import make_policy
     from trident_flows.core.types import ClusterSpec
+    from trident_flows.pipelines.emulated_docs import build
+    from trident_flows.scheduler.policies import make_policy
 
     start = time.perf_counter()
     spec = build(synth=n, seed=SEED, time_scale=time_scale)
@@ -67,10 +67,10 @@ def _warm_up() -> None:
     """Import what both systems use once, untimed: the policy's models and solvers (about 4 s of
     imports on this machine) would otherwise be paid by the first timed run alone, always ``native``."""
     import trident_flows.ray_data  # noqa: F401 - imported for the warm-up
-    from trident_flows.pipelines.emulated_docs import build
     from trident_flows.control.launch import cluster_totals
-    from trident_flows.scheduler.policies import make_policy
     from trident_flows.core.types import ClusterSpec
+    from trident_flows.pipelines.emulated_docs import build
+    from trident_flows.scheduler.policies import make_policy
 
     cpus, gpus = cluster_totals()
     make_policy("trident", spec=build(synth=1, seed=SEED), cluster=ClusterSpec.single_node(cpus, int(gpus)))

@@ -39,11 +39,11 @@ from benchmarks import suite_workloads
 from benchmarks.closed_loop_runs import TICK_S, make_system_policy
 from benchmarks.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
 from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
-from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import find_runner, run_pipeline
 from trident_flows.core.state import RunnerSettings
-from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import ClusterSpec
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.policies import make_policy
 
 EMULATED = {f"{p}-{policy}": (p, policy) for p in ("docs", "video") for policy in ("static", "ds2", "trident", "threshold", "oracle")}
 # what a plain run records (the traces bench observe-live replays); the threshold and oracle traces are

@@ -265,7 +265,7 @@ def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogu
         mark = "stale" if freshness(provenance, catalogue[SUITE].code, repo).stale else "fresh"
         run = "SIMULATED" if section == "sim" else "live (headroom: cost model's)" if before_sections else "live"
         for workload, values in summary.items():
-            get = (lambda key: figure(values, key)) if isinstance(values, Mapping) else (lambda key: None)
+            get = (lambda key, values=values: figure(values, key)) if isinstance(values, Mapping) else (lambda key: None)
             lines.append("| " + " | ".join([
                 workload, run, _times(get("headroom")), _plain(get("t_over_oracle")),
                 _plain(get("gain_captured")), _times(get("trident_vs_static_hindsight")),

@@ -23,8 +23,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.core.types import CPU, BatchSample, OpConfig
+from trident_flows.runtime.costmodel import DeviceCost
 
 
 @dataclass(frozen=True)

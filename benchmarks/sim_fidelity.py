@@ -85,19 +85,19 @@ from typing import Any, Sequence
 import numpy as np
 import ray
 
-from benchmarks.local_ray import start_local_ray
 from benchmarks.closed_loop_runs import TICK_S
 from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, tune, workloads
+from benchmarks.local_ray import start_local_ray
 from benchmarks.report import BenchResult, Target
-from trident_flows.control.loop import ControlLoop
-from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.control.launch import start_runner, stop_runner
+from trident_flows.control.loop import ControlLoop
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings, RunnerState
-from trident_flows.scheduler.policies import make_policy
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, OperatorPlan, Plan, ReplicaGroup
-from trident_flows.sim.driver import simulate
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.scheduler.policies import make_policy
 from trident_flows.sim.actor_start import ActorStart
+from trident_flows.sim.driver import simulate
 
 CPUS, GPUS = 16, 2
 # A policy's simulated run differs from run to run (each tick's CPU time is charged to the clock), and a decision

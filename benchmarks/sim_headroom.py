@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Mapping, Sequence
 
 from benchmarks import headroom
-from benchmarks.closed_loop_workload import Workload as Stream
 from benchmarks.allocation import Allocation, completion_plan, label, start_config
+from benchmarks.closed_loop_workload import Workload as Stream
 from trident_flows.core.types import CPU, ClusterSpec, OpConfig
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.sim.runner import SimRunner
@@ -173,7 +173,7 @@ def _neighbours(allocation: Allocation) -> Iterator[Allocation]:
                 if 1 <= b <= max(headroom.BATCHES):
                     yield _with(allocation, name, groups[:k] + ((replace(config, batch_size=b), n),) + groups[k + 1:])
     for src, groups in allocation:
-        for k, (config, n) in enumerate(groups):
+        for k, (config, _n) in enumerate(groups):
             if config.device != CPU or sum(m for _, m in groups) <= 1:
                 continue
             taken = tuple((c, m - (j == k)) for j, (c, m) in enumerate(groups) if m - (j == k) > 0)

@@ -42,13 +42,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from benchmarks import sim_headroom, suite_workloads
+from benchmarks import allocation, sim_headroom, suite_workloads
+from benchmarks.allocation import Allocation, allocation_of
 from benchmarks.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT
 from benchmarks.closed_loop_runs import TICK_S
-from benchmarks import allocation
-from benchmarks.allocation import Allocation, allocation_of
 from benchmarks.oracle_policy import OraclePolicy
-from trident_flows.sim.static_search import StaticConfig
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec
@@ -56,6 +54,7 @@ from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.sim.driver import simulate
+from trident_flows.sim.static_search import StaticConfig
 
 ORACLE = "oracle"
 POLICIES = ("threshold", "ds2", "trident")

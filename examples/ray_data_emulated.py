@@ -18,10 +18,10 @@ import argparse
 import ray
 from ray.data import ActorPoolStrategy
 
+from trident_flows.core.types import OpConfig
 from trident_flows.pipelines.emulated import EmulatedOperator, cost_params, synthetic_rows
 from trident_flows.pipelines.emulated_docs import LAYOUT
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.core.types import OpConfig
 
 
 class DocumentStage(EmulatedOperator):

@@ -73,7 +73,9 @@ def _artifact_ids(flow_run_id: str) -> dict[str, str]:
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
     ids = {kind: str(a.id) for a in artifacts for kind in ("decisions", "live") if (a.key or "").startswith(f"trident-{kind}-")}
-    ids.update({"account": str(a.id) for a in artifacts if (a.key or "").startswith("curation-") and (a.key or "").endswith("-account")})
+    accounts = [str(a.id) for a in artifacts if (a.key or "").startswith("curation-") and (a.key or "").endswith("-account")]
+    if accounts:
+        ids["account"] = accounts[-1]  # the last one, as the dict comprehension it replaces kept
     if "live" not in ids:
         raise RuntimeError(f"flow run {flow_run_id} has no trident live view: was it run with trident settings?")
     return ids

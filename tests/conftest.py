@@ -94,7 +94,7 @@ def _moto_server() -> Iterator[dict[str, str]]:
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                raise RuntimeError(f"moto's S3 server did not start on 127.0.0.1:{port}")
+                raise RuntimeError(f"moto's S3 server did not start on 127.0.0.1:{port}") from None
             time.sleep(0.2)
     try:
         yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

@@ -24,9 +24,10 @@ import ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.autoscaling_cluster import OwnAutoscalingCluster  # noqa: E402
 from multinode_driver import _apply, _feed, _milp_plan, _where  # noqa: E402
 from test_runtime_support import small_pipeline  # noqa: E402
+
+from benchmarks.autoscaling_cluster import OwnAutoscalingCluster  # noqa: E402
 from trident_flows.control.elastic import ElasticScaler  # noqa: E402
 from trident_flows.control.launch import start_runner  # noqa: E402
 from trident_flows.core.state import RunnerSettings  # noqa: E402

@@ -30,16 +30,16 @@ from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
-
 from test_runtime_support import small_pipeline
+
 from trident_flows.control.launch import start_runner
-from trident_flows.runtime.sink import read_ids
 from trident_flows.core.state import ApplyOutcome, RunnerSettings, RunnerState
-from trident_flows.scheduler.live_cluster import live_cluster
-from trident_flows.scheduler.placement.milp import solve_placement
-from trident_flows.scheduler.placement.inputs import current_placement
-from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
+from trident_flows.runtime.sink import read_ids
+from trident_flows.scheduler.live_cluster import live_cluster
+from trident_flows.scheduler.placement.inputs import current_placement
+from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 
 GiB = 2**30
 # Every raylet holds ~700 MB; the nodes are as small as the scenarios allow. Memory is given so

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trident_flows.loop.apply import apply_plan
 from trident_flows.core.state import ApplyReport, ApplyStatus
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.loop.apply import apply_plan
 
 PLAN = Plan((OperatorPlan("parse", (ReplicaGroup(OpConfig.make(batch_size=4), 2),), "one more parse replica"),), reason="grow parse")
 

@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.core.decision import Action
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import BatchSample, OpConfig
+from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.scheduler.ds2 import ds2_decision, measure_rates
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.threshold import ThresholdSettings, pool_utilisation, threshold_decision
-from trident_flows.core.types import BatchSample, OpConfig
 
 CPU1 = OpConfig.make("cpu", batch_size=8)
 

@@ -13,11 +13,11 @@ from benchmarks.closed_loop_runs import RunRecord, run_matrix
 from benchmarks.closed_loop_workload import Tuning, Workload, tune
 from benchmarks.lineage import items_lost
 from benchmarks.oracle_policy import OraclePolicy
-from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
-from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
-from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.decision import Decision
 from trident_flows.core.types import OpConfig
+from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 
 MIB = 2**20
 
@@ -59,7 +59,7 @@ def test_search_returns_the_configuration_with_the_best_predicted_throughput(cpu
     used_cpus = sum(c.cpus * r for _, c, r in found.assignment)
     used_gpus = sum(c.gpus * r for _, c, r in found.assignment)
     assert used_cpus <= cpus and used_gpus <= gpus
-    for name, config, _ in found.assignment:
+    for _name, config, _ in found.assignment:
         if config.device == "gpu":  # never a batch whose predicted peak exceeds the device
             assert 100 * MIB + config.batch_size * 10 * MIB <= memory
 

@@ -13,8 +13,7 @@ import pytest
 from prefect.blocks.core import Block
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
 
-from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, S3CredentialsBlock, TridentSettingsBlock
-from trident_flows.blocks import catalogue
+from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, S3CredentialsBlock, TridentSettingsBlock, catalogue
 
 
 @pytest.fixture(autouse=True)

@@ -11,18 +11,18 @@ import time
 from dataclasses import replace
 
 import ray
-
 from test_controller import CLUSTER8, STEADY, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
+
 from trident_flows.control.launch import start_runner
 from trident_flows.core.decision import Action, Hold, HoldKind
-from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.signatures import placement_signature, plan_signature
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup, StepKind, Transition, TransitionStep
 from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.occupancy import SaturatedSpan, serving_configs
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup, StepKind, Transition, TransitionStep
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=4)

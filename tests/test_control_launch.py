@@ -7,14 +7,13 @@ import subprocess
 import sys
 
 import pytest
-
 from test_runtime_support import assert_exactly_once, child_env, docs_test_profile
-from trident_flows.pipelines import emulated_docs
-from trident_flows.pipelines.emulated import parse_regimes, synthetic_rows
+
 from trident_flows.control.launch import run_pipeline
 from trident_flows.core.decision import Decision
+from trident_flows.pipelines import emulated_docs
+from trident_flows.pipelines.emulated import parse_regimes, synthetic_rows
 from trident_flows.scheduler.policies import StaticPolicy, make_policy
-
 
 
 def test_synthetic_stream_follows_the_regime_schedule_and_seed():

@@ -8,13 +8,13 @@ import time
 
 import pytest
 import ray
-
 from test_runtime_support import assert_exactly_once, small_pipeline
+
 from trident_flows.control.launch import start_runner
-from trident_flows.runtime.sink import read_ids
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings, RuntimeConfigError
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.runtime.sink import read_ids
 
 B8 = OpConfig.make("cpu", batch_size=8)
 

@@ -15,13 +15,13 @@ import pytest
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup
 from trident_flows.scheduler.decision_log import DecisionLog, EventKind
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup
 
 MIB = 2**20
 B8 = OpConfig.make("cpu", batch_size=8)
@@ -234,13 +234,13 @@ def test_closed_loop_follows_the_moving_bottleneck_and_loses_no_item(ray_cluster
     import time
 
     import ray
-
     from test_runtime_support import assert_exactly_once
-    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+
     from trident_flows.control.launch import start_runner
     from trident_flows.control.loop import RayRunner
     from trident_flows.loop.clock import WallClock
     from trident_flows.loop.tick_loop import TickLoop
+    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 
     stages = [Stage("a", B8, 2), Stage("b", B8, 2)]
     # b_heavy is long enough that moving replicas to b pays for their cold starts on a loaded machine
@@ -301,9 +301,10 @@ def _spike_profile():
 @pytest.mark.slow
 def test_memory_spike_trident_stays_within_memory_while_a_static_large_batch_ooms(ray_cluster, tmp_path):
     from test_runtime_support import assert_exactly_once
-    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+
     from trident_flows.control.launch import run_pipeline
     from trident_flows.core.state import RunnerSettings
+    from trident_flows.pipelines.emulated import Stage, emulated_pipeline
     from trident_flows.scheduler.policies import StaticPolicy
 
     settings = RunnerSettings(device_memory_bytes=2**30)
@@ -341,8 +342,8 @@ def test_max_changes_caps_the_operators_one_plan_changes():
 
 
 def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
-    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
     # a pays 80 ms per batch: larger batches are much better per replica; only a canary can show it
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
@@ -362,8 +363,8 @@ def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
 
 
 def test_the_cpu_kept_for_a_canary_goes_back_to_the_placement_once_no_operator_may_get_one():
-    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
@@ -464,8 +465,8 @@ class SlowCanaryRunner(SimRunner):
 
 
 def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload_changes():
-    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
     runner = StarvedCanaryRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])
@@ -486,8 +487,8 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
 
 
 def test_a_canary_holding_a_slow_batch_is_judged_when_it_is_back_not_abandoned_as_starved():
-    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
     settings = TridentSettings(canary_timeout_s=10.0)
@@ -527,8 +528,8 @@ def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_co
 
 def test_a_rollout_keeps_the_canary_still_being_measured():
     # the placement's plans carry no canary: a rollout on a tick without a canary event must not end the one running
-    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.scheduler.replicas import canary_config
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01, per_batch=0.08)]
@@ -558,8 +559,8 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
 def test_a_canary_refused_for_its_batch_time_gives_the_kept_cpu_back_until_the_workload_changes():
     # every proposal's batch takes longer than canary_max_batch_s: no canary starts, and the CPU kept for
     # one goes back to the placement instead of waiting for a proposal the optimiser keeps making
-    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
     from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01, per_batch=0.08)]
     runner = SimRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])

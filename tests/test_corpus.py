@@ -199,10 +199,9 @@ def test_near_duplicates_across_nights_are_marked_as_one_run_over_both_nights_ma
 
 
 def test_the_whole_corpus_store_works_on_a_real_s3_compatible_server(s3_bucket, tmp_path):
+    import boto3
     import duckdb
     from deltalake import DeltaTable
-
-    import boto3
 
     bucket = s3_bucket.removeprefix("s3://")
     s3 = boto3.client("s3")

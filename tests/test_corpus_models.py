@@ -11,7 +11,8 @@ import pytest
 from benchmarks.corpus_workloads import CORPORA, corpus_workload
 from trident_flows.core.types import ClusterSpec
 from trident_flows.pipelines import corpus_documents as docs
-from trident_flows.pipelines import corpus_model, corpus_video as video
+from trident_flows.pipelines import corpus_model
+from trident_flows.pipelines import corpus_video as video
 from trident_flows.pipelines.corpus_model import ASSUMED, DERIVED, PUBLISHED
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.sim.runner import SimRunner

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trident_flows.core.types import CPU, GPU
 from trident_flows.pipelines import doc_parse, documents
 from trident_flows.pipelines.quality import apply_quality
 from trident_flows.runtime.spec import ERROR, rows_to_batch
-from trident_flows.core.types import CPU, GPU
 
 SENTENCE = ("The quarterly report describes shipping delays across northern warehouses and proposes "
             "cheaper packaging for fragile electronics before winter")

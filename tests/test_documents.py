@@ -10,15 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trident_flows.core.types import OpConfig
+from trident_flows.pipelines.doc_dedup import release_index
 from trident_flows.pipelines.doc_embed import EMBEDDING_DIM
 from trident_flows.pipelines.doc_filters import NearDuplicates, minhash_values
 from trident_flows.pipelines.doc_parse import ParsePdf
 from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
 from trident_flows.pipelines.documents import build, run_in_process
-from trident_flows.pipelines.doc_dedup import release_index
 from trident_flows.pipelines.synth_documents import generate
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
-from trident_flows.core.types import OpConfig
 
 # Seed 1 gives, in six documents: a near-duplicate, a low-quality (repetitive) file, a
 # truncated file and a two-page scan; checked by ``test_corpus_has_every_case``.
@@ -146,8 +146,9 @@ def _text_rows(rows: list[tuple[str, str]]) -> dict:
 
 
 def test_dedup_catches_a_pair_seen_by_two_instances_sharing_the_index():
-    from trident_flows.pipelines.doc_text import paragraph
     import random
+
+    from trident_flows.pipelines.doc_text import paragraph
 
     text = paragraph(random.Random(0), "en", 300)
     near = text.replace("committee", "commission", 1)
@@ -168,8 +169,9 @@ def test_dedup_catches_a_pair_seen_by_two_instances_sharing_the_index():
 
 
 def test_dedup_keeps_distinct_documents_and_orders_by_id():
-    from trident_flows.pipelines.doc_text import paragraph
     import random
+
+    from trident_flows.pipelines.doc_text import paragraph
 
     t1, t2 = paragraph(random.Random(1), "de", 300), paragraph(random.Random(2), "de", 300)
     assert np.mean(minhash_values(t1, 128) == minhash_values(t2, 128)) < 0.7
@@ -183,8 +185,9 @@ def test_dedup_keeps_distinct_documents_and_orders_by_id():
 
 @pytest.mark.ray
 def test_dedup_index_is_shared_by_replicas_in_different_ray_actors(ray_cluster):
-    from trident_flows.pipelines.doc_text import paragraph
     import random
+
+    from trident_flows.pipelines.doc_text import paragraph
 
     class DedupReplica:  # defined here so Ray ships it by value to the workers
         def __init__(self, name: str) -> None:

@@ -78,11 +78,11 @@ def test_a_read_only_output_filesystem_fails_naming_the_path(small_fs):
 
 def test_adversarial_pdfs_are_each_dead_lettered_with_their_reason_before_anything_is_decoded(tmp_path):
     from benchmarks.faults_inputs import adversarial_pdfs
+    from trident_flows.core.types import OpConfig
     from trident_flows.pipelines.doc_parse import ParsePdf
     from trident_flows.pipelines.documents import pdf_rows
     from trident_flows.pipelines.synth_documents import generate
     from trident_flows.runtime.spec import ERROR, rows_to_batch
-    from trident_flows.core.types import OpConfig
 
     generate(tmp_path / "good", n=1, broken=0.0, duplicates=0.0, seed=1)
     kinds = adversarial_pdfs(tmp_path / "adv", next((tmp_path / "good").glob("*.pdf")))
@@ -108,9 +108,9 @@ def test_adversarial_pdfs_are_each_dead_lettered_with_their_reason_before_anythi
 def test_ocr_refuses_a_page_that_would_render_beyond_its_limit(tmp_path):
     from fpdf import FPDF
 
+    from trident_flows.core.types import OpConfig
     from trident_flows.pipelines.doc_parse import OcrPages
     from trident_flows.runtime.spec import ERROR, rows_to_batch
-    from trident_flows.core.types import OpConfig
 
     pdf = FPDF(format=(5000, 5000))  # a page of 5 m square (mm); PDF readers cap it at 200 inches: 872 megapixels at 150 dpi
     pdf.add_page()
@@ -123,10 +123,10 @@ def test_ocr_refuses_a_page_that_would_render_beyond_its_limit(tmp_path):
 
 def test_a_video_with_a_broken_stream_is_dead_lettered_with_its_reason(tmp_path):
     from benchmarks.faults_inputs import broken_stream_video
+    from trident_flows.core.types import OpConfig
     from trident_flows.pipelines import synth_video
     from trident_flows.pipelines.video_decode import Decode, probe
     from trident_flows.runtime.spec import ERROR, ID, rows_to_batch
-    from trident_flows.core.types import OpConfig
 
     good = synth_video.generate(tmp_path, n=1, regimes="tiny:1", broken=0.0, seed=3, cache_dir=None).path[0]
     (tmp_path / "broken-stream.mp4").write_bytes(broken_stream_video())

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_prefect_curation import _task_runs
+
 from trident_flows.flows.document_curation import document_curation
 from trident_flows.runtime import resume
 from trident_flows.runtime.sink import read_ids

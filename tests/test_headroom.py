@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.headroom import GiB, Workload, headroom, regime_optimum, with_derived_gpu
-from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.types import CPU, GPU
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 
 
 def _two_stage(b_on_gpu: bool = False) -> PipelineProfile:

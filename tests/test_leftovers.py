@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from test_runtime_support import child_env
-from benchmarks.report import BenchResult
 
+from benchmarks.report import BenchResult
 
 _LAUNCHER = """
 import sys

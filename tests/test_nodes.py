@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trident_flows.runtime.nodes import check_fits, pack, read_nodes
 from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
+from trident_flows.runtime.nodes import check_fits, pack, read_nodes
 from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.live_cluster import live_cluster
 from trident_flows.scheduler.placement.inputs import current_placement
-from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 
 GiB = 2**30
 A = OpConfig.make("cpu", batch_size=8)
@@ -87,6 +87,7 @@ def test_a_plan_the_live_nodes_cannot_hold_is_refused_with_the_reason():
 
 def test_a_pipeline_is_sized_to_fit_node_by_node():
     from test_runtime_support import small_pipeline
+
     from trident_flows.runtime.sizing import fit_to_cluster, fit_to_nodes
 
     spec = small_pipeline(10)  # 3 replicas of 1 CPU, each at its operator's minimum

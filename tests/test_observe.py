@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from trident_flows.core.types import BatchSample, OpConfig, Outcome
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.anomaly import Reason
 from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.core.types import BatchSample, OpConfig, Outcome
 
 MIB = 2**20
 OP = SimOperator("parse", {"cpu": DeviceCost(per_batch_s=0.05, per_item_s=0.004, per_unit_s={"pages": 0.006}, resident_bytes=200 * MIB,
@@ -60,7 +60,7 @@ def test_overlapping_batches_in_flight_are_not_double_counted():
     samples = []
     for k in range(40):
         t = 100.0 + k
-        for j in range(2):
+        for _ in range(2):
             samples.append(BatchSample("parse", "r0", A, t, t + 1.0, 1.0, 10, 10, {"pages": 30.0}, 10 * MIB, inflight=2))
     model = OperatorModel("parse")
     assert model.fit(samples).fitted
@@ -273,7 +273,7 @@ def test_batches_whose_end_timestamp_was_rounded_below_start_plus_busy_are_kept(
     # dedup batches were discarded as invalid for it
     rng = np.random.default_rng(4)
     samples, t = [], 1_796_052_177.950555
-    for k in range(200):
+    for _ in range(200):
         busy = float(rng.uniform(0.02, 0.03))
         samples.append(BatchSample("dedup", "r0", A, t, t + busy, busy, 4, 4))
         t += busy + 0.001

@@ -10,9 +10,8 @@ from benchmarks import observe_live
 from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.throughput_measure import (completed_input_items, placement_settled, remaining_input_items, stream_positions,
-                                                        sustainable_throughput)
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
+from trident_flows.scheduler.throughput_measure import completed_input_items, placement_settled, remaining_input_items, stream_positions, sustainable_throughput
 
 A = OpConfig.make(batch_size=8, threads=2)
 

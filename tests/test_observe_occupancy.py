@@ -3,11 +3,11 @@
 import pytest
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
-from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
-from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify
 from trident_flows.core.types import OpConfig
+from trident_flows.runtime.costmodel import DeviceCost
+from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify
+from trident_flows.scheduler.operator_model import OperatorModel
 
 MIB = 2**20
 OP = SimOperator("parse", {"cpu": DeviceCost(per_batch_s=0.05, per_item_s=0.004, per_unit_s={"pages": 0.006}, resident_bytes=200 * MIB,

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from trident_flows.core.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
 from trident_flows.scheduler.constraint import MemoryBudget, MemoryModel
 from trident_flows.scheduler.optimize import ConfigOptimizer
 from trident_flows.scheduler.optimizer_values import NoSafeConfigError, Observation, Rollback
-from trident_flows.core.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 
 GiB = 2**30
 

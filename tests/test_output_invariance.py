@@ -41,8 +41,8 @@ def _run_forced(spec: Any, out: Path, plans: Sequence[Plan], name: str) -> list[
     after shard k went in (its items are in flight); returns the apply reports."""
     import ray
 
-    from trident_flows.pipelines import finish_pipeline
     from trident_flows.control.launch import start_runner, stop_runner
+    from trident_flows.pipelines import finish_pipeline
     from trident_flows.runtime.sink import account
 
     rows = [dict(r) for r in reversed(list(spec.source()))]

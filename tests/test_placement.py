@@ -6,11 +6,11 @@ import math
 
 import pytest
 
+from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig, ReplicaGroup, StepKind, TransitionVerdict
 from trident_flows.scheduler.placement.milp import PlacementError, solve_placement
 from trident_flows.scheduler.placement.model import class_capacity, throughput_of
-from trident_flows.scheduler.placement.types import GiB, CurrentPlacement, OperatorDemand, PlacementOption
 from trident_flows.scheduler.placement.transition_cost import plan_transition, step_usage
-from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig, ReplicaGroup, StepKind, TransitionVerdict
+from trident_flows.scheduler.placement.types import CurrentPlacement, GiB, OperatorDemand, PlacementOption
 
 CPU1 = OpConfig.make("cpu", cpus=1)
 GPU1 = OpConfig.make("gpu", cpus=1, gpus=1)

@@ -7,14 +7,14 @@ import pulp
 import pytest
 
 from benchmarks.placement import _small_instance, brute_force, make_cluster, make_demands
+from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 from trident_flows.scheduler.placement import bound as placement_bound
 from trident_flows.scheduler.placement import milp
-from trident_flows.scheduler.placement.milp import solve_placement
-from trident_flows.scheduler.placement.solvers import GAP_REL
 from trident_flows.scheduler.placement.bound import rounding_bound
+from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.placement.model import Key
+from trident_flows.scheduler.placement.solvers import GAP_REL
 from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
-from trident_flows.core.types import ClusterSpec, NodeClass, OpConfig
 
 
 def _two_ops_on_five_cpus() -> tuple[list[OperatorDemand], ClusterSpec]:

@@ -130,6 +130,7 @@ def test_ray_cluster_block_declares_the_local_nodes_link():
 
 def test_the_trident_policy_gives_the_milp_each_operators_measured_bytes_per_item():
     from test_controller import CLUSTER8, STEADY, SimRunner, two_ops
+
     from trident_flows.scheduler.trident_policy import TridentPolicy
     from trident_flows.scheduler.trident_settings import TridentSettings
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from test_controller import CLUSTER8, SimRunner, two_ops
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyReport, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
-from trident_flows.core.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.tasks.decision import explain_hold, read_decision, read_outcome
-
-from test_controller import CLUSTER8, SimRunner, two_ops
 from trident_flows.tasks.live_view import LiveHistory, chart_png, operator_rows, render_markdown
 
 CPU8 = OpConfig.make("cpu", batch_size=8)

@@ -11,16 +11,16 @@ import time
 
 import pytest
 import ray
+from test_runtime_support import small_pipeline
 
 from trident_flows.blocks import TridentSettingsBlock
-from trident_flows.flows.trident_sidecar import PLAN_APPLIED, trident_sidecar
 from trident_flows.control.launch import start_runner
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings
-from trident_flows.scheduler import policies
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
+from trident_flows.flows.trident_sidecar import PLAN_APPLIED, trident_sidecar
+from trident_flows.scheduler import policies
 from trident_flows.tasks.sidecar_state import load_memory
-from test_runtime_support import small_pipeline
 
 pytestmark = [pytest.mark.prefect, pytest.mark.ray]
 NAMESPACE = "trident-tests"

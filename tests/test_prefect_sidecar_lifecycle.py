@@ -13,10 +13,10 @@ import time
 import pytest
 
 from trident_flows.blocks import TridentSettingsBlock
-from trident_flows.flows.document_curation import document_curation
-from trident_flows.scheduler import policies
 from trident_flows.core.decision import Decision
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
+from trident_flows.flows.document_curation import document_curation
+from trident_flows.scheduler import policies
 
 pytestmark = [pytest.mark.prefect, pytest.mark.ray]
 RUNNER = "lifecycle-runner"
@@ -61,8 +61,17 @@ def _wait_for(read, ready, timeout_s=30.0):
 def test_curation_run_starts_its_own_sidecar_and_shows_its_decisions(prefect_harness, ray_cluster, tmp_path, monkeypatch,
                                                                      emulated_docs_time_scale):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId, FlowFilter, FlowFilterName, FlowRunFilter,
-                                                FlowRunFilterParentFlowRunId, LogFilter, LogFilterFlowRunId, LogFilterTaskRunId)
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+        LogFilterTaskRunId,
+    )
     from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
 
     monkeypatch.setitem(policies.POLICIES, "grow-then-overreach", f"{__name__}:GrowThenOverreach")

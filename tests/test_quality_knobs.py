@@ -10,14 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from trident_flows.pipelines import PIPELINES, build_pipeline
-from trident_flows.pipelines import doc_filters, doc_parse, documents, video, video_decode
+from trident_flows.core.types import KnobRole, OpConfig
+from trident_flows.pipelines import PIPELINES, build_pipeline, doc_filters, doc_parse, documents, video, video_decode
 from trident_flows.pipelines.doc_dedup import LshIndex, release_index, shared_index
 from trident_flows.pipelines.doc_text import paragraph
-from trident_flows.pipelines.quality import (TUNABLE, apply_quality, declared, output_note, parse_settings, quality_settings,
-                                             tunable_quality)
+from trident_flows.pipelines.quality import TUNABLE, apply_quality, declared, output_note, parse_settings, quality_settings, tunable_quality
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.types import KnobRole, OpConfig
 
 REAL = {"documents": documents.operator_specs, "video": video.operator_specs}
 

@@ -17,11 +17,11 @@ ray = pytest.importorskip("ray")
 from ray import cloudpickle  # noqa: E402
 from ray.data import ActorPoolStrategy  # noqa: E402
 
+from trident_flows.core.types import CPU, GPU  # noqa: E402
 from trident_flows.ray_data import RayDataPlanError, read_dataset, run_dataset  # noqa: E402
 from trident_flows.ray_data.rows import ROW, decode_rows, encode_rows  # noqa: E402
 from trident_flows.ray_data.stage import RayDataStage  # noqa: E402
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID  # noqa: E402
-from trident_flows.core.types import CPU, GPU  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # the UDFs below travel to Ray workers by value (workers cannot import this test module)
@@ -256,7 +256,7 @@ def test_trident_writes_what_ray_data_writes_and_dead_letters_what_fails_it(ray_
     assert (s.items_in, s.items_missing, s.duplicate_ids, s.items_dead_lettered) == (40, 0, 0, 1)
     dead = pq.read_table(tmp_path / "trident" / "dead_letter").to_pylist()
     assert len(dead) == 1 and "row 13 is bad input" in dead[0]["error"] and dead[0]["operator"] == "big_enough+label+split"
-    with pytest.raises(Exception):
+    with pytest.raises(ray.exceptions.RayError, match="row 13 is bad input"):  # Ray Data's wrap of the UDF's ValueError
         pipeline(items()).write_parquet(str(tmp_path / "ray-data-fails"))
 
 

@@ -24,6 +24,7 @@ def test_the_pipeline_block_takes_a_ray_data_function_without_an_input_location(
 @pytest.mark.ray
 def test_the_curation_flow_runs_the_ray_data_pipeline_and_publishes_its_rows(prefect_harness, ray_cluster, tmp_path):
     from ray_data_fast_example import TARGET  # the example at a tenth of its measured time
+
     from trident_flows.flows.document_curation import document_curation
 
     out = tmp_path / "curated"

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
+from trident_flows.core.types import BatchSample, OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.operator_model import OperatorModel
-from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime import RegimeDetector
+from trident_flows.scheduler.regime_change import ChangeKind
 from trident_flows.scheduler.regime_memory import RegimeMemory
-from trident_flows.core.types import BatchSample, OpConfig
 
 CFG = OpConfig.make(batch_size=16)
 
@@ -237,11 +237,11 @@ def test_a_burst_cut_short_by_a_gap_is_no_regime_even_when_a_late_batch_agrees()
     # (the machine was idle for a moment), then a batch every 10 s at the old pace, the first of them still fast
     rng = np.random.default_rng(8)
     residuals, samples, t = [], [], 0.0
-    for k in range(300):
+    for _ in range(300):
         residuals.append(float(rng.normal(0.0, 0.05)))
         samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
         t += 0.0133
-    for k in range(60):
+    for _ in range(60):
         residuals.append(0.35 + float(rng.normal(0.0, 0.05)))
         samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
         t += 0.0133

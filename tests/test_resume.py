@@ -15,12 +15,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from test_runtime_support import child_env, small_pipeline
+
 from trident_flows.runtime import resume
 from trident_flows.runtime.leftovers import is_ray_process
 from trident_flows.runtime.sink import Sink, read_ids
-
 
 
 def _rows(n: int, tag: str = "") -> list[dict]:

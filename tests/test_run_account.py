@@ -10,7 +10,6 @@ import pytest
 
 from trident_flows.control.account import ROLLED_BACK, PolicyFigures, account_of_run, build_account, policy_figures, why_no_decisions
 from trident_flows.control.account_plot import timeline_png
-from trident_flows.loop.apply import Applied
 from trident_flows.control.ooms_avoided import OomsAvoided, count_ooms_avoided
 from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecord
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
@@ -18,6 +17,7 @@ from trident_flows.core.changes import OperatorChange
 from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, ApplyReport, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.loop.apply import Applied
 from trident_flows.scheduler.operator_model import OperatorModel
 
 T0 = 1_000_000.0

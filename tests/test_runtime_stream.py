@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import ray
-
 from test_runtime_support import MIB, assert_exactly_once, input_ids, small_pipeline
+
 from trident_flows.control.launch import find_runner, run_pipeline, start_runner
-from trident_flows.runtime.sink import account, read_ids
 from trident_flows.core.state import RunnerSettings
 from trident_flows.core.types import Outcome
+from trident_flows.runtime.sink import account, read_ids
 from trident_flows.scheduler.transfer import transfer_estimate
 
 
@@ -142,9 +142,9 @@ def test_slow_last_operator_keeps_queues_under_the_byte_bound(ray_cluster, tmp_p
 
 
 def test_splitter_children_are_written_once_and_account_for_their_source(ray_cluster, tmp_path):
+    from trident_flows.core.types import OpConfig
     from trident_flows.pipelines.emulated import Stage, emulated_pipeline
     from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
-    from trident_flows.core.types import OpConfig
 
     profile = PipelineProfile("split-test", (
         OperatorCost("decode", {"cpu": DeviceCost(per_item_s=0.001)}),

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from trident_flows.core.types import OpConfig
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.runtime.sink import read_ids
-from trident_flows.core.types import OpConfig
 
 MIB = 2**20
 TESTS = Path(__file__).resolve().parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState, RuntimeConfigError
-from trident_flows.runtime.transition import rolling_steps
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
+from trident_flows.runtime.transition import rolling_steps
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=16)

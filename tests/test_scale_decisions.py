@@ -8,7 +8,7 @@ import pytest
 
 from trident_flows.core.types import CPU, OpConfig
 from trident_flows.planning.catalogue import Catalogue, NodeType, PlanningError
-from trident_flows.planning.scale import (NodePool, RunGoal, ScaleAction, decide_scale, parse_deadline)
+from trident_flows.planning.scale import NodePool, RunGoal, ScaleAction, decide_scale, parse_deadline
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 
 NOW = 1_000_000.0

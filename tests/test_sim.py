@@ -9,20 +9,18 @@ import json
 
 import pytest
 
-from trident_flows.pipelines.emulated import Stage, emulated_pipeline
-from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings
+from trident_flows.core.types import CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup, StepKind, Transition, TransitionStep
+from trident_flows.pipelines.emulated import Stage, emulated_pipeline
+from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.scheduler.policies import make_policy
-from trident_flows.core.types import (CPU, GPU, ClusterSpec, OpConfig, OperatorPlan, Outcome, Plan, ReplicaGroup, StepKind, Transition,
-                                      TransitionStep)
 from trident_flows.sim.actor_start import ActorStart, NodeStarts
 from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import SimCluster, parse_cluster
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.runner import SimRunner
-
 
 # the hand-computed cases below leave actor start-up and the emulated call's own cost out
 FREE_START = ActorStart(latency_s=0.0, cpu_s=0.0)

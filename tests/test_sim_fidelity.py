@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from benchmarks import fidelity_traces as ft
-from benchmarks.live_trace import Tick, TracedDecision, Trace
+from benchmarks.live_trace import Tick, Trace, TracedDecision
 from benchmarks.sim_fidelity import POLICY_SINCE, _stale_policy
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import OperatorState, ReplicaState, RunnerState

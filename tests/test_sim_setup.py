@@ -9,14 +9,14 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.sim_fidelity import RollingUpdate
-from trident_flows.sim.static_search import predict_throughput
 from trident_flows.cli import app
+from trident_flows.core.types import ClusterSpec
 from trident_flows.pipelines import build_pipeline
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.core.types import ClusterSpec
 from trident_flows.sim import setup
 from trident_flows.sim.cluster import parse_cluster
 from trident_flows.sim.driver import simulate
+from trident_flows.sim.static_search import predict_throughput
 
 
 def test_durations_become_counts_at_the_predicted_rate() -> None:

@@ -9,15 +9,14 @@ import time
 from dataclasses import replace
 
 import pytest
-
 from test_runtime_support import child_env, docs_test_profile
+
+from trident_flows.core.state import RuntimeConfigError
+from trident_flows.core.types import CPU, GPU, ConfigSpace
 from trident_flows.pipelines import emulated_docs
 from trident_flows.pipelines.emulated import EmulatedOperator, cost_params, synthetic_rows
 from trident_flows.runtime.sizing import fit_to_cluster
 from trident_flows.runtime.spec import rows_to_batch
-from trident_flows.core.state import RuntimeConfigError
-from trident_flows.core.types import CPU, GPU, ConfigSpace
-
 
 
 def build(*, synth: int | None = None, seed: int = 0, regimes: str | None = None, **_):

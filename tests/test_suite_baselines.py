@@ -9,9 +9,9 @@ from benchmarks import suite_workloads
 from benchmarks.baselines import STATIC_DEFAULT, STATIC_FIRST_N, STATIC_HINDSIGHT, tune_baselines
 from benchmarks.closed_loop_runs import RunRecord
 from benchmarks.closed_loop_workload import GPU_BATCHES, Workload
-from trident_flows.sim.static_search import search_static, stream_seconds
 from trident_flows.pipelines.emulated_docs import LAYOUT
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.sim.static_search import search_static, stream_seconds
 
 GiB = 2**30
 KW = dict(cpus=16, device_memory_bytes=8 * GiB, gpu_batches=GPU_BATCHES, cpu_batch=4)

@@ -8,8 +8,7 @@ from pathlib import Path
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, Outcome
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.scheduler.trident.memory import (MAX_SAMPLES, PipelineIdentity, RegimeEntry, TridentMemory, load, memory_of,
-                                                     merged, same_regime, save)
+from trident_flows.scheduler.trident.memory import MAX_SAMPLES, PipelineIdentity, RegimeEntry, TridentMemory, load, memory_of, merged, same_regime, save
 
 CPU4, GPU8 = OpConfig.make("cpu", batch_size=4), OpConfig.make("gpu", batch_size=8)
 

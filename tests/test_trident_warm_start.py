@@ -14,7 +14,6 @@ import pytest
 from benchmarks import suite_workloads as sw
 from benchmarks.baselines import STATIC_DEFAULT
 from benchmarks.closed_loop_workload import Workload
-from trident_flows.sim.static_search import StaticConfig
 from trident_flows.control.launch import memory_uri
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, PlanKind
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -23,6 +22,7 @@ from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.source_regimes import SourceRegimes
 from trident_flows.scheduler.trident_settings import TridentSettings
 from trident_flows.sim.driver import simulate
+from trident_flows.sim.static_search import StaticConfig
 
 BLOCK_S = 60.0  # production seconds per block: short for a test, long enough for every operator to see each regime
 

@@ -5,8 +5,19 @@ import pickle
 
 import pytest
 
-from trident_flows.core.types import (BatchSample, CanaryEnd, CanaryVerdict, ClusterSpec, OpConfig, Outcome, Plan, OperatorPlan, PlanKind,
-                                     Rationale, ReplicaGroup)
+from trident_flows.core.types import (
+    BatchSample,
+    CanaryEnd,
+    CanaryVerdict,
+    ClusterSpec,
+    OpConfig,
+    OperatorPlan,
+    Outcome,
+    Plan,
+    PlanKind,
+    Rationale,
+    ReplicaGroup,
+)
 
 
 def test_opconfig_is_hashable_and_round_trips():

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trident_flows.core.types import OpConfig
 from trident_flows.pipelines import synth_video
 from trident_flows.pipelines.video import build
 from trident_flows.pipelines.video_decode import Decode
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, rows_to_batch
-from trident_flows.core.types import OpConfig
 
 SAMPLE_FPS = 2.0
 

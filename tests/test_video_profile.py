@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trident_flows.core.types import CPU, GPU
 from trident_flows.pipelines import emulated_video
 from trident_flows.pipelines.profile_video import FEATURES, MODEL_OPS, fit
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import ERROR, ID, SOURCE_ID, rows_to_batch
-from trident_flows.core.types import CPU, GPU
 
 
 def test_fit_recovers_a_linear_cost_and_reports_its_error():

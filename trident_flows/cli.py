@@ -31,8 +31,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from trident_flows.pipelines import PIPELINES
 from trident_flows.core.state import RuntimeConfigError
+from trident_flows.pipelines import PIPELINES
 from trident_flows.scheduler.policies import DEFAULT_POLICY, available_policies
 
 app = typer.Typer(help="Trident: adaptive scheduling of multimodal data-curation pipelines on Ray.", no_args_is_help=True,
@@ -166,8 +166,8 @@ def run(
                                              "JSON, as `plan --catalogue`; each named as its Ray node type; a class 'head' prices the head)."),
 ) -> None:
     """Run a pipeline with a scheduling policy and print a summary. Re-running into the same --out resumes."""
-    from trident_flows.pipelines.quality import check_settings, parse_settings
     from trident_flows.control.launch import run_command
+    from trident_flows.pipelines.quality import check_settings, parse_settings
     from trident_flows.runtime.resume import RunInterrupted
 
     with user_errors():

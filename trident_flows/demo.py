@@ -92,11 +92,11 @@ def run_demo(console: Console, corpus: Path, out: Path = OUTPUT / "run") -> tupl
     import ray
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from trident_flows.control.launch import cluster_totals, memory_uri, run_pipeline
+    from trident_flows.core.types import ClusterSpec
     from trident_flows.pipelines.doc_dedup import release_index
     from trident_flows.pipelines.documents import build, dedup_index_name
-    from trident_flows.control.launch import cluster_totals, memory_uri, run_pipeline
     from trident_flows.scheduler.policies import make_policy
-    from trident_flows.core.types import ClusterSpec
 
     os.environ["OMP_THREAD_LIMIT"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"

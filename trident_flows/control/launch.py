@@ -56,21 +56,21 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import ray
 
-from trident_flows.pipelines import finish_pipeline, resume_pipeline
-from trident_flows.pipelines.quality import output_note
-from trident_flows.runtime import resume as resume_mod
 from trident_flows.control.account import RunAccount, account_of_run, build_account, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.loop import ControlLoop
-from trident_flows.loop.figures import operator_figures
 from trident_flows.control.ooms_avoided import OomsAvoided
 from trident_flows.control.start_estimate import Estimate
+from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
+from trident_flows.core.types import ClusterSpec
+from trident_flows.loop.figures import operator_figures
+from trident_flows.pipelines import finish_pipeline, resume_pipeline
+from trident_flows.pipelines.quality import output_note
+from trident_flows.runtime import resume as resume_mod
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.scheduler.policies import DEFAULT_POLICY, Policy, make_policy
-from trident_flows.core.types import ClusterSpec
 
 if TYPE_CHECKING:  # the scaler reads the planner, which reads the simulator: only a run with a goal loads them
     from trident_flows.control.elastic import ElasticScaler
@@ -561,7 +561,7 @@ def _run_resumable(spec: PipelineSpec, shards: Any, plan: resume_mod.ResumePlan,
                       TimeElapsedColumn(), console=console, transient=False) as bar:
             task = bar.add_task(f"{spec.name} ({policy})", total=plan.manifest.items, completed=plan.items_skipped, rate="")
 
-            def progress(state: RunnerState) -> None:
+            def progress(state: RunnerState, bar=bar, task=task, plan=plan) -> None:  # this attempt's bar, task and plan
                 bar.update(task, completed=plan.items_skipped + state.items_written + state.items_dead_lettered,
                            rate=f"{state.throughput:.1f} rows/s")
             scaler = None

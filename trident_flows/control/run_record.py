@@ -21,11 +21,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from trident_flows.loop.apply import Applied
 from trident_flows.core.changes import OperatorChange, changes_of
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import ApplyStatus, RunnerState
 from trident_flows.core.types import OpConfig
+from trident_flows.loop.apply import Applied
 
 MAX_POINTS = 2000
 REBALANCE = "rebalance"  # the kind of a plan without a rationale (the baseline policies)

@@ -99,7 +99,7 @@ def order_steps(current: Mapping[Any, int], target: Mapping[Any, int], capacity:
         if not helpful:
             raise ValueError(f"cannot order the transition: {blocked[0]!r} cannot start on {blocked[2]!r} and nothing there is left to retire")
 
-        def count(k) -> int:
+        def count(k, retires=retires, need=need, cap=cap, short=short) -> int:  # this iteration's values (called within it)
             vec = usage(k)
             return min(retires[k], max(math.ceil((need[i] - (cap[i] - used[k[2]][i]) - 1e-9) / vec[i]) for i in short if vec[i] > 0))
 

@@ -31,7 +31,6 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-
 STANDARD_HINT = ("check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials, an instance role) and AWS_ENDPOINT_URL for "
                  "an S3-compatible server (or, for a document-curation flow, name a Trident S3 Credentials block)")
 

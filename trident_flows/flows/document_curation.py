@@ -59,21 +59,21 @@ from typing import Any, Optional
 
 import ray
 from prefect import flow, get_run_logger
-from prefect.context import get_run_context
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.context import get_run_context
 from prefect_ray.context import remote_options
 
 from trident_flows import ray_data
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
 from trident_flows.blocks.s3_credentials import load_credentials
-from trident_flows.flows.prefect_env import worker_env
-from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
-from trident_flows.pipelines.quality import output_note
 from trident_flows.control.account import PolicyFigures, RunAccount, account_of_run, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.corpus_run import CorpusRun, decisions_of, describe
 from trident_flows.control.launch import memory_uri, start_runner
 from trident_flows.core.state import RuntimeConfigError
+from trident_flows.flows.prefect_env import worker_env
+from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
+from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
 from trident_flows.runtime.sizing import fit_to_nodes

@@ -53,10 +53,8 @@ from trident_flows.loop.clock import WallClock
 from trident_flows.loop.tick_loop import Recorder, TickLoop
 from trident_flows.tasks.decision import Explanation, explain_hold, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown
-from trident_flows.tasks.sidecar import (make_policy_for, memory_key, observe, output_note_of, pipeline_spec_of, pull_samples,
-                                         roll_out)
-from trident_flows.tasks.sidecar_report import (PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run,
-                                                related_of)
+from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, output_note_of, pipeline_spec_of, pull_samples, roll_out
+from trident_flows.tasks.sidecar_report import PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run, related_of
 from trident_flows.tasks.sidecar_state import SidecarMemory, forget_memory, load_memory, save_memory
 
 __all__ = ["PLAN_APPLIED", "policy_options", "trident_sidecar"]

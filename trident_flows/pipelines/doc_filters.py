@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from trident_flows.core.types import OpConfig
+from trident_flows.pipelines.doc_rows import live_rows, live_sum, objects, require_columns, with_marks
 from trident_flows.pipelines.quality import QualityKnob, quality_settings, stamp
 from trident_flows.runtime.spec import DROP, ID, Batch, batch_len
-from trident_flows.pipelines.doc_rows import live_rows, live_sum, objects, require_columns, with_marks
 
 
 class DetectLanguage:

@@ -23,9 +23,9 @@ import numpy as np
 
 from trident_flows.core.types import OpConfig
 from trident_flows.pipelines.doc_ocr import ENGINES, TESSERACT, open_engine
+from trident_flows.pipelines.doc_rows import live_rows, live_sum, objects, require_columns, with_marks
 from trident_flows.pipelines.quality import QualityKnob, quality_settings, stamp
 from trident_flows.runtime.spec import ERROR, ID, Batch, batch_len
-from trident_flows.pipelines.doc_rows import live_rows, live_sum, objects, require_columns, with_marks
 
 
 class InputLimit(ValueError):

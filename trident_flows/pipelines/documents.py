@@ -28,13 +28,13 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from trident_flows.core.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
-from trident_flows.pipelines.doc_ocr import RAPIDOCR, TESSERACT
-from trident_flows.pipelines.quality import apply_quality
-from trident_flows.runtime.spec import DROP, ID, Batch, OperatorSpec, PipelineSpec
 from trident_flows.pipelines.doc_embed import EmbedChunks
 from trident_flows.pipelines.doc_filters import DetectLanguage, NearDuplicates, QualityFilter, minhash_values
+from trident_flows.pipelines.doc_ocr import RAPIDOCR, TESSERACT
 from trident_flows.pipelines.doc_parse import OcrPages, ParsePdf
 from trident_flows.pipelines.doc_rows import live_rows
+from trident_flows.pipelines.quality import apply_quality
+from trident_flows.runtime.spec import DROP, ID, Batch, OperatorSpec, PipelineSpec
 
 
 def pdf_rows(directory: Path) -> list[dict[str, Any]]:

@@ -33,10 +33,9 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from trident_flows.core.types import CPU, GPU, ConfigSpace, OpConfig
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, ID, SOURCE_ID, Batch, OperatorSpec, PipelineSpec
-from trident_flows.core.types import CPU, GPU, ConfigSpace, OpConfig
-
 
 MEMORY_SCALE = "memory_scale"
 

@@ -20,15 +20,14 @@ Contract:
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from trident_flows.core.types import CPU, GPU, OpConfig
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, regime_plan
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.types import CPU, GPU, OpConfig
 
 
 def mean_seconds_per_input_item(profile: PipelineProfile, device: str, name: str, regimes: str, n: int) -> float:

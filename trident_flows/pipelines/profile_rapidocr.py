@@ -27,12 +27,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from trident_flows.core.types import CPU, GPU
 from trident_flows.pipelines.doc_ocr import RAPIDOCR
 from trident_flows.pipelines.profile_documents import FEATURES, FULL, GPU_CONTEXT_S_ASSUMED, QUICK, REGIMES, _cost, _measure, measured_here
 from trident_flows.pipelines.profile_video import GPU_FORWARD_SPEEDUP
 from trident_flows.runtime.costmodel import DeviceCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
-from trident_flows.core.types import CPU, GPU
 
 PROFILE_NAME = "documents-rapidocr"
 

@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from trident_flows.core.types import OpConfig
 from trident_flows.pipelines.doc_ocr import TimedSession
 from trident_flows.runtime.costmodel import PROFILE_DIR, DeviceCost, OperatorCost, PipelineProfile
-from trident_flows.core.types import OpConfig
 
 REGIMES = ("small", "hd", "long")
 # The workload features each operator's cost is fitted on: (seconds features, memory features), besides
@@ -124,8 +124,8 @@ def worker(op_name: str, config_json: str, inputs_path: str, result_path: str, r
     """Subprocess body: cold-start ``op_name`` with the given config, then time each pickled batch ``repeats`` times."""
     import psutil
 
-    from trident_flows.pipelines.video import operator_specs
     from trident_flows.core.types import OpConfig
+    from trident_flows.pipelines.video import operator_specs
 
     spec = next(s for s in operator_specs() if s.name == op_name)
     with open(inputs_path, "rb") as fh:

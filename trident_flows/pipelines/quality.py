@@ -46,8 +46,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.core.types import KnobRole, KnobSpace, KnobValue, OpConfig
+from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
 TUNABLE = "tunable"  # constructor param: names of the quality knobs a config may set
 AUDIT_PREFIX = "cfg_"

@@ -21,14 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-
 from trident_flows.core.types import CPU, GPU, ConfigSpace, KnobSpace, OpConfig
 from trident_flows.pipelines.quality import apply_quality
-from trident_flows.runtime.spec import ID, OperatorSpec, PipelineSpec
 from trident_flows.pipelines.video_clips import DedupFrames, Motion, Scenes
 from trident_flows.pipelines.video_decode import VIDEO_SUFFIXES, Decode
 from trident_flows.pipelines.video_models import Embed, Safety, TextDetect
-
+from trident_flows.runtime.spec import ID, OperatorSpec, PipelineSpec
 
 MODEL_RESOURCES = ((CPU, (1.0, 0.0)), (GPU, (1.0, 0.25)))
 

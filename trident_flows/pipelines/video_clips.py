@@ -19,8 +19,8 @@ import numpy as np
 
 from trident_flows.core.types import OpConfig
 from trident_flows.pipelines.quality import QualityKnob, quality_settings, stamp
-from trident_flows.runtime.spec import ID, SOURCE_ID, Batch, batch_len
 from trident_flows.pipelines.video_rows import ensure_marks, frame_features, marks, objects
+from trident_flows.runtime.spec import ID, SOURCE_ID, Batch, batch_len
 
 
 class Scenes:
@@ -36,8 +36,8 @@ class Scenes:
     def cuts(self, frames: np.ndarray, sample_fps: float) -> list[int]:
         """Indices of the sampled frames that start a new scene."""
         from scenedetect import FrameTimecode
-        from scenedetect.detectors import ContentDetector
         from scenedetect.detector import FlashFilter
+        from scenedetect.detectors import ContentDetector
 
         detector = ContentDetector(threshold=self.threshold, min_scene_len=1, filter_mode=FlashFilter.Mode.SUPPRESS)
         found: list[int] = []

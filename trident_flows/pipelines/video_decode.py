@@ -20,9 +20,8 @@ import numpy as np
 
 from trident_flows.core.types import OpConfig
 from trident_flows.pipelines.quality import QualityKnob, quality_settings, stamp
-from trident_flows.runtime.spec import ERROR, Batch, batch_len
 from trident_flows.pipelines.video_rows import EMPTY_FRAMES, ensure_marks, marks, objects
-
+from trident_flows.runtime.spec import ERROR, Batch, batch_len
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v")
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from trident_flows.core.types import CPU, GPU, OpConfig
 from trident_flows.pipelines.quality import QualityKnob, quality_settings, stamp
-from trident_flows.runtime.spec import DROP, Batch, batch_len
 from trident_flows.pipelines.video_rows import FRAME_COLUMNS, ensure_marks, frame_features, marks, objects, onnx_session
+from trident_flows.runtime.spec import DROP, Batch, batch_len
 
 log = logging.getLogger(__name__)
 

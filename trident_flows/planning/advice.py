@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import ClusterSpec
 from trident_flows.planning.catalogue import Catalogue, NodeType, load_catalogue
 from trident_flows.planning.sizing import resource_prices
-from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.placement.milp import solve_placement
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
-from trident_flows.core.types import ClusterSpec
 
 CURRENT = "current"
 _LABEL = {"cpus": "CPU", "gpus": "GPU"}

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from trident_flows.sim.static_search import reach
+from trident_flows.core.types import CPU, OpConfig
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
-from trident_flows.core.types import CPU, OpConfig
+from trident_flows.sim.static_search import reach
 
 CPU_BATCHES = (4,)  # the emulated pipelines' starting CPU batch; larger batches on slow operators (OCR: ~5 s an item) leave replicas without work within a regime block
 GPU_BATCHES = (8, 32, 64)  # the closed-loop benchmarks' GPU batch range

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
+from trident_flows.core.types import Plan
 from trident_flows.planning.catalogue import Catalogue, PlanningError
 from trident_flows.planning.demands import operator_demands
 from trident_flows.planning.simcheck import simulate_plan
@@ -43,7 +44,6 @@ from trident_flows.planning.workload import PlanWorkload
 from trident_flows.scheduler.placement.milp import PlacementError, PlacementResult, solve_placement
 from trident_flows.scheduler.placement.model import Key, throughput_of
 from trident_flows.scheduler.placement.types import OperatorDemand
-from trident_flows.core.types import Plan
 
 MAX_RAISES = 5
 MAX_PRICE_LEVELS = 200  # measured: 1-10 levels on the default catalogue before the stop rule ends the walk

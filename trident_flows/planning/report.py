@@ -88,7 +88,6 @@ def pareto_png(plan: ClusterPlan, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import ScalarFormatter
 
     fig, ax = plt.subplots(figsize=(8, 4.8))

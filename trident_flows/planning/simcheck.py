@@ -20,14 +20,14 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from trident_flows.core.decision import Decision
+from trident_flows.core.state import RunnerState
+from trident_flows.core.types import BatchSample, Plan
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.planning.catalogue import Catalogue
 from trident_flows.planning.workload import SIM_PIPELINES, PlanWorkload
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.decision import Decision
-from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.policies import Policy
-from trident_flows.core.types import BatchSample, Plan
 from trident_flows.sim import driver
 from trident_flows.sim.workload import Stream
 

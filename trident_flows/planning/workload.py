@@ -110,11 +110,11 @@ def _nearest(profile: PipelineProfile, item: Mapping[str, float], keys: tuple[st
 
 def _document_items(files: list[Path], profile: PipelineProfile) -> tuple[list[dict[str, float]], int]:
     """Features of each readable PDF from the real parse step; the number of unreadable ones."""
+    from trident_flows.core.types import OpConfig
     from trident_flows.pipelines.doc_embed import chunk_text
     from trident_flows.pipelines.doc_parse import ParsePdf
     from trident_flows.pipelines.documents import operator_specs
     from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
-    from trident_flows.core.types import OpConfig
 
     params = dict(next(s for s in operator_specs("plan") if s.name == "embed").params)
     chunk_words = int(params.get("chunk_words", 128))

@@ -47,11 +47,11 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trident_flows.core.types import CPU, GPU, ConfigSpace, OpConfig
 from trident_flows.ray_data import internals
 from trident_flows.ray_data.rows import ROW, decode_rows, encode_rows
 from trident_flows.ray_data.stage import RayDataStage
 from trident_flows.runtime.spec import DROP, ID, OperatorSpec, PipelineSpec
-from trident_flows.core.types import CPU, GPU, ConfigSpace, OpConfig
 
 # Ray Data batches a stage without batch_size by whole blocks (up to 128 MiB); trident needs a
 # row count to start from and tunes it. 32 is the GPU batch size of the project's own pipelines.

@@ -108,8 +108,8 @@ def run_dataset(ds: Any, out_dir: Path | str, *, policy: str = "trident", dest: 
                 tick_s: float = 2.0, decision_log: Path | None = None, settings: Any = None, **policy_options: Any) -> RayDataRun:
     """Run a Ray Data pipeline under trident on the current Ray cluster (see the module docstring)."""
     from trident_flows.control.launch import cluster_totals, run_pipeline
-    from trident_flows.scheduler.policies import make_policy
     from trident_flows.core.types import ClusterSpec
+    from trident_flows.scheduler.policies import make_policy
 
     out = Path(out_dir)
     make_policy(policy)  # refuse an unknown policy before anything runs

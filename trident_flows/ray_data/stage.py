@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from trident_flows.core.types import OpConfig
 from trident_flows.ray_data import batches, internals
 from trident_flows.ray_data.rows import ROW, decode_rows, encode_rows
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID, Batch
-from trident_flows.core.types import OpConfig
 
 
 def _objects(values: list[Any]) -> np.ndarray:

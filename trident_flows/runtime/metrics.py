@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trident_flows.core.state import SamplePage
-from trident_flows.runtime import peak_memory
 from trident_flows.core.types import BatchSample
+from trident_flows.runtime import peak_memory
 
 # Completions are counted in buckets of 1/_BUCKETS_PER_S seconds: fine enough for the 0.5 s window a
 # rolling update's throughput is read over, coarse enough to keep the history short.

@@ -28,8 +28,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-from trident_flows.runtime.nodes import read_nodes
 from trident_flows.core.state import NodeState
+from trident_flows.runtime.nodes import read_nodes
 
 # How often the runner reads ``ray.nodes()``: one GCS call (about 1-5 ms here), so a node that
 # joins is planned for within a tick of the control loop (2 s by default).

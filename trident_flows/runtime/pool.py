@@ -30,11 +30,11 @@ from typing import Any, Callable
 
 import ray
 
+from trident_flows.core.state import ReplicaState
+from trident_flows.core.types import OpConfig
 from trident_flows.runtime.node_placement import NodePlacer
 from trident_flows.runtime.replica import ReplicaActor
 from trident_flows.runtime.spec import OperatorSpec
-from trident_flows.core.state import ReplicaState
-from trident_flows.core.types import OpConfig
 
 
 @dataclass(eq=False)

@@ -30,11 +30,11 @@ from typing import Any, Mapping
 
 import ray
 
+from trident_flows.core.types import OpConfig, Outcome
 from trident_flows.runtime import devices, peak_memory
 from trident_flows.runtime.payload import LostPieces, Piece, Stored, assemble, outline, stored
 from trident_flows.runtime.spec import ID, Batch, batch_len
 from trident_flows.runtime.wire import Measured, encode_reply
-from trident_flows.core.types import OpConfig, Outcome
 
 
 def _peak_rss(fallback_start: int) -> int:

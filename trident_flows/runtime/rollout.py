@@ -31,8 +31,7 @@ import ray
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
-                                              room_for)
+from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps, room_for
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.

@@ -47,8 +47,7 @@ from typing import Any, Coroutine
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trident_flows.core.state import (ApplyReport, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage,
-                                      ShardStatus)
+from trident_flows.core.state import ApplyReport, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage, ShardStatus
 from trident_flows.core.types import Outcome, Plan, Transition
 from trident_flows.runtime import devices, peak_memory, sink_writer
 from trident_flows.runtime.dispatch import Dispatcher

@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from trident_flows.runtime.nodes import pack
-from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.core.state import RuntimeConfigError
 from trident_flows.core.types import CPU, ConfigSpace, OpConfig
+from trident_flows.runtime.nodes import pack
+from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
 # Ray keeps fractional resources to four decimals: shares are rounded down to that grid so
 # the replicas' sum never exceeds the cluster.

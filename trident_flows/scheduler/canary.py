@@ -31,9 +31,9 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from trident_flows.core.types import CPU, BatchSample, Outcome
 from trident_flows.scheduler.constraint import per_item
 from trident_flows.scheduler.optimizer_values import DEFAULT_GPU_WEIGHT, resource_cost
-from trident_flows.core.types import CPU, BatchSample, Outcome
 
 
 class Verdict(str, Enum):

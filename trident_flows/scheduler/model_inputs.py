@@ -25,7 +25,6 @@ from trident_flows.scheduler.anomaly import group_codes
 from trident_flows.scheduler.item_work import nnls_work
 from trident_flows.scheduler.sample_windows import Window
 
-
 WORK_FLOOR = 1e-3   # the work input's floor, relative to the largest weight (features of 0 with no per-item intercept)
 
 

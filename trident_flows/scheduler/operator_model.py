@@ -42,10 +42,8 @@ from trident_flows.scheduler.memory_model import MemoryFit, fit_memory, predict_
 from trident_flows.scheduler.model_inputs import ModelInputs, feature_matrix, work_weights
 from trident_flows.scheduler.model_values import Calibration, FitReport, HeldOut, NoModelError, Prediction
 from trident_flows.scheduler.occupancy import SaturatedSpan
-from trident_flows.scheduler.sample_windows import (Window, drop_spikes, invalidate, make_windows, quick_valid, screen,
-                                                    subsample)
+from trident_flows.scheduler.sample_windows import Window, drop_spikes, invalidate, make_windows, quick_valid, screen, subsample
 from trident_flows.scheduler.throughput_gp import ThroughputFit, fit_gp, lognormal, standardised, start_kernel
-
 
 _UNSEEN_COUNT_WEIGHT = 1e-3   # a replica count no training window ran with follows the counts that did (``_never_faster_with_more``)
 

@@ -31,8 +31,7 @@ from skopt.acquisition import gaussian_ei
 
 from trident_flows.core.types import ConfigSpace, OpConfig
 from trident_flows.scheduler.constraint import ConfigEncoder, FeatureWindow, MemoryBudget, MemoryModel, OomRegion, blocked
-from trident_flows.scheduler.optimizer_values import (DEFAULT_GPU_WEIGHT, NoSafeConfigError, Observation, Proposal, Rollback, objective,
-                                                      resource_cost)
+from trident_flows.scheduler.optimizer_values import DEFAULT_GPU_WEIGHT, NoSafeConfigError, Observation, Proposal, Rollback, objective, resource_cost
 from trident_flows.scheduler.search_space import candidate_grid, check_in_space, skopt_dimensions, skopt_point, surrogate_optimizer
 
 

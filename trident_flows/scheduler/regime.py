@@ -40,11 +40,10 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy.signal import lfilter
 
-from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.core.types import BatchSample
+from trident_flows.scheduler.anomaly import MAD_TO_SIGMA
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.regime_change import ChangeKind, Regime, RegimeChange
-
 
 # samples ``_quiet_run`` considers at once: its array work is over the candidates, and a run cut short
 # early (an outlier) would otherwise redo it over the whole tick's samples

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.core.types import OpConfig
+from trident_flows.scheduler.operator_model import OperatorModel
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from typing import Any, Mapping, Sequence
 
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import OperatorState, RunnerState
+from trident_flows.core.types import BatchSample, Plan
 from trident_flows.scheduler.replicas import free_resources, main_config, replica_limits, scaled_plan
 from trident_flows.scheduler.settings import check_types, refuse, setting
-from trident_flows.core.types import BatchSample, Plan
 
 UPSCALING_THRESHOLD = 1.75    # ray.data.context.DEFAULT_ACTOR_POOL_UTIL_UPSCALING_THRESHOLD (Ray 2.60)
 DOWNSCALING_THRESHOLD = 0.5   # ray.data.context.DEFAULT_ACTOR_POOL_UTIL_DOWNSCALING_THRESHOLD (Ray 2.60)

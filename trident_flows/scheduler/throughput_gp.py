@@ -26,7 +26,6 @@ from sklearn.gaussian_process.kernels import ConstantKernel, Kernel, Matern, Whi
 from trident_flows.core.types import OpConfig
 from trident_flows.scheduler.model_inputs import ModelInputs
 
-
 # The prior mean's ridge penalty on the replica-count input (1 on the others): counts change when workloads do, so a
 # slope shared by the two goes to the workload; the GP on the residual still learns the contention the windows show at
 # one workload. The price: contention that arrives together with a heavier workload is first taken for the workload.

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
-from trident_flows.runtime.transition import (RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps,
-                                              room_for)
+from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps, room_for
 from trident_flows.sim import outcome
 from trident_flows.sim.cluster import SimCluster
 from trident_flows.sim.pool import SimReplica

@@ -27,10 +27,10 @@ from typing import Sequence
 
 import numpy as np
 
-from trident_flows.runtime.backpressure import items_bound
-from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.core.state import ApplyReport, OperatorState, RunnerSettings, RunnerState, RuntimeConfigError, SamplePage
 from trident_flows.core.types import CPU, BatchSample, ClusterSpec, OpConfig, Outcome, Plan, Transition
+from trident_flows.runtime.backpressure import items_bound
+from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.sim.actor_start import ActorStart, NodeStarts
 from trident_flows.sim.call_cost import CallCost
 from trident_flows.sim.clock import EventQueue

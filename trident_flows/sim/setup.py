@@ -23,11 +23,11 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
+from trident_flows.core.types import ClusterSpec
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline, parse_regimes
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
-from trident_flows.core.types import ClusterSpec
+from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
 from trident_flows.sim.workload import Stream
 
 PROFILES = {"emulated-docs": "documents", "emulated-video": "video"}
@@ -88,7 +88,7 @@ def build(pipeline: str, cluster: ClusterSpec, *, regimes: str | None = None, it
     profile = PipelineProfile.load(PROFILES[pipeline])
     regimes = regimes or ",".join(f"{r}:1" for r in profile.workloads)
     weights: dict[str, float] = {}
-    for name, sep, amount in (p.strip().partition(":") for p in regimes.split(",") if p.strip()):
+    for name, _sep, amount in (p.strip().partition(":") for p in regimes.split(",") if p.strip()):
         weights[name] = weights.get(name, 0.0) + (parse_duration(amount) if _DURATION.match(amount) else float(amount or 1))
     unknown = sorted(set(weights) - set(profile.workloads))
     if unknown:

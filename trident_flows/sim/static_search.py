@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
+from trident_flows.core.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.pipelines.emulated import Stage
 from trident_flows.runtime.costmodel import PipelineProfile
-from trident_flows.core.types import CPU, GPU, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def search_static_stream(profile: PipelineProfile, blocks: Sequence[tuple[Mappin
             continue
         replicas = {o: 1 for o in cpu_ops}
         for _ in range(cpus_left - len(cpu_ops)):  # each spare CPU to the operator whose extra replica shortens the stream most
-            def seconds_with(extra: str) -> float:
+            def seconds_with(extra: str, fixed=fixed, cpu_ops=cpu_ops, replicas=replicas) -> float:  # this iteration's values
                 trial = {**fixed, **{o: (config, replicas[o] + (o == extra)) for o in cpu_ops}}
                 return stream_seconds(profile, trial, blocks)
             replicas[min(cpu_ops, key=seconds_with)] += 1

@@ -25,7 +25,6 @@ from prefect.cache_policies import NO_CACHE
 
 from trident_flows.runtime.spec import DROP
 
-
 # ``_drop`` reasons of near-duplicates: the documents pipeline's dedup operator
 # ("duplicate-of:<id>") and its emulated stand-in ("dedup:filtered").
 NEAR_DUPLICATE_MARKS = ("duplicate-of:", "dedup:")

@@ -21,9 +21,9 @@ import ray
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from trident_flows.loop.apply import Applied, apply_plan
 from trident_flows.core.state import ApplyOutcome, ApplyReport
 from trident_flows.core.types import ClusterSpec, Plan
+from trident_flows.loop.apply import Applied, apply_plan
 from trident_flows.tasks.decision import read_outcome
 
 

@@ -22,8 +22,7 @@ import pulp
 
 from trident_flows.core.types import ClusterSpec
 from trident_flows.scheduler.placement.bound import rounding_bound
-from trident_flows.scheduler.placement.model import (SPLIT_SEP, Key, NetworkEdge, base_class, class_capacity, network_edges,
-                                                     usage_vector)
+from trident_flows.scheduler.placement.model import SPLIT_SEP, Key, NetworkEdge, base_class, class_capacity, network_edges, usage_vector
 from trident_flows.scheduler.placement.types import GiB, OperatorDemand
 
 _KEEP_WEIGHT = 1e-6

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from trident_flows.core.state import RunnerState
+from trident_flows.core.types import ReplicaGroup
 from trident_flows.scheduler.placement.types import CurrentPlacement
 from trident_flows.scheduler.replicas import serving_groups
-from trident_flows.core.types import ReplicaGroup
 
 _MIN_WORK = 1e-3
 

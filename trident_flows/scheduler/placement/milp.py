@@ -29,8 +29,19 @@ from trident_flows.core.types import ClusterSpec, NodeClass, OperatorPlan, Plan,
 from trident_flows.scheduler.placement.explain import diagnose_infeasible, operator_reason
 from trident_flows.scheduler.placement.formulation import build_milp, integer_bound, throughput_bound
 from trident_flows.scheduler.placement.greedy import Greedy, heuristic_start
-from trident_flows.scheduler.placement.model import (SPLIT_SEP, Key, _place_on_node, base_class, effective_gpus, ineligibility,
-                                                     no_fit_message, operator_capacity, pack_cluster, throughput_of, usage_vector)
+from trident_flows.scheduler.placement.model import (
+    SPLIT_SEP,
+    Key,
+    _place_on_node,
+    base_class,
+    effective_gpus,
+    ineligibility,
+    no_fit_message,
+    operator_capacity,
+    pack_cluster,
+    throughput_of,
+    usage_vector,
+)
 from trident_flows.scheduler.placement.solvers import DEFAULT_SOLVER, GAP_REL, SOLVERS, WarmHiGHS, solver_cmd, status_gap
 from trident_flows.scheduler.placement.types import CurrentPlacement, OperatorDemand
 

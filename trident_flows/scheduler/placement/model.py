@@ -44,8 +44,8 @@ from typing import Mapping, NamedTuple, Sequence
 import highspy
 import numpy as np
 
-from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 from trident_flows.core.types import CPU, ClusterSpec, NodeClass
+from trident_flows.scheduler.placement.types import GiB, OperatorDemand, PlacementOption
 
 
 class Key(NamedTuple):

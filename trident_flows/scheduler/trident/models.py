@@ -33,8 +33,8 @@ from typing import Sequence
 
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample
-from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.occupancy import OccupancyTracker
+from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.trident.operators import Operator, Operators
 from trident_flows.scheduler.trident_settings import TridentSettings
 
