@@ -160,6 +160,10 @@ def test_a_run_starts_in_the_memorys_allocation_for_the_regime_with_the_most_ite
     assert small.starting_spec(spec) is spec  # 15 replicas of 1 CPU do not fit 8 CPUs (nor does a rescaled one start over them)
     cold = make_policy("trident", spec=spec, cluster=cluster, memory=str(tmp_path / "none.json"), start_from_memory=True)
     assert cold.starting_spec(spec) is spec
+    # a regime that held 20 s of the earlier runs at its plan's rate gives too thin a plan to start a run in
+    thin = RegimeEntry({"pages": 2.0}, {n: ((CPU2, 1),) for n in names} | {"embed": ((CPU2, 10),)}, 30.0, 2, items=600.0)
+    memory.save(memory.memory_of(PipelineIdentity.of(spec), cluster, {}, {}, [thin]), str(tmp_path / "thin.json"))
+    assert make_policy("trident", spec=spec, cluster=cluster, memory=str(tmp_path / "thin.json")).starting_spec(spec) is spec
 
 
 def test_memory_items_round_trip_and_add_up_across_runs(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ Contract:
   to ``SourceRegimes`` (its signature and per-operator features), its allocation to ``RegimePlans``
   (origin "memory") and the measured cold starts to ``ColdStarts``.
 - ``starting_allocation()``: the remembered regime with the most input items (then segments seen): what a
-  run starts in before its own first items are read (``TridentPolicy.starting_spec``).
+  run starts in before its own first items are read (``TridentPolicy.starting_spec``); none when those items
+  would have taken under ``START_MIN_S`` at the plan's predicted rate.
 - ``write(state, ops, sources, plans, cold_starts, ended=False)`` writes ``memory.merged(loaded, this run)``
   atomically: per operator the newest batches measured, the cold starts, and per regime with a plan
   its signature, allocation, predicted rate, segments seen and per-operator features (``ended``: the
@@ -27,6 +28,8 @@ from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators
 from trident_flows.scheduler.trident.regime_plans import RegimePlan, RegimePlans
 from trident_flows.scheduler.trident.source_regimes import SourceRegimes
+
+START_MIN_S = 120.0  # a run starts in a remembered plan only if its regime held this long (items / predicted rate)
 
 
 class RunMemory:
@@ -59,10 +62,16 @@ class RunMemory:
         cold_starts.remember({name: e.cold_start_s for name, e in self.loaded.operators.items()})
 
     def starting_allocation(self) -> tuple[RegimeEntry | None, str]:
-        """The remembered regime with the most input items (then segments seen), and a line saying so; (None, why) without one."""
+        """The remembered regime with the most input items (then segments seen), and a line saying so; (None, why) without
+        one, or when its items would have taken under ``START_MIN_S`` at its plan's predicted rate (a plan solved on a
+        regime that short rests on a few batches per operator: too thin to start a whole run in before any output)."""
         if self.loaded is None or not self.loaded.regimes:
             return None, "no regime remembered"
         entry = max(self.loaded.regimes, key=lambda r: (r.items, r.seen))
+        held_s = entry.items / entry.predicted_items_per_s if entry.predicted_items_per_s > 0 else 0.0
+        if held_s < START_MIN_S:
+            return None, (f"the remembered regime with the most items held {held_s:.0f} s of earlier runs at its plan's rate, "
+                          f"under {START_MIN_S:.0f} s: too thin a plan to start in")
         share = entry.items / sum(r.items for r in self.loaded.regimes) if entry.items > 0 else None
         what = f"{share:.0%} of the input items" if share is not None else f"seen {entry.seen} time(s)"
         return entry, f"the remembered regime with the most items ({what} of {self.loaded.runs} earlier run(s))"
