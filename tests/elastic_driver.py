@@ -51,21 +51,6 @@ def _wait(predicate, timeout_s: float, every_s: float = 2.0):
         time.sleep(every_s)
 
 
-def _start(spec, out: Path) -> tuple[object, list[str]]:
-    """The runner, started; a start whose actor Ray cancelled before it ran is retried once under another
-    name, and said so (seen once on a loaded CI machine, not reproduced here)."""
-    retries: list[str] = []
-    for attempt in range(2):
-        try:
-            return start_runner(spec, out / f"try{attempt}", name=f"elastic-test-{attempt}", namespace="elastic",
-                                settings=RunnerSettings(warm_timeout_s=180.0), external_input=True), retries
-        except ray.exceptions.ActorDiedError as exc:
-            if attempt:
-                raise
-            retries.append(str(exc).splitlines()[-1])
-    raise AssertionError("unreachable")
-
-
 def _log_tails(cluster: OwnAutoscalingCluster, lines: int = 30) -> dict[str, str]:
     """The last lines of the cluster's own logs (raylet, GCS, autoscaler), for a failure's report."""
     logs = cluster.temp_dir / "session_latest" / "logs"
@@ -75,7 +60,8 @@ def _log_tails(cluster: OwnAutoscalingCluster, lines: int = 30) -> dict[str, str
 
 def scenario(cluster: OwnAutoscalingCluster, out: Path) -> dict:
     spec = small_pipeline(400, time_scale=2.0)
-    handle, retries = _start(spec, out)
+    handle = start_runner(spec, out, name="elastic-test", namespace="elastic", settings=RunnerSettings(warm_timeout_s=180.0),
+                          external_input=True)
     _feed(handle, spec, 0)
     scaler = ElasticScaler(POOL, RunGoal(deadline_at=time.time() + 600), items_total=10**6, interval_s=2.0)
     before = cluster.status()
@@ -88,7 +74,7 @@ def scenario(cluster: OwnAutoscalingCluster, out: Path) -> dict:
     state = _wait(joined, JOIN_WAIT_S)
     requested = cluster.status()
     result = {"before": before, "decisions": [d.to_dict() for d in scaler.decisions], "while_requested": requested,
-              "joined": state is not None, "runner_start_retries": retries}
+              "joined": state is not None}
     if state is not None:
         outcome = _apply(handle, _milp_plan(state, spec))
         where = _where(ray.get(handle.state.remote()))

@@ -26,8 +26,12 @@ TIMEOUT_S = 900
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("elastic")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(DRIVER.parents[1]), str(DRIVER.parent), os.environ.get("PYTHONPATH", "")]),
-           "OMP_THREAD_LIMIT": "1", "RAY_DEDUP_LOGS": "0"}
+    # the cluster runs without token authentication, and a driver reads its mode once, at import: one this process's
+    # ray.init left in the environment (RAY_AUTH_MODE=token, as another test's cluster sets it) made Ray drop the
+    # driver's worker and cancel its runner before it ran (seen in CI and in `make test-slow`)
+    inherited = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_CLIENT_MODE", "RAY_ADDRESS")}
+    env = {**inherited, "PYTHONPATH": os.pathsep.join([str(DRIVER.parents[1]), str(DRIVER.parent), os.environ.get("PYTHONPATH", "")]),
+           "OMP_THREAD_LIMIT": "1", "RAY_DEDUP_LOGS": "0", "RAY_AUTH_MODE": "disabled"}
     proc = subprocess.run([sys.executable, str(DRIVER), str(out / "run")], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     (out / "driver.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
