@@ -129,7 +129,6 @@ class IdleCapacity:
         cluster = self.ctx.planned_for(state)
         memory_left = self._host_memory_left(state, cluster)
         grown: dict[str, dict[OpConfig, int]] = {}
-        lent = False
         queued = {op.name: op.queue_items for op in state.operators}
         while open_names:
             name = max(open_names, key=lambda n: (queued[n] / _replicas(state, n, grown), n))
@@ -137,19 +136,18 @@ class IdleCapacity:
             groups = dict(grown.get(name) or state.operator(name).configs(include_canary=False))
             groups[config] = groups.get(config, 0) + 1
             bound = (self.memory_bound(name, config) or 0.0) if config.device == CPU else 0.0
-            if config.gpus == 0 and config.cpus > cpus + 1e-9 and spare and sum(groups.values()) <= replica_limits(name, self.ctx.spec)[1]:
+            within_limit = sum(groups.values()) <= replica_limits(name, self.ctx.spec)[1]
+            if config.gpus == 0 and config.cpus > cpus + 1e-9 and spare and within_limit:
                 lender = max(spare, key=lambda n: (spare[n], n))
                 grown[lender], freed = _one_fewer(grown.get(lender) or state.operator(lender).configs(include_canary=False))
                 spare[lender] -= 1
                 if not spare[lender]:
                     del spare[lender]
-                lent = True
                 cpus += freed.cpus
                 if memory_left is not None:
                     memory_left += self.memory_bound(lender, freed) or 0.0
                 continue
-            fits = (config.cpus <= cpus + 1e-9 and config.gpus <= gpus + 1e-9
-                    and sum(groups.values()) <= replica_limits(name, self.ctx.spec)[1]
+            fits = (config.cpus <= cpus + 1e-9 and config.gpus <= gpus + 1e-9 and within_limit
                     and (memory_left is None or bound <= memory_left)
                     and (config.gpus == 0 or gpus_pack(state, cluster, {**grown, name: groups})))
             if not fits:
@@ -175,7 +173,7 @@ class IdleCapacity:
             ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
                                     why, canary_config(op)))
         free = free_resources(state)
-        if lent:
+        if any(name not in candidates for name in grown):  # replicas were taken from a lender
             reason = (f"rebalance: replicas of operators that sat mostly idle go to operators with work waiting "
                       f"({free[0]:g} CPU(s) held by no replica): " + "; ".join(o.reason for o in ops))
             return Plan(tuple(ops), 0.0, reason, Rationale(PlanKind.REBALANCE))
