@@ -54,8 +54,8 @@ def _wait(predicate, timeout_s: float, every_s: float = 2.0):
 def _log_tails(cluster: OwnAutoscalingCluster, lines: int = 30) -> dict[str, str]:
     """The last lines of the cluster's own logs (raylet, GCS, autoscaler), for a failure's report."""
     logs = cluster.temp_dir / "session_latest" / "logs"
-    keep = ("raylet.out", "gcs_server.out", "monitor.log", "monitor.out")
-    return {f.name: "\n".join(f.read_text(errors="replace").splitlines()[-lines:]) for f in sorted(logs.glob("*")) if f.name in keep}
+    files = [logs / name for name in ("gcs_server.out", "monitor.log", "monitor.out", "raylet.out")]
+    return {f.name: "\n".join(f.read_text(errors="replace").splitlines()[-lines:]) for f in files if f.is_file()}
 
 
 def scenario(cluster: OwnAutoscalingCluster, out: Path) -> dict:
