@@ -3,7 +3,8 @@
 Contract:
 - ``advise(state, catalogue)`` reads a ``RunnerState`` (live, or at a run's end). Per operator it
   measures one replica's rate (items taken / (busy fraction x warm replicas x wall seconds)) and
-  the share of input items that reach it (its items / the first operator's); the configurations
+  the rows that reach it per input item (the product of the upstream operators' rows forwarded per row
+  taken: a backlog in front of it does not shrink it, a filter upstream does); the configurations
   it runs now are its placement options (what it would run on more nodes: no cost model needed,
   so it works for any pipeline; an operator running on the CPU is not assumed to gain from a GPU).
   The cluster it runs on is one class ``current`` (its CPUs and GPUs). ``measured_demands(state)`` is
@@ -61,8 +62,8 @@ class Advice:
 
 
 def measured_demands(state: RunnerState) -> list[OperatorDemand]:
-    first = state.operators[0].items_in
     demands = []
+    share = 1.0  # rows reaching this operator per input item: the upstream operators' rows forwarded per row taken
     for op in state.operators:
         warm = [r for r in op.replicas if r.warm and not r.draining]
         busy_s = sum(r.busy_fraction for r in warm) * state.wall_s
@@ -70,7 +71,8 @@ def measured_demands(state: RunnerState) -> list[OperatorDemand]:
             raise ValueError(f"operator {op.name!r} has not worked yet")
         rate = op.items_in / busy_s
         configs = dict.fromkeys(r.config for r in warm)
-        demands.append(OperatorDemand(op.name, op.items_in / first, tuple(PlacementOption.from_rate(c, rate) for c in configs)))
+        demands.append(OperatorDemand(op.name, share, tuple(PlacementOption.from_rate(c, rate) for c in configs)))
+        share *= op.items_forwarded / op.items_in
     return demands
 
 
