@@ -13,7 +13,7 @@ Contract:
   nothing is requested. A decision whose counts differ from the standing request is sent as
   ``request(bundles=pool.bundles(counts))`` (the empty list when it gives every node back). It returns
   the ``ScaleDecision`` (None between intervals). Each decision is kept with its measured effect: the
-  input items/s done between it and the next decision.
+  input items/s done between it and the next decision; ``rate_before`` is that rate up to the newest decision.
 - ``spent`` is the pool nodes' cost so far: each live pool node's seconds between state reads at its class's
   price, plus the base cluster's price over the run's wall time (what a budget goal is charged).
 - ``release()`` clears the request (``request(bundles=[])``); the run calls it once it stopped, failed
@@ -52,6 +52,7 @@ class ElasticScaler:
         self.requested: dict[str, int] = {}
         self.decisions: list[ScaleDecision] = []  # those that changed the request
         self.last: ScaleDecision | None = None
+        self.rate_before: float | None = None  # input items/s done between the last two decisions
         self.nodes_requested = 0
         self.node_seconds: dict[str, float] = {}
         self.released = False
@@ -92,8 +93,11 @@ class ElasticScaler:
         if self._last_done is not None and self._last_running == running and now > self._last_done[0] and done > self._last_done[1]:
             measured = (done - self._last_done[1]) / (now - self._last_done[0])
         decision = self._decide(state, running, done, now, measured)
-        if self.last is not None and self._last_done is not None and now > self._last_done[0]:
-            self._measured((done - self._last_done[1]) / (now - self._last_done[0]))
+        self.rate_before = None
+        if self._last_done is not None and now > self._last_done[0]:
+            self.rate_before = (done - self._last_done[1]) / (now - self._last_done[0])
+            if self.last is not None:
+                self._measured(self.rate_before)
         self._last_done, self._last_running = (now, done), dict(running)
         self.last = decision
         if dict(decision.counts) != self.requested:

@@ -30,7 +30,8 @@ Contract:
 - With a goal in the settings (``deadline`` or ``budget``) and ``items_total`` (the curation run's
   items; a scheduled sidecar does not know them and says so once), every tick also takes a scale
   step (``control.elastic.ElasticScaler``): a decision that changes the request to Ray's autoscaler
-  is logged on the flow run with its reason and predicted effect, the request is cleared when the
+  is logged on the flow run, emitted as a ``trident.scale.add`` / ``trident.scale.give_back`` event and
+  added to the decisions table with its reason and predicted effect; the request is cleared when the
   pipeline finishes or the flow ends, and the result's ``elastic`` is the scaler's summary.
 """
 
@@ -54,7 +55,7 @@ from trident_flows.loop.tick_loop import Recorder, TickLoop
 from trident_flows.tasks.decision import Explanation, explain_hold, read_decision, read_outcome, unit_of
 from trident_flows.tasks.live_view import render_markdown
 from trident_flows.tasks.sidecar import make_policy_for, memory_key, observe, output_note_of, pipeline_spec_of, pull_samples, roll_out
-from trident_flows.tasks.sidecar_report import PLAN_APPLIED, Publisher, decision_row, emit_decision, find_curation_run, related_of
+from trident_flows.tasks.sidecar_report import PLAN_APPLIED, Publisher, decision_row, emit_decision, emit_scale, find_curation_run, related_of, scale_row
 from trident_flows.tasks.sidecar_state import SidecarMemory, forget_memory, load_memory, save_memory
 
 __all__ = ["PLAN_APPLIED", "policy_options", "trident_sidecar"]
@@ -99,20 +100,26 @@ class _Tuner:
             get_run_logger().warning("a deadline/budget needs the run's items: only a document-curation run's sidecar asks the "
                                      "autoscaler for nodes; this one does not")
 
-    def _scale(self, state: Any) -> None:
-        """One scale step; a decision that changes the request is logged with its reason and predicted effect."""
+    def _scale(self, state: Any, memory: SidecarMemory) -> SidecarMemory:
+        """One scale step. A decision that changes the request is logged, emitted as an event and added to the decisions
+        table with its reason and predicted effect; returns the memory with its row."""
         if self.scaler is None:
-            return
+            return memory
         requested = dict(self.scaler.requested)
         try:
             decision = self.scaler.step(state)
         except Exception as exc:  # noqa: BLE001 - a failed scale step keeps the standing request; the run goes on
             get_run_logger().warning("scale step failed, the request to the autoscaler stands: %s: %s", type(exc).__name__, exc)
-            return
-        if decision is not None and dict(decision.counts) != requested:
-            get_run_logger().info("scale %s: %s (predicted %.3g items/s, last item in %.0f s, %.3g %s)", decision.action,
-                                  decision.reason, decision.predicted_items_per_s, decision.predicted_finish_s, decision.predicted_cost,
-                                  self.scaler.pool.classes.currency)
+            return memory
+        if decision is None or dict(decision.counts) == requested:
+            return memory
+        currency = self.scaler.pool.classes.currency
+        get_run_logger().info("scale %s: %s (predicted %.3g items/s, last item in %.0f s, %.3g %s)", decision.action,
+                              decision.reason, decision.predicted_items_per_s, decision.predicted_finish_s, decision.predicted_cost, currency)
+        emit_scale(self.namespace, self.runner_name, state.pipeline, decision, currency, self.related)
+        memory = memory.decided(scale_row(decision, self.scaler.rate_before, self.scaler.pool.startup_s, state.wall_s, unit_of(state.pipeline)))
+        return replace(memory, decisions_artifact_id=self.publisher.decisions(
+            memory.decisions_artifact_id, list(memory.view.decisions), f"Trident's decisions for {state.pipeline}, newest last"))
 
     def tick(self) -> dict[str, Any]:
         """Observe; one tick of the loop (decide once enough samples came; roll a decision out). Returns what happened."""
@@ -131,8 +138,7 @@ class _Tuner:
                         min_samples=self.settings.min_samples, loop_state=memory.loop,
                         make_policy=lambda st: make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, st))
         tick = loop.tick()
-        self._scale(state)
-        memory = seen.memory
+        memory = self._scale(state, seen.memory)
         if tick.finished:
             policy = loop.policy
             if policy is not None and hasattr(policy, "finish"):

@@ -10,6 +10,9 @@ Contract:
 - ``emit_decision(...)``: one event per decision the runner was handed: ``trident.plan.applied``,
   ``trident.plan.partial`` or ``trident.plan.refused``; the plain sentence, the figures, the
   outcome and the policy's raw reason (solver details) in its payload.
+- ``emit_scale(...)`` and ``scale_row(...)``: a scale decision that changed the request to Ray's autoscaler
+  (``trident.scale.add`` / ``trident.scale.give_back``): its event, with the reason, the nodes requested and
+  the predicted effect in the payload, and its row in the decisions table (the same columns as a plan's).
 - ``Publisher``: the two artifacts on the tuned run (or on the sidecar's own run when no tuned
   run is known), each created once and then updated in place: ``trident-live-<runner>``
   (markdown: status, per-operator table, throughput and replica chart) and
@@ -22,6 +25,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Optional
 from uuid import UUID
@@ -30,10 +34,12 @@ import httpx
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
+from trident_flows.planning.scale import ScaleAction, ScaleDecision
 from trident_flows.tasks.decision import Explanation, Outcome
 
 CURATION_FLOW = "document-curation"
 EVENTS = {"applied": "trident.plan.applied", "partial": "trident.plan.partial", "refused": "trident.plan.refused"}
+SCALE_EVENT = "trident.scale.{action}"
 PLAN_APPLIED = EVENTS["applied"]
 
 
@@ -108,6 +114,39 @@ def decision_row(explained: Explanation, outcome: Outcome, pipeline_time_s: floa
             f"predicted after ({unit})": rounded(explained.throughput_after),
             "gain": "-" if explained.gain is None else f"{explained.gain:+.0%}",
             "start-up (s)": rounded(explained.startup_s, 0), "pays back in (s)": rounded(explained.payback_s, 0)}
+
+
+def _nodes(counts: dict[str, int]) -> str:
+    return " + ".join(f"{n}x {c}" for c, n in counts.items() if n > 0) or "no worker node"
+
+
+def scale_sentence(decision: ScaleDecision) -> str:
+    """A scale decision in words: what is requested of the autoscaler, then why."""
+    verb = "Request" if decision.action == ScaleAction.ADD else "Give back to"
+    return f"{verb} Ray's autoscaler: {_nodes(dict(decision.counts))} held: {decision.reason}"
+
+
+def emit_scale(namespace: str, runner_name: str, pipeline: str, decision: ScaleDecision, currency: str,
+               related: list[dict[str, str]]) -> Any:
+    """The event of one scale decision that changed the request (see the module docstring)."""
+    return emit_event(SCALE_EVENT.format(action=decision.action.value),
+                      resource={"prefect.resource.id": f"trident.pipeline.{namespace}.{runner_name}", "prefect.resource.name": runner_name,
+                                "trident.pipeline": pipeline},
+                      related=related, payload={"decision": scale_sentence(decision), "currency": currency, **decision.to_dict()})
+
+
+def scale_row(decision: ScaleDecision, measured_items_per_s: Optional[float], startup_s: float, pipeline_time_s: float,
+              unit: str) -> dict[str, Any]:
+    """A scale decision's row of the decisions table (``decision_row``'s columns; the node start-up as the start-up)."""
+    def rounded(value: Optional[float], digits: int = 2) -> Any:
+        return "-" if value is None or not math.isfinite(value) else round(value, digits)
+
+    before, after = measured_items_per_s, decision.predicted_items_per_s
+    return {"decision": scale_sentence(decision), "outcome": "requested of the autoscaler",
+            "time (UTC)": time.strftime("%H:%M:%S", time.gmtime(decision.at)), "pipeline time (s)": round(pipeline_time_s, 1),
+            f"predicted before ({unit})": rounded(before), f"predicted after ({unit})": rounded(after),
+            "gain": f"{after / before - 1:+.0%}" if before else "-",
+            "start-up (s)": rounded(startup_s if decision.action == ScaleAction.ADD else None, 0), "pays back in (s)": "-"}
 
 
 class Publisher:
