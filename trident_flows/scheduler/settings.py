@@ -7,7 +7,7 @@ Contract:
   ``refuse``: "POLICY: FIELD=VALUE is refused: WHAT TO CHANGE".
 - A settings type may instead be made of sections (``section(section_type, doc)``): each a frozen,
   validated dataclass of ``setting`` fields, refusing a bad value as "POLICY: SECTION.FIELD=VALUE is
-  refused: ...". Its options stay flat: each section field is the option named by its ``option``
+  refused: WHAT TO CHANGE (option NAME)" (the option where it is named otherwise). Its options stay flat: each section field is the option named by its ``option``
   (``setting(default, doc, option=NAME)``; the field's own name when none is given), and no two
   fields of one settings type share an option name (``option_paths``).
 - ``settings_from_options(policy, settings_type, options)`` builds it: an option that is not one
