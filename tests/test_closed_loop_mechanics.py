@@ -68,7 +68,7 @@ def test_runner_swaps_a_single_replica_operator_in_place(ray_cluster, tmp_path):
 
 def test_a_refused_plan_is_not_reissued_unchanged():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False))
     issued = []
     for _ in range(16):
         state = runner.state()
@@ -83,7 +83,7 @@ def test_a_refused_plan_is_not_reissued_unchanged():
 
 def test_no_rollout_before_the_evidence_gate():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=60, regime_duration_s=STEADY))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_samples=60, regime_duration_s=STEADY))
     seen = {"a": 0, "b": 0}
     for _ in range(10):
         new = runner.advance(2.0)
@@ -106,7 +106,7 @@ def test_a_rollout_that_lowers_throughput_is_rolled_back_after_the_input_closed(
     # b is the bottleneck, but more than two replicas of b contend: the model cannot know before trying.
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 14)
     actions = [r.decision.action for r in records]
     assert Action.ROLL_OUT in actions and Action.ROLLBACK in actions, [(r.decision.action, r.decision.reason[:100], r.verification) for r in records]
@@ -118,7 +118,7 @@ def test_a_slower_verification_across_a_regime_change_keeps_the_plan():
     # is not comparable with the throughput before, so the plan is kept rather than rolled back
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(16.0, {"x": 1.0, "y": 4.0}), (1e9, {"x": 1.0, "y": 12.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 16)
     first = next(k for k, r in enumerate(records) if r.decision.action == Action.ROLL_OUT)
     placed = {o.operator: sum(g.replicas for g in o.groups) for o in records[first].decision.plan.operators}
@@ -136,7 +136,7 @@ def test_a_regime_change_while_the_plan_is_being_placed_keeps_it_from_a_rollback
 
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = _ClosedInput(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=2))
     records = []
     while not records or records[-1].decision.action != Action.ROLL_OUT:
         records += run_ticks(runner, policy, 1)
@@ -169,11 +169,11 @@ class _ItemsLeft(_ClosedInput):
 
 
 def test_a_move_the_remaining_items_cannot_repay_is_not_made():
-    policy = TridentPolicy(_Spec(10**6), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
+    policy = TridentPolicy(_Spec(10**6), CLUSTER8, TridentSettings.from_options(canaries=False, regime_duration_s=STEADY))
     assert any(r.decision.action == Action.ROLL_OUT for r in run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)), \
         "the move pays with many items left"
     # about a second of work left, against a 5 s cold start
-    policy = TridentPolicy(_Spec(60), CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY))
+    policy = TridentPolicy(_Spec(60), CLUSTER8, TridentSettings.from_options(canaries=False, regime_duration_s=STEADY))
     records = run_ticks(_ItemsLeft(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), policy, 6)
     assert not any(r.decision.plan is not None for r in records), [(r.decision.action, r.decision.reason[:160]) for r in records]
     assert any(r.decision.hold == Hold(HoldKind.DOES_NOT_PAY) for r in records), [r.decision.reason[:160] for r in records]
@@ -192,7 +192,7 @@ def _tick_with_an_oom(runner: SimRunner, policy: TridentPolicy):
 
 def test_an_operator_that_ran_out_of_memory_is_moved_before_the_evidence_gate():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=10**6))  # the gate never opens
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_samples=10**6))  # the gate never opens
     moved = _tick_with_an_oom(runner, policy)
     assert [(g.config.batch_size, g.replicas) for g in moved.groups] == [(4, 2)]
 
@@ -203,7 +203,7 @@ def _failing_solve(*_args, **_kwargs):
 
 def test_an_operator_that_ran_out_of_memory_is_moved_when_the_placement_cannot_move_it():
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_samples=8), solve=_failing_solve)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_samples=8), solve=_failing_solve)
     records = run_ticks(runner, policy, 4)
     assert policy.gate.passed(runner.state()) and all(r.decision.plan is None for r in records), [(r.decision.action, r.decision.reason[:100]) for r in records]
     moved = _tick_with_an_oom(runner, policy)
@@ -214,7 +214,7 @@ def test_an_operator_that_ran_out_of_memory_is_moved_while_a_rollout_is_verified
     from trident_flows.core.types import Outcome
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=5))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=5))
     for _ in range(12):
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.decision.plan is not None:
@@ -235,7 +235,7 @@ def test_no_rollout_after_a_workload_change_before_every_operator_has_measured_i
     from trident_flows.scheduler.decision_log import EventKind
 
     runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_config_samples=40))
     since = None  # samples per operator since the first workload change the policy saw
     for _ in range(40):
         new = runner.advance(2.0)
@@ -259,7 +259,7 @@ def test_a_model_turning_stale_re_arms_the_evidence_gate():
     # a's model turns stale (saturated, measured at half its prediction: a calibrated model) with no
     # feature change seen: the workload moved, so no plan until every operator has measured it
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_config_samples=40))
     for _ in range(20):  # settle: the first move made, verified, then nothing left to gain
         record = policy.tick(runner.state(), runner.advance(2.0))
         if record.decision.plan is not None:
@@ -286,7 +286,7 @@ def test_a_move_seconds_into_the_first_regime_waits_without_a_prior_for_its_leng
     # regime is expected to last as long again as it has (a few seconds), which cannot repay a cold start
     def first_plan(**options):
         runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-        records = run_ticks(runner, TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, **options)), 5)
+        records = run_ticks(runner, TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, **options)), 5)
         return next((r for r in records if r.decision.plan is not None), None), records
 
     with_prior, _ = first_plan(regime_duration_s=STEADY)
@@ -300,7 +300,7 @@ def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_wi
     from trident_flows.scheduler.trident.gate import done_operators
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_config_samples=40))
     run_ticks(runner, policy, 10)
     state = runner.state()
     policy.gate.rearm_from(state, "b")  # a change first seen at the last operator: a has already measured those items
@@ -318,7 +318,7 @@ def test_the_evidence_gate_re_arms_downstream_of_a_change_and_skips_operators_wi
 def test_a_slow_operator_passes_the_evidence_gate_after_evidence_max_s_with_two_samples():
     # b finishes a batch a minute on the new workload: 40 samples would take 40 minutes
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(runner, policy, 10)
     state = runner.state()
     short = lambda wall_s: [s.split(" ")[0] for s in policy.gate.short_of_evidence(replace(state, wall_s=wall_s))]  # noqa: E731
@@ -335,7 +335,7 @@ def test_an_operators_own_detection_counts_its_detecting_samples_and_keeps_the_u
     # a change found at a announces the new workload to b; b's own detector confirms it later with 6 samples:
     # those 6 are evidence, and the slow-evidence clock runs from the announcement
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(runner, policy, 10)
     state = runner.state()
     later = replace(state, wall_s=state.wall_s + 31.0)
@@ -346,7 +346,7 @@ def test_an_operators_own_detection_counts_its_detecting_samples_and_keeps_the_u
     policy.gate.rearm_from(later, "b", first_new_sample=policy.ops["b"].fed - 6)
     assert short(later) == []
     # without an announcement upstream, b's clock starts at its own detection: 6 samples are not yet enough
-    fresh = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_config_samples=40, evidence_max_s=30.0))
+    fresh = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_config_samples=40, evidence_max_s=30.0))
     run_ticks(SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})]), fresh, 10)
     fresh.ops["b"].fed += 6
     fresh.gate.rearm_from(later, "b", first_new_sample=fresh.ops["b"].fed - 6)
@@ -360,7 +360,7 @@ def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predic
     from trident_flows.core.types import PlanKind, Rationale
     from trident_flows.scheduler.trident.verifier import Pending
 
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=2))
     policy.verifier.in_place = lambda state, plan: True
     policy.ops.ensure("a")
     plan = Plan((OperatorPlan("a", (ReplicaGroup(A, 2),)),), reason="t")
@@ -381,7 +381,7 @@ def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
     from trident_flows.scheduler.regime_change import ChangeKind, RegimeChange
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False))
     run_ticks(runner, policy, 10)
     state = runner.state()
     before = policy.regimes.expected_s(state, 1e-9)
@@ -394,7 +394,7 @@ def test_a_residual_shift_does_not_restart_the_regime_clock_that_prices_moves():
 def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
     # live, the b_heavy regime of the moving-bottleneck run was priced over the a_heavy regime's length
     # less its own age: 8, 7, ... 0 s, so the move to b waited until b_heavy had outlasted a_heavy
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False))
     state = RunnerState("p", (_op("a", A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
     policy.regimes.lengths, policy.regimes.ends = [20.0], 1
     policy.regimes.started = {"a": 100.0}

@@ -145,7 +145,7 @@ STEADY = 60.0
 # ------------------------------------------------------------------ pure ticks
 def test_trident_moves_replicas_to_the_new_bottleneck_within_a_few_ticks():
     runner = SimRunner(two_ops(), [(24.0, {"x": 4.0, "y": 1.0}), (1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False))
     first = run_ticks(runner, policy, 12)
     assert runner.replicas("a") > runner.replicas("b"), [r.decision.reason for r in first if r.decision.plan]
     rollouts = [r for r in first if r.decision.action == Action.ROLL_OUT]
@@ -163,7 +163,7 @@ def test_trident_rolls_back_a_plan_that_measures_worse_than_before():
     # b is the bottleneck, but more than two replicas of b contend: the model cannot know that before trying.
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = SimRunner(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=2))
     records = run_ticks(runner, policy, 14)
     actions = [r.decision.action for r in records]
     assert Action.ROLL_OUT in actions and Action.ROLLBACK in actions, [(r.decision.action, r.decision.reason, r.verification) for r in records]
@@ -185,7 +185,7 @@ def test_a_failed_tick_keeps_the_plan_logs_and_the_next_tick_recovers(tmp_path):
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     # regime plans off: they share the solver, and the failure is injected into the placement's solve
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, regime_duration_s=STEADY, regime_plans=False), solve=flaky)
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, regime_duration_s=STEADY, regime_plans=False), solve=flaky)
     waiting = policy.tick(runner.state(), [])
     assert waiting.decision == Decision.no_change(waiting.decision.reason, Hold(HoldKind.WAITING_FOR_SAMPLES))
     records = run_ticks(runner, policy, 4)
@@ -332,13 +332,13 @@ def test_max_changes_caps_the_operators_one_plan_changes():
     # 10 CPUs, 6 in use: the bottleneck can grow without another operator shrinking first (a limited plan
     # that only shrinks would gain nothing and is not issued)
     runner = SimRunner(two_ops() + [SimOp("c", "x", 0.002)], [(1e9, {"x": 4.0, "y": 1.0})], cpus=10)
-    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), TridentSettings(canaries=False, max_changes=1, min_samples=8,  # 3 ticks: a low gate
+    policy = TridentPolicy(None, ClusterSpec.single_node(10, 0), TridentSettings.from_options(canaries=False, max_changes=1, min_samples=8,  # 3 ticks: a low gate
                                                                            regime_duration_s=STEADY))
     records = run_ticks(runner, policy, 3)
     plans = [r.decision.plan for r in records if r.decision.plan is not None]
     assert plans and all(len(p.operators) == 1 for p in plans)
     with pytest.raises(ValueError, match="max_changes"):
-        TridentSettings(max_changes=-1)
+        TridentSettings.from_options(max_changes=-1)
 
 
 def test_trident_tries_larger_batches_on_canaries_and_adopts_an_accepted_one():
@@ -369,7 +369,7 @@ def test_the_cpu_kept_for_a_canary_goes_back_to_the_placement_once_no_operator_m
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
                                      for n in "ab"), lambda: iter(()))
-    policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0))
+    policy = TridentPolicy(spec, CLUSTER8, TridentSettings.from_options(canary_min_busy=0.0))
     run_ticks(runner, policy, 10)
     state = runner.state()
     held = sum(r.config.cpus for op in state.operators for r in op.active if r.canary)
@@ -397,7 +397,7 @@ def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, i
 
 def _cheap_regime_policy() -> TridentPolicy:
     """A policy whose ocr model learned a cheap regime: batches of 4 in 0.8 s, 10 items/s on 2 replicas."""
-    policy = TridentPolicy(None, None, TridentSettings(saturation_s=8.0, stale_ratio=1.5))
+    policy = TridentPolicy(None, None, TridentSettings.from_options(saturation_s=8.0, stale_ratio=1.5))
     samples = [BatchSample("ocr", f"r{k % 2}", OCR_B4, t - 0.8, t, 0.8, 4, 4, config_epoch=1)
                for k, t in enumerate(np.linspace(-40.0, 0.0, 100))]
     policy.ops.ensure("ocr").model.fit(samples)
@@ -491,7 +491,7 @@ def test_a_canary_holding_a_slow_batch_is_judged_when_it_is_back_not_abandoned_a
     from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
     ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
-    settings = TridentSettings(canary_timeout_s=10.0)
+    settings = TridentSettings.from_options(canary_timeout_s=10.0)
     runner = SlowCanaryRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})], hold_s=40.0)  # 4x the timeout
     spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
                                      for n in "ab"), lambda: iter(()))
@@ -510,7 +510,7 @@ def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_co
     # every tick brings enough samples for a refit (refit_fraction 0): an unchanged workload's model is
     # refitted every third tick, a changed configuration's at the next samples (no rollout: min_gain 100x)
     runner = SimRunner(two_ops(), [(1e9, {"x": 1.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, refit_fraction=0.0, refit_ticks=3, min_gain=100.0))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, refit_fraction=0.0, refit_ticks=3, min_gain=100.0))
     fits: list[tuple[str, int]] = []
     tick = [0]
     fit = OperatorModel.fit
@@ -523,7 +523,7 @@ def test_an_unchanged_workloads_model_is_refitted_every_refit_ticks_and_a_new_co
         run_ticks(runner, policy, 1)
     assert [t for op, t in fits if op == "a"] == [1, 4, 7, 10]
     with pytest.raises(ValueError, match="refit_ticks"):
-        TridentSettings(refit_ticks=0)
+        TridentSettings.from_options(refit_ticks=0)
 
 
 def test_a_rollout_keeps_the_canary_still_being_measured():
@@ -536,7 +536,7 @@ def test_a_rollout_keeps_the_canary_still_being_measured():
     runner = SimRunner(ops, [(1e9, {"x": 4.0, "y": 1.0})])
     spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
                                      for n in "ab"), lambda: iter(()))
-    policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0))
+    policy = TridentPolicy(spec, CLUSTER8, TridentSettings.from_options(canary_min_busy=0.0))
     for _ in range(40):
         run_ticks(runner, policy, 1)
         measuring = [n for n in "ab" if policy.ops[n].canary is not None and canary_config(runner.state().operator(n)) is not None]
@@ -566,7 +566,7 @@ def test_a_canary_refused_for_its_batch_time_gives_the_kept_cpu_back_until_the_w
     runner = SimRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])
     spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
                                      for n in "ab"), lambda: iter(()))
-    policy = TridentPolicy(spec, CLUSTER8, TridentSettings(canary_min_busy=0.0, canary_max_batch_s=1e-3, reask_ticks=1))
+    policy = TridentPolicy(spec, CLUSTER8, TridentSettings.from_options(canary_min_busy=0.0, canary_max_batch_s=1e-3, reask_ticks=1))
     records = run_ticks(runner, policy, 30)
     texts = [e.text for r in records for e in r.events if e.kind == EventKind.CANARY]
     assert not [t for t in texts if t.startswith("canary cpu/b")], texts
@@ -581,7 +581,7 @@ def test_a_residual_change_in_a_tick_larger_than_the_detector_reads_keeps_only_t
     # every tick brings ~230 samples per operator and the detector reads 20 of them: the change point it
     # reports counts its own samples, and the window must be cut where those samples came from
     runner = SimRunner(two_ops(), [(1e9, {"x": 1.0, "y": 1.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, min_gain=100.0, detector_samples=20))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, min_gain=100.0, detector_samples=20))
     run_ticks(runner, policy, 5, dt=10.0)
     before = sum(1 for s in runner.samples if s.operator == "b")
     runner.ops[1].per_item = 0.03   # b runs 3x slower on the same items: a residual change
@@ -599,7 +599,7 @@ def test_routine_refits_are_spread_over_refit_ticks_and_a_new_config_is_refitted
     # of them per tick, each still within a tick or two of its turn
     ops = [SimOp(f"op{k}", "x", 0.01) for k in range(6)]
     runner = SimRunner(ops, [(1e9, {"x": 1.0})], cpus=16)
-    policy = TridentPolicy(None, ClusterSpec.single_node(16, 0), TridentSettings(canaries=False, refit_fraction=0.0, refit_ticks=3, min_gain=100.0))
+    policy = TridentPolicy(None, ClusterSpec.single_node(16, 0), TridentSettings.from_options(canaries=False, refit_fraction=0.0, refit_ticks=3, min_gain=100.0))
     fits: list[tuple[str, int]] = []
     tick = [0]
     fit = OperatorModel.fit

@@ -142,7 +142,7 @@ def test_the_trident_policy_gives_the_milp_each_operators_measured_bytes_per_ite
 
     runner = SimRunner(two_ops(), [(1e9, {"x": 4.0, "y": 1.0})])
     linked = ClusterSpec((dataclasses.replace(CLUSTER8.node_classes[0], nic_bandwidth_bps=1e9),))
-    policy = TridentPolicy(None, linked, TridentSettings(canaries=False, regime_duration_s=STEADY), solve=solve)
+    policy = TridentPolicy(None, linked, TridentSettings.from_options(canaries=False, regime_duration_s=STEADY), solve=solve)
     for _ in range(12):
         # "b" reads 3 KB per item from "a", a third of it from another node; "a" reads source rows sent by value
         new = [dataclasses.replace(s, bytes_read=3000 * s.items_in, bytes_from_other_nodes=1000 * s.items_in) if s.operator == "b" else s

@@ -54,6 +54,7 @@ def test_trident_settings_normalises_policy():
     ({"gpu_budget": -1}, "greater than or equal to 0"),
     ({"max_changes": -1}, "greater than or equal to 0"),
     ({"max_reconfigurations_per_tick": 2}, "unknown field 'max_reconfigurations_per_tick'; known fields: .*max_changes"),
+    ({"min_samples": 4}, "unknown field 'min_samples' \\(did you mean 'min_new_samples'\\?\\)"),
     ({"deadline": "2h"}, "deadline/budget need node_catalogue"),
     ({"deadline": "2h", "node_catalogue": CATALOGUE, "policy": "ds2"}, "need policy='trident'"),
     ({"deadline": "soon", "node_catalogue": CATALOGUE}, "deadline 'soon': give seconds from now"),
@@ -65,6 +66,13 @@ def test_trident_settings_normalises_policy():
 def test_trident_settings_refuses(fields, message):
     with pytest.raises(ValidationError, match=message):
         TridentSettingsBlock(**fields)
+
+
+def test_trident_settings_default_to_the_sidecar_preset():
+    from trident_flows.scheduler.trident_settings import TridentSettings
+
+    assert TridentSettings.from_options(**TridentSettingsBlock().trident_options()) == TridentSettings.sidecar()
+    assert TridentSettingsBlock().min_new_samples == 8  # the sidecar's own count, not Trident's min_samples (32)
 
 
 def test_trident_settings_goal_counts_a_relative_deadline_from_the_run_start():

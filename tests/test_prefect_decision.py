@@ -87,7 +87,7 @@ def test_the_trident_controllers_own_rollouts_and_rollbacks_read_with_their_figu
     # Two simulated operators; more than two replicas of b contend, so a rollout is followed by a rollback.
     contention = lambda n: 1.0 if n <= 2 else (2.0 / n) ** 2  # noqa: E731
     runner = SimRunner(two_ops(b={"contention": contention}), [(1e9, {"x": 1.0, "y": 4.0})])
-    policy = TridentPolicy(None, CLUSTER8, TridentSettings(canaries=False, verify_ticks=2))
+    policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False, verify_ticks=2))
     states, records = [], []
     for _ in range(14):
         new = runner.advance(2.0)

@@ -51,7 +51,7 @@ class GrowBusiest:
 @pytest.fixture
 def grow_policy(monkeypatch):
     monkeypatch.setitem(policies.POLICIES, "grow-busiest", f"{__name__}:GrowBusiest")
-    return TridentSettingsBlock(policy="grow-busiest", min_samples=1, tick_interval_s=0.2)
+    return TridentSettingsBlock(policy="grow-busiest", min_new_samples=1, tick_interval_s=0.2)
 
 
 def _start(name, n, out):
@@ -127,7 +127,7 @@ def test_sidecar_long_run_with_the_trident_controller_ticks_until_the_pipeline_f
 
     runner = _start("sidecar-long", 300, tmp_path)
     try:
-        state = trident_sidecar(trident=TridentSettingsBlock(policy="trident", tick_interval_s=0.5, min_samples=4),
+        state = trident_sidecar(trident=TridentSettingsBlock(policy="trident", tick_interval_s=0.5, min_new_samples=4),
                                 runner_name="sidecar-long", until_finished=True, return_state=True)
         final = ray.get(runner.state.remote())
     finally:

@@ -77,7 +77,7 @@ def test_curation_run_starts_its_own_sidecar_and_shows_its_decisions(prefect_har
     monkeypatch.setitem(policies.POLICIES, "grow-then-overreach", f"{__name__}:GrowThenOverreach")
     # a fifth of the measured costs: the run lasts ~20 s after a ~4 s start, the policy decides in its first seconds
     emulated_docs_time_scale(0.2)
-    trident = TridentSettingsBlock(policy="grow-then-overreach", min_samples=1, tick_interval_s=0.5)
+    trident = TridentSettingsBlock(policy="grow-then-overreach", min_new_samples=1, tick_interval_s=0.5)
     pipeline = {"pipeline": "emulated-docs", "synth": 80, "output_location": str(tmp_path / "out"), "shard_size": 20,
                 "runner_name": RUNNER}
     state = document_curation(pipeline=pipeline, trident=trident, return_state=True)

@@ -17,7 +17,7 @@ from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
 from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry
 from trident_flows.scheduler.trident.preposition import _serving_batch_sizes
 from trident_flows.scheduler.trident_policy import _unverified
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import IdleCapacitySettings, MemorySafetySettings, SourceRegimeSettings
 
 CPU8 = OpConfig("cpu", 8)
 CPU2 = OpConfig("cpu", 2)
@@ -38,8 +38,8 @@ class _Safe:
 
 
 def _idle(growth_s: float | None = 4.0, keep_cpu: bool = False) -> IdleCapacity:
-    return IdleCapacity(TridentSettings(idle_growth_s=growth_s), Context(None, ClusterSpec.single_node(16, 0)), _Safe(),  # type: ignore[arg-type]
-                        memory_bound=lambda name, config: None, keep_cpu=lambda state: keep_cpu)
+    return IdleCapacity(IdleCapacitySettings(growth_s=growth_s), Context(None, ClusterSpec.single_node(16, 0)), _Safe(),  # type: ignore[arg-type]
+                        memory_safety=MemorySafetySettings(), memory_bound=lambda name, config: None, keep_cpu=lambda state: keep_cpu)
 
 
 def _feed(idle: IdleCapacity, seconds: int, make: Any) -> RunnerState:
@@ -182,7 +182,7 @@ def test_the_items_of_a_regime_the_source_already_read_are_known_to_come(monkeyp
     from trident_flows.scheduler.trident import source_regimes
     from trident_flows.scheduler.trident.source_regimes import Regime, Segment, SourceRegimes
 
-    sources = SourceRegimes(TridentSettings())
+    sources = SourceRegimes(SourceRegimeSettings())
     state = _state(0.0, _op("parse", 1, 0, True), _op("embed", 4, 0, True))
     assert sources.known_ahead(state) == 0.0  # no segment yet: nothing is known
     short, scans = Regime(0, {"pages": 2.0}), Regime(1, {"pages": 40.0})
@@ -203,7 +203,7 @@ def test_pre_positioning_does_not_shrink_an_operator_with_work_waiting(monkeypat
     from trident_flows.scheduler.trident.regime_plans import RegimePlan
     from trident_flows.scheduler.trident.source_regimes import Regime, Segment, SourceRegimes
 
-    sources = SourceRegimes(TridentSettings())
+    sources = SourceRegimes(SourceRegimeSettings())
     short = Regime(0, {"pages": 2.0}, remembered=True)
     sources.segments = [Segment(0.0, short)]
 

@@ -20,7 +20,7 @@ from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.source_regimes import SourceRegimes
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import SourceRegimeSettings
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.static_search import StaticConfig
 
@@ -163,7 +163,7 @@ def _state(read: int) -> Any:
 
 
 def test_source_regimes_are_confirmed_recognised_again_and_ignore_a_blip() -> None:
-    sources = SourceRegimes(TridentSettings(source_regime_items=16))
+    sources = SourceRegimes(SourceRegimeSettings(items=16))
     read, t = 0, 0.0
     pages = [2.0] * 10 + [30.0] + [2.0] * 10 + [30.0] * 10 + [2.0] * 10  # batches of 8 items; one 8-item blip of long documents
     events = []

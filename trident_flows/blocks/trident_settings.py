@@ -1,12 +1,13 @@
 """``TridentSettingsBlock``: how the Trident sidecar schedules a running pipeline.
 
 Contract: names the scheduling policy (one registered in ``trident_flows.scheduler.policies``),
-the sidecar's own settings (tick interval, the samples a tick needs, the CPU/GPU budgets that cap
-the cluster the policy plans for) and the Trident policy's settings a sidecar user sets
-(``TRIDENT_FIELDS``: ``memory_safety_margin``, ``max_changes``, ``memory``), under the names and with the
-docs of ``scheduler.trident_settings.TridentSettings``. ``trident_options()`` gives those as the
-policy's options; with ``policy="trident"`` they are checked by ``TridentSettings`` at
-construction. A run's goal (``deadline`` or ``budget``, with ``node_catalogue``: the worker node
+the sidecar's own settings (tick interval, ``min_new_samples``: the new batch samples a tick needs
+before it asks the policy, the CPU/GPU budgets that cap the cluster the policy plans for) and the
+Trident policy's options a sidecar user sets (``TRIDENT_FIELDS``: ``memory_safety_margin``,
+``max_changes``, ``memory``), under the option names and with the docs of
+``scheduler.trident_settings.TridentSettings``, their defaults those of its sidecar preset
+(``TridentSettings.sidecar()``). ``trident_options()`` gives those as the policy's options; with
+``policy="trident"`` they are checked by ``TridentSettings`` at construction. A run's goal (``deadline`` or ``budget``, with ``node_catalogue``: the worker node
 types the autoscaler may start) makes the sidecar of a curation run ask Ray's autoscaler for nodes
 (``control.elastic``); ``elastic(now)`` gives its ``(NodePool, RunGoal)`` (a relative deadline
 counts from ``now``), None without a goal. Invalid values and unknown fields are refused at
@@ -30,9 +31,10 @@ from trident_flows.scheduler.policies import DEFAULT_POLICY
 from trident_flows.scheduler.settings import documented
 from trident_flows.scheduler.trident_settings import TridentSettings
 
-# The block's fields that are TridentSettings fields (same names): what the sidecar passes to the policy.
+# The block's fields that are Trident policy options (same names): what the sidecar passes to the policy.
 TRIDENT_FIELDS = ("memory_safety_margin", "max_changes", "memory")
 _DOC = documented(TridentSettings)
+_SIDECAR = TridentSettings.sidecar()
 
 
 class TridentSettingsBlock(Block):
@@ -47,15 +49,15 @@ class TridentSettingsBlock(Block):
     policy: str = Field(default=DEFAULT_POLICY, description="Scheduling policy: trident (the adaptive controller, the default) or a "
                                                           "baseline: static (no change: a curation run gets no sidecar), ds2, threshold.")
     tick_interval_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between two ticks of a long-running sidecar.")
-    min_samples: int = Field(default=8, ge=1, description="New batch samples a sidecar tick needs before it asks the policy.")
+    min_new_samples: int = Field(default=8, ge=1, description="New batch samples a sidecar tick needs before it asks the policy "
+                                                             "(not Trident's min_samples: the samples each operator needs before a placement).")
     cpu_budget: Optional[float] = Field(default=None, gt=0, description="Most logical CPUs the pipeline may hold (empty: the whole cluster).")
     gpu_budget: Optional[float] = Field(default=None, ge=0, description="Most GPUs the pipeline may hold (empty: the whole cluster).")
-    # Trident's own settings. The sidecar plans for at most 85% of device memory by default (the
-    # policy's own default is 90%): the sidecar tunes a pipeline it did not size.
-    memory_safety_margin: float = Field(default=0.15, ge=0.0, lt=0.9,
+    # Trident's own options, their defaults the sidecar preset's (TridentSettings.sidecar()).
+    memory_safety_margin: float = Field(default=_SIDECAR.safety.margin, ge=0.0, lt=0.9,
                                         description=f"Trident: {_DOC['memory_safety_margin']} (0.15 = plan for at most 85%).")
-    max_changes: int = Field(default=4, ge=0, description=f"Trident: {_DOC['max_changes']}.")
-    memory: Optional[str] = Field(default=None, description=f"Trident: {_DOC['memory']}.")
+    max_changes: int = Field(default=_SIDECAR.transition.max_changes, ge=0, description=f"Trident: {_DOC['max_changes']}.")
+    memory: Optional[str] = Field(default=_SIDECAR.memory.location, description=f"Trident: {_DOC['memory']}.")
     # The run's goal: nodes asked of Ray's autoscaler (control.elastic), the curation run's sidecar only.
     deadline: Optional[str] = Field(default=None, description="Finish by then at least cost, asking Ray's autoscaler for the nodes that "
                                                               "needs: seconds from the run's start (5400, 90m, 1.5h) or an ISO 8601 time.")
@@ -91,7 +93,7 @@ class TridentSettingsBlock(Block):
     @model_validator(mode="after")
     def _check_trident_settings(self) -> "TridentSettingsBlock":
         if self.policy == "trident":
-            TridentSettings(**self.trident_options())  # its ValueError names the field, the value and the fix
+            TridentSettings.from_options(**self.trident_options())  # its ValueError names the field, the value and the fix
         if self.deadline is None and self.budget is None:
             if self.node_catalogue is not None:
                 raise ValueError("node_catalogue names the nodes trident may request for a goal: set deadline or budget, or clear it")
@@ -114,5 +116,5 @@ class TridentSettingsBlock(Block):
             raise ValueError(str(exc).replace("--deadline", "deadline").replace("--budget", "budget").replace("--catalogue", "node_catalogue")) from None
 
     def trident_options(self) -> dict[str, Any]:
-        """The Trident policy's options this block sets, by their ``TridentSettings`` names."""
+        """The Trident policy's options this block sets, by their option names (``TridentSettings.from_options``)."""
         return {name: getattr(self, name) for name in TRIDENT_FIELDS}

@@ -4,7 +4,7 @@ Contract:
 - Finds the pipeline runner by name (``runner_name``) in the cluster's namespace. A tick is one
   ``loop.TickLoop.tick()`` (the loop the CLI and the simulator run; its ``LoopState`` and the
   policy kept in the sidecar's memory between ticks): it observes the pipeline, pulls its new
-  batch samples and, once it has ``min_samples`` of them, asks the policy; a policy that raises
+  batch samples and, once it has ``min_new_samples`` of them, asks the policy; a policy that raises
   keeps the configuration and the samples for the next tick. Observing and deciding are not
   Prefect task runs; a decision the policy hands to the runner is exactly one task run
   (``roll-out``, named after the decision) and one event (``trident.plan.applied`` / ``.partial``
@@ -67,7 +67,7 @@ END_POLL_S = 0.5
 
 def policy_options(settings: TridentSettingsBlock) -> dict[str, Any]:
     """What the policy is built with besides its name: the CPU/GPU budgets (they cap the cluster it
-    plans for) and, for the Trident policy, the block's ``TridentSettings`` fields (memory safety
+    plans for) and, for the Trident policy, the block's ``TridentSettings`` options (memory safety
     margin, most operators one plan may change; the baselines take neither: they have no memory
     model and scale every operator)."""
     options: dict[str, Any] = {"cpu_budget": settings.cpu_budget, "gpu_budget": settings.gpu_budget}
@@ -135,7 +135,7 @@ class _Tuner:
             memory = SidecarMemory(key)
         seen = _FlowTick(self, state, memory)
         loop = TickLoop(seen, memory.policy(), self.clock, apply=seen.roll_out, recorders=(RecordKeeper(memory.record), seen),
-                        min_samples=self.settings.min_samples, loop_state=memory.loop,
+                        min_samples=self.settings.min_new_samples, loop_state=memory.loop,
                         make_policy=lambda st: make_policy_for(self.runner_name, self.namespace, self.settings.policy, self.options, st))
         tick = loop.tick()
         memory = self._scale(state, seen.memory)
@@ -152,7 +152,7 @@ class _Tuner:
         result: dict[str, Any] = {"status": "unchanged"}
         if tick.error:
             status = explain_hold(Hold(HoldKind.STEP_FAILED))
-        elif tick.decision is None:  # fewer new samples than min_samples; after the first decision, the last reason still holds
+        elif tick.decision is None:  # fewer new samples than min_new_samples; after the first decision, the last reason still holds
             status = self._last_status if memory.policy_blob and self._last_status else explain_hold(Hold(HoldKind.WAITING_FOR_SAMPLES))
         elif tick.applied is None:
             status = explain_hold(tick.decision.hold, tick.decision.reason)

@@ -9,7 +9,7 @@ Contract:
   Applying the plan is the caller's separate step (``PipelineRunner.apply``).
 - ``make_policy(name, **options)`` builds a registered policy; ``POLICIES`` maps a name to
   ``"module:factory"``, imported lazily. The caller supplies ``spec=`` (the PipelineSpec) and
-  ``cluster=`` (a ClusterSpec); every other option is a field of the policy's settings:
+  ``cluster=`` (a ClusterSpec); every other option sets a field of the policy's settings (or of one of its sections):
   each registered policy declares ``settings_type``, a frozen, validated dataclass
   (``TridentSettings``, ``DS2Settings``, ``ThresholdSettings``, ``StaticSettings``), built by
   ``policy_settings(name, options)`` and passed as the factory's ``settings``. An unknown name is

@@ -16,7 +16,7 @@ Contract:
   gate), ``search`` (config spaces, optimisers), ``safety`` (memory safety), ``canaries``,
   ``verifier``, ``placement`` (``placement_step``), ``transition``, ``refusals``, ``sources`` (regimes
   recognised at the source), ``regime_plans`` (each known regime's allocation), ``preposition`` and
-  ``memory`` (``run_memory``: read at construction from ``settings.memory``, written when a regime
+  ``memory`` (``run_memory``: read at construction from ``settings.memory.location``, written when a regime
   ends at the source and by ``finish(state)`` at the run's end).
 - A tick runs observe -> source regimes -> regime plans -> regime -> calibrate -> stale -> optimize
   (OOMs, optimisers, canaries) -> verify -> safety, then decides, the first that applies: the
@@ -95,30 +95,31 @@ class TridentPolicy:
                             "build one with TridentSettings(...) or use make_policy('trident', **options)")
         self.settings = settings
         self.ctx = Context(spec, cluster)
-        self.records: deque[TickRecord] = deque(maxlen=settings.max_records)
+        self.records: deque[TickRecord] = deque(maxlen=settings.records.max_records)
         self.last_record: TickRecord | None = None
         self._tick = 0
-        self.ops = Operators(settings.window)
-        self.cold_starts = ColdStarts(settings.default_cold_start_s)
+        self.ops = Operators(settings.models.window)
+        self.cold_starts = ColdStarts(settings.transition.default_cold_start_s)
         self.pace = Pace(spec)
-        self.models = Models(settings, self.ops)
-        self.gate = EvidenceGate(settings, self.ops, self.models)
-        self.search = ConfigSearch(settings, self.ctx, self.ops)
+        self.models = Models(settings.models, self.ops)
+        self.gate = EvidenceGate(settings.gate, self.ops, self.models)
+        self.search = ConfigSearch(settings.search, settings.safety, self.ctx, self.ops)
         self.safety = MemorySafety(self.ops, self.search)
-        self.verifier = Verifier(settings, self.ops, self.safety)
+        self.verifier = Verifier(settings.verify, self.ops, self.safety)
         self.refusals = RefusedPlans()
-        self.regimes = Regimes(settings, self.ctx, self.ops, self.gate, self.search)
-        self.canaries = Canaries(settings, self.ops, self.search, self.safety, self.gate, self.pace, self.cold_starts, self.verifier)
-        self.placement = PlacementStep(settings, self.ctx, self.ops, search=self.search, safety=self.safety, canaries=self.canaries,
+        self.regimes = Regimes(settings.regimes, self.ctx, self.ops, self.gate, self.search)
+        self.canaries = Canaries(settings.canary, self.ops, self.search, self.safety, self.gate, self.pace, self.cold_starts, self.verifier)
+        self.placement = PlacementStep(settings.placement, self.ctx, self.ops, search=self.search, safety=self.safety, canaries=self.canaries,
                                        regimes=self.regimes, gate=self.gate, pace=self.pace, cold_starts=self.cold_starts, solve=solve)
-        self.sources = SourceRegimes(settings)
-        self.transition = TransitionStep(settings, self.regimes, self.pace, self.verifier, self.sources)
-        self.regime_plans = RegimePlans(settings, self.ctx, self.ops, search=self.search, safety=self.safety, pace=self.pace,
+        self.sources = SourceRegimes(settings.sources)
+        self.transition = TransitionStep(settings.transition, self.regimes, self.pace, self.verifier, self.sources)
+        self.regime_plans = RegimePlans(settings.placement, self.ctx, self.ops, search=self.search, safety=self.safety, pace=self.pace,
                                         cold_starts=self.cold_starts, solve=solve)
         self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,
                                           safety=self.safety)
-        self.idle = IdleCapacity(settings, self.ctx, self.safety, memory_bound=self.search.memory_bound, keep_cpu=self.canaries.exploring)
-        self.memory = RunMemory(settings.memory, spec, cluster)
+        self.idle = IdleCapacity(settings.idle, self.ctx, self.safety, memory_safety=settings.safety, memory_bound=self.search.memory_bound,
+                                 keep_cpu=self.canaries.exploring)
+        self.memory = RunMemory(settings.memory.location, spec, cluster)
         self._reactions: list[float] = []  # seconds from a regime recognised at the source to the first rollout after it
         self._recognised_at: float | None = None
         self.started_from: str | None = None  # what ``starting_spec`` changed, noted on the first tick
@@ -170,7 +171,7 @@ class TridentPolicy:
         down to the memory's count and no further than the growth needs (the least change from the pipeline's own
         configuration). Unchanged when nothing would change or the growth does not fit. ``started_from`` says
         what was done, for the first tick's record."""
-        entry, why = self.memory.starting_allocation() if self.settings.start_from_memory else (None, "")
+        entry, why = self.memory.starting_allocation() if self.settings.memory.start_from else (None, "")
         if entry is None or spec is None:
             return spec
         remembered: dict[str, tuple[OpConfig, int]] = {}
@@ -206,12 +207,12 @@ class TridentPolicy:
         return replace(spec, operators=tuple(operators))
 
     def finish(self, state: RunnerState) -> None:
-        """The run ended: its memory is written (when ``settings.memory`` names where), with every model fitted on
+        """The run ended: its memory is written (when ``settings.memory.location`` names where), with every model fitted on
         all it measured and a plan for each regime this run covered (``RegimePlans.settle``)."""
         if self.memory.uri:
             with one_blas_thread():
                 failed = self.models.fit_all(state, self._tick)
-                if self.settings.regime_plans:
+                if self.settings.sources.regime_plans:
                     self.regime_plans.settle(state, self.sources.regimes)
             if failed:
                 note = "model fit failed at the run's end for " + "; ".join(failed)
@@ -236,7 +237,7 @@ class TridentPolicy:
         new = steps.run("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
         source_events = steps.run("source", lambda: self.sources.observe(state, samples)) or []
         events += source_events
-        if self.settings.regime_plans:
+        if self.settings.sources.regime_plans:
             steps.run("regime plans", lambda: self.regime_plans.refresh(state, self.sources.regimes, self.sources.live(state)))
         if source_events and self._recognised_at is None:
             self._recognised_at = state.wall_s
@@ -294,7 +295,7 @@ class TridentPolicy:
         step failed before anything was decided."""
         if rollback is not None:
             return Decision.rollback(rollback)
-        if safety is None and self.settings.regime_plans:
+        if safety is None and self.settings.sources.regime_plans:
             ahead = steps.run("preposition", lambda: self.preposition.plan(state))
             if ahead is not None:
                 self.verifier.drop()  # the workload the verification measures is leaving

@@ -47,7 +47,7 @@ from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.verifier import Verifier
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import CanarySettings
 
 
 @dataclass
@@ -65,7 +65,7 @@ class CanaryTrial:
 class Canaries:
     """Canary trials of optimiser proposals (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ops: Operators, search: ConfigSearch, safety: MemorySafety, gate: EvidenceGate,
+    def __init__(self, settings: CanarySettings, ops: Operators, search: ConfigSearch, safety: MemorySafety, gate: EvidenceGate,
                  pace: Pace, cold_starts: ColdStarts, verifier: Verifier) -> None:
         self.settings = settings
         self.ops = ops
@@ -94,8 +94,8 @@ class Canaries:
                 plan = self._judge(state, name, new.get(name, []), canary_ids, events, ended)
                 if plan is not None:
                     canaries[name] = plan
-            elif (self.settings.canaries and op.model.ready and self.verifier.pending is None and self.settled and tick >= op.next_ask
-                  and state_op.busy_fraction >= self.settings.canary_min_busy and not self.abandoned_here(name)):
+            elif (self.settings.enabled and op.model.ready and self.verifier.pending is None and self.settled and tick >= op.next_ask
+                  and state_op.busy_fraction >= self.settings.min_busy and not self.abandoned_here(name)):
                 askable.append((op.asked_tick, -state_op.busy_fraction, name))
         # At most one optimiser is asked per tick, the longest unasked (busiest first), and only with
         # resources free for a canary; one whose proposal could not start waits ``reask_ticks`` ticks. An
@@ -119,7 +119,7 @@ class Canaries:
             if (name, "run left") not in self._refused:
                 self._refused.add((name, "run left"))
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary: the run has about {left_s:.0f} s left, under the {needed_s:.0f} s "
-                                        f"a canary needs to pay (canary_payback={self.settings.canary_payback:g} x (cold start + canary_timeout_s))"))
+                                        f"a canary needs to pay (canary_payback={self.settings.payback:g} x (cold start + canary_timeout_s))"))
             return None
         try:
             proposal = opt.ask()
@@ -142,14 +142,14 @@ class Canaries:
             rate = op.model.per_replica(config, max(1, sum(serving.values()))).mean
         except (NoModelError, ValueError):
             rate = 0.0
-        if rate > 0 and config.batch_size / rate > self.settings.canary_max_batch_s:
+        if rate > 0 and config.batch_size / rate > self.settings.max_batch_s:
             # the optimiser proposes the same config until it is told more: no other canary until the workload
             # changes, so the CPU kept for one goes back to the placement
             op.canary_abandoned_s = state.wall_s
             if (name, config) not in self._refused:
                 self._refused.add((name, config))
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
-                              f"(> canary_max_batch_s={self.settings.canary_max_batch_s:g}); draining it would stall the rollouts"))
+                              f"(> canary_max_batch_s={self.settings.max_batch_s:g}); draining it would stall the rollouts"))
             return None
         op.canary = CanaryTrial(config, state.wall_s, proposal.reason)
         reason = f"canary {config.label()} for {name}: {proposal.reason}"
@@ -167,8 +167,8 @@ class Canaries:
         rollout (another cold start) and for the rest of the run."""
         space = self.search.space(name)
         devices = space.devices if space is not None else ()
-        cold = max((self.cold_starts.cold_start(name, d) for d in devices), default=self.settings.default_cold_start_s)
-        return self.settings.canary_payback * (cold + self.settings.canary_timeout_s)
+        cold = max((self.cold_starts.cold_start(name, d) for d in devices), default=self.cold_starts.default_s)
+        return self.settings.payback * (cold + self.settings.timeout_s)
 
     def _judge(self, state: RunnerState, name: str, batch: list[BatchSample], canary_ids: set, events: list[TickEvent],
                ended: list[CanaryEnd]) -> OperatorPlan | None:
@@ -182,17 +182,17 @@ class Canaries:
         elapsed = state.wall_s - c.started_s
         running = canary_config(state.operator(name)) == c.config
         if not c.candidate:
-            if elapsed < self.settings.canary_timeout_s or canary_busy(state.operator(name), c.config):
+            if elapsed < self.settings.timeout_s or canary_busy(state.operator(name), c.config):
                 # a canary holding a batch is measuring a slow one: ending it now would wait for that batch anyway
                 # (a retiring replica drains), holding the control loop
                 return None
             op.canary, op.canary_abandoned_s = None, state.wall_s
             why = "got no batch (the operator is starved)" if running else "never became warm"
-            reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.settings.canary_timeout_s:g}"
+            reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.settings.timeout_s:g}"
             events.append(TickEvent(EventKind.CANARY, name, reason))
             ended.append(CanaryEnd(name, c.config, CanaryVerdict.ABANDONED))
             return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
-        decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.settings.canary_policy,
+        decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.settings.policy,
                                           memory_limit=self.search.limit(c.config))
         if decision.verdict == canary_protocol.Verdict.MEASURE:
             return None
@@ -230,7 +230,7 @@ class Canaries:
         """True while canaries are on and some operator may still get one: busy enough, not backed off,
         and its optimiser for the current regime not finished. Once none may, the CPU kept for a canary
         goes back to the placement."""
-        if not self.settings.canaries:
+        if not self.settings.enabled:
             return False
         for op_state in state.operators:
             op = self.ops.get(op_state.name)
@@ -238,7 +238,7 @@ class Canaries:
                 continue
             if op.canary is not None:
                 return True
-            if (op.model.ready and op_state.busy_fraction >= self.settings.canary_min_busy and not self.abandoned_here(op_state.name)
+            if (op.model.ready and op_state.busy_fraction >= self.settings.min_busy and not self.abandoned_here(op_state.name)
                     and not self.search.optimizer(op_state.name).finished):
                 return True
         return False

@@ -27,7 +27,7 @@ from trident_flows.core.state import RunnerState
 from trident_flows.scheduler.decision_log import EventKind, TickEvent
 from trident_flows.scheduler.trident.models import Models
 from trident_flows.scheduler.trident.operators import Operators
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import GateSettings
 
 # Samples since a workload change that the evidence gate takes once ``evidence_max_s`` has passed.
 SLOW_EVIDENCE_SAMPLES = 2
@@ -36,7 +36,7 @@ SLOW_EVIDENCE_SAMPLES = 2
 class EvidenceGate:
     """Per operator, the samples and the time since its workload last changed (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ops: Operators, models: Models) -> None:
+    def __init__(self, settings: GateSettings, ops: Operators, models: Models) -> None:
         self.settings = settings
         self.ops = ops
         self.models = models

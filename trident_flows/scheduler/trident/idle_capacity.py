@@ -39,7 +39,7 @@ from trident_flows.scheduler.occupancy import Occupancy, classify, serving, serv
 from trident_flows.scheduler.replicas import canary_config, free_resources, gpus_pack, main_config, replica_limits
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.safety import MemorySafety
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import IdleCapacitySettings, MemorySafetySettings
 
 HISTORY = 64  # ticks of occupancy kept
 LEND_WINDOW = 2.0  # an operator lends replicas after LEND_WINDOW x idle_growth_s seconds never saturated
@@ -49,9 +49,10 @@ LEND_UTILIZATION = 0.5  # a lender keeps the replicas it needs at twice its meas
 class IdleCapacity:
     """Grows saturated operators onto resources no replica holds (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ctx: Context, safety: MemorySafety, *,
+    def __init__(self, settings: IdleCapacitySettings, ctx: Context, safety: MemorySafety, *, memory_safety: MemorySafetySettings,
                  memory_bound: Callable[[str, OpConfig], float | None], keep_cpu: Callable[[RunnerState], bool]) -> None:
         self.settings = settings
+        self.memory_safety = memory_safety
         self.ctx = ctx
         self.safety = safety
         self.memory_bound = memory_bound
@@ -74,7 +75,7 @@ class IdleCapacity:
 
     def spare(self, state: RunnerState) -> dict[str, int]:
         """Replicas each mostly idle CPU-only operator can lend (see the module docstring)."""
-        window = self._held_since(state.wall_s, LEND_WINDOW * self.settings.idle_growth_s) if self.settings.idle_growth_s else None
+        window = self._held_since(state.wall_s, LEND_WINDOW * self.settings.growth_s) if self.settings.growth_s else None
         if window is None:
             return {}
         out = {}
@@ -94,7 +95,7 @@ class IdleCapacity:
 
     def saturated(self, state: RunnerState) -> list[str]:
         """Operators saturated with unchanged serving configs in every tick of the last ``idle_growth_s`` seconds."""
-        window = self._held_since(state.wall_s, self.settings.idle_growth_s) if self.settings.idle_growth_s else None
+        window = self._held_since(state.wall_s, self.settings.growth_s) if self.settings.growth_s else None
         if window is None:
             return []
         out = []
@@ -107,7 +108,7 @@ class IdleCapacity:
         return out
 
     def plan(self, state: RunnerState) -> Plan | None:
-        if self.settings.idle_growth_s is None:
+        if self.settings.growth_s is None:
             return None
         cpus, gpus = free_resources(state)
         if self.keep_cpu(state):
@@ -166,10 +167,10 @@ class IdleCapacity:
             added = sum(groups.values()) - sum(op.configs(include_canary=False).values())
             if name in candidates:
                 why = (f"{name}: +{added} replica(s) of {candidates[name].label()}: "
-                       f"saturated for {self.settings.idle_growth_s:g} s with {op.queue_items} items queued")
+                       f"saturated for {self.settings.growth_s:g} s with {op.queue_items} items queued")
                 self.moves += added
             else:
-                why = f"{name}: {added} replica(s): never saturated for {LEND_WINDOW * self.settings.idle_growth_s:g} s"
+                why = f"{name}: {added} replica(s): never saturated for {LEND_WINDOW * self.settings.growth_s:g} s"
             ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
                                     why, canary_config(op)))
         free = free_resources(state)
@@ -187,7 +188,7 @@ class IdleCapacity:
         if total <= 0:
             return None
         used = sum(self.memory_bound(op.name, r.config) or 0.0 for op in state.operators for r in op.replicas if r.config.device == CPU)
-        return total * (1.0 - self.settings.memory_safety_margin) - used
+        return total * (1.0 - self.memory_safety.margin) - used
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,13 @@ from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.occupancy import OccupancyTracker
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.trident.operators import Operator, Operators
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import ModelSettings
 
 
 class Models:
     """Sample windows, refits and calibrations of every operator's model (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ops: Operators) -> None:
+    def __init__(self, settings: ModelSettings, ops: Operators) -> None:
         self.settings = settings
         self.ops = ops
         self._occupancy = OccupancyTracker(settings.saturation_s)

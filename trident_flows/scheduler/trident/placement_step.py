@@ -46,7 +46,7 @@ from trident_flows.scheduler.trident.pace import Pace
 from trident_flows.scheduler.trident.regimes import Regimes
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import PlacementSettings
 
 
 class Placed(NamedTuple):
@@ -62,7 +62,7 @@ class Placed(NamedTuple):
 class PlacementStep:
     """Candidates, options and the placement solve (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
+    def __init__(self, settings: PlacementSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
                  canaries: Canaries, regimes: Regimes, gate: EvidenceGate, pace: Pace, cold_starts: ColdStarts,
                  solve: Callable[..., Any]) -> None:
         self.settings = settings
@@ -158,12 +158,12 @@ class PlacementStep:
                 cap = replica_cap(cluster, config, hi)
                 if cap < 1:
                     continue
-                if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.settings.min_config_samples:
+                if not serving and not moving_off and config not in op.accepted and seen.get(config, 0) < self.gate.settings.min_config_samples:
                     continue  # evidence gate: too few measurements to compare it (an accepted canary passed its own test; a safety move is exempt)
                 try:
                     # Evidence gate: capacity beyond what runs now counts at its lower confidence bound, so a
                     # change is chosen only when its gain holds there (a safety move uses the median).
-                    z = 0.0 if moving_off else self.settings.confidence_z
+                    z = 0.0 if moving_off else self.gate.settings.confidence_z
                     totals = op.model.capacity_lower(config, cap, serving_counts.get(config, 0), z)
                     curve = concave_curve(totals.tolist())
                 except (NoModelError, ValueError):

@@ -45,7 +45,7 @@ from trident_flows.scheduler.trident.placement_step import placement_option, rep
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.search import ConfigSearch
 from trident_flows.scheduler.trident.source_regimes import Regime
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import PlacementSettings
 
 # Items of a regime every operator must have measured in this run before its plan is solved from this run's models
 # (and that a config must have run on it to be a candidate).
@@ -69,7 +69,7 @@ class RegimePlan:
 class RegimePlans:
     """The known regimes' plans (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
+    def __init__(self, settings: PlacementSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
                  pace: Pace, cold_starts: ColdStarts, solve: Callable[..., Any]) -> None:
         self.settings = settings
         self.ctx = ctx

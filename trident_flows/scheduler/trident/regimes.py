@@ -38,13 +38,13 @@ from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate
 from trident_flows.scheduler.trident.operators import Operator, Operators
 from trident_flows.scheduler.trident.search import ConfigSearch
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import RegimeSettings
 
 
 class Regimes:
     """Regime detection, memory and clock (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ctx: Context, ops: Operators, gate: EvidenceGate, search: ConfigSearch) -> None:
+    def __init__(self, settings: RegimeSettings, ctx: Context, ops: Operators, gate: EvidenceGate, search: ConfigSearch) -> None:
         self.settings = settings
         self.ctx = ctx
         self.ops = ops
@@ -85,7 +85,7 @@ class Regimes:
                     # same workload, new behaviour: only samples since the change point describe it
                     first = window_seq(op, change.change_point)
                     keep = [(seq, x) for seq, x in op.window if seq >= first]
-                    op.window = deque(keep, maxlen=self.settings.window)
+                    op.window = deque(keep, maxlen=self.ops.window_size)
                     op.fitted_epoch = None  # refit on the kept samples at the next ones
                     events.append(TickEvent(EventKind.NOTE, name, f"dropped samples before the change point; refit on {len(keep)}"))
                     continue
@@ -115,7 +115,7 @@ class Regimes:
             counted = (sum(longer) + per_regime * max(elapsed, 1.0)) / (len(longer) + per_regime)
             expected = max(sum(longer) / len(longer), counted) if longer else counted
         else:
-            prior = self.settings.regime_duration_s - elapsed if self.settings.regime_duration_s is not None else 0.0
+            prior = self.settings.duration_s - elapsed if self.settings.duration_s is not None else 0.0
             expected = max(prior, elapsed, 1.0)
         left = remaining_input_items(state, getattr(self.ctx.spec, "items", None))
         if left is not None and throughput > 0:

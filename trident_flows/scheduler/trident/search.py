@@ -28,14 +28,15 @@ from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.optimize import ConfigOptimizer
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.operators import Operators
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import MemorySafetySettings, SearchSettings
 
 
 class ConfigSearch:
     """Config spaces, memory budget and optimisers (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ctx: Context, ops: Operators) -> None:
+    def __init__(self, settings: SearchSettings, memory_safety: MemorySafetySettings, ctx: Context, ops: Operators) -> None:
         self.settings = settings
+        self.memory_safety = memory_safety
         self.ctx = ctx
         self.ops = ops
 
@@ -60,7 +61,7 @@ class ConfigSearch:
         return MemoryBudget(cpu_bytes=int(host), gpu_bytes=int(gpu) if gpu else None)
 
     def limit(self, config: OpConfig) -> float:
-        return self.budget().limit(config.device, self.settings.memory_safety_margin)
+        return self.budget().limit(config.device, self.memory_safety.margin)
 
     def optimizer(self, name: str) -> ConfigOptimizer:
         op = self.ops[name]
@@ -70,7 +71,7 @@ class ConfigSearch:
             if space is None:
                 raise ValueError(f"operator {name!r}: no config space known (the policy needs the pipeline spec)")
             incumbent = self.ctx.spec.operator(name).config
-            opt = ConfigOptimizer(space, self.budget(), operator=name, safety_margin=self.settings.memory_safety_margin, k=self.settings.k, seed=self.settings.seed,
+            opt = ConfigOptimizer(space, self.budget(), operator=name, safety_margin=self.memory_safety.margin, k=self.memory_safety.k, seed=self.settings.seed,
                                   max_evals=None, incumbent=incumbent if incumbent.device in space.devices else None)
             previous = next((o for r, o in op.optimizers.items() if o is not None), None)
             if previous is not None:
@@ -102,9 +103,9 @@ class ConfigSearch:
         except ValueError:
             worst = {}
         try:
-            return op.model.memory_upper(config, self.settings.k, worst or None)
+            return op.model.memory_upper(config, self.memory_safety.k, worst or None)
         except (NoModelError, ValueError):
             try:
-                return op.model.memory_upper(config, self.settings.k)
+                return op.model.memory_upper(config, self.memory_safety.k)
             except (NoModelError, ValueError):
                 return None

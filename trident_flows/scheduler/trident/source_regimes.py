@@ -36,7 +36,7 @@ from trident_flows.core.types import BatchSample, OpConfig, Outcome
 from trident_flows.scheduler.decision_log import EventKind, TickEvent
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.memory import same_regime
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import SourceRegimeSettings
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Segment:
 class SourceRegimes:
     """The input stream's segments and the regimes they belong to (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings) -> None:
+    def __init__(self, settings: SourceRegimeSettings) -> None:
         self.settings = settings
         self.regimes: list[Regime] = []
         self.segments: list[Segment] = []
@@ -174,8 +174,8 @@ class SourceRegimes:
 
     def _step(self) -> TickEvent | None:
         """Compare the newest window with the current segment; a change is confirmed by the window after it."""
-        want = self.settings.source_regime_items
-        rel = self.settings.source_regime_rel
+        want = self.settings.items
+        rel = self.settings.rel
         while len(self._recent) > 1 and sum(n for _, n, _ in self._recent) - self._recent[0][1] >= want:
             self._recent.popleft()
         items = sum(n for _, n, _ in self._recent)

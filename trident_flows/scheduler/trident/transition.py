@@ -38,13 +38,13 @@ from trident_flows.scheduler.trident.placement_step import Placed
 from trident_flows.scheduler.trident.regimes import Regimes
 from trident_flows.scheduler.trident.source_regimes import SourceRegimes
 from trident_flows.scheduler.trident.verifier import Verifier
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import TransitionSettings
 
 
 class TransitionStep:
     """Whether the MILP's plan is rolled out now (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, regimes: Regimes, pace: Pace, verifier: Verifier, sources: SourceRegimes) -> None:
+    def __init__(self, settings: TransitionSettings, regimes: Regimes, pace: Pace, verifier: Verifier, sources: SourceRegimes) -> None:
         self.settings = settings
         self.regimes = regimes
         self.sources = sources

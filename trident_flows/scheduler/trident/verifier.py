@@ -33,7 +33,7 @@ from trident_flows.scheduler.replicas import canary_config, serving_groups
 from trident_flows.scheduler.throughput_measure import placement_settled
 from trident_flows.scheduler.trident.operators import Operators, plan_key
 from trident_flows.scheduler.trident.safety import MemorySafety
-from trident_flows.scheduler.trident_settings import TridentSettings
+from trident_flows.scheduler.trident_settings import VerifySettings
 
 # A verification keeps a plan whose end-to-end throughput after is within this share of what the previous
 # placement was predicted to do on the current workload, however far under the throughput before it fell.
@@ -58,7 +58,7 @@ class Pending:
 class Verifier:
     """The rollout under verification and the plans rolled back (see the module docstring)."""
 
-    def __init__(self, settings: TridentSettings, ops: Operators, safety: MemorySafety) -> None:
+    def __init__(self, settings: VerifySettings, ops: Operators, safety: MemorySafety) -> None:
         self.settings = settings
         self.ops = ops
         self.safety = safety
@@ -112,10 +112,10 @@ class Verifier:
         if p.ticks_in_place == 1:  # this tick's interval still spans the rollout
             return "plan in place; measuring from the next tick", None
         p.measured.append(measured)
-        if len(p.measured) < self.settings.verify_ticks:
-            return f"measuring ({len(p.measured)}/{self.settings.verify_ticks}): {measured:.4g} items/s end to end", None
+        if len(p.measured) < self.settings.ticks:
+            return f"measuring ({len(p.measured)}/{self.settings.ticks}): {measured:.4g} items/s end to end", None
         self.pending = None
-        worse, figures = worse_than_before(p.before, p.measured, self.settings.verify_z)
+        worse, figures = worse_than_before(p.before, p.measured, self.settings.z)
         if not worse:
             return f"verified: {figures}; predicted {p.predicted:.4g} input items/s", None
         if p.workload_changed:
