@@ -24,10 +24,13 @@ class Clock:
         return self.t
 
 
-def state(done: int, wall_s: float, nodes: tuple[NodeState, ...] = (HEAD,), finished: bool = False) -> RunnerState:
-    """One operator, one replica per CPU of ``nodes``, each busy for as long as 1 item/s takes (the measured rate: 1 item/s a replica)."""
-    cpus = int(sum(n.cpus for n in nodes))
-    replicas = tuple(ReplicaState(f"r{i}", f"a{i}", CONFIG, True, False, False, 0, done / (cpus * wall_s), done // 8, 0) for i in range(cpus))
+def state(done: int, wall_s: float, nodes: tuple[NodeState, ...] = (HEAD,), finished: bool = False,
+          joined_s: float = 0.0) -> RunnerState:
+    """One operator, one replica per CPU of ``nodes`` (warm since ``joined_s`` on a worker node, since the start on the head), each
+    busy for as long as 1 item/s takes (the measured rate: 1 item/s a replica)."""
+    warm_s = [(n.node_id, wall_s if n.is_head else wall_s - joined_s) for n in nodes for _ in range(int(n.cpus))]
+    busy = done / sum(s for _, s in warm_s)
+    replicas = tuple(ReplicaState(f"{node}-r{i}", f"a{i}", CONFIG, True, False, False, 0, busy, done // 8, 0) for i, (node, _) in enumerate(warm_s))
     op = OperatorState("work", replicas, 0, 0, done, done, 0, 1.0, 0, 0)
     return RunnerState("p", (op,) if done else (), done, done, 0, 0, done, finished, finished, wall_s, done / max(wall_s, 1e-9), 2.0, 0.0, 0, 0,
                        nodes=nodes)
@@ -55,8 +58,10 @@ def test_a_missed_deadline_is_requested_by_class_and_the_request_cleared_at_the_
     assert sent == [{"bundles": [{"CPU": 4.0, "c4": 1.0}]}] and s.nodes_requested == 1
     clock.t += 5
     assert s.step(state(110, 55.0)) is None  # within the interval: no decision
-    clock.t += 60  # the node joined: 1070 items left in 485 s need it (the head alone: 535 s); the request stands
-    d = s.step(state(230, 115.0, (HEAD, C4)))
+    clock.t += 3  # the node joined; its replicas are first seen warm
+    assert s.step(state(116, 58.0, (HEAD, C4), joined_s=58.0)) is None
+    clock.t += 57  # 1070 items left in 485 s need it (the head alone: 535 s); the request stands
+    d = s.step(state(230, 115.0, (HEAD, C4), joined_s=58.0))
     assert d.action == ScaleAction.KEEP and d.counts == {"c4": 1} and len(sent) == 1
     assert s.decisions[0].measured_items_per_s == pytest.approx(130 / 65)
     assert s.node_seconds == {"c4": pytest.approx(60.0)} and s.spent == pytest.approx(1.5 * 60 / 3600 + 0.5 * 115 / 3600)

@@ -40,3 +40,20 @@ def test_a_filter_upstream_scales_the_share_downstream():
 def test_an_operator_that_has_not_worked_is_named():
     with pytest.raises(ValueError, match="'embed' has not worked yet"):
         measured_demands(_state(_operator("parse", 10, 10, 0.1), _operator("embed", 0, 0, 0.0)))
+
+
+def test_a_replica_warm_for_less_than_the_run_counts_its_own_warm_seconds():
+    def replica(rid: str, cold_start_s: float) -> ReplicaState:
+        return ReplicaState(rid, rid, CONFIG, warm=True, draining=False, canary=False, inflight=0, busy_fraction=1.0, batches=10,
+                            config_epoch=0, cold_start_s=cold_start_s)
+
+    # a replica warm since the start and one warm for the last 10 s, both always busy: 110 items at 1 item/s each
+    op = OperatorState("embed", (replica("old", 0.0), replica("new", 0.0)), queue_items=50, queue_bytes=0, items_in=110, items_out=0,
+                       config_epoch=0, busy_fraction=1.0, errors=0, ooms=0)
+    [demand] = measured_demands(_state(op), warm_s={"new": 10.0})
+    assert demand.options[0].throughput_curve[0] == (1, pytest.approx(1.0))
+    # without the caller's seconds, a replica counts as started with the run, less its cold start
+    op = OperatorState("embed", (replica("old", 20.0),), queue_items=0, queue_bytes=0, items_in=80, items_out=0, config_epoch=0,
+                       busy_fraction=1.0, errors=0, ooms=0)
+    [demand] = measured_demands(_state(op))
+    assert demand.options[0].throughput_curve[0] == (1, pytest.approx(1.0))

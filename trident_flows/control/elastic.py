@@ -6,7 +6,9 @@ Contract:
 - ``step(state)`` (the control loop calls it after each tick): at most once per ``interval_s``, it
   counts the live nodes of each pool class (a node carrying the class's custom resource; every other
   node, the head among them, is the base cluster), the items left (``items_total`` less those written
-  or dead-lettered), the operators' measured rates (``planning.advice.measured_demands``) and asks
+  or dead-lettered), the operators' measured rates (``planning.advice.measured_demands``, each replica's busy
+  fraction over the seconds since the scaler first saw it warm; at its first read, since the run's start and
+  the replica's cold start) and asks
   ``planning.scale.decide_scale`` with the input items/s done since the last decision as the running
   nodes' measured rate when the same nodes ran all that interval and items were done in it (otherwise
   none: the decision rates them with the planner's check); until every operator has worked the decision is a ``WAIT`` and
@@ -61,6 +63,7 @@ class ElasticScaler:
         self._last_done: tuple[float, int] | None = None  # (time, items done) at the last decision
         self._last_running: dict[str, int] | None = None  # live pool nodes at the last decision
         self._base_s = 0.0
+        self._warm_since: dict[str, float] = {}  # replica id -> when it was first seen warm (its busy fraction is since then)
 
     def counts(self, nodes: tuple[NodeState, ...]) -> dict[str, int]:
         """Live nodes per pool class (its custom resource marks a node)."""
@@ -84,6 +87,7 @@ class ElasticScaler:
         if self._last_seen is not None:
             for c, n in running.items():
                 self.node_seconds[c] = self.node_seconds.get(c, 0.0) + n * (now - self._last_seen)
+        self._note_warm(state, now)
         self._last_seen, self._base_s = now, state.wall_s
         if self._last_step is not None and now - self._last_step < self.interval_s and not state.finished:
             return None
@@ -112,12 +116,20 @@ class ElasticScaler:
         if items_left > 0 and (not state.operators or state.operators[0].items_in <= 0):
             return ScaleDecision(ScaleAction.WAIT, dict(self.requested), "no operator has worked yet: no rate to plan with", at=now)
         try:
-            demands = measured_demands(state) if items_left > 0 else []
+            demands = measured_demands(state, {rid: now - t for rid, t in self._warm_since.items()}) if items_left > 0 else []
         except ValueError as exc:
             return ScaleDecision(ScaleAction.WAIT, dict(self.requested), f"{exc}: no rate to plan with", at=now)
         cpus, gpus, gpu_memory = self._base(state.nodes)
         return decide_scale(demands, self.pool, self.pool.base_node(cpus, gpus, gpu_memory), running, self.requested, items_left, now,
                             self.goal, self.spent, measured_items_per_s=measured)
+
+    def _note_warm(self, state: RunnerState, now: float) -> None:
+        """When each warm replica was first seen warm; at the first read, those warm already as if they started with the run."""
+        first = self._last_seen is None
+        for op in state.operators:
+            for r in op.replicas:
+                if r.warm and r.replica_id not in self._warm_since:
+                    self._warm_since[r.replica_id] = now - max(state.wall_s - r.cold_start_s, 0.0) if first else now
 
     def _measured(self, items_per_s: float) -> None:
         """The measured effect of the last decision (and of the logged one it is, if it changed the request)."""

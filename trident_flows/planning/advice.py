@@ -2,12 +2,13 @@
 
 Contract:
 - ``advise(state, catalogue)`` reads a ``RunnerState`` (live, or at a run's end). Per operator it
-  measures one replica's rate (items taken / (busy fraction x warm replicas x wall seconds)) and
+  measures one replica's rate (items taken / its warm replicas' busy seconds: each one's busy fraction x the
+  seconds it has been warm, given by the caller or taken as the run's seconds less its cold start) and
   the rows that reach it per input item (the product of the upstream operators' rows forwarded per row
   taken: a backlog in front of it does not shrink it, a filter upstream does); the configurations
   it runs now are its placement options (what it would run on more nodes: no cost model needed,
   so it works for any pipeline; an operator running on the CPU is not assumed to gain from a GPU).
-  The cluster it runs on is one class ``current`` (its CPUs and GPUs). ``measured_demands(state)`` is
+  The cluster it runs on is one class ``current`` (its CPUs and GPUs). ``measured_demands(state, warm_s=None)`` is
   that per-operator reading as the placement MILP's ``OperatorDemand``s (``ValueError`` naming an
   operator that has not worked yet); the scale decisions (``planning.scale``) read it too.
 - The binding resource is read from the LP relaxation's resource prices (``sizing.resource_prices``):
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from trident_flows.core.state import RunnerState
+from trident_flows.core.state import ReplicaState, RunnerState
 from trident_flows.core.types import ClusterSpec
 from trident_flows.planning.catalogue import Catalogue, NodeType, load_catalogue
 from trident_flows.planning.sizing import resource_prices
@@ -61,12 +62,12 @@ class Advice:
                                   for c in self.checked_gain}}
 
 
-def measured_demands(state: RunnerState) -> list[OperatorDemand]:
+def measured_demands(state: RunnerState, warm_s: Mapping[str, float] | None = None) -> list[OperatorDemand]:
     demands = []
     share = 1.0  # rows reaching this operator per input item: the upstream operators' rows forwarded per row taken
     for op in state.operators:
         warm = [r for r in op.replicas if r.warm and not r.draining]
-        busy_s = sum(r.busy_fraction for r in warm) * state.wall_s
+        busy_s = sum(r.busy_fraction * _warm_seconds(state, r, warm_s) for r in warm)
         if not warm or op.items_in <= 0 or busy_s <= 0:
             raise ValueError(f"operator {op.name!r} has not worked yet")
         rate = op.items_in / busy_s
@@ -74,6 +75,13 @@ def measured_demands(state: RunnerState) -> list[OperatorDemand]:
         demands.append(OperatorDemand(op.name, share, tuple(PlacementOption.from_rate(c, rate) for c in configs)))
         share *= op.items_forwarded / op.items_in
     return demands
+
+
+def _warm_seconds(state: RunnerState, replica: ReplicaState, warm_s: Mapping[str, float] | None) -> float:
+    """Seconds ``replica`` has been warm: ``warm_s``'s, else as if it started with the run (the run's seconds less its cold start)."""
+    if warm_s is not None and replica.replica_id in warm_s:
+        return warm_s[replica.replica_id]
+    return max(state.wall_s - replica.cold_start_s, 0.0)
 
 
 def advise(state: RunnerState, catalogue: Catalogue) -> Advice:
