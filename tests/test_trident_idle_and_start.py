@@ -220,3 +220,22 @@ def test_pre_positioning_does_not_shrink_an_operator_with_work_waiting(monkeypat
     drained = _state(11.0, _op("ocr", 10, 0, False), _op("embed", 4, 0, False))
     plan = ahead.plan(drained)
     assert plan is not None and "ocr" in [o.operator for o in plan.operators]  # its queue drained: it moves to the regime's 1 replica
+
+
+def test_idle_capacity_keeps_a_cpu_for_a_canary_only_where_the_placement_keeps_one() -> None:
+    from trident_flows.core.types import NodeClass
+    from trident_flows.scheduler.trident.placement_step import PlacementStep
+
+    class _Exploring:
+        def exploring(self, state: RunnerState) -> bool:
+            return True
+
+    step = object.__new__(PlacementStep)  # the cluster arithmetic alone
+    step.canaries = _Exploring()
+    state = _state(0.0, *(_op(f"op{i}", 1, 10, busy=True) for i in range(6)))
+    step.ctx = Context(None, ClusterSpec.single_node(16, 0))  # a node with CPUs to spare beside one replica per operator
+    assert step.keeps_canary_cpu(state) and step.cluster_for_placement(state).node_classes[0].cpus == 15
+    # a 6-CPU head for 6 operators and two 1-CPU workers (nodes asked of the autoscaler for throughput): the placement keeps
+    # no CPU, so neither does idle capacity: a worker's CPU does not sit idle waiting for a canary
+    step.ctx = Context(None, ClusterSpec((NodeClass("head", 1, 6, 0, 0, 64 * 2**30), NodeClass("c1", 2, 1, 0, 0, 4 * 2**30))))
+    assert not step.keeps_canary_cpu(state) and step.cluster_for_placement(state) == step.ctx.planned_for(state)

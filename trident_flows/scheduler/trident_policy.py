@@ -118,7 +118,7 @@ class TridentPolicy:
         self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,
                                           safety=self.safety)
         self.idle = IdleCapacity(settings.idle, self.ctx, self.safety, memory_safety=settings.safety, memory_bound=self.search.memory_bound,
-                                 keep_cpu=self.canaries.exploring)
+                                 keep_cpu=self.placement.keeps_canary_cpu)
         self.memory = RunMemory(settings.memory.location, spec, cluster)
         self._reactions: list[float] = []  # seconds from a regime recognised at the source to the first rollout after it
         self._recognised_at: float | None = None

@@ -10,7 +10,7 @@ Contract:
   LEND_UTILIZATION))`` can go. What stays serves twice today's pace: the pipeline speeds up when the
   saturated operator grows.
 - ``plan(state) -> Plan | None``: the cluster's CPUs and GPUs that no replica holds (starting, serving,
-  draining or canary; one CPU kept for a canary while ``keep_cpu`` says so) go to operators ``SATURATED``
+  draining or canary; one CPU kept for a canary while ``keep_cpu`` says so: where the placement keeps one) go to operators ``SATURATED``
   in every tick of the last ``idle_growth_s`` seconds with unchanged serving configs (work waiting, every
   serving replica holding a batch, nothing holding it back downstream; the first operator only when no other
   is: its queue is the source's read-ahead, full whatever the pipeline needs): one replica of the operator's main

@@ -17,7 +17,8 @@ Contract:
   item the operator reads (``transfer_estimate``) for node classes that declare a link.
 - ``cluster_for_placement(state)``: the cluster minus what running canaries hold and, while an
   operator may still get a canary (``Canaries.exploring``), one CPU kept free for it (on a single
-  node of the largest class, when that leaves a CPU per operator).
+  node of the largest class, when that leaves a CPU per operator). ``keeps_canary_cpu(state)``: whether it keeps that CPU
+  now (idle capacity keeps the same CPU free, and no other).
 - ``replica_cap`` and ``placement_option`` are what the regime plans build their options with too.
 - ``solve``: the placement solver (``placement.milp.solve_placement``; tests swap in a failing one).
 """
@@ -87,13 +88,14 @@ class PlacementStep:
         gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
         if cpus == 0 and gpus == 0:
             return cluster
-        classes = list(cluster.node_classes)
-        big = max(range(len(classes)), key=lambda i: classes[i].cpus * classes[i].count)
-        nc = classes[big]
-        if nc.count != 1 or nc.cpus - cpus < len(state.operators) or nc.gpus - gpus < 0:
-            return cluster
-        classes[big] = replace(nc, cpus=nc.cpus - cpus, gpus=nc.gpus - gpus, gpu_memory_bytes=nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0)
-        return ClusterSpec(tuple(classes))
+        return _less(cluster, cpus, gpus, len(state.operators)) or cluster
+
+    def keeps_canary_cpu(self, state: RunnerState) -> bool:
+        """Whether ``cluster_for_placement`` keeps a CPU free for a canary now: what idle capacity keeps free too."""
+        if not self.canaries.exploring(state):
+            return False
+        held = sum(r.config.cpus for op in state.operators for r in op.active if r.canary)
+        return _less(self.ctx.planned_for(state), held + 1.0, 0, len(state.operators)) is not None
 
     def candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
         op = self.ops[name]
@@ -193,3 +195,15 @@ def placement_option(name: str, config: OpConfig, curve: Any, search: ConfigSear
     is_cpu = config.device == CPU
     return PlacementOption(config, curve, host_mem_bytes=int(bound) if is_cpu else 0, device_mem_bytes=0 if is_cpu else int(bound),
                            cold_start_s=cold_starts.cold_start(name, config.device), drain_s=drain_s(op))
+
+
+def _less(cluster: ClusterSpec, cpus: float, gpus: int, operators: int) -> ClusterSpec | None:
+    """``cluster`` with ``cpus`` and ``gpus`` taken from a single node of its largest class, when that leaves a CPU per
+    operator and the GPUs exist (None otherwise: nothing is kept)."""
+    classes = list(cluster.node_classes)
+    big = max(range(len(classes)), key=lambda i: classes[i].cpus * classes[i].count)
+    nc = classes[big]
+    if nc.count != 1 or nc.cpus - cpus < operators or nc.gpus - gpus < 0:
+        return None
+    classes[big] = replace(nc, cpus=nc.cpus - cpus, gpus=nc.gpus - gpus, gpu_memory_bytes=nc.gpu_memory_bytes if nc.gpus - gpus > 0 else 0)
+    return ClusterSpec(tuple(classes))
