@@ -64,7 +64,13 @@ class CurationFigures:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A finished run (see the module docstring)."""
+    """A finished run (see the module docstring). ``decisions_made`` counts the plans handed to the runner.
+    ``latency_s_p50`` / ``latency_s_p99``: seconds from an input item's read to done (``runtime.latency``),
+    over the items this run read (None when it read none). Under Trident: ``memory_loaded`` (a memory of
+    an earlier run was read), ``memory_regimes_known`` (the regimes it held), ``memory_warning`` (why a
+    memory was ignored or rescaled), ``reaction_s_median`` (seconds from a regime recognised at the
+    source to the first rollout after it) and ``prepositioned_moves`` (operators moved ahead of a known
+    regime's items); None under other policies."""
 
     pipeline: str
     policy: str
@@ -90,7 +96,7 @@ class RunSummary:
     shards_skipped: int = 0
     advice: dict[str, Any] = field(default_factory=dict)  # binding resource, gain of one more node per class (planning.advice)
     replicas_by_node: dict[str, dict[str, int]] = field(default_factory=dict)  # node id -> operator -> replicas that ran there
-    latency_s_p50: float | None = None  # seconds from an input item's read to done (runtime.latency); None: no item done
+    latency_s_p50: float | None = None
     latency_s_p99: float | None = None
     # Trident's memory across runs and its regimes recognised at the source (None: another policy)
     memory_loaded: bool | None = None
