@@ -18,7 +18,8 @@ Contract:
 - ``policy_figures(policy_name, policy, record, samples, start, state)`` is what only the policy
   can tell, taken where the policy lives (the in-process loop, or the Prefect sidecar at the
   pipeline's end): the record, OOMs avoided (``control.ooms_avoided``), the estimate without
-  trident (``control.start_estimate``) and why no decision was made. ``account_of_run(figures,
+  trident (``control.start_estimate``), why no decision was made and the summary keys the policy
+  reports of itself (``run_figures``: Trident's memory and source-regime figures). ``account_of_run(figures,
   read_t, done_t, state)`` is the account from them and the runner's item times; the measured rate
   is the run's input items / its wall time, as ``RunSummary.throughput_items_per_s``.
 - ``RunAccount.to_dict()`` gives the summary keys (``decisions``, ``decisions_note``,
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -210,15 +211,18 @@ class PolicyFigures:
     estimate: Estimate
     no_decisions_reason: str
     started_from: str = ""
+    run_figures: dict[str, Any] = field(default_factory=dict)  # the policy's summary keys (``run_figures()``), e.g. memory_loaded
 
 
 def policy_figures(policy_name: str, policy: Any, record: RunRecord | None, samples: Sequence[BatchSample],
                    start: Sequence[tuple[str, OpConfig, int]], state: RunnerState) -> PolicyFigures:
     """The record, OOMs avoided, the estimate without trident and why no decision was made (see the module docstring)."""
     decisions = list(record.decisions) if record is not None else []
+    run_figures = getattr(policy, "run_figures", None)
     return PolicyFigures(policy_name, record, count_ooms_avoided(policy_name, policy, decisions),
                          estimate_without_trident(policy_name, policy, start, samples, state),
-                         why_no_decisions(policy_name, policy, record), getattr(policy, "started_from", None) or "")
+                         why_no_decisions(policy_name, policy, record), getattr(policy, "started_from", None) or "",
+                         run_figures() if run_figures is not None else {})
 
 
 def account_of_run(figures: PolicyFigures, read_t: np.ndarray, done_t: np.ndarray, state: RunnerState) -> RunAccount:

@@ -7,6 +7,17 @@ Contract:
 - ``start_runner(spec, out_dir, *, name, namespace, settings, external_input, detached)``
   creates the named runner actor and starts it; ``find_runner(name, namespace)`` returns a
   handle to it from any driver of the same cluster.
+- ``RunSession(spec, out_dir, policy_name, *, runner_name, namespace, settings, scaler)``: the steps of one
+  run on Ray that ``run_pipeline`` (the CLI's control loop in a thread) and the ``document-curation`` flow
+  (its loop the ``trident-sidecar`` subflow) both take, in their order: ``start(starting, external_input)``
+  the runner (a failed start releases the scaler); ``ended()`` -> ``RunEnd`` (final state, latencies, apply
+  reports, replicas per node) once it finished; ``stop(end_loop)`` (a runner not finished is stopped, so the
+  loop sees the end; the loop ends by ``end_loop``, whose result it returns; the runner is stopped and
+  killed; the scaler's request cleared, failed or not); ``account(figures, end)`` (the account from what
+  the policy told, or from the run alone when ``figures`` is None, and its timeline PNG); ``summary(...)``
+  (``loop.run_summary.run_summary`` over the committed output). ``end_policy(...)``, run where the policy
+  lives (this process, or the sidecar), has a policy with ``finish(state)`` write its memory and returns
+  its ``PolicyFigures``. The simulator runs no Ray and builds its summary with ``run_summary`` alone.
 - ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
   end (with the control loop when a policy is given; started in the policy's ``starting_spec(spec)``
   where it has one, while the account's starting configuration stays ``spec``'s), stops the runner, and reads the outputs
@@ -49,24 +60,26 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import ray
 
-from trident_flows.control.account import RunAccount, account_of_run, build_account, policy_figures
+from trident_flows.control.account import PolicyFigures, RunAccount, account_of_run, build_account, policy_figures
 from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
 from trident_flows.control.loop import ControlLoop
 from trident_flows.control.ooms_avoided import OomsAvoided
+from trident_flows.control.run_record import RunRecord
 from trident_flows.control.start_estimate import Estimate
 from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
-from trident_flows.core.types import ClusterSpec
-from trident_flows.loop.figures import operator_figures
+from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig
+from trident_flows.loop.run_summary import OutputCounts, RunSummary, run_summary
 from trident_flows.pipelines import finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime import resume as resume_mod
+from trident_flows.runtime.latency import Latencies
 from trident_flows.runtime.runner import RunnerActor
 from trident_flows.runtime.sink import account
 from trident_flows.runtime.spec import PipelineSpec
@@ -83,6 +96,8 @@ RUNNER_RESTARTS = 2
 # under heavy load (load average 60-140 on 2 cores here) misses now and then.
 RAY_START_ATTEMPTS = 3
 MEMORY_OFF = "off"  # --memory off: Trident neither reads nor writes a memory across runs
+STOP_TIMEOUT_S = 60.0  # how long a runner asked to stop may take before its actor is killed all the same
+T = TypeVar("T")
 
 
 def cluster_totals() -> tuple[float, float]:
@@ -148,68 +163,7 @@ def find_runner(name: str = "trident-runner", namespace: str = "trident") -> Any
         raise LookupError(f"no runner named {name!r} in namespace {namespace!r}") from exc
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    """A finished run. ``items_written`` counts input items with rows in the data table (kept or
-    ``_drop``-marked; ``items_dropped`` of them were filtered), ``items_dead_lettered`` those only
-    in the dead-letter table; ``items_missing`` = items_in - written - dead-lettered (0 = none lost).
-    ``rolling_update_dip`` is the largest throughput dip of an apply that started and retired replicas.
-    ``decisions_made`` counts the plans handed to the runner; ``account`` says what they were and did
-    (``to_dict`` puts its keys, ``decisions`` the list of them, at the top level).
-    ``latency_s_p50`` / ``latency_s_p99``: seconds from an input item's read to done (``runtime.latency``),
-    over the items this run read (None when it read none). Under Trident: ``memory_loaded`` (a memory of
-    an earlier run was read), ``memory_regimes_known`` (the regimes it held), ``memory_warning`` (why a
-    memory was ignored or rescaled), ``reaction_s_median`` (seconds from a regime recognised at the
-    source to the first rollout after it) and ``prepositioned_moves`` (operators moved ahead of a known
-    regime's items); None under other policies."""
-
-    pipeline: str
-    policy: str
-    out_dir: str
-    items_in: int
-    items_written: int
-    items_dead_lettered: int
-    items_dropped: int
-    items_missing: int
-    rows_written: int
-    duplicate_ids: int
-    wall_s: float
-    throughput_items_per_s: float
-    ooms: int
-    reconfigurations: int
-    rolling_update_dip: float
-    decisions_made: int
-    operators: dict[str, dict[str, Any]]
-    apply_reports: tuple[dict[str, Any], ...]
-    error: str = ""
-    output_note: str = ""  # set when a quality knob is tunable: outputs can differ by configuration
-    shards_total: int = 0
-    shards_skipped: int = 0
-    advice: dict[str, Any] = field(default_factory=dict)  # binding resource, gain of one more node per class (planning.advice)
-    replicas_by_node: dict[str, dict[str, int]] = field(default_factory=dict)  # node id -> operator -> replicas that ran there
-    latency_s_p50: float | None = None
-    latency_s_p99: float | None = None
-    # Trident's memory across runs and its regimes recognised at the source (None: another policy)
-    memory_loaded: bool | None = None
-    memory_regimes_known: int | None = None
-    memory_warning: str | None = None
-    reaction_s_median: float | None = None
-    prepositioned_moves: int | None = None
-    account: RunAccount | None = None
-    elastic: dict[str, Any] = field(default_factory=dict)  # the scaler's summary (control.elastic) of a run with a goal
-    corpus: dict[str, Any] = field(default_factory=dict)  # a corpus run's figures (control.corpus_run.FIGURES), top-level in to_dict
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(replace(self, account=None))
-        del data["account"]
-        data["apply_reports"] = list(self.apply_reports)
-        if self.account is not None:
-            data.update(self.account.to_dict())
-        data.update(data.pop("corpus"))
-        return data
-
-
-def stop_runner(handle: Any, loop: ControlLoop | None = None, timeout_s: float = 60.0) -> None:
+def stop_runner(handle: Any, loop: ControlLoop | None = None, timeout_s: float = STOP_TIMEOUT_S) -> None:
     """Stop the control loop (if any), let the runner stop cleanly, then kill its actor."""
     if loop is not None:
         loop.stop()
@@ -232,6 +186,119 @@ def refuse_used_out(out: Path) -> None:
                                  "(--out), or delete this one")
 
 
+@dataclass(frozen=True)
+class RunEnd:
+    """A finished run as its runner tells it, read while the runner is still up: the final state, the items' read
+    and done times, the apply reports and the replicas that ran on each node."""
+
+    state: RunnerState
+    latencies: Latencies
+    apply_reports: tuple[dict[str, Any], ...]
+    replicas_by_node: dict[str, dict[str, int]]
+
+
+def starting_configuration(spec: PipelineSpec) -> list[tuple[str, OpConfig, int]]:
+    """Per operator of ``spec``: name, config, replicas (the configuration an account's estimate prices)."""
+    return [(op.name, op.config, op.replicas) for op in spec.operators]
+
+
+def end_policy(policy_name: str, policy: Policy | None, record: RunRecord | None, samples: Sequence[BatchSample], spec: PipelineSpec,
+               state: RunnerState) -> PolicyFigures:
+    """A policy's end of a finished run, where the policy lives: a policy with ``finish(state)`` writes what it keeps across
+    runs (Trident's memory), then what only it can tell goes to the account (``control.account.policy_figures``)."""
+    finish = getattr(policy, "finish", None)
+    if finish is not None:
+        finish(state)
+    return policy_figures(policy_name, policy, record, samples, starting_configuration(spec), state)
+
+
+class RunSession:
+    """One run of ``spec`` on Ray into ``out_dir`` under the policy named ``policy_name`` (see the module docstring)."""
+
+    def __init__(self, spec: PipelineSpec, out_dir: Path | str, policy_name: str, *, runner_name: str, namespace: str = "trident",
+                 settings: RunnerSettings | None = None, scaler: ElasticScaler | None = None) -> None:
+        self.spec = spec
+        self.out = Path(out_dir)
+        self.policy_name = policy_name
+        self.runner_name, self.namespace, self.settings, self.scaler = runner_name, namespace, settings, scaler
+        self.handle: Any = None
+
+    def start(self, starting: PipelineSpec | None = None, external_input: bool = False) -> Any:
+        """Start the named runner in ``starting`` (default ``spec``) and return its handle; a start that fails releases the scaler."""
+        try:
+            self.handle = start_runner(starting or self.spec, self.out, name=self.runner_name, namespace=self.namespace,
+                                       settings=self.settings, external_input=external_input)
+        except BaseException:
+            self._release_scaler()
+            raise
+        return self.handle
+
+    def ended(self) -> RunEnd:
+        """The finished run as the runner tells it (its runner still up)."""
+        summary = ray.get(self.handle.summary.remote())
+        return RunEnd(ray.get(self.handle.state.remote()), ray.get(self.handle.latencies.remote()), tuple(summary["apply_reports"]),
+                      dict(summary.get("replicas_by_node", {})))
+
+    def stop(self, end_loop: Callable[[], T]) -> T:
+        """End the run: a runner not finished (a failed run) is stopped, so a loop that ticks until the end sees it; the loop
+        ends (``end_loop``, whose result is returned); the runner stops and its actor is killed; the scaler's request is
+        cleared, failed or not."""
+        try:
+            self._stop_unfinished()
+            return end_loop()
+        finally:
+            try:
+                stop_runner(self.handle)
+            finally:
+                self._release_scaler()
+
+    def account(self, figures: PolicyFigures | None, end: RunEnd) -> tuple[RunAccount, bytes]:
+        """The run's account from what the policy told (None: no loop told anything, the account is the run's alone), its
+        timeline drawn into ``OUT/timeline.png``; and the PNG."""
+        if figures is None:
+            figures = policy_figures(self.policy_name, None, None, [], starting_configuration(self.spec), end.state)
+        run_account = account_of_run(figures, end.latencies.read_t, end.latencies.done_t, end.state)
+        path = self.out / TIMELINE_PNG
+        png = timeline_png(run_account, list(figures.record.points) if figures.record is not None else [], end.latencies.done_t, path)
+        return run_account.with_png(str(path)), png
+
+    def summary(self, end: RunEnd, account: RunAccount, policy_figures: Mapping[str, Any] | None, *, decisions_made: int,
+                resume: resume_mod.ResumePlan | None = None, outputs: OutputCounts | None = None,
+                near_duplicates: int | None = None) -> RunSummary:
+        """The run's summary (``loop.run_summary``) from the committed output (``outputs`` when read earlier: a corpus run's
+        are published before this), earlier runs' committed shards counted from ``resume``; ``policy_figures``: the keys
+        the policy reports of itself (``PolicyFigures.run_figures``)."""
+        from trident_flows.planning.advice import advice_dict  # here: planning reads the simulator, which imports this module
+
+        state = end.state
+        return run_summary(self.spec.name, self.policy_name, str(self.out), state, outputs or output_counts(self.out),
+                           items_in=state.items_in + (resume.items_skipped if resume is not None else 0), items_done=state.items_in,
+                           decisions_made=decisions_made, apply_reports=end.apply_reports, policy_figures=policy_figures,
+                           latency=end.latencies.percentiles(), output_note=output_note(self.spec),
+                           shards_total=resume.shards_total if resume is not None else 0,
+                           shards_skipped=resume.shards_skipped if resume is not None else 0, advice=advice_dict(state),
+                           replicas_by_node=end.replicas_by_node, account=account,
+                           elastic=self.scaler.summary() if self.scaler is not None else None, near_duplicates=near_duplicates)
+
+    def _stop_unfinished(self) -> None:
+        try:
+            if not ray.get(self.handle.state.remote(), timeout=STOP_TIMEOUT_S).finished:
+                ray.get(self.handle.stop.remote(), timeout=STOP_TIMEOUT_S)
+        except ray.exceptions.RayError:  # a runner gone, or not answering in time: stop_runner kills it
+            pass
+
+    def _release_scaler(self) -> None:
+        if self.scaler is not None:
+            self.scaler.release()
+
+
+def output_counts(out: Path) -> OutputCounts:
+    """The committed output of ``out`` counted by input item (``runtime.sink.account``)."""
+    acc = account(out)
+    return OutputCounts(items_written=acc.items_written, items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
+                        rows_written=acc.rows_written, duplicate_ids=acc.duplicate_ids)
+
+
 def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSettings | None = None, policy: Policy | None = None,
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
                  name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5,
@@ -248,65 +315,32 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
         refuse_used_out(out)
     for p in old:
         p.unlink()
-    name = name or f"trident-runner-{uuid.uuid4().hex[:8]}"
     if resume is not None and resume.committed:
         resume_pipeline(spec, out)  # e.g. the near-duplicate index seeded with the committed documents
     feeder = resume_mod.ShardFeeder(resume.pending) if resume is not None else None
-    starting = getattr(policy, "starting_spec", None)
-    started = starting(spec) if starting is not None else spec  # Trident may start in what its memory learned
-    try:
-        handle = start_runner(started, out, name=name, namespace=namespace, settings=settings, external_input=feeder is not None)
-    except BaseException:
-        if scaler is not None:
-            scaler.release()
-        raise
+    policy_name = policy.name if policy is not None else "none"
+    session = RunSession(spec, out, policy_name, runner_name=name or f"trident-runner-{uuid.uuid4().hex[:8]}", namespace=namespace,
+                         settings=settings, scaler=scaler)
+    starting = getattr(policy, "starting_spec", None)  # Trident may start in what its memory learned
+    handle = session.start(starting(spec) if starting is not None else None, external_input=feeder is not None)
     loop = ControlLoop(handle, policy, tick_s, decision_log, scaler).start() if policy is not None else None
     try:
         while True:
             if feeder is not None:
                 feeder.pump(handle)
-            summary = ray.get(handle.wait.remote(poll_s))
+            finished = ray.get(handle.wait.remote(poll_s))["finished"]
             if progress is not None:
                 progress(ray.get(handle.state.remote()))
-            if summary["finished"]:
+            if finished:
                 break
-        final_state: RunnerState = ray.get(handle.state.remote())
-        latencies = ray.get(handle.latencies.remote())
+        end = session.ended()
         samples = ray.get(handle.samples.remote(0)).samples
     finally:
-        stop_runner(handle, loop)
-    finish = getattr(policy, "finish", None)
-    if finish is not None:
-        finish(final_state)  # a policy that keeps something across runs (Trident's memory) writes it now
-    start = [(op.name, op.config, op.replicas) for op in spec.operators]
-    figures = policy_figures(policy.name if policy is not None else "none", policy, loop.record if loop is not None else None, samples,
-                             start, final_state)
-    run_account = account_of_run(figures, latencies.read_t, latencies.done_t, final_state)
-    timeline = out / TIMELINE_PNG
-    timeline_png(run_account, list(loop.record.points) if loop is not None else [], latencies.done_t, timeline)
-    run_account = run_account.with_png(str(timeline))
+        session.stop(loop.stop if loop is not None else lambda: None)
+    figures = end_policy(policy_name, policy, loop.record if loop is not None else None, samples, spec, end.state)
+    run_account, _ = session.account(figures, end)
     finish_pipeline(spec, out)  # e.g. near-duplicates found out of order, settled in the committed output
-    from trident_flows.planning.advice import advice_dict  # here: planning reads the simulator, which imports this module
-    acc = account(out)
-    items_in = final_state.items_in + (resume.items_skipped if resume is not None else 0)
-    return RunSummary(
-        pipeline=spec.name, policy=policy.name if policy is not None else "none", out_dir=str(out), items_in=items_in,
-        items_written=acc.items_written, items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
-        items_missing=items_in - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
-        duplicate_ids=acc.duplicate_ids, wall_s=final_state.wall_s,
-        throughput_items_per_s=final_state.items_in / final_state.wall_s if final_state.wall_s > 0 else 0.0,
-        ooms=final_state.ooms, reconfigurations=final_state.reconfigurations, rolling_update_dip=float(summary["rolling_update_dip"]),
-        decisions_made=loop.decisions if loop is not None else 0, operators=operator_figures(final_state),
-        apply_reports=tuple(summary["apply_reports"]), error=final_state.error, output_note=output_note(spec),
-        shards_total=resume.shards_total if resume is not None else 0, shards_skipped=resume.shards_skipped if resume is not None else 0,
-        advice=advice_dict(final_state), replicas_by_node=dict(summary.get("replicas_by_node", {})), **latencies.percentiles(),
-        account=run_account, elastic=scaler.summary() if scaler is not None else {}, **_policy_figures(policy))
-
-
-def _policy_figures(policy: Policy | None) -> dict[str, Any]:
-    """The ``RunSummary`` fields a policy reports of itself (Trident: its memory and source regimes)."""
-    figures = getattr(policy, "run_figures", None)
-    return figures() if figures is not None else {}
+    return session.summary(end, run_account, figures.run_figures, decisions_made=loop.decisions if loop is not None else 0, resume=resume)
 
 
 def _summary_table(summary: RunSummary) -> Any:
@@ -347,17 +381,11 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
 
 def _committed_summary(pipeline: str, policy: str, plan: resume_mod.ResumePlan) -> RunSummary:
     """The summary of a run whose shards were all committed earlier (nothing to start)."""
-    acc = account(plan.out_dir)
-    items = plan.manifest.items
-    return RunSummary(pipeline=pipeline, policy=policy, out_dir=plan.out_dir, items_in=items, items_written=acc.items_written,
-                      items_dead_lettered=acc.items_dead_lettered, items_dropped=acc.items_dropped,
-                      items_missing=items - acc.items_written - acc.items_dead_lettered, rows_written=acc.rows_written,
-                      duplicate_ids=acc.duplicate_ids, wall_s=0.0, throughput_items_per_s=0.0, ooms=0, reconfigurations=0,
-                      rolling_update_dip=0.0, decisions_made=0, operators={}, apply_reports=(), shards_total=plan.shards_total,
-                      shards_skipped=plan.shards_skipped,
-                      account=build_account(policy, None, np.empty(0), np.empty(0), OomsAvoided(None, (), "not counted: nothing ran"),
-                                            Estimate(None, "no estimate: nothing ran"), 0.0,
-                                            "nothing ran: an earlier run committed every shard"))
+    return run_summary(pipeline, policy, plan.out_dir, None, output_counts(Path(plan.out_dir)), items_in=plan.manifest.items, items_done=0,
+                       decisions_made=0, shards_total=plan.shards_total, shards_skipped=plan.shards_skipped,
+                       account=build_account(policy, None, np.empty(0), np.empty(0), OomsAvoided(None, (), "not counted: nothing ran"),
+                                             Estimate(None, "no estimate: nothing ran"), 0.0,
+                                             "nothing ran: an earlier run committed every shard"))
 
 
 def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input: Path | str | None, synth: int | None, regimes: str | None,

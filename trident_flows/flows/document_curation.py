@@ -23,9 +23,11 @@ Contract:
   starting configuration's rate, and the throughput timeline inlined; the PNG is also written to
   ``OUTPUT/timeline.png``), from the figures the sidecar took at the pipeline's end (for the
   ``static`` policy, from the run alone). Each shard
-  task run logs its items in / kept / filtered / dead-lettered. The flow returns the summary and
-  ``replicas_by_node`` (node id -> operator -> replicas that ran there) and the account's keys
-  (those of ``trident-flows run --summary-json``), and logs it by node.
+  task run logs its items in / kept / filtered / dead-lettered. The runner's lifecycle, the account
+  and the summary are ``control.launch.RunSession``'s, as for ``trident-flows run``. The flow returns
+  the run summary (``loop.run_summary.RunSummary.to_dict()``: the keys of ``trident-flows run
+  --summary-json``, ``replicas_by_node`` among them, plus its curation figures ``kept``,
+  ``near_duplicates``, ``filtered``, ``dead_lettered`` and ``shards``) and logs where the replicas ran by node.
 - Trident tunes every run unless told otherwise: the flow starts the ``trident-sidecar`` flow as its
   subflow as soon as the runner is up (in a thread of this process, ticking every ``tick_interval_s``)
   and waits for it to end once the pipeline has finished, before the runner is stopped: one
@@ -54,6 +56,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -66,18 +69,18 @@ from prefect_ray.context import remote_options
 from trident_flows import ray_data
 from trident_flows.blocks import PipelineSettingsBlock, RayClusterBlock, TridentSettingsBlock
 from trident_flows.blocks.s3_credentials import load_credentials
-from trident_flows.control.account import PolicyFigures, RunAccount, account_of_run, policy_figures
-from trident_flows.control.account_plot import TIMELINE_PNG, timeline_png
+from trident_flows.control.account import PolicyFigures, RunAccount
 from trident_flows.control.corpus_run import CorpusRun, decisions_of, describe
-from trident_flows.control.launch import memory_uri, start_runner
+from trident_flows.control.launch import RunSession, memory_uri, output_counts
 from trident_flows.core.state import RuntimeConfigError
 from trident_flows.flows.prefect_env import worker_env
+from trident_flows.loop.run_summary import OutputCounts, RunSummary, run_summary
 from trident_flows.pipelines import build_pipeline, finish_pipeline, resume_pipeline
 from trident_flows.pipelines.quality import output_note
 from trident_flows.runtime.nodes import read_nodes
 from trident_flows.runtime.resume import open_run
 from trident_flows.runtime.sizing import fit_to_nodes
-from trident_flows.tasks.curation import CurationSummary, curate_shard, plan_shards, summarise
+from trident_flows.tasks.curation import count_near_duplicates, curate_shard, plan_shards, summary_table
 
 
 def _artifact_key(name: str) -> str:
@@ -157,12 +160,11 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     connection = cluster.connect(env_vars=env)
     logger.info("%s", _ray_origin(cluster, connection))
     try:
-        summary, replicas_by_node, account, corpus_figures = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards,
-                                                                     shard_timeout_s, trident)
+        summary = _curate(pipeline, cluster, connection.namespace, env, max_parallel_shards, shard_timeout_s, trident)
     finally:
         if connection.started_by_us:
             ray.shutdown()
-    return {**summary.to_dict(), "replicas_by_node": replicas_by_node, **(account.to_dict() if account is not None else {}), **corpus_figures}
+    return summary.to_dict()
 
 
 class _Sidecar:
@@ -221,14 +223,14 @@ def _corpus_run(pipeline: PipelineSettingsBlock, out_dir: Path) -> Optional[Corp
     return corpus
 
 
-def _corpus_figures(corpus: CorpusRun, out_dir: Path, key: str, summary: CurationSummary, decisions: dict[str, Any]) -> dict[str, Any]:
+def _corpus_figures(corpus: CorpusRun, out_dir: Path, key: str, outputs: OutputCounts, decisions: dict[str, Any]) -> dict[str, Any]:
     """Commit a corpus run to its table (``CorpusRun.publish``; none without a table) and show its figures on the run's page."""
     logger = get_run_logger()
     if corpus.table is None:
         figures = corpus.figures()
     else:
-        items = {"items_written": summary.kept + summary.near_duplicates + summary.filtered, "items_dead_lettered": summary.dead_lettered,
-                 "items_dropped": summary.near_duplicates + summary.filtered}
+        items = {"items_written": outputs.items_written, "items_dead_lettered": outputs.items_dead_lettered,
+                 "items_dropped": outputs.items_dropped}
         figures = corpus.publish(out_dir, items, decisions, flow_run_id=str(get_run_context().flow_run.id))
         logger.info("committed version %d of %s", figures["table_version"], corpus.table.location.uri)
     labels = {"files_new": "new files", "files_changed": "changed files", "files_unchanged": "unchanged files", "files_deleted": "deleted files",
@@ -265,18 +267,21 @@ def _prepare_inputs(pipeline: PipelineSettingsBlock, out_dir: Path, corpus: Opti
 
 
 def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace: str, env: dict[str, str], max_parallel_shards: int,
-            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None
-            ) -> tuple[CurationSummary, dict[str, dict[str, int]], Optional[RunAccount], dict[str, Any]]:
-    """The body of ``document_curation`` once connected to Ray: the summary, where the replicas ran, the run's account (None when
-    a corpus run had nothing to curate) and a corpus run's figures."""
+            shard_timeout_s: float, trident: Optional[TridentSettingsBlock] = None) -> RunSummary:
+    """The body of ``document_curation`` once connected to Ray: the run's summary (with no account when a corpus run had
+    nothing to curate; with a corpus run's figures)."""
     logger = get_run_logger()
     out_dir = Path(pipeline.output_location).resolve()
     corpus = _corpus_run(pipeline, out_dir)
     key = _artifact_key(f"curation-{pipeline.runner_name}")
+    trident = sidecar_settings(trident)
+    policy_name = trident.policy if trident is not None else "static"
     if corpus is not None and not corpus.work.items:
         logger.info("no new or changed file: nothing to curate")
-        summary = summarise(str(out_dir), 0, 0, 0.0)
-        return summary, {}, None, _corpus_figures(corpus, out_dir, key, summary, {"policy": "none", "reconfigurations": 0, "plans": []})
+        outputs = output_counts(out_dir)
+        summary = run_summary(corpus.spec.name, policy_name, str(out_dir), None, outputs, items_in=0, items_done=0, decisions_made=0,
+                              near_duplicates=count_near_duplicates(out_dir))
+        return replace(summary, corpus=_corpus_figures(corpus, out_dir, key, outputs, {"policy": "none", "reconfigurations": 0, "plans": []}))
     spec, shards = _prepare_inputs(pipeline, out_dir, corpus)
     items_in = sum(len(s.rows) for s in shards)
     logger.info("pipeline %s: %d items in %d shards of up to %d", spec.name, items_in, len(shards), pipeline.shard_size)
@@ -297,17 +302,18 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
     if corpus is not None:
         logger.info("near-duplicate index seeded with %d documents of earlier runs", corpus.seed())
     progress_id = create_progress_artifact(0.0, key=f"{key}-progress", description=f"{spec.name}: 0/{items_in} items")
+    session = RunSession(spec, out_dir, policy_name, runner_name=pipeline.runner_name, namespace=namespace)
     start = time.monotonic()
     logger.info("starting the pipeline runner %r (its operators' replicas start on the Ray cluster)", pipeline.runner_name)
-    runner = start_runner(spec, out_dir, name=pipeline.runner_name, namespace=namespace, external_input=True)
+    runner = session.start(external_input=True)
     logger.info("pipeline runner %r up in %.1f s", pipeline.runner_name, time.monotonic() - start)
-    trident = sidecar_settings(trident)
     if trident is not None and trident.policy == "trident" and trident.memory is None:
         # what earlier runs of the pipeline learned, beside the output (as ``trident-flows run`` keeps it)
         trident = trident.model_copy(update={"memory": memory_uri(None, out_dir, spec.name)})
     if trident is None:
         logger.info("policy static: the pipeline runs as configured, with no trident-sidecar")
     sidecar = _Sidecar(pipeline.runner_name, trident, sum(len(s.rows) for s in todo)) if trident is not None else None
+    corpus_figures: dict[str, Any] = {}
     try:
         with cluster.task_runner(env_vars=env) as ray_runner, remote_options(num_cpus=0, runtime_env={"env_vars": env}):
             pending: list[Any] = []
@@ -332,58 +338,42 @@ def _curate(pipeline: PipelineSettingsBlock, cluster: RayClusterBlock, namespace
         if final.error:
             raise RuntimeError(f"pipeline {spec.name} failed: {final.error}")
         finish_pipeline(spec, out_dir)  # e.g. near-duplicates found out of order, settled in the committed output
-        wall_s = time.monotonic() - start
-        runner_summary = ray.get(runner.summary.remote())
-        replicas_by_node = runner_summary["replicas_by_node"]
-        latencies = ray.get(runner.latencies.remote())
-        _log_replicas_by_node(replicas_by_node)
+        end = session.ended()
+        outputs, near_duplicates = output_counts(out_dir), count_near_duplicates(out_dir)
+        _log_replicas_by_node(end.replicas_by_node)
         update_progress_artifact(progress_id, *_progress(runner, items_in))
-        corpus_figures: dict[str, Any] = {}
         if corpus is not None:  # while the near-duplicate index lives: the table gets the index the run ends with
-            summary = summarise(str(out_dir), items_in, len(shards), wall_s)
-            decisions = decisions_of(trident.policy if trident is not None else "static", final.reconfigurations,
-                                     runner_summary["apply_reports"])
-            corpus_figures = _corpus_figures(corpus, out_dir, key, summary, decisions)
+            decisions = decisions_of(policy_name, end.state.reconfigurations, end.apply_reports)
+            corpus_figures = _corpus_figures(corpus, out_dir, key, outputs, decisions)
     finally:
-        if sidecar is not None and not ray.get(runner.state.remote()).finished:
-            ray.get(runner.stop.remote())  # a failed run: stopping marks it finished, which ends the sidecar
-        figures = sidecar.join(timeout_s=trident.tick_interval_s + 120.0) if sidecar is not None else None
-        ray.get(runner.stop.remote())
-        ray.kill(runner)
+        # the sidecar ends within a tick of the pipeline's end (a failed run's runner is stopped first, which ends it)
+        figures = session.stop(lambda: sidecar.join(timeout_s=trident.tick_interval_s + 120.0) if sidecar is not None else None)
         _release_shared_state(spec)
     if pipeline.ray_data_pipeline:
         logger.info("Ray Data output: %d rows in %s", ray_data.publish(out_dir)["rows"], out_dir / "dataset")
-    if corpus is None:
-        summary = summarise(str(out_dir), items_in, len(shards), wall_s)
-    create_table_artifact(summary.table(), key=f"{key}-summary",
+    if figures is None and trident is not None:
+        logger.warning("the account has no figures of the %s policy: its sidecar did not see the pipeline's end", policy_name)
+    account, png = session.account(figures, end)
+    decisions_made = len(figures.record.decisions) if figures is not None and figures.record is not None else 0
+    summary = replace(session.summary(end, account, figures.run_figures if figures is not None else None, decisions_made=decisions_made,
+                                      resume=plan, outputs=outputs, near_duplicates=near_duplicates), corpus=corpus_figures)
+    create_table_artifact(summary_table(summary), key=f"{key}-summary",
                           description=f"{spec.name} into {out_dir}: kept, removed, dead-lettered items and throughput")
-    account = _publish_account(spec, out_dir, key, final, latencies, figures, trident)
+    _publish_account(account, png, key)
+    curated = summary.curation
     logger.info("curated %d items: %d kept, %d near-duplicates, %d filtered, %d dead-lettered, %.3g items/s",
-                summary.items_in, summary.kept, summary.near_duplicates, summary.filtered, summary.dead_lettered,
+                summary.items_in, curated.kept, curated.near_duplicates, curated.filtered, curated.dead_lettered,
                 summary.throughput_items_per_s)
-    return summary, replicas_by_node, account, corpus_figures
+    return summary
 
 
-def _publish_account(spec: Any, out_dir: Path, key: str, final: Any, latencies: Any, figures: Optional[PolicyFigures],
-                     trident: Optional[TridentSettingsBlock]) -> RunAccount:
-    """The run's account from the sidecar's figures (from the run alone for the static policy, or a sidecar that did not
-    see the end), its timeline written beside the output and the markdown artifact on this run."""
-    if figures is None:
-        policy = trident.policy if trident is not None else "static"
-        start = [(op.name, op.config, op.replicas) for op in spec.operators]
-        figures = policy_figures(policy, None, None, [], start, final)
-        if trident is not None:
-            get_run_logger().warning("the account has no figures of the %s policy: its sidecar did not see the pipeline's end", policy)
-    account = account_of_run(figures, latencies.read_t, latencies.done_t, final)
-    points = list(figures.record.points) if figures.record is not None else []
-    png = timeline_png(account, points, latencies.done_t, out_dir / TIMELINE_PNG)
-    account = account.with_png(str(out_dir / TIMELINE_PNG))
+def _publish_account(account: RunAccount, png: bytes, key: str) -> None:
+    """The run's account as the markdown artifact on this run (its timeline inlined), and its lines in the log."""
     create_markdown_artifact(account.markdown(png), key=f"{key}-account",
                              description=f"What {account.policy} did: {len(account.decisions)} decision(s), OOMs avoided, "
                                          "the ESTIMATE of the starting configuration's rate, the throughput timeline")
     for line in account.lines():
         get_run_logger().info("%s", line)
-    return account
 
 
 def _log_replicas_by_node(replicas_by_node: dict[str, dict[str, int]]) -> None:

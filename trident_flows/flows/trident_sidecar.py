@@ -22,10 +22,10 @@ Contract:
   device, a chart of throughput and replicas over time) and the decisions table
   (``trident-decisions-<runner>``: one plain sentence per decision, figures in columns).
 - When the runner is gone or finished, the sidecar's memory actor is removed and the flow ends; on a
-  finished run the policy's ``finish(state)`` runs first (Trident writes its memory across runs);
-  at the pipeline's end it also takes what only the policy can tell for the run's account
-  (``control.account.policy_figures``: its record of ticks and decisions, OOMs avoided, the
-  ESTIMATE of the starting configuration's rate, why no decision was made) and returns it as
+  finished run the policy's end comes first (``control.launch.end_policy``, as ``trident-flows run``
+  ends its policy: ``finish(state)``, Trident writing its memory across runs, then what only the
+  policy can tell for the run's account: its record of ticks and decisions, OOMs avoided, the
+  ESTIMATE of the starting configuration's rate, why no decision was made), returned as
   ``account_figures`` (None when it did not see the end), for the curation run to publish.
 - With a goal in the settings (``deadline`` or ``budget``) and ``items_total`` (the curation run's
   items; a scheduled sidecar does not know them and says so once), every tick also takes a scale
@@ -46,8 +46,9 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 
 from trident_flows.blocks import RayClusterBlock, TridentSettingsBlock
-from trident_flows.control.account import PolicyFigures, policy_figures
+from trident_flows.control.account import PolicyFigures
 from trident_flows.control.elastic import ElasticScaler
+from trident_flows.control.launch import end_policy
 from trident_flows.control.loop import RecordKeeper
 from trident_flows.core.decision import Decision, Hold, HoldKind
 from trident_flows.loop.clock import WallClock
@@ -140,11 +141,8 @@ class _Tuner:
         tick = loop.tick()
         memory = self._scale(state, seen.memory)
         if tick.finished:
-            policy = loop.policy
-            if policy is not None and hasattr(policy, "finish"):
-                policy.finish(state)  # Trident writes what this run learned to its memory across runs
+            self.figures = self._end(loop.policy, memory, state)
             self._publish(memory, state, "The pipeline finished" + (f": {state.error}" if state.error else ""), force=True)
-            self.figures = self._figures(policy, memory, state)
             forget_memory(self.runner_name, self.namespace)
             return {"status": "finished", "items_written": state.items_written}
         if loop.policy is not None and (tick.decision is not None or tick.error):
@@ -171,12 +169,12 @@ class _Tuner:
         save_memory(self.runner_name, self.namespace, memory)
         return {**result, "samples": tick.samples, "throughput": state.throughput, "status_sentence": status}
 
-    def _figures(self, policy: Any, memory: SidecarMemory, state: Any) -> PolicyFigures:
-        """What the policy can tell about the finished run (its runner is still up: the curation run stops it after this flow)."""
+    def _end(self, policy: Any, memory: SidecarMemory, state: Any) -> PolicyFigures:
+        """The policy's end of the finished run (``control.launch.end_policy``: Trident writes what this run learned to its
+        memory across runs) and what it can tell about the run (its runner is still up: the curation run stops it after this flow)."""
         spec = pipeline_spec_of(self.runner_name, self.namespace)
         samples = pull_samples(self.runner_name, self.namespace, 0).samples
-        start = [(op.name, op.config, op.replicas) for op in spec.operators]
-        return policy_figures(self.settings.policy, policy, memory.record, samples, start, state)
+        return end_policy(self.settings.policy, policy, memory.record, samples, spec, state)
 
     def _publish(self, memory: SidecarMemory, state: Any, status: str, force: bool) -> SidecarMemory:
         unit = unit_of(state.pipeline)

@@ -2,6 +2,6 @@
 simulator's. Pure Python: it imports only ``core`` and ``scheduler`` (no Ray, no Prefect).
 
 ``tick_loop`` (``TickLoop``: read, decide, apply, record), ``apply`` (the apply step: a plan to the
-runner, an exception a refusal, the outcome to the policy), ``clock`` (``WallClock``) and
-``figures`` (the run summary's per-operator figures).
+runner, an exception a refusal, the outcome to the policy), ``clock`` (``WallClock``),
+``figures`` (the run summary's per-operator figures) and ``run_summary`` (the one run summary).
 """

@@ -8,11 +8,14 @@ Contract:
   simulated clock before its plan lands; an apply blocks the loop until its steps are done. A refused
   plan, or a policy that raises, is logged and the run goes on. It ends when the stream is done or at
   ``duration_s`` simulated seconds. ``decision_log`` is the loop's JSON-lines log.
-- ``SimRun.summary`` has the keys of ``trident-flows run --summary-json`` (``RunSummary``) plus
-  ``simulated: true``, ``items_in_flight``, ``steady_items_per_s`` (input items / (last output - first
-  output)), ``tick_ms_p50`` / ``tick_ms_p95`` (CPU), ``tick_wall_ms_p95``, ``tick_errors``, ``sim_wall_s``
-  and ``sim_cpu_s``; ``out_dir`` is empty and ``duplicate_ids`` 0 (nothing is written). ``decisions``:
-  each plan handed to the runner (``sim_t``, ``reason``, ``error``); ``errors``: each failed tick.
+- ``SimRun.summary`` is ``loop.run_summary.RunSummary.to_dict()``, built by the ``run_summary`` that
+  ``trident-flows run --summary-json`` and the curation flow use (no Ray here, so no run session: no
+  account, latencies or advice), with its ``simulation`` figures: ``simulated: true``, ``items_in_flight``,
+  ``first_output_s``, ``steady_items_per_s`` (input items / (last output - first output)), ``tick_ms_p50``
+  / ``tick_ms_p95`` (CPU), ``tick_wall_ms_p95``, ``tick_errors``, ``sim_wall_s``, ``sim_cpu_s``, ``events``
+  and ``decisions`` (the count, as ``decisions_made``); ``out_dir`` is empty and ``duplicate_ids`` 0
+  (nothing is written). ``SimRun.decisions``: each plan handed to the runner (``sim_t``, ``reason``,
+  ``error``); ``errors``: each failed tick.
 - ``SimRun.timeline``: every ``record_s`` simulated seconds, input items done, throughput over the
   interval, replicas per operator, CPUs and GPUs held. ``plot(run, path)`` draws it.
 """
@@ -29,9 +32,9 @@ import numpy as np
 
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerSettings
-from trident_flows.core.types import ClusterSpec, StepKind
+from trident_flows.core.types import ClusterSpec
 from trident_flows.loop.apply import Applied, apply_plan
-from trident_flows.loop.figures import operator_figures
+from trident_flows.loop.run_summary import OutputCounts, RunSummary, run_summary
 from trident_flows.loop.tick_loop import Recorder, TickLoop
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.scheduler.policies import Policy
@@ -91,10 +94,8 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
     finish = getattr(policy, "finish", None)
     if finish is not None:
         finish(runner.state())  # a policy that keeps something across runs (Trident's memory) writes it now
-    run.summary = _summary(runner, policy, loop.loop_state.decisions if loop is not None else 0, run.tick_ms, run.tick_wall_ms,
-                           time.perf_counter() - wall0)
-    run.summary["tick_errors"] = len(run.errors)
-    run.summary["sim_cpu_s"] = time.process_time() - cpu0
+    run.summary = _summary(runner, policy, loop.loop_state.decisions if loop is not None else 0, run, time.perf_counter() - wall0,
+                           time.process_time() - cpu0).to_dict()
     return run
 
 
@@ -125,28 +126,23 @@ def _point(runner: SimRunner, last_done: int, last_t: float) -> dict[str, Any]:
             "items_per_s": (runner.inputs_done - last_done) / dt if dt > 0 else 0.0, "replicas": replicas, "cpus": cpus, "gpus": gpus}
 
 
-def _summary(runner: SimRunner, policy: Policy | None, decisions: int, tick_ms: Sequence[float], tick_wall_ms: Sequence[float],
-             sim_wall_s: float) -> dict[str, Any]:
+def _summary(runner: SimRunner, policy: Policy | None, decisions: int, run: SimRun, sim_wall_s: float, sim_cpu_s: float) -> RunSummary:
     state = runner.state()
-    wall = state.wall_s
     in_flight = int(np.count_nonzero(runner._pending[: runner.items_in]))
-    rolling = [r.dip for r in runner.apply_reports if any(s["kind"] == StepKind.RETIRE.value for s in r.steps_done)
-               and any(s["kind"] == StepKind.START.value for s in r.steps_done)]
     first, last = runner.first_output_at, runner.last_output_at
-    return {
-        "pipeline": runner.spec.name, "policy": policy.name if policy is not None else "none", "out_dir": "",
-        "items_in": runner.items_in, "items_written": runner.inputs_done - runner.inputs_dead,
-        "items_dead_lettered": runner.inputs_dead, "items_dropped": runner.rows_dropped,
-        "items_missing": runner.items_in - runner.inputs_done - in_flight, "rows_written": runner.rows_written, "duplicate_ids": 0,
-        "wall_s": wall, "throughput_items_per_s": runner.inputs_done / wall if wall > 0 else 0.0, "ooms": state.ooms,
-        "reconfigurations": state.reconfigurations, "rolling_update_dip": max(rolling) if rolling else 0.0, "decisions": decisions,
-        "operators": operator_figures(state), "apply_reports": [r.to_dict() for r in runner.apply_reports], "error": state.error,
+    outputs = OutputCounts(items_written=runner.inputs_done - runner.inputs_dead, items_dead_lettered=runner.inputs_dead,
+                           items_dropped=runner.rows_dropped, rows_written=runner.rows_written, duplicate_ids=0)
+    figures = getattr(policy, "run_figures", None)
+    simulation = {
         "simulated": True, "items_in_flight": in_flight, "first_output_s": first,
         "steady_items_per_s": (runner.inputs_done / (last - first)) if first is not None and last is not None and last > first else None,
-        "tick_ms_p50": _pct(tick_ms, 50), "tick_ms_p95": _pct(tick_ms, 95), "tick_wall_ms_p95": _pct(tick_wall_ms, 95),
-        "sim_wall_s": sim_wall_s,
-        "events": runner.events.events_run,
+        "tick_ms_p50": _pct(run.tick_ms, 50), "tick_ms_p95": _pct(run.tick_ms, 95), "tick_wall_ms_p95": _pct(run.tick_wall_ms, 95),
+        "tick_errors": len(run.errors), "sim_wall_s": sim_wall_s, "sim_cpu_s": sim_cpu_s, "events": runner.events.events_run,
+        "decisions": decisions,
     }
+    return run_summary(runner.spec.name, policy.name if policy is not None else "none", "", state, outputs, items_in=runner.items_in,
+                       items_done=runner.inputs_done, decisions_made=decisions, apply_reports=[r.to_dict() for r in runner.apply_reports],
+                       items_in_flight=in_flight, policy_figures=figures() if figures is not None else None, simulation=simulation)
 
 
 def plot(run: SimRun, path: Path, title: str = "") -> Path:

@@ -8,14 +8,15 @@ Contract:
 - ``curate_shard`` is idempotent: it asks the runner whether the shard is already done before
   (re-)adding it, and fails (so Prefect retries it) if the shard is not done within its timeout
   or the runner reports a failure.
-- ``summarise`` reads the committed outputs back: kept, near-duplicate, quality-filtered and
-  dead-lettered items, duplicate ids (must be 0) and throughput.
+- ``count_near_duplicates`` counts the committed rows dropped as near-duplicates (the run summary's
+  ``near_duplicates``, ``loop.run_summary``); ``summary_table`` is the run summary's table artifact:
+  kept, near-duplicate, quality-filtered and dead-lettered items, duplicate ids (must be 0) and throughput.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from trident_flows.loop.run_summary import RunSummary
 from trident_flows.runtime.spec import DROP
 
 # ``_drop`` reasons of near-duplicates: the documents pipeline's dedup operator
@@ -98,50 +100,23 @@ def _status(runner: Any, shard_id: str) -> Any:
         raise
 
 
-@dataclass(frozen=True)
-class CurationSummary:
-    """What one curation run produced, read back from its committed output."""
-
-    items_in: int
-    kept: int
-    near_duplicates: int
-    filtered: int
-    dead_lettered: int
-    duplicate_ids: int
-    shards: int
-    wall_s: float
-    throughput_items_per_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def table(self) -> list[dict[str, Any]]:
-        """Rows for a Prefect table artifact."""
-        labels = {"items_in": "input items", "kept": "kept", "near_duplicates": "near-duplicates removed",
+SUMMARY_LABELS = {"items_in": "input items", "kept": "kept", "near_duplicates": "near-duplicates removed",
                   "filtered": "filtered (quality, language, ...)", "dead_lettered": "dead-lettered (bad input)",
-                  "duplicate_ids": "duplicate ids in output (must be 0)", "shards": "shards",
-                  "wall_s": "wall time (s)", "throughput_items_per_s": "throughput (items/s)"}
-        return [{"figure": labels[k], "value": round(v, 2) if isinstance(v, float) else v} for k, v in self.to_dict().items()]
+                  "duplicate_ids": "duplicate ids in output (must be 0)", "shards": "shards", "wall_s": "wall time (s)",
+                  "throughput_items_per_s": "throughput (items/s)"}
 
 
-def _drop_reasons(out_dir: Path) -> list[str]:
-    reasons: list[str] = []
+def summary_table(summary: RunSummary) -> list[dict[str, Any]]:
+    """Rows of the run summary's Prefect table artifact (``SUMMARY_LABELS``)."""
+    data = summary.to_dict()
+    return [{"figure": label, "value": round(data[k], 2) if isinstance(data[k], float) else data[k]} for k, label in SUMMARY_LABELS.items()]
+
+
+def count_near_duplicates(out_dir: Path) -> int:
+    """Rows of the committed data table dropped as near-duplicates (``NEAR_DUPLICATE_MARKS``)."""
+    count = 0
     for path in sorted((out_dir / "data").glob("shard=*.parquet")):
         table = pq.read_table(path)
         if DROP in table.column_names:
-            reasons.extend(r for r in table.column(DROP).to_pylist() if r)
-    return reasons
-
-
-@task(name="summarise-output", cache_policy=NO_CACHE)
-def summarise(out_dir: str, items_in: int, shards: int, wall_s: float) -> CurationSummary:
-    """Count the committed output: every input item is kept, dropped (with a reason) or dead-lettered."""
-    from trident_flows.runtime.sink import account
-
-    acc = account(Path(out_dir))
-    reasons = _drop_reasons(Path(out_dir))
-    near_dups = sum(1 for r in reasons if r.startswith(NEAR_DUPLICATE_MARKS))
-    return CurationSummary(items_in=items_in, kept=acc.items_written - acc.items_dropped, near_duplicates=near_dups,
-                           filtered=acc.items_dropped - near_dups, dead_lettered=acc.items_dead_lettered,
-                           duplicate_ids=acc.duplicate_ids, shards=shards, wall_s=wall_s,
-                           throughput_items_per_s=items_in / wall_s if wall_s > 0 else 0.0)
+            count += sum(1 for r in table.column(DROP).to_pylist() if r and r.startswith(NEAR_DUPLICATE_MARKS))
+    return count
