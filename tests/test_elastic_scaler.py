@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from trident_flows.control.elastic import ElasticScaler
@@ -100,3 +102,16 @@ def test_the_rate_measured_on_unchanged_nodes_calibrates_the_decision(scaler):
     clock.t += 20  # on the same nodes only 10 items came out in 20 s: 0.5 items/s, 490 items would take 980 s
     d = s.step(state(110, 70.0))
     assert d.action == ScaleAction.ADD and d.nodes >= 1 and len(sent) == 1
+
+
+def test_an_interval_with_a_replica_starting_is_not_read_as_the_clusters_rate(scaler):
+    s, clock, sent = scaler
+    s.items_total = 600
+    clock.t += 50  # the head does 2 items/s: 500 items in 250 s of 550, nothing to add
+    assert s.step(state(100, 50.0)).action == ScaleAction.KEEP
+    clock.t += 20  # 10 items in 20 s, but a replica is in its cold start: the interval says nothing of the nodes' rate
+    starting = state(110, 70.0)
+    cold = replace(starting.operators[0].replicas[0], replica_id="new", warm=False, busy_fraction=0.0)
+    starting = replace(starting, operators=(replace(starting.operators[0], replicas=starting.operators[0].replicas + (cold,)),))
+    d = s.step(starting)
+    assert d.action == ScaleAction.KEEP and sent == []

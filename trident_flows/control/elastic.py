@@ -10,8 +10,9 @@ Contract:
   fraction over the seconds since the scaler first saw it warm; at its first read, since the run's start and
   the replica's cold start) and asks
   ``planning.scale.decide_scale`` with the input items/s done since the last decision as the running
-  nodes' measured rate when the same nodes ran all that interval and items were done in it (otherwise
-  none: the decision rates them with the planner's check); until every operator has worked the decision is a ``WAIT`` and
+  nodes' measured rate when the same nodes and the same warm replicas ran all that interval, no replica is
+  starting and items were done in it (otherwise none: a replica in its cold start would read as a slow
+  cluster; the decision rates the nodes with the planner's check); until every operator has worked the decision is a ``WAIT`` and
   nothing is requested. A decision whose counts differ from the standing request is sent as
   ``request(bundles=pool.bundles(counts))`` (the empty list when it gives every node back). It returns
   the ``ScaleDecision`` (None between intervals). Each decision is kept with its measured effect: the
@@ -62,6 +63,7 @@ class ElasticScaler:
         self._last_seen: float | None = None  # the last state read (node seconds are counted between reads)
         self._last_done: tuple[float, int] | None = None  # (time, items done) at the last decision
         self._last_running: dict[str, int] | None = None  # live pool nodes at the last decision
+        self._last_serving: frozenset[str] = frozenset()  # the warm replicas at the last decision
         self._base_s = 0.0
         self._warm_since: dict[str, float] = {}  # replica id -> when it was first seen warm (its busy fraction is since then)
 
@@ -93,8 +95,10 @@ class ElasticScaler:
             return None
         self._last_step = now
         done = state.items_written + state.items_dead_lettered
+        serving = _serving(state)
         measured = None
-        if self._last_done is not None and self._last_running == running and now > self._last_done[0] and done > self._last_done[1]:
+        if (self._last_done is not None and self._last_running == running and self._last_serving == serving and not _starting(state)
+                and now > self._last_done[0] and done > self._last_done[1]):
             measured = (done - self._last_done[1]) / (now - self._last_done[0])
         decision = self._decide(state, running, done, now, measured)
         self.rate_before = None
@@ -102,7 +106,7 @@ class ElasticScaler:
             self.rate_before = (done - self._last_done[1]) / (now - self._last_done[0])
             if self.last is not None:
                 self._measured(self.rate_before)
-        self._last_done, self._last_running = (now, done), dict(running)
+        self._last_done, self._last_running, self._last_serving = (now, done), dict(running), serving
         self.last = decision
         if dict(decision.counts) != self.requested:
             self.request(bundles=self.pool.bundles(decision.counts))
@@ -155,3 +159,13 @@ class ElasticScaler:
                 "last_decision": self.last.to_dict() if self.last is not None else None, "nodes_requested": self.nodes_requested,
                 "node_seconds": dict(self.node_seconds), "cost": self.spent, "currency": self.pool.classes.currency,
                 "request_cleared": self.released}
+
+
+def _serving(state: RunnerState) -> frozenset[str]:
+    """The replicas serving now: warm and not draining."""
+    return frozenset(r.replica_id for op in state.operators for r in op.replicas if r.warm and not r.draining)
+
+
+def _starting(state: RunnerState) -> bool:
+    """Whether a replica is still in its cold start."""
+    return any(not r.warm for op in state.operators for r in op.replicas)
