@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from trident_flows.control.account import ROLLED_BACK, PolicyFigures, account_of_run, build_account, policy_figures, why_no_decisions
 from trident_flows.control.account_plot import timeline_png
@@ -15,7 +16,7 @@ from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecor
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
 from trident_flows.core.changes import OperatorChange
 from trident_flows.core.decision import Decision, Hold, HoldKind
-from trident_flows.core.state import ApplyOutcome, ApplyReport, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ApplyOutcome, ApplyReport, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.loop.apply import Applied
 from trident_flows.scheduler.operator_model import OperatorModel
@@ -29,10 +30,12 @@ NO_ESTIMATE = Estimate(None, "no estimate: test")
 
 def _state(items_in: int, ops: dict[str, tuple[int, int]], wall_s: float = 100.0) -> RunnerState:
     """A runner state: per operator (items taken, serving replicas of config A)."""
-    operators = tuple(OperatorState(name, tuple(ReplicaState(f"{name}-{k}", f"a-{name}-{k}", A, True, False, False, 0, 0.5, 1, 0)
-                                                for k in range(replicas)), 0, 0, taken, taken, 0, 0.5, 0, 0)
+    operators = tuple(operator_state(name=name, replicas=tuple(replica_state(replica_id=f"{name}-{k}", actor_name=f"a-{name}-{k}", config=A,
+                                                                             busy_fraction=0.5, batches=1)
+                                                for k in range(replicas)), items_in=taken, items_out=taken, busy_fraction=0.5)
                       for name, (taken, replicas) in ops.items())
-    return RunnerState("p", operators, items_in, items_in, 0, 0, items_in, True, True, wall_s, items_in / wall_s, 4, 0, 0, 0)
+    return runner_state(operators=operators, items_in=items_in, items_written=items_in, rows_written=items_in, input_closed=True, finished=True,
+                        wall_s=wall_s, throughput=items_in / wall_s, cluster_cpus=4)
 
 
 def _record_at_rates(before: float, after: float, switch: float, end: float) -> tuple[RunRecord, np.ndarray]:
