@@ -1,47 +1,20 @@
 """Starting and finding runners, running a pipeline to the end, and the ``trident-flows run`` glue.
 
 Contract:
-- ``check_pipeline(spec, settings, cpus, gpus)`` refuses, before anything starts, a pipeline
-  whose initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``
-  naming the operator and what to change).
-- ``start_runner(spec, out_dir, *, name, namespace, settings, external_input, detached)``
-  creates the named runner actor and starts it; ``find_runner(name, namespace)`` returns a
-  handle to it from any driver of the same cluster.
-- ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
-  end (with the control loop when a policy is given; started in the policy's ``starting_spec(spec)``
-  where it has one, while the account's starting configuration stays ``spec``'s), stops the runner, and reads the outputs
-  back to count items and duplicate ids. Its ``account`` (``control.account``) says what the
-  policy did: the decisions with their measured effect, OOMs avoided, the ESTIMATE of the
-  starting configuration's rate, and the throughput timeline drawn into ``OUT/timeline.png``. With a ``scaler``
-  (``control.elastic.ElasticScaler``; it needs a policy) the control loop takes a scale step each tick and the
-  scaler's request is cleared once the run stopped, failed or not; the summary's ``elastic`` is its summary. With ``resume=`` (a ``resume.ResumePlan``) it first
-  restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
-  documents near-duplicate index), feeds only the plan's pending shards and counts the committed
-  ones in the summary. A policy with ``finish(state)`` is told the final state once the loop stopped
-  (Trident writes its memory) and one with ``run_figures()`` adds its figures to the summary.
-- ``run_command(...)`` is the CLI ``run``, under ``policy`` (``DEFAULT_POLICY`` unless given): local Ray
-  cluster (or ``address=``), pipeline from
-  the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
-  re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
-  progress bar, summary table, the account's lines and ``--summary-json`` (the account's keys at
-  its top level). Every bad option (unknown pipeline or
-  policy, missing input, an ``out`` holding another run, ``address="auto"``, an unreachable
-  address) raises ``RuntimeConfigError`` saying what to change. Ctrl-C stops the run (committed
-  shards kept, Ray shut down) and says how to resume; a runner that dies is restarted
-  (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
-  A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset, read and published by
-  ``dataset_support`` (the Ray Data integration ``trident_flows.ray_data``, its ``prepare_target`` and
-  ``publish``; it runs pipelines through this module, so it sits above control and the caller hands
-  it in): Ray starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
-  Under trident, ``memory`` (``memory_uri``) is where its memory of earlier runs of the pipeline lives.
-  With ``table`` (the documents pipeline), or an ``input`` that is a filesystem URL, the run is a
-  corpus run (``control.corpus_run``): only new or changed files are processed (``OUT`` is its
-  staging area, cleared once published; a re-run after a kill resumes it), the near-duplicate index
-  is seeded with the table's, the result is committed to the table, and the summary adds the
-  corpus figures (``corpus_run.FIGURES``). A run with no file to process starts no Ray node.
-  A ``goal`` (``--deadline`` or ``--budget``) runs with an ``ElasticScaler`` over the worker classes of
-  ``catalogue`` (``planning.scale.NodePool``): it needs ``address`` (a cluster whose autoscaler trident asks),
-  the trident policy and a catalogue; each missing one is refused naming it.
+- ``check_pipeline(spec, settings, cpus, gpus)`` refuses, before anything starts, a pipeline whose
+  initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``).
+- ``start_runner(...)`` creates and starts the named runner actor; ``find_runner(name, namespace)``
+  returns a handle to it from any driver of the same cluster.
+- ``run_pipeline(spec, out_dir, ...) -> RunSummary`` runs to the end (with the control loop when a
+  policy is given, an ``ElasticScaler`` when a ``scaler`` is, resuming from committed shards with
+  ``resume=``), stops the runner, reads the outputs back (items, duplicate ids) and gives the run's
+  ``account`` (``control.account``, timeline in ``OUT/timeline.png``).
+- ``run_command(...)`` is the CLI ``run``: Ray, the pipeline sized to the cluster and cut into
+  shards (a re-run resumes; ``restart=True`` starts over), progress, summary, ``--summary-json``;
+  ``MODULE:FUNCTION`` Ray Data pipelines through ``dataset_support``; corpus runs with ``table`` or
+  a URL input (``control.corpus_run``); a ``goal`` needs ``address``, trident and a catalogue. A bad
+  option raises ``RuntimeConfigError`` saying what to change; Ctrl-C keeps committed shards and
+  says how to resume; a dead runner is restarted ``RUNNER_RESTARTS`` times.
 """
 
 from __future__ import annotations
