@@ -3,16 +3,14 @@ and the ``document-curation`` flow with a ``table``.
 
 Contract:
 - ``CorpusRun.prepare(input, table, out, retry_dead_letters, credentials=None)``, before Ray
-  starts: opens the input and table (``corpus.location``), plans the work (``corpus.work``: new,
-  changed, retried and requeued files); ``spec`` is the documents pipeline over it. A bad location
-  or setting raises ``RuntimeConfigError`` saying what to change.
+  starts: opens input and table (``corpus.location``) and plans the work (``corpus.work``); ``spec``
+  is the documents pipeline over it. A bad location or setting raises ``RuntimeConfigError``.
 - ``seed()``, before the runner starts: the near-duplicate index gets the table's documents this
-  run does not process again (their answers not trusted), so the run decides as one run over every
-  night's files would.
-- ``publish(out, items, decisions, flow_run_id)``, after the run and while Ray is up: the committed
+  run does not process again, so the run decides as one run over every night's files would.
+- ``publish(out, items, decisions, flow_run_id)``, after the run while Ray is up: the committed
   rows plus earlier rows the index revised go to the table in one commit (manifest and index
-  written first for that version; metadata: run id, counts, decisions); ``OUT``'s run files are
-  then removed. Returns ``FIGURES``, ``table_version`` included.
+  written first for that version; a row's ``path`` is its source URL); ``OUT``'s run files are then
+  removed. Returns ``FIGURES``, ``table_version`` included.
 - ``plan_line``, ``figures()`` and ``describe(figures)`` say the work and its figures in one line.
 """
 

@@ -5,16 +5,14 @@ Contract:
   initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``).
 - ``start_runner(...)`` creates and starts the named runner actor; ``find_runner(name, namespace)``
   returns a handle to it from any driver of the same cluster.
-- ``run_pipeline(spec, out_dir, ...) -> RunSummary`` runs to the end (with the control loop when a
-  policy is given, an ``ElasticScaler`` when a ``scaler`` is, resuming from committed shards with
-  ``resume=``), stops the runner, reads the outputs back (items, duplicate ids) and gives the run's
-  ``account`` (``control.account``, timeline in ``OUT/timeline.png``).
-- ``run_command(...)`` is the CLI ``run``: Ray, the pipeline sized to the cluster and cut into
-  shards (a re-run resumes; ``restart=True`` starts over), progress, summary, ``--summary-json``;
-  ``MODULE:FUNCTION`` Ray Data pipelines through ``dataset_support``; corpus runs with ``table`` or
-  a URL input (``control.corpus_run``); a ``goal`` needs ``address``, trident and a catalogue. A bad
-  option raises ``RuntimeConfigError`` saying what to change; Ctrl-C keeps committed shards and
-  says how to resume; a dead runner is restarted ``RUNNER_RESTARTS`` times.
+- ``run_pipeline(spec, out_dir, ...) -> RunSummary`` runs to the end (with the control loop for a
+  policy, an ``ElasticScaler`` for a ``scaler``, resuming with ``resume=``), stops the runner, reads
+  the outputs back and gives the run's ``account`` (``control.account``).
+- ``run_command(...)`` is the CLI ``run``: Ray, the pipeline sized and sharded (a re-run resumes;
+  ``restart=True`` starts over), progress, summary, ``--summary-json``; ``MODULE:FUNCTION`` through
+  ``dataset_support``; corpus runs (``control.corpus_run``); a ``goal`` needs ``address``, trident
+  and a catalogue. A bad option raises ``RuntimeConfigError`` saying what to change; Ctrl-C keeps
+  committed shards; a dead runner is restarted ``RUNNER_RESTARTS`` times.
 """
 
 from __future__ import annotations

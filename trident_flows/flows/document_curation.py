@@ -3,17 +3,16 @@
 Contract:
 - Connects to the ``RayClusterBlock``'s cluster (or starts a local node), sizes the starting
   replicas to the live nodes (``runtime.sizing.fit_to_nodes``; a cluster too small is refused
-  with what to change), starts the runner as a named actor, and runs each input shard as a task
-  run through prefect-ray's ``RayTaskRunner``, with retries; ``pipeline.ray_data_pipeline``
-  (``MODULE:FUNCTION``) runs a user's Ray Data pipeline instead, published to ``OUTPUT/dataset``.
-- Idempotent per shard: a re-run replaces a shard's partition, never duplicating rows; a flow-run
-  retry skips committed shards after restoring what the pipeline needs from them.
+  saying what to change), starts the runner as a named actor and runs each input shard as a task
+  run through prefect-ray's ``RayTaskRunner``, with retries; ``pipeline.ray_data_pipeline`` runs a
+  user's Ray Data pipeline instead, published to ``OUTPUT/dataset``.
+- Idempotent per shard: a re-run replaces a shard's partition; a flow-run retry skips committed
+  shards after restoring what the pipeline needs from them.
 - Unless ``policy="static"``, the ``trident-sidecar`` flow runs as its subflow for exactly the
-  pipeline's life (memory of earlier runs: ``memory_uri``). With a table or a URL input the run is
-  a corpus run (``control.corpus_run``): only new or changed files, committed to the table.
-- Publishes progress, summary, account (``control.account``) and, for corpus runs, ``corpus``
-  artifacts; returns the summary (``trident-flows run --summary-json``'s keys), ``replicas_by_node``
-  and the corpus figures. Bad ``credentials`` or locations fail before the pipeline starts.
+  pipeline's life. With a table or a URL input the run is a corpus run (``control.corpus_run``).
+- Publishes progress, summary, account and corpus artifacts; returns the summary
+  (``--summary-json``'s keys), ``replicas_by_node`` and the corpus figures. Bad ``credentials`` or
+  locations fail before the pipeline starts.
 """
 
 from __future__ import annotations

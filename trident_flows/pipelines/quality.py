@@ -9,11 +9,10 @@ Contract:
   naming operator, knob, value and what to change).
 - ``quality_settings(operator, cls, config, params)``: each knob's value from ``params`` or its
   default; from ``config`` only when listed in ``params["tunable"]`` (else the config is refused).
-- ``apply_quality(pipeline, specs, quality=, tune=)``: specs with the user's settings; a knob in
-  ``tune`` joins the search space with exactly that range. ``check_settings`` / ``refuse_quality``
-  validate settings by pipeline name before anything is built.
-- ``audit_column`` / ``stamp``: every output row records its quality configuration
-  (``cfg_<operator>_<knob>``); ``tunable_quality`` and ``output_note`` report tunable knobs.
+- ``apply_quality(pipeline, specs, quality=, tune=)``: specs with the user's settings, a ``tune``d
+  knob in the search space with exactly its range; ``check_settings`` / ``refuse_quality`` validate
+  by pipeline name. ``audit_column`` / ``stamp``: every row records its quality configuration;
+  ``tunable_quality`` and ``output_note`` report tunable knobs.
 """
 
 from __future__ import annotations

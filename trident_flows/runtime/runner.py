@@ -7,11 +7,10 @@ Contract:
   ``add_shard``/``close_input``/``shard_status``, ``wait``, ``summary`` and ``stop`` are served
   while it runs, from any driver in the cluster.
 - It composes one part per concept (``feed``, ``work_queue``, ``dispatch``, ``backpressure``,
-  ``routing``, ``lineage``, ``retry``, ``shards``, ``sink_writer``, ``sink``, ``metrics``,
-  ``rollout``, ``pool``) and itself runs one batch on a replica (``wire``, ``payload``), routes or
-  retries it, re-produces rows lost with their node, and replaces dead replicas; an operator whose
-  replicas fail ``max_attempts`` times in a row with none running fails the run.
-- Every replica is pinned to a live node (``node_placement``, refreshed every ``REFRESH_S``).
+  ``routing``, ``lineage``, ``retry``, ``shards``, ``sink_writer``, ``sink``, ``metrics``, ``rollout``,
+  ``pool``), runs each batch on a replica (``wire``, ``payload``), re-produces rows lost with their
+  node and replaces dead replicas; an operator failing ``max_attempts`` times in a row with no
+  replica running fails the run. Replicas are pinned to live nodes (``node_placement``).
 - ``latencies()``: every input item's read, done and commit times (``latency``); ``summary()``: the
   state, apply reports, ``replicas_by_node`` and the runner process's own cost.
 """

@@ -5,13 +5,12 @@ Contract:
   ask/tell for the config maximising ``optimizer_values.objective`` (items/s of one replica per unit
   of resource) with peak memory <= budget * (1 - safety_margin).
 - Safety (``constraint``): a candidate is eligible only when the memory model's upper bound at the
-  worst recent workload is under the limit AND it is near a measured safe config (``knob_radius``,
-  ``growth``; longer steps need room for the working set to double); a device with no safe
-  measurement is entered only at its seed.
-- ``ask`` proposes each device's seed, then safe batch growth while throughput grows, then the
-  largest constrained expected improvement (or the safe step toward it); it returns ``None`` when
-  nothing is worth trying (``status`` says why), does not change state, never re-proposes a measured
-  config, and raises ``NoSafeConfigError`` with no safe start on any device.
+  worst recent workload is under the limit and it is near a measured safe config (``knob_radius``,
+  ``growth``); a device with no safe measurement is entered only at its seed.
+- ``ask`` proposes each device's seed, then safe batch growth, then the largest constrained expected
+  improvement (or the safe step toward it); ``None`` when nothing is worth trying (``status`` says
+  why); it changes no state, never re-proposes a measured config, and raises ``NoSafeConfigError``
+  with no safe start on any device.
 - ``tell_oom(config)`` makes the config and every larger batch unsafe for good and returns the
   ``Rollback``; ``warm_start(observations)`` replays a regime's observations.
 """

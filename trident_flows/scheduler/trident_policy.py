@@ -3,18 +3,16 @@
 Contract:
 - ``TridentPolicy(spec, cluster, settings, *, solve)`` implements ``Policy``: ``tick(state, samples)``
   returns a frozen ``TickRecord`` whose ``decision`` holds the plan to apply (None: keep the current
-  configuration); ``decide`` returns that ``Decision``. It makes no runner call; the caller reports
-  each ``ApplyOutcome`` through ``observe_apply``: a plan that did not land fully is never issued
-  again unchanged against the same placement. ``records`` / ``last_record`` keep recent records.
-- A tick runs its parts (observe, source regimes, regime plans, regime, calibrate, optimize,
-  verify, safety) and decides, the first that applies: roll back a rollout that measured worse; a
-  known regime's pre-positioning; before the evidence gate opens, a memory-safety move or idle
-  capacity, else wait; while verifying, nothing; else placement and the transition's verdict.
+  configuration); ``decide`` returns that ``Decision``. It makes no runner call; each
+  ``ApplyOutcome`` comes back through ``observe_apply`` (a plan that did not land fully is never
+  re-issued unchanged against the same placement). ``records`` / ``last_record`` keep recent ticks.
+- A tick runs its parts and decides, the first that applies: roll back a rollout that measured
+  worse; a known regime's pre-positioning; before the evidence gate opens, a memory-safety move or
+  idle capacity, else wait; while verifying, nothing; else placement and the transition's verdict.
   Every plan carries its ``Rationale``; a tick that issues none says why as a ``Hold``.
-- ``starting_spec(spec)``: the spec a run starts in (the memory's most frequent regime's
-  allocation); ``finish(state)`` writes the memory; ``run_figures()`` its ``RunSummary`` fields.
-- Every step runs guarded: an exception goes to the tick's ``error`` (``ERROR`` when nothing else
-  is issued), the current plan is kept, and each step's milliseconds go to ``timings_ms``.
+- ``starting_spec(spec)``, ``finish(state)`` and ``run_figures()``: the run's start from memory, the
+  memory written at its end, its ``RunSummary`` fields. Every step runs guarded: an exception goes
+  to the tick's ``error`` (``ERROR`` when nothing else is issued), the current plan is kept.
 """
 
 from __future__ import annotations

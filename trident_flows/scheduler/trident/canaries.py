@@ -4,16 +4,14 @@ Contract:
 - ``step(state, new, events, ended, tick)`` runs once a tick for every operator with a config
   space: its optimiser is told its new measurements, its running canary is judged
   (``canary.decide``: accepted configs become placement candidates, rejected ones are told to the
-  optimiser, an OOM makes the config unsafe, one with no batch in ``canary_timeout_s`` is abandoned
-  unless it holds one), and at most one optimiser is asked for a new proposal. Returns the tick's
-  canary plans by operator, an event each; ended ones go to ``ended``.
-- A proposal starts only when canaries are on, the model is fitted, nothing is verified, the
-  placement has ``settled``, the operator is busy enough, the proposal is new, fits the free
-  resources and memory limit, its batch time is under ``canary_max_batch_s`` and the run has time
-  left to pay it back (``needs_s``).
-- ``attach(state, plan, canaries, ended)`` adds the canary plans to ``plan`` (a ``CANARY`` plan
-  alone when None); ``keeping(state, o)`` keeps a canary still being measured; ``exploring(state)``
-  says some operator may still get one (the placement keeps one CPU free for it).
+  optimiser, an OOM makes the config unsafe, one with no batch in ``canary_timeout_s`` is
+  abandoned unless it holds one), and at most one optimiser is asked for a proposal. Returns the
+  tick's canary plans by operator, an event each; ended ones go to ``ended``.
+- A proposal starts only when the placement has ``settled``, nothing is verified, the operator is
+  busy enough, and the proposal is new, fits the free resources and memory limit, is fast enough
+  per batch and can pay back its start in the run's time left (``needs_s``).
+- ``attach(state, plan, canaries, ended)`` adds the canary plans to ``plan``; ``keeping(state, o)``
+  keeps a canary still being measured; ``exploring(state)``: some operator may still get one.
 """
 
 from __future__ import annotations
