@@ -46,7 +46,7 @@ def _deltable(t: pa.DataType) -> pa.DataType:
 
 
 def fit(table: pa.Table, target: pa.Schema | None) -> pa.Table:
-    """``table`` fitted to ``target`` (see the module docstring)."""
+    """``table`` fitted to ``target`` (see ``CorpusTable.commit``)."""
     columns: dict[str, pa.ChunkedArray] = {}
     known = {f.name: f.type for f in target} if target is not None else {}
     for name in table.column_names:

@@ -156,7 +156,7 @@ class PlacementChecker:
       solved once (``seen`` keeps every answer).
     - ``cheapest(target, fixed)`` is the checked cluster of least hourly price whose throughput reaches
       ``target`` (``fixed`` pins some classes' counts); ``least_cost(target)`` the one of least job cost (see
-      the module docstring, step 1). Both are None when none is found: the node-count MILP finds no counts,
+      ``plan_cluster``, step 1). Both are None when none is found: the node-count MILP finds no counts,
       or its answers still fall short after ``MAX_RAISES`` raises of its target.
     """
 
@@ -213,7 +213,7 @@ class PlacementChecker:
         return None
 
     def least_cost(self, target: float) -> ClusterOption | None:
-        """The checked cluster of least job cost whose throughput reaches ``target`` (see the module docstring, step 1).
+        """The checked cluster of least job cost whose throughput reaches ``target`` (see ``plan_cluster``, step 1).
 
         A job costs ``P * (startup + items / T)``. For one hourly price ``P`` the fastest cluster is
         the cheapest job, so the search walks up the price levels: the cheapest price reaching

@@ -41,7 +41,7 @@ def _hardware(resources: Mapping[str, float]) -> tuple[str, tuple[tuple[str, flo
 
 
 def class_name(cpus: float, gpus: float, memory_bytes: int, accelerator: str = "", custom: Iterable[tuple[str, float]] = ()) -> str:
-    """The name of the class of nodes with these resources (see the module docstring)."""
+    """The name of the class of nodes with these resources (see ``read_nodes``)."""
     parts = [f"{cpus:g}cpu"]
     if gpus:
         parts.append(f"{gpus:g}gpu")

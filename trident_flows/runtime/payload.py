@@ -122,7 +122,7 @@ def outline(operator: str, out: Batch) -> Outline:
 
 @dataclass(frozen=True)
 class Stored:
-    """An output batch as it stays in the object store (see the module docstring)."""
+    """An output batch as it stays in the object store (see ``stored``)."""
 
     batch: Batch
     filler: np.ndarray | None = None

@@ -373,7 +373,7 @@ class MemoryModel:
             # warm start: a refit follows one added row, and the last fit's hyperparameters are
             # near the new optimum (cold, these fits were a quarter of an 8-node trident run's policy time)
             kernel = self._start
-            tune = configs != self._tuned_on  # a new peak of a measured config keeps them (module docstring)
+            tune = configs != self._tuned_on  # a new peak of a measured config keeps them (class docstring)
         # each row's own noise in log units: the peak's jitter relative to its working set, so a working
         # set lost in a large resident peak hardly moves the fit (but still anchors it near its config)
         alpha = np.minimum((self.PEAK_JITTER / share) ** 2, self.MAX_ROW_NOISE)
@@ -390,7 +390,7 @@ class MemoryModel:
         """Mean and std of the log WORKING SET (peak minus resident) of each config under the per-item
         ``features`` (one mapping for all configs, or one per config); an ``inf`` mean without any
         measurement (nothing is known to fit). The std is the GP's latent std, without its fitted
-        measurement noise (see the module docstring)."""
+        measurement noise (see the class docstring)."""
         if not self._peaks:
             return np.full(len(configs), math.inf), np.full(len(configs), self.MAX_AMPLITUDE)
         if self._gp is None:

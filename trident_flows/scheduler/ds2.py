@@ -298,7 +298,7 @@ class DS2Policy:
             self._refused = (_parallelism(self.last), dict(self.last.targets))
 
     def _window(self, state: RunnerState) -> list[BatchSample]:
-        """The activation window's samples (see the module docstring); older intervals no operator needs are dropped
+        """The activation window's samples (see the class docstring); older intervals no operator needs are dropped
         (an operator whose input is finished takes no more batches: it holds none back)."""
         keep, need = self.settings.activation_intervals, self.settings.min_batches
         counts = [Counter(x.operator for x in interval if x.outcome == Outcome.OK) for interval in self._intervals]

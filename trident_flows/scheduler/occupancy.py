@@ -139,7 +139,7 @@ class OccupancyTracker:
         taken = op_end.items_in - start[1].items_in
         if taken >= per_round:
             if not _each_finished_since(start[1], finished):
-                return None   # a straggler held a replica throughout (module docstring)
+                return None   # a straggler held a replica throughout (``OccupancyTracker``)
             return SaturatedSpan(name, start[0], at_end, configs, taken, taken / dt, False)
         # fewer than a batch per replica finished: a rate from a handful of batches is noise, but the
         # operator can have done no more than what it finished plus what it holds now

@@ -245,7 +245,7 @@ class RegimeDetector:
         return None
 
     def _burst_over(self, c: "_Cusum", n: int, at: float) -> None:
-        """Reset a build-up that a gap ended before it persisted (module docstring): the sample numbered ``n``
+        """Reset a build-up that a gap ended before it persisted (class docstring): the sample numbered ``n``
         ends at ``at``, more than ``persist_s`` and ten of the build-up's mean spacings after the one before,
         and the build-up (three samples or more) had lasted less than ``persist_s`` by then."""
         prev_at, c.last_at = c.last_at, at
@@ -260,7 +260,7 @@ class RegimeDetector:
 
     # ---------------------------------------------------------------- update
     def observe(self, sample: BatchSample, model: OperatorModel | None, replicas: int) -> RegimeChange | None:
-        """``update`` with the residual of ``sample`` under a snapshot of ``model`` (see the module docstring)."""
+        """``update`` with the residual of ``sample`` under a snapshot of ``model`` (see the class docstring)."""
         return self.observe_many([sample], model, replicas)[0]
 
     def observe_many(self, samples: Sequence[BatchSample], model: OperatorModel | None, replicas: int) -> list[RegimeChange | None]:
@@ -555,7 +555,7 @@ class RegimeDetector:
 
     def _load_explains(self, start: int, shift: float) -> bool:
         """True when the operator's concurrency since sample ``start`` moved against ``shift`` by at least
-        ``load_share`` of it, compared with the ``persist`` samples before (see the module docstring)."""
+        ``load_share`` of it, compared with the ``persist`` samples before (see the class docstring)."""
         rows = np.array([(n, a, b) for n, a, b in self._busy], dtype=float).reshape(-1, 3)
         before = (rows[:, 0] < start) & (rows[:, 0] >= start - self.persist)
         after = rows[:, 0] >= start

@@ -112,7 +112,9 @@ class SimCluster:
         return None
 
     def pin(self, config: OpConfig) -> SimNode | None:
-        """The node a replica with no room waits for (see the module docstring); None if no live node is large enough."""
+        """The node a replica with no room waits for, as the runtime pins it there (hard node affinity) and Ray queues
+        it until that node has room: the live node large enough, ranked as ``place`` ranks them; None if no live node
+        is large enough."""
         pool = [n for n in self.nodes if n.alive and n.node_class.cpus + 1e-9 >= config.cpus and len(n.devices) + 1e-9 >= config.gpus]
         return max(pool, key=lambda n: self._rank(n, config)) if pool else None
 

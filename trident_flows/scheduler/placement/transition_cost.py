@@ -142,7 +142,7 @@ def _serving_throughput(demands: Sequence[OperatorDemand], cluster: ClusterSpec,
 
 def _priced(rollout: _Rollout, demands: Sequence[OperatorDemand], plan: Plan, t_now: float, t_new: float,
             regime_duration_s: float, benefit_ratio: float, run_left_s: float | None = None) -> Transition:
-    """The items the rollout gains and costs over the regime, and ROLL_OUT or WAIT (see the module docstring)."""
+    """The items the rollout gains and costs over the regime, and ROLL_OUT or WAIT (see ``plan_transition``)."""
     by_name = {d.name: d for d in demands}
     steps = rollout.steps
 

@@ -9,7 +9,8 @@ Contract:
   run code) to a path or any pyarrow filesystem URI, atomically.
 - ``load(uri, pipeline, cluster) -> Loaded`` never raises for what it reads: a missing memory is a
   silent cold start; an unreadable, other-version or other-pipeline one a cold start with a
-  ``warning``; one of another cluster shape is rescaled to this cluster, with a warning.
+  ``warning``; one of another cluster shape keeps its measurements, its allocations rescaled
+  (replicas by the CPU ratio, GPU groups by the GPU ratio; a regime needing absent GPUs dropped).
 - ``merged(memory, newer)``: what the next run writes (newest ``MAX_SAMPLES`` batches and cold
   starts, regimes matched by ``same_regime`` and counted).
 """
