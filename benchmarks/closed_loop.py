@@ -2,43 +2,17 @@
 Data autoscaling and cosmos-xenna, side by side on an emulated pipeline.
 
 Contract of ``run(quick, pipeline="documents") -> BenchResult`` (``closed_loop_video`` runs
-``pipeline="video"`` as the benchmark ``closed-loop-video``):
-- Workload (``closed_loop_workload.PIPELINES``): the emulated document pipeline (parse -> ocr -> langid -> quality ->
-  dedup -> embed, cost models from the committed ``profiles/documents.json``; schedule short
-  born-digital -> long reports -> scans -> short) or the emulated video pipeline (decode ->
-  scenes -> motion -> dedup_frames -> text_detect -> safety -> embed from ``profiles/video.json``;
-  small -> hd -> long -> small), on one logical node of 16 CPUs + 2 emulated GPUs
-  (``DEVICE_MEMORY`` each), fed a seeded stream (``closed_loop_workload.Workload``). Variant ``spikes``: the same
-  stream with the middle 80% of the spike regime's first block at 5x memory per item
-  (``memory_spikes``).
-- Systems, each on the same items and seed, interleaved round-robin within each repeat:
-  ``static-avg`` (``static_search.search_static`` on the mean features of a random 10% sample
-  of the stream: the cost model's prediction, not a trial run), ``static-large`` (the same
-  replicas, GPU operators at the largest batch that fits the device for the mean item of every regime
-  the profile knows: the hand-tuned "max batch size"), ``oracle`` (knows the schedule: each
-  operator switches to its regime's best static configuration from the same search when the
-  block reaches it, ``oracle_policy.OraclePolicy``), ``ds2``,
-  ``threshold``, ``trident`` (the policy registry, the runtime's control loop every
-  ``TICK_S``, starting from static-avg), ``ray-data`` (``map_batches`` chain with
-  ``ActorPoolStrategy(min_size=1, max_size, initial_size=static-avg replicas)``) and ``xenna``
-  (``xenna_adapter``, streaming, its autoscaler). Throughput = input items / (last output -
-  first output): the initial cold start (which differs by system and by this machine's load)
-  is left out, the cold starts of reconfigurations are in.
-- Per run: throughput, accelerator busy fraction (emulated kernel seconds / (GPUs x wall)),
-  OOMs, items lost (``lineage.items_lost``: input ids - output ids - dead-letter ids), reconfigurations,
-  controller milliseconds per tick and per tick step, and the ticks that acted, verified a rollout or saw a regime
-  change with their reasons (policies that keep ``records``). Medians over repeats.
-- Summary: ``speedup_vs_static_avg``, ``speedup_vs_ray_data``, ``speedup_vs_xenna``,
-  ``ratio_to_oracle`` (trident's median throughput over the other's, regimes variant),
-  ``trident_ooms`` and ``trident_items_lost`` (all trident runs, both variants), ``tick_ms_p95``,
-  ``applies_refused`` (trident's applies the runner refused or left partly done, both variants;
-  every apply's outcome is in ``raw.runs[].apply_outcomes``), ``refused_repeated`` (refused
-  plans issued again unchanged: must be 0),
-  and ``oracle_headroom_model`` (``closed_loop_workload.model_headroom``: what switching to each regime's best static
-  config for free would gain over static-avg by the cost model: the ceiling the workload leaves).
-  A system that could not run has ``None`` figures and its error in ``raw``.
-The runs themselves are ``closed_loop_runs``, the statistics ``closed_loop_stats``, the figure
-``closed_loop_figure``; this module puts them together and writes the notes.
+``pipeline="video"`` as ``closed-loop-video``):
+- Workload (``closed_loop_workload.PIPELINES``): the emulated document or video pipeline on one
+  logical node of 16 CPUs + 2 emulated GPUs (``DEVICE_MEMORY`` each), a seeded regime stream, and
+  a memory-``spikes`` variant; systems (``SYSTEMS``) as ``run`` lists them.
+- Per run: throughput, accelerator busy fraction, OOMs, items lost (``lineage.items_lost``),
+  reconfigurations, controller milliseconds per tick and step, and the ticks that acted. Medians.
+- Summary: ``speedup_vs_static_avg`` / ``_ray_data`` / ``_xenna``, ``ratio_to_oracle``,
+  ``trident_ooms``, ``trident_items_lost``, ``tick_ms_p95``, ``applies_refused``,
+  ``refused_repeated`` (must be 0) and ``oracle_headroom_model`` (the workload's ceiling by the cost
+  model). A system that could not run has ``None`` figures and its error in ``raw``. Parts:
+  ``closed_loop_runs``, ``closed_loop_stats``, ``closed_loop_figure``.
 """
 
 from __future__ import annotations
@@ -69,8 +43,20 @@ SPIKE_SYSTEMS = ("static-avg", "static-large", "trident")
 # ---------------------------------------------------------------------------- entry point
 def run(quick: bool = False, *, pipeline: str = "documents", systems: Sequence[str] = SYSTEMS,
         spike_systems: Sequence[str] = SPIKE_SYSTEMS, repeats: int | None = None, log: Any = print) -> BenchResult:
-    """The benchmark on ``pipeline`` (a key of ``PIPELINES``; see the module docstring); ``quick``:
-    a smaller stream at a quarter of the time scale, one repeat."""
+    """The benchmark on ``pipeline`` (a key of ``PIPELINES``); ``quick``: a smaller stream at a quarter of the time
+    scale, one repeat.
+
+    Systems, each on the same items and seed, interleaved round-robin within each repeat: ``static-avg``
+    (``static_search.search_static`` on the mean features of a random 10% sample of the stream: the cost model's
+    prediction, not a trial run), ``static-large`` (the same replicas, GPU operators at the largest batch that fits
+    the device for the mean item of every regime: the hand-tuned "max batch size"), ``oracle`` (switches each
+    operator to its regime's best static configuration when the block reaches it, ``oracle_policy.OraclePolicy``),
+    ``ds2``, ``threshold``, ``trident`` (the registry's policies in the runtime's control loop every ``TICK_S``,
+    starting from static-avg), ``ray-data`` (a ``map_batches`` chain with ``ActorPoolStrategy(min_size=1,
+    max_size, initial_size=static-avg replicas)``) and ``xenna`` (``xenna_adapter``, streaming, its autoscaler).
+    Variant ``spikes``: the same stream with the middle 80% of the spike regime's first block at 5x memory per
+    item. Throughput = input items / (last output - first output): the initial cold start (which differs by system
+    and machine load) is left out, the cold starts of reconfigurations are in."""
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown closed-loop pipeline {pipeline!r}; choose one of {sorted(PIPELINES)}")
     bench = PIPELINES[pipeline]

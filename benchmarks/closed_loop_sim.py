@@ -1,66 +1,18 @@
 """Benchmark ``closed-loop-sim``: the closed-loop comparison in the simulator, on 1 to 256 nodes
 and streams of simulated hours. Every figure here is SIMULATED (``trident_flows.sim``).
 
-Contract of ``run(quick) -> BenchResult``:
-- Cluster: ``N`` nodes of the live closed-loop benchmark's node (16 CPUs + 2 GPUs of 8 GiB).
-  Pipelines: emulated documents and video (committed profiles) and ``documents10``
-  (``wide_pipeline``: the documents operators and copies of its last four stages, 10 operators;
-  the tick target is for 10). The full run (``DEFAULT_WORKLOADS``): documents and video on 1, 8
-  and 64 nodes, documents10 on 256 (quick: documents and video on 1 and 8).
-- Stream: a regime schedule of blocks lasting 1-30 simulated minutes (``SCHEDULES``); durations
-  become item counts at the rate static-avg SUSTAINS IN THE SIMULATOR on each regime alone
-  (``SteadyRates``; static-avg is searched on counts made first with the equal-mix static-avg,
-  then the counts are made again with it. The cost model's prediction was 2.5x under the simulator
-  on 8-node documents, so a stream of "0.5 hours" ended inside its first block); ``HOURS[N]``
-  hours of it at static-avg's simulated rates (quick: a short schedule once), seeded, finite:
-  every system curates the same items.
-- Systems (the live benchmark's, where a system can be simulated): ``static-avg`` (the per-node
-  static search on the stream's mean item, replicated over the nodes), ``static-<regime>`` (each
-  regime's best static config, run all along: the candidates for the best single static in
-  hindsight), ``oracle`` (``oracle_policy.OraclePolicy``: knows the schedule, switches to each
-  regime's config when the block reaches each operator, paying real cold starts), ``ds2``,
-  ``threshold``, ``trident`` (the registry's policies, unchanged, ticking every ``TICK_S``
-  simulated seconds; each tick's CPU time charged to the clock). Ray Data's autoscaler and
-  cosmos-xenna cannot be simulated: they schedule with their own runtimes, not through the
-  runner's ``apply``.
-- Figures per run: throughput (input items / (last output - first output)), OOMs,
-  reconfigurations, tick milliseconds, simulation wall seconds and events.
-- Headroom: the stream's throughput with each block run by its regime's best config switched for
-  free, over the best single static config's (static-avg or a per-regime config run all along),
-  by the cost model (``model_headroom``) and measured in the simulator (``simulated_headroom``,
-  up to 8 nodes: each of those configs' steady rate on each regime alone, as
-  ``sim_headroom.steady_rate`` measures it; the per-regime best of them switched for free). The
-  headroom used is the larger of the two: the model's where it bounds what the simulator
-  measured, the simulator's where it does not (on 8-node documents the model saw none, 1.00,
-  while its configs differ in the simulator). A workload "has headroom" when the ratio used is
-  at least ``HEADROOM_MIN``.
-- Runs alone: trident's runs on ``documents10`` at ``ALONE_NODES`` (where its tick time is a target)
-  go one at a time after the others, with nothing else of the benchmark running beside them; its
-  runs on the other 256-node workloads (``--workloads documents-256,video-256``) run beside others.
-- Repeats (``run(repeats=)``, ``--repeats``; default ``REPEATS``, quick 1): trident's runs on
-  ``REPEATED_NODES`` run that many times on the same stream (row field ``repeat``); the others
-  once (static runs are deterministic; the other policies' ticks take milliseconds). A repeated
-  cell's throughput is the median over its repeats, its tick p95 the p95 of all their ticks. A
-  per-regime static whose config equals one listed before it (static-long is static-avg on
-  documents) is run once: the row of the other, with ``same_config_as`` naming it.
-- Summary: ``captured_8_nodes`` = smallest, over the 8-node workloads with headroom, of
-  trident's throughput / (the best simulated static's x the headroom used);
-  ``worst_vs_best_static_8_nodes`` = smallest, over those without, of trident / best simulated
-  static; ``trident_ooms`` (all trident runs); ``tick_ms_p95_256_nodes`` (trident's tick p95, CPU
-  milliseconds, on 256 nodes x 10 operators: ``documents10``; ``tick_ms_p95_largest`` at the largest node count run: ``tick_nodes``); ``sim_wall_s_8_nodes_4h`` (wall seconds of the 8-node static-avg
-  documents simulation, scaled to 4 simulated hours when the stream is shorter: the hours
-  simulated are ``sim_wall_s_8_nodes_simulated_hours``; ``sim_cpu_s_8_nodes_4h`` the same in CPU
-  seconds, the wall time on a machine the simulation does not share; ``sim_cpu_s_8_nodes_4h_trident``
-  the same for the 8-node trident documents run, policy ticks included).
-- Subsets (``run(workloads=, systems=, hours=)``, the command's ``--workloads``, ``--systems``,
-  ``--hours``): pipeline-nodes pairs (``WORKLOADS``), systems (``SYSTEMS``) and simulated hours
-  per stream; the report's notes and ``raw.workloads_run`` say what ran. The load average is
-  recorded per run (``load_after``): ticks are charged their CPU time, not their wall time.
-- ``run(jobs=)`` (``--jobs``): worker processes for the workloads' preparation and the runs.
-- ``run(journal=, resume=)`` (the command keeps ``OUT/.closed-loop-sim.runs.jsonl``; ``--resume``):
-  each finished run is appended to the journal (``RunJournal``); a run resumed takes the runs the
-  journal holds for the same code, workload, system, repeat and stream (``raw.from_journal``
-  lists them) and runs the rest. The full run takes hours on 2 cores.
+Contract of ``run(quick, workloads=, systems=, hours=, repeats=, jobs=, journal=, resume=) -> BenchResult``:
+- Workloads (``WORKLOADS``; default ``DEFAULT_WORKLOADS``, quick: documents and video on 1 and 8
+  nodes): a pipeline on ``N`` nodes of ``NODE``, a regime schedule (``SCHEDULES``) of ``HOURS[N]``
+  hours made item counts (``prepare``), seeded and finite: every system curates the same items.
+- Systems (``SYSTEMS``): static-avg, each regime's best static, ``oracle``, ``ds2``, ``threshold``
+  and ``trident``, ticking every ``TICK_S`` simulated seconds, each tick's CPU time charged (Ray
+  Data's autoscaler and cosmos-xenna schedule with their own runtimes: they cannot be simulated).
+- Per run: throughput, OOMs, reconfigurations, tick milliseconds, simulation wall seconds and
+  events; trident's runs at ``REPEATED_NODES`` repeat ``repeats`` times (``merge_repeats``), its
+  tick-target runs at ``ALONE_NODES`` run alone; a static whose config equals an earlier one is run once.
+- Summary: ``summarise``. ``journal``/``resume``: finished runs are kept in a ``RunJournal`` and a
+  resumed benchmark reruns only what changed (``raw.from_journal``); ``jobs``: worker processes.
 """
 
 from __future__ import annotations
@@ -318,7 +270,17 @@ def figure(rows: list[dict[str, Any]], summary: Mapping[str, Any]) -> Any:
 
 def prepare(key: str, quick: bool, hours: float | None) -> dict[str, Any]:
     """A workload (pipeline-nodes pair) ready to run: its schedule (durations made counts at the
-    rates static-avg sustains in the simulator), item count, static configs and headroom."""
+    rates static-avg sustains in the simulator), item count, static configs and headroom.
+
+    Durations become item counts at the rate static-avg SUSTAINS IN THE SIMULATOR on each regime alone
+    (``SteadyRates``; static-avg is searched on counts made first with the equal-mix static-avg, then the
+    counts are made again with it), not at the cost model's prediction, which can be far under the
+    simulator's rate (a stream of "0.5 hours" would then end inside its first block). Headroom: the stream's
+    throughput with each block run by its regime's best config switched for free, over the best single
+    static's, by the cost model (``model_headroom``) and, up to ``SIM_HEADROOM_MAX_NODES``, measured in the
+    simulator (``simulated_headroom``); the larger is used (the model's bounds what the simulator measured
+    where it can, the simulator's shows headroom where the model sees none). A workload "has headroom" at
+    ``HEADROOM_MIN`` or more."""
     pipeline, n = key.rsplit("-", 1)[0], int(key.rsplit("-", 1)[1])
     profile = load_profile(pipeline)
     # the schedule's durations become counts at the rates the 1-node static-avg times the nodes sustains in the simulator
@@ -583,6 +545,12 @@ def run(quick: bool = False, log: Any = print, workloads: Sequence[str] | None =
 
 
 def summarise(rows: Sequence[Mapping[str, Any]], workloads: Mapping[str, Any]) -> dict[str, Any]:
+    """The headline figures: ``captured_8_nodes`` (smallest, over the 8-node workloads with headroom, of trident /
+    (best simulated static x headroom used)), ``worst_vs_best_static_8_nodes`` (over those without: trident / best
+    static), ``trident_ooms``, ``tick_ms_p95_256_nodes`` (trident's tick CPU p95 on ``documents10`` at 256 nodes;
+    ``tick_ms_p95_largest`` at ``tick_nodes``), ``sim_wall_s_8_nodes_4h`` / ``sim_cpu_s_8_nodes_4h`` (the 8-node
+    static-avg documents simulation scaled to 4 simulated hours; ``_trident`` with policy ticks) and the hours
+    actually simulated."""
     captured, vs_static = [], []
     for key, w in workloads.items():
         pipeline, n = key.rsplit("-", 1)

@@ -1,45 +1,17 @@
 """Benchmark ``faults``: faults injected while a pipeline runs under the trident policy, and what
 each one cost (items lost or duplicated, time to recover).
 
-Contract of ``run(quick) -> BenchResult``: one local Ray cluster (``CPUS`` logical CPUs, ``GPUS``
-logical GPU, emulated devices); every case runs the emulated documents pipeline (measured
-cost model, time-scaled) with the trident policy in-process, into an output directory prepared
-by ``runtime.resume`` (shards committed atomically), except ``corrupt-inputs`` and ``corrupt-video``,
-which run the real document and video operators on adversarial files. Cases (``CASES``):
+Contract of ``run(quick, cases=CASES) -> BenchResult``: one local Ray cluster (``CPUS`` logical
+CPUs, ``GPUS`` logical GPU, emulated devices); every case runs the emulated documents pipeline with
+the trident policy in-process into an output directory prepared by ``runtime.resume``, except the
+corrupt-input cases, which run the real document and video operators on adversarial files. The
+cases (``CASES``: replica, runner and controller kills, an OOM storm, a read-only or full output,
+corrupt inputs) and how each one's recovery is timed are listed in ``run``'s docstring.
 
-- ``replica-kill-once`` / ``replica-kill-repeated``: SIGKILL a random replica process once / every
-  ``REPEAT_EVERY_S`` seconds ``REPEAT_KILLS`` times. Recovery: from the kill until the runner
-  has noticed (a batch sent to the dead replica fails) and has a warm replacement, as many warm
-  replicas as before (the longest of the kills).
-- ``replica-kill-rolling``: a rolling update of ``ocr`` (half the batch size, one replica at a
-  time; the placement leaves ``SPARE_CPUS`` free for it) is applied, and one new
-  and one old replica are SIGKILLed while it runs. Recovery: from the kills until the rollout
-  has ended and the runner has as many warm replicas as before.
-- ``runner-kill``: SIGKILL the runner actor's process after the first commit; the run is
-  re-opened (``resume.open_run``: committed shards skipped) as ``trident-flows run`` does when
-  re-run. Recovery: from the kill to the resumed run's first commit.
-- ``controller-kill``: the controller is a separate driver process (as the ``trident-sidecar``
-  flow is); it starts a rolling update, is SIGKILLed mid-rollout, and a new controller process
-  (trident policy) is started. Recovery: from the kill to the new controller's first tick.
-- ``oom-storm``: half the stream carries ``OOM_FACTOR`` x memory per item on 2 GiB emulated GPUs,
-  so most embedding batches run out of device memory at once. Recovery: from the first OOM to
-  the last.
-- ``output-read-only`` / ``output-full``: the output directory is a tmpfs (root only; skipped
-  otherwise) remounted read-only / filled up after the first commit. The run must stop with an
-  error naming the path, leave only whole Parquet files under ``data/`` and ``dead_letter/``, and
-  finish without loss when re-run after the fix. Recovery: from the fix to the first commit.
-- ``corrupt-inputs``: zero-byte, truncated, encrypted, not-a-PDF, a decompression bomb (a
-  ``BOMB_PIXELS``-pixel image in a few kB) and a PDF of ``BLANK_PAGES`` blank pages, among good
-  documents (real operators). ``corrupt-video``: a video with a broken stream (H.264 data
-  damaged mid-file) and a truncated one, among good videos (real operators). Each adversarial
-  file must be dead-lettered once with its reason, and ``peak_rss_mib`` (the largest replica
-  process seen) stay within ``MEMORY_BOUND_MIB``.
-
-Each row: items in, written (input items with rows in the data table; a video's clips name it in
-``source_id``), dead-lettered (input items only in the dead-letter table), lost (input items in
-neither table), duplicated (row ids present more than once), seconds to recover, and the case's notes.
-Headline: ``items_lost_total`` and ``items_duplicated_total`` (target 0 each) and
-``cases_failed`` (a case whose run did not end as described; target 0).
+Each row: items in, written, dead-lettered, lost (in neither table), duplicated (row ids present
+more than once), seconds to recover, and the case's notes. Headline: ``items_lost_total`` and
+``items_duplicated_total`` (target 0 each) and ``cases_failed`` (a case whose run did not end as
+described; target 0).
 """
 
 from __future__ import annotations
@@ -542,6 +514,26 @@ def start_cluster() -> bool:
 
 
 def run(quick: bool = False, *, cases: tuple[str, ...] = CASES, log: Any = print) -> BenchResult:
+    """Run ``cases``, each with its recovery measured as follows.
+
+    - ``replica-kill-once`` / ``replica-kill-repeated``: SIGKILL a random replica process once / every
+      ``REPEAT_EVERY_S`` seconds ``REPEAT_KILLS`` times; recovery: from the kill until the runner has noticed (a batch
+      sent to the dead replica fails) and has as many warm replicas as before (the longest of the kills).
+    - ``replica-kill-rolling``: a rolling update of ``ocr`` (half the batch size, one replica at a time; the placement
+      leaves ``SPARE_CPUS`` free for it), one new and one old replica SIGKILLed while it runs; recovery: until the
+      rollout has ended and the runner has as many warm replicas as before.
+    - ``runner-kill``: SIGKILL the runner's process after the first commit; the run is re-opened
+      (``resume.open_run``) as ``trident-flows run`` does when re-run; recovery: to the resumed run's first commit.
+    - ``controller-kill``: a separate controller process starts a rolling update, is SIGKILLed mid-rollout, and a new
+      one is started; recovery: to the new controller's first tick.
+    - ``oom-storm``: half the stream carries ``OOM_FACTOR`` x memory per item on 2 GiB emulated GPUs; recovery: from
+      the first OOM to the last.
+    - ``output-read-only`` / ``output-full``: the output tmpfs (root only; skipped otherwise) remounted read-only /
+      filled after the first commit: the run must stop with an error naming the path, leave only whole Parquet
+      files, and finish without loss when re-run after the fix; recovery: from the fix to the first commit.
+    - ``corrupt-inputs`` / ``corrupt-video`` (real operators): zero-byte, truncated, encrypted, not-a-PDF, a
+      decompression bomb (``BOMB_PIXELS``), ``BLANK_PAGES`` blank pages; a damaged and a truncated video: each
+      dead-lettered once with its reason, ``peak_rss_mib`` within ``MEMORY_BOUND_MIB``."""
     n = 200 if quick else 400
     rng = random.Random(18)
     started = start_cluster()

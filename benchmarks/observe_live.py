@@ -1,69 +1,18 @@
 """Benchmark "observe-live": the observation layer judged on live traces, where decisions are made.
 
-Contract: ``run(quick) -> BenchResult`` (registered as "observe-live") replays the committed
-traces (``benchmarks/traces/*.jsonl.gz``, written by ``python -m benchmarks.record_traces``:
-emulated documents and video under static, ds2 and trident; the recorder's real-document trace
-is replayed too when present; ``--quick``: the two trident traces of the emulated pipelines). Each
-trace is replayed tick by tick through the loop the trident controller runs: per operator a
-1,200-sample window and an ``OperatorModel`` refitted once 8 new samples arrived (at once on a
-config-epoch change), a ``RegimeDetector`` fed every sample with the serving replica count, and
-an ``OccupancyTracker`` fed every runner snapshot whose saturated spans ``calibrate`` the model
-(a regime change forgets the calibration).
+Contract: ``run(quick) -> BenchResult`` replays the committed traces (``benchmarks/traces``,
+written by ``benchmarks.record_traces``; quick: ``QUICK``) tick by tick through the loop the trident
+controller runs (``_replay``: per operator a ``WINDOW``-sample window, refits after
+``REFIT_MIN_SAMPLES``, a ``RegimeDetector`` and an ``OccupancyTracker`` calibrating the model).
 
 Summary (plain numbers):
-- ``capacity_mape``: mean |predicted - measured| / measured throughput over the held-out windows
-  of every fit (the model's own target: busy-time throughput of windows it was not fitted on;
-  the same figure as ``bench observe``'s ``mape``, measured instead of simulated).
-- ``saturated_capacity_mape``: the capacity a consumer of the model gets (calibrated) for the work a
-  saturated span finished (``OperatorModel.span_features``) against what the operator measurably took in
-  it (``occupancy.SaturatedSpan``, not bounds),
-  over non-overlapping spans in which no block boundary reached the operator (one workload:
-  spans across a boundary measure a mix no model of one workload predicts; all spans in raw); the calibration in force comes only from spans that ended before
-  the one scored began (held out). ``saturated_capacity_mape_busy_time``: the same spans scored
-  against the uncalibrated busy-time model (what consumers got before queue awareness).
-- ``plan_error_median`` / ``plan_error_p90``: for every plan the trace's policy (ds2 or trident)
-  returned that then ran (its configs serving and warm in a later snapshot), |predicted -
-  measured| / measured. Predicted: what the replayed (queue-aware) models say the placement after
-  the plan sustains, at the tick the plan was made (per operator the concave capacity of its
-  configs over the items it gets per input item, ``placement.inputs.work_per_item``; the
-  smallest). ``plan_error_median_busy_time``: the same without calibration;
-  ``plan_error_median_trident_recorded``: the trident policy's own recorded prediction. Measured is
-  ``throughput_measure.sustainable_throughput`` (completed input items/s, as the trident policy's
-  verification measures) from the first snapshot with the plan in place and settled
-  (``throughput_measure.placement_settled`` for the operators it changed, as the verification
-  waits for) over the next ``SETTLE_S`` seconds, cut at the next applied plan, the end of the
-  input and a block boundary entering the pipeline or reaching its end. A plan is scored only on
-  a workload its prediction had seen: when the predicted bottleneck reached another block of the
-  schedule during the measurement, or fewer than ``REFIT_MIN_SAMPLES`` of its batches before the
-  plan, the plan is listed as "workload changed" and not scored (a model cannot know a workload
-  it has not run; the trident policy's verification does not judge such a plan either), nor when
-  more than ``MIX_SHARE`` of the bottleneck's busy time during the measurement, or in the ``SETTLE_S``
-  before the prediction since it last crossed a block boundary (what the model's current workload was
-  drawn from), went to batches that began in another block than most of it (a block it had left,
-  still in flight: a mix), unless the
-  models as refitted by the poll the plan settled at (before its measurement began) had seen it: the
-  placement is predicted again there and the plan scored on that (``predicted_at``: "decision" or
-  "settled"; also when no model existed at the decision). Other
-  operators' blocks are not checked: one that became the bottleneck on a new block counts as
-  the model's error.
-  ``plan_error_median_all`` / ``plan_error_p90_all`` (raw) include those plans.
-- ``detection_delay_samples``: median, over the regime switches of the known schedule that
-  change the operator's cost per item by more than ``OBSERVABLE`` (by the profile's cost model;
-  a switch that leaves an operator's cost alone is not one it must find), of samples of the new
-  regime consumed until a change is reported. The true switch sample of an operator: the first
-  whose completion the operator's stream position (``throughput_measure.stream_positions``,
-  interpolated between snapshots) puts past the block boundary. ``switches_within_6``: the share
-  found within 6 samples; missed switches are in raw.
-- ``false_alarms_per_hour``: reported changes that match no switch (observable or not), per hour
-  of trace (sum of trace durations; all operators). A report most of whose last ``VOTE_WINDOW``
-  samples completed out of input order (``_reordered``: began in another block than the truth
-  places their completion in, or their features are clearly another block's regime) is listed
-  apart (``out_of_order`` in raw), not counted, and so is the detector's return from it: the
-  truth assumes completion in input order, and the detector reading batches of an earlier block
-  that complete late (held by a replica for tens of seconds, re-queued when one retired, or
-  routed through a slower branch: long documents' scanned pages through OCR) is right about its
-  input. Regimes are scored on the emulated traces only: the real-document trace has no cost
-  model to say which switches change an operator's cost.
+- ``capacity_mape``: the models' error on held-out windows (``bench observe``'s ``mape``, measured);
+- ``saturated_capacity_mape`` (and ``_busy_time``): calibrated capacity against what saturated
+  spans measurably took (``_score_span``);
+- ``plan_error_median`` / ``plan_error_p90`` (and ``_busy_time``, ``_trident_recorded``, ``_all``):
+  each applied plan's predicted against measured completed throughput (``_plans``);
+- ``detection_delay_samples``, ``switches_within_6`` and ``false_alarms_per_hour``
+  (``_score_detection``; emulated traces only, which have a cost model to say which switches matter).
 """
 
 from __future__ import annotations
@@ -232,7 +181,9 @@ def _steady(trace: Trace, name: str, span: SaturatedSpan) -> bool:
 
 def _score_span(op: _Op, span: SaturatedSpan, t0: float) -> dict[str, Any] | None:
     """Predicted capacity for a saturated span, for the work it finished (``OperatorModel.span_features``): busy-time
-    only, and calibrated by spans that ended before it began."""
+    only, and calibrated by spans that ended before it began (held out). Scored against what the operator measurably
+    took (``occupancy.SaturatedSpan``, not bounds) over non-overlapping spans no block boundary reached: a span across
+    a boundary measures a mix no model of one workload predicts."""
     try:
         work = op.model.span_features(span)
         raw = sum(float(op.model._predict_raw([c], n, work)[0][0]) for c, n in span.configs)
@@ -294,7 +245,17 @@ def _plans(trace: Trace, predictions: dict[int, dict[str, Any]], settled_predict
     """Every applied plan with its predicted throughputs (the replayed models', queue-aware and busy-time only,
     and the recording policy's own), against the completed throughput once it settled. A plan whose prediction
     at the decision had not seen the workload is predicted again by the models as refitted when it settled
-    (``settled_predictions``, before its measurement began) and scored on that when they had seen it."""
+    (``settled_predictions``, before its measurement began) and scored on that when they had seen it.
+
+    Predicted: what the replayed models say the placement after the plan sustains (per operator the concave
+    capacity of its configs over the items it gets per input item, ``placement.inputs.work_per_item``; the
+    smallest). Measured: ``throughput_measure.sustainable_throughput`` from the first snapshot with the plan in place
+    and settled (``placement_settled`` for the operators it changed) over the next ``SETTLE_S`` seconds, cut at the
+    next applied plan, the end of the input and a block boundary entering or leaving the pipeline. A plan is
+    "workload changed" and not scored when its predicted bottleneck reached another block during the measurement,
+    ran fewer than ``REFIT_MIN_SAMPLES`` batches before the plan, or spent more than ``MIX_SHARE`` of its busy time on
+    a block it had left (a model cannot know a workload it has not run; trident's verification does not judge such
+    a plan either). Other operators' blocks are not checked: one that became the bottleneck counts as model error."""
     out = []
     ticks = trace.ticks
     boundaries = [a for _, a, _ in trace.blocks][1:]
@@ -515,6 +476,12 @@ def _content_elsewhere(samples: Sequence[BatchSample], regime: Sequence[str], wo
 
 
 def _score_detection(truth: list[dict], changes: list[dict], n_samples: int, reordered: np.ndarray | None = None) -> dict[str, Any]:
+    """Detection delays (samples of the new regime consumed until a change is reported, for the observable switches:
+    those changing the operator's modelled cost per item by more than ``OBSERVABLE``), missed switches, and false
+    alarms (reports matching no switch within ``MATCH_SAMPLES``). A report most of whose last ``VOTE_WINDOW`` samples
+    completed out of input order (``reordered``), and the detector's return from it, is listed apart and not counted:
+    the truth assumes completion in input order, and the detector reading late batches of an earlier block is right
+    about its input."""
     matched, delays, missed = set(), [], []
     for n, sw in enumerate(truth):
         limit = min(sw["index"] + MATCH_SAMPLES, truth[n + 1]["index"] if n + 1 < len(truth) else n_samples)

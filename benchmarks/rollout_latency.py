@@ -1,43 +1,18 @@
 """Benchmark ``rollout-latency``: does an item's end-to-end latency stay stable while trident rolls out changes?
 
 Contract of ``run(quick) -> BenchResult``:
-- Workload: the closed-loop suite's ``cpu-only`` stream (documents with tesseract OCR on one node of 16
-  CPUs, no GPU; blocks born-digital ``short`` -> ``scans`` -> ``long`` -> ``short``) with blocks of
-  ``BLOCK_S`` production seconds each at their optimum (``QUICK_BLOCK_S`` with ``quick``) at the suite's
-  time scale, trident starting from static-default in the runtime's control loop (a tick every
-  ``TICK_S``, as in the closed-loop benchmarks). The source is read as fast as the queues take it, so an
-  item's latency is mostly its wait in the queues ahead of it (Little's law: the items held over the
-  throughput, about 10x longer in the scans and long blocks than in short);
-  each queue holds ``QUEUE_MAX_ITEMS`` items or what the pools on both sides of it hold in flight
-  (``backpressure.items_bound``), not the default 512: at 512 the six queues held about 3,400 items
-  (some 190 s of this stream's throughput), and a stream that fits the benchmark's 10 minutes was
-  little more than the pipeline filling and draining. A shorter queue also makes a throughput dip a
-  larger share of an item's stay: the stricter test.
-- Measured per input item: read (the feed hands it to operator 0's queue) and done (its last row
-  written or dead-lettered), from ``PipelineRunner.latencies()``; latency = done - read (why not the
-  shard commit: ``runtime.latency``; the commit latency is reported beside it). Per apply with steps
-  done, its window [start, start + seconds] from the runner's apply reports.
-- ``summarise(read_t, done_t, commit_t, windows, items_lost)`` (pure) sorts the items done: *fill*
-  (read before ``fill_end``: the pipeline's queues filling from empty, until the number of items in
-  it first grows by under ``FILL_GROWTH`` of itself in the next ``FILL_WINDOW_S`` s), *during rollout*
-  (in flight during a rolling update, an apply that started and retired replicas: read before the
-  window ended and done after it began: every item an update could have delayed), *during other
-  apply* (in flight during an apply that only started or only retired replicas, canaries included,
-  and during no rolling update: in neither of the groups compared), *steady* (the rest). Summary:
-  ``rollouts`` (rolling updates), p50/p99 latency steady and during rollouts,
-  ``p99_during_rollout_over_steady`` (target <= 1.2), ``p50_during_rollout_over_steady``, the same
-  p99s of the commit latency, the item counts per group and ``items_lost`` (target 0;
-  ``bench.lineage``); ``by_completion``: the same figures with an item during a window when it was
-  done inside it (what an observer of the outputs sees while an update runs; no target). ``None``
-  where a group is empty. Trident rolls out when a regime change has made its configuration wrong,
-  so both groupings mix what the update costs with the backlog the regime built before it: the
-  per-update figures in ``raw`` separate them.
-- ``raw``: the stream, the run's apply reports, per rolling update its steps, throughput dip, the items
-  in flight during it and the p99 latency of the items done during it, in the ``LOCAL_S`` seconds
-  before it began and in those after it ended; steady and during p50/p99 per regime block; and every
-  item's (read, done) in seconds since the first read.
-- The figure: every item's latency over the time it was done, rolling updates shaded (other applies
-  lighter), the steady and during p99 lines; below, trident's replicas per operator.
+- Workload: the closed-loop suite's ``cpu-only`` stream (``BLOCKS`` of ``BLOCK_S`` production
+  seconds each, ``QUICK_BLOCK_S`` when quick) with trident starting from static-default in the
+  runtime's control loop (a tick every ``TICK_S``); the source is read as fast as the queues
+  (``QUEUE_MAX_ITEMS``) take it, so an item's latency is mostly its wait in the queues ahead of it.
+- Measured per input item: read and done times from ``PipelineRunner.latencies()`` (latency = done
+  - read; the commit latency beside it) and each apply's window from the runner's apply reports.
+- ``summarise(read_t, done_t, commit_t, windows, items_lost)`` (pure): steady against
+  during-rollout p50/p99; targets ``p99_during_rollout_over_steady`` <= ``TARGET_RATIO`` and
+  ``items_lost`` 0.
+- ``raw``: the stream, apply reports, per rolling update its steps, dip and the p99 of items done
+  during it and ``LOCAL_S`` before and after; per-block figures; every item's (read, done). The
+  figure plots every item's latency over time, rolling updates shaded, with trident's replicas below.
 """
 
 from __future__ import annotations
@@ -76,6 +51,10 @@ NAMESPACE = "rollout-latency"
 BLOCK_S, QUICK_BLOCK_S = 150.0, 25.0
 PROFILE = "documents"
 LOCAL_S = 30.0  # the stretch before a rolling update its items are compared with
+# Each queue holds this many items or what the pools on both sides hold in flight (backpressure.items_bound), not the
+# default 512: at 512 the six queues hold minutes of this stream's throughput, and a stream that fits the benchmark's
+# time would be little more than the pipeline filling and draining. A shorter queue also makes a throughput dip a
+# larger share of an item's stay: the stricter test.
 QUEUE_MAX_ITEMS = 64
 FILL_WINDOW_S, FILL_GROWTH = 10.0, 0.05
 POLL_S = 1.0
@@ -169,8 +148,19 @@ def _compared(lat: np.ndarray, commit: np.ndarray, g: Mapping[str, np.ndarray]) 
 
 
 def summarise(read_t: np.ndarray, done_t: np.ndarray, commit_t: np.ndarray, windows: Sequence[Window], items_lost: int) -> dict[str, Any]:
-    """The benchmark's summary from every item's read, done and commit times and the apply windows (see the module
-    docstring): the items in flight during a rolling update at the top level, those done during one under ``by_completion``."""
+    """The benchmark's summary from every item's read, done and commit times and the apply windows: the items in flight
+    during a rolling update at the top level, those done during one under ``by_completion``.
+
+    Items done are sorted into *fill* (read before ``fill_end``: the queues filling from empty, until the items in the
+    pipeline first grow by under ``FILL_GROWTH`` of themselves in the next ``FILL_WINDOW_S`` s), *during rollout* (in
+    flight during a rolling update, an apply that started and retired replicas: read before its window ended and done
+    after it began), *during other apply* (in flight only during applies that only started or only retired replicas,
+    canaries included: in neither group compared) and *steady* (the rest). Figures: ``rollouts``, p50/p99 latency steady
+    and during rollouts, ``p99_during_rollout_over_steady``, ``p50_during_rollout_over_steady``, the same p99s of the
+    commit latency, the counts per group and ``items_lost``; ``by_completion`` counts an item during a window when it
+    was done inside it (what an observer of the outputs sees). None where a group is empty. Trident rolls out when a
+    regime change has made its configuration wrong, so both groupings mix what the update costs with the backlog the
+    regime built before it: the per-update figures in ``raw`` separate them."""
     lat, commit = done_t - read_t, commit_t - read_t
     return {
         "rollouts": sum(w.rolling for w in windows),

@@ -1,73 +1,18 @@
 """Benchmark ``sim-fidelity``: the same workloads and policies on the emulated Ray runtime and in
 the simulator, side by side: can the simulated figures be trusted?
 
-Contract of ``run(quick) -> BenchResult``:
-- Workloads (``WORKLOADS``), each on one logical node of 16 CPUs + 2 emulated GPUs (8 GiB
-  each), the closed-loop benchmark's static-avg configuration (``closed_loop_workload.tune``) and its
-  seeded streams: ``docs-static`` (emulated documents, no policy), ``video-static`` (emulated
-  video, no policy), ``docs-rolling`` (documents with a scripted rolling update: once
-  ``ROLL_AT_S`` seconds have passed, ``embed`` is replaced by replicas at another batch size,
-  start-before-retire) and ``docs-ds2`` (documents under the DS2 policy, ticking every
-  ``closed_loop_runs.TICK_S``).
-- Live: ``launch.start_runner`` + the runtime's ``ControlLoop`` on a local Ray cluster (the
-  emulated operators sleep their modelled seconds). Simulated: ``sim.driver.simulate`` on the
-  same ``PipelineSpec`` (the very rows of its source) and the same policy class.
-- Per workload: throughput = input items / (last output - first output) (the initial cold
-  start excluded, as the closed-loop benchmark does), each operator's busy fraction at the end,
-  reconfigurations. Errors: relative throughput error, largest busy-fraction gap in points,
-  reconfiguration difference.
-- Against the committed live runs (``run(quick)``, what ``trident-flows bench sim-fidelity``
-  runs), re-run in the simulator on the same stream, seed, starting configuration, policy and tick:
-  (1) the closed-loop benchmarks (``REFERENCES``: ``bench-results/closed-loop.json``,
-  ``closed-loop-video.json`` and, once recorded, the policy runs in ``LIVE_DIR``; each system's
-  median over its repeats, on the stream the file was recorded on; a ``--quick`` file only in a
-  quick run: at its time scale the runtime's per-batch overhead sets the pace), compared:
-  throughput, GPU busy fraction (``accel_busy``), median reconfigurations; systems static-avg,
-  static-large, oracle, threshold, ds2, trident (quick: static-avg, static-large, threshold);
-  (2) the live traces (``TRACES``: one run each with every batch, read by ``fidelity_traces``)
-  committed in ``benchmarks/traces`` (static, ds2, trident, and the closed-loop-suite's
-  ``cpu-only-trident`` once recorded: its own stream, time scale, cluster and starting
-  configuration, from its header and first poll) and, once recorded, in ``LIVE_DIR/traces``
-  (threshold, oracle, or any re-recorded), compared: throughput, every operator's busy fraction
-  over the run and the GPUs', reconfigurations (quick: ``QUICK_TRACES``).
-- A live run is a reference only when: its repeats agree (max/min <= ``REPEAT_SPREAD_MAX``;
-  the video runs committed at load 30-105 had static-avg repeats of 1.35 and 10.56 items/s); a
-  trace's batches took what the cost model says (``fidelity_traces.OVERRUN_MAX``) on today's
-  stream and starting configuration; and it ran today's version of its policy
-  (``POLICY_SINCE``: a run recorded before the policy's decisions last changed measured another
-  policy). The others are listed under ``raw.live_unreliable`` with the reason and left out of
-  the summary. ``raw.actor_start``: per trace, the replicas requested together (the initial ones,
-  each START step's), what each took beyond its constructor, and what ``sim.actor_start`` predicts
-  for the group on the recording machine's ``RECORDING_HOST_CORES`` cores (the simulated runs
-  start their actors on those cores: the live initial replicas' 5 s start is what live trident
-  prices a new replica at).
-- Recording the policy references (oracle, threshold, ds2, trident on today's code; static-avg
-  again as a check of the machine; about 25 minutes per pipeline on the 2-core machine, alone):
-  ``trident-flows bench closed-loop --systems static-avg,oracle,threshold,ds2,trident --repeats 3
-  --out bench-results/sim-fidelity-live``, then the same with ``closed-loop-video``; and one
-  traced run each (every batch recorded; about 15 minutes for the eight: docs-oracle took 143 s):
-  ``python -m benchmarks.record_traces --only docs-threshold docs-oracle docs-trident
-  docs-ds2 video-threshold video-oracle video-trident video-ds2 --out
-  bench-results/sim-fidelity-live/traces``. The next ``bench sim-fidelity`` compares them.
-- ``run(quick, live=True)`` adds the fresh side-by-side runs of ``WORKLOADS`` (live and simulated
-  in one process). They are not in the committed result: on the shared 2-core machine (load
-  average 80-130 while it was measured) the live runtime was starved (documents static-avg at
-  7.8 items/s against 25.7 in the committed closed-loop run of the same configuration).
-- A trace of a policy runs ``FREE_REPEATS`` times in the simulator (the median repeat by its
-  largest busy gap is compared; every repeat's reconfigurations and errors in ``free_repeats``),
-  and once more with the live run's own moves replayed (``fidelity_traces.
-  ReplayPolicy``: each plan at the same seconds into streaming) as ``replayed``: a policy's decision
-  on a knife's edge (video-trident: live waited at gain/cost 1.76 and 2.0 against benefit_ratio 2,
-  the simulated trident moves in some repeats and not in others) makes the free run compare two
-  different runs; the replayed one compares the simulator on the same moves.
-- Summary: ``max_throughput_error`` (largest relative error over the compared runs),
-  ``max_busy_error_points``, ``max_throughput_error_replayed`` and ``max_busy_error_points_replayed``
-  (the same with the live moves replayed where a policy ran), ``max_reconfiguration_diff``, ``compared_runs``,
-  ``compared_workloads`` (pipeline/policy pairs), ``rolling_update_runs`` (compared runs whose
-  live run reconfigured), ``left_out_runs``, ``workloads_within`` (workloads every run of which is
-  within 10% throughput, 10 busy points and 1 reconfiguration) and ``rolling_update_workloads_within``
-  (those of them whose live run reconfigured); targets: >= 3 workloads
-  within, >= 1 of them with a rolling update (the largest errors over all runs are reported beside).
+Contract of ``run(quick, live=False) -> BenchResult``:
+- References: the committed live closed-loop runs (``REFERENCES``, ``against_committed``) and
+  live traces (``TRACES``, ``against_traces``), each re-run in the simulator on the same stream,
+  seed, starting configuration, policy and tick (quick: ``QUICK_SYSTEMS``, ``QUICK_TRACES``).
+  Unreliable references go to ``raw.live_unreliable`` with the reason, out of the summary.
+- ``live=True`` adds fresh side-by-side runs of ``WORKLOADS`` (``run_side_by_side``), not part of
+  the committed result.
+- Summary: ``max_throughput_error``, ``max_busy_error_points`` (and ``_replayed``),
+  ``max_reconfiguration_diff``, ``compared_runs``, ``compared_workloads``, ``rolling_update_runs``,
+  ``left_out_runs``, ``workloads_within`` (every run within 10% throughput, 10 busy points and 1
+  reconfiguration) and ``rolling_update_workloads_within``. Targets: >= 3 workloads within, >= 1
+  of them with a rolling update.
 """
 
 from __future__ import annotations
@@ -236,7 +181,7 @@ def figure(rows: list[dict[str, Any]]) -> Any:
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench-results"
 # The live references: the committed closed-loop benchmarks, then (when recorded) the policies that
-# roll replicas, recorded for this benchmark into LIVE_DIR by the commands in the module docstring.
+# roll replicas, recorded for this benchmark into LIVE_DIR by the commands in against_committed's and against_traces' docstrings.
 LIVE_DIR = "sim-fidelity-live"
 REFERENCES = (("documents", "closed-loop.json"), ("video", "closed-loop-video.json"),
               ("documents", f"{LIVE_DIR}/closed-loop.json"), ("video", f"{LIVE_DIR}/closed-loop-video.json"))
@@ -286,7 +231,16 @@ def _sim_gpu_busy(run: Any, gpus: int = GPUS) -> float | None:
 
 def against_committed(pipeline: str, systems: Sequence[str], log: Any = print, unreliable: list[dict[str, Any]] | None = None,
                       reference: str | None = None, results: Path = RESULTS, quick: bool = False) -> list[dict[str, Any]]:
-    """The live closed-loop runs of ``pipeline`` in ``results/reference`` re-run in the simulator (see the module docstring)."""
+    """The live closed-loop runs of ``pipeline`` in ``results/reference`` re-run in the simulator on the same stream,
+    seed, starting configuration, policy and tick: each system's median over its repeats, compared on throughput, GPU
+    busy fraction (``accel_busy``) and median reconfigurations. A ``--quick`` file is a reference only in a quick run
+    (at its time scale the runtime's per-batch overhead sets the pace). A run whose repeats disagree
+    (``REPEAT_SPREAD_MAX``) or that ran an older version of its policy (``POLICY_SINCE``) is listed in
+    ``unreliable`` with the reason.
+
+    Recording the policy references (alone, about 25 minutes per pipeline on a 2-core machine):
+    ``trident-flows bench closed-loop --systems static-avg,oracle,threshold,ds2,trident --repeats 3
+    --out bench-results/sim-fidelity-live``, then the same with ``closed-loop-video``."""
     import json
 
     from benchmarks.closed_loop_runs import make_system_policy
@@ -366,7 +320,17 @@ def _trace_paths(names: Sequence[str], results: Path, log: Any) -> list[tuple[st
 
 def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict[str, Any]] | None = None,
                    overheads: dict[str, dict[str, Any]] | None = None, results: Path = RESULTS) -> list[dict[str, Any]]:
-    """The live traces re-run in the simulator: every operator's busy fraction compared (see the module docstring)."""
+    """The live traces re-run in the simulator: throughput, every operator's busy fraction over the run and the GPUs',
+    reconfigurations compared. A trace of a policy runs ``FREE_REPEATS`` times free (the median repeat by its largest
+    busy gap compared) and once more with the live run's own moves replayed (``fidelity_traces.ReplayPolicy``), so a
+    decision on a knife's edge does not make the free run compare two different runs. A trace whose batches overran
+    the cost model (``fidelity_traces.OVERRUN_MAX``) or that ran an older policy is listed in ``unreliable``.
+    ``overheads`` gets, per trace, what each group of replicas requested together took to start beyond its
+    constructor and what ``sim.actor_start`` predicts for it on ``RECORDING_HOST_CORES`` cores.
+
+    Recording the policy traces (every batch recorded; about 15 minutes for eight): ``python -m
+    benchmarks.record_traces --only docs-threshold docs-oracle docs-trident docs-ds2 video-threshold video-oracle
+    video-trident video-ds2 --out bench-results/sim-fidelity-live/traces``."""
     from benchmarks import fidelity_traces as ft
     from benchmarks.live_trace import load
 
@@ -501,7 +465,13 @@ def run(quick: bool = False, log: Any = print, live: bool = False, results: Path
 
 
 def run_side_by_side(quick: bool = False, log: Any = print) -> list[dict[str, Any]]:
-    """Fresh live and simulated runs of ``WORKLOADS`` (see the module docstring)."""
+    """Fresh live and simulated runs of ``WORKLOADS``, each on one logical node of 16 CPUs + 2 emulated GPUs (8 GiB
+    each) in the closed-loop benchmark's static-avg configuration and seeded stream: ``docs-static``, ``video-static``,
+    ``docs-rolling`` (a scripted rolling update of ``embed`` to another batch size after ``ROLL_AT_S``) and
+    ``docs-ds2`` (ticking every ``closed_loop_runs.TICK_S``). Live: ``launch.start_runner`` and the control loop on a
+    local Ray cluster; simulated: ``sim.driver.simulate`` on the same spec and rows. Per workload: throughput (input
+    items / (last output - first output)), each operator's final busy fraction, reconfigurations, and their errors.
+    Left out of the committed result: on a busy shared machine the live runtime is starved."""
     started = not ray.is_initialized()
     if started:
         start_local_ray(CPUS, GPUS, attempts=3)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import builders
 import pytest
+from builders import operator_state, replica_state
 
 from trident_flows.core.decision import Action
-from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig
 from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 from trident_flows.scheduler.ds2 import ds2_decision, measure_rates
@@ -21,13 +23,15 @@ CPU1 = OpConfig.make("cpu", batch_size=8)
 def op_state(name: str, replicas: int, inflight: tuple[int, ...] | int = 0, *, items_in: int = 100, epoch: int = 0,
              config: OpConfig = CPU1, starting: int = 0) -> OperatorState:
     flights = inflight if isinstance(inflight, tuple) else (inflight,) * replicas
-    reps = tuple(ReplicaState(f"{name}-{i}", f"r:{name}-{i}", config, i >= starting, False, False, flights[i], 0.5, 10, epoch)
+    reps = tuple(replica_state(replica_id=f"{name}-{i}", actor_name=f"r:{name}-{i}", config=config, warm=i >= starting, inflight=flights[i],
+                               busy_fraction=0.5, batches=10, config_epoch=epoch)
                  for i in range(replicas))
-    return OperatorState(name, reps, 0, 0, items_in, items_in, epoch, 0.5, 0, 0)
+    return operator_state(name=name, replicas=reps, items_in=items_in, items_out=items_in, config_epoch=epoch, busy_fraction=0.5)
 
 
 def runner_state(*ops: OperatorState, cpus: float = 8, gpus: float = 0) -> RunnerState:
-    return RunnerState("p", tuple(ops), 1000, 500, 0, 0, 500, False, False, 10.0, 50.0, cpus, gpus, 0, 0)
+    return builders.runner_state(operators=tuple(ops), items_in=1000, items_written=500, rows_written=500, wall_s=10.0, throughput=50.0,
+                                 cluster_cpus=cpus, cluster_gpus=gpus)
 
 
 def batches(op: str, n: int, items: int, busy_s: float, items_out: int | None = None, epoch: int = 0) -> list[BatchSample]:
@@ -65,7 +69,7 @@ def test_threshold_respects_free_resources_limits_and_pending_replicas():
 
 def test_threshold_utilisation_is_ray_datas_and_bad_thresholds_are_refused():
     assert pool_utilisation(op_state("a", 4, (2, 2, 1, 0))) == pytest.approx(1.25)
-    assert pool_utilisation(OperatorState("x", (), 0, 0, 0, 0, 0, 0.0, 0, 0)) == float("inf")
+    assert pool_utilisation(operator_state(name="x")) == float("inf")
     with pytest.raises(ValueError, match=re.escape("threshold: down=0.8 is refused: need 0 <= down < up (up=0.5)")):
         ThresholdSettings(up=0.5, down=0.8)
     policy = make_policy("threshold")
@@ -136,7 +140,7 @@ def test_ds2_with_a_pull_source_takes_no_step_that_only_frees_replicas():
 
 def test_ds2_leaves_operators_whose_input_is_finished_and_pulls_at_the_first_busy_one():
     a = op_state("a", 3)
-    b = OperatorState("b", op_state("b", 2).replicas, 40, 0, 100, 100, 0, 0.5, 0, 0)  # items still queued at b
+    b = operator_state(name="b", replicas=op_state("b", 2).replicas, queue_items=40, items_in=100, items_out=100, busy_fraction=0.5)  # items still queued at b
     closed = dataclasses.replace(runner_state(a, b, op_state("c", 1), cpus=8), input_closed=True)
     rates = measure_rates(closed, batches("b", 5, 8, 0.32) + batches("c", 5, 8, 0.08))  # no batch of a: it has finished
     decision = ds2_decision(closed, rates)

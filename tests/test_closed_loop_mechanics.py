@@ -11,13 +11,14 @@ import time
 from dataclasses import replace
 
 import ray
+from builders import operator_state, replica_state, runner_state
 from test_controller import CLUSTER8, STEADY, SimRunner, run_ticks, two_ops
 from test_runtime_support import assert_exactly_once, small_pipeline
 
 from trident_flows.control.launch import start_runner
 from trident_flows.core.decision import Action, Hold, HoldKind
 from trident_flows.core.signatures import placement_signature, plan_signature
-from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ApplyOutcome, ApplyStatus, OperatorState, RunnerState
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup, StepKind, Transition, TransitionStep
 from trident_flows.runtime.transition import rolling_steps
 from trident_flows.scheduler.occupancy import SaturatedSpan, serving_configs
@@ -29,18 +30,19 @@ B = OpConfig.make("cpu", batch_size=4)
 
 
 def _op(name: str, *configs: OpConfig) -> OperatorState:
-    reps = tuple(ReplicaState(f"{name}-{k}", f"r:{name}:{k}", c, True, False, False, 0, 0.5, 10, 1) for k, c in enumerate(configs))
-    return OperatorState(name, reps, 0, 0, 0, 0, 1, 0.5, 0, 0)
+    reps = tuple(replica_state(replica_id=f"{name}-{k}", actor_name=f"r:{name}:{k}", config=c, busy_fraction=0.5, batches=10, config_epoch=1)
+                 for k, c in enumerate(configs))
+    return operator_state(name=name, replicas=reps, config_epoch=1, busy_fraction=0.5)
 
 
 def test_full_cluster_takes_room_from_another_operator_before_the_last_replica():
     # 3 CPUs, all in use: embed's only replica moves to b4 while parse shrinks 2 -> 1.
-    state = RunnerState("p", (_op("parse", A, A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 3, 0, 0, 0)
+    state = runner_state(operators=(_op("parse", A, A), _op("embed", A)), cluster_cpus=3)
     plan = Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)), OperatorPlan("parse", (ReplicaGroup(A, 1),))), reason="t")
     steps = [(s.kind, s.operator, s.config.batch_size) for s in rolling_steps(state, plan).steps]
     assert steps == [(StepKind.RETIRE, "parse", 8), (StepKind.START, "embed", 4), (StepKind.RETIRE, "embed", 8)]
     # nothing else to take from: swapped in place, the retire of its last replica first and marked so
-    state = RunnerState("p", (_op("parse", A), _op("embed", A)), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 2, 0, 0, 0)
+    state = runner_state(operators=(_op("parse", A), _op("embed", A)), cluster_cpus=2)
     t = rolling_steps(state, Plan((OperatorPlan("embed", (ReplicaGroup(B, 1),)),), reason="t"))
     assert [(s.kind, s.operator) for s in t.steps] == [(StepKind.RETIRE, "embed"), (StepKind.START, "embed")]
     assert "swapping it in place" in t.steps[0].reason
@@ -368,7 +370,7 @@ def test_a_verification_keeps_a_plan_that_does_what_the_old_placement_was_predic
         policy.verifier.pending = Pending(replace(plan, rationale=Rationale(PlanKind.THROUGHPUT, throughput_before=old, throughput_after=8.0)),
                                    8.0, [20.0, 21.0, 19.0, 20.0], {"a": (ReplicaGroup(A, 1),)}, ())
         policy.verifier.pending.ticks_in_place = 1
-        state = RunnerState("p", (_op("a", A, A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
+        state = runner_state(operators=(_op("a", A, A),))
         verdicts = [policy.verifier.verify(state, m) for m in (6.0, 6.2)]  # verify_ticks=2
         why, rollback = verdicts[-1]
         assert (rollback is None) == kept, why
@@ -395,7 +397,7 @@ def test_a_regime_that_outlives_the_past_ones_is_expected_to_go_on():
     # live, the b_heavy regime of the moving-bottleneck run was priced over the a_heavy regime's length
     # less its own age: 8, 7, ... 0 s, so the move to b waited until b_heavy had outlasted a_heavy
     policy = TridentPolicy(None, CLUSTER8, TridentSettings.from_options(canaries=False))
-    state = RunnerState("p", (_op("a", A),), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
+    state = runner_state(operators=(_op("a", A),))
     policy.regimes.lengths, policy.regimes.ends = [20.0], 1
     policy.regimes.started = {"a": 100.0}
 

@@ -12,9 +12,10 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
-from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, ReplicaGroup
 from trident_flows.scheduler.decision_log import DecisionLog, EventKind
 from trident_flows.scheduler.operator_model import OperatorModel
@@ -92,13 +93,15 @@ class SimRunner:
         return new
 
     def state(self) -> RunnerState:
-        ops = tuple(OperatorState(op.name, tuple(ReplicaState(rid, rid, c, True, False, canary, 1, 0.9, 10, op.epoch)
-                                                 for rid, c, canary in op.replicas), 0, 0, int(op.items_in), int(op.items_in),
-                                  op.epoch, 0.9, 0, 0, int(op.items_in) if k < len(self.ops) - 1 else 0)
+        ops = tuple(operator_state(name=op.name, replicas=tuple(replica_state(replica_id=rid, config=c, canary=canary, inflight=1, busy_fraction=0.9,
+                                                                              batches=10, config_epoch=op.epoch)
+                                                                for rid, c, canary in op.replicas),
+                                   items_in=int(op.items_in), items_out=int(op.items_in), config_epoch=op.epoch, busy_fraction=0.9,
+                                   items_forwarded=int(op.items_in) if k < len(self.ops) - 1 else 0)
                     for k, op in enumerate(self.ops))
         done = int(self.ops[-1].items_in)
-        return RunnerState("sim", ops, int(self.ops[0].items_in), done, 0, 0, done, False, False, self.t, done / max(self.t, 1e-9),
-                           self.cpus, 0.0, len(self.applied), 0)
+        return runner_state(pipeline="sim", operators=ops, items_in=int(self.ops[0].items_in), items_written=done, rows_written=done, wall_s=self.t,
+                            throughput=done / max(self.t, 1e-9), cluster_cpus=self.cpus, reconfigurations=len(self.applied))
 
     def apply(self, plan: Plan) -> None:
         self.applied.append(plan)
@@ -390,9 +393,9 @@ OCR_B4 = OpConfig.make("cpu", batch_size=4)
 
 def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, inflight: int = 1) -> RunnerState:
     done = items_in // (OCR_B4.batch_size * replicas)   # batches each replica finished
-    reps = tuple(ReplicaState(f"r{k}", f"r{k}", OCR_B4, True, False, False, inflight, 1.0, done, 1) for k in range(replicas))
-    op = OperatorState("ocr", reps, queue, 0, items_in, items_in, 1, 1.0, 0, 0, 0)
-    return RunnerState("sim", (op,), items_in, 0, 0, 0, 0, False, False, wall_s, 0.0, 8.0, 0.0, 0, 0)
+    reps = tuple(replica_state(replica_id=f"r{k}", config=OCR_B4, inflight=inflight, busy_fraction=1.0, batches=done, config_epoch=1) for k in range(replicas))
+    op = operator_state(name="ocr", replicas=reps, queue_items=queue, items_in=items_in, items_out=items_in, config_epoch=1, busy_fraction=1.0)
+    return runner_state(pipeline="sim", operators=(op,), items_in=items_in, wall_s=wall_s)
 
 
 def _cheap_regime_policy() -> TridentPolicy:

@@ -8,9 +8,10 @@ import dataclasses
 import re
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
-from trident_flows.core.state import ApplyOutcome, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ApplyOutcome, OperatorState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig
 from trident_flows.scheduler.ds2 import DS2Policy, DS2Settings
 from trident_flows.scheduler.policies import make_policy
@@ -21,9 +22,10 @@ CPU1 = OpConfig.make("cpu", batch_size=8)
 def state(a: int, b: int, t: float, cpus: float = 16) -> RunnerState:
     """Operators a and b with ``a`` and ``b`` replicas at ``t`` seconds of the run."""
     def op(name: str, n: int) -> OperatorState:
-        reps = tuple(ReplicaState(f"{name}-{i}", f"r:{name}-{i}", CPU1, True, False, False, 1, 0.5, 10, 0) for i in range(n))
-        return OperatorState(name, reps, 0, 0, 100, 100, 0, 0.5, 0, 0)
-    return RunnerState("p", (op("a", a), op("b", b)), 1000, 500, 0, 0, 500, False, False, t, 50.0, cpus, 0, 0, 0)
+        reps = tuple(replica_state(replica_id=f"{name}-{i}", actor_name=f"r:{name}-{i}", config=CPU1, inflight=1, busy_fraction=0.5,
+                                   batches=10) for i in range(n))
+        return operator_state(name=name, replicas=reps, items_in=100, items_out=100, busy_fraction=0.5)
+    return runner_state(operators=(op("a", a), op("b", b)), items_in=1000, items_written=500, rows_written=500, wall_s=t, throughput=50.0, cluster_cpus=cpus)
 
 
 def batches(b_busy_s: float, n: int = 4) -> list[BatchSample]:

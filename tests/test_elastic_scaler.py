@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from trident_flows.control.elastic import ElasticScaler
-from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import NodeState, RunnerState
 from trident_flows.core.types import CPU, OpConfig
 from trident_flows.planning.catalogue import Catalogue, NodeType
 from trident_flows.planning.scale import NodePool, RunGoal, ScaleAction
@@ -32,10 +33,11 @@ def state(done: int, wall_s: float, nodes: tuple[NodeState, ...] = (HEAD,), fini
     busy for as long as 1 item/s takes (the measured rate: 1 item/s a replica)."""
     warm_s = [(n.node_id, wall_s if n.is_head else wall_s - joined_s) for n in nodes for _ in range(int(n.cpus))]
     busy = done / sum(s for _, s in warm_s)
-    replicas = tuple(ReplicaState(f"{node}-r{i}", f"a{i}", CONFIG, True, False, False, 0, busy, done // 8, 0) for i, (node, _) in enumerate(warm_s))
-    op = OperatorState("work", replicas, 0, 0, done, done, 0, 1.0, 0, 0)
-    return RunnerState("p", (op,) if done else (), done, done, 0, 0, done, finished, finished, wall_s, done / max(wall_s, 1e-9), 2.0, 0.0, 0, 0,
-                       nodes=nodes)
+    replicas = tuple(replica_state(replica_id=f"{node}-r{i}", actor_name=f"a{i}", config=CONFIG, busy_fraction=busy, batches=done // 8)
+                     for i, (node, _) in enumerate(warm_s))
+    op = operator_state(name="work", replicas=replicas, items_in=done, items_out=done, busy_fraction=1.0)
+    return runner_state(operators=(op,) if done else (), items_in=done, items_written=done, rows_written=done, input_closed=finished,
+                        finished=finished, wall_s=wall_s, throughput=done / max(wall_s, 1e-9), cluster_cpus=2.0, nodes=nodes)
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
-from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.core.state import NodeState, ReplicaState, RunnerState, RuntimeConfigError
 from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 from trident_flows.runtime.nodes import check_fits, pack, read_nodes
 from trident_flows.runtime.transition import rolling_steps
@@ -34,16 +35,16 @@ def test_identical_nodes_share_a_class_and_dead_nodes_are_left_out():
 
 def test_live_cluster_counts_nodes_per_class_and_follows_joins_and_losses():
     three = read_nodes([_raw("a", 2), _raw("b", 2), _raw("c", 4, 1)], gpu_memory_bytes=8 * GiB)
-    state = RunnerState("p", (), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 1, 0, 0, nodes=three)
+    state = runner_state(cluster_gpus=1, nodes=three)
     spec = live_cluster(state)
     assert {(c.name, c.count, c.cpus, c.gpus) for c in spec.node_classes} == {("2cpu-4g", 2, 2.0, 0), ("4cpu-1gpu-4g", 1, 4.0, 1)}
     assert spec.node_class("4cpu-1gpu-4g").gpu_memory_bytes == 8 * GiB
-    smaller = live_cluster(RunnerState("p", (), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 6, 1, 0, 0, nodes=three[1:]))
+    smaller = live_cluster(runner_state(cluster_cpus=6, cluster_gpus=1, nodes=three[1:]))
     assert smaller.total_cpus == 6 and smaller.node_class("2cpu-4g").count == 1
     # the memory a policy was given for a class of the same shape wins over Ray's estimate
     given = ClusterSpec.single_node(2, 0, host_memory_bytes=64 * GiB)
     assert live_cluster(state, given).node_class("2cpu-4g").host_memory_bytes == 64 * GiB
-    assert live_cluster(RunnerState("p", (), 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 1, 0, 0)) is None
+    assert live_cluster(runner_state(cluster_gpus=1)) is None
 
 
 def test_pack_places_node_by_node():
@@ -55,13 +56,12 @@ def test_pack_places_node_by_node():
 
 
 def _rep(rid: str, config: OpConfig, node: NodeState) -> ReplicaState:
-    return ReplicaState(rid, rid, config, True, False, False, 0, 0.5, 1, 1, 0.0, node.node_id, node.node_class)
+    return replica_state(replica_id=rid, config=config, busy_fraction=0.5, batches=1, config_epoch=1, node_id=node.node_id, node_class=node.node_class)
 
 
 def _state(nodes, **ops) -> RunnerState:
-    states = tuple(OperatorState(name, reps, 0, 0, 0, 0, 1, 0.5, 0, 0) for name, reps in ops.items())
-    return RunnerState("p", states, 0, 0, 0, 0, 0, False, False, 1.0, 0.0, sum(n.cpus for n in nodes), sum(n.gpus for n in nodes),
-                       0, 0, nodes=nodes)
+    states = tuple(operator_state(name=name, replicas=reps, config_epoch=1, busy_fraction=0.5) for name, reps in ops.items())
+    return runner_state(operators=states, cluster_cpus=sum(n.cpus for n in nodes), cluster_gpus=sum(n.gpus for n in nodes), nodes=nodes)
 
 
 def test_a_plan_naming_classes_gives_steps_on_those_classes():

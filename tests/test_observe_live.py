@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from benchmarks import observe_live
 from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
@@ -17,12 +18,13 @@ A = OpConfig.make(batch_size=8, threads=2)
 
 
 def _op(name: str, items_in: int, forwarded: int, queue: int = 0) -> OperatorState:
-    reps = (ReplicaState("r0", "a0", A, True, False, False, 1, 0.5, 3, 0, 1.5),)
-    return OperatorState(name, reps, queue, queue * 10, items_in, items_in, 2, 0.5, 0, 0, forwarded)
+    reps = (replica_state(actor_name="a0", config=A, inflight=1, busy_fraction=0.5, batches=3, cold_start_s=1.5),)
+    return operator_state(name=name, replicas=reps, queue_items=queue, queue_bytes=queue * 10, items_in=items_in, items_out=items_in, config_epoch=2,
+                          busy_fraction=0.5, items_forwarded=forwarded)
 
 
 def _state(wall: float, parse: tuple[int, int, int], embed: tuple[int, int, int]) -> RunnerState:
-    return RunnerState("p", (_op("parse", *parse), _op("embed", *embed)), 500, 0, 0, 0, 0, False, False, wall, 0.0, 8, 1, 0, 0)
+    return runner_state(operators=(_op("parse", *parse), _op("embed", *embed)), items_in=500, wall_s=wall, cluster_gpus=1)
 
 
 def test_state_round_trips_through_its_dict():
@@ -51,15 +53,16 @@ def test_rows_filtered_upstream_do_not_hold_the_tail_back():
 
 def test_items_left_are_counted_in_input_items_not_rows():
     # decode read 10 of 20 videos and split them into 50 clips; embed took 25 clips, 25 wait in its queue
-    decode = OperatorState("decode", (_replica("d0", 9),), 0, 0, 10, 50, 1, 0.5, 0, 0, 50)
-    embed = OperatorState("embed", (_replica("e0", 9),), 25, 250, 25, 25, 1, 0.5, 0, 0, 0)
-    state = RunnerState("p", (decode, embed), 10, 25, 0, 0, 25, False, False, 5.0, 0.0, 8, 0, 0, 0)
+    decode = operator_state(name="decode", replicas=(_replica("d0", 9),), items_in=10, items_out=50, config_epoch=1, busy_fraction=0.5, items_forwarded=50)
+    embed = operator_state(name="embed", replicas=(_replica("e0", 9),), queue_items=25, queue_bytes=250, items_in=25, items_out=25, config_epoch=1,
+                           busy_fraction=0.5)
+    state = runner_state(operators=(decode, embed), items_in=10, items_written=25, rows_written=25, wall_s=5.0)
     # 10 videos not read + 5 read and not finished (25 queued clips are 5 videos, not 25 items)
     assert remaining_input_items(state, 20) == 15.0
     assert remaining_input_items(state, None) is None
     # everything read and finished: nothing left, whatever the rows written
-    done = RunnerState("p", (replace(decode, items_in=20, items_out=100, items_forwarded=100), replace(embed, queue_items=0, items_in=100)),
-                       20, 100, 0, 0, 100, True, False, 9.0, 0.0, 8, 0, 0, 0)
+    done = runner_state(operators=(replace(decode, items_in=20, items_out=100, items_forwarded=100), replace(embed, queue_items=0, items_in=100)),
+                        items_in=20, items_written=100, rows_written=100, input_closed=True, wall_s=9.0)
     assert remaining_input_items(done, 20) == 0.0
 
 
@@ -130,13 +133,15 @@ def test_replay_of_a_committed_trace_scores_every_figure():
 
 
 def _replica(rid: str, batches: int, warm: bool = True, draining: bool = False) -> ReplicaState:
-    return ReplicaState(rid, f"a-{rid}", A, warm, draining, False, 1, 0.5, batches, 1, 1.5)
+    return replica_state(replica_id=rid, actor_name=f"a-{rid}", config=A, warm=warm, draining=draining, inflight=1, busy_fraction=0.5,
+                         batches=batches, config_epoch=1, cold_start_s=1.5)
 
 
 def test_a_placement_settles_once_every_replica_finished_a_batch_and_none_drains():
     def state(*replicas: ReplicaState) -> RunnerState:
-        op = OperatorState("ocr", replicas, 50, 500, 100, 100, 1, 0.9, 0, 0, 100)
-        return RunnerState("p", (op,), 100, 0, 0, 0, 0, False, False, 5.0, 0.0, 8, 0, 1, 0)
+        op = operator_state(name="ocr", replicas=replicas, queue_items=50, queue_bytes=500, items_in=100, items_out=100, config_epoch=1,
+                            busy_fraction=0.9, items_forwarded=100)
+        return runner_state(operators=(op,), items_in=100, wall_s=5.0, reconfigurations=1)
 
     # warm but not yet through its first batch: the operator's output is still the old replica's
     assert not placement_settled(state(_replica("old", 40), _replica("new", 0)), ["ocr"])
@@ -211,9 +216,10 @@ def test_the_trident_decision_log_measures_completed_input_items_as_the_benchmar
 
     def state(wall: float, videos: int) -> RunnerState:
         # decode splits every video into 5 clips; embed finished all the clips it was given
-        decode = OperatorState("decode", (_replica("d0", 9),), 0, 0, videos, 5 * videos, 1, 0.5, 0, 0, 5 * videos)
-        embed = OperatorState("embed", (_replica("e0", 9),), 0, 0, 5 * videos, 5 * videos, 1, 0.5, 0, 0, 0)
-        return RunnerState("p", (decode, embed), videos, 5 * videos, 0, 0, 5 * videos, False, False, wall, 0.0, 8, 0, 0, 0)
+        decode = operator_state(name="decode", replicas=(_replica("d0", 9),), items_in=videos, items_out=5 * videos, config_epoch=1,
+                                busy_fraction=0.5, items_forwarded=5 * videos)
+        embed = operator_state(name="embed", replicas=(_replica("e0", 9),), items_in=5 * videos, items_out=5 * videos, config_epoch=1, busy_fraction=0.5)
+        return runner_state(operators=(decode, embed), items_in=videos, items_written=5 * videos, rows_written=5 * videos, wall_s=wall)
 
     policy = TridentPolicy(None, ClusterSpec.single_node(8, 0))
     policy.tick(state(10.0, 10), [])

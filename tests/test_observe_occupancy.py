@@ -1,9 +1,10 @@
 """Queue and in-flight awareness: occupancy of runner snapshots and the model's calibration to saturated spans (no Ray)."""
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
-from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.core.types import OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.occupancy import Occupancy, OccupancyTracker, SaturatedSpan, classify
@@ -18,12 +19,13 @@ A = OpConfig.make(batch_size=16)
 def _op(queue: int, inflight: tuple[int, ...], items_in: int = 0, config: OpConfig = A, name: str = "parse",
         batches: tuple[int, ...] | None = None) -> OperatorState:
     done = batches or (10,) * len(inflight)   # batches each replica finished
-    reps = tuple(ReplicaState(f"r{k}", f"a{k}", config, True, False, False, n, 0.5, b, 0) for k, (n, b) in enumerate(zip(inflight, done)))
-    return OperatorState(name, reps, queue, queue * 100, items_in, items_in, 0, 0.5, 0, 0)
+    reps = tuple(replica_state(replica_id=f"r{k}", actor_name=f"a{k}", config=config, inflight=n, busy_fraction=0.5, batches=b)
+                 for k, (n, b) in enumerate(zip(inflight, done)))
+    return operator_state(name=name, replicas=reps, queue_items=queue, queue_bytes=queue * 100, items_in=items_in, items_out=items_in, busy_fraction=0.5)
 
 
 def _state(*ops: OperatorState) -> RunnerState:
-    return RunnerState("p", ops, 0, 0, 0, 0, 0, False, False, 1.0, 0.0, 8, 0, 0, 0)
+    return runner_state(operators=ops)
 
 
 def test_classify_tells_saturated_blocked_starved_and_busy_apart():

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from builders import operator_state, runner_state
 
-from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.scheduler.placement.inputs import work_per_item
 
 
 def _op_state(name, items_in, forwarded):
-    return OperatorState(name, (), 0, 0, items_in, items_in, 1, 0.5, 0, 0, forwarded)
+    return operator_state(name=name, items_in=items_in, items_out=items_in, config_epoch=1, busy_fraction=0.5, items_forwarded=forwarded)
 
 
 def _runner_state(ops):
-    return RunnerState("p", tuple(ops), ops[0].items_in, 0, 0, 0, 0, False, False, 10.0, 0.0, 8.0, 0.0, 0, 0)
+    return runner_state(operators=tuple(ops), items_in=ops[0].items_in, wall_s=10.0)
 
 
 def test_work_per_item_uses_each_operators_own_split_and_filter_ratio_not_pipeline_lag():

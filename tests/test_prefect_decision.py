@@ -7,10 +7,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 from test_controller import CLUSTER8, SimRunner, two_ops
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
-from trident_flows.core.state import ApplyReport, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ApplyReport, RunnerState
 from trident_flows.core.types import CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
@@ -29,12 +30,13 @@ OCR_SENTENCE = "Ocr is the bottleneck for scanned PDFs: ocr 1 -> 3 replicas, exp
 
 
 def _op(name, replicas, busy=0.5, queue=0, items_in=0):
-    reps = tuple(ReplicaState(f"{name}-{k}", f"{name}-{k}", CPU8, True, False, False, 1, busy, 10, 0) for k in range(replicas))
-    return OperatorState(name, reps, queue, 0, items_in, items_in, 0, busy, 0, 0)
+    reps = tuple(replica_state(replica_id=f"{name}-{k}", config=CPU8, inflight=1, busy_fraction=busy, batches=10) for k in range(replicas))
+    return operator_state(name=name, replicas=reps, queue_items=queue, items_in=items_in, items_out=items_in, busy_fraction=busy)
 
 
 def _state(ops, wall_s=60.0, pipeline="emulated-docs", throughput=1.5):
-    return RunnerState(pipeline, tuple(ops), 400, 90, 0, 5, 90, False, False, wall_s, throughput, 8, 1, 0, 0)
+    return runner_state(pipeline=pipeline, operators=tuple(ops), items_in=400, items_written=90, items_dropped=5, rows_written=90, wall_s=wall_s,
+                        throughput=throughput, cluster_gpus=1)
 
 
 def _ocr_rollout(reason: str) -> tuple[RunnerState, Decision, list]:

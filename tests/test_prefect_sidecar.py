@@ -16,7 +16,7 @@ from test_runtime_support import small_pipeline
 from trident_flows.blocks import TridentSettingsBlock
 from trident_flows.control.launch import start_runner
 from trident_flows.core.decision import Decision
-from trident_flows.core.state import RunnerSettings
+from trident_flows.core.state import ApplyStatus, RunnerSettings
 from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
 from trident_flows.flows.trident_sidecar import PLAN_APPLIED, trident_sidecar
 from trident_flows.scheduler import policies
@@ -36,7 +36,7 @@ class GrowBusiest:
         self.told = []  # the outcomes the sidecar reported through observe_apply
 
     def observe_apply(self, plan, outcome):
-        self.told.append((plan.operators[0].operator, outcome.status.value, outcome.steps_done))
+        self.told.append((plan.operators[0].operator, outcome.status, outcome.steps_done))
 
     def decide(self, state, samples):
         if self.done:
@@ -111,7 +111,7 @@ def test_sidecar_applies_a_plan_and_publishes_it(prefect_harness, ray_cluster, g
 
         memory = load_memory("sidecar-apply", NAMESPACE)
         assert memory.ticks == 1 and memory.plans_applied == 1 and memory.cursor > 0
-        assert memory.policy().told == [(grown, "landed", 1)]  # the policy kept between runs was told its plan landed
+        assert memory.policy().told == [(grown, ApplyStatus.LANDED, 1)]  # the policy kept between runs was told its plan landed
         second = trident_sidecar(trident=grow_policy, runner_name="sidecar-apply")  # the next scheduled run
         assert second["status"] == "unchanged"  # the policy's state (done=True) came back from the cluster
         assert load_memory("sidecar-apply", NAMESPACE).ticks == 2

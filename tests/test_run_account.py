@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from trident_flows.control.account import ROLLED_BACK, PolicyFigures, account_of_run, build_account, policy_figures, why_no_decisions
 from trident_flows.control.account_plot import timeline_png
@@ -15,7 +16,7 @@ from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecor
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
 from trident_flows.core.changes import OperatorChange
 from trident_flows.core.decision import Decision, Hold, HoldKind
-from trident_flows.core.state import ApplyOutcome, ApplyReport, OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ApplyOutcome, ApplyReport, ApplyStatus, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.loop.apply import Applied
 from trident_flows.scheduler.operator_model import OperatorModel
@@ -29,10 +30,12 @@ NO_ESTIMATE = Estimate(None, "no estimate: test")
 
 def _state(items_in: int, ops: dict[str, tuple[int, int]], wall_s: float = 100.0) -> RunnerState:
     """A runner state: per operator (items taken, serving replicas of config A)."""
-    operators = tuple(OperatorState(name, tuple(ReplicaState(f"{name}-{k}", f"a-{name}-{k}", A, True, False, False, 0, 0.5, 1, 0)
-                                                for k in range(replicas)), 0, 0, taken, taken, 0, 0.5, 0, 0)
+    operators = tuple(operator_state(name=name, replicas=tuple(replica_state(replica_id=f"{name}-{k}", actor_name=f"a-{name}-{k}", config=A,
+                                                                             busy_fraction=0.5, batches=1)
+                                                for k in range(replicas)), items_in=taken, items_out=taken, busy_fraction=0.5)
                       for name, (taken, replicas) in ops.items())
-    return RunnerState("p", operators, items_in, items_in, 0, 0, items_in, True, True, wall_s, items_in / wall_s, 4, 0, 0, 0)
+    return runner_state(operators=operators, items_in=items_in, items_written=items_in, rows_written=items_in, input_closed=True, finished=True,
+                        wall_s=wall_s, throughput=items_in / wall_s, cluster_cpus=4)
 
 
 def _record_at_rates(before: float, after: float, switch: float, end: float) -> tuple[RunRecord, np.ndarray]:
@@ -55,7 +58,7 @@ def test_a_decision_shows_what_it_changed_and_its_measured_effect_before_and_aft
     record.decisions.append(_taken(at=50.0, landed=52.0))
     account = build_account("trident", record, done[:1], done, NOT_COUNTED, NO_ESTIMATE, 3.0, "unused")
     d = account.decisions[0]
-    assert d.at_s == pytest.approx(50.0) and d.landed_s == pytest.approx(52.0) and d.status == "landed"
+    assert d.at_s == pytest.approx(50.0) and d.landed_s == pytest.approx(52.0) and d.status == ApplyStatus.LANDED
     assert d.change_text() == "ocr 1x cpu/b4 -> 3x cpu/b4" and d.operators == ("ocr",)
     assert d.effect["window_s"] == [30.0, 30.0]
     assert d.effect["pipeline_items_per_s"]["before"] == pytest.approx(2.0, rel=0.05)
@@ -86,7 +89,7 @@ def test_a_rollback_marks_the_change_it_undid_and_a_refused_plan_has_no_effect()
                          _taken(at=60.0, landed=61.0, kind=PlanKind.ROLLBACK.value)]
     account = build_account("trident", record, done[:1], done, NOT_COUNTED, NO_ESTIMATE, 2.0, "unused")
     statuses = [d.status for d in account.decisions]
-    assert statuses == [ROLLED_BACK, "refused", "landed"]
+    assert statuses == [ROLLED_BACK, ApplyStatus.REFUSED, ApplyStatus.LANDED]
     assert account.decisions[1].effect is None and account.decisions[1].effect_note == "not measured: the apply was refused, nothing changed"
     assert any("refused (no room)" in line for line in account.lines())
 
@@ -119,10 +122,10 @@ def test_the_record_keeps_an_applied_plan_with_its_outcome_and_landing_time():
     report = ApplyReport(({"kind": "start"},), 4.0, 1.0, 1.0, 0.0, started_at=T0 + 1.0)
     record = RunRecord()
     taken = record.decided(state, Decision.roll_out(plan, "grow ocr"), Applied(report, report.outcome), T0)
-    assert (taken.kind, taken.status, taken.landed_at, taken.reason) == ("throughput", "landed", T0 + 5.0, "scale ocr")
+    assert (taken.kind, taken.status, taken.landed_at, taken.reason) == (PlanKind.THROUGHPUT, ApplyStatus.LANDED, T0 + 5.0, "scale ocr")
     assert taken.changes == (OperatorChange("ocr", 1, 3, "cpu/b4", "cpu/b4"),)
     refused = record.decided(state, Decision.roll_out(plan, "grow ocr"), Applied(None, ApplyOutcome.refused("no room"), "RuntimeError: no room"), T0)
-    assert (refused.status, refused.status_reason, refused.landed_at) == ("refused", "no room", None)
+    assert (refused.status, refused.status_reason, refused.landed_at) == (ApplyStatus.REFUSED, "no room", None)
 
 
 def test_a_long_record_keeps_the_whole_run_at_a_coarser_resolution():

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
-from trident_flows.core.state import OperatorState, ReplicaState, RunnerState, RuntimeConfigError
+from trident_flows.core.state import OperatorState, RunnerState, RuntimeConfigError
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, StepKind
 from trident_flows.runtime.transition import rolling_steps
 
@@ -14,12 +15,13 @@ G = OpConfig.make("gpu", batch_size=32)
 
 
 def _op(name: str, *replicas: tuple[OpConfig, bool]) -> OperatorState:
-    reps = tuple(ReplicaState(f"{name}-{k}", f"r:{name}:{k}", c, True, False, canary, 0, 0.5, 10, 1) for k, (c, canary) in enumerate(replicas))
-    return OperatorState(name, reps, 0, 0, 0, 0, 1, 0.5, 0, 0)
+    reps = tuple(replica_state(replica_id=f"{name}-{k}", actor_name=f"r:{name}:{k}", config=c, canary=canary, busy_fraction=0.5, batches=10,
+                               config_epoch=1) for k, (c, canary) in enumerate(replicas))
+    return operator_state(name=name, replicas=reps, config_epoch=1, busy_fraction=0.5)
 
 
 def _state(cpus: float, gpus: float, *ops: OperatorState) -> RunnerState:
-    return RunnerState("p", ops, 0, 0, 0, 0, 0, False, False, 1.0, 0.0, cpus, gpus, 0, 0)
+    return runner_state(operators=ops, cluster_cpus=cpus, cluster_gpus=gpus)
 
 
 def _plan(*ops: OperatorPlan) -> Plan:

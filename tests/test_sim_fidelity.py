@@ -9,12 +9,13 @@ import datetime
 from dataclasses import replace
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from benchmarks import fidelity_traces as ft
 from benchmarks.live_trace import Tick, Trace, TracedDecision
 from benchmarks.sim_fidelity import POLICY_SINCE, _stale_policy
 from trident_flows.core.decision import Decision
-from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from trident_flows.core.state import ReplicaState, RunnerState
 from trident_flows.core.types import CPU, BatchSample, OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 
@@ -24,12 +25,12 @@ PROFILE = PipelineProfile("hand", (OperatorCost("a", {CPU: DeviceCost(per_item_s
 
 
 def _replica(rid: str, cold_start_s: float = 0.0, draining: bool = False) -> ReplicaState:
-    return ReplicaState(rid, f"x:{rid}", CONFIG, True, draining, False, 0, 0.0, 0, 0, cold_start_s)
+    return replica_state(replica_id=rid, actor_name=f"x:{rid}", config=CONFIG, draining=draining, cold_start_s=cold_start_s)
 
 
 def _state(replicas: dict[str, tuple[ReplicaState, ...]]) -> RunnerState:
-    ops = tuple(OperatorState(n, r, 0, 0, 0, 0, 0, 0.0, 0, 0) for n, r in replicas.items())
-    return RunnerState("hand", ops, 4, 0, 0, 0, 0, True, False, 0.0, 0.0, 4.0, 0.0, 0, 0)
+    ops = tuple(operator_state(name=n, replicas=r) for n, r in replicas.items())
+    return runner_state(pipeline="hand", operators=ops, items_in=4, input_closed=True, wall_s=0.0, cluster_cpus=4.0)
 
 
 def _sample(op: str, rid: str, start: float, end: float, busy: float, n_in: int = 2, n_out: int = 2) -> BatchSample:
@@ -161,7 +162,7 @@ def test_a_suite_trace_is_rebuilt_from_its_suite_workload_header_and_first_poll(
     suite = suite_workloads(False, ("cpu-only",))[0]
     stream = suite.streams()[0]
     ocr = OpConfig.make(CPU, batch_size=8)
-    first = _state({"parse": (_replica("p0"),), "ocr": (ReplicaState("o0", "x:o0", ocr, True, False, False, 0, 0.0, 0, 0),) * 3})
+    first = _state({"parse": (_replica("p0"),), "ocr": (replica_state(replica_id="o0", actor_name="x:o0", config=ocr),) * 3})
     header = {"suite_workload": "cpu-only", "policy": "trident", "cluster": {"cpus": 16, "gpus": 0}, "blocks": stream.blocks(),
               "time_scale": stream.time_scale, "start_config": "parse 1xcpu/b2, ocr 3xcpu/b8"}
     trace = Trace("cpu-only-trident", header, (Tick(0.0, first, ()),), (), {})

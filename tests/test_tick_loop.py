@@ -7,9 +7,10 @@ import threading
 from dataclasses import replace
 
 import pytest
+from builders import operator_state, replica_state, runner_state
 
 from trident_flows.core.decision import Decision
-from trident_flows.core.state import ApplyReport, ApplyStatus, OperatorState, ReplicaState, RunnerState, SamplePage
+from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerState, SamplePage
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.loop.apply import Applied
 from trident_flows.loop.clock import WallClock
@@ -21,9 +22,9 @@ GROW = Decision.roll_out(PLAN, "grow parse: busy")
 
 
 def _state(finished: bool = False) -> RunnerState:
-    replicas = tuple(ReplicaState(f"r{k}", f"r{k}", B8, True, False, False, 1, 0.9, 10, 0) for k in range(2))
-    return RunnerState("p", (OperatorState("parse", replicas, 0, 0, 10, 10, 0, 0.9, 0, 0),), 10, 10, 0, 0, 10, False, finished,
-                       5.0, 2.0, 8, 0, 0, 0)
+    replicas = tuple(replica_state(replica_id=f"r{k}", config=B8, inflight=1, busy_fraction=0.9, batches=10) for k in range(2))
+    return runner_state(operators=(operator_state(name="parse", replicas=replicas, items_in=10, items_out=10, busy_fraction=0.9),), items_in=10,
+                        items_written=10, rows_written=10, finished=finished, wall_s=5.0, throughput=2.0)
 
 
 class Runner:

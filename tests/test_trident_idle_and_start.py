@@ -8,7 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trident_flows.core.state import OperatorState, ReplicaState, RunnerState
+from builders import operator_state, replica_state, runner_state
+
+from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.core.types import ClusterSpec, OpConfig, PlanKind
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.trident import memory
@@ -24,12 +26,13 @@ CPU2 = OpConfig("cpu", 2)
 
 
 def _op(name: str, replicas: int, queue: int, busy: bool, config: OpConfig = CPU8) -> OperatorState:
-    reps = tuple(ReplicaState(f"{name}{k}", f"a{name}{k}", config, True, False, False, 2 if busy else 0, 1.0, 5, 0) for k in range(replicas))
-    return OperatorState(name, reps, queue, queue * 100, 0, 0, 0, 1.0 if busy else 0.0, 0, 0)
+    reps = tuple(replica_state(replica_id=f"{name}{k}", actor_name=f"a{name}{k}", config=config, inflight=2 if busy else 0, busy_fraction=1.0,
+                               batches=5) for k in range(replicas))
+    return operator_state(name=name, replicas=reps, queue_items=queue, queue_bytes=queue * 100, busy_fraction=1.0 if busy else 0.0)
 
 
 def _state(t: float, *ops: OperatorState, cpus: float = 16) -> RunnerState:
-    return RunnerState("p", ops, 0, 0, 0, 0, 0, False, False, t, 0.0, cpus, 0, 0, 0)
+    return runner_state(operators=ops, wall_s=t, cluster_cpus=cpus)
 
 
 class _Safe:
@@ -81,9 +84,9 @@ def test_no_growth_before_idle_growth_s_of_saturation_nor_when_turned_off_nor_fo
 
 def _busy_op(name: str, replicas: int, busy: int, config: OpConfig = CPU8) -> OperatorState:
     """An operator with no queue whose first ``busy`` replicas hold a batch."""
-    reps = tuple(ReplicaState(f"{name}{k}", f"a{name}{k}", config, True, False, False, 1 if k < busy else 0, 0.2, 5, 0)
+    reps = tuple(replica_state(replica_id=f"{name}{k}", actor_name=f"a{name}{k}", config=config, inflight=1 if k < busy else 0, busy_fraction=0.2, batches=5)
                  for k in range(replicas))
-    return OperatorState(name, reps, 0, 0, 0, 0, 0, 0.2, 0, 0)
+    return operator_state(name=name, replicas=reps, busy_fraction=0.2)
 
 
 def test_replicas_of_a_mostly_idle_operator_go_to_a_saturated_one_as_a_verified_rebalance() -> None:

@@ -2,20 +2,14 @@
 
 Contract:
 - ``main()`` = ``check_system()`` (tesseract present) -> ``make_corpus()`` (~40 PDFs under
-  ``demo-output/corpus``, reused when already there) -> ``run_demo()`` (the document pipeline
-  on a local Ray cluster under the best scheduling policy available, with a rich progress
-  bar; Parquet output under ``demo-output/run``) -> ``report()`` (counts read back from the
-  Parquet output and a rich table). Each step is a separate function so a caller (e.g. a
-  Prefect flow recording the run) can wrap them.
-- By default the run is recorded in Prefect: ``run_demo_flow()`` runs it as the
-  ``document-curation`` flow, tuned by its own ``trident-sidecar`` subflow, on a local Prefect
-  server (``prefect_server.ensure_server``), and prints both flow-run links; ``--no-prefect``
-  uses ``run_demo()`` instead.
-- Every demo curates the corpus afresh into ``demo-output/run``; Trident's memory of the earlier
-  demo runs stays in ``demo-output/trident-memory`` (beside the output), so a second demo starts
-  from what the first one learned.
-- ``python -m trident_flows.demo --stop`` stops what a demo left running (the local Prefect
-  server it may have started; see ``prefect_server.stop_server``) and nothing else.
+  ``demo-output/corpus``, reused) -> ``run_demo()`` (the pipeline on a local Ray cluster, Parquet
+  output under ``demo-output/run``) -> ``report()``; each step a separate function a caller can wrap.
+- By default the run is recorded in Prefect: ``run_demo_flow()`` runs the ``document-curation``
+  flow with its ``trident-sidecar`` on a local Prefect server and prints both flow-run links;
+  ``--no-prefect`` uses ``run_demo()``.
+- Each demo curates afresh; Trident's memory stays in ``demo-output/trident-memory``, so a second
+  demo starts from what the first learned.
+- ``python -m trident_flows.demo --stop`` stops what a demo left running and nothing else.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """``PipelineSettingsBlock``: which curation pipeline to run, on what input, into where,
 in shards of what size, and the name its runner is found by.
 
-Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES``, unless
-``ray_data_pipeline`` names a user's Ray Data pipeline (``MODULE:FUNCTION``, see ``trident_flows.ray_data``); the output
-location is a local directory (a path or a ``file://`` URL); the input location too, except for the
-documents pipeline, whose input may be any filesystem URL (``s3://``, ``gs://``, ...:
-``trident_flows.corpus.location``); without an input location the pipeline generates ``synth``
-synthetic inputs. ``table_location`` (documents) makes each run a corpus run
-(``control.corpus_run``): only new or changed files are curated, into that Delta Lake table
-location, with ``retry_dead_letters`` retrying unchanged dead-lettered files. ``credentials`` names
-a saved ``S3CredentialsBlock`` for those of the two locations that are ``s3://`` URLs (empty: the
-standard places). ``with_locations(input, table, credentials)`` is the block with the flow's
-``input`` / ``table`` / ``credentials`` parameters put in place of its own (when given), refusing a
-documents pipeline left with no input (neither an input location nor ``synth``), saying what to
-set. ``quality`` holds the user's quality knob settings
-(what the output is: ``{"ocr.dpi": 200}``; no scheduling policy changes them) and ``tune`` the
-quality knobs a policy may vary, each with its range (``{"ocr.dpi": "100..300"}``; outputs then
-differ by configuration and each row records its values); see
-``trident_flows.pipelines.quality``. Invalid values are refused at construction with a message
-naming the field and what to change.
+Contract: ``pipeline`` is a name from ``trident_flows.pipelines.PIPELINES`` unless
+``ray_data_pipeline`` names a user's Ray Data pipeline (``MODULE:FUNCTION``). The output location
+is a local directory; so is the input, except for documents, whose input may be any filesystem URL
+(``trident_flows.corpus.location``); without one, ``synth`` synthetic inputs are generated.
+``table_location`` (documents) makes each run a corpus run (``control.corpus_run``, with
+``retry_dead_letters``); ``credentials`` names a saved ``S3CredentialsBlock`` for s3:// locations.
+``with_locations(input, table, credentials)`` puts the flow's parameters in place of the block's,
+refusing a documents pipeline left with no input. ``quality`` and ``tune`` are the user's quality
+knob settings and tunable ranges (``trident_flows.pipelines.quality``). Invalid values are refused
+at construction naming the field and what to change.
 """
 
 from __future__ import annotations

@@ -2,21 +2,14 @@
 local Ray node with stated logical resources.
 
 Contract:
-- ``address`` empty: ``connect()`` starts a *new* local Ray node (``ray.init("local", ...)``)
-  with ``num_cpus`` logical CPUs, ``num_gpus`` logical GPUs and ``object_store_mb``.
-  It never uses ``address="auto"``, which could attach to somebody else's cluster.
-- ``address`` set: ``connect()`` joins that cluster, after checking within ``connect_timeout_s``
-  that something listens there (``ray.init`` itself would retry for minutes). A head started with ``ray start --head``
-  in Ray 2.60 uses token authentication (``RAY_AUTH_MODE=token``): put the cluster's token
-  (``ray get-auth-token``) into ``auth_token`` or export ``RAY_AUTH_TOKEN`` yourself.
-- ``connect()`` reuses a Ray connection this process already holds and reports whether it
-  started one; ``task_runner()`` gives prefect-ray's ``RayTaskRunner`` for the same target.
-- ``nic_bandwidth`` (e.g. ``100Gbps``) declares the local node's network link as its Ray label
-  ``trident.nic`` (``runtime.nodes``), which the placement's network rows use; nodes of an existing
-  cluster carry their own label (``ray start --labels trident.nic=100Gbps``), so with ``address``
-  set it is refused saying so. A value that is not a rate is refused saying what to write.
-- Both pass ``env_vars`` (e.g. ``PREFECT_API_URL``) to every Ray worker through the job's
-  runtime environment, so Prefect task runs on workers report to the right server.
+- ``address`` empty: ``connect()`` starts a new local node (``num_cpus``, ``num_gpus``,
+  ``object_store_mb``); never ``address="auto"``, which could attach to somebody else's cluster.
+- ``address`` set: ``connect()`` joins it after checking within ``connect_timeout_s`` that
+  something listens there; a token-authenticated head needs ``auth_token`` (or ``RAY_AUTH_TOKEN``).
+- ``connect()`` reuses this process's Ray connection and reports whether it started one;
+  ``task_runner()`` is prefect-ray's ``RayTaskRunner`` for the same target.
+- ``nic_bandwidth`` declares the local node's link as its ``trident.nic`` label (refused with
+  ``address``, or when not a rate). ``env_vars`` reach every Ray worker's runtime environment.
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """The account of what the policy did in a run: what ``trident-flows run``, its ``--summary-json`` and the Prefect curation run show.
 
 Contract:
-- ``build_account(policy_name, record, read_t, done_t, ooms, estimate, measured_items_per_s, no_decisions_reason,
-  window_s)`` -> ``RunAccount``. ``record`` is the control loop's ``RunRecord`` (None: no loop ran),
-  ``read_t`` / ``done_t`` the wall-clock times the run's input items were read and done
-  (``Latencies``; NaN are ignored). Times in the account are seconds since the first item was read
-  (the first count point or item done when that is earlier).
-- Each decision becomes one ``DecisionEffect``: its time, operators, what changed (``from -> to`` per
-  operator), reason, status (``landed``, ``partial``, ``refused``, or ``rolled back`` for a landed
-  throughput change a later rollback undid) and, for one that changed replicas, its MEASURED effect:
-  input items done per second (``done_t``) and each changed operator's items taken per second (the
-  record's count points, interpolated) in the ``window_s`` before it was decided against the
-  ``window_s`` after its last step finished; a window is cut at the previous change's landing, the
-  next decision and the run's ends, and under ``MIN_WINDOW_S`` the effect is None with the reason.
-- ``no_decisions_reason`` is shown when the run made no decision ("no decisions: ...");
-  ``why_no_decisions(policy_name, policy, record)`` says it from the policy's last tick.
-- ``policy_figures(policy_name, policy, record, samples, start, state)`` is what only the policy
-  can tell, taken where the policy lives (the in-process loop, or the Prefect sidecar at the
-  pipeline's end): the record, OOMs avoided (``control.ooms_avoided``), the estimate without
-  trident (``control.start_estimate``), why no decision was made and the summary keys the policy
-  reports of itself (``run_figures``: Trident's memory and source-regime figures). ``account_of_run(figures,
-  read_t, done_t, state)`` is the account from them and the runner's item times; the measured rate
-  is the run's input items / its wall time, as ``RunSummary.throughput_items_per_s``.
+- ``build_account(...) -> RunAccount``: every decision as a ``DecisionEffect`` (what changed, its
+  status, and for a change of replicas its MEASURED effect on items/s before and after), OOMs
+  avoided, the ESTIMATE of the rate without trident, and why no decision was made, if none was.
+- ``policy_figures(policy_name, policy, record, samples, start, state)``: what only the policy can
+  tell, taken where it lives (the in-process loop, or the Prefect sidecar at the pipeline's end);
+  ``account_of_run(figures, read_t, done_t, state)`` is the account from them and the runner's item
+  times. ``why_no_decisions`` says why a run made no decision from the policy's last tick.
 - ``RunAccount.to_dict()`` gives the summary keys (``decisions``, ``decisions_note``,
-  ``ooms_avoided``, ``ooms_avoided_counts``, ``ooms_avoided_configs``,
-  ``estimated_rate_without_trident`` and its ``_note``, ``timeline_png``, ``started_from``: the configuration
-  the policy started the run in where not the pipeline's own, e.g. the memory's); ``lines()`` the CLI's
-  lines; ``markdown(png)`` the Prefect artifact (figures and decisions as tables, the PNG inlined as
-  a data URI). Estimates are labelled ESTIMATE wherever they appear.
+  ``ooms_avoided*``, ``estimated_rate_without_trident`` and its ``_note``, ``timeline_png``,
+  ``started_from``); ``lines()`` the CLI's lines; ``markdown(png)`` the Prefect artifact.
+  Estimates are labelled ESTIMATE wherever they appear.
 """
 
 from __future__ import annotations
@@ -234,7 +218,17 @@ def account_of_run(figures: PolicyFigures, read_t: np.ndarray, done_t: np.ndarra
 
 def build_account(policy_name: str, record: RunRecord | None, read_t: np.ndarray, done_t: np.ndarray, ooms: OomsAvoided, estimate: Estimate,
                   measured_items_per_s: float, no_decisions_reason: str, window_s: float = WINDOW_S) -> RunAccount:
-    """The run's account (see the module docstring)."""
+    """The run's account. ``record``: the control loop's ``RunRecord`` (None: no loop ran); ``read_t`` / ``done_t``:
+    the wall-clock times the input items were read and done (``Latencies``; NaN ignored). Times in the account are
+    seconds since the first item was read (the first count point or item done when that is earlier).
+
+    Each decision becomes one ``DecisionEffect``: its time, operators, what changed (``from -> to`` per operator),
+    reason, status (``landed``, ``partial``, ``refused``, or ``rolled back`` for a landed throughput change a later
+    rollback undid) and, for one that changed replicas, its MEASURED effect: input items done per second
+    (``done_t``) and each changed operator's items taken per second (the record's count points, interpolated) in
+    the ``window_s`` before it was decided against the ``window_s`` after its last step finished; a window is cut at
+    the previous change's landing, the next decision and the run's ends, and under ``MIN_WINDOW_S`` the effect is
+    None with the reason."""
     done = np.sort(np.asarray(done_t, dtype=float)[~np.isnan(np.asarray(done_t, dtype=float))])
     points = list(record.points) if record is not None else []
     taken = list(record.decisions) if record is not None else []

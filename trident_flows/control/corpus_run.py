@@ -2,34 +2,16 @@
 and the ``document-curation`` flow with a ``table``.
 
 Contract:
-- ``CorpusRun.prepare(input, table, out, retry_dead_letters, credentials=None)``, before Ray starts:
-  opens the input (``corpus.location``: a directory or any filesystem URL; ``credentials`` for those
-  of input and table that are ``s3://`` URLs, else the standard places) and, with a table, the table location,
-  its version, the manifest and the near-duplicate index of that version; plans the work
-  (``corpus.work.plan_work``: new, changed, retried and requeued files, copied under
-  ``OUT/_inputs/corpus``). Without a table every listed file is new (a URL input curated into
-  ``OUT`` like a directory). A bad location or setting raises ``RuntimeConfigError`` saying what
-  to change. ``spec`` is the documents pipeline over the work's rows (``id`` = the path relative
-  to the input root).
-- ``seed()``, once Ray is up and before the pipeline's runner starts: the run's near-duplicate index
-  gets every document of the table's index except those this run processes again, each with the
-  answer its row holds (not trusted: the rule decides it anew), so the run decides as one run over
-  every night's files would (doc_dedup).
-- ``publish(out, items, decisions, flow_run_id)``, once the run has ended (its near-duplicate marks settled
-  by ``finish_run``) and while Ray is still up: the rows the run committed in ``OUT`` plus the
-  earlier rows the index revised (an earlier document that near-duplicates a smaller-id new one:
-  ``documents.apply_revisions``) go to the table in one commit (``corpus.table``), after the next
-  manifest (with each processed file's outcome) and the index are written for that version
-  (``corpus.sidecar``). A row's ``path`` is the source file's URL. The commit's metadata holds the flow
-  run id, the counts (the corpus figures and ``items``: written, dead-lettered, dropped) and the
-  scheduler's ``decisions`` (``decisions_of``: policy, reconfigurations, the reason of every plan applied). Then ``OUT``'s run files and the cached copies are removed: the table is the output.
-  Returns the run's corpus figures (``FIGURES``), ``table_version`` included.
-- ``plan_line(table)`` says the work in one line (new / changed / unchanged / deleted / retried /
-  requeued files, the table's version or that this run creates it), as the CLI prints it and the flow logs it.
-- ``figures()`` are the same figures before anything is committed (``table_version`` the table's
-  current version): the summary of a run that had nothing to publish. ``describe(figures)`` says
-  them in one line (*10 new, 2 changed, 28 unchanged, 0 deleted files; 1 near-duplicate of earlier
-  runs; table version 2; ...*).
+- ``CorpusRun.prepare(input, table, out, retry_dead_letters, credentials=None)``, before Ray
+  starts: opens input and table (``corpus.location``) and plans the work (``corpus.work``); ``spec``
+  is the documents pipeline over it. A bad location or setting raises ``RuntimeConfigError``.
+- ``seed()``, before the runner starts: the near-duplicate index gets the table's documents this
+  run does not process again, so the run decides as one run over every night's files would.
+- ``publish(out, items, decisions, flow_run_id)``, after the run while Ray is up: the committed
+  rows plus earlier rows the index revised go to the table in one commit (manifest and index
+  written first for that version; a row's ``path`` is its source URL); ``OUT``'s run files are then
+  removed. Returns ``FIGURES``, ``table_version`` included.
+- ``plan_line``, ``figures()`` and ``describe(figures)`` say the work and its figures in one line.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Trident's requests to Ray's autoscaler: a run's scale decisions acted on, and cleared when the run ends.
 
 Contract:
-- ``ElasticScaler(pool, goal, items_total, request=..., interval_s=15.0, clock=time.time)``: ``request`` is
-  ``ray.autoscaler.sdk.request_resources`` unless a caller gives another (it is called with ``bundles=``).
-- ``step(state)`` (the control loop calls it after each tick): at most once per ``interval_s``, it
-  counts the live nodes of each pool class (a node carrying the class's custom resource; every other
-  node, the head among them, is the base cluster), the items left (``items_total`` less those written
-  or dead-lettered), the operators' measured rates (``planning.advice.measured_demands``, each replica's busy
-  fraction over the seconds since the scaler first saw it warm; at its first read, since the run's start and
-  the replica's cold start) and asks
-  ``planning.scale.decide_scale`` with the input items/s done since the last decision as the running
-  nodes' measured rate when the same nodes and the same warm replicas ran all that interval, no replica is
-  starting and items were done in it (otherwise none: a replica in its cold start would read as a slow
-  cluster; the decision rates the nodes with the planner's check); until every operator has worked the decision is a ``WAIT`` and
-  nothing is requested. A decision whose counts differ from the standing request is sent as
-  ``request(bundles=pool.bundles(counts))`` (the empty list when it gives every node back). It returns
-  the ``ScaleDecision`` (None between intervals). Each decision is kept with its measured effect: the
-  input items/s done between it and the next decision; ``rate_before`` is that rate up to the newest decision.
-- ``spent`` is the pool nodes' cost so far: each live pool node's seconds between state reads at its class's
-  price, plus the base cluster's price over the run's wall time (what a budget goal is charged).
-- ``release()`` clears the request (``request(bundles=[])``); the run calls it once it stopped, failed
-  or not, so no node is left running because of trident. It is idempotent.
-- ``summary()`` is plain data for the run summary: the goal, the decisions that changed the request,
-  ``nodes_requested`` (the most nodes requested at once), ``node_seconds`` per class, ``cost`` and
-  ``request_cleared``.
+- ``ElasticScaler(pool, goal, items_total, request=..., interval_s=15.0, clock=time.time)``:
+  ``request`` is ``ray.autoscaler.sdk.request_resources`` unless a caller gives another (called
+  with ``bundles=``).
+- ``step(state)`` (after each control-loop tick) returns a ``planning.scale`` ``ScaleDecision`` at
+  most once per ``interval_s`` and sends it when it changes the standing request.
+- ``spent``: the pool nodes' cost so far (each live pool node's seconds at its class's price, plus
+  the base cluster's price over the run's wall time: what a budget goal is charged).
+- ``release()`` clears the request; the run calls it once it stopped, failed or not, so no node is
+  left running because of trident. Idempotent.
+- ``summary()``: plain data for the run summary (goal, decisions, ``nodes_requested``,
+  ``node_seconds`` per class, ``cost``, ``request_cleared``).
 """
 
 from __future__ import annotations
@@ -83,7 +71,21 @@ class ElasticScaler:
         return sum(n.cpus for n in base), int(sum(n.gpus for n in base)), max((n.gpu_memory_bytes for n in base), default=0)
 
     def step(self, state: RunnerState) -> ScaleDecision | None:
-        """One scale decision, sent when it changes the request (see the module docstring)."""
+        """One scale decision, sent when it changes the request (None between intervals).
+
+        At most once per ``interval_s``: counts the live nodes of each pool class (a node carrying the class's
+        custom resource; every other node, the head among them, is the base cluster), the items left
+        (``items_total`` less those written or dead-lettered), the operators' measured rates
+        (``planning.advice.measured_demands``: each replica's busy fraction over the seconds since the scaler first
+        saw it warm; at its first read, since the run's start less the replica's cold start) and asks
+        ``planning.scale.decide_scale``, with the input items/s done since the last decision as the running nodes'
+        measured rate when the same nodes and the same warm replicas served all that interval, none is starting and
+        items were done in it (otherwise none: a replica in its cold start would read as a slow cluster; the
+        decision rates the nodes with the planner's check). Until every operator has worked the decision is a
+        ``WAIT`` and nothing is requested. A decision whose counts differ from the standing request is sent as
+        ``request(bundles=pool.bundles(counts))`` (the empty list when it gives every node back). Each decision is
+        kept with its measured effect: the input items/s done between it and the next decision (``rate_before``:
+        that rate up to the newest decision)."""
         now = self.clock()
         running = self.counts(state.nodes)
         if self._last_seen is not None:

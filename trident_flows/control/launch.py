@@ -1,58 +1,23 @@
 """Starting and finding runners, running a pipeline to the end, and the ``trident-flows run`` glue.
 
 Contract:
-- ``check_pipeline(spec, settings, cpus, gpus)`` refuses, before anything starts, a pipeline
-  whose initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``
-  naming the operator and what to change).
-- ``start_runner(spec, out_dir, *, name, namespace, settings, external_input, detached)``
-  creates the named runner actor and starts it; ``find_runner(name, namespace)`` returns a
-  handle to it from any driver of the same cluster.
-- ``RunSession(spec, out_dir, policy_name, *, runner_name, namespace, settings, scaler)``: the steps of one
-  run on Ray that ``run_pipeline`` (the CLI's control loop in a thread) and the ``document-curation`` flow
-  (its loop the ``trident-sidecar`` subflow) both take, in their order: ``start(starting, external_input)``
-  the runner (a failed start releases the scaler); ``ended()`` -> ``RunEnd`` (final state, latencies, apply
-  reports, replicas per node) once it finished; ``stop(end_loop)`` (a runner not finished is stopped, so the
-  loop sees the end; the loop ends by ``end_loop``, whose result it returns; the runner is stopped and
-  killed; the scaler's request cleared, failed or not); ``account(figures, end)`` (the account from what
-  the policy told, or from the run alone when ``figures`` is None, and its timeline PNG); ``summary(...)``
-  (``loop.run_summary.run_summary`` over the committed output). ``end_policy(...)``, run where the policy
-  lives (this process, or the sidecar), has a policy with ``finish(state)`` write its memory and returns
-  its ``PolicyFigures``. The simulator runs no Ray and builds its summary with ``run_summary`` alone.
-- ``run_pipeline(spec, out_dir, *, settings, policy, progress, ...) -> RunSummary`` runs to the
-  end (with the control loop when a policy is given; started in the policy's ``starting_spec(spec)``
-  where it has one, while the account's starting configuration stays ``spec``'s), stops the runner, and reads the outputs
-  back to count items and duplicate ids. Its ``account`` (``control.account``) says what the
-  policy did: the decisions with their measured effect, OOMs avoided, the ESTIMATE of the
-  starting configuration's rate, and the throughput timeline drawn into ``OUT/timeline.png``. With a ``scaler``
-  (``control.elastic.ElasticScaler``; it needs a policy) the control loop takes a scale step each tick and the
-  scaler's request is cleared once the run stopped, failed or not; the summary's ``elastic`` is its summary. With ``resume=`` (a ``resume.ResumePlan``) it first
-  restores what the pipeline needs from the committed shards (``pipelines.resume_pipeline``: the
-  documents near-duplicate index), feeds only the plan's pending shards and counts the committed
-  ones in the summary. A policy with ``finish(state)`` is told the final state once the loop stopped
-  (Trident writes its memory) and one with ``run_figures()`` adds its figures to the summary.
-- ``run_command(...)`` is the CLI ``run``, under ``policy`` (``DEFAULT_POLICY`` unless given): local Ray
-  cluster (or ``address=``), pipeline from
-  the registry sized to the cluster (``runtime.sizing``) and cut into shards (``resume``: a
-  re-run into the same ``--out`` skips committed shards, ``restart=True`` starts over), rich
-  progress bar, summary table, the account's lines and ``--summary-json`` (the account's keys at
-  its top level). Every bad option (unknown pipeline or
-  policy, missing input, an ``out`` holding another run, ``address="auto"``, an unreachable
-  address) raises ``RuntimeConfigError`` saying what to change. Ctrl-C stops the run (committed
-  shards kept, Ray shut down) and says how to resume; a runner that dies is restarted
-  (``RUNNER_RESTARTS`` times) and resumes from the committed shards.
-  A ``MODULE:FUNCTION`` pipeline returns a user's Ray Data Dataset, read and published by
-  ``dataset_support`` (the Ray Data integration ``trident_flows.ray_data``, its ``prepare_target`` and
-  ``publish``; it runs pipelines through this module, so it sits above control and the caller hands
-  it in): Ray starts first (Ray Data reads the input), and the kept rows are then published to ``OUT/dataset``.
-  Under trident, ``memory`` (``memory_uri``) is where its memory of earlier runs of the pipeline lives.
-  With ``table`` (the documents pipeline), or an ``input`` that is a filesystem URL, the run is a
-  corpus run (``control.corpus_run``): only new or changed files are processed (``OUT`` is its
-  staging area, cleared once published; a re-run after a kill resumes it), the near-duplicate index
-  is seeded with the table's, the result is committed to the table, and the summary adds the
-  corpus figures (``corpus_run.FIGURES``). A run with no file to process starts no Ray node.
-  A ``goal`` (``--deadline`` or ``--budget``) runs with an ``ElasticScaler`` over the worker classes of
-  ``catalogue`` (``planning.scale.NodePool``): it needs ``address`` (a cluster whose autoscaler trident asks),
-  the trident policy and a catalogue; each missing one is refused naming it.
+- ``check_pipeline(spec, settings, cpus, gpus)`` refuses, before anything starts, a pipeline whose
+  initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``).
+- ``start_runner(...)`` creates and starts the named runner actor; ``find_runner(name, namespace)``
+  returns a handle to it from any driver of the same cluster.
+- ``RunSession(spec, out_dir, policy_name, ...)``: the steps of one run on Ray that ``run_pipeline`` (its loop
+  in a thread) and the ``document-curation`` flow (its loop the sidecar subflow) both take: ``start``,
+  ``ended() -> RunEnd``, ``stop(end_loop)`` (the scaler's request cleared, failed or not), ``account``,
+  ``summary`` (``loop.run_summary``); ``end_policy(...)`` has the policy write its memory and returns its
+  ``PolicyFigures``.
+- ``run_pipeline(spec, out_dir, ...) -> RunSummary`` runs to the end (with the control loop for a
+  policy, an ``ElasticScaler`` for a ``scaler``, resuming with ``resume=``), stops the runner, reads
+  the outputs back and gives the run's ``account`` (``control.account``).
+- ``run_command(...)`` is the CLI ``run``: Ray, the pipeline sized and sharded (a re-run resumes;
+  ``restart=True`` starts over), progress, summary, ``--summary-json``; ``MODULE:FUNCTION`` through
+  ``dataset_support``; corpus runs (``control.corpus_run``); a ``goal`` needs ``address``, trident
+  and a catalogue. A bad option raises ``RuntimeConfigError`` saying what to change; Ctrl-C keeps
+  committed shards; a dead runner is restarted ``RUNNER_RESTARTS`` times.
 """
 
 from __future__ import annotations

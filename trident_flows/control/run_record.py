@@ -1,18 +1,14 @@
 """What a control loop keeps during a run for the account at its end (``control.account``).
 
 Contract:
-- ``RunRecord.observe(state, at=None)`` keeps one ``CountPoint`` per tick: the wall-clock time
-  (``time.time()`` unless ``at``), each operator's cumulative items taken and serving replicas, and
-  the input items done (written or dead-lettered). At ``MAX_POINTS`` every other point is dropped,
-  so the whole run stays covered at half the resolution (the Prefect sidecar pickles the record
-  every tick: it stays under about 200 KB).
-- ``RunRecord.decided(state, decision, applied, at)`` keeps one ``DecisionTaken`` per ``Decision``
-  whose plan a policy handed to the runner: when it was decided (wall clock), its kind (the plan's
-  ``Rationale.kind``; ``rebalance`` for a policy that gives no rationale), what it changes against
-  the placement of ``state`` (``core.changes``), its reason (the plan's, else the decision's), how
-  the apply ended (``landed``, ``partial``, ``refused``, with the reason; a landed apply that changed
-  nothing is ``refused``, as the runner found nothing to roll out), when its last step finished (wall
-  clock; None when no step ran) and, for a memory-safety move, the (operator, config) pairs it moves off.
+- ``RunRecord.observe(state, at=None)`` keeps one ``CountPoint`` per tick (wall-clock time, each
+  operator's cumulative items taken and serving replicas, input items done); at ``MAX_POINTS``
+  every other point is dropped, so the record stays small while covering the whole run.
+- ``RunRecord.decided(state, decision, applied, at)`` keeps one ``DecisionTaken`` per plan handed
+  to the runner: when, its kind (``Rationale.kind``; ``rebalance`` without one), what it changes
+  (``core.changes``), its reason, how the apply ended (``landed``, ``partial``, ``refused``; a
+  landed apply that changed nothing is ``refused``), when its last step finished, and the configs
+  a memory-safety move moves off.
 - Plain data: the record is pickled with the Prefect sidecar's memory between ticks.
 """
 

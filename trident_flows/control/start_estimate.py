@@ -1,24 +1,15 @@
 """An ESTIMATE of the rate the starting configuration would have had over a run's items, from trident's fitted models.
 
 Contract:
-- ``estimate_without_trident(policy_name, policy, start, samples, state) -> Estimate``: ``start`` is the
-  configuration the run started with (per operator: name, ``OpConfig``, replicas), ``samples`` the
-  run's ``BatchSample``s (the runner keeps the newest ``RunnerSettings.sample_buffer``), ``state``
-  the final ``RunnerState``. Per operator, its ok samples are taken in completion order in groups
-  of ``GROUP`` batches; each group's items are priced at what the operator's fitted throughput
-  model (``policy.ops[name].model``, calibration included) predicts for the starting config and
-  replica count at that group's per-item workload features; items / predicted seconds is the
-  operator's rate over the same items, divided by the operator's items per input item (its items
-  taken / the pipeline's input items) to give input items/s. The estimate is the smallest of
-  them (the bottleneck).
-- It is a model figure, never a measurement: it assumes the operators overlap perfectly, leaves
-  out start-up and the pipeline's fill and drain, and carries the models' error (in a run that
-  changed nothing, its gap to the measured rate is that error). ``Estimate.note`` says so, with
-  what it covered; ``Estimate.per_operator`` holds each operator's figure.
-- ``items_per_s`` is None, with the reason in ``note``, when the policy fits no throughput models
-  (any policy but trident), when an operator has no fitted model, no samples in the run, or a model
-  that cannot price its starting config (e.g. a device no kept sample ran on), or when the run read
-  no items.
+- ``estimate_without_trident(policy_name, policy, start, samples, state) -> Estimate``: ``start``
+  is the configuration the run started with (per operator: name, ``OpConfig``, replicas),
+  ``samples`` the run's ``BatchSample``s, ``state`` the final ``RunnerState``; the estimate is the
+  bottleneck operator's modelled rate over the run's own items, in input items/s.
+- A model figure, never a measurement; ``Estimate.note`` says so and what it covered,
+  ``Estimate.per_operator`` holds each operator's figure.
+- ``items_per_s`` is None, with the reason in ``note``, for a policy without throughput models (any
+  but trident), an operator without a fitted model, samples or a price for its starting config,
+  or a run that read no items.
 """
 
 from __future__ import annotations
@@ -47,7 +38,14 @@ def _none(why: str) -> Estimate:
 
 def estimate_without_trident(policy_name: str, policy: Any, start: Sequence[tuple[str, OpConfig, int]], samples: Sequence[BatchSample],
                              state: RunnerState) -> Estimate:
-    """The starting configuration's estimated rate over the run's items (see the module docstring)."""
+    """The starting configuration's estimated rate over the run's items.
+
+    Per operator, its ok samples are taken in completion order in groups of ``GROUP`` batches; each group's
+    items are priced at what the operator's fitted throughput model (calibration included) predicts for the
+    starting config and replica count at that group's per-item features; items / predicted seconds is the
+    operator's rate over the same items, divided by its items per input item to give input items/s. The
+    estimate is the smallest of them (the bottleneck). It assumes the operators overlap perfectly, leaves out
+    start-up, fill and drain, and carries the models' error."""
     ops = getattr(policy, "ops", None)
     if policy_name != "trident" or ops is None:
         return _none(f"the {policy_name} policy fits no throughput models (only trident does)" if policy_name != "trident"

@@ -1,23 +1,16 @@
 """A place documents land or a table lives: a local directory or any filesystem URL.
 
 Contract:
-- ``open_location(uri, credentials=None)`` takes a local path, a ``file://`` URL, or a URL of any
-  filesystem pyarrow opens itself (``s3://``, ``gs://``, ``hdfs://``, ``abfs://``) or through fsspec
-  (every other scheme of an installed fsspec implementation). Credentials come from the standard
-  places of that filesystem (for S3 the AWS chain: environment, ``~/.aws``, instance role;
-  ``AWS_ENDPOINT_URL`` for an S3-compatible server), or, for an ``s3://`` URL, from ``credentials``
-  (``S3Credentials``: key id, secret, session token, endpoint, region; refused for another scheme).
-  A URL is probed once: an unknown scheme, a refused or missing credential or an unreachable location
-  raises ``LocationError``, one line naming the URI, where the credentials came from and what to change;
-  nothing is created by opening.
-- ``Location.storage_options`` are the same credentials for Delta Lake (``deltalake``'s keys; empty:
-  the standard places).
-- ``Location.list_files(suffix)`` lists every file under the root whose name ends with ``suffix``
-  (case-insensitive), recursively, as an Arrow table ``path`` (relative to the root, ``/``
-  separated, sorted), ``size``, ``mtime_ns`` (0 where the filesystem gives none).
-- ``read_bytes(rel)``, ``write_bytes(rel, data)`` (whole-object write: a temporary name then a
-  move on a local disk, one PUT on an object store, so a reader never sees half a file),
-  ``exists(rel)`` and ``uri_of(rel)`` (the URL of a path under the root, for other libraries).
+- ``open_location(uri, credentials=None)``: a local path, ``file://`` URL, or any filesystem URL
+  pyarrow or fsspec opens. Credentials come from that filesystem's standard places or, for
+  ``s3://``, from ``S3Credentials`` (refused for another scheme). A URL is probed once: an unknown
+  scheme, refused credentials or an unreachable location raise ``LocationError`` in one line
+  (URI, where the credentials came from, what to change); opening creates nothing.
+- ``Location.storage_options``: the same credentials for ``deltalake``.
+- ``Location.list_files(suffix)``: every file under the root ending in ``suffix`` (case-insensitive),
+  recursively, as an Arrow table ``path`` (relative, sorted), ``size``, ``mtime_ns``.
+- ``read_bytes``, ``write_bytes`` (whole-object: a reader never sees half a file), ``exists`` and
+  ``uri_of``.
 """
 
 from __future__ import annotations

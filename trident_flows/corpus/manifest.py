@@ -1,18 +1,13 @@
 """The manifest of a corpus: every file seen, and what a new listing changes in it.
 
 Contract:
-- A manifest is an Arrow table with ``SCHEMA``: ``path`` (relative to the input root, unique),
-  ``id`` (the document id its rows carry: the path), ``size``, ``mtime_ns`` (as listed),
-  ``sha256`` (of the bytes last processed), ``seen_at`` (when a run last processed or verified
-  it, UTC) and ``outcome`` (``OUTCOMES``: kept, filtered, near-duplicate, dead-lettered).
-- ``diff(listing, previous, retry_dead_letters)`` compares a listing (``path``, ``size``,
-  ``mtime_ns``) with the previous manifest and returns a ``Diff`` of paths: ``new`` (not in the
-  manifest), ``suspect`` (size or mtime differ: their bytes are hashed to tell changed from
-  touched), ``unchanged`` (same size and mtime), ``retry`` (unchanged but dead-lettered, when
-  ``retry_dead_letters``; otherwise they count as unchanged and are not retried) and
-  ``deleted`` (in the manifest, not listed). Every listed path is in exactly one of new,
-  suspect, unchanged and retry. It works on whole Arrow columns: 100,000 files diff in well under
-  a second (``trident-flows bench manifest``).
+- A manifest is an Arrow table with ``SCHEMA``: ``path`` (relative, unique), ``id`` (the path),
+  ``size``, ``mtime_ns``, ``sha256`` (of the bytes last processed), ``seen_at`` (UTC) and
+  ``outcome`` (``OUTCOMES``).
+- ``diff(listing, previous, retry_dead_letters)`` returns a ``Diff`` of paths: ``new``, ``suspect``
+  (size or mtime differ: hashed to tell changed from touched), ``unchanged``, ``retry`` (unchanged
+  but dead-lettered, with ``retry_dead_letters``) and ``deleted``; every listed path is in exactly
+  one of the first four. It works on whole Arrow columns.
 - ``empty()`` is the manifest of a corpus never curated.
 """
 

@@ -1,24 +1,14 @@
 """The corpus tables: curated rows and dead letters, two Delta Lake tables under one table location.
 
 Contract:
-- ``TABLE/curated`` holds one row per document (the pipeline's output row: kept, or marked
-  ``_drop`` with the reason) plus ``content_sha256``, ``table_version`` (the version that wrote the
-  row) and ``run_id``; ``TABLE/dead_letter`` one row per document a run dead-lettered (the sink's
-  dead-letter columns, the same three added). Both read with any Delta reader: DuckDB, pandas,
-  Ray Data (``ray.data.read_delta``), Spark. ``open(uri)`` opens either with the location's
-  credentials (``Location.storage_options``), as every read and write here does.
-- ``CorpusTable.commit(rows, dead, metadata)`` is a run's commit. The curated table gets exactly one
-  commit, version ``v = previous + 1`` (the table is created empty, version 0, on the first run),
-  a MERGE on ``id``: a row of this run replaces the row of the same document (a changed file, a
-  revised near-duplicate mark) and is inserted otherwise, so the table never holds an id twice.
-  Its commit carries ``metadata`` (flow run id, counts, the scheduler's decisions) in the commit
-  info. The dead letters go first, one commit that replaces any rows of ``table_version >= v``
-  (left by a run that died before its curated commit) with this run's. So a run that fails or is
-  killed before its curated commit leaves the curated table at its previous version, and the
-  re-run writes each row once.
-- Columns are fitted to the table's schema: a column the table has is cast to its type (nulls
-  where this run has none); a new column is added (schema evolution); a column whose type Arrow
-  inferred as null (every value missing in this run) is left out until a run gives it a type.
+- ``TABLE/curated`` holds one row per document (the pipeline's output row, kept or marked
+  ``_drop``) plus ``content_sha256``, ``table_version`` and ``run_id``; ``TABLE/dead_letter`` one
+  row per dead-lettered document, with the same three added. Any Delta reader reads them.
+  ``open(uri)`` opens either with the location's credentials, as every read and write here does.
+- ``CorpusTable.commit(rows, dead, metadata)`` is a run's commit: exactly one curated commit (a
+  MERGE on ``id``: never an id twice), the dead letters first; a run killed before its curated
+  commit leaves the table at its previous version and the re-run writes each row once. Columns are
+  fitted to the table's schema (schema evolution for new ones).
 - ``ConcurrentCommit`` is raised when another writer committed in between (one run at a time per
   table).
 """
@@ -56,7 +46,7 @@ def _deltable(t: pa.DataType) -> pa.DataType:
 
 
 def fit(table: pa.Table, target: pa.Schema | None) -> pa.Table:
-    """``table`` fitted to ``target`` (see the module docstring)."""
+    """``table`` fitted to ``target`` (see ``CorpusTable.commit``)."""
     columns: dict[str, pa.ChunkedArray] = {}
     known = {f.name: f.type for f in target} if target is not None else {}
     for name in table.column_names:
@@ -114,7 +104,17 @@ class CorpusTable:
         return self.open(self.curated_uri).history() if self.exists(self.curated_uri) else []
 
     def commit(self, rows: pa.Table, dead: pa.Table, metadata: Mapping[str, Any]) -> int:
-        """Commit one run (see the module docstring); returns the curated table's new version."""
+        """Commit one run; returns the curated table's new version.
+
+        The curated table gets exactly one commit, version ``v = previous + 1`` (the table is created empty,
+        version 0, on the first run), a MERGE on ``id``: a row of this run replaces the row of the same document
+        (a changed file, a revised near-duplicate mark) and is inserted otherwise, so the table never holds an id
+        twice. Its commit carries ``metadata`` in the commit info. The dead letters go first, one commit that
+        replaces any rows of ``table_version >= v`` (left by a run that died before its curated commit) with this
+        run's. So a run that fails or is killed before its curated commit leaves the curated table at its previous
+        version, and the re-run writes each row once. Columns are fitted to the table's schema: a column the table
+        has is cast to its type (nulls where this run has none); a new column is added (schema evolution); a
+        column whose type Arrow inferred as null is left out until a run gives it a type."""
         from deltalake import CommitProperties, DeltaTable, write_deltalake
 
         before = self.version()

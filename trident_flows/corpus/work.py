@@ -2,22 +2,13 @@
 to process into a local cache, hashing their bytes.
 
 Contract:
-- ``plan_work(source, previous, cache_dir, retry_dead_letters, originals)`` lists ``source`` (its
-  ``*.pdf`` files, recursively), diffs the listing against the ``previous`` manifest
-  (``manifest.diff``) and reads every new, suspect and retried file once (threads: reading an
-  object store is I/O), hashing it (sha256). A suspect file whose bytes hash as recorded was only
-  touched: it is unchanged, and the next manifest takes its new size and mtime. The bytes that are
-  processed are written to ``cache_dir/<sha256>.pdf`` (content-addressed: a file rewritten while
-  the run goes on cannot change what the run curates, and a re-run finds the same paths).
-- ``originals`` (document id -> the id it was marked a near-duplicate of, from the near-duplicate
-  index) names documents to curate again: an unchanged document whose original is processed again
-  (changed bytes, or a retried dead letter) is ``requeued``, since whether it is still a
-  near-duplicate, and of what, depends on what its original now is.
-- ``Work.rows()`` are the pipeline's input rows (``id`` = the file's path relative to the input
-  root, ``path`` = its cached copy), ``Work.counts()`` the run's file figures, and
-  ``Work.next_manifest(outcomes, seen_at)`` the manifest after the run: deleted files gone,
-  processed files with their size, mtime, hash, ``seen_at`` and outcome, touched files with
-  their new size and mtime, the others as they were.
+- ``plan_work(source, previous, cache_dir, retry_dead_letters, originals)`` lists ``source``'s
+  ``*.pdf`` files (recursively), diffs them against the ``previous`` manifest, and fetches and
+  hashes what is to be processed into ``cache_dir`` (content-addressed); unchanged documents whose
+  near-duplicate original is processed again are ``requeued``.
+- ``Work.rows()``: the pipeline's input rows (``id`` = the path relative to the input root,
+  ``path`` = the cached copy); ``Work.counts()``: the run's file figures;
+  ``Work.next_manifest(outcomes, seen_at)``: the manifest after the run.
 - A source holding no ``*.pdf`` file, on a first run, is refused (``LocationError``) saying so.
 """
 
@@ -97,7 +88,12 @@ def _sha256(data: bytes) -> str:
 
 def plan_work(source: Location, previous: pa.Table, cache_dir: Path, retry_dead_letters: bool = False,
               originals: Mapping[str, str] | None = None) -> Work:
-    """The run's work (see the module docstring)."""
+    """The run's work. Every new, suspect and retried file is read once (threads: reading an object store is
+    I/O) and hashed (sha256); a suspect file whose bytes hash as recorded was only touched: it is unchanged, and
+    the next manifest takes its new size and mtime. Processed bytes go to ``cache_dir/<sha256>.pdf``,
+    content-addressed: a file rewritten while the run goes on cannot change what the run curates, and a re-run
+    finds the same paths. An unchanged document whose original (``originals``) is processed again is
+    ``requeued``: whether it is still a near-duplicate, and of what, depends on what its original now is."""
     listing = source.list_files(SUFFIX)
     if listing.num_rows == 0 and previous.num_rows == 0:
         raise LocationError(f"input {source.uri} holds no *{SUFFIX} files; give the directory (or URL) where the documents land")

@@ -1,54 +1,20 @@
 """The ``document-curation`` flow: run a curation pipeline on Ray, one task run per input shard.
 
 Contract:
-- Connects to the Ray cluster of the ``RayClusterBlock`` (or starts a local node), sizes the
-  pipeline's starting replicas to the live nodes as ``trident-flows run`` does
-  (``runtime.sizing.fit_to_nodes``: a cluster smaller than the pipeline's starting configuration
-  runs it with fewer or fractional replicas, each fitting one node; one too small is refused with
-  what to change), starts the pipeline runner as a named actor there (so the ``trident-sidecar``
-  flow can find it), cuts the input into shards and runs each shard as a task run on Ray through prefect-ray's
-  ``RayTaskRunner``, with retries. Ray workers get ``PREFECT_API_URL`` through their runtime
-  environment, so their task runs report to the flow's server.
-- ``pipeline.ray_data_pipeline`` (``MODULE:FUNCTION``) runs a user's Ray Data pipeline instead of
-  a named one; its rows are then published to ``OUTPUT/dataset`` as Ray Data would write them.
-- Outputs are idempotent per shard: re-running the flow (or a shard) into the same output
-  location replaces that shard's partition, never duplicating rows. A flow-run retry skips the
-  shards an earlier try committed, after restoring what the pipeline needs from them
-  (``pipelines.resume_pipeline``: the documents near-duplicate index), so it curates what one
-  uninterrupted run curates.
-- A progress artifact follows the run (share of input items accounted for); a table artifact
-  summarises kept / near-duplicates / filtered / dead-lettered items and throughput; a markdown
-  artifact (``curation-<runner>-account``) gives the run's account (``control.account``: the
-  decisions with their measured effect, or why there were none, OOMs avoided, the ESTIMATE of the
-  starting configuration's rate, and the throughput timeline inlined; the PNG is also written to
-  ``OUTPUT/timeline.png``), from the figures the sidecar took at the pipeline's end (for the
-  ``static`` policy, from the run alone). Each shard
-  task run logs its items in / kept / filtered / dead-lettered. The runner's lifecycle, the account
-  and the summary are ``control.launch.RunSession``'s, as for ``trident-flows run``. The flow returns
-  the run summary (``loop.run_summary.RunSummary.to_dict()``: the keys of ``trident-flows run
-  --summary-json``, ``replicas_by_node`` among them, plus its curation figures ``kept``,
-  ``near_duplicates``, ``filtered``, ``dead_lettered`` and ``shards``) and logs where the replicas ran by node.
-- Trident tunes every run unless told otherwise: the flow starts the ``trident-sidecar`` flow as its
-  subflow as soon as the runner is up (in a thread of this process, ticking every ``tick_interval_s``)
-  and waits for it to end once the pipeline has finished, before the runner is stopped: one
-  sidecar run per curation run, for exactly the pipeline's life. Its decisions and live view
-  are published on this run; under the Trident policy its memory of earlier runs is the settings'
-  ``memory``, by default ``trident-memory/PIPELINE.json`` beside the output location (``memory_uri``).
-  ``trident`` settings left out are ``TridentSettingsBlock()``'s
-  defaults (policy ``DEFAULT_POLICY``, ``trident``); ``policy="static"`` runs the pipeline as
-  configured, with no sidecar (``sidecar_settings``).
-- ``input``, ``table`` and ``credentials`` (the ``nightly`` deployment's parameters) replace the settings
-  block's input and table locations and its credentials when given (``PipelineSettingsBlock.with_locations``);
-  ``credentials`` names a saved ``S3CredentialsBlock`` for the s3:// ones (``blocks.s3_credentials``:
-  a name with no block, or credentials the bucket refuses, fail the run before its pipeline starts with one
-  line saying what to change; without it, the standard places). With a table, or a URL
-  input, the run is a corpus run (``control.corpus_run``) as ``trident-flows run documents --table``
-  does it: only new or changed files are curated, the near-duplicate index is seeded with the
-  table's before the runner starts, and once the pipeline has ended the run is committed to the
-  table (its commit carrying this flow run's id). The run's page then has a ``corpus`` table
-  artifact (new / changed / unchanged / deleted files, near-duplicates of earlier runs, the table
-  version written) and the flow returns those figures too. A run with no file to process starts no
-  runner (and has no account) and commits the run's figures alone.
+- Connects to the ``RayClusterBlock``'s cluster (or starts a local node), sizes the starting
+  replicas to the live nodes (``runtime.sizing.fit_to_nodes``; a cluster too small is refused
+  saying what to change), starts the runner as a named actor and runs each input shard as a task
+  run through prefect-ray's ``RayTaskRunner``, with retries; ``pipeline.ray_data_pipeline`` runs a
+  user's Ray Data pipeline instead, published to ``OUTPUT/dataset``.
+- Idempotent per shard: a re-run replaces a shard's partition; a flow-run retry skips committed
+  shards after restoring what the pipeline needs from them.
+- Unless ``policy="static"``, the ``trident-sidecar`` flow runs as its subflow for exactly the
+  pipeline's life. With a table or a URL input the run is a corpus run (``control.corpus_run``).
+- The runner's lifecycle, account and summary are ``control.launch.RunSession``'s, as for ``trident-flows run``.
+  Publishes progress, summary, account and corpus artifacts; returns the summary
+  (``loop.run_summary.RunSummary``: ``--summary-json``'s keys, ``replicas_by_node``, the curation figures
+  ``kept``, ``near_duplicates``, ``filtered``, ``dead_lettered``, ``shards``) and the corpus figures. Bad ``credentials`` or
+  locations fail before the pipeline starts.
 """
 
 from __future__ import annotations

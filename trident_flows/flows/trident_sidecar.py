@@ -1,38 +1,20 @@
 """The ``trident-sidecar`` flow: Trident ticks against a pipeline running on the same Ray cluster.
 
 Contract:
-- Finds the pipeline runner by name (``runner_name``) in the cluster's namespace. A tick is one
-  ``loop.TickLoop.tick()`` (the loop the CLI and the simulator run; its ``LoopState`` and the
-  policy kept in the sidecar's memory between ticks): it observes the pipeline, pulls its new
-  batch samples and, once it has ``min_new_samples`` of them, asks the policy; a policy that raises
-  keeps the configuration and the samples for the next tick. Observing and deciding are not
-  Prefect task runs; a decision the policy hands to the runner is exactly one task run
-  (``roll-out``, named after the decision) and one event (``trident.plan.applied`` / ``.partial``
-  / ``.refused``) related to the tuned flow run; its outcome goes back to the policy's
-  ``observe_apply`` before the policy is kept for the next tick.
-- Two ways to run it:
-  * with the pipeline: ``document-curation`` given ``trident`` settings starts this flow as its
-    subflow (``until_finished=True``, ``tuned_flow_run_id`` = the curation run) for exactly the
-    pipeline's life, ticking every ``tick_interval_s``;
-  * apart from it, for a pipeline started elsewhere: a scheduled deployment, one tick per flow
-    run (``until_finished=False``); the policy, the sample cursor and the live view's history
-    live in a detached Ray actor between runs, and the tuned run is looked up by runner name.
-- On the tuned run (else on its own run) it keeps two artifacts up to date in place: the live
-  view (``trident-live-<runner>``: status sentence, per-operator items/s, queue, replicas and
-  device, a chart of throughput and replicas over time) and the decisions table
-  (``trident-decisions-<runner>``: one plain sentence per decision, figures in columns).
-- When the runner is gone or finished, the sidecar's memory actor is removed and the flow ends; on a
-  finished run the policy's end comes first (``control.launch.end_policy``, as ``trident-flows run``
-  ends its policy: ``finish(state)``, Trident writing its memory across runs, then what only the
-  policy can tell for the run's account: its record of ticks and decisions, OOMs avoided, the
-  ESTIMATE of the starting configuration's rate, why no decision was made), returned as
-  ``account_figures`` (None when it did not see the end), for the curation run to publish.
-- With a goal in the settings (``deadline`` or ``budget``) and ``items_total`` (the curation run's
-  items; a scheduled sidecar does not know them and says so once), every tick also takes a scale
-  step (``control.elastic.ElasticScaler``): a decision that changes the request to Ray's autoscaler
-  is logged on the flow run, emitted as a ``trident.scale.add`` / ``trident.scale.give_back`` event and
-  added to the decisions table with its reason and predicted effect; the request is cleared when the
-  pipeline finishes or the flow ends, and the result's ``elastic`` is the scaler's summary.
+- Finds the runner by ``runner_name``; a tick is one ``loop.TickLoop.tick()`` (its ``LoopState`` and
+  the policy kept in the sidecar's memory; it asks the policy once ``min_new_samples`` new samples came). A decision with a plan is exactly one task run
+  (``roll-out``) and one event (``trident.plan.applied`` / ``.partial`` / ``.refused``) on the
+  tuned flow run; its outcome goes to the policy's ``observe_apply``.
+- Run as ``document-curation``'s subflow (``until_finished=True``, every ``tick_interval_s``, for
+  the pipeline's life) or as a scheduled deployment (one tick per flow run; state in a detached
+  Ray actor between runs).
+- Keeps the live view (``trident-live-<runner>``) and decisions table
+  (``trident-decisions-<runner>``) artifacts up to date on the tuned run (else its own).
+- When the runner is gone or finished the memory actor is removed; at the pipeline's end the
+  policy's end (``control.launch.end_policy``: ``finish(state)``, then ``account_figures``) is
+  returned. With a goal and ``items_total`` every tick also takes an ``ElasticScaler`` step; a scale
+  decision that changes the request is an event (``trident.scale.add`` / ``.give_back``) and a row of
+  the decisions table, with its reason and predicted effect.
 """
 
 from __future__ import annotations

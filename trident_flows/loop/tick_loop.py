@@ -1,21 +1,17 @@
 """``TickLoop``: one policy ticking against one runner; the CLI's loop, the Prefect sidecar and the simulator pass in what differs.
 
 Contract:
-- ``TickLoop(runner, policy, clock, apply=, recorders=, decision_log=, min_samples=0, make_policy=, loop_state=)``:
-  ``runner`` has ``state()`` and ``samples(since)``; ``apply(decision)`` hands a ``Decision``'s plan to the
-  runner and returns an ``Applied``, or None when the run ended first (default ``apply_plan(runner.apply,
-  decision.plan)``); ``make_policy(state)`` builds the policy when first asked (its exception, a caller's
-  mistake, propagates).
-- ``tick()``: state (recorders' ``observed``; a finished run stops here), samples after the cursor and,
-  with ``min_samples`` of them, the policy's ``decide`` (its time to ``clock.charge``), cursor moved, a
-  decision with a plan to ``apply`` and the outcome to the policy; the ``Decision`` goes unchanged into the
-  ``Tick`` and to the recorders. Returns a ``Tick``. ``run()`` ticks at each ``clock.wait()``.
+- ``TickLoop(runner, policy, clock, apply=, recorders=, decision_log=, min_samples=0, make_policy=,
+  loop_state=)``: ``runner`` has ``state()`` and ``samples(since)``; ``apply(decision)`` hands a
+  plan to the runner and returns an ``Applied`` (None when the run ended first); ``make_policy``
+  builds the policy when first asked (its exception propagates).
+- ``tick()``: state, samples after the cursor, the policy's ``decide`` (timed on ``clock.charge``)
+  once ``min_samples`` arrived, cursor moved, the plan applied and its outcome told to the policy;
+  the ``Decision`` goes unchanged into the returned ``Tick`` and to the recorders. ``run()`` ticks
+  at each ``clock.wait()``.
 - One failure rule: a runner call or policy that raises writes an error line, keeps the cursor, goes on.
-- One decision log (JSON lines): per plan handed over ``tick, t, at, policy, reason`` (the plan's),
-  ``plan, [detail]`` (a policy's ``last_record`` as it decided), ``apply, outcome, refused_repeated``; per failed tick
-  ``tick, t, at, policy, error`` (also to recorders).
-- ``loop_state`` (``LoopState``) holds the cursor and the one count of decisions, ``applied``,
-  ``applies_refused`` and ``refused_repeated`` (a refused plan re-issued on an unchanged placement).
+- One decision log (JSON lines, the fields ``_decided`` lists), and one ``LoopState``: the cursor and
+  the counts of decisions, ``applied``, ``applies_refused`` and ``refused_repeated``.
 """
 
 from __future__ import annotations
@@ -164,7 +160,9 @@ class TickLoop:
 
     def _decided(self, state: RunnerState, decision: Decision, applied: Applied, t: float, at: float, record: Any) -> dict[str, Any]:
         """Count and log one plan handed to the runner: the one place refusals and repeats are counted. ``record``:
-        the policy's ``last_record`` as it decided (its ``detail``)."""
+        the policy's ``last_record`` as it decided (its ``detail``). The decision-log line holds ``tick, t, at,
+        policy, reason`` (the plan's), ``plan, [detail], apply, outcome, refused_repeated``; a failed tick's line
+        (``_failed``) holds ``tick, t, at, policy, error``."""
         s, outcome, plan = self.loop_state, applied.outcome, decision.plan
         key = (plan_signature(plan), placement_signature(state))
         repeated = key in s.refused

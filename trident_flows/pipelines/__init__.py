@@ -1,19 +1,14 @@
 """Pipelines by name. Each entry names a module with ``build(**options) -> PipelineSpec``.
 
-Contract of ``build``: keyword-only options ``input`` (a directory of inputs, or None),
-``synth`` (generate this many synthetic inputs when no input is given), ``seed``,
-``regimes`` (a regime schedule string such as "short:200,long:100,scans:100", or None for
-the pipeline's default), ``work_dir`` (where generated inputs may be cached), ``quality`` and
-``tune`` (quality knob settings and tunable ranges, ``trident_flows.pipelines.quality``; a
-pipeline without quality knobs refuses them). Modules are imported lazily so that an emulated
-pipeline runs without the ``models`` extra installed.
+Contract of ``build``: keyword-only ``input`` (a directory, or None), ``synth`` (synthetic inputs
+when no input is given), ``seed``, ``regimes`` (a schedule such as "short:200,long:100", or None),
+``work_dir`` (a cache for generated inputs), ``quality`` and ``tune`` (``pipelines.quality``; a
+pipeline without quality knobs refuses them). Modules are imported lazily, so an emulated pipeline
+runs without the ``models`` extra.
 
-A module may also define ``finish_run(spec, out_dir) -> dict``: what must happen to a run's
-committed output once the run has ended (the documents pipeline settles near-duplicates found
-out of order); ``finish_pipeline(spec, out_dir)`` calls it, and returns ``{}`` for the others.
-Likewise ``resume_run(spec, out_dir) -> dict``: what must be restored from the committed shards of
-an earlier run before a run resumes into ``out_dir`` (the documents pipeline seeds its
-near-duplicate index); ``resume_pipeline(spec, out_dir)`` calls it.
+Optional hooks: ``finish_run(spec, out_dir) -> dict`` (what a run's committed output needs once
+the run ended), called by ``finish_pipeline``; ``resume_run(spec, out_dir) -> dict`` (what to restore
+from committed shards before a run resumes), called by ``resume_pipeline``; both ``{}`` without one.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """A document corpus drawn from published statistics of real PDF corpora, as feature rows for the document cost model.
 
 Contract:
-- ``FIGURES``: every number the model uses, each a ``corpus_model.Figure`` (published with its page and
-  what the page says, derived with its arithmetic, or assumed with the reason). ``SOURCES``: the
-  pages of the published ones.
-- Sources (regimes): ``web`` (PDFs of a web crawl: Common Crawl as in SafeDocs CC-MAIN-2021-31 and
-  FinePDFs) and ``archive`` (digitised scans: books and archival records, every page image-only).
-  ``SHARES``: the share of items of each, from the composition olmOCR published for its mix of web
-  PDFs, books and archive transcripts (a curated training mix, not a census of a corpus: ASSUMED to
-  be how such a corpus is assembled).
-- Per document (``draw``): ``pages`` lognormal, mean from PDFA (SafeDocs, English), log-sd ASSUMED;
-  ``chars`` = pages x chars-per-page with chars-per-page lognormal, so that ``chars`` is the lognormal
-  through FinePDFs' published median and 90th percentile (its 99th is the check); ``scanned_pages``
-  = pages for a scanned document (a share of ``web``, ASSUMED; every ``archive`` document) else 0;
-  ``chunks`` = chars / the chars per chunk the profile measured (``embed`` chunks 128 words);
-  ``bytes`` lognormal through SafeDocs' mean file size and its share over 1 MiB (the files Common
-  Crawl truncated). Languages are not drawn: no profiled operator's cost depends on the language.
-  Page size (A4, letter, ...) is not drawn: not published for these corpora, and the OCR cost was
-  measured per page at 150 dpi on one page size.
+- ``FIGURES``: every number the model uses, each a ``corpus_model.Figure`` (published, derived or
+  ASSUMED, with its source or reason); ``SOURCES``: the pages of the published ones.
+- Sources (regimes): ``web`` (PDFs of a web crawl) and ``archive`` (digitised scans, every page
+  image-only); ``SHARES`` from olmOCR's published mix (ASSUMED to be how such a corpus is assembled).
+- ``draw(source, n, rng)``: per-document ``pages``, ``chars``, ``scanned_pages``, ``chunks`` and
+  ``bytes``.
 - Arrangement: shards of ``SHARD_ITEMS`` documents of one source, in a source-blind order
-  (``corpus_model.arrange``); ``MEAN_BLOCK_ITEMS`` per source follow from ``SHARES`` and the shard size.
-- ``blocks(shards, seed)``, ``rows(blocks, seed)`` and ``profile(base, seed)`` (the base profile with
-  the two sources' mean items as its workloads) make it a workload the simulator and the cost-model
-  headroom run. ``OUTSIDE_PROFILE`` says where these items lie beyond what ``profiles/documents.json``
-  was measured on: the cost model extrapolates linearly there.
+  (``corpus_model.arrange``); ``MEAN_BLOCK_ITEMS`` per source follow from ``SHARES``.
+- ``blocks(shards, seed)``, ``rows(blocks, seed)`` and ``profile(base, seed)`` make it a workload for
+  the simulator and the cost-model headroom; ``OUTSIDE_PROFILE`` says where these items lie beyond
+  ``profiles/documents.json`` (the cost model extrapolates linearly there).
 """
 
 from __future__ import annotations
@@ -139,7 +127,16 @@ OUTSIDE_PROFILE = (
 
 
 def draw(source: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Features of ``n`` documents of ``source`` (module docstring)."""
+    """Features of ``n`` documents of ``source``.
+
+    ``pages`` lognormal, mean from PDFA (SafeDocs, English), log-sd ASSUMED; ``chars`` = pages x chars-per-page
+    with chars-per-page lognormal, so that ``chars`` is the lognormal through FinePDFs' published median and 90th
+    percentile (its 99th is the check); ``scanned_pages`` = pages for a scanned document (a share of ``web``,
+    ASSUMED; every ``archive`` document) else 0; ``chunks`` = chars / the chars per chunk the profile measured
+    (``embed`` chunks 128 words); ``bytes`` lognormal through SafeDocs' mean file size and its share over 1 MiB
+    (the files Common Crawl truncated). Languages are not drawn: no profiled operator's cost depends on the
+    language. Page size is not drawn: not published for these corpora, and the OCR cost was measured per page
+    at 150 dpi on one page size."""
     if source not in SHARES:
         raise ValueError(f"unknown document source {source!r}; the model has {sorted(SHARES)}")
     pages_cont = np.minimum(rng.lognormal(math.log(PAGES_MEDIAN), PAGES_SIGMA, n), MAX_PAGES)

@@ -1,27 +1,16 @@
 """What a corpus model is made of: cited figures, the arrangement of sources in time, and feature rows.
 
 Contract:
-- ``Figure(what, value, kind, source, says)``: one number a corpus model uses. ``kind`` is
-  ``PUBLISHED`` (``source`` is the paper, dataset card or page that states it and ``says`` what
-  exactly it states), ``DERIVED`` (computed from published figures; ``says`` shows the arithmetic)
-  or ``ASSUMED`` (no published figure was found; ``says`` states the assumption and why). A model
-  never holds an unlabelled number. ``sources_of``: every page a model's figures name.
-- Arrangement (``arrange``): a corpus is ingested shard by shard (a crawl's WARC/zip files, a
-  dataset's tar shards); every shard holds items of one source (a crawl, a scanned archive, a clip
-  collection), and the shards are read in an order that does not depend on their source (the
-  shard order a loader shuffles). Consecutive shards of one source form one block. With ``q_s`` the
-  share of items from source ``s`` and ``n`` items per shard, a block of source ``s`` is a run of
-  shards of geometric length, so its mean length is ``n / (1 - q_s)`` items (``mean_block_items``)
-  and a block of ``s`` starts at a share ``q_s * (1 - q_s)`` of shard boundaries. The block lengths
-  follow from the mixture and the shard size; nothing else picks them.
+- ``Figure(what, value, kind, source, says)``: one number a corpus model uses, ``PUBLISHED`` (its
+  page and what exactly it states), ``DERIVED`` (the arithmetic) or ``ASSUMED`` (the assumption and
+  why); a model never holds an unlabelled number. ``sources_of``: every page a model's figures name.
+- ``arrange``: the (source, items) blocks of a stream ingested shard by shard, one source per
+  shard, shards in a source-blind order; ``mean_block_items`` follows from the mixture.
 - ``lognormal_params(median=..., sigma=...)`` and the quantile helpers turn published medians,
-  means and quantiles into the parameters of the distributions the models draw from.
-- ``rows(blocks, draw, seed)``: the input rows of a stream, ``{id, regime, <features>}`` with ids
-  ``item-0000042`` as ``emulated.synthetic_rows`` names them, so the simulator (``Stream.from_rows``)
-  and the emulated runtime read the same items; ``draw(source, n, rng)`` returns the features of
-  ``n`` items of one source as arrays.
-- ``regime_means(rows, features)``: the mean item of each source, the ``workloads`` a cost-model
-  profile needs to run the corpus's sources as regimes.
+  means and quantiles into distribution parameters.
+- ``rows(blocks, draw, seed)``: a stream's input rows ``{id, regime, <features>}`` (ids as
+  ``emulated.synthetic_rows`` names them, so the simulator and the emulated runtime read the same
+  items). ``regime_means(rows, features)``: each source's mean item, a profile's ``workloads``.
 """
 
 from __future__ import annotations
@@ -99,7 +88,13 @@ def mean_block_items(share: float, shard_items: int) -> float:
 
 def arrange(shares: Mapping[str, float], shard_items: int, shards: int, seed: int) -> list[tuple[str, int]]:
     """``shards`` shards of ``shard_items`` items, each of a source drawn by ``shares``, consecutive shards of one source
-    merged: the (source, items) blocks of the stream (module docstring)."""
+    merged: the (source, items) blocks of the stream.
+
+    Every shard holds items of one source, and shards are read in an order that does not depend on their source
+    (the shard order a loader shuffles). With ``q_s`` the share of items from source ``s`` and ``n`` items per
+    shard, a block of ``s`` is a run of shards of geometric length, so its mean length is ``n / (1 - q_s)`` items
+    (``mean_block_items``) and a block of ``s`` starts at a share ``q_s * (1 - q_s)`` of shard boundaries: the
+    block lengths follow from the mixture and the shard size; nothing else picks them."""
     names = list(shares)
     p = np.array([shares[n] for n in names], dtype=float)
     if (p <= 0).any() or abs(p.sum() - 1.0) > 1e-6:

@@ -1,29 +1,17 @@
 """A video corpus drawn from published statistics of video curation corpora, as feature rows for the video cost model.
 
 Contract:
-- ``FIGURES``: every number the model uses, each a ``corpus_model.Figure`` (published with its page and
-  what it says, derived with its arithmetic, or assumed with the reason); ``SOURCES``: the pages.
-- Sources (regimes): ``web`` (long source videos as InternVid collected them: 720p and 360p-720p,
-  minutes long), ``clips`` (pre-cut short clips as OpenVid-1M and Panda-70M ship them, 1080p and
-  720p) and ``uhd`` (4K source videos: no published share in these corpora, ASSUMED). ``SHARES``: by
-  item count, from the published sizes of InternVid (7M videos) and OpenVid-1M (1M clips), with
-  ``uhd`` ASSUMED at 5%.
-- Per video (``draw``): resolution from the source's mix, frame rate from a mix ASSUMED (none of
-  these corpora publishes one), duration from InternVid's published duration bins (log-uniform within
-  each bin) for ``web`` and ``uhd``, lognormal around Panda-70M's mean clip length for ``clips``.
-  Features are the video profile's: ``frames`` = duration x fps, ``pixels`` = frames x width x height
-  (what ``decode`` costs), ``sampled_frames`` = duration x ``SAMPLE_FPS`` at ``SAMPLE_PIXELS`` each
-  (the pipeline samples 2 frames/s scaled to 480 px on the long side, whatever the source
-  resolution), per clip ``clip_*`` = the video's sampled frames over the profile's clips per video (the
-  corpus profile's ``scenes`` splits at InternVid's clips per video, so a video's clip work is
-  conserved, not its clip count), ``kept_*`` at the profile's measured kept share, ``safety_frames`` = at most 4.
+- ``FIGURES``: every number the model uses, each a ``corpus_model.Figure`` (published, derived or
+  ASSUMED, with its source or reason); ``SOURCES``: the pages.
+- Sources (regimes): ``web`` (long videos as InternVid collected them), ``clips`` (pre-cut clips as
+  OpenVid-1M and Panda-70M ship them) and ``uhd`` (4K sources, ASSUMED); ``SHARES`` by item count.
+- ``draw(source, n, rng)``: per-video features of the video profile (frames, pixels, sampled and
+  per-clip frames, kept shares).
 - Arrangement: tar shards of ``SHARD_ITEMS`` items of one source in a source-blind order
   (``corpus_model.arrange``); ``MEAN_BLOCK_ITEMS`` follow from ``SHARES`` and the shard size.
 - ``blocks``, ``rows``, ``profile`` as in ``corpus_documents`` (``profile`` also sets ``scenes``'
-  selectivity to ``CLIPS_PER_VIDEO``). ``OUTSIDE_PROFILE`` says where these
-  videos lie beyond what ``profiles/video.json`` was measured on (0.2-1.2 MP frames at ~9 fps, 5-90 s):
-  4K frames, 60 fps and hour-long sources are the cost model extrapolated, and decode memory there
-  is not modelled by resolution at all.
+  selectivity to ``CLIPS_PER_VIDEO``). ``OUTSIDE_PROFILE`` says where these videos lie beyond what
+  ``profiles/video.json`` was measured on (the cost model extrapolated there).
 """
 
 from __future__ import annotations
@@ -135,7 +123,16 @@ def _pick(mix: Mapping[Any, float], n: int, rng: np.random.Generator) -> list[An
 
 
 def draw(source: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Features of ``n`` videos of ``source`` (module docstring)."""
+    """Features of ``n`` videos of ``source``.
+
+    Resolution from the source's mix, frame rate from a mix ASSUMED (none of these corpora publishes one),
+    duration from InternVid's published duration bins (log-uniform within each bin) for ``web`` and ``uhd``,
+    lognormal around Panda-70M's mean clip length for ``clips``. Features are the video profile's: ``frames`` =
+    duration x fps, ``pixels`` = frames x width x height (what ``decode`` costs), ``sampled_frames`` = duration x
+    ``SAMPLE_FPS`` at ``SAMPLE_PIXELS`` each (the pipeline samples 2 frames/s scaled to 480 px on the long side,
+    whatever the source resolution), per clip ``clip_*`` = the video's sampled frames over the profile's clips per
+    video (the corpus profile's ``scenes`` splits at InternVid's clips per video, so a video's clip work is
+    conserved, not its clip count), ``kept_*`` at the profile's measured kept share, ``safety_frames`` = at most 4."""
     if source not in SHARES:
         raise ValueError(f"unknown video source {source!r}; the model has {sorted(SHARES)}")
     wh = np.array([RESOLUTIONS[r] for r in _pick(RES_MIX[source], n, rng)], dtype=float)

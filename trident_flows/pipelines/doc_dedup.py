@@ -1,43 +1,18 @@
 """The near-duplicate index shared by every replica of the dedup operator.
 
 Contract:
-- The rule, a function of the set of documents that reach dedup and not of their order: a
-  document is a near-duplicate of the smallest id (string order) among the documents with a
-  *smaller* id whose verified estimated Jaccard similarity to it is >= the threshold (candidates
-  from MinHash LSH, which is symmetric and deterministic); without one it is kept. So the kept
-  document of a cluster is its smallest id, and which replica or batch saw a document first
-  does not matter.
-- ``LshIndex.check_and_insert(items)`` takes ``(id, minhash values)`` pairs and, for each in
-  order, atomically inserts the document (duplicates too) and answers by the rule over the
-  documents seen so far: "" (kept) or the id it duplicates. A document's answer can only change
-  when a smaller-id match arrives later; the index then revises it (kept -> duplicate, or to a
-  smaller original) and ``revisions()`` returns every revised ``{id: final answer}``. A streaming
-  run cannot take back a row it has written, so the pipeline applies the revisions to its
-  committed output once the run ends (``documents.finish_run``). Answers are remembered: a
-  retried batch gets each id's current answer.
-- ``LshIndex.seed(items)`` takes ``(id, minhash values, answer the committed output holds)``
-  triples of documents an earlier, interrupted run committed, so a resumed run decides as an
-  uninterrupted one: they are inserted like any document, and each keeps the smaller of its
-  committed original and the rule's answer over the index (the committed original was a match
-  in the earlier run, and it reaches dedup again since it is in the same input). A seeded
-  document revised later (a smaller-id match arrives) is in ``revisions()`` like any other;
-  ``documents.resume_run`` seeds the index from a run's committed shards. With
-  ``trust_committed=False`` (documents curated by earlier runs of a corpus, whose originals need not
-  reach dedup again) a seeded document's answer is the rule's alone; ``revisions()`` still compares
-  it with the answer its row holds.
-- ``signatures()`` returns every document in the index, in id order, with its MinHash values and
-  current answer: the index a later run of the same corpus is seeded with
-  (``corpus.near_dup_store``).
-- What can still differ between two runs over the same documents: nothing in the output once
-  ``finish_run`` has run, a resumed run included (its index seeded from the committed shards). Before it (while a run is going, or when a run dies before its end) a
-  document whose smaller-id near-duplicate has not arrived yet is in the output as kept; it was
-  embedded for nothing, and if embedding it failed it sits in the dead-letter table rather than
-  being marked a duplicate (the one way the dead letters can differ). The rule is pairwise: in a
-  chain a ~ b ~ c with a !~ c, c is a duplicate of b although b is itself a duplicate of a.
-- ``shared_index(name, threshold, num_perm)`` returns a handle on the index called ``name``:
-  a named, detached Ray actor (``num_cpus=0``) when Ray is initialised, so replicas in any
-  process of the cluster share it; otherwise an in-process registry entry (unit tests, one
-  process). ``release_index(name)`` removes it when a run is finished.
+- The rule, a function of the set of documents that reach dedup and not of their order: a document
+  is a near-duplicate of the smallest id (string order) among the documents with a smaller id whose
+  verified estimated Jaccard similarity to it is >= the threshold (MinHash LSH candidates); without
+  one it is kept. The kept document of a cluster is its smallest id, whatever replica saw it first.
+- ``LshIndex.check_and_insert(items)``: per ``(id, minhash values)`` "" (kept) or the id it
+  duplicates; answers are remembered (a retried batch gets each id's current answer) and revised
+  when a smaller-id match arrives later (``revisions()``: ``{id: final answer}``).
+- ``LshIndex.seed(items)``: documents an interrupted or earlier run committed, so a resumed run
+  decides as an uninterrupted one; ``signatures()``: the whole index, in id order, for the next run
+  of a corpus (``corpus.near_dup_store``).
+- ``shared_index(name, threshold, num_perm)``: a named, detached Ray actor when Ray is initialised,
+  otherwise an in-process registry entry; ``release_index(name)`` removes it.
 """
 
 from __future__ import annotations
@@ -53,7 +28,17 @@ MINHASH_SCHEME = "affine32"  # datasketch permutation scheme of every signature 
 
 
 class LshIndex:
-    """MinHash LSH (datasketch) with verified matches and remembered answers."""
+    """MinHash LSH (datasketch) with verified matches and remembered answers.
+
+    ``check_and_insert`` inserts each document (duplicates too) atomically and answers by the rule over the
+    documents seen so far. A document's answer can only change when a smaller-id match arrives later; the
+    index then revises it (kept -> duplicate, or to a smaller original). A streaming run cannot take back a
+    row it has written, so the pipeline applies ``revisions()`` to its committed output once the run ends
+    (``documents.finish_run``); after that nothing in the output differs between two runs over the same
+    documents, a resumed one included. Before it, a document whose smaller-id near-duplicate has not arrived
+    yet is in the output as kept (embedded for nothing; if embedding it failed it sits in the dead-letter
+    table rather than being marked a duplicate: the one way the dead letters can differ). The rule is
+    pairwise: in a chain a ~ b ~ c with a !~ c, c is a duplicate of b although b is one of a."""
 
     def __init__(self, threshold: float, num_perm: int) -> None:
         from datasketch import MinHashLSH
@@ -76,7 +61,14 @@ class LshIndex:
 
     def seed(self, items: Sequence[tuple[str, np.ndarray, str]], trust_committed: bool = True) -> int:
         """Insert documents an earlier run committed, with the answer their output holds ("" = kept);
-        returns how many were new to the index."""
+        returns how many were new to the index.
+
+        So a resumed run decides as an uninterrupted one, each keeps the smaller of its committed original
+        and the rule's answer over the index (the committed original was a match in the earlier run, and it
+        reaches dedup again since it is in the same input); a seeded document revised later is in
+        ``revisions()`` like any other. With ``trust_committed=False`` (documents of earlier runs of a corpus,
+        whose originals need not reach dedup again) its answer is the rule's alone; ``revisions()`` still
+        compares it with the answer its row holds."""
         with self._lock:
             new = [(key, values, committed) for key, values, committed in sorted(items, key=lambda item: item[0])
                    if key not in self._answers]

@@ -1,31 +1,17 @@
 """The OCR engines of the document pipeline's ``ocr`` operator: tesseract and RapidOCR.
 
-Which engine reads the scanned pages is the user's choice for a run (the ``engine`` quality knob
-of ``doc_parse.OcrPages``): the engines write different text, so no policy switches it. Where
-an engine runs (CPU or GPU) and how many threads it uses are execution knobs: they change speed,
-never the text.
+The engine is the user's choice (the ``engine`` quality knob of ``doc_parse.OcrPages``): engines
+write different text, so no policy switches it; device and threads are execution knobs.
 
 Contract:
 - ``ENGINES`` names the engines; ``open_engine(name, config, *, lang, rec_batch)`` cold-starts one
-  (loads its models) and returns an ``OcrEngine``.
-- ``engine.read(image)`` is the text of one grayscale page image (uint8, height x width), its lines
-  joined by newlines ("" for a page without text); it raises on an image it cannot read.
-- ``engine.description`` names the engine and version (the ``cfg_ocr_engine`` audit column);
-  ``engine.device`` is where it runs ("cpu" or "cuda"); ``engine.forward_s`` is the seconds spent
-  so far in model forwards (RapidOCR's three ONNX models; 0 for tesseract), from which the profiler
-  derives a GPU cost.
-- tesseract runs on the CPU, one single-threaded process per page (OMP_THREAD_LIMIT=1); ``lang``
-  is its language model.
-- RapidOCR (``rapidocr-onnxruntime``: the PP-OCRv4 detection and recognition models and the
-  angle classifier, shipped as ONNX files in the wheel; nothing is downloaded) runs on CUDA
-  through onnxruntime's CUDAExecutionProvider when ``config.device == "gpu"`` and the provider is
-  present, else on the CPU (with a warning when a GPU was asked for); its onnxruntime sessions use
-  one intra-op thread (the operator's ``threads`` knob reads that many pages at once, as with
-  tesseract; onnxruntime sessions may run concurrently). ``rec_batch`` is the number of text lines per recognition pass:
-  a pass pads its lines to the widest one, which changes the recognised text (measured: word
-  spacing differed between 1 and 6 lines per pass on the same page), so it is a quality setting,
-  not a speed knob. Its recognition model reads Latin script without accents and Chinese; it
-  has no language setting, so ``lang`` must stay "eng".
+  and returns an ``OcrEngine``.
+- ``engine.read(image)``: the text of one grayscale uint8 page image, lines joined by newlines (""
+  without text); it raises on an image it cannot read.
+- ``engine.description`` (the ``cfg_ocr_engine`` audit column), ``engine.device`` ("cpu" or
+  "cuda") and ``engine.forward_s`` (seconds in model forwards; 0 for tesseract).
+- tesseract: CPU, one single-threaded process per page, ``lang`` its language model. RapidOCR:
+  CUDA or CPU, ``rec_batch`` a quality setting, ``lang`` "eng" only (``RapidOcrEngine``).
 """
 
 from __future__ import annotations
@@ -103,7 +89,16 @@ class TimedSession:
 
 
 class RapidOcrEngine:
-    """RapidOCR (PP-OCRv4 det + angle classifier + rec, onnxruntime) on the CPU or on CUDA."""
+    """RapidOCR (PP-OCRv4 det + angle classifier + rec, onnxruntime) on the CPU or on CUDA.
+
+    The models ship as ONNX files in the ``rapidocr-onnxruntime`` wheel (nothing is downloaded). It runs on
+    CUDA through onnxruntime's CUDAExecutionProvider when ``config.device == "gpu"`` and the provider is
+    present, else on the CPU (with a warning when a GPU was asked for); its sessions use one intra-op thread
+    (the operator's ``threads`` knob reads that many pages at once; sessions may run concurrently).
+    ``rec_batch`` is the number of text lines per recognition pass: a pass pads its lines to the widest one,
+    which changes the recognised text (word spacing differs between 1 and 6 lines per pass on the same
+    page), so it is a quality setting, not a speed knob. The recognition model reads Latin script without
+    accents and Chinese and has no language setting, so ``lang`` must stay "eng"."""
 
     def __init__(self, config: OpConfig, *, rec_batch: int) -> None:
         import onnxruntime as ort

@@ -1,19 +1,17 @@
 """The document curation pipeline: ``build()`` (pipelines/__init__.py contract) and its run hooks.
 
 Contract:
-- Operators, in pipeline order (``doc_rows.OPERATOR_NAMES``): ``parse`` and ``ocr`` (``doc_parse``),
-  ``langid``, ``quality`` and ``dedup`` (``doc_filters``), ``embed`` (``doc_embed``). Every operator
-  leaves rows already marked ``_drop`` / ``_error`` untouched (giving them its columns with empty
-  values), never raises for one bad document, and sums its workload features over the rows it works on.
-- Knobs (``pipelines.quality``): quality knobs are user settings (constructor params), execution
-  knobs are tuned by policies; every row gets a ``cfg_<operator>_<knob>`` column per quality setting
-  and engine/model it used. ``operator_specs`` gives the operators with their configs and spaces.
-- ``build(input=..., synth=...)`` / ``build_rows(rows)`` build the pipeline over a directory of PDFs,
-  generated documents or given rows; ``dedup_index(spec)`` / ``dedup_settings(spec)`` are a built
-  spec's shared near-duplicate index and its threshold and permutations.
-- ``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends
-  (``apply_revisions``); ``resume_run(spec, out_dir)`` seeds the index from an earlier run's committed
-  shards, so a resumed run keeps the documents an uninterrupted one keeps.
+- Operators (``doc_rows.OPERATOR_NAMES``): ``parse``, ``ocr`` (``doc_parse``), ``langid``,
+  ``quality``, ``dedup`` (``doc_filters``), ``embed`` (``doc_embed``). Each leaves marked rows
+  untouched, never raises for one bad document, and sums its workload features over its rows.
+- Quality knobs are user settings, execution knobs are tuned by policies; every row gets a
+  ``cfg_<operator>_<knob>`` column per quality setting and engine/model used (``operator_specs``).
+- ``build(input=..., synth=...)`` / ``build_rows(rows)`` build the pipeline over PDFs, generated
+  documents or given rows; ``dedup_index(spec)`` / ``dedup_settings(spec)``: its shared
+  near-duplicate index and settings.
+- ``finish_run(spec, out_dir)`` settles near-duplicates found out of order once a run ends;
+  ``resume_run(spec, out_dir)`` seeds the index from committed shards, so a resumed run keeps what
+  an uninterrupted one keeps.
 """
 
 from __future__ import annotations

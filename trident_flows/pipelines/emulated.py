@@ -2,24 +2,16 @@
 
 Contract:
 - ``EmulatedOperator(config, *, name, cost, ...)`` has the operator shape of ``runtime.spec``
-  (so it runs under this runtime and under plain Ray Data). Its cold start sleeps the
-  model's ``cold_start_s``; a batch costs what the ``DeviceCost`` of ``config.device`` says
-  for its unmarked rows and their workload features. CPU work holds the replica's logical
-  CPU by sleeping; a replica holding a fraction of a CPU (``config.cpus < 1``) shares cores
-  with others, so it sleeps on one of the node's cores (``runtime.devices.node_cores``) and
-  waits when every core is taken; accelerator work runs as a kernel on the replica's emulated device
-  (``runtime.devices``), which raises ``DeviceOOMError`` when resident + batch bytes exceed
-  its capacity. ``time_scale`` multiplies all seconds (tests use small scales).
-- Selectivity < 1 marks rows ``_drop`` (deterministically by id); > 1 splits a row into
-  children ``{id}/{k}`` with ``source_id``. ``fail_ids`` raise an exception for a batch
-  holding one of them; ``error_ids`` mark ``_error``: both for exactly-once tests.
-- ``synthetic_rows(workloads, n, regimes, seed)`` is a deterministic stream of input rows
-  whose per-item workload features follow a regime schedule such as
-  ``"short:500,long:200,scans:300"``; per item a feature is Gamma-distributed around the
-  regime's mean (``PipelineProfile.workloads``). ``memory_spikes=((start, count, factor), ...)``
-  gives items ``start .. start+count-1`` a ``memory_scale`` column of ``factor`` (1.0 for the
-  others): their working-set bytes on every operator are multiplied by it, their seconds are
-  not (a memory spike, e.g. very large images inside an otherwise ordinary document).
+  (runs under this runtime and plain Ray Data). Its cold start sleeps ``cold_start_s``; a batch
+  costs what ``config.device``'s ``DeviceCost`` says for its rows' features: CPU work sleeps
+  holding the CPU (a fractional CPU on one of the node's shared cores), accelerator work runs on
+  an emulated device (``runtime.devices``), raising ``DeviceOOMError`` over its capacity.
+  ``time_scale`` multiplies all seconds.
+- Selectivity < 1 marks rows ``_drop`` (deterministic by id); > 1 splits rows into ``{id}/{k}``.
+  ``fail_ids`` raise, ``error_ids`` mark ``_error`` (exactly-once tests).
+- ``synthetic_rows(workloads, n, regimes, seed)``: a deterministic input stream following a regime
+  schedule such as ``"short:500,long:200,scans:300"`` (features Gamma-distributed around each
+  regime's mean); ``memory_spikes`` scale chosen items' working-set bytes, not their seconds.
 - ``emulated_pipeline(profile, stages, ...)`` builds a whole ``PipelineSpec``.
 """
 

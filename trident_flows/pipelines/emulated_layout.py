@@ -2,19 +2,15 @@
 starting configuration sized from its measured cost model.
 
 Contract:
-- An ``EmulatedLayout`` names a pipeline (``emulated-docs``), the profile it is calibrated by
-  (``documents`` -> ``profiles/documents.json``), its operators in order, which of them may run
-  on a GPU, the default regime shares and the default batch sizes.
-- ``default_regimes(profile, n)`` splits ``n`` items over the profile's regimes by the shares
-  (in the shares' order; regimes without a share get 1).
-- ``default_stages(profile, regimes, n, cpus, gpus)`` is the static placement for one node of
-  ``cpus`` CPUs + ``gpus`` GPUs: each GPU-capable operator (when the profile has a GPU cost and
-  ``gpus > 0``) gets one replica holding an equal share of the GPUs (at most one GPU each),
-  every CPU operator one replica, and the CPUs left over go one by one to the CPU operator with
-  the most modelled seconds per input item per replica. A GPU replica holds a CPU too.
-- ``build(...)`` follows the registry contract of ``trident_flows.pipelines``: ``input`` is
-  refused (an emulated pipeline reads no files) and a missing profile raises
-  ``FileNotFoundError`` naming the command that writes it.
+- ``EmulatedLayout``: a pipeline's name, profile, operators in order, which may use a GPU, default
+  regime shares and batch sizes.
+- ``default_regimes(profile, n)`` splits ``n`` items over the profile's regimes by the shares.
+- ``default_stages(profile, regimes, n, cpus, gpus)``: the static placement for one node: each
+  GPU-capable operator one replica on an equal GPU share (at most one GPU; a CPU too), every CPU
+  operator one replica, the CPUs left one by one to the operator with the most modelled seconds
+  per input item per replica.
+- ``build(...)`` follows the registry contract of ``trident_flows.pipelines``: ``input`` is refused
+  and a missing profile raises ``FileNotFoundError`` naming the command that writes it.
 """
 
 from __future__ import annotations

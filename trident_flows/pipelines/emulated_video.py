@@ -2,19 +2,12 @@
 from the measured cost model ``profiles/video.json`` (written by ``trident-flows profile video``).
 
 Contract of ``build(*, input, synth, seed, regimes, work_dir, profile=None, time_scale=1.0)``
-(the registry contract of ``trident_flows.pipelines``): a PipelineSpec of emulated operators
-(``trident_flows.pipelines.emulated``) fed by a synthetic stream of ``synth`` videos (default
-1000) whose workload features (source pixels/frames/seconds, sampled frames, per-clip frames
-and pixels) follow ``regimes`` (default: half ``small``, a quarter ``hd``, a quarter ``long``,
-in that order), Gamma-distributed around the profile's per-regime means. ``scenes`` splits a
-video into clips at the profile's measured clips-per-video (its selectivity); each clip row
-carries the per-clip features. ``input`` is refused (an emulated pipeline reads no files); a
-missing profile raises ``FileNotFoundError`` naming the command that writes it.
-
-The initial (static) configuration is sized for one node of 8 CPUs + 1 GPU: the model
-operators (``text_detect``, ``safety``, ``embed``) share the GPU when the profile has a GPU
-cost for them, and the CPUs left go to the CPU operators in proportion to their modelled
-seconds per input video (see ``emulated_layout``).
+(the registry contract of ``trident_flows.pipelines``): a PipelineSpec of emulated operators fed by
+``synth`` synthetic videos (default 1000) whose features follow ``regimes`` (default half
+``small``, a quarter ``hd``, a quarter ``long``); ``scenes`` splits a video into the profile's
+clips per video. ``input`` is refused (no files are read); a missing profile raises
+``FileNotFoundError`` naming the command that writes it. The initial configuration is sized for
+one node of 8 CPUs + 1 GPU (``emulated_layout``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Measure the real document operators and write their cost models (``profiles/documents.json``).
 
 Contract of ``main(quick=, out=, console=) -> Path``:
-- Generates a synthetic corpus with the three regimes (short, long, scans), runs the chain
-  once to get each operator's real inputs, and records per regime the mean workload
-  features per document (``profile.workloads``: pages, scanned_pages, bytes, chars, chunks)
-  and each operator's selectivity (share of rows it leaves unmarked).
-- Each operator is measured in a fresh process (so its cold start and resident memory are
-  its own): cold-start wall seconds, resident bytes (RSS growth of import + ``__init__``),
-  then batches of several sizes from every regime: wall seconds, CPU seconds (its own and
-  its children's, e.g. tesseract), and peak RSS growth over the batch (sampled every 2 ms).
-- The cost model of costmodel.py is fitted per operator by non-negative least squares:
-  seconds = per_batch + per_item * items + sum per_unit[f] * features[f], on CPU seconds
-  (every operator is single-threaded, so CPU seconds are the busy time of one dedicated core
-  and are robust to other load on a shared machine); memory likewise on peak RSS growth.
-  R^2 of both fits is written to ``measured_on``.
-- GPU: measured when CUDA is available. Otherwise the embed operator's "gpu" entry is
-  derived from its CPU fit with the documented assumption ``GPU_SPEEDUP_ASSUMED`` and
-  resident bytes = the model's measured parameter bytes; its ``notes`` and ``measured_on``
-  say so. No other number is invented.
+- Generates a synthetic corpus of the three regimes, runs the chain once for each operator's real
+  inputs, and records per regime the mean features per document (``profile.workloads``) and each
+  operator's selectivity.
+- Measures each operator in a fresh process: cold start, resident bytes, then per batch size and
+  regime wall and CPU seconds (children included) and peak RSS growth.
+- Fits costmodel.py's model per operator by non-negative least squares on CPU seconds (single-
+  threaded operators: robust to other load on a shared machine) and on peak RSS growth; R^2 of
+  both fits goes to ``measured_on``.
+- GPU: measured when CUDA is available; otherwise embed's "gpu" entry is derived with the stated
+  assumption ``GPU_SPEEDUP_ASSUMED`` and says so. No other number is invented.
 """
 
 from __future__ import annotations

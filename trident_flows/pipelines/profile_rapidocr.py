@@ -1,21 +1,14 @@
 """Measure the ``ocr`` operator with RapidOCR and write ``profiles/documents-rapidocr.json``.
 
 Contract of ``main(quick=, out=, console=) -> Path`` (``trident-flows profile documents-rapidocr``):
-- The profile is the committed ``documents`` profile (every other operator, the regimes'
-  workloads and selectivities, as measured there) with its ``ocr`` operator re-measured with
-  ``--quality ocr.engine=rapidocr``, the way ``profile_documents`` measures every operator: a
-  synthetic corpus with the regimes short / long / scans, ``parse`` run on it for OCR's real
-  inputs, then OCR cold-started in a fresh process (onnxruntime single-threaded,
-  OMP_THREAD_LIMIT=1) and timed on batches of several sizes from every regime; seconds fitted by
-  non-negative least squares on CPU seconds (per batch + per scanned page), memory on peak RSS
-  growth.
-- GPU: measured when onnxruntime has a CUDA provider. Otherwise the ``gpu`` entry is DERIVED, not
-  measured: the share of OCR's wall time spent in its three model forwards (measured here, each
-  ONNX ``run`` timed) is divided by ``GPU_FORWARD_SPEEDUP`` (the assumption the video profile makes
-  for the same PP-OCRv4 detection model), the host-side rest (rendering the page, resizing,
-  DB post-processing, cropping lines) is kept at its CPU cost; resident bytes = the three model
-  files; working-set bytes as measured on CPU; cold start + ``GPU_CONTEXT_S_ASSUMED``. The entry's
-  ``notes`` and ``measured_on`` say so.
+- The committed ``documents`` profile with its ``ocr`` operator re-measured under
+  ``--quality ocr.engine=rapidocr`` as ``profile_documents`` measures operators (fresh process,
+  single-threaded onnxruntime, batches of several sizes from every regime; seconds fitted on CPU
+  seconds per batch and scanned page, memory on peak RSS growth).
+- GPU: measured when onnxruntime has a CUDA provider; otherwise DERIVED: the measured model-forward
+  share divided by ``GPU_FORWARD_SPEEDUP`` (the video profile's assumption for the same PP-OCRv4
+  model) plus the host-side rest at CPU cost; resident bytes the three model files; cold start +
+  ``GPU_CONTEXT_S_ASSUMED``. The entry's ``notes`` and ``measured_on`` say so.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """Measure the real video operators and write their cost models (``profiles/video.json``).
 
 Contract:
-- ``main(quick=..., out=..., console=...) -> Path`` generates (or reuses, cached) a profiling
-  corpus of ``small`` / ``hd`` / ``long`` videos, runs the pipeline once in this process to get
-  every operator's real input rows per regime, then measures each operator in a fresh
-  subprocess (so cold start and resident memory are its own): cold-start seconds, and for each
-  regime and batch size the wall seconds, CPU seconds and peak RSS above the pre-batch baseline
-  (the input batch included), median over repeats.
-- It fits ``costmodel.DeviceCost`` by non-negative least squares: seconds (process CPU seconds:
-  the machine may be shared, and wall time then includes waiting for a core) against
-  ``[1, items, features]`` and batch bytes against ``[items, features]``, with the workload
-  features of ``FEATURES`` per operator, and records each fit's weighted absolute percentage error (WAPE).
-- ``profile.workloads[regime]``: each operator's workload features (``video.py`` names them by
-  level: ``pixels`` / ``frames`` / ``duration_s`` of a source video, ``sampled_*`` of its sampled
-  frames, ``clip_*`` / ``kept_*`` / ``safety_frames`` of a clip) as the mean per item entering
-  that operator; clips per video per regime go to ``measured_on["clips_per_video"]``.
-- GPU entries of the model operators (``text_detect``, ``safety``, ``embed``) are NOT measured
-  (this machine has no GPU). They are derived: the measured model-forward CPU seconds divided by
-  ``GPU_FORWARD_SPEEDUP`` (an assumption) plus the measured host-side seconds; resident bytes =
-  the model file size; batch bytes = the working set measured on CPU with the frames per model
-  call a GPU replica uses. Each such entry says so in its ``notes``.
+- ``main(quick=..., out=..., console=...) -> Path`` generates (or reuses) a profiling corpus of
+  ``small`` / ``hd`` / ``long`` videos, runs the pipeline once for every operator's real input rows
+  per regime, then measures each operator in a fresh subprocess: cold start, and per regime and
+  batch size the wall and CPU seconds and peak RSS above baseline (median over repeats).
+- It fits ``costmodel.DeviceCost`` by non-negative least squares (CPU seconds against ``[1, items,
+  features]``, batch bytes against ``[items, features]``; features per ``FEATURES``) and records
+  each fit's WAPE. ``profile.workloads[regime]``: each operator's mean per-item features;
+  ``measured_on["clips_per_video"]`` the clips per video.
+- GPU entries of the model operators are NOT measured but derived (``_gpu_cost``), and each such
+  entry says so in its ``notes``.
 """
 
 from __future__ import annotations

@@ -1,40 +1,18 @@
 """Quality knobs: the settings that decide *what* a pipeline outputs, set by the user and held fixed.
 
-A scheduler changes how fast data is curated, never what is curated. So every knob an operator
-reads is declared as one of two kinds (``KnobRole`` in ``core.types``):
-
-- execution knobs (``EXECUTION_KNOBS`` on the operator class: threads, inference chunk sizes; plus
-  every ``OpConfig`` field: device, batch size, cpus, gpus) change only speed; policies tune them;
-- quality knobs (``QUALITY_KNOBS``: render resolution, sampling rate, thresholds, engine, model)
-  change the rows written. They come from the user (``build(quality={"ocr.dpi": 200})``, the
-  ``--quality`` option of ``trident-flows run``, the Prefect pipeline-settings block) and reach the
-  operator as constructor params, which no policy can change.
+A scheduler changes how fast data is curated, never what: execution knobs (``EXECUTION_KNOBS`` and
+every ``OpConfig`` field) change only speed and policies tune them; quality knobs
+(``QUALITY_KNOBS``) change the rows written and reach the operator as constructor params.
 
 Contract:
-- ``QualityKnob(name, default, changes, low, high, choices)`` declares one quality knob and the
-  values it may take; ``check(operator, value)`` coerces (text from a CLI) and validates, raising
-  ``ValueError`` naming operator, knob, value and what to change.
-- ``quality_settings(operator, cls, config, params)`` is what an operator's constructor calls:
-  each declared knob's value from ``params`` (the user's setting) or its default; from
-  ``config`` only when the knob is listed in ``params["tunable"]``. A config carrying a quality
-  knob that is not marked tunable is refused, so no plan can change one silently.
-- ``apply_quality(pipeline, specs, quality=, tune=)`` returns the operator specs with the user's
-  settings in their params. A knob in ``tune`` (``{"ocr.dpi": "100..300"}`` or ``(100, 300)``;
-  categorical: ``"a|b"`` or a list) becomes tunable: it joins the operator's search space as a
-  ``KnobRole.QUALITY`` knob with exactly that range, and its start value (the user's setting or
-  the default, moved into the range) joins the initial config. A tunable knob without a range,
-  a knob declared with a ``fixed_reason``, an unknown operator or knob, or an execution knob
-  given as a quality setting is refused.
-- ``audit_column(operator, knob)`` = ``"cfg_<operator>_<knob>"``; ``stamp(batch, operator,
-  values, rows)`` writes one such column per value on the given rows (``None`` on the others), so
-  every output row records the quality configuration it was produced with.
-- ``check_settings(pipeline, quality, tune)`` validates settings by pipeline name before anything
-  is built (the Prefect block does, at construction).
-- ``refuse_quality(pipeline, quality, tune)``: a pipeline without quality knobs (the emulated
-  ones) refuses settings for them instead of ignoring them.
-- ``tunable_quality(spec)`` lists ``"operator.knob"`` of the tunable quality knobs of a spec and
-  ``output_note(spec)`` says, in one line, that outputs can then differ by configuration ("" when
-  none is tunable).
+- ``QualityKnob`` declares a knob and its values; ``check`` coerces and validates (``ValueError``
+  naming operator, knob, value and what to change).
+- ``quality_settings(operator, cls, config, params)``: each knob's value from ``params`` or its
+  default; from ``config`` only when listed in ``params["tunable"]`` (else the config is refused).
+- ``apply_quality(pipeline, specs, quality=, tune=)``: specs with the user's settings, a ``tune``d
+  knob in the search space with exactly its range; ``check_settings`` / ``refuse_quality`` validate
+  by pipeline name. ``audit_column`` / ``stamp``: every row records its quality configuration;
+  ``tunable_quality`` and ``output_note`` report tunable knobs.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Synthetic PDF corpus with regime changes, near-duplicates, low-quality and broken files.
 
 Contract of ``generate(out, n=, regimes=, duplicates=, broken=, seed=)``:
-- Writes ``n`` real PDF files ``out/doc-NNNNN.pdf`` (fpdf2) and ``out/manifest.parquet``,
-  and returns the manifest as a DataFrame, one row per file, in schedule order.
-- Born-digital pages carry generated prose (``doc_text``) in en/de/fr/es; scanned pages are
-  image-only: the text is drawn with Pillow, noised, slightly rotated and embedded as a
-  JPEG page image, so only OCR can read it. The manifest keeps, for each scanned page, the
-  words drawn on it (``scanned_words``) so OCR output can be checked.
-- ``regimes`` is a schedule "name:count,..." over ``REGIMES`` (short = 1-3 born-digital
-  pages, long = 15-40 page reports with a few scanned pages, scans = mostly scanned pages);
-  documents follow the schedule in order. When the counts do not sum to ``n`` they are
-  scaled proportionally to ``n``.
-- ``duplicates`` is the share of near-duplicates (an earlier document of the same regime
-  with 1-3 words of each born-digital page replaced; scanned pages re-scanned with new
-  noise), ``broken`` the share of broken files, cycling through truncated, not-a-PDF and
-  password-encrypted. About 8% of short documents are low quality
-  (too short, repetitive, or mostly symbols). ``kind`` says which: "ok",
+- Writes ``n`` real PDFs ``out/doc-NNNNN.pdf`` and ``out/manifest.parquet``; returns the manifest
+  (one row per file, schedule order). Born-digital pages carry prose in en/de/fr/es; scanned pages
+  are image-only (only OCR reads them), their words kept in ``scanned_words``.
+- ``regimes``: a schedule "name:count,..." over ``REGIMES`` (short, long, scans), scaled to ``n``.
+- ``duplicates`` / ``broken``: shares of near-duplicates and broken files (truncated, not-a-PDF,
+  encrypted); about 8% of short documents are low quality. ``kind`` says which: "ok",
   "duplicate-of:<id>", "broken:<reason>" or "low-quality:<reason>".
 - Deterministic by ``seed``: the same arguments give byte-identical files.
 """

@@ -1,23 +1,15 @@
 """Synthetic video corpus: real h264 MP4 files with known scene cuts and text overlays.
 
 Contract:
-- ``generate(out, n=..., regimes=..., broken=..., seed=...)`` writes ``n`` files
-  ``out/<id>.mp4`` and ``out/manifest.parquet`` and returns the manifest as a DataFrame with
-  columns ``id, path, regime, width, height, fps, duration_s, frames, scene_cuts_s (list of
-  seconds), text_overlay (bool), text_segments_s (list of [start, end]), kind, cache_key``.
-  ``kind`` is ``"ok"`` or ``"broken:<reason>"`` (truncated, random-bytes, png-renamed,
-  zero-frames: a valid MP4 container holding no video frames); broken rows report zero size/duration and no cuts.
-- Regimes (``REGIMES``) fix the resolution, length and scene-length ranges of a video. A
-  schedule string ``"small:4,hd:2,long:2"`` lists blocks in order; it is repeated until ``n``
-  videos are planned (and cut at ``n``).
-- Deterministic by ``seed``: video ``i`` depends only on ``(seed, i, its regime, broken)``.
-  x264 runs single-threaded so equal parameters give equal bytes.
-- Every scene is a panning texture with moving shapes; a hard cut changes palette, texture and
-  shapes at a known frame, so ``scene_cuts_s`` is exact to the frame. Some scenes carry a static
-  caption drawn with Pillow (``text_segments_s``).
-- Encoded files are cached by content key (parameters + seed + generator version) in
-  ``cache_dir`` (default ``~/.cache/trident-flows/synth-video``) and linked or copied into
-  ``out``; ``cache_dir=None`` disables the cache.
+- ``generate(out, n=..., regimes=..., broken=..., seed=...)`` writes ``out/<id>.mp4`` and
+  ``out/manifest.parquet`` and returns the manifest (``id, path, regime, width, height, fps,
+  duration_s, frames, scene_cuts_s, text_overlay, text_segments_s, kind, cache_key``); ``kind`` is
+  ``"ok"`` or ``"broken:<reason>"`` (broken rows: zero size/duration, no cuts).
+- ``REGIMES`` fix resolution, length and scene lengths; a schedule ``"small:4,hd:2,long:2"``
+  repeats until ``n``. Scene cuts are exact to the frame; some scenes carry a caption.
+- Deterministic by ``seed`` (single-threaded x264: equal parameters, equal bytes).
+- Files are cached by content key in ``cache_dir`` (default ``~/.cache/trident-flows/synth-video``)
+  and linked or copied into ``out``; ``cache_dir=None`` disables the cache.
 """
 
 from __future__ import annotations

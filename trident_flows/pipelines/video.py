@@ -1,18 +1,14 @@
 """The real video-curation pipeline: decode -> scenes -> motion -> dedup_frames -> text_detect -> safety -> embed.
 
 Contract:
-- Operators: ``decode`` (``video_decode``), ``scenes``, ``motion``, ``dedup_frames`` (``video_clips``),
-  ``text_detect``, ``safety``, ``embed`` (``video_models``); the frames travel between them as small
-  sampled, downscaled arrays (``video_rows``). A broken file or damaged stream is dead-lettered with
-  its reason; nothing raises.
-- Knobs (``pipelines.quality``): the sampling and analysis settings (``sample_fps``, ``max_side``, cut
-  ``threshold``, ``flow_width``, ``max_distance``, ``min_box_frac``, ``frames_per_clip``, safety
-  ``threshold``) are quality knobs, recorded on every row as ``cfg_<operator>_<knob>`` (with the model
-  used); ``infer_frames``, device, batch size and replicas are execution knobs policies tune.
-- Workload features, summed over the live rows and named by what the item is: ``decode``: ``pixels``,
-  ``frames``, ``duration_s``; ``scenes``: ``sampled_frames`` / ``sampled_pixels``; ``motion`` /
-  ``dedup_frames``: ``clip_frames`` / ``clip_pixels`` / ``clip_s``; ``text_detect`` / ``safety`` /
-  ``embed``: ``kept_frames`` / ``kept_pixels`` / ``clip_s``, and ``safety_frames``.
+- Operators: ``decode`` (``video_decode``), ``scenes``, ``motion``, ``dedup_frames``
+  (``video_clips``), ``text_detect``, ``safety``, ``embed`` (``video_models``); frames travel as
+  small sampled arrays (``video_rows``). A broken file is dead-lettered with its reason; nothing raises.
+- Sampling and analysis settings are quality knobs (``pipelines.quality``), recorded on every row
+  as ``cfg_<operator>_<knob>``; ``infer_frames``, device, batch size and replicas are execution knobs.
+- Workload features, summed over live rows: ``decode``: ``pixels``, ``frames``, ``duration_s``;
+  ``scenes``: ``sampled_*``; ``motion`` / ``dedup_frames``: ``clip_*``; ``text_detect`` / ``safety``
+  / ``embed``: ``kept_*``, ``clip_s`` and ``safety_frames``.
 - ``build(input=..., synth=...)`` builds the pipeline over a directory of videos or generated ones.
 """
 

@@ -1,25 +1,17 @@
 """Live advice for a running pipeline: the binding resource and what one more node of each class would buy.
 
 Contract:
-- ``advise(state, catalogue)`` reads a ``RunnerState`` (live, or at a run's end). Per operator it
-  measures one replica's rate (items taken / its warm replicas' busy seconds: each one's busy fraction x the
-  seconds it has been warm, given by the caller or taken as the run's seconds less its cold start) and
-  the rows that reach it per input item (the product of the upstream operators' rows forwarded per row
-  taken: a backlog in front of it does not shrink it, a filter upstream does); the configurations
-  it runs now are its placement options (what it would run on more nodes: no cost model needed,
-  so it works for any pipeline; an operator running on the CPU is not assumed to gain from a GPU).
-  The cluster it runs on is one class ``current`` (its CPUs and GPUs). ``measured_demands(state, warm_s=None)`` is
-  that per-operator reading as the placement MILP's ``OperatorDemand``s (``ValueError`` naming an
-  operator that has not worked yet); the scale decisions (``planning.scale``) read it too.
-- The binding resource is read from the LP relaxation's resource prices (``sizing.resource_prices``):
-  the resource of the current cluster whose price times its capacity is largest ("CPU-bound",
-  "GPU-bound"). The gain of one more node of each catalogue class is estimated from the prices
-  (``ResourcePrices.gain_of_node``) and checked by re-solving the placement MILP on the cluster
-  with that node added; ``summary`` names the class with the largest checked gain per unit of its
-  hourly price, e.g. ``"CPU-bound: +1 node of class c64 -> +544% items/s (most gain per USD/h; ...)"``.
-- ``advice_dict(state)`` is what the run summary and the sidecar's live artifact carry: the advice
-  as plain data, ``{}`` before any operator has worked, and ``{"error": ...}`` if it fails (advice
-  never fails a run).
+- ``advise(state, catalogue)`` reads a ``RunnerState``: per operator its measured per-replica rate
+  (items over its warm replicas' busy seconds, each over the seconds it has been warm: ``warm_s``, else
+  the run's less its cold start), the rows reaching it per input item (the upstream operators' rows
+  forwarded per row taken: a backlog does not shrink it), its running configs as placement options (no
+  cost model needed), the cluster as one class ``current``. ``measured_demands(state, warm_s=None)`` is that reading as
+  ``OperatorDemand``s (``ValueError`` naming an operator that has not worked yet).
+- The binding resource comes from the LP relaxation's prices (``sizing.resource_prices``); the gain
+  of one more node per catalogue class is estimated from them and checked by re-solving the MILP;
+  ``summary`` names the class with the most checked gain per unit of hourly price.
+- ``advice_dict(state)``: the advice as plain data for the run summary and the live artifact;
+  ``{}`` before any operator worked, ``{"error": ...}`` if it fails (advice never fails a run).
 """
 
 from __future__ import annotations

@@ -2,31 +2,16 @@
 
 Contract:
 - A ``Goal`` is ``items`` input items and either a deadline (``deadline_h``: the least job cost
-  that finishes by it) or a budget (``budget``: the most items per unit cost, i.e. the least job
-  cost for the items, refused when even that exceeds the budget). A job costs the clusters'
-  hourly price times its hours: the catalogue's start-up minutes plus the items at the
-  predicted rate.
-- ``plan_cluster(workload, catalogue, goal)`` returns a ``ClusterPlan``:
-  1. the recommendation: ``PlacementChecker.least_cost`` walks the node-count MILP (``sizing``) up the
-     price levels from the throughput the goal needs, each answer checked by the placement MILP
-     itself on its node-by-node cluster (``placement.milp.solve_placement``, whose throughput is the
-     prediction); when packing costs capacity the target is raised and the MILP re-solved (at
-     most ``MAX_RAISES`` times);
-  2. other options, for the runner-ups and the Pareto front of cost and duration: the cheapest
-     hourly price at a sweep of throughputs around the goal's, and the cheapest cluster without
-     each class used and with each class unused; runner-ups are the other options meeting the
-     goal, by cost;
-  3. for the ``simulate_top`` best options, the simulator's steady throughput (``simcheck``); these
-     are ranked again by their job at the lower of the predicted and the simulated rate
-     (``checked_cost``; for a deadline, those the simulator says miss it last), so a cluster whose
-     prediction the simulator does not confirm loses to one it does. Each option's range is the lowest and highest of the
-     prediction (for the mix's mean item) and the simulator's figure, widened by ``MODEL_ERROR``.
-     Hours and cost ranges follow from it. Also reported, outside the range: the throughput if
-     every regime arrived in one long block (each at the placement's rate for it), the worst case
-     of a corpus sorted by kind.
+  finishing by it) or a budget (``budget``: the least job cost for the items, refused when even
+  that exceeds it). A job costs the clusters' hourly price times its hours: the catalogue's
+  start-up minutes plus the items at the predicted rate.
+- ``plan_cluster(workload, catalogue, goal)`` returns a ``ClusterPlan``: the recommendation (the
+  node-count MILP checked by the placement MILP node by node), runner-ups and the Pareto front of
+  cost and duration, the best options re-ranked by the simulator, each with a throughput, hours
+  and cost range.
 - A goal no catalogue cluster can meet raises ``PlanningError`` saying what the fastest cluster
-  needs and what to change.
-- Prices are the catalogue's; with the default catalogue they are placeholders and the plan says so.
+  needs and what to change. Prices are the catalogue's (placeholders in the default one, and the
+  plan says so).
 """
 
 from __future__ import annotations
@@ -171,7 +156,7 @@ class PlacementChecker:
       solved once (``seen`` keeps every answer).
     - ``cheapest(target, fixed)`` is the checked cluster of least hourly price whose throughput reaches
       ``target`` (``fixed`` pins some classes' counts); ``least_cost(target)`` the one of least job cost (see
-      the module docstring, step 1). Both are None when none is found: the node-count MILP finds no counts,
+      ``plan_cluster``, step 1). Both are None when none is found: the node-count MILP finds no counts,
       or its answers still fall short after ``MAX_RAISES`` raises of its target.
     """
 
@@ -228,7 +213,7 @@ class PlacementChecker:
         return None
 
     def least_cost(self, target: float) -> ClusterOption | None:
-        """The checked cluster of least job cost whose throughput reaches ``target`` (see the module docstring, step 1).
+        """The checked cluster of least job cost whose throughput reaches ``target`` (see ``plan_cluster``, step 1).
 
         A job costs ``P * (startup + items / T)``. For one hourly price ``P`` the fastest cluster is
         the cheapest job, so the search walks up the price levels: the cheapest price reaching
@@ -277,7 +262,22 @@ def _regime_blocks(workload: PlanWorkload, option: ClusterOption, catalogue: Cat
 
 
 def plan_cluster(workload: PlanWorkload, catalogue: Catalogue, goal: Goal, *, simulate_top: int = 3, runner_ups: int = 3) -> ClusterPlan:
-    """The recommended cluster for ``goal``, its runner-ups and the Pareto candidates (see the module docstring)."""
+    """The recommended cluster for ``goal``, its runner-ups and the Pareto candidates.
+
+    1. The recommendation: ``PlacementChecker.least_cost`` walks the node-count MILP (``sizing``) up the price
+       levels from the throughput the goal needs, each answer checked by the placement MILP on its node-by-node
+       cluster (``placement.milp.solve_placement``, whose throughput is the prediction); when packing costs
+       capacity the target is raised and the MILP re-solved (at most ``MAX_RAISES`` times).
+    2. Other options, for the runner-ups and the Pareto front of cost and duration: the cheapest hourly price at
+       a sweep of throughputs around the goal's, and the cheapest cluster without each class used and with each
+       class unused; runner-ups are the other options meeting the goal, by cost.
+    3. For the ``simulate_top`` best options, the simulator's steady throughput (``simcheck``); these are ranked
+       again by their job at the lower of the predicted and the simulated rate (``checked_cost``; for a
+       deadline, those the simulator says miss it last), so a cluster whose prediction the simulator does not
+       confirm loses to one it does. Each option's range is the lowest and highest of the prediction (for the
+       mix's mean item) and the simulator's figure, widened by ``MODEL_ERROR``; hours and cost ranges follow.
+       Also reported, outside the range: the throughput if every regime arrived in one long block (each at the
+       placement's rate for it), the worst case of a corpus sorted by kind."""
     max_gpu_memory = max((n.gpu_memory_bytes for n in catalogue.nodes), default=0)
     try:
         demands = operator_demands(workload.profile, workload.mean_features(), workload.worst_features(), max_gpu_memory)

@@ -1,37 +1,15 @@
 """Scale decisions: how many autoscaled worker nodes of each class a running job should hold for its goal (pure).
 
 Contract:
-- ``RunGoal`` is a job's goal: ``deadline_at`` (wall-clock epoch seconds: the least cost finishing by
-  then) or ``budget`` (the most the job's nodes may cost, in the catalogue's currency: the least cost
-  per item, never more than the budget). ``parse_deadline(text, now)`` reads ``--deadline``: seconds
-  from now (``5400``, ``90m``, ``1.5h``) or an ISO 8601 time (``2026-12-05T06:00``, local time unless
-  it names a zone); anything else, or a time already past, is refused naming the forms.
-- A ``NodePool`` is what trident may ask Ray's autoscaler for: the worker classes of a ``Catalogue``
-  (each class's name is its Ray node type and a custom resource of 1 every node of it carries, how
-  trident counts a class's live nodes and steers a request to it; CPUs, GPUs, price, ``max_count``;
-  the catalogue's ``startup_minutes``, paid before a new node works) and the price of the base
-  cluster trident does not manage (the catalogue's class ``head``, 0 without one).
-  ``bundles(counts)`` is the ``request_resources`` request for those counts: one bundle per node,
-  the node's whole CPUs and GPUs and its class marker.
-- ``decide_scale(demands, pool, base, running, requested, items_left, now, goal, spent, measured_items_per_s=None)`` returns a
-  ``ScaleDecision``: the worker counts per class to request, why, and its predicted effect
-  (items/s, seconds to the last item, cost of the remaining work with the start-up of new nodes).
-  ``demands`` are the operators' measured rates (``advice.measured_demands``); ``base`` is the nodes trident does not
-  manage as one node (``NodePool.base_node``). A cluster's rate (the base node plus the counts) is the
-  planner's whole-replica check (``planner.PlacementChecker``: the placement MILP node by node, every operator
-  at least one whole replica), never the LP relaxation: on the head of ``bench elastic`` the relaxation
-  said 14.2 items/s where five light operators each hold a whole CPU and the runtime did ~1.4. When
-  the caller gives ``measured_items_per_s`` (input items/s measured on the running nodes) every
-  cluster's check is scaled by the measured share of the running cluster's check (at most 1: the check
-  is an upper bound). Candidate counts come from the node-count MILP (``sizing``, whole replicas per
-  class) and are checked the same way, the target raised when packing loses capacity. With no work left every
-  node is given back. Deadline: the held nodes are kept while they are needed; when the
-  cluster of least cost per item among those holding at most them still finishes twice ``margin``
-  early (a band against adding them again), the rest are given back; when the held nodes would miss the deadline, the least cost per item
-  among clusters keeping them and, counting that new nodes work only after start-up, finishing
-  ``margin`` early is requested (every node when none would; nothing new when start-up alone
-  outlasts the deadline). Budget: the cluster of least cost per item reaching the held rate, if
-  the remaining work on it is cheaper than on the held one and within what is left of the budget.
+- ``RunGoal``: ``deadline_at`` (epoch seconds: the least cost finishing by then) or ``budget`` (the
+  least cost per item, never more than the budget). ``parse_deadline(text, now)`` reads seconds from
+  now (``5400``, ``90m``, ``1.5h``) or an ISO 8601 time; anything else, or a past time, is refused.
+- ``NodePool``: the worker classes of a ``Catalogue`` trident may ask Ray's autoscaler for (each
+  class's name is its Ray node type and a custom resource its nodes carry; CPUs, GPUs, price,
+  ``max_count``, ``startup_minutes``) and the price of the base cluster; ``bundles(counts)`` is the
+  ``request_resources`` request (one bundle per node, with its class marker).
+- ``decide_scale(...)`` returns a ``ScaleDecision``: worker counts per class to request, why, and
+  its predicted effect (items/s, seconds to the last item, cost of the remaining work with start-up).
 - Plain data and the planning MILPs: no Ray (``control.elastic`` acts on the decisions).
 """
 
@@ -223,9 +201,26 @@ def _cost(pool: NodePool, counts: Mapping[str, int], held: Mapping[str, int], fi
 def decide_scale(demands: Sequence[OperatorDemand], pool: NodePool, base: NodeType, running: Mapping[str, int], requested: Mapping[str, int],
                  items_left: float, now: float, goal: RunGoal, spent: float = 0.0, margin: float = DEADLINE_MARGIN,
                  measured_items_per_s: float | None = None) -> ScaleDecision:
-    """The worker counts to request for ``goal`` (see the module docstring). ``running``: live nodes per class;
+    """The worker counts to request for ``goal``. ``running``: live nodes per class;
     ``requested``: what trident asks for now; ``spent``: what the job's nodes cost so far; ``measured_items_per_s``:
-    the input items/s measured on the running nodes (None: not measured on them)."""
+    the input items/s measured on the running nodes (None: not measured on them).
+
+    ``demands`` are the operators' measured rates (``advice.measured_demands``); ``base`` is the nodes trident does
+    not manage as one node (``NodePool.base_node``). A cluster's rate (the base node plus the counts) is the
+    planner's whole-replica check (``planner.PlacementChecker``: the placement MILP node by node, every operator at
+    least one whole replica), never the LP relaxation, which overstates a small cluster where light operators each
+    hold a whole CPU many times over. With ``measured_items_per_s`` every cluster's check is scaled by the measured
+    share of the running cluster's check (at most 1: the check is an upper bound). Candidate counts come from the
+    node-count MILP (``sizing``, whole replicas per class) and are checked the same way, the target raised when
+    packing loses capacity. With no work left every node is given back.
+
+    Deadline: the held nodes are kept while they are needed; when the cluster of least cost per item among those
+    holding at most them still finishes twice ``margin`` early (a band against adding them again), the rest are
+    given back; when the held nodes would miss the deadline, the least cost per item among clusters keeping them
+    and, counting that new nodes work only after start-up, finishing ``margin`` early is requested (every node when
+    none would; nothing new when start-up alone outlasts the deadline). Budget: the cluster of least cost per item
+    reaching the held rate, if the remaining work on it is cheaper than on the held one and within what is left of
+    the budget."""
     held = {c: n for c, n in requested.items() if n > 0}
     if items_left <= 0:
         action = ScaleAction.GIVE_BACK if held else ScaleAction.KEEP

@@ -1,26 +1,17 @@
 """The placement model with node counts as variables: the cheapest cluster for a throughput, and resource prices.
 
 Contract:
-- The model is the placement MILP's (``scheduler/placement/milp.py``) aggregated per node class:
-  integer replicas per (operator, option, class) from ``OperatorDemand``s, each class's CPUs and
-  GPUs (``placement.model.usage_vector``) at most its per-node capacity times its node count, and
-  every operator's capacity at least ``work_per_item * T``. Its uses:
-- ``cheapest_counts(demands, catalogue, target, fixed=..., at_least=...)``: node counts become integer
-  variables in ``[0, max_count]`` and the objective is the hourly price (fewest nodes break
-  ties) subject to ``T >= target``. ``fixed`` pins some classes' counts (``{"g8": 0}``: without
-  g8 nodes); ``at_least`` gives some classes a lower bound (nodes a running job keeps). Returns the counts, or ``None`` when no catalogue cluster reaches ``target``. The
-  aggregate model ignores how replicas pack node by node, so its price is a lower bound: the
-  planner checks each answer with the placement MILP itself (``placement.milp.solve_placement``).
-- ``most_efficient_counts(demands, catalogue, target, fixed=..., at_least=...)``: the same constraints, the
-  least hourly price per item/s (a job's cost per item) instead of the least price (Dinkelbach).
-- ``fastest_within(demands, catalogue, price)``: the highest aggregate throughput (and its counts)
-  at an hourly price of at most ``price``.
-- ``resource_prices(demands, catalogue, counts)``: the LP relaxation with counts fixed,
-  maximising ``T``; returns ``T`` and, per (class, resource), the dual price (items/s per CPU or
-  per GPU; a class with no node still has a price, the value of its first unit, read with every class
-  holding ``_PRICE_PERTURBATION`` more nodes, see there). ``gain_of_node``
-  turns prices into the first-order gain of one more node of a class (an estimate: a whole node is
-  not a small change, the planner re-solves to check it).
+- The model is the placement MILP's aggregated per node class: integer replicas per (operator,
+  option, class), each class's CPUs and GPUs at most its capacity times its node count, every
+  operator's capacity at least ``work_per_item * T``. It ignores node-by-node packing, so its
+  price is a lower bound the planner checks with ``placement.milp.solve_placement``.
+- ``cheapest_counts(demands, catalogue, target, fixed=..., at_least=...)``: the least hourly price
+  (fewest nodes on ties) reaching ``target``, or None; ``fixed`` pins classes' counts,
+  ``at_least`` bounds them below. ``most_efficient_counts``: the least price per item/s
+  (Dinkelbach). ``fastest_within(demands, catalogue, price)``: the highest throughput within a price.
+- ``resource_prices(demands, catalogue, counts)``: the LP relaxation's ``T`` and per (class,
+  resource) dual prices (a class with no node priced at its first unit); ``gain_of_node`` turns
+  them into the first-order gain of one more node (an estimate the planner re-solves to check).
 """
 
 from __future__ import annotations

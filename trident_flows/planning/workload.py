@@ -1,23 +1,14 @@
 """What a plan is for: a pipeline's cost models and the mix of items the corpus holds.
 
 Contract:
-- A ``PlanWorkload`` is a ``PipelineProfile`` whose ``workloads`` (regime -> mean features of
-  one input item) describe this corpus, the share of items of each regime (``weights``) and a
-  line saying where the figures come from.
-- ``from_regimes(pipeline, text)``: ``"short:500,scans:500"`` over the committed profile of
-  ``documents`` or ``video`` (its regimes' mean items, measured when the profile was written).
-- ``from_sample(directory)``: features measured on a sample of the corpus by the pipeline's own
-  first step: ``ParsePdf`` for PDFs (pages, scanned pages, bytes, extracted characters and
-  embedding chunks), the video ``probe`` for videos (source pixels, frames, seconds). What that
-  step cannot see comes from the profile, scaled, and the ``source`` line says so: the text OCR
-  would add to a scanned page (characters per page of the profile's most-scanned regime), and
-  a video's later-stage features (sampled frames in proportion to its seconds, per-clip
-  features as in its nearest regime). Each sampled item joins the profile regime nearest to
-  it (log-feature distance); a regime's mean is then the mean of its sampled items. A
-  directory with no readable PDF or video is refused.
-- ``mean_features()``: the mean input item of the whole mix (the planner's prediction is for a
-  stream whose regimes interleave within the pipeline's queues; ``regime_features(r)`` gives
-  each regime alone, for the range).
+- ``PlanWorkload``: a ``PipelineProfile`` whose ``workloads`` (regime -> mean input item) describe
+  this corpus, each regime's share (``weights``) and a ``source`` line saying where they come from.
+- ``from_regimes(pipeline, text)``: ``"short:500,scans:500"`` over the committed profile.
+- ``from_sample(directory)``: features measured on a corpus sample by the pipeline's own first step
+  (``ParsePdf``, the video ``probe``); what it cannot see comes from the profile, scaled, as the
+  ``source`` line says; each item joins its nearest profile regime. A directory with no readable
+  PDF or video is refused.
+- ``mean_features()``: the mix's mean input item; ``regime_features(r)``: one regime alone.
 - ``schedule(block)``: a regime schedule with the mix's proportions in blocks of about ``block``
   items (the simulator's input).
 """

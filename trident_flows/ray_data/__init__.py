@@ -1,19 +1,16 @@
 """Existing Ray Data pipelines under trident, without rewriting them.
 
-A team's ``ray.data.read_...().map_batches(UDF, compute=ActorPoolStrategy(...), num_gpus=...,
-batch_size=...)...`` Dataset becomes a trident pipeline: each stage an operator whose replicas,
-batch size, device and resources trident controls, running the user's UDF unchanged, with the
-runtime's exactly-once output and dead-letter table, and the rows Ray Data would write.
+A ``ray.data.read_...().map_batches(UDF, ...)`` Dataset becomes a trident pipeline: each stage an
+operator whose replicas, batch size, device and resources trident controls, running the user's UDF
+unchanged, with exactly-once output, a dead-letter table, and the rows Ray Data would write.
 
 - ``run_dataset(ds, out_dir, policy="trident")``: the one call (``run``).
-- ``prepare`` / ``prepare_target``: the ``PipelineSpec`` of a Dataset / of ``MODULE:FUNCTION``
-  (for ``trident-flows run MODULE:FUNCTION`` and the Prefect flow); ``publish`` writes its output.
-- ``read_dataset``: the plan read and checked, refusals as ``RayDataPlanError`` (``pipeline``).
+- ``prepare`` / ``prepare_target``: the ``PipelineSpec`` of a Dataset / of ``MODULE:FUNCTION``;
+  ``publish`` writes its output. ``read_dataset``: the plan read and checked (``RayDataPlanError``).
 - Every Ray Data internal used is in ``internals`` (pinned to ``internals.RAY_VERSION``).
 
-A front end like the CLI and the Prefect flows: ``run_dataset`` runs through ``control.launch``, so
-this package sits above ``control``, which never imports it (``trident-flows run MODULE:FUNCTION``
-hands it to ``control.launch.run_command`` as ``dataset_support``).
+``run_dataset`` runs through ``control.launch``, so this package sits above ``control``, which never
+imports it (the CLI hands it to ``control.launch.run_command`` as ``dataset_support``).
 """
 
 from trident_flows.ray_data.pipeline import RayDataPipeline, RayDataPlanError, publish, read_dataset

@@ -1,37 +1,16 @@
 """What a Ray Data UDF gets and gives, converted with pyarrow and numpy alone wherever that is what Ray Data does.
 
 Contract (the same four conversions as ``internals``, with the same results):
-- ``batch_of(table, batch_format, copy)``: the batch a ``map_batches`` UDF gets; ``rows_of(table)``:
-  the rows a ``map`` / ``filter`` / ``flat_map`` UDF gets; ``block_of_batch(batch)``: a
-  ``map_batches`` output as an Arrow block; ``block_of_rows(rows)``: ``map`` / ``flat_map``
-  output rows as an Arrow block.
-- Each repeats, step by step, what Ray Data (``internals.RAY_VERSION``) does for *plain* data,
-  where Ray Data itself only calls pyarrow and numpy:
-  - in: a table with no extension type in its schema (Ray Data's tensor and pickled-object
-    columns, pyarrow's fixed-shape tensors), as ``numpy`` (``"default"``) or ``pyarrow``
-    batches, or as rows;
-  - out: a ``pyarrow.Table``; a dict of non-empty 1-D numpy arrays of booleans, integers, floats
-    or strings (``str`` objects or numpy unicode), no column named ``__value__``; rows that
-    are dicts of ``bool`` / ``int`` / ``float`` / ``str`` / ``bytes`` / ``None`` values.
-  Anything else (``pandas`` batches, tensors, Python objects, datetimes, lists, ...) goes to
-  Ray Data's own conversion in ``internals``, imported on first use.
-  ``tests/test_ray_data_batches.py`` checks each plain case against Ray Data's own conversion
-  (the same Arrow IPC bytes, the same numpy dtypes, values and writability).
-- Why: a replica that only meets plain data never imports Ray Data (about 0.2 s of CPU per
-  process on an idle machine beyond pyarrow's own import of pandas, more when all replicas
-  start at once on a busy one).
-- ``Warming(ray_data)`` readies the conversions on a background thread, started by a replica
-  before it builds its UDFs: it imports Ray Data's conversions when the replica will need them
-  (``ray_data=True``), then converts one small batch each way, which makes pyarrow import
-  pandas (0.3 s of CPU on an idle machine). ``wait()`` blocks until that is done (re-raising
-  its error). Done at the first batch instead, it delayed the first output of the 6-stage
-  emulated document pipeline by 2.5-4 s on the 2-core benchmark machine: each stage in turn
-  paid it while the batch waited.
-- ``has_extension_fields(schema)`` says whether a schema holds an extension type, or the
-  metadata of one not registered in this process; ``has_unregistered_extension(schema)`` only
-  the latter (a Ray Data tensor decoded before Ray Data was imported);
-  ``register_ray_data_types()`` imports Ray Data, which registers its types, so rows can be
-  decoded again with them.
+- ``batch_of(table, batch_format, copy)``: a ``map_batches`` UDF's batch; ``rows_of(table)``: the
+  rows a ``map`` / ``filter`` / ``flat_map`` UDF gets; ``block_of_batch`` / ``block_of_rows``: UDF
+  outputs as Arrow blocks.
+- Plain data (no extension type in; a ``pyarrow.Table``, dicts of 1-D numpy arrays of booleans,
+  numbers or strings, or rows of scalars out) is converted here step by step as Ray Data
+  (``internals.RAY_VERSION``) does it; anything else goes to Ray Data's own conversion, imported
+  on first use, so a replica that only meets plain data never imports Ray Data.
+- ``Warming(ray_data)`` readies the conversions on a background thread; ``wait()`` re-raises its error.
+- ``has_extension_fields`` / ``has_unregistered_extension`` inspect a schema;
+  ``register_ray_data_types()`` imports Ray Data so its types decode.
 """
 
 from __future__ import annotations
@@ -169,7 +148,11 @@ def block_of_rows(rows: list[Mapping[str, Any]]) -> pa.Table:
 
 # ---------------------------------------------------------------------------- readying them
 class Warming:
-    """The conversions readied on a background thread (see the module docstring)."""
+    """The conversions readied on a background thread, started by a replica before it builds its UDFs:
+    it imports Ray Data's conversions when the replica will need them (``ray_data=True``), then
+    converts one small batch each way, which makes pyarrow import pandas (a fraction of a second of
+    CPU). ``wait()`` blocks until that is done (re-raising its error). Done at the first batch
+    instead, each stage of a pipeline would pay it in turn while the batch waited."""
 
     def __init__(self, ray_data: bool) -> None:
         self.ray_data = ray_data

@@ -1,33 +1,18 @@
 """Every Ray Data internal that trident reads, in one place, pinned to one Ray version.
 
 Contract:
-- ``RAY_VERSION`` is the Ray release this module was written against (the version pinned in
-  ``pyproject.toml``). ``check_ray_version()`` raises ``RayDataVersionError`` on any other
-  release, naming both versions and this module; everything else here assumes that release.
-  ``tests/test_ray_data_internals.py`` fails loudly when an upgrade changes what is read here.
-- ``plan_chain(ds)`` is the Dataset's logical plan as a list of operators, source first; a
-  plan that is not a single chain (union, zip, join) raises ``ValueError`` naming the operator.
-- ``is_source(op)`` says whether an operator produces the input (a read or ``from_*``);
-  ``stage_view(op)`` reads a ``map_batches`` / ``map`` / ``filter`` / ``flat_map`` operator into a
-  ``StageView`` (its UDF and arguments, batching, compute strategy and Ray resources), or
-  returns None for any other operator; ``is_all_to_all(op)`` says whether it needs the whole
-  dataset at once (sort, groupby, repartition, shuffle, aggregate); ``op_name(op)`` is the name
-  Ray Data shows for it (``MapBatches(ParsePdf)``).
-- ``source_dataset(ds, op)`` is a Dataset of ``ds``'s plan cut after ``op`` (its input only),
-  read in a fixed order. ``in_memory_blocks(chain)`` is, for a plan whose input is already in
-  the object store (``from_items`` / ``from_pandas`` / ``from_arrow`` / ... or a materialized
-  Dataset: one source operator holding whole blocks), the references of those blocks in the
-  order Ray Data reads them; None for a read (or for blocks held as slices).
-- Block conversions are Ray Data's own, so a UDF sees exactly the batches and rows it sees
-  under Ray Data and its outputs become the same Arrow blocks: ``batch_of(table, fmt, copy)``,
-  ``rows_of(table)``, ``block_of_batch(batch)``, ``block_of_rows(rows)``, ``arrow_of(block)``
-  and ``filter_mask(table, expr)`` (which rows an expression-based ``filter`` keeps). Replicas
-  call them through ``batches``, which does the same with pyarrow and numpy alone for plain
-  data and calls these for the rest.
-- ``import_conversions()`` imports the Ray Data modules those conversions use (``batches``
-  does it on a background thread while a replica builds its UDFs); nothing else here needs
-  Ray Data imported: ``is_callable_class`` reads what Ray Data 2.60 calls a callable class
-  (``CallableClass = type``) without importing it.
+- ``RAY_VERSION`` is the Ray release this module was written against; ``check_ray_version()``
+  raises ``RayDataVersionError`` on any other, naming both versions and this module.
+- ``plan_chain(ds)``: the logical plan as a list of operators, source first (not a single chain:
+  ``ValueError`` naming the operator). ``is_source``, ``stage_view`` (a ``StageView`` of a
+  ``map_batches`` / ``map`` / ``filter`` / ``flat_map`` operator, else None), ``is_all_to_all`` and
+  ``op_name`` read one operator.
+- ``source_dataset(ds, op)``: ``ds``'s plan cut after ``op``, read in a fixed order;
+  ``in_memory_blocks(chain)``: the block references of an input already in the object store, in
+  Ray Data's read order (None for a read).
+- Block conversions are Ray Data's own (``batch_of``, ``rows_of``, ``block_of_batch``,
+  ``block_of_rows``, ``arrow_of``, ``filter_mask``); ``import_conversions()`` imports the modules
+  they use. Nothing else here needs Ray Data imported (``is_callable_class`` included).
 """
 
 from __future__ import annotations

@@ -1,37 +1,18 @@
 """A user's Ray Data pipeline as a trident ``PipelineSpec``: read it, refuse what cannot run, stage its input, publish its output.
 
 Contract:
-- ``read_dataset(ds, name=None) -> RayDataPipeline`` reads ``ds``'s logical plan (through
-  ``internals``) without running anything. The plan must be a read or ``from_*`` followed by
-  ``map_batches`` / ``map`` / ``filter`` / ``flat_map`` stages. Anything else is refused up
-  front with a ``RayDataPlanError`` naming the stage and what to do: an all-to-all stage
-  (``sort``, ``groupby``, ``repartition``, ``random_shuffle``, aggregates, joins), any other
-  operator (``limit``, ``select_columns``, ``with_column``, ...), an async UDF, a stage with
-  ``ray_remote_args_fn`` or with Ray resources other than ``num_cpus`` / ``num_gpus``, a UDF
-  (or its arguments) that cannot be pickled, a Dataset with no stage.
-- Each stage becomes one operator (``stage.RayDataStage`` with the UDF unchanged), named after
-  its UDF in snake case (``ParsePdf`` -> ``parse_pdf``, a lambda after its kind), made unique
-  with ``_2``, ``_3``. Stages Ray Data would fuse (a task-pool stage and the next stage
-  asking for the same resources) become one operator named ``a+b``, sized by its actor pool. Its initial config is what the user asked Ray Data for: ``num_gpus > 0``
-  -> device ``gpu`` holding that (fractional) GPU share, else ``cpu``; ``num_cpus`` (default 1,
-  as Ray Data); ``batch_size`` (``DEFAULT_BATCH_SIZE`` when Ray Data would choose it or the stage
-  works on rows); replicas = the actor pool's initial size or the task concurrency (default 1).
-  Trident may then change replicas (1..``MAX_REPLICAS``), batch size (1..max(64, batch size)),
-  and device: a GPU stage may move to the CPU (a CPU stage stays on the CPU).
-- ``RayDataPipeline.stage_input(dir)`` runs the read part with Ray Data (all of the cluster is
-  free then: no replica is up yet) and keeps its rows, encoded as the runtime carries them
-  (``rows.ROW``), as Arrow IPC files in ``dir``, in read order; ``pipeline_spec(dir)`` is the ``PipelineSpec`` whose source streams those rows (lineage
-  ids ``row-000000000`` ...) from the files without Ray tasks, so reading never waits for a CPU
-  that trident's replicas hold. An input already in the object store (``from_items``,
-  ``from_pandas``, ... : ``source_blocks``) is not run through Ray Data's executor: its blocks
-  are fetched as they are, in the order Ray Data reads them, giving the same rows and types
-  (the executor's start-up, and the two actors Ray Data starts on a cluster's first run, cost
-  0.4-1 s and two worker processes on the 2-core benchmark machine).
-- ``publish(out_dir, dest=None)`` writes what ``ds.write_parquet(dest)`` would write (default
-  ``OUT/dataset``): the rows that left the last stage unmarked, decoded to their Ray Data
-  types, one Parquet file per committed shard (``shard=<id>.parquet``, written atomically and
-  replaced on re-publish, so re-running never duplicates rows). Filtered rows stay in
-  ``OUT/data`` with their ``_drop`` reason, failures in ``OUT/dead_letter``.
+- ``read_dataset(ds, name=None) -> RayDataPipeline`` reads ``ds``'s logical plan (``internals``)
+  without running anything: a read or ``from_*`` then ``map_batches`` / ``map`` / ``filter`` /
+  ``flat_map`` stages. Anything else (all-to-all stages, other operators, async UDFs,
+  ``ray_remote_args_fn``, other resources, unpicklable UDFs, no stage) raises ``RayDataPlanError``
+  naming the stage and what to do.
+- Each stage (or run of stages Ray Data would fuse, named ``a+b``) becomes one
+  ``stage.RayDataStage`` operator named after its UDF in snake case; its initial config is what
+  the user asked Ray Data for; trident may change replicas, batch size, and GPU -> CPU.
+- ``stage_input(dir)`` keeps the read part's rows (``rows.ROW``) as Arrow IPC files, in read
+  order; ``pipeline_spec(dir)`` streams them without Ray tasks (lineage ids ``row-000000000`` ...).
+- ``publish(out_dir, dest=None)`` writes what ``ds.write_parquet(dest)`` would (default
+  ``OUT/dataset``), one file per committed shard, atomically: re-running never duplicates rows.
 """
 
 from __future__ import annotations
@@ -107,6 +88,10 @@ class RayDataPipeline:
         return rows
 
     def _input_blocks(self) -> Iterator[Any]:
+        """The input's blocks in Ray Data's read order. An input already in the object store (``from_items``,
+        ``from_pandas``, ...: ``source_blocks``) is fetched as it is, giving the same rows and types without
+        Ray Data's executor, whose start-up and the two actors it starts on a cluster's first run cost
+        up to a second and two worker processes on a small machine."""
         if self.source_blocks is None:
             yield from self.source.iter_batches(batch_size=None, batch_format="pyarrow")
             return

@@ -1,20 +1,15 @@
 """Running a user's Ray Data pipeline under trident: from a Dataset, or from ``MODULE:FUNCTION``.
 
 Contract:
-- ``load_function("pkg.module:build")`` (or ``"path/to/file.py:build"``) imports the function
-  that returns the user's Dataset. Its module is shipped to Ray workers by value, so UDF classes
-  defined next to it need not be installed on the cluster. A bad target is refused with a
-  message saying what to write.
-- ``call_function(fn, **options)`` calls it with those of ``input``, ``synth``, ``seed`` and
-  ``regimes`` that its signature accepts and that are not None, and checks it returned a Dataset.
-- ``prepare(ds, work_dir, name=None) -> PipelineSpec`` reads the plan (refusing what trident
-  cannot run, before anything runs), stages the input under ``work_dir`` and returns the spec;
-  ``prepare_target(target, work_dir, **options)`` does the same from ``MODULE:FUNCTION`` (the
-  pipeline is named after the module: ``examples/ray_data_emulated.py:build`` -> ``ray-data-emulated``).
-- ``run_dataset(ds, out_dir, *, policy="trident", ...) -> RayDataRun`` is the one call: prepare,
-  run to the end with the policy on the current Ray cluster (``control.launch.run_pipeline``:
-  exactly-once output, dead-letter table), then ``pipeline.publish`` the rows Ray Data would
-  have written to ``dest`` (default ``OUT/dataset``).
+- ``load_function("pkg.module:build")`` (or ``"path/to/file.py:build"``) imports the function that
+  returns the Dataset; its module is shipped to Ray workers by value. A bad target is refused
+  saying what to write. ``call_function(fn, **options)`` passes the options its signature accepts
+  and checks it returned a Dataset.
+- ``prepare(ds, work_dir, name=None) -> PipelineSpec`` reads the plan (refusing what trident cannot
+  run, before anything runs) and stages the input; ``prepare_target(target, work_dir, **options)``
+  does it from ``MODULE:FUNCTION`` (named after the module).
+- ``run_dataset(ds, out_dir, *, policy="trident", ...) -> RayDataRun``: prepare, run to the end
+  (``control.launch.run_pipeline``), then ``pipeline.publish`` what Ray Data would have written.
 """
 
 from __future__ import annotations

@@ -1,36 +1,18 @@
 """``RayDataStage``: one stage of a user's Ray Data pipeline (or a run of fused stages), run unchanged as a trident operator.
 
 Contract (the operator shape of ``runtime.spec``):
-- ``RayDataStage(config, *, stages)`` cold-starts each stage's UDF as Ray Data would: a callable
-  class is built with the stage's constructor arguments once per replica; a function is used
-  as it is. Several stages (fused as Ray Data fuses them) run one after the other on a batch;
-  rows a stage marks do not reach the next. ``config`` (device, batch size, resources) is trident's: the replica holds the
-  CPUs/GPUs it says, so a UDF that picks its device from what Ray gave it (``ray.get_gpu_ids()``,
-  ``torch.cuda.is_available()``) follows trident's choice; the UDF code is not changed.
-- A batch holds the lineage ``id`` of each row (and ``source_id`` for rows a stage split or
-  merged) and the Ray Data row itself in column ``rows.ROW``. The UDF gets exactly what Ray Data
-  gives it for those rows: ``map_batches`` one batch in its ``batch_format`` (a copy when
-  ``zero_copy_batch=False``), ``map`` / ``filter`` / ``flat_map`` one row dict at a time. Its
-  outputs become Arrow blocks by Ray Data's own conversion.
-- Lineage, so the runtime's exactly-once accounting and dead-letter table hold:
-  ``map`` and a ``map_batches`` returning as many rows as it got keep each row's id (row k of
-  the output is the k-th input row); ``filter`` keeps the rows it passes unchanged and marks
-  the others ``_drop="filter:<stage>"``; ``flat_map`` gives a row's outputs the ids
-  ``<id>/<k>`` and marks a row with no outputs ``_drop="flat_map:<stage>:no rows"``; a
-  ``map_batches`` that changes the row count gives its outputs the ids ``<first id>/<k>`` and
-  marks the batch's other rows ``_drop="map_batches:<stage>:<n> rows out of <m>"`` (which
-  output row came from which input is unknown to Ray Data too). A UDF that raises fails the
-  batch: the runtime retries it, isolates the bad row and dead-letters it with the error.
-- ``workload_features(batch)`` (of the first UDF), ``last_device_peak_bytes`` and ``close()``
-  are the UDFs' when they define them (optional hooks that feed trident's models); otherwise none / 0 / nothing.
-- Conversions: ``batches`` (pyarrow and numpy where that is what Ray Data does, Ray Data's own
-  otherwise), so a replica whose stages only meet plain data never imports Ray Data. They are
-  readied on a background thread while the UDFs are built (``batches.Warming``; Ray Data
-  imported too for a stage that always needs it: ``batch_format="pandas"``, an expression
-  ``filter``); the first batch waits for it, so a replica is warm after max(UDF cold start,
-  readying), not their sum, and no stage's first batch pays it. Rows holding a Ray Data
-  extension type (tensors) are decoded again once Ray Data is imported (which registers
-  those types), so the UDF sees them as Ray Data gives them.
+- ``RayDataStage(config, *, stages)`` cold-starts each UDF as Ray Data would (a callable class
+  built once per replica); fused stages run one after the other, rows a stage marks not reaching
+  the next. ``config`` is trident's: the replica holds the CPUs/GPUs it says.
+- The UDF gets exactly what Ray Data gives it (``map_batches``: a batch in its ``batch_format``;
+  ``map`` / ``filter`` / ``flat_map``: one row dict); outputs become Arrow blocks.
+- Lineage for exactly-once accounting: same-count outputs keep ids; ``filter`` marks dropped rows
+  ``_drop="filter:<stage>"``; ``flat_map`` outputs get ``<id>/<k>``; a ``map_batches`` that
+  changes the row count gives ``<first id>/<k>`` and marks the rest. A UDF that raises fails the
+  batch (retried, then the bad row dead-lettered).
+- ``workload_features``, ``last_device_peak_bytes`` and ``close()`` are the UDFs' when defined.
+- Conversions are readied in the background while UDFs are built (``batches.Warming``), so a
+  replica is warm after max(UDF cold start, readying), not their sum.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """Backpressure: how much may enter an operator's input queue, given its bounds and what is on its way.
 
 Contract (pure: no Ray, no I/O, no clock):
-- Every queue is bounded by ``queue_max_bytes`` and, in items, by ``items_bound``:
-  ``RunnerSettings.queue_max_items``, or when more, the items its operator's active replicas take
-  in flight plus the output its producer's replicas may have in flight (``slots``: batch size x
-  ``max_inflight_per_replica`` summed over a pool's active replicas; the producer's times its
-  growth estimate). A fixed bound starves large pools: in the simulator on 64 nodes, 704 OCR
-  replicas of batch 4 may send 5,632 items, and a 512-item bound on the next queue (reserved
-  outputs count against it) kept OCR 15% busy with 5,627 items waiting (64 nodes ran 67 long
-  documents/s, 8 nodes 19). The bounds below take that item bound as ``max_items``.
-- ``source_room(queue, row_bytes, settings, max_items)``: how many source rows of about ``row_bytes`` bytes
-  operator 0's queue can take now; an empty queue always takes one (a row larger than the byte
-  bound still passes, alone), a full one takes none.
+- Every queue is bounded by ``queue_max_bytes`` and, in items, by ``items_bound`` (at least
+  ``queue_max_items``, more for large pools: ``slots`` of its consumer and producer); the bounds
+  below take it as ``max_items``.
+- ``source_room(queue, row_bytes, settings, max_items)``: how many source rows operator 0's queue
+  can take now; an empty queue always takes one, a full one none.
 - ``Reservation``: per operator, the items and bytes its in-flight batches are expected to add to
-  the next queue (input size times the growth estimates), held from dispatch until the batch is
-  routed, and the growth estimates themselves (``observe``: output/input items and bytes, tracked
-  by ``track``).
-- ``downstream_has_room(next_queue, reservation, n_items, n_bytes, settings, max_items)``: whether a batch of
-  ``n_items`` items and ``n_bytes`` bytes may be sent: the next queue, plus what is reserved, plus
-  this batch's expected output stays within the bounds (an empty next queue with nothing reserved
-  always takes one batch, so a large batch still moves). The last operator has no next queue and
-  always has room.
+  the next queue (growth estimates from ``observe``/``track``), held from dispatch until routed.
+- ``downstream_has_room(next_queue, reservation, n_items, n_bytes, settings, max_items)``: whether
+  a batch may be sent (the next queue plus reservations plus its expected output stays within the
+  bounds; an empty next queue with nothing reserved always takes one batch; the last operator
+  always has room).
 """
 
 from __future__ import annotations
@@ -38,8 +29,11 @@ def track(estimate: float, observed: float) -> float:
 
 
 def items_bound(settings: RunnerSettings, consumer_slots: int, producer_slots: int = 0, producer_growth: float = 1.0) -> int:
-    """An input queue's bound in items (module docstring): its operator's ``consumer_slots``, plus
-    ``producer_slots`` (the previous operator's; none for the first queue) times ``producer_growth``."""
+    """An input queue's bound in items: ``queue_max_items``, or when more its operator's ``consumer_slots``, plus
+    ``producer_slots`` (the previous operator's; none for the first queue) times ``producer_growth``.
+
+    A fixed bound starves large pools: hundreds of replicas may have more items in flight than the bound, and
+    reserved outputs count against the next queue, so a pool would sit mostly idle with work waiting upstream."""
     return max(settings.queue_max_items, consumer_slots + math.ceil(producer_slots * producer_growth))
 
 

@@ -1,25 +1,16 @@
 """Emulated accelerators: one emulated device per logical GPU.
 
 Contract:
-- ``create_devices(prefix, namespace, capacity_bytes)`` creates one ``EmulatedDevice`` Ray
-  actor per logical GPU of every alive node, named ``{prefix}:{node_id}:{gpu_id}`` in
-  ``namespace`` (owned by the caller, so they end with it), pinned to that node (hard node
-  affinity: with soft affinity Ray may put a node's device on another node, whose loss then
-  fails every batch of the GPU node's replicas). The runner does this at start;
-  a plain Ray Data run (the overhead benchmark) does it in the driver.
-- Inside a replica, ``bind(prefix, namespace)`` says which devices to use and
-  ``current_device()`` returns the device of the GPU Ray gave this actor
-  (node id + ``ray.get_gpu_ids()[0]``); replicas sharing a GPU (fractional ``gpus``) share it.
-- A device runs one kernel at a time (``max_concurrency=1``: kernels queue) and holds the
-  resident memory of the replicas placed on it. A kernel whose resident + batch bytes exceed
-  the capacity raises ``DeviceOOMError``, the same outcome as ``torch.cuda.OutOfMemoryError``
-  on a real GPU (``is_oom`` recognises both).
-- ``node_cores()`` is the core pool of the caller's node: an ``EmulatedCores`` actor running as
-  many emulated CPU kernels at once as the node has logical CPUs (more queue, like kernels on a
-  device). Emulated replicas holding a fraction of a CPU run their CPU work through it, so
-  replicas sharing cores get no more CPU time than the cores give. It is created on first use,
-  named per node, detached (replicas come and go; the pool outlives them and ends with the
-  cluster) and shared by every pipeline on the node.
+- ``create_devices(prefix, namespace, capacity_bytes)`` creates one ``EmulatedDevice`` Ray actor
+  per logical GPU of every alive node, named ``{prefix}:{node_id}:{gpu_id}``, owned by the caller
+  and pinned to its node. The runner does this at start; a plain Ray Data run in the driver.
+- In a replica, ``bind(prefix, namespace)`` says which devices to use and ``current_device()``
+  returns the device of the GPU Ray gave it; replicas sharing a GPU share its device.
+- A device runs one kernel at a time and holds its replicas' resident memory; a kernel whose
+  resident + batch bytes exceed the capacity raises ``DeviceOOMError`` (``is_oom`` recognises it
+  and ``torch.cuda.OutOfMemoryError``).
+- ``node_cores()``: the caller node's core pool; emulated replicas holding a fraction of a CPU run
+  their CPU work through it, so sharing replicas get no more CPU time than the cores give.
 """
 
 from __future__ import annotations
@@ -116,7 +107,10 @@ CORES_NAMESPACE = "trident-cores"
 
 
 def node_cores() -> Any:
-    """The core pool of the node the caller runs on (created on first use, see the module docstring)."""
+    """The core pool of the node the caller runs on: an ``EmulatedCores`` actor running as many emulated CPU
+    kernels at once as the node has logical CPUs (more queue). Created on first use, named per node, detached
+    (replicas come and go; the pool outlives them and ends with the cluster) and shared by every pipeline on the
+    node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node_id = ray.get_runtime_context().get_node_id()
@@ -134,7 +128,10 @@ def device_name(prefix: str, node_id: str, gpu_id: int | str) -> str:
 def create_devices(prefix: str = DEFAULT_PREFIX, namespace: str | None = None, capacity_bytes: int = 16 * 2**30,
                    wait: bool = True) -> list[Any]:
     """Create one emulated device per logical GPU of every alive node (owned by the caller);
-    ``wait=False`` returns at once (await ``h.info.remote()`` to know they are up)."""
+    ``wait=False`` returns at once (await ``h.info.remote()`` to know they are up).
+
+    Each is pinned to its node with hard node affinity: with soft affinity Ray may put a node's device on
+    another node, whose loss then fails every batch of the GPU node's replicas."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     handles = []

@@ -1,18 +1,14 @@
 """Dispatch: which queued batch goes to which replica, and when.
 
-Contract: ``Dispatcher.dispatch()`` (called by the runner's pump whenever something changed)
-sends every batch that may go now, through ``launch(i, replica, unit, reserved)``:
+Contract: ``Dispatcher.dispatch()`` (whenever something changed) sends every batch that may go now
+through ``launch(i, replica, unit, reserved)``:
 - operators are walked from the last to the first, so downstream work drains first;
-- a batch of operator *i* goes to the replica ``OperatorPool.pick`` chooses (fewest in flight,
-  below ``max_inflight_per_replica``; among those one on the node that stores the batch's first
-  row) while the next queue has room (``backpressure.downstream_has_room``, its bound grown with
-  the pools on both sides of it: ``backpressure.items_bound``); its expected output
-  is reserved (``Reservation.reserve``) and the replica's in-flight count raised *before*
-  ``launch``, so the next pick in the same round sees them; ``release(i, reserved)`` undoes the
-  reservation once the batch is routed or failed;
-- a retried unit goes whole; otherwise up to ``batch_size`` items, and a partial batch waits up
-  to ``linger_s`` for more unless its queue is full or the input is closed and every earlier
-  operator is idle; then one wake-up is armed ``linger_s`` later;
+- a batch goes to the replica ``OperatorPool.pick`` chooses while the next queue has room
+  (``backpressure.downstream_has_room``); its expected output is reserved and the replica's
+  in-flight count raised before ``launch``, so the next pick sees them; ``release(i, reserved)``
+  undoes the reservation once the batch is routed or failed;
+- a retried unit goes whole; otherwise up to ``batch_size`` items, a partial batch lingering up to
+  ``linger_s`` unless its queue is full or every earlier operator is idle with the input closed;
 - taking from operator 0's queue calls ``on_source_room`` (the feed may admit more).
 """
 

@@ -1,24 +1,15 @@
 """Per-item end-to-end latency: when each input item was read, when it was done, when its shard committed.
 
 Contract:
-- ``LatencyLog.shard() -> int`` numbers a shard the ledger opens; ``read(shard) -> int`` stamps an
-  input item read now (the feed hands it to operator 0's queue) in that shard and returns its number
-  in the run (``Item.seq``, in read order); ``done(seq)`` stamps a row of item ``seq`` reaching the
-  sink (staged for its shard's data part, ``_drop``-marked or not) or the dead-letter table now;
-  ``committed(shard)`` stamps that shard's atomic commit now. A ``seq`` below 0 (an item the ledger
-  did not number) is not stamped.
-- An item is *done* when its last row reached the sink or the dead-letter table: every stamp
-  replaces the one before, so its done time is final once none of its rows is left in the pipeline
-  (for every item once the run finished; a row lost with its node and produced again moves it later).
-- Latency is read -> done: when the pipeline has finished with the item. The shard commit (when its
-  rows become durable and visible) is kept beside it, not used as the latency: a shard commits once
-  its last item is done, so an item's commit time adds the wait for the rest of its shard
-  (``RunnerSettings.shard_items`` items: up to shard_items / throughput seconds), a property of
-  the output's granularity, not of the pipeline; ``Latencies.committed_t`` gives it where wanted.
-- ``snapshot() -> Latencies``: numpy copies, NaN where not yet stamped. Times are ``clock()``'s
-  (``time.time`` unless given). The log costs a few array
-  writes per item and 12 bytes per item (float32 seconds since the log started: 1 ms resolution for
-  a run of 2 hours, 12 ms at a day) and makes no Ray call.
+- ``LatencyLog.shard()`` numbers a shard; ``read(shard)`` stamps an input item read now and returns
+  its number in the run (``Item.seq``, read order); ``done(seq)`` stamps a row of it reaching the
+  sink or the dead-letter table; ``committed(shard)`` stamps the shard's commit. A ``seq`` below 0
+  is not stamped.
+- An item is done when its last row reached the sink or the dead-letter table (each stamp replaces
+  the one before). Latency is read -> done; the commit time is kept beside it
+  (``Latencies.committed_t``).
+- ``snapshot() -> Latencies``: numpy copies, NaN where not yet stamped; times are ``clock()``'s
+  (``time.time`` unless given). A few array writes per item, no Ray call.
 """
 
 from __future__ import annotations
@@ -58,7 +49,13 @@ class Latencies:
 
 
 class LatencyLog:
-    """Read, done and commit times of one run's input items (see the module docstring)."""
+    """Read, done and commit times of one run's input items.
+
+    Latency is read -> done: when the pipeline has finished with the item. The shard commit (when its rows
+    become durable and visible) is kept beside it, not used as the latency: a shard commits once its last item
+    is done, so an item's commit time adds the wait for the rest of its shard (up to ``shard_items`` /
+    throughput seconds), a property of the output's granularity, not of the pipeline. Storage: float32 seconds
+    since the log started (1 ms resolution for a 2-hour run, 12 ms at a day), 12 bytes per item."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock

@@ -2,25 +2,16 @@
 and a record of where every replica ran.
 
 Contract:
-- ``NodePlacer(gpu_memory_bytes)`` keeps the live nodes (``nodes.read_nodes`` of ``ray.nodes()``);
-  ``update(raw)`` replaces them and returns the node ids that joined and left since the last
-  update. The runner calls it every ``REFRESH_S`` seconds.
-- ``choose(cpus, gpus, held, node_class=None, prefer=None)`` is the node a new replica goes to:
-  among the nodes of ``node_class`` (any node when ``None``) large enough to ever hold it, one
-  with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus)), in this
-  order: not a node where a replica died in the last ``SUSPECT_S`` seconds (Ray reports a dead
-  node dead only seconds later), of class ``prefer``, a node without GPUs for a replica that
-  needs none (GPU nodes stay free for GPU work), for such a replica a node it leaves a CPU per
-  free GPU on (``CPUS_PER_GPU_REPLICA``: a GPU replica needs a CPU too, and a GPU whose node's
-  CPUs are all held cannot start one: in an 8-node simulated video run, 3 applies each waited the
-  300 s start timeout on such a GPU), the most free CPUs. When no node has room, the
-  one of those with the most free CPUs (Ray queues the replica there until its resources are
-  free); ``None`` when no live node is large enough.
-- ``free(held)`` is node id -> (CPUs, GPUs) each live node has left after ``held``.
-- ``strategy(node_id)`` is Ray's hard node affinity for it (``soft=False``): a replica runs on
-  the node the plan named or not at all (``ray.util.scheduling_strategies``).
-- ``ran(operator, replica_id, node_id)`` records that a replica became warm on a node;
-  ``replicas_by_node()`` is node id -> operator -> replicas that ran there during the run.
+- ``NodePlacer(gpu_memory_bytes)`` keeps the live nodes (``nodes.read_nodes``); ``update(raw)``
+  replaces them and returns the node ids that joined and left. The runner calls it every
+  ``REFRESH_S`` seconds.
+- ``choose(cpus, gpus, held, node_class=None, prefer=None)``: the node a new replica goes to (one
+  with room, ranked; else the largest queue-able one; None when no live node is large enough).
+- ``free(held)``: node id -> (CPUs, GPUs) each live node has left after ``held``.
+- ``strategy(node_id)``: Ray's hard node affinity (``soft=False``): a replica runs on the node the
+  plan named or not at all.
+- ``ran(operator, replica_id, node_id)`` records a replica warm on a node; ``replicas_by_node()``
+  is node id -> operator -> replicas that ran there during the run.
 """
 
 from __future__ import annotations
@@ -78,7 +69,15 @@ class NodePlacer:
 
     def choose(self, cpus: float, gpus: float, held: Mapping[str, tuple[float, float]], node_class: str | None = None,
                prefer: str | None = None) -> str | None:
-        """The node for a new replica (see the module docstring)."""
+        """The node for a new replica: among the nodes of ``node_class`` (any node when None) large enough to ever
+        hold it, one with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus)), in this
+        order: not a node where a replica died in the last ``SUSPECT_S`` seconds (Ray reports a dead node dead only
+        seconds later), of class ``prefer``, a node without GPUs for a replica that needs none (GPU nodes stay free
+        for GPU work), for such a replica a node it leaves a CPU per free GPU on (``CPUS_PER_GPU_REPLICA``: a GPU
+        replica needs a CPU too, and a GPU whose node's CPUs are all held cannot start one, so a start there would
+        wait out the whole start timeout), the most free CPUs. When no node has room, the one of those with the
+        most free CPUs (Ray queues the replica there until its resources are free); None when no live node is
+        large enough."""
         now = time.monotonic()
         pool = [n for n in self.nodes if (node_class is None or n.node_class == node_class)
                 and n.cpus + _EPS >= cpus and n.gpus + _EPS >= gpus]

@@ -1,24 +1,15 @@
-"""The live Ray nodes as node classes, and whether a set of replicas fits them node by node (pure).
+"""The live Ray nodes as node classes, and whether a set of replicas fits them node by node (pure; no Ray import).
 
 Contract:
-- ``read_nodes(raw, gpu_memory_bytes)`` turns ``ray.nodes()`` (a list of dicts) into the alive
-  nodes as ``state.NodeState``s, sorted by id. Identical nodes share a ``node_class``: the same
-  CPUs, GPUs, accelerator type (Ray's ``accelerator_type:*`` resource), custom resources and
-  memory in whole GiB (two raylets on one machine report memory a few MiB apart). The class name
-  says what the nodes are (``4cpu-1gpu-A100-16g``, ``2cpu-ssd-8g``), so it stays the same from
-  one read to the next while the hardware does: a node joining a class raises its count, a node
-  of new hardware adds a class, and a class whose last node left disappears.
-- A node's network link is declared by its Ray label ``trident.nic`` (``NIC_LABEL``; e.g.
-  ``ray start --labels trident.nic=100Gbps``, or ``RayClusterBlock.nic_bandwidth`` for the local
-  node it starts), as ``NodeState.nic_bandwidth_bps``; nodes declaring different links are
-  different classes (``...-nic12.5GBps``). A label that is not a rate raises ``RuntimeConfigError``
-  naming the node and what to write.
+- ``read_nodes(raw, gpu_memory_bytes)``: ``ray.nodes()`` as the alive ``state.NodeState``s, sorted
+  by id, identical nodes sharing a stable, descriptive ``node_class``.
+- A node's network link is declared by its Ray label ``trident.nic`` (``NIC_LABEL``, e.g.
+  ``trident.nic=100Gbps``) as ``NodeState.nic_bandwidth_bps``; a label that is not a rate raises
+  ``RuntimeConfigError`` naming the node and what to write.
 - ``pack(nodes, replicas)`` places ``(label, node_class or None, cpus, gpus)`` replicas on the
-  nodes, largest first, each on the node of its class (any node for ``None``) with the most free
-  CPUs; it returns the labels that fit nowhere. ``check_fits(nodes, replicas)`` raises
-  ``RuntimeConfigError`` naming the node class, the replicas and what to change when some do
-  not fit. GPUs are counted per node in total (fractional replicas share a node's GPUs).
-- No Ray import: the runner reads ``ray.nodes()`` and hands the result here.
+  nodes, largest first, each on the node of its class with the most free CPUs, and returns the
+  labels that fit nowhere; ``check_fits`` raises ``RuntimeConfigError`` naming the class, the
+  replicas and what to change. GPUs are counted per node in total.
 """
 
 from __future__ import annotations
@@ -50,7 +41,7 @@ def _hardware(resources: Mapping[str, float]) -> tuple[str, tuple[tuple[str, flo
 
 
 def class_name(cpus: float, gpus: float, memory_bytes: int, accelerator: str = "", custom: Iterable[tuple[str, float]] = ()) -> str:
-    """The name of the class of nodes with these resources (see the module docstring)."""
+    """The name of the class of nodes with these resources (see ``read_nodes``)."""
     parts = [f"{cpus:g}cpu"]
     if gpus:
         parts.append(f"{gpus:g}gpu")
@@ -62,7 +53,13 @@ def class_name(cpus: float, gpus: float, memory_bytes: int, accelerator: str = "
 
 
 def read_nodes(raw: Sequence[Mapping[str, Any]], gpu_memory_bytes: int = 0) -> tuple[NodeState, ...]:
-    """The alive nodes of ``ray.nodes()`` output as ``NodeState``s (see the module docstring)."""
+    """The alive nodes of ``ray.nodes()`` output as ``NodeState``s, sorted by id.
+
+    Identical nodes share a ``node_class``: the same CPUs, GPUs, accelerator type, custom resources, declared
+    link and memory in whole GiB (two raylets on one machine report memory a few MiB apart). The class name
+    says what the nodes are (``4cpu-1gpu-A100-16g``), so it stays the same from one read to the next while the
+    hardware does: a node joining a class raises its count, new hardware adds a class, and a class whose last
+    node left disappears."""
     nodes = []
     for node in raw:
         if not node.get("Alive"):

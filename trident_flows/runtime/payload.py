@@ -1,26 +1,15 @@
 """Batches by reference: an operator's output stays in Ray's object store; the runner holds its outline.
 
 Contract:
-- A replica returns its output batch as a second return value (so it stays in the object store
-  of the replica's node, owned by the runner, the caller, and outlives the replica that made it)
-  and an ``Outline``: per output row its id, ``source_id``, ``_drop``/``_error`` marks and size;
-  the runner adds the reference. The runner routes rows, traces lineage, dead-letters and bounds
-  its queues with outlines only; it never deserialises a payload.
-- Ray returns a value smaller than its ``max_direct_call_object_size`` (``INLINE_BYTES``, 100
-  KiB by default) inline to the caller instead of through the object store. So a replica returns
-  its batch as ``stored(batch, rows_bytes)``: a ``Stored`` that carries zeros (``filler``) when
-  the batch alone would be under that size, so every batch stays in the object store however
-  small, and moves between nodes as an object of at least ``INLINE_BYTES``
-  (``Outline.stored_bytes``: the stored object's size). (Where a cluster's ``_system_config``
-  raises the setting beyond what the replica's environment says, small batches do pass through
-  the runner.) ``fetch`` reads a ``Stored`` or a plain stored batch.
-- ``Piece(ref, rows)``: rows ``rows`` of the stored batch ``ref`` (a plain ``(ref, rows)`` pair
-  is read the same). A batch sent to a replica is a list of pieces (several upstream outputs, or
-  the rows of a retried half) or a list of rows by value (the source's rows, which the runner
-  reads itself). ``assemble(inputs)`` (in the replica, where the data goes) fetches the pieces
-  and builds the batch exactly as ``rows_to_batch`` of the routed rows.
-- ``clean_row(batch, j)`` is the one definition of a routed row: scalars unwrapped, ``id`` a
-  str, ``_error`` removed, ``_drop`` kept only when set (the sink writes it as the reason).
+- A replica returns its output batch as a second return value (it stays in its node's object
+  store, owned by the runner, and outlives the replica) and an ``Outline``: per output row its id,
+  ``source_id``, ``_drop``/``_error`` marks and size. The runner routes, traces lineage,
+  dead-letters and bounds its queues with outlines only; it never deserialises a payload.
+- ``stored(batch, rows_bytes)`` keeps even a small batch out of Ray's inline returns; ``fetch``
+  reads a ``Stored`` or a plain stored batch.
+- ``Piece(ref, rows)``: rows of a stored batch. A batch sent to a replica is a list of pieces or
+  of rows by value (the source's); ``assemble(inputs)`` builds it exactly as ``rows_to_batch`` of
+  the routed rows. ``clean_row(batch, j)`` is the one definition of a routed row.
 - A piece whose object is gone (its node died) raises ``LostPieces`` naming the pieces, so the
   runner can produce those rows again from their input items.
 """
@@ -133,7 +122,7 @@ def outline(operator: str, out: Batch) -> Outline:
 
 @dataclass(frozen=True)
 class Stored:
-    """An output batch as it stays in the object store (see the module docstring)."""
+    """An output batch as it stays in the object store (see ``stored``)."""
 
     batch: Batch
     filler: np.ndarray | None = None
@@ -144,7 +133,13 @@ class Stored:
 
 
 def stored(out: Batch, rows_bytes: int) -> Stored:
-    """``out`` as a replica returns it: with zeros enough to stay out of Ray's inline returns."""
+    """``out`` as a replica returns it: with zeros enough to stay out of Ray's inline returns.
+
+    Ray returns a value smaller than its ``max_direct_call_object_size`` (``INLINE_BYTES``, 100 KiB by default)
+    inline to the caller instead of through the object store; the filler keeps every batch in the object store of
+    the replica's node however small (it then moves between nodes as an object of at least ``INLINE_BYTES``:
+    ``Outline.stored_bytes``). Where a cluster's ``_system_config`` raises the setting beyond what the replica's
+    environment says, small batches do pass through the runner."""
     if rows_bytes >= 2 * INLINE_BYTES:
         return Stored(out)
     short = INLINE_BYTES + _FILLER_MARGIN - len(pickle.dumps(out, protocol=5))

@@ -1,23 +1,16 @@
 """One operator's replica pool, living inside the runner's event loop.
 
 Contract:
-- ``start(config, count, canary)`` creates replica actors with the resources of ``config``
-  (``num_cpus=config.cpus``, ``num_gpus=config.gpus``), named
-  ``{runner}:{operator}:{replica_id}`` in the runner's namespace (so another driver can find,
-  or ``ray.kill``, one); each becomes warm when its ``ready()`` returns.
-- ``pick(near)`` chooses the warm, non-draining replica with the fewest batches in flight, below
-  ``max_inflight``, and among those one on node ``near`` (where the batch's rows are stored) when
-  there is one; draining replicas get no new batches.
-- ``retire(record)`` drains (waits until its in-flight batches are back), lets the operator
-  release what it holds, then kills the actor. ``forget(record)`` removes a dead one.
-- ``forget`` also releases the replica's resident memory on the emulated devices (holder key:
-  the replica's Ray actor id), so a killed replica does not leak device memory.
-- ``config_epoch`` increases whenever the set of configs among active replicas changes.
-- With a ``node_placement.NodePlacer`` (the runner's), every replica is pinned to the node the
-  placer chooses (hard node affinity): ``start(..., node_class=C)`` on a node of class C,
-  ``prefer=C`` on one of C when it has room, else anywhere. The record keeps the node id
-  (the one the replica reports when warm wins) and ``held()`` sums CPUs/GPUs per node; ``free_by_node()`` is what
-  every live node has left after the runner's replicas (all pools).
+- ``start(config, count, canary)`` creates replica actors with ``config``'s resources, named
+  ``{runner}:{operator}:{replica_id}`` in the runner's namespace; each is warm once ``ready()``
+  returns. With a ``node_placement.NodePlacer`` each is pinned to the node it chooses
+  (``node_class=``, ``prefer=``).
+- ``pick(near)``: the warm, non-draining replica with the fewest batches in flight below
+  ``max_inflight``, preferring node ``near`` (where the rows are stored).
+- ``retire(record)`` drains, lets the operator release what it holds, then kills;
+  ``forget(record)`` removes a dead one and releases its emulated device memory.
+- ``config_epoch`` increases whenever the set of active configs changes; ``held()`` and
+  ``free_by_node()`` give CPUs/GPUs held per node and left on every live node.
 """
 
 from __future__ import annotations

@@ -2,22 +2,14 @@
 
 Contract:
 - ``ReplicaActor(operator, replica_id, cls, params, config, device_prefix, device_namespace)``
-  cold-starts ``cls(config=config, **params)`` in ``__init__``; ``ready()`` returns once
-  warm with the cold-start seconds. The pool creates it with ``num_cpus=config.cpus``,
-  ``num_gpus=config.gpus``.
-- ``process(inputs)`` takes rows by value or a list of ``payload.Piece`` pairs (fetched here,
-  node to node, never through the runner; see ``wire``) and has two return values: the reply
-  (``wire.encode_reply``: ``bytes``) and the output batch (``payload.stored``; ``None`` when it
-  failed), which stays in this node's object store, however small, owned by the caller. It never raises for a failing batch: the reply holds the output's
-  ``payload.Outline`` (or none; ``lost`` names input pieces whose object is gone), the error,
-  and what this replica measured of the batch (``wire.Measured``): busy seconds, items,
-  workload features (the operator's optional ``workload_features(batch)``), peak host memory
-  (RSS high-water during the batch: Linux ``clear_refs`` + ``VmHWM``, else psutil RSS), peak
-  device memory (the operator's ``last_device_peak_bytes`` when it is emulated,
-  ``torch.cuda.max_memory_allocated`` on real CUDA) and outcome ok/error/oom.
-  Only the death of the process (crash, OOM kill, ``ray.kill``) surfaces as a Ray error.
-- ``stop()`` lets the operator release what it holds (its ``close()``, e.g. emulated
-  device memory) before the pool kills the actor.
+  cold-starts ``cls(config=config, **params)``; ``ready()`` returns once warm with the cold-start
+  seconds. The pool creates it with ``num_cpus=config.cpus``, ``num_gpus=config.gpus``.
+- ``process(inputs)`` takes rows by value or ``payload.Piece``s (fetched here, never through the
+  runner) and returns the reply (``wire.encode_reply``) and the output batch (``payload.stored``;
+  None on failure). It never raises for a failing batch: the reply holds the outline, lost pieces,
+  the error, and the measurements (busy seconds, items, workload features, peak host memory, peak
+  device memory, outcome ok/error/oom). Only the process's death surfaces as a Ray error.
+- ``stop()`` lets the operator release what it holds before the pool kills the actor.
 """
 
 from __future__ import annotations

@@ -3,24 +3,16 @@ only the shards that are not committed yet.
 
 Contract:
 - ``plan_shards(rows, shard_size)`` cuts the input, in order, into shards named by position
-  (``shard-00000``, ``shard-00001``, ...), the naming of the ``document-curation`` flow.
-- ``open_run(out_dir, pipeline, shards, restart=..., on_mismatch=...)`` prepares ``out_dir``
-  and returns a ``ResumePlan`` (the shards still to run and those already committed):
-  - ``OUT/_run.json`` (the ``RunManifest``) names the pipeline, a fingerprint of its input rows
-    (content, in order) and the shard ids and sizes. A directory without one is a fresh run.
-  - A manifest naming another pipeline, input or sharding is refused with ``RunMismatch``
-    (``on_mismatch="refuse"``, the CLI: it says what to change) or cleared
-    (``on_mismatch="restart"``, a flow re-run over new input replaces its output as before).
-  - ``restart=True`` clears the outputs, commit markers, staging parts and manifest first.
-  - A shard is committed when its marker ``OUT/_committed/shard=<id>.json`` exists: the sink
-    writes it after the shard's data and dead-letter files (``sink.Sink.commit``). Partition
-    files of a shard without a marker (a commit cut short by a crash) are removed, and staging
-    parts of earlier runs deleted, so the shard is simply run again: never duplicated.
-- ``ShardFeeder(shards)`` hands the plan's pending shards to a runner started with
-  ``external_input=True`` (``pump(handle)`` on every poll, a bounded number of items in flight
-  so the driver never ships the whole input at once), then closes its input.
-- ``stop_on_first_interrupt()``: the first Ctrl-C raises ``KeyboardInterrupt`` as usual; further
-  ones while the run shuts down are ignored with a message, so cleanup (Ray shutdown) finishes.
+  (``shard-00000``, ...), the naming of the ``document-curation`` flow.
+- ``open_run(out_dir, pipeline, shards, restart=..., on_mismatch=...)`` returns a ``ResumePlan``
+  (pending and committed shards). ``OUT/_run.json`` names the pipeline, its input's fingerprint
+  and the shards; another pipeline, input or sharding raises ``RunMismatch``
+  (``on_mismatch="refuse"``) or clears the directory (``"restart"``); ``restart=True`` clears
+  first. A shard is committed when ``OUT/_committed/shard=<id>.json`` exists; a shard's files
+  without a marker are removed, so it is run again, never duplicated.
+- ``ShardFeeder(shards)`` hands the pending shards to a runner with ``external_input=True``
+  (``pump(handle)``, a bounded number of items in flight), then closes its input.
+- ``stop_on_first_interrupt()``: later Ctrl-Cs during shutdown are ignored, so cleanup finishes.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Applying a change to a running pipeline: a Plan or a Transition, rolled out step by step.
 
 Contract:
-- ``Rollout.apply(change)`` takes a ``Plan`` (steps derived by ``transition.rolling_steps`` from
-  the state now) or a ``Transition`` (its steps, checked: known operators, count >= 1, GPUs the
-  cluster has, and its plan by ``transition.check_plan``). A refused change raises
-  ``RuntimeConfigError`` before any step and is recorded with its reason; anything but a Plan or a
-  Transition is a ``TypeError``. Applies are serialised (one lock); after the run finished, an
-  apply does nothing and says so.
-- Steps run in order: START/CANARY create replicas and wait until they are warm (at most
-  ``warm_timeout_s``; the ones that are not are forgotten); RETIRE/END_CANARY drain the chosen
-  replicas (``transition.retire_victims``: a RETIRE followed by a START frees nodes where that START
-  then fits first), then kill them. An operator's last replica may retire only when a later step starts
-  its replacement (a swap in place). A failing step stops the apply; an operator a swap left
-  without replicas gets back one of the configs it retired, so a failed apply never stalls it.
-- Every apply returns and keeps (``reports``) an ``ApplyReport``: when its steps started, steps done, seconds,
-  throughput (rows written or dead-lettered per second) before (over ``dip_window_s``) and
-  during it, the dip, and its outcome; ``landed`` counts those that landed whole.
-- ``summary()``: the reports, the largest dip of a rolling update (one that retired and started
-  replicas) and the applies that did not land.
+- ``Rollout.apply(change)`` takes a ``Plan`` (steps by ``transition.rolling_steps``) or a checked
+  ``Transition``; a refused change raises ``RuntimeConfigError`` before any step, anything else is
+  a ``TypeError``. Applies are serialised; after the run finished an apply does nothing and says so.
+- Steps run in order: START/CANARY wait until warm (``warm_timeout_s``); RETIRE/END_CANARY drain
+  then kill (``transition.retire_victims``); a last replica retires only for a swap in place. A
+  failing step stops the apply, and an operator a swap left empty gets a retired config back.
+- Every apply returns and keeps (``reports``) an ``ApplyReport`` (start, steps, seconds, throughput
+  before and during, dip, outcome); ``landed`` counts whole landings; ``summary()`` the reports,
+  the largest rolling-update dip and the applies that did not land.
 """
 
 from __future__ import annotations

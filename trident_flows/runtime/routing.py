@@ -1,18 +1,14 @@
 """Routing one operator's output batch: each row to the next queue, the sink or the dead-letter table.
 
-Contract: ``route(unit, out, node, op, operator, ledger, next_queue)`` takes the outline ``out``
-of the batch ``unit`` that operator number ``op`` (named ``operator``) ran on a replica of node
-``node``, whose rows are stored at ``out.ref``:
-- every output row is traced to its input item (``lineage.parent_item``) before anything is
-  routed, so a malformed batch raises ``ValueError`` and changes nothing;
-- a row marked ``_error`` is dead-lettered; one marked ``_drop``, and every row of the last
-  operator (``next_queue`` is ``None``), is written; the rest join ``next_queue`` by reference
-  and are pending in their shard;
-- an input item that produced no row is dead-lettered (operators mark rows, never drop them);
-  a re-run item (``Item.wanted``) routes only the rows it was run for, and dead-letters those it
-  did not produce again; then each input item is no longer pending and its shard may commit.
-  Every row written or dead-lettered names its source item (``Item.origin``), whose done time the
-  ledger stamps.
+Contract: ``route(unit, out, node, op, operator, ledger, next_queue)`` routes the outline ``out`` of
+batch ``unit`` (run by operator ``op`` on node ``node``, rows stored at ``out.ref``):
+- every row is traced to its input item (``lineage.parent_item``) first, so a malformed batch
+  raises ``ValueError`` and changes nothing;
+- ``_error`` rows are dead-lettered; ``_drop`` rows and the last operator's rows are written; the
+  rest join ``next_queue`` by reference, pending in their shard;
+- an input item that produced no row is dead-lettered; a re-run item (``Item.wanted``) routes only
+  the rows it was run for. Then each input item is no longer pending (its shard may commit), every
+  written or dead-lettered row naming its source item (``Item.origin``).
 Returns what came out (``Routed``), for the operator's counters and growth estimates.
 """
 

@@ -2,38 +2,17 @@
 
 Contract:
 - ``PipelineRunner(spec, out_dir, settings, name, namespace, external_input)`` is created by
-  ``control.launch.start_runner`` as a named actor (findable with ``control.launch.find_runner``).
-  ``start()`` creates the replicas, waits until they are warm and begins streaming on the actor's
-  event loop, so ``state()``, ``samples(since)``, ``apply(plan_or_transition)``,
+  ``control.launch.start_runner`` (found with ``find_runner``). ``start()`` warms the replicas and
+  streams on the actor's event loop, so ``state()``, ``samples(since)``, ``apply(plan)``,
   ``add_shard``/``close_input``/``shard_status``, ``wait``, ``summary`` and ``stop`` are served
-  while it runs, from this driver or any other in the cluster.
-- It composes one part per concept: input admission (``feed``: from ``spec.source`` in implicit
-  shards of ``settings.shard_items`` items or, with ``external_input=True``, from
-  ``add_shard(shard_id, rows)`` until ``close_input()``), the bounded operator queues
-  (``work_queue``) and dispatch under backpressure (``dispatch``, ``backpressure``), routing an
-  output batch (``routing``, ``lineage``), retries and dead letters (``retry``), per-shard
-  accounting and the exactly-once commit (``shards``, ``sink_writer``, ``sink``), samples and
-  throughput (``metrics``), rolling updates (``rollout``) and one replica pool per operator
-  (``pool``).
-- What it does itself: run one batch on a replica (the message and the reply: ``wire``; the
-  replica's output stays in the object store on its node, owned by this actor, and later
-  operators and the sink's writer fetch it from there: ``payload``), then route it, retry it, or
-  produce again the input rows that were lost with their node (keeping only their lineage, so
-  nothing is lost or written twice); replace a replica that dies (its in-flight batches are
-  retried) or fails its cold start (an operator whose replicas fail ``max_attempts`` times in a
-  row with none running fails the run).
-- Nodes: the live nodes (``ray.nodes()``) are read every ``node_placement.REFRESH_S`` seconds
-  into ``RunnerState.nodes`` and the cluster's CPUs/GPUs; every replica is pinned to a node
-  (``node_placement.NodePlacer``), on the node class a plan names. When a node leaves, its
-  replicas are replaced on the nodes left; a node that joins gets emulated devices for its GPUs.
-- ``latencies()``: every input item's read, done and shard-commit times (``latency.Latencies``; what
-  done means, and why latency ends there rather than at the commit, is ``latency``'s docstring),
-  kept by the shard ledger at a few array writes per item, no Ray call.
-- ``summary()``: the state, the apply reports (each with its start time) and rolling-update dip,
-  ``replicas_by_node`` (node id -> operator -> replicas that ran there) and the runner process's cost (bytes it serialised,
-  bytes replicas fetched from other nodes, rows lost, CPU seconds, peak RSS since it started:
-  ``peak_memory``, as Ray may start it in a worker process that ran other work first); each
-  ``BatchSample`` carries its batch's share of those bytes.
+  while it runs, from any driver in the cluster.
+- It composes one part per concept (``feed``, ``work_queue``, ``dispatch``, ``backpressure``,
+  ``routing``, ``lineage``, ``retry``, ``shards``, ``sink_writer``, ``sink``, ``metrics``, ``rollout``,
+  ``pool``), runs each batch on a replica (``wire``, ``payload``), re-produces rows lost with their
+  node and replaces dead replicas; an operator failing ``max_attempts`` times in a row with no
+  replica running fails the run. Replicas are pinned to live nodes (``node_placement``).
+- ``latencies()``: every input item's read, done and commit times (``latency``); ``summary()``: the
+  state, apply reports, ``replicas_by_node`` and the runner process's own cost.
 """
 
 from __future__ import annotations

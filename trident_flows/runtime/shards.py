@@ -1,22 +1,15 @@
 """Exactly once: per input shard, what is still pending, written and dead-lettered, and its commit.
 
 Contract:
-- ``ShardLedger.open(shard_id)`` starts a shard (a re-run replaces the record of an earlier one);
-  ``count_in(shard, item)`` counts an admitted input item as pending and numbers it (``Item.seq``);
-  ``close(shard)``: no more items will be admitted to it.
-- An item stays pending until every row it leads to is written (``write``) or dead-lettered
-  (``dead_letter``); the router adds a pending count for each row it forwards and takes one off
-  per input item it routed. Written rows and dead letters are staged and sent to the sink's
-  writer in parts of ``_PART_ROWS`` rows or ``_PART_BYTES`` bytes, by reference.
-- A shard that is closed with nothing pending is committed (``maybe_commit``): its last part is
-  written, every part awaited, then ``SinkWriter.commit`` makes it visible atomically; ``done``
-  after that. Rows of a part whose stored object was gone with its node are un-counted and
-  handed to ``lost(items, operator)`` to be produced again (they are pending once more, so the
-  shard commits only once they are written).
-- Totals over all shards: ``items_in``, ``rows_written``, ``rows_dropped`` (written with their
-  ``_drop`` mark), ``rows_dead``; each written or dead-lettered row counts in ``metrics.completed()``.
-- ``latency`` (``latency.LatencyLog``): each input item's read time (``count_in``), the time its last
-  row was written or dead-lettered, and its shard's commit time.
+- ``ShardLedger.open(shard_id)`` starts a shard (replacing an earlier record); ``count_in(shard,
+  item)`` counts an admitted item pending and numbers it; ``close(shard)``: no more items.
+- An item stays pending until every row it leads to is written or dead-lettered; rows go to the
+  sink's writer by reference in parts of ``_PART_ROWS`` rows or ``_PART_BYTES`` bytes.
+- A closed shard with nothing pending is committed atomically (``maybe_commit``, then
+  ``SinkWriter.commit``). Rows of a part lost with its node are un-counted and handed to
+  ``lost(items, operator)`` to be produced again, so the shard commits only once they are written.
+- Totals: ``items_in``, ``rows_written``, ``rows_dropped``, ``rows_dead``; ``latency``
+  (``latency.LatencyLog``) stamps each item's read and done times and its shard's commit.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The sink: atomic Parquet output per shard, the dead-letter table, and reading outputs back.
 
 Contract:
-- Layout under ``out_dir``: ``data/shard=<id>.parquet`` (every row that left the pipeline,
-  kept rows and ``_drop``-marked rows with their reason in ``_drop``) and
-  ``dead_letter/shard=<id>.parquet`` (columns ``id, source_id, shard, operator, error,
-  attempts``). ``_staging/`` holds parts of shards still running and is never read.
-- While a shard runs, its rows are written as staging parts (bounded memory); ``commit``
-  combines them into the final files, each written to a temporary name and renamed
-  (``os.replace``), so a crash never leaves a half file and readers only see whole shards.
-- Committing a shard id again replaces its files: re-running a shard never duplicates rows.
-- A shard's commit ends with its marker ``_committed/shard=<id>.json`` (``resume.write_marker``),
-  written after both files; re-running a shard removes the marker first. A shard with files
-  but no marker was cut short by a crash: ``resume.open_run`` removes its files and runs it again.
-- A write that fails (disk full, read-only) removes its temporary file and raises ``OSError``
-  naming the path; no partial Parquet file is left.
-- ``account(out_dir)`` reads the committed outputs back and counts items, rows and
-  duplicate ids (an id present twice across data and dead letters).
+- Layout under ``out_dir``: ``data/shard=<id>.parquet`` (kept and ``_drop``-marked rows) and
+  ``dead_letter/shard=<id>.parquet`` (``id, source_id, shard, operator, error, attempts``);
+  ``_staging/`` holds parts of running shards and is never read.
+- ``commit`` combines a shard's staged parts into its final files, each written under a temporary
+  name and renamed, then writes its marker ``_committed/shard=<id>.json``: readers only see whole
+  shards, and committing a shard again replaces its files (never duplicated rows).
+- A failed write removes its temporary file and raises ``OSError`` naming the path.
+- ``account(out_dir)`` reads the committed outputs back and counts items, rows and duplicate ids.
 """
 
 from __future__ import annotations

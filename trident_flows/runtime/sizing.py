@@ -1,31 +1,15 @@
 """Sizing a pipeline's starting configuration to the cluster it is given.
 
-A pipeline's built-in starting configuration names whole CPUs and GPUs per replica (six
-operators of one CPU each for ``documents``). On a smaller cluster it would be refused; this
-module shrinks it until it fits, so ``trident-flows run documents --input DIR`` runs on any
-machine that runs Python, and a policy grows it from there.
+A built-in starting configuration names whole CPUs and GPUs per replica; on a smaller cluster it
+would be refused. This module shrinks it until it fits, so a pipeline runs on any machine that
+runs Python, and a policy grows it from there.
 
 Contract:
-- ``fit_to_cluster(spec, cpus, gpus) -> Sizing``: when the initial replicas of ``spec`` fit
-  ``cpus`` logical CPUs and ``gpus`` logical GPUs, the spec is returned unchanged (so a run on a
-  cluster it fits keeps its configuration exactly). Otherwise, in this order, until it fits:
-  1. with no GPUs, an operator starting on an accelerator moves to the CPU (same batch size and
-     knobs) when its search space allows the CPU; one that cannot run on a CPU is refused;
-  2. operators above their ``min_replicas`` give up replicas, the one holding most first;
-  3. GPU replicas share the GPUs (each holds the same fraction of its GPUs);
-  4. every replica holds the same fraction of its CPUs (fractional CPUs, as Ray allows), and
-     the operator's search space is scaled alike, so a replica the scheduler adds later is of
-     the same size as the ones it started with.
-  A spec that still does not fit raises ``RuntimeConfigError`` naming the operator and the
-  option to change. ``Sizing.notes`` has one line per change, for the console.
-- ``fit_to_nodes(spec, nodes)`` is ``fit_to_cluster`` for a cluster of several nodes
-  (``state.NodeState``s): a replica runs on one node, so the starting replicas must also fit
-  node by node (``runtime.nodes.pack``). When the cluster's totals fit but the nodes do not
-  (five replicas of 0.83 CPU on nodes of 1, 2 and 2 CPUs), the CPUs given to ``fit_to_cluster``
-  are lowered step by step until the result packs.
-- Fractional Ray CPUs are only an accounting: replicas sharing a core really share it. Real
-  operators contend for the cores through the OS; emulated ones through the node's core pool
-  (``runtime.devices.node_cores``), which they use exactly when they hold a fraction of a CPU.
+- ``fit_to_cluster(spec, cpus, gpus) -> Sizing``: the spec unchanged when it fits; else moved off
+  absent GPUs, down to ``min_replicas``, then onto fractional GPUs and CPUs until it fits.
+  ``Sizing.notes`` has one line per change, for the console.
+- ``fit_to_nodes(spec, nodes)``: the same, with the starting replicas also fitting node by node.
+- A spec that cannot fit raises ``RuntimeConfigError`` naming the operator and the option to change.
 """
 
 from __future__ import annotations
@@ -86,7 +70,18 @@ def _to_cpu(op: OperatorSpec) -> OperatorSpec:
 
 
 def fit_to_cluster(spec: PipelineSpec, cpus: float, gpus: float) -> Sizing:
-    """Shrink ``spec``'s starting configuration until it fits the cluster (see the module docstring)."""
+    """Shrink ``spec``'s starting configuration until it fits ``cpus`` logical CPUs and ``gpus`` logical GPUs.
+
+    A spec that fits is returned unchanged (a run on a cluster it fits keeps its configuration exactly).
+    Otherwise, in this order, until it fits:
+    1. with no GPUs, an operator starting on an accelerator moves to the CPU (same batch size and knobs)
+       when its search space allows the CPU; one that cannot run on a CPU is refused;
+    2. operators above their ``min_replicas`` give up replicas, the one holding most first;
+    3. GPU replicas share the GPUs (each holds the same fraction of its GPUs);
+    4. every replica holds the same fraction of its CPUs (fractional CPUs, as Ray allows), and the
+       operator's search space is scaled alike, so a replica the scheduler adds later is of the same size.
+    Fractional Ray CPUs are only an accounting: replicas sharing a core really share it (real operators
+    through the OS, emulated ones through the node's core pool, ``runtime.devices.node_cores``)."""
     ops = list(spec.operators)
     if _fits(ops, cpus, gpus):
         return Sizing(spec)
@@ -133,7 +128,9 @@ _NODE_STEPS = 50
 
 
 def fit_to_nodes(spec: PipelineSpec, nodes) -> Sizing:
-    """``fit_to_cluster`` whose starting replicas also fit node by node (see the module docstring)."""
+    """``fit_to_cluster`` whose starting replicas also fit node by node (``runtime.nodes.pack``): when the
+    cluster's totals fit but the nodes do not (five replicas of 0.83 CPU on nodes of 1, 2 and 2 CPUs), the
+    CPUs given to ``fit_to_cluster`` are lowered step by step until the result packs."""
     cpus, gpus = sum(n.cpus for n in nodes), sum(n.gpus for n in nodes)
     sizing = fit_to_cluster(spec, cpus, gpus)
     for step in range(1, _NODE_STEPS):

@@ -1,21 +1,16 @@
 """What a pipeline is: operators, their initial configuration and search space, and a source.
 
 Contract:
-- A batch is a ``dict[str, numpy.ndarray]`` of equal-length columns (Ray Data's "numpy"
-  batch format). Column ``id`` (str) is mandatory and unique per input item.
-- An operator is a callable class: ``cls(config: OpConfig, **params)`` is the cold start
-  (load models), ``instance(batch) -> batch`` processes one batch. The same class runs
-  unchanged as a Ray Data ``map_batches`` UDF (``fn_constructor_kwargs={"config": ..., **params}``).
-- Rows are never silently dropped. An operator marks a row it filters out by setting the
-  string column ``_drop`` to a reason (e.g. "duplicate-of:doc-17", "quality:too-short"), and
-  a row that failed on bad input by setting ``_error`` to the reason (e.g. "corrupt PDF: ...").
-  Marked rows skip later operators: ``_drop`` rows reach the sink as filtered rows and
-  ``_error`` rows go to the dead-letter table. An exception raised by ``__call__`` fails
-  the whole batch (retried by the runtime, then isolated item by item).
-- A splitter (one video -> many clips) keeps ``id`` unique by deriving child ids as
-  ``f"{parent_id}/{k}"`` and keeps the input id in column ``source_id``.
-- ``workload_features(batch) -> dict[str, float]`` (optional, on the class) returns the
-  batch's workload features summed over its rows (pages, scanned_pages, pixels, ...).
+- A batch is a ``dict[str, numpy.ndarray]`` of equal-length columns (Ray Data's "numpy" format);
+  column ``id`` (str) is mandatory and unique per input item.
+- An operator is a callable class: ``cls(config: OpConfig, **params)`` is the cold start,
+  ``instance(batch) -> batch`` processes one batch; it runs unchanged as a Ray Data
+  ``map_batches`` UDF.
+- Rows are never silently dropped: a filtered row gets ``_drop`` = reason (reaches the sink as
+  filtered), a row failing on bad input ``_error`` = reason (dead-letter table); marked rows skip
+  later operators. An exception fails the whole batch (retried, then isolated item by item).
+- A splitter derives child ids ``f"{parent_id}/{k}"`` and keeps the input id in ``source_id``.
+- ``workload_features(batch) -> dict[str, float]`` (optional): the batch's summed workload features.
 """
 
 from __future__ import annotations

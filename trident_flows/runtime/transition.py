@@ -1,42 +1,17 @@
-"""From the running state and a target Plan to ordered rolling steps (a pure function).
+"""From the running state and a target Plan to ordered rolling steps (pure functions; no Ray, no I/O).
 
 Contract:
-- ``check_plan(plan, state)`` refuses (``RuntimeConfigError``) a plan naming an unknown
-  operator, leaving an operator without replicas, or needing more CPUs/GPUs than the cluster.
-- ``rolling_steps(state, plan) -> Transition``: per operator, the replicas to start and to
-  retire per config (canaries apart: ``OperatorPlan.canary`` -> ``CANARY`` / ``END_CANARY``).
-  The order is ``core.step_order.order_steps``, the same one the scheduler prices:
-  starts before retires, to keep capacity high; when the free CPUs/GPUs do not fit a start,
-  just enough replicas retire first, keeping every operator serving where possible, and an
-  operator whose last replica must make room is swapped in place (drained, then replaced),
-  so a full cluster still rolls replica by replica.
-  Operators not named in the plan keep their replicas. No Ray, no I/O.
-- Node classes: when the plan names node classes (``ReplicaGroup.node_class``, as the placement
-  MILP's plans do) and the state lists the live nodes, replicas are counted per (operator,
-  config, node class), each class's capacity is its nodes' CPUs/GPUs and every step names its
-  class. Before any step, the planned replicas are packed onto the live nodes
-  (``nodes.check_fits``): a plan naming a class no live node has, or that fits its classes in
-  total but not node by node, is refused with the reason (the plan that was priced is the plan
-  that runs, or none). Groups without a class go where there is room; a plan naming no class
-  runs as before (one pool of the cluster's CPUs/GPUs).
-- ``retire_victims(pool, step, replaced, room=None, **choose)``: the replicas a RETIRE / END_CANARY step takes from a
-  pool (the live runner's and the simulator's alike), or ``RuntimeConfigError`` when the pool runs
-  too few of that config or the step would leave the operator with no replica and no replacement.
-  With ``room`` (``room_for``: the next START of the transition and each node's free CPUs/GPUs now),
-  victims on nodes where that START then fits go first: the order above counts the cluster's (or a
-  class's) free resources in total, and a GPU replica needs its CPU on the node of its GPU. Freeing
-  CPUs on nodes without a free GPU had left a start of GPU replicas waiting out the warm timeout
-  (300 s) in simulated 8-node runs, with the retire that would have made room queued behind it.
-- ``emptied_by_swap(done, serving)``: after a failed apply, the operators a swap in place left without a
-  serving replica (``serving(name)`` False) and the config each last retired (``done``: the steps that ran,
-  as ``TransitionStep.to_dict``): both runners start one replica of it, so a failed apply never stalls
-  an operator.
-- ``no_room(step, free)``: why a START/CANARY step cannot start now, its replicas placed first-fit on
-  each node's free CPUs/GPUs (None when they fit). Both runners (``refuse_without_room``) refuse such a step at once while no
-  replica drains (on a fixed cluster nothing else makes room) instead of waiting out the warm
-  timeout: the total free CPUs/GPUs that the steps and canaries are admitted on may sit on nodes
-  where a GPU replica cannot take its CPU beside its GPU, and each such wait held the control loop
-  for 300 s (12 applies of 8-node simulated runs, most of a fifth of their 2 hours).
+- ``check_plan(plan, state)`` refuses (``RuntimeConfigError``) a plan naming an unknown operator,
+  leaving an operator without replicas, or needing more CPUs/GPUs than the cluster.
+- ``rolling_steps(state, plan) -> Transition``: per operator (and node class, where the plan names
+  classes and the state lists nodes) the replicas to start and retire, canaries as ``CANARY`` /
+  ``END_CANARY``, in ``core.step_order.order_steps``' order (the one the scheduler prices): starts
+  before retires, just enough retires first where a start does not fit, a last replica swapped in
+  place. Operators not in the plan keep their replicas. A plan whose classes do not fit the live
+  nodes node by node (``nodes.check_fits``) is refused with the reason.
+- ``retire_victims`` (which replicas a retire takes, ``RoomFor``/``room_for`` ranking), ``no_room`` /
+  ``refuse_without_room`` (a start that cannot fit now) and ``emptied_by_swap`` (operators a failed
+  swap left without a serving replica) are shared by the live runner and the simulator.
 """
 
 from __future__ import annotations
@@ -294,7 +269,12 @@ def _first_fit(config: OpConfig, count: int, free: Mapping[Hashable, tuple[float
 
 def no_room(step: TransitionStep, free: Mapping[Hashable, tuple[float, float]]) -> str | None:
     """Why START/CANARY ``step``'s replicas cannot all start now, placed first-fit on ``free`` (each node's free
-    CPUs and GPUs); None when they fit, when no node is known or when the step names a node class."""
+    CPUs and GPUs); None when they fit, when no node is known or when the step names a node class.
+
+    Both runners (``refuse_without_room``) refuse such a step at once while no replica drains (on a fixed
+    cluster nothing else makes room) instead of waiting out the warm timeout: the total free CPUs/GPUs that
+    steps and canaries are admitted on may sit on nodes where a GPU replica cannot take its CPU beside its
+    GPU, and each such wait would hold the control loop for the whole timeout."""
     if not free or step.node_class is not None:
         return None
     config = step.config
@@ -329,9 +309,16 @@ def room_for(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping
 
 
 def retire_victims(pool: Any, step: TransitionStep, replaced: bool, room: RoomFor | None = None, **choose: Any) -> list[Any]:
-    """The replicas ``step`` retires from ``pool`` (see the module docstring); ``replaced``: a later step starts a
-    replacement; ``room``: the start it makes room for; ``choose``: more arguments for the pool's ``choose_retire``
-    (the live pool's ``node_class``)."""
+    """The replicas a RETIRE / END_CANARY ``step`` takes from ``pool`` (the live runner's and the simulator's
+    alike), or ``RuntimeConfigError`` when the pool runs too few of that config or the step would leave the
+    operator with no replica and no replacement. ``replaced``: a later step starts a replacement; ``room``: the
+    start it makes room for; ``choose``: more arguments for the pool's ``choose_retire`` (the live pool's
+    ``node_class``).
+
+    With ``room``, victims on nodes where that START then fits go first: the step order counts the cluster's
+    (or a class's) free resources in total, and a GPU replica needs its CPU on the node of its GPU. Freeing
+    CPUs on nodes without a free GPU leaves a start of GPU replicas waiting out the warm timeout, with the
+    retire that would have made room queued behind it."""
     canary = step.kind == StepKind.END_CANARY
     ranked = pool.choose_retire(step.config, len(pool.replicas), canary=canary, **choose)
     victims = room.pick(ranked, step.count) if room is not None and not canary else ranked[: step.count]

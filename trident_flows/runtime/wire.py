@@ -1,23 +1,14 @@
 """What the runner and a replica send each other per batch, compactly, and what it costs in bytes.
 
 Contract:
-- Inputs (runner -> replica): ``source_message(rows)``: the source's rows by value, a list of
-  dicts (the replica builds the batch); ``piece_message(pieces)``: per stored batch a plain
-  ``(ref, rows)`` pair, ``rows`` a ``range`` when it is a run of more than ``_RUN_MIN`` rows.
-  Each returns the message and its size (see below). ``items_message(items)`` picks between
-  them for a batch of queued items and returns the items behind each piece too.
-- Reply (replica -> runner): ``encode_reply`` packs the output's outline, the batch's
-  measurements, the error and the lost input pieces into one ``bytes`` (Ray passes ``bytes``
-  as they are, so its length is what the runner receives); ``decode_reply`` unpacks it into a
-  ``ReplicaResult`` whose ``BatchSample`` the runner completes with what it knows itself
-  (operator, replica, config, epoch, batches in flight). An outline travels relative to the
-  batch's input ids: ids only when they differ from the input's, marks as the rows that carry
-  one, sizes as one number when all rows are the same size.
-- Sizes: ``serialised_size(value)`` is what Ray's own serialiser writes for ``value`` as one
-  argument of a call (msgpack for plain values, pickle for the rest, each reference with its
-  owner's address and status), so the count is exact whatever the message holds; ``bytes``
-  travel as they are (their length). Ray's per-call envelope (the task spec naming the method
-  and the actor) is not counted.
+- Inputs (runner -> replica): ``source_message(rows)`` (the source's rows by value),
+  ``piece_message(pieces)`` (``(ref, rows)`` pairs, runs of rows as ``range``s); each returns the
+  message and its size. ``items_message(items)`` picks between them for queued items.
+- Reply (replica -> runner): ``encode_reply`` packs the outline (relative to the input ids), the
+  measurements, the error and lost pieces into one ``bytes``; ``decode_reply`` unpacks it into a
+  ``ReplicaResult`` whose ``BatchSample`` the runner completes with what it knows itself.
+- ``serialised_size(value)``: exactly what Ray's serialiser writes for ``value`` as one call
+  argument; ``bytes`` count as their length. Ray's per-call envelope is not counted.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """The operator input queues the runner streams through.
 
 Contract:
-- ``Item``: one input row in flight, with its shard, its size (``payload.row_bytes``: what the
-  queue byte bounds count) and its failed attempts. A source row is held by value (``row``); a
-  row an operator produced is held by reference (``ref``, ``index``: its stored batch and row,
-  with ``row`` keeping only its id and ``source_id``), with the node that holds it (``node``),
-  the size of that stored object (``ref_bytes``) and the source item it descends from (``origin``), from which it is produced again if its node
-  dies: such a re-run item keeps only the rows of ``wanted`` ids, up to the output of operator
-  ``upto``. A source row has its number in the run (``seq``: ``shards.ShardLedger.count_in``, the
-  index of its read and done times in ``latency.LatencyLog``); a row produced from it has -1 and
-  reaches it through ``origin``. ``Unit``: a pre-formed batch being retried, kept together or split, never merged,
-  with the replica deaths it was in flight at.
-- ``Queue``: an operator's input, items in arrival order and retried units ahead of them; it keeps
-  its item and byte counts (the backpressure bounds of ``RunnerSettings.queue_max_items`` /
-  ``queue_max_bytes`` are checked against them by the runner) and when its oldest entry arrived.
-  ``take(n)`` returns the next retried unit whole, else a new unit of up to ``n`` items.
-  How a failed unit is retried is ``retry``'s.
+- ``Item``: one input row in flight, with its shard, size (``payload.row_bytes``) and failed
+  attempts. A source row is held by value (``row``) and numbered (``seq``: its index in
+  ``latency.LatencyLog``); a produced row by reference (``ref``, ``index``, ``node``,
+  ``ref_bytes``) with the source item it descends from (``origin``; ``seq`` -1), from which it is
+  produced again if its node dies (keeping only ``wanted`` ids, up to operator ``upto``).
+- ``Unit``: a batch being retried, kept together or split, never merged, with the replica deaths
+  it was in flight at.
+- ``Queue``: an operator's input, retried units ahead of items in arrival order, with its item and
+  byte counts (for the runner's backpressure bounds) and its oldest arrival. ``take(n)``: the next
+  retried unit whole, else a new unit of up to ``n`` items. Retry rules are ``retry``'s.
 """
 
 from __future__ import annotations

@@ -1,37 +1,16 @@
 """Two-stage anomaly filtering of an operator's batch samples.
 
 Contract:
-- Nothing is silently lost: every sample kept out of a fit becomes a ``Filtered`` value
-  (index into the caller's sample list, ``Reason``, human-readable detail), and
-  ``count_reasons`` tallies them for the ``FitReport``.
-- ``validate_sample`` checks one raw sample and names the bad field (non-finite times,
-  ``busy_s`` <= 0 or longer than ``end - start``, ``items_in`` < 1, non-finite features);
-  ``end - start`` is allowed to fall short of ``busy_s`` by the resolution of the timestamps
-  (``span_slack``): ``end`` is ``start + busy_s`` rounded to a float64 of seconds since the epoch,
-  whose spacing is 2.4e-7 s today, and a third of the 20-40 ms batches of a live video trace
-  came out up to 1e-7 s short and were discarded as invalid;
+- Nothing is silently lost: every sample kept out of a fit becomes a ``Filtered`` value (index
+  into the caller's list, ``Reason``, detail); ``count_reasons`` tallies them for the ``FitReport``.
+- ``validate_sample`` names a raw sample's bad field (non-finite times, ``busy_s`` <= 0 or longer
+  than ``end - start`` beyond ``span_slack``, ``items_in`` < 1, non-finite features);
   ``Reason.INVALID`` samples never reach numpy or scikit-learn.
-- Stage 1, ``robust_filter``: per configuration group and in time order, the log time per
-  item of each batch is compared with the rolling median of its neighbours; a batch more
-  than ``k`` scaled MADs away is a transient spike (GC pause, a neighbour's burst, a
-  straggler batch). The rolling window keeps the test local, so a regime switch (which
-  moves the median) is not mistaken for a run of spikes. A floor on the MAD keeps
-  all-identical samples from flagging each other over rounding noise.
-- Stage 2, ``loo_outliers``: after a first Gaussian-process fit, the closed-form
-  leave-one-out residual of every training point is standardised by its leave-one-out
-  predictive std; points beyond ``k`` standard deviations *and* a minimum relative error
-  are residual outliers (e.g. a whole window slowed by a burst the first stage missed).
-  Leave-one-out matters: a flexible GP can bend through an outlier it was fitted on.
-  The GP's std is fitted on the outliers too, so bursts that slow a tenth of the windows
-  hide themselves: the fitted noise grows until none is ``k`` stds out (live video trace:
-  dedup_frames' 25 ms batches, slowed 2x for a second at a time by the machine's load,
-  made windows 0.5-0.8 below the fit in log rate at 2.3-2.8 GP stds, and the least-squares
-  prior mean sat 10-20% under every ordinary window). So a point is also an outlier when it is
-  ``k`` robust stds (scaled MAD of all LOO residuals, about their median) out while
-  ``supported`` GP stds out: the robust scale unmasks the bursts, the GP's std keeps what the
-  GP explains as structure (in the synthetic benchmark, the newest windows of a regime switch,
-  4-6 robust but only 1.1-1.4 GP stds out: flagged on the robust scale alone, they were dropped
-  and the predictions lagged, MAPE 1.29% -> 1.38%).
+- Stage 1, ``robust_filter``: per configuration group, in time order, a batch's log time per item
+  more than ``k`` scaled MADs from its neighbours' rolling median is a transient spike.
+- Stage 2, ``loo_outliers``: after a first GP fit, points whose leave-one-out residual is an
+  outlier (on the GP's std, or on a robust scale while still ``supported`` by the GP's) are
+  residual outliers.
 """
 
 from __future__ import annotations
@@ -72,7 +51,11 @@ class Filtered:
 
 def span_slack(span_s: float | np.ndarray, end: float | np.ndarray) -> float | np.ndarray:
     """How far ``end - start`` may fall short of ``busy_s`` (seconds; floats or numpy arrays): a relative
-    1e-6 for clocks read apart, plus one float64 spacing of the ``end`` timestamp (its rounding)."""
+    1e-6 for clocks read apart, plus one float64 spacing of the ``end`` timestamp (its rounding).
+
+    ``end`` is ``start + busy_s`` rounded to a float64 of seconds since the epoch (spacing about
+    2.4e-7 s), so short batches (tens of ms) often come out a little short; without this slack they
+    would be discarded as invalid."""
     return np.asarray(span_s) * 1e-6 + np.spacing(np.abs(end)) + 1e-9
 
 
@@ -102,7 +85,10 @@ def validate_sample(sample: BatchSample) -> str | None:
 
 def robust_filter(values: np.ndarray, groups: np.ndarray, order: np.ndarray, *, window: int = 21, k: float = 4.0,
                   min_mad: float = 0.02, min_group: int = 5) -> np.ndarray:
-    """Stage 1: flag transient outliers of ``values`` (e.g. log seconds per item).
+    """Stage 1: flag transient outliers of ``values`` (e.g. log seconds per item): GC pauses, a
+    neighbour's burst, straggler batches. The rolling window keeps the test local, so a regime
+    switch (which moves the median) is not mistaken for a run of spikes; the floor on the MAD
+    keeps all-identical samples from flagging each other over rounding noise.
 
     ``groups`` labels each value's configuration group; ``order`` is a sort key (time).
     Within each group of at least ``min_group`` values, a value is flagged when it is more
@@ -138,7 +124,16 @@ def loo_outliers(L: np.ndarray, alpha: np.ndarray, y_scale: float, *, k: float =
     ``y_scale`` converts a normalised residual back to target units. A point is flagged
     when |LOO residual| > ``min_abs`` in target units and either > ``k`` LOO standard
     deviations, or > ``k`` robust standard deviations of all LOO residuals (about their
-    median) and > ``supported`` LOO standard deviations (see the module docstring).
+    median) and > ``supported`` LOO standard deviations.
+
+    Leave-one-out matters: a flexible GP can bend through an outlier it was fitted on. The
+    robust test is there because the GP's std is fitted on the outliers too: bursts that slow
+    a tenth of the windows (a machine's load slowing short batches 2x for a second at a time)
+    hide themselves, the fitted noise growing until none is ``k`` stds out. The robust scale
+    (scaled MAD of all LOO residuals) unmasks them; requiring ``supported`` GP stds as well
+    keeps what the GP explains as structure (the newest windows of a regime switch are many
+    robust but few GP stds out; flagged on the robust scale alone they would be dropped and
+    the predictions would lag).
     """
     n = L.shape[0]
     k_inv_diag = np.diag(cho_solve((L, True), np.eye(n)))

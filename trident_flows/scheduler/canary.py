@@ -1,24 +1,16 @@
 """The canary protocol: measure a candidate config on one replica beside the incumbent ones.
 
 Contract:
-- ``decide(candidate, incumbent, elapsed_s=..., policy=...)`` is a pure function of the
-  batches measured so far on the canary replica and on incumbent replicas over the same
-  window (same workload). It returns a frozen ``CanaryDecision``: MEASURE (keep going),
-  ACCEPT or REJECT, with the figures and a reason.
-- Values compared are per batch: items/s of the replica (items_in / busy_s) divided by the
-  replica's resource cost (``optimize.resource_cost``), so configs on different devices compare fairly.
-- The window adapts to the noise: measuring stops once the 95% confidence interval of the
-  candidate's mean is within ``rel_ci`` of it (and at least ``min_batches`` were seen), or
-  when ``max_window_s`` / ``max_batches`` is reached.
-- ACCEPT needs a clear gain: the lower end of the confidence interval of the relative gain
-  over the incumbent above 0 and the gain itself >= ``min_gain``. REJECT when the upper end is
-  below ``min_gain`` (worse or not worth a change), when both means are precise but the gain is
-  not clear, when the window ends without a clear gain, on any OOM, or when the canary's peak
-  memory passes ``memory_limit``. Without incumbent batches (nothing to compare with) the
-  candidate is ACCEPTED once precisely measured or at the end of the window.
-- ``measure(candidate)`` condenses the canary's batches into what the optimiser is told
-  (``ConfigOptimizer.tell``): items/s per replica, peak memory of the replica's device, and the
-  per-item features of the batch that peaked with its item count (``items``).
+- ``decide(candidate, incumbent, elapsed_s=..., policy=...)``: a pure function of the batches
+  measured on the canary and on incumbent replicas over the same window, returning a frozen
+  ``CanaryDecision``: MEASURE, ACCEPT or REJECT, with the figures and a reason. Values compared
+  are per batch items/s per resource cost (``optimize.resource_cost``), fair across devices.
+- Measuring stops once the candidate's 95% CI is within ``rel_ci`` (after ``min_batches``) or at
+  ``max_window_s`` / ``max_batches``. ACCEPT needs a clear gain (CI's lower end above 0, gain >=
+  ``min_gain``); REJECT when not worth it, unclear at the end, on any OOM or over
+  ``memory_limit``. Without incumbent batches a precisely measured candidate is accepted.
+- ``measure(candidate)``: what the optimiser is told (``ConfigOptimizer.tell``): items/s per
+  replica, peak device memory, and the peaking batch's per-item features and item count.
 """
 
 from __future__ import annotations

@@ -1,53 +1,18 @@
 """The memory constraint of one operator: what its peak memory will be, and where it is safe.
 
 Contract:
-- ``MemoryBudget`` is the memory one replica may use: host memory for ``device="cpu"``
-  replicas, device memory for accelerator replicas. ``limit(device, margin)`` is the budget
-  shrunk by the safety margin; the optimiser keeps every proposal's memory upper bound under it.
-- ``MemoryModel`` models the peak memory of ONE device's replicas as ``R + W``: R is the
-  resident part (the smallest resident memory reported, i.e. a warm replica before its first
-  batch; 0 when never reported) and W the working set of a batch. log W is a Gaussian process
-  (scikit-learn) over the config encoding (log batch size, knobs); the per-item workload
-  features enter through its prior mean ``theta + log(batch_size * prod_f feature_f)``: a working
-  set proportional to the batch's work, ``theta`` the largest working set per unit of work
-  measured. For ``W = per_item * work`` (plus anything sublinear) that extrapolation is an upper
-  bound, so far from data the model errs on the high side; the GP learns the residual near
-  measurements. Peaks jitter between batches by about ``PEAK_JITTER`` of the peak: ``theta``
-  comes only from "informative" measurements, whose working set is at least
-  ``INFORMATIVE_SHARE`` of their peak (from all while there is none), and each row enters the GP
-  with its own noise ``(PEAK_JITTER / share)**2`` (at most ``MAX_ROW_NOISE``), so a working set
-  lost in a large resident peak (model weights on an accelerator, a small batch) neither
-  inflates ``theta`` many times over nor pins the fit. Without R the whole peak is treated as working set: from a seed using more than
-  half the limit, doubling the batch is then never predicted safe, so report resident memory
-  where the runtime knows it. ``predict`` gives mean and std of log W, ``upper`` gives
-  ``R + exp(mean + k * std)`` bytes and ``p_feasible`` the probability of staying under a limit.
-  The std is the GP's LATENT std (its fitted white noise left out): a measured peak is already
-  the largest of a canary window's batches, so the jitter between batches is in the data, and
-  adding it again would keep every config near the frontier out of reach however often its
-  neighbours were measured. ``informative()`` says whether any measurement is informative;
-  until one is, the memory per unit of work is not known yet.
-  The GP's hyperparameters are tuned (L-BFGS-B, from the last tuned ones) when the set of configs
-  measured changes; a new peak of a config already measured conditions the GP on it with the
-  hyperparameters kept (what the length scales describe, how memory varies between configs, is
-  unchanged, and re-tuning after every peak was a quarter of a 256-node trident tick).
-- An OOM is a censored measurement: it enters the model as "memory >= budget" (the budget
-  value itself), and ``OomRegion`` marks the OOM'd config and every larger batch with the
-  same device and knobs as unsafe.
-- Features are PER ITEM: a batch's summed features divided by its items (``per_item``).
-- ``FeatureWindow`` keeps the recently seen per-item features with, when known, the number of
-  items each was averaged over; ``worst(batch_size)`` is the per-item workload the safety check
-  assumes for a batch of that size (memory grows with input size). A batch's memory follows the
-  SUM of its items' features, so its per-item mean varies like ``sd / sqrt(batch_size)``: from
-  rows with item counts the window estimates the per-item mean ``mu`` (item-weighted) and the
-  per-item variance ``s2 = sum n_i (x_i - mu)^2 / (rows - 1)`` (batch means of different sizes
-  give it), and ``worst(b)`` is the ``quantile`` of a batch mean with mean ``c`` and variance
-  ``s2 * (1/b + 1/N)``, taken from the lognormal with those moments (right-skewed like sizes; the
-  normal when ``c <= 0``). The centre ``c`` is the larger of ``mu`` and the item-weighted mean of
-  the last ``RECENT`` rows, ``N`` the items behind it (its own uncertainty), so a workload whose
-  items grow is checked at its recent level, and the drift also widens ``s2``. A large batch is
-  thus checked against a tighter worst case than a small one. Rows without an item count (or
-  all rows while fewer than 2 are counted) give no per-item spread: their ``quantile`` counts at
-  face value for every batch size (no tightening), and ``worst`` is the larger of both.
+- ``MemoryBudget``: the bytes one replica may use (host memory for ``device="cpu"`` replicas,
+  device memory for accelerator ones); ``limit(device, margin)`` is the budget shrunk by the
+  safety margin, under which the optimiser keeps every proposal's memory upper bound.
+- ``MemoryModel``: peak memory of one device's replicas as resident + working set (a GP of log
+  working set whose prior mean scales with the batch's work, so it errs high far from data);
+  ``predict``, ``upper`` (bytes, an upper bound at ``k`` std) and ``p_feasible`` under a limit.
+- An OOM is a censored measurement ("memory >= budget"); ``OomRegion`` marks the OOM'd config and
+  every larger batch with the same device and knobs unsafe (``blocked``).
+- Features are PER ITEM (``per_item``: a batch's summed features over its items).
+- ``FeatureWindow.worst(batch_size)``: the per-item workload the safety check assumes for a batch
+  of that size (a quantile of a batch's per-item mean, tighter for larger batches).
+Pure Python (numpy, scikit-learn); no Ray.
 """
 
 from __future__ import annotations
@@ -107,7 +72,21 @@ def per_item(features: Mapping[str, float], items: int) -> dict[str, float]:
 
 class FeatureWindow:
     """The last ``size`` per-item feature vectors (with their item counts); ``worst(batch_size)``
-    is the per-feature ``quantile`` of a batch's per-item mean (see the module docstring)."""
+    is the per-feature ``quantile`` of a batch's per-item mean: the per-item workload the safety
+    check assumes for a batch of that size (memory grows with input size).
+
+    A batch's memory follows the SUM of its items' features, so its per-item mean varies like
+    ``sd / sqrt(batch_size)``: from rows with item counts the window estimates the per-item mean
+    ``mu`` (item-weighted) and the per-item variance ``s2 = sum n_i (x_i - mu)^2 / (rows - 1)``
+    (batch means of different sizes give it), and ``worst(b)`` is the ``quantile`` of a batch mean
+    with mean ``c`` and variance ``s2 * (1/b + 1/N)``, taken from the lognormal with those moments
+    (right-skewed like sizes; the normal when ``c <= 0``). The centre ``c`` is the larger of ``mu``
+    and the item-weighted mean of the last ``RECENT`` rows, ``N`` the items behind it (its own
+    uncertainty), so a workload whose items grow is checked at its recent level, and the drift also
+    widens ``s2``. A large batch is thus checked against a tighter worst case than a small one.
+    Rows without an item count (or all rows while fewer than 2 are counted) give no per-item
+    spread: their ``quantile`` counts at face value for every batch size (no tightening), and
+    ``worst`` is the larger of both."""
 
     #: rows whose mean is the centre when it is above the whole window's (a growing workload)
     RECENT = 8
@@ -249,7 +228,35 @@ class OomRegion:
 
 
 class MemoryModel:
-    """GP of log peak memory of one device's replicas (see the module docstring)."""
+    """GP of log peak memory of one device's replicas, as ``R + W``.
+
+    R is the resident part (the smallest resident memory reported, i.e. a warm replica before its
+    first batch; 0 when never reported) and W the working set of a batch. log W is a Gaussian
+    process (scikit-learn) over the config encoding (log batch size, knobs); the per-item workload
+    features enter through its prior mean ``theta + log(batch_size * prod_f feature_f)``: a working
+    set proportional to the batch's work, ``theta`` the largest working set per unit of work
+    measured. For ``W = per_item * work`` (plus anything sublinear) that extrapolation is an upper
+    bound, so far from data the model errs on the high side; the GP learns the residual near
+    measurements. Peaks jitter between batches by about ``PEAK_JITTER`` of the peak: ``theta``
+    comes only from "informative" measurements, whose working set is at least
+    ``INFORMATIVE_SHARE`` of their peak (from all while there is none), and each row enters the GP
+    with its own noise ``(PEAK_JITTER / share)**2`` (at most ``MAX_ROW_NOISE``), so a working set
+    lost in a large resident peak (model weights on an accelerator, a small batch) neither inflates
+    ``theta`` many times over nor pins the fit. Without R the whole peak is treated as working set:
+    from a seed using more than half the limit, doubling the batch is then never predicted safe, so
+    report resident memory where the runtime knows it.
+
+    ``predict`` gives mean and std of log W, ``upper`` gives ``R + exp(mean + k * std)`` bytes and
+    ``p_feasible`` the probability of staying under a limit. The std is the GP's LATENT std (its
+    fitted white noise left out): a measured peak is already the largest of a canary window's
+    batches, so the jitter between batches is in the data, and adding it again would keep every
+    config near the frontier out of reach however often its neighbours were measured.
+    ``informative()`` says whether any measurement is informative; until one is, the memory per
+    unit of work is not known yet. The GP's hyperparameters are tuned (L-BFGS-B, from the last
+    tuned ones) when the set of configs measured changes; a new peak of a config already measured
+    conditions the GP on it with the hyperparameters kept: what the length scales describe (how
+    memory varies between configs) is unchanged, and re-tuning after every peak costs a large share
+    of a tick on a wide cluster. An OOM enters as a censored measurement: "memory >= budget"."""
 
     #: bounds of the residual's prior std in log units (0.15 = a factor of 1.16); the lower bound keeps a
     #: few similar measurements from making the model overconfident far from them.
@@ -366,7 +373,7 @@ class MemoryModel:
             # warm start: a refit follows one added row, and the last fit's hyperparameters are
             # near the new optimum (cold, these fits were a quarter of an 8-node trident run's policy time)
             kernel = self._start
-            tune = configs != self._tuned_on  # a new peak of a measured config keeps them (module docstring)
+            tune = configs != self._tuned_on  # a new peak of a measured config keeps them (class docstring)
         # each row's own noise in log units: the peak's jitter relative to its working set, so a working
         # set lost in a large resident peak hardly moves the fit (but still anchors it near its config)
         alpha = np.minimum((self.PEAK_JITTER / share) ** 2, self.MAX_ROW_NOISE)
@@ -383,7 +390,7 @@ class MemoryModel:
         """Mean and std of the log WORKING SET (peak minus resident) of each config under the per-item
         ``features`` (one mapping for all configs, or one per config); an ``inf`` mean without any
         measurement (nothing is known to fit). The std is the GP's latent std, without its fitted
-        measurement noise (see the module docstring)."""
+        measurement noise (see the class docstring)."""
         if not self._peaks:
             return np.full(len(configs), math.inf), np.full(len(configs), self.MAX_AMPLITUDE)
         if self._gp is None:

@@ -1,50 +1,16 @@
 """The DS2 baseline: every operator's parallelism from true rates, all in one step, by a scaling
-manager that holds once it has converged.
+manager that holds once it has converged (Kalavri et al., OSDI 2018; reference implementation
+github.com/strymon-system/ds2).
 
 Contract:
-- ``measure_rates(state, samples)``: per operator, from its OK batches of the current config epoch,
-  the true processing rate ``p_i`` and true output rate ``o_i`` of one replica (items in / out per
-  busy second).
-- ``ds2_decision(state, rates, *, spec, source_rate, min_batches, target_rate_ratio)`` (pure): the
-  first operator's required rate is the target source rate ``R``, operator i+1's is operator i's
-  true output at its target, ``r_i * o_i / p_i``; targets ``ceil(r_i / p_i)`` within the min/max
-  replicas. ``R`` is ``source_rate``, lowered (bisection) until the targets fit the cluster's
-  CPUs/GPUs, or, for a pull source (None), the highest rate whose targets fit. Operators that will
-  get no more input (``finished_operators``) keep their replicas and the rest pulls at the first
-  busy one. A step (a ``Plan`` of every operator that changes) is called for when the current
-  parallelism sustains, at the same rates, less than ``R / target_rate_ratio``, or, with a given
-  ``source_rate``, when an operator's target is 2+ replicas under its count (with a pull source a
-  step that only frees replicas gains nothing: ``R`` already counts every replica the others could
-  use); else it holds. It waits while an operator has fewer than ``min_batches`` batches or no
-  replica.
-- ``DS2Policy`` is the scaling manager: one evaluation per ``policy_interval_s`` of the run
-  (``RunnerState.wall_s``); no sample is used for ``warm_up_intervals`` intervals after the start
-  and after each step it issues; rates over the activation window (the last ``activation_intervals``
-  intervals, further back within the same parallelism for an operator with fewer than
-  ``min_batches`` batches there); a step is issued once ``activation_intervals`` evaluations in a
-  row called for it (each operator scaled the same way: up, down or kept), with the last one's
-  targets; a step the runner refused is not issued again on the same parallelism. Its options are a
-  ``DS2Settings``.
-
-Where each rule comes from: Kalavri et al., "Three steps is all you need: fast, accurate, automatic
-scaling decisions for distributed streaming dataflows" (OSDI 2018), and its reference implementation
-(github.com/strymon-system/ds2, ``controller/``):
-- true rates over useful time, per instance, and the one-shot targets from the sources down the
-  graph: the paper's model (§3), ``policy/scaling.rs``;
-- policy interval, warm-up and activation time: the paper's scaling manager (§4), ``bin/manager.rs``;
-  defaults from ``config/ds2.toml`` (``policy_interval = 10`` s, ``warm_up_time = 2`` intervals) and
-  ``manager.rs`` (``activation_time`` 1 when unset; it counts evaluations since the last step, this
-  one evaluations in a row that call for the same step);
-- target rate ratio: ``target_rate_ratio`` in ``manager.rs``/``scaling.rs``, a further step when the
-  target source rate over the observed one exceeds it; here it gates every step, with the rate the
-  parallelism sustains by the true rates for the observed one (a pull source is observed at its
-  bottleneck's rate, without the fill and drain transients). Its default 1.2 is ours (the reference
-  leaves it unset: no further step): above the spread of a slow operator's rate over a window of 4+
-  batches in the simulator (long documents' OCR: 0.75-1.18 items/s per replica over 10 s windows);
-- a scale-down by one replica is no change: ``manager.rs`` ``consider_change`` (any scale-up is one there; here a
-  scale-up goes through the target rate ratio);
-- the pull source (and with it no step that only frees replicas) and finished operators are this
-  runtime's: a batch pipeline's input is read as fast as the pipeline takes it, and it ends.
+- ``measure_rates(state, samples)``: per operator, the true processing and output rates of one
+  replica (items in / out per busy second) from its OK batches of the current config epoch.
+- ``ds2_decision(state, rates, ...)`` (pure): targets ``ceil(r_i / p_i)`` from the source rate
+  down the graph, within min/max replicas and the cluster's CPUs/GPUs; a ``Plan`` of every
+  operator that changes when a step is called for, else a hold; it waits while an operator has
+  fewer than ``min_batches`` batches or no replica.
+- ``DS2Policy``: the scaling manager (policy interval, warm-up, activation window; a refused step
+  is not issued again on the same parallelism); its options are a ``DS2Settings``.
 """
 
 from __future__ import annotations
@@ -155,7 +121,27 @@ def finished_operators(state: RunnerState) -> list[str]:
 
 def ds2_decision(state: RunnerState, rates: Mapping[str, OperatorRates], *, spec: Any | None = None, source_rate: float | None = None,
                  min_batches: int = 4, target_rate_ratio: float = 1.2) -> DS2Decision:
-    """One evaluation of DS2 on ``state`` and the ``rates`` measured (see the module docstring)."""
+    """One evaluation of DS2 on ``state`` and the ``rates`` measured.
+
+    The first operator's required rate is the target source rate ``R``, operator i+1's is operator
+    i's true output at its target, ``r_i * o_i / p_i``; targets ``ceil(r_i / p_i)`` within the
+    min/max replicas (the paper's model, section 3; ``policy/scaling.rs``). ``R`` is ``source_rate``,
+    lowered (bisection) until the targets fit the cluster's CPUs/GPUs, or, for a pull source (None),
+    the highest rate whose targets fit. Operators that will get no more input
+    (``finished_operators``) keep their replicas and the rest pulls at the first busy one (the pull
+    source and finished operators are this runtime's: a batch pipeline's input is read as fast as
+    the pipeline takes it, and it ends). A step is called for when the current parallelism
+    sustains, at the same rates, less than ``R / target_rate_ratio``, or, with a given
+    ``source_rate``, when an operator's target is 2+ replicas under its count; else it holds.
+
+    ``target_rate_ratio`` is the reference's (``manager.rs``/``scaling.rs``: a further step when
+    the target source rate over the observed one exceeds it); here it gates every step, with the
+    rate the parallelism sustains by the true rates for the observed one (a pull source is observed
+    at its bottleneck's rate, without the fill and drain transients). Its default 1.2 is ours (the
+    reference leaves it unset): above the spread of a slow operator's per-replica rate over a window
+    of 4+ batches. A scale-down by one replica is no change (``manager.rs`` ``consider_change``); a
+    scale-up goes through the target rate ratio. With a pull source a step that only frees replicas
+    gains nothing: ``R`` already counts every replica the others could use."""
     finished = finished_operators(state)
     order = [op.name for op in state.operators if op.name not in finished]
     if not order:
@@ -248,7 +234,18 @@ class DS2Settings:
 
 
 class DS2Policy:
-    """DS2's scaling manager behind the ``Policy`` interface (see the module docstring)."""
+    """DS2's scaling manager behind the ``Policy`` interface (the paper's section 4, ``bin/manager.rs``).
+
+    One evaluation per ``policy_interval_s`` of the run (``RunnerState.wall_s``); no sample is used
+    for ``warm_up_intervals`` intervals after the start and after each step it issues; rates over
+    the activation window (the last ``activation_intervals`` intervals, further back within the
+    same parallelism for an operator with fewer than ``min_batches`` batches there); a step is
+    issued once ``activation_intervals`` evaluations in a row called for it (each operator scaled
+    the same way: up, down or kept), with the last one's targets; a step the runner refused is not
+    issued again on the same parallelism. Defaults from the reference's ``config/ds2.toml``
+    (``policy_interval = 10`` s, ``warm_up_time = 2`` intervals) and ``manager.rs``
+    (``activation_time`` 1 when unset; it counts evaluations since the last step, this one
+    evaluations in a row that call for the same step)."""
 
     name = "ds2"
     settings_type = DS2Settings
@@ -301,7 +298,7 @@ class DS2Policy:
             self._refused = (_parallelism(self.last), dict(self.last.targets))
 
     def _window(self, state: RunnerState) -> list[BatchSample]:
-        """The activation window's samples (see the module docstring); older intervals no operator needs are dropped
+        """The activation window's samples (see the class docstring); older intervals no operator needs are dropped
         (an operator whose input is finished takes no more batches: it holds none back)."""
         keep, need = self.settings.activation_intervals, self.settings.min_batches
         counts = [Counter(x.operator for x in interval if x.outcome == Outcome.OK) for interval in self._intervals]

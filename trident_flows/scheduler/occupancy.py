@@ -1,29 +1,16 @@
 """Queue and in-flight awareness: whether an operator ran at its capacity, from runner snapshots.
 
 Contract:
-- ``classify(op) -> Occupancy`` for one ``OperatorState`` snapshot, from its input queue and the
-  batches its serving replicas (not draining, not canaries) hold:
-  ``SATURATED`` work waiting and every serving replica holding a batch (it runs at capacity);
-  ``BLOCKED`` work waiting but a serving replica idle (the runner held the work back: the
-  downstream queue is full, so the operator could do more than it does);
-  ``STARVED`` nothing waiting and a serving replica idle (upstream is slower);
-  ``BUSY`` nothing waiting, every replica holding a batch (keeping up, at the edge).
-  Only ``SATURATED`` time says what the operator can do; blocked and starved time says only
-  that it can do at least what it did.
-- ``OccupancyTracker(saturation_s).update(state, at) -> {operator: SaturatedSpan}``: fed every
-  controller snapshot, it reports each operator that stayed ``SATURATED`` in every snapshot of
-  the last ``saturation_s`` seconds or more with unchanged serving configs, with what it
-  measurably took in that span (``measured`` items/s), the span reaching back (while saturated)
-  until it took a batch per replica and each replica finished at least one batch. When it took
-  less, ``measured`` is what it finished plus the items its replicas hold, over the span: an upper
-  bound (``bound=True``). When it took more but a replica finished nothing (a straggler: a batch
-  of a heavier workload, started before the span, holding its replica throughout), no span: the
-  others' pace is not the operator's, and the straggler's cost shows only once it finishes.
-  ``OperatorModel.calibrate`` turns a span into the capacity the model reports.
-- Why here and not in the samples: a ``BatchSample`` times the batch inside the replica; the
-  time a saturated operator's replicas lose between batches (result hand-off, dispatch on a
-  loaded runner) and a workload that changed under batches not finished yet show only in what
-  the operator took while it never lacked work.
+- ``classify(op) -> Occupancy`` for one ``OperatorState``, from its input queue and the batches
+  its serving replicas (not draining, not canaries) hold: ``SATURATED`` (work waiting, every
+  serving replica holding a batch: at capacity), ``BLOCKED`` (work waiting, a replica idle: held
+  back by a full downstream queue), ``STARVED`` (nothing waiting, a replica idle) or ``BUSY``
+  (nothing waiting, every replica holding a batch). Only ``SATURATED`` time says what the operator
+  can do; the rest says it can do at least what it did.
+- ``OccupancyTracker(saturation_s).update(state, at) -> {operator: SaturatedSpan}``: operators
+  saturated throughout the last ``saturation_s`` with unchanged configs, with what they measurably
+  took (``measured`` items/s; ``bound=True`` when an upper bound). ``OperatorModel.calibrate``
+  turns a span into the capacity the model reports.
 """
 
 from __future__ import annotations
@@ -92,7 +79,20 @@ class SaturatedSpan:
 
 
 class OccupancyTracker:
-    """Per operator, the current run of saturated snapshots (see the module docstring)."""
+    """Per operator, the current run of saturated snapshots.
+
+    ``update(state, at)`` reports each operator that stayed ``SATURATED`` in every snapshot of the last
+    ``saturation_s`` seconds or more with unchanged serving configs, with what it measurably took in that span
+    (``measured`` items/s), the span reaching back (while saturated) until it took a batch per replica and each
+    replica finished at least one batch. When it took less, ``measured`` is what it finished plus the items its
+    replicas hold, over the span: an upper bound (``bound=True``). When it took more but a replica finished
+    nothing (a straggler: a batch of a heavier workload, started before the span, holding its replica
+    throughout), no span: the others' pace is not the operator's, and the straggler's cost shows only once it
+    finishes.
+
+    Why here and not in the samples: a ``BatchSample`` times the batch inside the replica; the time a saturated
+    operator's replicas lose between batches (result hand-off, dispatch on a loaded runner) and a workload that
+    changed under batches not finished yet show only in what the operator took while it never lacked work."""
 
     def __init__(self, saturation_s: float = 8.0, history: int = 256) -> None:
         if saturation_s <= 0:
@@ -139,7 +139,7 @@ class OccupancyTracker:
         taken = op_end.items_in - start[1].items_in
         if taken >= per_round:
             if not _each_finished_since(start[1], finished):
-                return None   # a straggler held a replica throughout (module docstring)
+                return None   # a straggler held a replica throughout (``OccupancyTracker``)
             return SaturatedSpan(name, start[0], at_end, configs, taken, taken / dt, False)
         # fewer than a batch per replica finished: a rate from a handful of batches is noise, but the
         # operator can have done no more than what it finished plus what it holds now

@@ -1,23 +1,18 @@
 """Per-operator models of sustainable throughput and peak memory.
 
 Contract:
-- ``OperatorModel(operator).fit(samples)`` fits on a window of that operator's ``BatchSample`` values
-  and returns a ``FitReport`` listing every sample left out with its reason; invalid samples are set
-  aside with a message naming the field, and too little data gives ``status="no_model"``
-  (predictions then raise ``NoModelError``). Windows: ``sample_windows``; inputs: ``model_inputs``;
-  the GP: ``throughput_gp``; memory: ``memory_model``.
-- ``throughput(config, replicas, features) -> Prediction`` is the whole operator's sustainable rate in
-  items/s (``per_replica``, ``capacity_curve`` for 1..n replicas, ``predict_many`` vectorised);
-  ``capacity_lower`` is the evidence gate's curve: beyond the replicas running, ``z`` stds below in
-  what more replicas add. ``memory(config, features)`` is one replica's peak in bytes.
-  ``features=None`` is the current workload (the item-weighted mean of the windows begun last).
-- A device or categorical knob value no sample ran with has no prediction (``NoModelError``). Replica
-  counts are interpolated only (the per-replica rate is flat beyond the counts seen) and, within
-  them, the per-replica rate never rises with the count (a weighted isotonic regression).
-- ``calibrate(span)`` takes an ``occupancy.SaturatedSpan``: when its measured rate and the prediction
-  for the work it finished differ by more than ``calibration_tolerance``, every throughput prediction
-  is scaled by measured / predicted until the span is ``calibration_max_age_s`` older than the newest
-  sample or ``forget_calibration()``; ``log_residual`` stays on the busy-time basis.
+- ``OperatorModel(operator).fit(samples)`` fits on a window of ``BatchSample``s and returns a
+  ``FitReport`` listing every sample left out with its reason; too little data gives
+  ``status="no_model"`` (predictions then raise ``NoModelError``). Parts: ``sample_windows``,
+  ``model_inputs``, ``throughput_gp``, ``memory_model``.
+- ``throughput(config, replicas, features) -> Prediction``: the operator's sustainable items/s
+  (``capacity_curve``, ``predict_many``); ``capacity_lower``: the evidence gate's curve;
+  ``memory(config, features)``: one replica's peak bytes. ``features=None`` is the current workload.
+- An unseen device or categorical value has no prediction (``NoModelError``); replica counts are
+  interpolated only, and the per-replica rate never rises with the count (isotonic).
+- ``calibrate(span)`` scales throughput predictions by measured / predicted when an
+  ``occupancy.SaturatedSpan`` differs by more than ``calibration_tolerance``, until it ages out
+  (``calibration_max_age_s``) or ``forget_calibration()``; ``log_residual`` stays on busy time.
 """
 
 from __future__ import annotations

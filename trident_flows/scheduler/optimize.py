@@ -1,23 +1,18 @@
 """Memory-constrained Bayesian optimisation of one operator's OpConfig.
 
 Contract:
-- ``ConfigOptimizer(space, budget, ...)`` searches the operator's ``ConfigSpace`` (``search_space``:
-  the skopt dimensions and candidate grid) with skopt ask/tell for the config that maximises
-  ``optimizer_values.objective`` (items/s of one replica per unit of resource) subject to peak
-  memory <= budget * (1 - safety_margin) (host memory for CPU replicas, device memory otherwise).
+- ``ConfigOptimizer(space, budget, ...)`` searches the ``ConfigSpace`` (``search_space``) with skopt
+  ask/tell for the config maximising ``optimizer_values.objective`` (items/s of one replica per unit
+  of resource) with peak memory <= budget * (1 - safety_margin).
 - Safety (``constraint``): a candidate is eligible only when the memory model's upper bound at the
-  worst recent workload for its batch size is under the limit AND it is near a measured safe config
-  (same device; knobs within ``knob_radius``; batch at most ``growth`` times a safe one's, or one
-  categorical knob changed at no larger batch). Longer steps (up to ``headroom_growth``), unmeasured
-  categorical values and, after an OOM, larger batches need room for the working set to double. A
-  device with no safe measurement is entered only at its seed (smallest batch, low knobs).
-- Proposals: (1) each device's seed; (2) safe expansion of the batch from a device's best config while
-  throughput grows; (3) the candidate of largest constrained expected improvement (EI x P(memory under
-  the limit)), or the safe step toward it. ``ask`` returns ``None`` when nothing is worth trying
-  (``status`` says why), does not change state, and never re-proposes a measured config.
-- ``tell_oom(config)`` makes the config and every larger batch with its device and knobs unsafe for
-  good and returns the ``Rollback``; with no safe starting point on any device ``ask`` raises
-  ``NoSafeConfigError``. ``warm_start(observations)`` replays a regime's observations.
+  worst recent workload is under the limit and it is near a measured safe config (``knob_radius``,
+  ``growth``); a device with no safe measurement is entered only at its seed.
+- ``ask`` proposes each device's seed, then safe batch growth, then the largest constrained expected
+  improvement (or the safe step toward it); ``None`` when nothing is worth trying (``status`` says
+  why); it changes no state, never re-proposes a measured config, and raises ``NoSafeConfigError``
+  with no safe start on any device.
+- ``tell_oom(config)`` makes the config and every larger batch unsafe for good and returns the
+  ``Rollback``; ``warm_start(observations)`` replays a regime's observations.
 """
 
 from __future__ import annotations

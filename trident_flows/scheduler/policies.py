@@ -1,25 +1,17 @@
 """Scheduling policies by name: the interface every policy implements, and the registry.
 
 Contract:
-- A policy is an object with ``name`` and ``decide(state, samples) -> Decision``: a pure
-  function of the runner's ``RunnerState`` and the ``BatchSample``s that arrived since its
-  last call (it may keep its own history), returning a ``core.decision.Decision`` built by its
-  named constructors (``Decision.no_change()``: keep the configuration; ``Decision.roll_out(plan,
-  reason)``: a ``Plan`` with its reason, ``Plan.reason`` and per-operator ``OperatorPlan.reason``).
-  Applying the plan is the caller's separate step (``PipelineRunner.apply``).
-- ``make_policy(name, **options)`` builds a registered policy; ``POLICIES`` maps a name to
-  ``"module:factory"``, imported lazily. The caller supplies ``spec=`` (the PipelineSpec) and
-  ``cluster=`` (a ClusterSpec); every other option sets a field of the policy's settings (or of one of its sections):
-  each registered policy declares ``settings_type``, a frozen, validated dataclass
-  (``TridentSettings``, ``DS2Settings``, ``ThresholdSettings``, ``StaticSettings``), built by
-  ``policy_settings(name, options)`` and passed as the factory's ``settings``. An unknown name is
-  refused listing the available ones; an unknown option is refused naming the closest known one
-  and all of them, a bad value naming the field, the value and what to change, so a misspelt
-  option is never silently ignored. A factory without ``settings_type`` (a test's policy) is
-  called with the options as keywords, checked against its signature (``check_options``; one
-  taking ``**options`` takes any).
-- ``DEFAULT_POLICY`` (``trident``) is the policy ``trident-flows run`` and the Prefect flows use
-  unless told otherwise (``--policy static`` / ``policy="static"`` runs the pipeline as configured).
+- A policy has ``name`` and ``decide(state, samples) -> Decision``: a function of the runner's
+  ``RunnerState``, the ``BatchSample``s since its last call and its own history, returning a
+  ``core.decision.Decision``. Applying the plan is the caller's step.
+- ``make_policy(name, **options)`` builds a registered policy (``POLICIES``: name ->
+  ``"module:factory"``, imported lazily). ``spec=`` and ``cluster=`` come from the caller; every
+  other option is a field of the policy's ``settings_type`` or of one of its sections (built by ``policy_settings``). An
+  unknown name, an unknown option (naming the closest) or a bad value is refused, so a misspelt
+  option is never silently ignored; a factory without ``settings_type`` gets the options as
+  keywords, checked against its signature (``check_options``).
+- ``DEFAULT_POLICY`` (``trident``) is what ``trident-flows run`` and the Prefect flows use unless
+  told otherwise (``static`` runs the pipeline as configured).
 """
 
 from __future__ import annotations

@@ -1,31 +1,16 @@
 """Regime detection for one operator.
 
 Contract:
-- ``RegimeDetector.observe(sample, model, replicas)`` (``observe_many`` for a tick's samples, or the
-  lower-level ``update(sample, residual)``) consumes the operator's samples in completion order and
-  returns ``None`` or a ``regime_change.RegimeChange``; applying it (refit, recall) is the caller's step.
-- Which regime the input is in: online leader clustering of each batch's per-item features
-  (``log1p(features / items_in) / scale``). A sample within the radius of a regime's centroid belongs
-  to it; the current regime changes when ``confirm`` of the last ``vote_window`` samples belong to
-  another regime, or are novel and close together (a new regime from their mean). The radius is
-  ``radius`` or, when the stream is noisier, ``noise_z`` times the RMS distance of recent samples to
-  the current centroid. Regime ids are stable, so a recurring regime gets its old id (``recurring``).
-  For ``dwell`` samples after a switch, votes for the regime just left (stragglers) do not switch back.
-- Whether the operator behaves differently: a two-sided CUSUM (``cusum_k``, ``cusum_h``) on throughput
-  residuals (``OperatorModel.log_residual``), standardised by a median and MAD-based sigma calibrated
-  on ``calibration`` residuals after every reset; each step takes the median of the last three, clipped
-  at ``clip``. An alarm must persist: the median of the last ``persist`` residuals beyond ``2k``, a
-  shift of at least ``min_shift`` (log units) and a build-up lasting ``persist_s`` seconds. A build-up
-  already over, or cut short by a gap in the samples, is counted in ``transients`` and reset.
-- Residuals of samples ending within ``warmup_s`` of the first (the pipeline's fill) are no evidence.
-  A residual shift with unchanged features that the operator's concurrency explains (moved against it
-  by ``load_share`` of the shift) is load: counted in ``load_shifts``, the baseline recalibrates.
-- ``observe`` computes residuals under a snapshot of the caller's model and takes a newer fit only
-  when the CUSUM is calm, re-basing on up to ``rebase_samples`` recent samples, so a refit never looks
-  like a shift; a higher ``config_epoch`` re-baselines the residual test by itself.
-- On an alarm the samples since the change point decide the kind: features in another regime ->
-  ``ChangeKind.FEATURES``; else ``ChangeKind.RESIDUAL`` (``old == new``: drop samples before
-  ``change_point`` and refit). Runs of quiet samples are consumed vectorised with the same result.
+- ``RegimeDetector.observe(sample, model, replicas)`` (``observe_many`` for a tick's samples, or
+  the lower-level ``update(sample, residual)``) consumes the operator's samples in completion order
+  and returns ``None`` or a ``regime_change.RegimeChange``; applying it (refit, recall) is the
+  caller's step.
+- Two tests: online clustering of per-item features says which regime the input is in (stable ids:
+  a recurring regime gets its old id); a persisting two-sided CUSUM on throughput residuals says the
+  operator behaves differently. A change is ``ChangeKind.FEATURES`` (another regime) or
+  ``ChangeKind.RESIDUAL`` (``old == new``: drop samples before ``change_point`` and refit).
+- Residuals of the pipeline's fill (``warmup_s``), transients and load shifts are no evidence; a
+  refit or a new ``config_epoch`` re-baselines the residual test rather than looking like a shift.
 """
 
 from __future__ import annotations
@@ -68,7 +53,31 @@ class _Cusum:
 
 
 class RegimeDetector:
-    """Online feature clustering plus a CUSUM change-point test, for one operator."""
+    """Online feature clustering plus a CUSUM change-point test, for one operator.
+
+    Which regime the input is in: online leader clustering of each batch's per-item features
+    (``log1p(features / items_in) / scale``). A sample within the radius of a regime's centroid belongs
+    to it; the current regime changes when ``confirm`` of the last ``vote_window`` samples belong to
+    another regime, or are novel and close together (a new regime from their mean). The radius is
+    ``radius`` or, when the stream is noisier, ``noise_z`` times the RMS distance of recent samples to
+    the current centroid. Regime ids are stable, so a recurring regime gets its old id (``recurring``).
+    For ``dwell`` samples after a switch, votes for the regime just left (stragglers) do not switch back.
+
+    Whether the operator behaves differently: a two-sided CUSUM (``cusum_k``, ``cusum_h``) on throughput
+    residuals (``OperatorModel.log_residual``), standardised by a median and MAD-based sigma calibrated
+    on ``calibration`` residuals after every reset; each step takes the median of the last three, clipped
+    at ``clip``. An alarm must persist: the median of the last ``persist`` residuals beyond ``2k``, a
+    shift of at least ``min_shift`` (log units) and a build-up lasting ``persist_s`` seconds. A build-up
+    already over, or cut short by a gap in the samples, is counted in ``transients`` and reset.
+    Residuals of samples ending within ``warmup_s`` of the first (the pipeline's fill) are no evidence.
+    A residual shift with unchanged features that the operator's concurrency explains (moved against it
+    by ``load_share`` of the shift) is load: counted in ``load_shifts``, the baseline recalibrates.
+
+    ``observe`` computes residuals under a snapshot of the caller's model and takes a newer fit only
+    when the CUSUM is calm, re-basing on up to ``rebase_samples`` recent samples, so a refit never looks
+    like a shift; a higher ``config_epoch`` re-baselines the residual test by itself. On an alarm the
+    samples since the change point decide the kind (features in another regime: ``FEATURES``; else
+    ``RESIDUAL``). Runs of quiet samples are consumed vectorised with the same result."""
 
     def __init__(self, operator: str, features: Sequence[str] | None = None, *, scales: Mapping[str, float] | None = None,
                  radius: float = 0.8, vote_window: int = 8, confirm: int = 6, calibration: int = 30, cusum_k: float = 0.5,
@@ -236,7 +245,7 @@ class RegimeDetector:
         return None
 
     def _burst_over(self, c: "_Cusum", n: int, at: float) -> None:
-        """Reset a build-up that a gap ended before it persisted (module docstring): the sample numbered ``n``
+        """Reset a build-up that a gap ended before it persisted (class docstring): the sample numbered ``n``
         ends at ``at``, more than ``persist_s`` and ten of the build-up's mean spacings after the one before,
         and the build-up (three samples or more) had lasted less than ``persist_s`` by then."""
         prev_at, c.last_at = c.last_at, at
@@ -251,7 +260,7 @@ class RegimeDetector:
 
     # ---------------------------------------------------------------- update
     def observe(self, sample: BatchSample, model: OperatorModel | None, replicas: int) -> RegimeChange | None:
-        """``update`` with the residual of ``sample`` under a snapshot of ``model`` (see the module docstring)."""
+        """``update`` with the residual of ``sample`` under a snapshot of ``model`` (see the class docstring)."""
         return self.observe_many([sample], model, replicas)[0]
 
     def observe_many(self, samples: Sequence[BatchSample], model: OperatorModel | None, replicas: int) -> list[RegimeChange | None]:
@@ -546,7 +555,7 @@ class RegimeDetector:
 
     def _load_explains(self, start: int, shift: float) -> bool:
         """True when the operator's concurrency since sample ``start`` moved against ``shift`` by at least
-        ``load_share`` of it, compared with the ``persist`` samples before (see the module docstring)."""
+        ``load_share`` of it, compared with the ``persist`` samples before (see the class docstring)."""
         rows = np.array([(n, a, b) for n, a, b in self._busy], dtype=float).reshape(-1, 3)
         before = (rows[:, 0] < start) & (rows[:, 0] >= start - self.persist)
         after = rows[:, 0] >= start

@@ -1,24 +1,16 @@
 """Reading replica counts out of a ``RunnerState``, writing "scale this operator" plans, packing replicas' GPU shares on devices.
 
 Contract (pure functions, shared by the baseline policies and the Trident controller):
-- ``serving_groups(op)`` is what an operator runs now: one ``ReplicaGroup`` per config among
-  its non-draining, non-canary replicas (warm or starting).
-- ``main_config(op, spec)`` is the config a rate-based policy scales: the most common serving
-  config (ties: the pipeline spec's initial config, then the label).
-- ``scaled_plan(op, target, reason)`` is the ``OperatorPlan`` that gives ``op`` ``target``
-  replicas of its main config (other serving configs are kept; when scaling down the main
-  config goes first). Canaries are carried over so a plan never ends one by accident.
-- ``canary_config(op)`` is the config of its running canary (None without one); ``canary_busy(op, config)``
-  whether its canary of ``config`` holds a batch now.
-- ``replica_limits(name, spec)`` is ``(min_replicas, max_replicas)`` from the pipeline spec
-  (``(1, 64)`` when no spec is known).
-- ``free_resources(state)`` is ``(cpus, gpus)`` not held by any replica.
-- ``held(counts)`` is ``(cpus, gpus)`` held by ``counts[config]`` replicas of each config.
-- ``gpus_pack(state, cluster, moves)`` is whether the allocation after ``moves`` (operator -> config ->
-  replicas; every other operator as it runs) fits the GPUs device by device, as far as the runner's state
-  tells: only on one node with no device shared by fractional replicas now (then the free devices are
-  whole); the replicas' GPU shares, largest first, are placed first whole-GPU shares (a replica of k GPUs
-  uses up k free devices), then fractional ones (first fit, each on the first device with room for it).
+- ``serving_groups(op)``: one ``ReplicaGroup`` per config among its non-draining, non-canary replicas.
+- ``main_config(op, spec)``: the most common serving config (ties: the spec's initial config).
+- ``scaled_plan(op, target, reason)``: the ``OperatorPlan`` giving ``op`` ``target`` replicas of its
+  main config (others kept; the main config goes first when scaling down; canaries carried over).
+- ``canary_config(op)`` / ``canary_busy(op, config)``: its running canary and whether it holds a batch.
+- ``replica_limits(name, spec)``: ``(min_replicas, max_replicas)`` (``(1, 64)`` without a spec).
+- ``free_resources(state)`` / ``held(counts)``: ``(cpus, gpus)`` free, or held by ``counts``.
+- ``gpus_pack(state, cluster, moves)``: whether the allocation after ``moves`` fits the GPUs device
+  by device, as far as the state tells (one node, no device shared now; whole-GPU shares first,
+  then fractional ones first fit).
 """
 
 from __future__ import annotations

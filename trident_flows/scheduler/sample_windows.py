@@ -1,19 +1,16 @@
 """An operator's batch samples screened and cut into windows of sustainable throughput.
 
-Contract:
-- ``screen`` sorts a window of samples into filtered (invalid or not ok, with the reason), ok, ok
-  with a memory peak, and the configs that ran out of memory; ``quick_valid`` is its vectorised
-  test of the common case.
-- ``invalidate`` applies the config-epoch rule: a sample is dropped when the same config and replica
-  count were re-measured in the current epoch (``SUPERSEDED``) or it is more than ``max_epoch_age``
-  epochs old (``STALE_EPOCH``); otherwise its group's age down-weights it in the fit.
-- ``drop_spikes`` drops transient outliers of seconds per item over what each batch's content
-  explains, per (config, epoch) group (``anomaly.robust_filter``).
-- ``make_windows`` cuts each group, in completion order, into ``Window`` values of at least
-  ``bin_size`` batches and ``min_window_busy_s`` busy time: per replica the union of its busy
-  intervals (overlapping batches are not double counted, idle gaps do not lower the rate);
+Contract (every sample set aside is appended to the caller's ``filtered`` list with its reason):
+- ``screen`` sorts samples into filtered (invalid or not ok), ok, ok with a memory peak, and the
+  configs that ran out of memory; ``quick_valid`` is its vectorised test of the common case.
+- ``invalidate``: a sample re-measured in the current epoch with the same config and replica
+  count is ``SUPERSEDED``, one over ``max_epoch_age`` epochs old ``STALE_EPOCH``; otherwise its
+  group's age down-weights it.
+- ``drop_spikes`` drops transient outliers of seconds per item over what the content explains,
+  per (config, epoch) group (``anomaly.robust_filter``).
+- ``make_windows`` cuts each group, in completion order, into ``Window``s of at least ``bin_size``
+  batches and ``min_window_busy_s`` busy time (per replica the union of its busy intervals);
   ``subsample`` caps the training windows at ``max_gp_points`` and returns the rest.
-Every sample set aside is appended to the caller's ``filtered`` list with its reason.
 """
 
 from __future__ import annotations

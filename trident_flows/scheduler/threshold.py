@@ -1,20 +1,10 @@
 """The utilisation-threshold baseline: Ray Data's default actor-pool autoscaling rule.
 
 Contract:
-- Utilisation of an operator's pool, as Ray Data 2.60 defines it
-  (``AutoscalingActorPool.get_pool_util``): tasks in flight / (max actor concurrency x pool
-  size); our replicas run one batch at a time (concurrency 1), so it is batches in flight /
-  serving replicas (warm or starting, not draining, not canaries). A pool of size 0 has
-  utilisation ``inf`` (scale up at once).
-- ``threshold_decision(state, spec=..., up=1.75, down=0.5) -> ThresholdDecision`` (pure):
-  per operator, like Ray Data's ``DefaultActorAutoscaler``: no change before the operator
-  received any input; utilisation >= ``up`` -> one more replica, unless at ``max_replicas``
-  or the free CPUs/GPUs (after the other scale-ups of this decision) do not fit one more
-  replica of its config; utilisation <= ``down`` -> one replica fewer, unless at
-  ``min_replicas`` or a replica is still starting (Ray: "no downscaling while actors are
-  pending"). One step (+-1 replica) per operator per decision, each with its reason.
-  (Ray Data itself scales up by ``max(1, ceil(size * (util / up - 1)))``; this baseline takes
-  one step at a time.)
+- ``pool_utilisation(op)``: Ray Data's pool utilisation for replicas that run one batch at a time.
+- ``threshold_decision(state, spec=..., up=1.75, down=0.5) -> ThresholdDecision`` (pure): per
+  operator one step (+-1 replica) when utilisation crosses ``up`` or ``down``, within min/max
+  replicas and the free CPUs/GPUs, each with its reason; bad thresholds raise ``ValueError``.
 - ``ThresholdPolicy`` returns a ``Decision``: a roll-out of the evaluation's ``Plan`` (only the
   operators that change), else no change; its options are a ``ThresholdSettings``.
 """
@@ -46,7 +36,9 @@ class ThresholdDecision:
 
 
 def pool_utilisation(op: OperatorState) -> float:
-    """Batches in flight / serving replicas (Ray Data's pool utilisation with concurrency 1)."""
+    """Batches in flight / serving replicas (warm or starting, not draining, not canaries): Ray Data 2.60's
+    ``AutoscalingActorPool.get_pool_util`` (tasks in flight / (max actor concurrency x pool size)) with our
+    concurrency of 1. A pool of size 0 has utilisation ``inf`` (scale up at once)."""
     serving = [r for r in op.active if not r.canary]
     if not serving:
         return math.inf
@@ -55,7 +47,12 @@ def pool_utilisation(op: OperatorState) -> float:
 
 def threshold_decision(state: RunnerState, *, spec: Any | None = None, up: float = UPSCALING_THRESHOLD,
                        down: float = DOWNSCALING_THRESHOLD) -> ThresholdDecision:
-    """One utilisation-threshold decision for every operator (see the module docstring)."""
+    """One utilisation-threshold decision for every operator, like Ray Data's ``DefaultActorAutoscaler``: no change
+    before the operator received any input; utilisation >= ``up``: one more replica, unless at ``max_replicas`` or
+    the free CPUs/GPUs (after the other scale-ups of this decision) do not fit one more of its config; utilisation
+    <= ``down``: one fewer, unless at ``min_replicas`` or a replica is still starting (Ray: "no downscaling while
+    actors are pending"). One step (+-1 replica) per operator per decision, each with its reason; Ray Data itself
+    scales up by ``max(1, ceil(size * (util / up - 1)))``."""
     if not 0 <= down < up:
         raise ValueError(f"threshold: need 0 <= down < up, got down={down} up={up}")
     free_cpus, free_gpus = free_resources(state)

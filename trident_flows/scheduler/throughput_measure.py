@@ -1,29 +1,16 @@
 """The pipeline's sustainable end-to-end throughput, from two runner snapshots.
 
-Contract:
+Contract (every figure in input items):
 - ``stream_positions(state) -> {operator: input items}``: how far each operator has got in the
-  input stream, in input items: the head's items taken, then, for each later operator, the
-  share of the rows delivered to it that it has taken, applied to the position of the operator
-  before it (queues are FIFO; rows filtered upstream are never delivered, so they do not hold a
-  position back, and rows split into several count as the input item they came from).
-- ``completed_input_items(state)``: the last operator's position: input items the whole
-  pipeline has finished. Items queued or in flight anywhere are not counted, so queues filling
-  at start-up, or draining after a change, do not count as throughput.
-- ``remaining_input_items(state, total) -> float | None``: input items the run has still to
-  finish, in input items like every figure here: those not yet read from the source (``total``,
-  the input's size, less the runner's ``items_in``) plus those read and not yet completed
-  (queued or in flight anywhere, counted by stream position, not as rows: on the video pipeline
-  one clip becomes about five rows after ``scenes``); None when ``total`` is unknown.
-- ``sustainable_throughput(before, after) -> float``: completed input items per second between
-  two snapshots of one run (``RunnerState.wall_s`` is the clock); ``ValueError`` for snapshots
-  of different pipelines or out of order.
-- ``placement_settled(state, operators) -> bool``: whether the named operators run only their
-  current placement: no replica draining, every other one warm and with a finished batch. A
-  throughput measured before that is the old placement's: a new replica's first batch completes
-  a batch time after it is warm, and a draining one still adds the old replicas' output. In the
-  live document trace under ds2, OCR batches of long documents took 15-25 s: a plan taking OCR
-  from 2 to 6 replicas, measured for 9 s from the tick its replicas were warm, counted only the
-  2 old replicas' output.
+  input stream (queues are FIFO; filtered rows never hold a position back, split rows count as
+  the input item they came from).
+- ``completed_input_items(state)``: the last operator's position; items queued or in flight are
+  not counted, so queues filling or draining do not count as throughput.
+- ``remaining_input_items(state, total) -> float | None``: input items the run has still to finish.
+- ``sustainable_throughput(before, after) -> float``: completed input items per second between two
+  snapshots of one run (``wall_s`` the clock); ``ValueError`` for different pipelines or out of order.
+- ``placement_settled(state, operators) -> bool``: the named operators run only their current
+  placement, so a throughput measured now is the new placement's.
 """
 
 from __future__ import annotations
@@ -55,7 +42,9 @@ def completed_input_items(state: Any) -> float:
 
 
 def remaining_input_items(state: Any, total: int | None) -> float | None:
-    """Input items not yet read plus those read and not yet completed (see the module docstring)."""
+    """Input items not yet read (``total`` less the runner's ``items_in``) plus those read and not yet completed
+    (queued or in flight anywhere, counted by stream position, not as rows: a video split into clips is still one
+    input item); None when ``total`` is unknown."""
     if not total:
         return None
     return max(0.0, float(total) - state.items_in) + max(0.0, state.items_in - completed_input_items(state))
@@ -74,7 +63,10 @@ def sustainable_throughput(before: Any, after: Any) -> float:
 
 
 def placement_settled(state: Any, operators: Iterable[str]) -> bool:
-    """True when ``operators`` run only their current placement (see the module docstring)."""
+    """True when ``operators`` run only their current placement: no replica draining, every other one warm and
+    with a finished batch. A throughput measured before that is the old placement's: a new replica's first batch
+    completes a batch time after it is warm (tens of seconds for slow batches), and a draining one still adds the
+    old replicas' output."""
     for name in operators:
         op = state.operator(name)
         if any(r.draining or not r.warm or r.batches < 1 for r in op.replicas):

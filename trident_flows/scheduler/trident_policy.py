@@ -1,47 +1,18 @@
 """The Trident policy (arXiv 2603.02075): an arbiter over the parts in ``scheduler/trident/``.
 
 Contract:
-- ``TridentPolicy(spec, cluster, settings, *, solve)`` (``settings``: a ``TridentSettings``, every
-  option validated; ``make_policy("trident", **options)`` builds it from options; ``solve``: the
-  placement solver) implements the ``Policy`` protocol. ``tick(state, samples)`` is a function of the
-  runner's ``RunnerState``, the ``BatchSample``s that arrived since the last tick and the policy's own
-  memory of earlier ticks, and returns a frozen ``TickRecord`` whose ``decision`` (a ``Decision``)
-  holds the plan to apply (None: keep the current configuration); ``decide`` returns that
-  ``Decision``. It makes no runner call: the caller applies the plan and reports the
-  ``ApplyOutcome`` through ``observe_apply(plan, outcome)``: a plan that did not land fully is
-  never issued again unchanged against the same placement, a rollout that did not land is not
-  verified, and the last record gets an ``APPLY_REFUSED`` event. ``records`` holds the newest ``max_records`` records, ``last_record`` the last.
-- Each part owns its state (see its module): ``ops`` (per-operator state), ``cold_starts``, ``pace``
-  (measured rates), ``models`` (windows, refits, calibration), ``regimes``, ``gate`` (the evidence
-  gate), ``search`` (config spaces, optimisers), ``safety`` (memory safety), ``canaries``,
-  ``verifier``, ``placement`` (``placement_step``), ``transition``, ``refusals``, ``sources`` (regimes
-  recognised at the source), ``regime_plans`` (each known regime's allocation), ``preposition`` and
-  ``memory`` (``run_memory``: read at construction from ``settings.memory.location``, written when a regime
-  ends at the source and by ``finish(state)`` at the run's end).
-- A tick runs observe -> source regimes -> regime plans -> regime -> calibrate -> stale -> optimize
-  (OOMs, optimisers, canaries) -> verify -> safety, then decides, the first that applies: the
-  rollback of a rollout that measured worse; unless a memory-safety move is needed, the
-  pre-positioning of operators for a known regime whose items reach them (a ``REGIME_PLAN`` rollout,
-  not verified against the throughput before: it was made for other items; the evidence gate does
-  not hold it: the regime was measured before); before the evidence gate opens, the memory-safety
-  move if one is needed, else replicas for operators saturated with work waiting on CPUs and GPUs no replica
-  holds or taken from operators that sat mostly idle (``idle_capacity``), else nothing (waiting for
-  samples); while a rollout is verified, nothing (a
-  memory-safety move ends the verification first); else the placement and the transition step's
-  decision, or the memory-safety move when that issues no plan. The tick's canary plans join the
-  plan (a tick that issues nothing else issues them as ``CANARY``); a plan refused before is not
-  re-issued (``WAIT``); a rollout other than the replica-for-replica safety move, a regime plan and
-  replicas on idle resources goes under verification (a rebalance does). Every issued plan carries its ``Rationale``; a tick that issues none
-  says why as a ``Hold``.
-- ``starting_spec(spec)``: the pipeline spec a run starts in: the memory's allocation for its most
-  frequent regime, where it is one config per operator (see the method); the run's lifecycle calls it
-  before the runner starts (the simulator, ``run_pipeline``).
-- ``run_figures()``: the ``RunSummary`` fields it reports: whether a memory was loaded, the regimes
-  it knew, its warning, the median seconds from a regime recognised at the source to the first
-  rollout after it and the operators pre-positioned.
-- Failures: every step runs guarded; an exception is recorded in the tick's ``error`` (a tick with
-  nothing else to issue is ``ERROR``) and the current plan is kept; the next tick starts afresh.
-  Each step's milliseconds go to the record's ``timings_ms``.
+- ``TridentPolicy(spec, cluster, settings, *, solve)`` implements ``Policy``: ``tick(state, samples)``
+  returns a frozen ``TickRecord`` whose ``decision`` holds the plan to apply (None: keep the current
+  configuration); ``decide`` returns that ``Decision``. It makes no runner call; each
+  ``ApplyOutcome`` comes back through ``observe_apply`` (a plan that did not land fully is never
+  re-issued unchanged against the same placement). ``records`` / ``last_record`` keep recent ticks.
+- A tick runs its parts and decides, the first that applies: roll back a rollout that measured
+  worse; a known regime's pre-positioning; before the evidence gate opens, a memory-safety move or
+  idle capacity, else wait; while verifying, nothing; else placement and the transition's verdict.
+  Every plan carries its ``Rationale``; a tick that issues none says why as a ``Hold``.
+- ``starting_spec(spec)``, ``finish(state)`` and ``run_figures()``: the run's start from memory, the
+  memory written at its end, its ``RunSummary`` fields. Every step runs guarded: an exception goes
+  to the tick's ``error`` (``ERROR`` when nothing else is issued), the current plan is kept.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Starting replica actors on a node: what a replica's cold start costs beyond its constructor.
 
 Contract:
-- ``ActorStart(latency_s, cpu_s, host_cores)``: starting a replica's actor costs ``cpu_s`` CPU
-  seconds of process start-up (Ray starts a worker process and imports the operator's modules)
-  on the cores of the node it lands on, plus ``latency_s`` of scheduling that uses no core; the
-  operator's constructor runs after both. ``host_cores``: the real cores one node's actor
-  processes start on (``None``: the node's CPUs; a logical node emulated on a smaller machine
-  has that machine's cores).
-- ``NodeStarts(events, cores, cpu_s)``: the actor starts under way on one node share its cores
-  equally (processor sharing: k starts on c cores each progress at min(1, c / k) CPU seconds
-  per second), so k replicas requested together all finish their start-up after about
-  ``cpu_s * max(1, k / c)`` seconds. ``begin(record, then)`` calls ``then()`` once ``record``'s
-  start-up work is done (never for a record marked ``dead`` meanwhile: its node was lost).
-
-The live runtime this mirrors: ``runtime.runner.PipelineRunner.start`` requests every initial
-replica at once (``pool.start`` per operator, all awaited together) and a rollout's START step
-requests its ``count`` replicas at once (``runtime.rollout.Rollout._start``); ``runtime.pool``
-measures ``ReplicaState.cold_start_s`` from the request to the actor's ``ready()``. Trident
-prices a new replica at the longest cold start measured for its operator, so the start-up the
-initial replicas show is what the policy's switch costs are made of.
+- ``ActorStart(latency_s, cpu_s, host_cores)``: a replica's actor start costs ``cpu_s`` CPU seconds
+  on its node's cores plus ``latency_s`` of scheduling; the operator's constructor runs after both.
+- ``NodeStarts(events, cores, cpu_s)``: the starts under way on one node share its cores equally.
+  ``begin(record, then)`` calls ``then()`` once ``record``'s start-up work is done (never for a
+  record marked ``dead`` meanwhile: its node was lost).
 """
 
 from __future__ import annotations
@@ -42,7 +29,17 @@ _DONE_EPS = 1e-9
 
 @dataclass(frozen=True)
 class ActorStart:
-    """What starting one replica's actor costs beyond its constructor (see the module docstring)."""
+    """What starting one replica's actor costs beyond its constructor: ``cpu_s`` CPU seconds of process start-up
+    (Ray starts a worker process and imports the operator's modules) on the cores of the node it lands on, plus
+    ``latency_s`` of scheduling that uses no core; the constructor runs after both. ``host_cores``: the real cores
+    one node's actor processes start on (None: the node's CPUs; a logical node emulated on a smaller machine has
+    that machine's cores).
+
+    The live runtime this mirrors: ``PipelineRunner.start`` requests every initial replica at once and a
+    rollout's START step requests its ``count`` replicas at once; ``runtime.pool`` measures
+    ``ReplicaState.cold_start_s`` from the request to the actor's ``ready()``. Trident prices a new replica at the
+    longest cold start measured for its operator, so the start-up the initial replicas show is what the policy's
+    switch costs are made of."""
 
     latency_s: float = ACTOR_START_LATENCY_S
     cpu_s: float = ACTOR_START_CPU_S
@@ -64,7 +61,9 @@ class ActorStart:
 
 
 class NodeStarts:
-    """The actor starts under way on one node, sharing its cores (see the module docstring)."""
+    """The actor starts under way on one node, sharing its cores equally (processor sharing: k starts on c cores
+    each progress at min(1, c / k) CPU seconds per second), so k replicas requested together all finish their
+    start-up after about ``cpu_s * max(1, k / c)`` seconds."""
 
     def __init__(self, events: EventQueue, cores: float, cpu_s: float) -> None:
         self.events = events

@@ -2,25 +2,14 @@
 
 Contract:
 - ``parse_cluster("8x(cpus=96,gpus=8,gpu_mem=80GiB)+2x(cpus=32,host_mem=256GiB)")`` returns a
-  ``ClusterSpec`` (one ``NodeClass`` per ``COUNTx(...)`` term, named ``c0``, ``c1``, ... unless
-  ``name=`` is given). Keys: ``cpus`` (required), ``gpus``, ``gpu_mem``, ``host_mem`` (sizes
-  such as ``80GiB``, ``512MiB``, ``1.5TB``), ``nic`` (the node's network link, each direction:
-  ``NodeClass.nic_bandwidth_bps``; unset = cross-node traffic not constrained), ``host_device``
-  (host<->accelerator bandwidth: ``NodeClass.host_device_bandwidth_bps``), rates as ``100Gbps``
-  (bits) or ``16GBps`` (bytes) per second, and ``name``. A bad term is refused naming it and the
-  expected form; ``net`` (which once meant host<->device) is refused with the two keys to write instead.
-- ``SimCluster(spec)`` holds the nodes: free CPUs, one ``SimDevice`` per GPU, free host memory.
-  ``place(config, holder, resident_bytes, host_bytes, only=None)`` puts one replica on a live
-  node with room (CPUs, a device with a free share of at least ``config.gpus`` (fractional) or
-  ``int(gpus)`` free devices, host memory, the device memory its resident bytes need), chosen as
-  the live runtime's ``runtime.node_placement.NodePlacer.choose`` does: a node without GPUs for a
-  replica that needs none, for one a node it leaves a CPU per free GPU on, then the most free CPUs
-  (ties: the lowest node index); ``only``: that
-  node or none. It returns a ``Placement`` or ``None`` (no room). ``pin(config)`` is the node
-  a replica with no room waits for, as the runtime pins it there (hard node affinity) and Ray
-  queues it until that node has room: the live node large enough with the same ranking.
-  ``release`` gives a placement back.
-  ``fail_node(i)`` marks node ``i`` dead (its replicas are lost; the runner re-queues their work).
+  ``ClusterSpec`` (one ``NodeClass`` per term, named ``c0``, ``c1``, ... unless ``name=``). Keys:
+  ``cpus`` (required), ``gpus``, ``gpu_mem``, ``host_mem`` (sizes such as ``80GiB``), ``nic`` and
+  ``host_device`` (rates as ``100Gbps`` or ``16GBps``), ``name``. A bad term is refused naming it
+  and the expected form; the retired key ``net`` is refused with the two keys to write instead.
+- ``SimCluster(spec)`` holds the nodes (free CPUs, one ``SimDevice`` per GPU, free host memory).
+  ``place(...)`` puts one replica on a live node with room, ranked as the live runtime's
+  ``NodePlacer`` ranks them (a ``Placement``, or None); ``pin(config)`` is the node a replica with
+  no room waits for; ``release`` gives a placement back; ``fail_node(i)`` marks node ``i`` dead.
 """
 
 from __future__ import annotations
@@ -109,7 +98,11 @@ class SimCluster:
         return [d for n in self.nodes for d in n.devices]
 
     def place(self, config: OpConfig, holder: str, resident_bytes: int, host_bytes: int, only: SimNode | None = None) -> Placement | None:
-        """Put one replica on the best node with room (see the module docstring)."""
+        """Put one replica on a live node with room (CPUs, a device with a free share of at least ``config.gpus``
+        (fractional) or ``int(gpus)`` free devices, host memory, the device memory its resident bytes need), chosen
+        as the live runtime's ``runtime.node_placement.NodePlacer.choose`` does: a node without GPUs for a replica
+        that needs none, for one a node it leaves a CPU per free GPU on, then the most free CPUs (ties: the lowest
+        node index); ``only``: that node or none. Returns a ``Placement``, or None when no node has room."""
         nodes = (only,) if only is not None else self.nodes
         roomy = [n for n in nodes if n.alive and self._has_room(n, config, host_bytes)]
         for node in sorted(roomy, key=lambda n: self._rank(n, config), reverse=True):
@@ -119,7 +112,9 @@ class SimCluster:
         return None
 
     def pin(self, config: OpConfig) -> SimNode | None:
-        """The node a replica with no room waits for (see the module docstring); None if no live node is large enough."""
+        """The node a replica with no room waits for, as the runtime pins it there (hard node affinity) and Ray queues
+        it until that node has room: the live node large enough, ranked as ``place`` ranks them; None if no live node
+        is large enough."""
         pool = [n for n in self.nodes if n.alive and n.node_class.cpus + 1e-9 >= config.cpus and len(n.devices) + 1e-9 >= config.gpus]
         return max(pool, key=lambda n: self._rank(n, config)) if pool else None
 

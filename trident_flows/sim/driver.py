@@ -2,22 +2,17 @@
 
 Contract:
 - ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., tick_charge_s=..., ...)`` starts a
-  ``SimRunner`` (on the policy's ``starting_spec(spec)`` where it has one) and ticks the policy against it in a ``loop.TickLoop`` (the one the live loop and the
-  Prefect sidecar run) on a ``sim.tick_clock.SimClock``: a tick every ``tick_s`` simulated seconds,
-  each decision's CPU time (or the fixed ``tick_charge_s``: same inputs, same decisions) charged to the
-  simulated clock before its plan lands; an apply blocks the loop until its steps are done. A refused
-  plan, or a policy that raises, is logged and the run goes on. It ends when the stream is done or at
-  ``duration_s`` simulated seconds. ``decision_log`` is the loop's JSON-lines log.
-- ``SimRun.summary`` is ``loop.run_summary.RunSummary.to_dict()``, built by the ``run_summary`` that
-  ``trident-flows run --summary-json`` and the curation flow use (no Ray here, so no run session: no
-  account, latencies or advice), with its ``simulation`` figures: ``simulated: true``, ``items_in_flight``,
-  ``first_output_s``, ``steady_items_per_s`` (input items / (last output - first output)), ``tick_ms_p50``
-  / ``tick_ms_p95`` (CPU), ``tick_wall_ms_p95``, ``tick_errors``, ``sim_wall_s``, ``sim_cpu_s``, ``events``
-  and ``decisions`` (the count, as ``decisions_made``); ``out_dir`` is empty and ``duplicate_ids`` 0
-  (nothing is written). ``SimRun.decisions``: each plan handed to the runner (``sim_t``, ``reason``,
-  ``error``); ``errors``: each failed tick.
-- ``SimRun.timeline``: every ``record_s`` simulated seconds, input items done, throughput over the
-  interval, replicas per operator, CPUs and GPUs held. ``plot(run, path)`` draws it.
+  ``SimRunner`` (on the policy's ``starting_spec(spec)`` where it has one) and ticks the policy in a
+  ``loop.TickLoop`` on a ``sim.tick_clock.SimClock``: a tick every ``tick_s`` simulated seconds,
+  each decision's CPU time (or the fixed ``tick_charge_s``) charged before its plan lands. A refused
+  plan or a raising policy is logged and the run goes on, until the stream is done or
+  ``duration_s``. ``decision_log`` is the loop's JSON-lines log.
+- ``SimRun.summary``: ``loop.run_summary.RunSummary.to_dict()`` (built by ``run_summary``, as the CLI's
+  ``--summary-json``; no Ray here, so no run session) with its ``simulation`` figures: ``simulated: true``, ``items_in_flight``,
+  ``steady_items_per_s``, tick CPU and wall percentiles, ``tick_errors``, ``sim_wall_s``,
+  ``sim_cpu_s`` (nothing is written); ``decisions`` and ``errors`` list plans and failed ticks.
+- ``SimRun.timeline``: every ``record_s`` the items done, throughput, replicas and CPUs/GPUs held;
+  ``plot(run, path)`` draws it.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Row identities as the emulated operators hash them, carried by the simulator as numbers.
 
-The emulated operators decide which rows a filter drops and how many children a splitter
-makes by hashing ``f"{operator}:{id}"`` with zlib's CRC-32 (``pipelines.emulated._unit``), so
-which items are dropped, and hence how the survivors are grouped into later batches, is fixed
-by the ids. The simulator carries each row's id as two numbers, the CRC-32 of the id and its
-length in bytes, and reproduces every hash from them without building strings:
-
-- ``zlib.crc32(data, start)`` is affine in ``start`` for a given length of ``data``:
-  ``crc32(data, start) == shift(len(data), start) ^ crc32(data)``, where ``shift(n, .)`` is
-  linear over GF(2) (``crc32(b"\\0" * n, start) ^ crc32(b"\\0" * n)``); so the hash of
-  ``operator + ":" + id`` is ``shift(len(id), crc32(operator + ":")) ^ crc32(id)``, and the
-  CRC of a child id ``id + "/k"`` is ``shift(len("/k"), crc32(id)) ^ crc32("/k")``.
-- ``shift(n, x)`` is evaluated per byte of ``x`` from four 256-entry tables per ``n``
-  (vectorised over rows).
+The emulated operators decide which rows a filter drops and how many children a splitter makes
+by hashing ``f"{operator}:{id}"`` with CRC-32 (``pipelines.emulated._unit``). The simulator carries
+each row's id as (CRC-32 of the id, its length in bytes) and reproduces every hash from them
+without building strings (CRC-32 is affine in its start value: ``_shift``).
 
 Contract: ``id_columns(ids)`` gives (crc, length) arrays of strings (``item_id_columns(start,
 count)`` those of ``synthetic_rows``' input item names, vectorised); ``Hasher(name).unit(crc,
-length)`` equals ``pipelines.emulated._unit(name, id)`` for every row; ``child_ids(crc,
-length, k)`` gives the (crc, length) of ``id + "/" + str(k)``.
+length)`` equals ``pipelines.emulated._unit(name, id)`` for every row; ``child_ids(crc, length,
+k)`` gives the (crc, length) of ``id + "/" + str(k)``.
 """
 
 from __future__ import annotations
@@ -78,6 +69,13 @@ def _shift_tables(n: int) -> np.ndarray:
 
 
 def _shift(n: int, x: np.ndarray) -> np.ndarray:
+    """``shift(n, x)`` per element, from four 256-entry tables (one per byte of ``x``).
+
+    ``zlib.crc32(data, start)`` is affine in ``start`` for a given length of ``data``:
+    ``crc32(data, start) == shift(len(data), start) ^ crc32(data)``, where ``shift(n, .)`` is linear over
+    GF(2) (``crc32(b"\\0" * n, start) ^ crc32(b"\\0" * n)``); so the hash of ``operator + ":" + id`` is
+    ``shift(len(id), crc32(operator + ":")) ^ crc32(id)``, and the CRC of a child id ``id + "/k"`` is
+    ``shift(len("/k"), crc32(id)) ^ crc32("/k")``."""
     t = _shift_tables(n)
     return t[0][x & 0xFF] ^ t[1][(x >> 8) & 0xFF] ^ t[2][(x >> 16) & 0xFF] ^ t[3][x >> 24]
 

@@ -1,25 +1,17 @@
 """The simulated runner: the live runner's streaming rules and interface on a simulated clock.
 
 Contract:
-- ``SimRunner(spec, cluster, settings=..., stream=..., node_loss=...)`` runs an emulated pipeline's
-  ``PipelineSpec`` (operators with a cost model) on a simulated ``ClusterSpec``. ``start()`` places the
-  initial replicas and runs the clock until they are warm; ``run_until(t)`` advances the clock.
-- It offers the policies what ``PipelineRunner`` offers: ``state() -> RunnerState``, ``samples(since)
-  -> SamplePage`` (times in simulated seconds), ``apply(Plan | Transition) -> ApplyReport``
-  (``sim.rollout``), ``summary()`` and ``replica_seconds()`` (per operator, since streaming began).
-- Streaming follows the live runner: per replica at most ``max_inflight_per_replica`` batches, served
-  one at a time; an operator's input queue is bounded by ``backpressure.items_bound``, a batch sent
-  only while the next queue plus the expected output of batches in flight stays under it; a partial
-  batch lingers ``linger_s`` unless the queue is full or upstream is idle. Queue byte bounds are not
-  simulated (the emulated rows are a few hundred bytes).
-- Costs: a batch takes the cost model's seconds on its device plus what the emulated call costs
-  beyond them (``call_cost``); GPU kernels sharing a device queue behind each other and one that
-  exceeds the device's memory is an OOM: the batch is split in halves and retried, a single item
-  failing ``max_attempts`` times dead-lettered. A cold start is the actor's start (``actor_start``)
-  plus the model's ``cold_start_s``.
-- ``node_loss=((t, node), ...)``: node ``node`` dies at simulated second ``t``; its batches are
-  re-queued whole and each replica is replaced with the same config wherever it fits.
-- ``inputs_done`` counts input items whose every row was written, filtered or dead-lettered.
+- ``SimRunner(spec, cluster, settings=..., stream=..., node_loss=...)`` runs an emulated pipeline
+  (operators with a cost model) on a simulated ``ClusterSpec``; ``start()`` runs the clock until
+  the initial replicas are warm, ``run_until(t)`` advances it.
+- It offers what ``PipelineRunner`` offers: ``state()``, ``samples(since)`` (simulated seconds),
+  ``apply(Plan | Transition)`` (``sim.rollout``), ``summary()`` and ``replica_seconds()``.
+- Streaming follows the live runner (in-flight limits, ``backpressure.items_bound``, linger;
+  queue byte bounds are not simulated). A batch costs the cost model's seconds plus ``call_cost``;
+  GPU kernels queue per device and an OOM splits and retries the batch, a single item dead-lettered
+  after ``max_attempts``. A cold start is ``actor_start`` plus the model's ``cold_start_s``.
+- ``node_loss=((t, node), ...)``: node dies at simulated second ``t``; its batches are re-queued
+  and its replicas replaced wherever they fit. ``inputs_done`` counts finished input items.
 """
 
 import collections

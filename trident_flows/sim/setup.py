@@ -1,20 +1,16 @@
 """Setting up a simulated run: the pipeline's starting placement on a cluster and its input stream.
 
 Contract:
-- ``initial_config(profile, cluster, features, ...)`` is the static configuration a user would
-  deploy: ``static_search.search_static`` on one node of the class with the most GPUs (then
-  CPUs) for the stream's mean item, each operator's replicas multiplied by that class's node
-  count (nodes of other classes start empty: the policies may use them).
-- ``schedule_counts(regimes, profile, config)`` turns a schedule whose blocks are durations
-  (``short:10m,long:90s,scans:1h``) into item counts: a block of ``d`` seconds gets ``d`` times
-  the rate ``config`` is predicted to sustain on that regime's mean item (or, given ``rates``,
-  the rate per regime measured elsewhere, e.g. in the simulator); blocks that are already counts
-  (``short:600``) stay.
+- ``initial_config(profile, cluster, features, ...)``: the static configuration a user would
+  deploy (``static_search.search_static`` on one node of the class with the most GPUs, then CPUs,
+  replicas times that class's node count; other classes start empty).
+- ``schedule_counts(regimes, profile, config)`` turns duration blocks (``short:10m,long:90s``) into
+  item counts at the rate ``config`` is predicted (or, with ``rates``, measured) to sustain on
+  each regime; count blocks (``short:600``) stay.
 - ``build(pipeline, cluster, regimes, items, seed, ...)`` returns ``(PipelineSpec, Stream,
-  StaticConfig)`` for ``emulated-docs`` or ``emulated-video``: the spec (for the policies) starts
-  from ``initial_config`` with ``max_replicas`` as large as the cluster's CPUs allow, and the
-  stream is ``Stream.generate`` over the schedule (``items=None``: without end) or, with
-  ``trace``, the per-item feature trace.
+  StaticConfig)`` for ``emulated-docs`` or ``emulated-video``: the spec starts from
+  ``initial_config`` (``max_replicas`` up to the cluster's CPUs), the stream is
+  ``Stream.generate`` over the schedule (``items=None``: without end) or, with ``trace``, the trace.
 """
 
 from __future__ import annotations

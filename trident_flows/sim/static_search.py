@@ -1,32 +1,16 @@
-"""Static configurations of an emulated pipeline, searched on its cost model.
-
-What a fixed deployment of a pipeline would run, found without running it: the simulator starts a
-run from it (``sim.setup.initial_config``), the planner reads the share of items reaching each
-operator from it (``reach``), and the benchmarks' static baselines are its searches. It imports
-only the cost model (``runtime.costmodel``), the emulated stages and ``core``.
+"""Static configurations of an emulated pipeline, searched on its cost model (imports only
+``runtime.costmodel``, the emulated stages and ``core``).
 
 Contract:
-- A ``StaticConfig`` is one config and a replica count per operator (what a hand-tuned static
-  deployment, a plain Ray Data job or a fixed xenna stage spec would run), with the throughput
-  the cost model predicts for it on the workload it was tuned on.
-- ``predict_throughput(profile, assignment, features)``: input items/s of the pipeline, the
-  minimum over operators of (replicas x items per second of one replica) / (share of input
-  items that reach the operator), one replica's speed coming from ``DeviceCost.seconds`` on a
-  batch of ``batch_size`` items with the per-item ``features``.
-- ``search_static(profile, features, cpus=, gpus=, ...)`` returns the configuration with the
-  best predicted throughput: every device / GPU replica count / batch size choice of the
-  operators that have an accelerator cost model (a batch whose predicted peak memory, at
-  ``memory_features``, exceeds the device is excluded), and for each the remaining CPUs
-  given one at a time to the operator with the lowest capacity (water-filling, exact for this
-  min-of-ratios objective with integer replicas). Ties go to the smaller batch.
-- ``largest_batch(profile, operator, features, device_memory_bytes, batches)``: the largest
-  candidate batch whose predicted peak memory fits the device ("max batch size" hand-tuning).
-- ``search_static_stream(profile, blocks, ...)`` returns the configuration with the shortest
-  predicted duration of a whole stream, ``blocks`` being (mean features, items) per block: over
-  the same accelerator choices, the CPUs given one at a time to the operator whose extra replica
-  shortens the stream most (greedy), and the per-block ``search_static`` optima as candidates
-  too (and any ``candidates`` given). Its ``predicted_items_per_s`` is the stream's items over that duration. Knowing the
-  blocks is knowledge of the future: the best static configuration in hindsight.
+- ``StaticConfig``: one config and a replica count per operator (what a hand-tuned static
+  deployment would run), with the throughput the cost model predicts on the workload it was tuned
+  on. The simulator starts runs from one (``sim.setup.initial_config``), the planner reads
+  ``reach`` from it, and the benchmarks' static baselines are its searches.
+- ``predict_throughput(profile, assignment, features)``: input items/s, the minimum over operators
+  of replicas x one replica's items/s (``DeviceCost.seconds``) / the share of items reaching it.
+- ``search_static(profile, features, ...)``: the best predicted throughput for one workload;
+  ``search_static_stream(profile, blocks, ...)``: the shortest predicted whole stream (hindsight).
+- ``largest_batch(...)``: the largest candidate batch whose predicted peak memory fits the device.
 """
 
 from __future__ import annotations
@@ -155,7 +139,11 @@ def _gpu_placements(accel: Sequence[str], options: Sequence[Sequence[tuple[OpCon
 def search_static(profile: PipelineProfile, features: Mapping[str, float], *, cpus: int, gpus: int, device_memory_bytes: int,
                   gpu_batches: Sequence[int] = (8, 16, 32, 64), cpu_batch: int = 8,
                   memory_features: Mapping[str, float] | None = None) -> StaticConfig:
-    """The static configuration with the best predicted throughput (see the module docstring)."""
+    """The static configuration with the best predicted throughput: every device / GPU replica count / batch size
+    choice of the operators that have an accelerator cost model (a batch whose predicted peak memory, at
+    ``memory_features``, exceeds the device is excluded), and for each the remaining CPUs given one at a time to the
+    operator with the lowest capacity (water-filling, exact for this min-of-ratios objective with integer replicas).
+    Ties go to the smaller batch."""
     names = [op.name for op in profile.operators]
     mem_features = memory_features if memory_features is not None else features
     accel, options = _accelerator_options(profile, names, gpus, gpu_batches, device_memory_bytes, mem_features)
@@ -187,8 +175,12 @@ def search_static_stream(profile: PipelineProfile, blocks: Sequence[tuple[Mappin
                          device_memory_bytes: int, gpu_batches: Sequence[int] = (8, 16, 32, 64), cpu_batch: int = 8,
                          memory_features: Mapping[str, float] | None = None,
                          candidates: Sequence[Mapping[str, tuple[OpConfig, int]]] = ()) -> StaticConfig:
-    """The static configuration with the shortest predicted stream (hindsight; see the module docstring);
-    ``candidates``: other assignments known to fit the cluster, compared too."""
+    """The static configuration with the shortest predicted duration of a whole stream, ``blocks`` being (mean
+    features, items) per block: over the same accelerator choices as ``search_static``, the CPUs given one at a
+    time to the operator whose extra replica shortens the stream most (greedy), with the per-block
+    ``search_static`` optima as candidates too; ``candidates``: other assignments known to fit the cluster,
+    compared too. Its ``predicted_items_per_s`` is the stream's items over that duration. Knowing the blocks is
+    knowledge of the future: the best static configuration in hindsight."""
     names = [op.name for op in profile.operators]
     total = sum(items for _, items in blocks)
     mem_features = memory_features if memory_features is not None else {

@@ -2,20 +2,15 @@
 
 Contract:
 - A row is ``[source index, id crc, id length, attempts, memory_scale, feature_1 .. feature_k]``
-  (columns ``SRC``, ``ID_CRC``, ``ID_LEN``, ``ATTEMPTS``, ``MEMSCALE``, then ``FEATURES`` in
-  ``Stream.features`` order). The id columns are the row's id as the live runtime names it
-  (``sim.ids``: the source row's ``id``, else ``item-0000042`` as ``synthetic_rows`` names
-  it), so filters and splitters pick exactly the rows the emulated operators pick.
-- ``Stream.from_rows(rows, features)`` takes the very rows an emulated pipeline's source
-  yields (``synthetic_rows``: same items, same features, same memory spikes), so the simulator
-  and the live runtime see one stream (same ids). ``Stream.generate(workloads, regimes, items, seed)``
-  draws the same distributions (per item, a feature Gamma-distributed with shape 4 around its
-  regime's mean) vectorised, block by block, for streams of millions of items; ``items=None``
-  repeats the schedule without end. ``Stream.from_trace(path)`` reads a per-item feature trace
-  (CSV or Parquet, one column per feature, optional ``regime`` and ``id``).
-- ``take(n)`` returns up to ``n`` next rows (fewer at the end of a finite stream);
-  ``regime_of(source index)`` names the regime of an input item; ``uniform_memory`` is true
-  while no row made so far has a ``memory_scale`` other than 1.
+  (columns ``SRC``, ``ID_CRC``, ``ID_LEN``, ``ATTEMPTS``, ``MEMSCALE``, then ``FEATURES``); the id
+  columns are the id as the live runtime names it (``sim.ids``), so filters and splitters pick
+  exactly the rows the emulated operators pick.
+- ``Stream.from_rows(rows, features)`` takes the rows an emulated pipeline's source yields (one
+  stream for simulator and live runtime); ``Stream.generate(workloads, regimes, items, seed)`` draws
+  the same distributions vectorised, block by block (``items=None``: without end);
+  ``Stream.from_trace(path)`` reads a per-item feature trace (CSV or Parquet).
+- ``take(n)``: up to ``n`` next rows; ``regime_of(source index)``: an item's regime;
+  ``uniform_memory``: no row so far has a ``memory_scale`` other than 1.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """Trident's decisions in words a user understands: the adapter between what a policy and the
-runner return and what the Prefect layer shows.
+runner return and what the Prefect layer shows. Pure functions: no Ray, no Prefect.
 
 Contract:
-- ``read_decision(state, decision, samples)`` turns a policy's ``Decision`` that hands a plan to the
-  runner into a frozen ``Explanation``: one plain sentence first (what changes, why, what it is
-  expected to gain and when it pays back its start-up), the figures in their own fields, and the
-  full reason (the plan's, else the decision's: solver details and all) only in ``raw_reason``.
-- The sentence and the figures are built from typed values only: the operators, replicas and
-  configurations of the plan against the runner's state, and the decision's ``Rationale`` (its
-  kind, predicted throughput before and after, rollout seconds, the items the switch costs,
-  the bottlenecks, a rollback's measurements, the unsafe configs, the canary verdicts). The
-  reason text is never read: a figure the rationale does not give is None and its clause is
-  left out of the sentence, never guessed. A plan without a rationale (the baseline policies)
-  reads as a rebalance, its bottleneck the busiest operator it grows.
-- ``read_outcome(report, error)`` turns what ``runner.apply`` returned (an ``ApplyReport``, read
-  through its typed ``ApplyOutcome``, or the error it raised) into an ``Outcome``: "applied",
-  "partial" or "refused", with the reason. It is the one place that knows the apply's return type.
-- ``explain_hold(hold, reason)`` says in one sentence why a tick changed nothing, from the
-  decision's typed ``Hold`` (else its reason).
-Pure functions: no Ray, no Prefect.
+- ``read_decision(state, decision, samples)`` turns a ``Decision`` with a plan into a frozen
+  ``Explanation``: one plain sentence (what changes, why, expected gain, payback), the figures in
+  fields, the full reason only in ``raw_reason``. Built from typed values only (the plan against
+  the state, the ``Rationale``): the reason text is never read, and a figure the rationale does
+  not give is None and left out, never guessed. A plan without a rationale reads as a rebalance.
+- ``read_outcome(report, error)``: an ``ApplyReport`` (through its ``ApplyOutcome``) or an error
+  as an ``Outcome`` ("applied", "partial" or "refused", with the reason); the one place that
+  knows the apply's return type.
+- ``explain_hold(hold, reason)``: why a tick changed nothing, in one sentence, from its ``Hold``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """How the sidecar reports in Prefect, on the flow run of the pipeline it tunes.
 
 Contract:
-- ``find_curation_run(runner_name)``: the id of the running ``document-curation`` flow run
-  whose pipeline registers under ``runner_name`` (None when none is running): how a scheduled
-  sidecar, started apart from the pipeline, finds the run it tunes.
-- ``sidecar_run_of(curation_flow_run_id)``: the sidecar subflow run a curation run started.
-- ``related_of(flow_run_id)``: the related resources of a decision event: the tuned flow run
-  (role ``flow-run``), its flow and, when it has one, its deployment.
-- ``emit_decision(...)``: one event per decision the runner was handed: ``trident.plan.applied``,
-  ``trident.plan.partial`` or ``trident.plan.refused``; the plain sentence, the figures, the
-  outcome and the policy's raw reason (solver details) in its payload.
-- ``emit_scale(...)`` and ``scale_row(...)``: a scale decision that changed the request to Ray's autoscaler
-  (``trident.scale.add`` / ``trident.scale.give_back``): its event, with the reason, the nodes requested and
-  the predicted effect in the payload, and its row in the decisions table (the same columns as a plan's).
-- ``Publisher``: the two artifacts on the tuned run (or on the sidecar's own run when no tuned
-  run is known), each created once and then updated in place: ``trident-live-<runner>``
-  (markdown: status, per-operator table, throughput and replica chart) and
-  ``trident-decisions-<runner>`` (table: one row per decision, sentence first, figures in
-  columns). Updates go straight to the API's PATCH (the client's ``update_artifact`` also
-  emits an event per update, which would flood the Event Feed with one per tick) and at most
-  every ``live_every_s`` seconds unless a decision or the pipeline's end forces one.
+- ``find_curation_run(runner_name)``: the running ``document-curation`` flow run whose pipeline
+  registers under ``runner_name`` (None when none); ``sidecar_run_of(curation_flow_run_id)``: the
+  sidecar subflow run it started; ``related_of(flow_run_id)``: a decision event's related
+  resources (the tuned flow run, its flow and deployment).
+- ``emit_decision(...)``: one event per decision the runner was handed (``trident.plan.applied`` /
+  ``.partial`` / ``.refused``), with sentence, figures, outcome and raw reason in its payload.
+- ``emit_scale(...)`` / ``scale_row(...)``: a scale decision that changed the request to Ray's autoscaler
+  as an event (``trident.scale.add`` / ``.give_back``: reason, nodes, predicted effect) and a row of the
+  decisions table (a plan's columns).
+- ``Publisher``: the ``trident-live-<runner>`` and ``trident-decisions-<runner>`` artifacts on the
+  tuned run (else the sidecar's own), created once and updated in place.
 """
 
 from __future__ import annotations
@@ -150,7 +142,11 @@ def scale_row(decision: ScaleDecision, measured_items_per_s: Optional[float], st
 
 
 class Publisher:
-    """Creates and updates the live-view and decisions artifacts of one tuned pipeline."""
+    """Creates and updates the live-view and decisions artifacts of one tuned pipeline.
+
+    Updates go straight to the API's PATCH: the client's ``update_artifact`` also emits an event per update,
+    which would flood the Event Feed with one per tick. They are made at most every ``live_every_s`` seconds
+    unless a decision or the pipeline's end forces one."""
 
     def __init__(self, runner_name: str, flow_run_id: Optional[str], live_every_s: float = 5.0) -> None:
         self.runner_name = runner_name

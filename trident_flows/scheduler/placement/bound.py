@@ -5,23 +5,11 @@ Contract:
 - ``rounding_bound(demands, prices, budget, eligible, t_lo, t_hi)`` returns ``U <= t_hi`` with
   ``T <= U`` for every integer placement whose resource use satisfies the surrogate row
   ``sum_key price(key) * replicas(key) + sum_options bw_price(option) * items_per_s(option)
-  <= budget``; every feasible placement does when ``prices``/``budget`` are a non-negative
-  combination of the MILP's class resource rows (CPUs, GPUs, host memory, bandwidth), so
-  ``U`` is a valid bound for *any* non-negative multipliers; the LP relaxation's row
-  duals make it tight.
-- Why it is stronger than the LP relaxation: the LP buys fractional replicas, the surrogate
-  buys whole ones, per operator at least ``work_per_item * T`` items/s at least cost
-  (``min_cost``), over every mix of its options (exact, by a Pareto frontier of
-  (capacity, cost) over whole replica counts of each option, ``_Frontier``). The pipeline
-  bound is the largest ``T`` whose summed least costs fit ``budget`` (bisection: the
-  summed cost rises with ``T``). ``t_lo`` (a reachable throughput) limits the search.
-- Relaxations (each keeps the bound valid): an option's replicas are priced on its
-  cheapest eligible class; per-class replica limits, ``max_replicas`` and node packing
-  are dropped (only each option's total replicas are capped by the sum of its classes'
-  limits); bandwidth is priced at the operator's cheapest per-item bandwidth price;
-  capacities are rounded up to a grid (``GRID``); an operator whose enumeration would
-  exceed ``MAX_PAIRS`` is priced with fractional replicas (``_Fractional``).
-- Pure numpy, no solver: 3-13 ms per instance at 16 nodes x 10 operators (measured).
+  <= budget``. Every feasible placement does when ``prices``/``budget`` are a non-negative
+  combination of the MILP's class resource rows, so ``U`` is valid for any non-negative
+  multipliers; the LP relaxation's row duals make it tight.
+- It buys whole replicas (where the LP relaxation buys fractional ones), with relaxations that
+  keep it valid. Pure numpy, no solver.
 """
 
 from __future__ import annotations
@@ -131,7 +119,18 @@ class _Fractional:
 
 def rounding_bound(demands: Sequence[OperatorDemand], prices: Mapping[Key, tuple[float, float]], budget: float,
                    eligible: Mapping[Key, int], t_lo: float, t_hi: float) -> float:
-    """The bound of the module docstring. ``prices[key]`` = (price of one replica, price of
+    """``U <= t_hi`` with ``T <= U`` for every integer placement satisfying the surrogate row (module docstring).
+
+    Why it is stronger than the LP relaxation: the LP buys fractional replicas, the surrogate buys whole ones,
+    per operator at least ``work_per_item * T`` items/s at least cost (``min_cost``), over every mix of its
+    options (exact, by a Pareto frontier of (capacity, cost) over whole replica counts of each option,
+    ``_Frontier``). The pipeline bound is the largest ``T`` whose summed least costs fit ``budget`` (bisection:
+    the summed cost rises with ``T``). Relaxations, each keeping the bound valid: an option's replicas are
+    priced on its cheapest eligible class; per-class replica limits, ``max_replicas`` and node packing are
+    dropped (only each option's total replicas are capped by the sum of its classes' limits); bandwidth is
+    priced at the operator's cheapest per-item bandwidth price; capacities are rounded up to a grid (``GRID``).
+
+    ``prices[key]`` = (price of one replica, price of
     one item/s of its bandwidth) of an eligible (operator, option, class); ``eligible[key]``
     its replica limit; ``t_lo`` a throughput known to be reachable (a feasible plan's),
     ``t_hi`` a known upper bound on T (the LP relaxation's). An operator whose enumeration

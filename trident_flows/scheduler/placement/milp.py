@@ -3,16 +3,13 @@
 Contract:
 - ``solve_placement(demands, cluster, current=None, solver=..., time_limit_s=1.0)`` returns a
   ``PlacementResult`` whose ``plan`` maximises the pipeline throughput ``T`` (input items/s) within
-  every node class's resources (the rows: ``formulation``); identical nodes form one class, and a
-  cluster of at most ``SPLIT_MAX_NODES`` nodes has a class per node.
-- Solve path: the LP relaxation (a bound) and a greedy plan (``greedy``); the greedy plan when it is
-  within ``GAP_REL`` of the bound (tightened by whole replicas), else HiGHS first among plans near the
-  bound, else the MILP warm-started from the greedy plan (``solvers``).
-- Every returned plan packs node by node (``placement.model.pack_cluster``): unplaced replicas are
-  dropped, their class shrunk by them and the greedy refills (at most ``MAX_REPAIRS`` times); then
-  replicas that do not raise throughput are trimmed (current ones last). Switching cost is left to
-  ``placement.transition_cost``. ``status`` "optimal" is within ``GAP_REL`` of the best bound,
-  "time_limit" the best plan found by ``time_limit_s``, with its gap.
+  every node class's resources (rows: ``formulation``); a cluster of at most ``SPLIT_MAX_NODES``
+  nodes has a class per node.
+- Solve path: the LP bound and a greedy plan (``greedy``), accepted within ``GAP_REL``; else HiGHS
+  among plans near the bound, else the MILP warm-started from the greedy plan (``solvers``).
+- Every returned plan packs node by node (``placement.model.pack_cluster``; repaired at most
+  ``MAX_REPAIRS`` times), with replicas that add no throughput trimmed. ``status`` "optimal" is
+  within ``GAP_REL`` of the best bound, "time_limit" the best plan by ``time_limit_s``, with its gap.
 - Bad input raises ``PlacementError`` naming the operator and resource, never a solver status code.
 """
 
@@ -150,7 +147,11 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
                     solver: str = DEFAULT_SOLVER, time_limit_s: float = 1.0, threads: int = 1) -> PlacementResult:
     """Solve the placement MILP; see the module docstring. ``time_limit_s`` bounds the whole
     call (all solves); at the limit the best plan found is returned with its status and gap.
-    Raises ``PlacementError``."""
+    Raises ``PlacementError``.
+
+    Packing repair: replicas that do not pack node by node are dropped, their class shrunk by them, and the
+    greedy refills (at most ``MAX_REPAIRS`` times); then replicas that do not raise throughput are trimmed,
+    current ones last. The cost of switching is left to ``placement.transition_cost``."""
     t0 = time.perf_counter()
     demands = list(demands)
     _validate(demands, cluster, solver)

@@ -1,37 +1,17 @@
-"""The resource and throughput model of a placement, shared by the MILP, the transition
-planner and the exhaustive-search check.
+"""The resource and throughput model of a placement, shared by the MILP, the transition planner and
+the exhaustive-search check (pure functions, no solver state).
 
-Contract (pure functions, no solver state):
-- A placement is ``Counts``: ``Key(operator, option, node_class) -> replicas`` (``option`` is the
-  index of the operator's ``PlacementOption``).
-- ``effective_gpus``: the GPU fraction a replica must request so that Ray's per-GPU
-  fraction accounting also keeps device memory within one GPU: a fractional replica
-  needing ``m`` bytes on a GPU of ``M`` bytes takes ``f = max(gpus, m / M)`` and requests
-  ``1 / floor(1 / f)``, so replicas sharing a GPU can never exceed its memory and the
-  aggregate GPU count equals what per-GPU packing of one kind of replica achieves.
-- ``ineligibility``: why an option cannot run on a node class, an ``Ineligibility`` (``None`` if it can).
-- ``usage_vector`` / ``class_capacity``: a replica's (CPUs, GPUs, host memory) and a
-  class's totals (the MILP's linear constraints).
-- ``pack_class``: packs a class's replicas onto its individual nodes and GPUs (even
-  spread, or first-fit decreasing); what does not fit is returned. Aggregate sums alone are not sound (a node's
-  CPUs can be stranded next to a full GPU), so every plan is checked with it.
-- ``throughput_of``: the pipeline throughput (input items/s) a placement sustains:
-  ``max T`` s.t. each operator's capacity >= work_per_item * T, capacities from the
-  concave curves and capped by host<->device bandwidth per class and by the network links
-  (an LP solved with highspy when a bandwidth can bind, a closed form otherwise).
-- Network (``network_edges``): when a class declares ``nic_bandwidth_bps`` and an operator
-  reads ``input_bytes_per_item`` > 0 from the operator before it, the items/s each operator
-  serves on each class (its "flow", summing to ``work_per_item * T``) set the bytes/s that edge
-  produces and consumes there; what a class both produces and consumes is read on the node
-  that holds it (the runner hands a batch to a replica on its node when one is free), the rest
-  crosses nodes: per class, bytes/s in and bytes/s out each <= ``nic_bandwidth_bps * count``.
-  A class of several nodes is taken as spread evenly over them (what ``pack_class`` tries
-  first), so its own nodes' traffic among themselves is not seen; a small cluster is modelled
-  node by node (``placement.milp``), where the rows are per node. A plan names node classes, not
-  nodes: among identical nodes, keeping producer and consumer together is left to the runtime's
-  node choice (it spreads replicas) and its dispatch (it prefers the replica beside the batch).
-- Resource fields of a ``NodeClass`` that are 0 (host memory, bandwidths) are "not
-  modelled": they do not constrain.
+Contract:
+- A placement is ``Counts``: ``Key(operator, option, node_class) -> replicas``.
+- ``effective_gpus``: the GPU fraction a replica requests so that Ray's per-GPU accounting also
+  keeps device memory within one GPU.
+- ``ineligibility``: why an option cannot run on a node class (an ``Ineligibility``, or None).
+- ``usage_vector`` / ``class_capacity``: a replica's (CPUs, GPUs, host memory) and a class's totals.
+- ``pack_class``: packs a class's replicas onto its nodes and GPUs and returns what does not fit;
+  aggregate sums alone are not sound (a node's CPUs can be stranded next to a full GPU).
+- ``throughput_of``: the input items/s a placement sustains (``max T`` with every operator's
+  capacity >= work_per_item * T, capped by host<->device bandwidth and, per ``network_edges``, the
+  network links). A ``NodeClass`` field that is 0 (memory, bandwidths) does not constrain.
 """
 
 from __future__ import annotations
@@ -71,8 +51,8 @@ def base_class(name: str) -> str:
 
 
 def effective_gpus(option: PlacementOption, node_class: NodeClass) -> float:
-    """GPUs one replica of ``option`` requests on ``node_class`` (see module docstring):
-    a fractional replica needing fraction ``f = max(gpus, device memory / GPU memory)``
+    """GPUs one replica of ``option`` requests on ``node_class``, so that Ray's per-GPU fraction
+    accounting also keeps device memory within one GPU: a fractional replica needing fraction ``f = max(gpus, device memory / GPU memory)``
     requests ``1 / floor(1 / f)``, i.e. the share of the GPU it really takes when as many
     as fit share one GPU, so aggregate GPU sums match per-GPU packing."""
     g = option.config.gpus
@@ -318,7 +298,17 @@ class NetworkEdge(NamedTuple):
 
 
 def network_edges(demands: Sequence[OperatorDemand], cluster: ClusterSpec) -> tuple[NetworkEdge, ...]:
-    """The edges whose traffic the network rows count: none unless a class declares ``nic_bandwidth_bps``."""
+    """The edges whose traffic the network rows count: none unless a class declares ``nic_bandwidth_bps``.
+
+    When a class declares ``nic_bandwidth_bps`` and an operator reads ``input_bytes_per_item`` > 0 from the
+    operator before it, the items/s each operator serves on each class (its "flow", summing to
+    ``work_per_item * T``) set the bytes/s that edge produces and consumes there; what a class both produces and
+    consumes is read on the node that holds it (the runner hands a batch to a replica on its node when one is
+    free), the rest crosses nodes: per class, bytes/s in and bytes/s out each <= ``nic_bandwidth_bps * count``.
+    A class of several nodes is taken as spread evenly over them (what ``pack_class`` tries first), so its own
+    nodes' traffic among themselves is not seen; a small cluster is modelled node by node (``placement.milp``).
+    A plan names node classes, not nodes: among identical nodes, keeping producer and consumer together is left
+    to the runtime's node choice (it spreads replicas) and its dispatch (it prefers the replica beside the batch)."""
     if not any(nc.nic_bandwidth_bps > 0 for nc in cluster.node_classes):
         return ()
     return tuple(NetworkEdge(i - 1, i, d.input_bytes_per_item, d.input_bytes_per_item * d.work_per_item / demands[i - 1].work_per_item)

@@ -3,26 +3,14 @@ roll out or wait.
 
 Contract (pure functions; applying a ``Transition`` is the runtime's job):
 - ``plan_transition(demands, cluster, current, plan, regime_duration_s)`` returns a
-  ``types.Transition`` whose steps (in the order of ``core.step_order.order_steps``, the one
-  the runner executes) START new replicas first and RETIRE old ones once the
-  operator's replacements are warm, bottleneck operators first, so capacity stays as high
-  as possible. Each START fits the free CPUs, GPUs and host memory of its node class at that
-  point; when a class is too full to start before retiring, the planner retires just enough
-  replicas there first (never an operator's last one while another choice exists) and
-  says so in the step and transition reasons.
-- Pricing: the rollout is simulated phase by phase (a START phase lasts the longest cold
-  start of its replicas, during which they add nothing; a RETIRE phase lasts the longest
-  drain, during which draining replicas take no new work). Items over the regime are
-  ``sum(T_phase * duration) + T_new * (rest of the regime)`` against ``T_now * duration``
-  when waiting. ``expected_gain`` = ``T_new - T_now`` (input items/s); the cost is the
-  items lost against an instant switch (``cost_items``); ``cold_start_cost_s`` the
-  replica-seconds spent warming up and draining; ``rollout_s`` the phases' summed length. ROLL_OUT when the gain over the regime exceeds
-  ``benefit_ratio`` x the cost (and the rollout beats waiting), else WAIT; both with reasons. A plan
-  that only starts replicas on free resources stops nothing running, and what it adds serves until a
-  later plan retires it: with ``run_left_s`` given it is priced over the run's time left when that is
-  longer than the regime's.
-- ``step_usage`` replays the steps and returns each class's resource use after every
-  step, for callers (and tests) that check limits hold throughout.
+  ``types.Transition``: steps in ``core.step_order.order_steps``' order (the one the runner
+  executes; starts before retires, each start fitting its node class at that point), priced by
+  simulating the rollout phase by phase (``expected_gain``, ``cost_items``,
+  ``cold_start_cost_s``, ``rollout_s``), with the verdict ROLL_OUT when the gain over the regime
+  (or the run's time left, for a plan that stops nothing) exceeds ``benefit_ratio`` x the cost,
+  else WAIT, and its reason.
+- ``step_usage`` replays the steps and returns each class's resource use after every step, for
+  callers (and tests) that check limits hold throughout.
 """
 
 from __future__ import annotations
@@ -67,7 +55,24 @@ def _usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, key: Key) ->
 
 def plan_transition(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current: CurrentPlacement, plan: Plan,
                     regime_duration_s: float, *, benefit_ratio: float = 1.0, run_left_s: float | None = None) -> Transition:
-    """Order and price the change from ``current`` to ``plan``; see the module docstring."""
+    """Order and price the change from ``current`` to ``plan``.
+
+    Steps START new replicas first and RETIRE old ones once the operator's replacements are warm, bottleneck
+    operators first, so capacity stays as high as possible. Each START fits the free CPUs, GPUs and host memory
+    of its node class at that point; when a class is too full to start before retiring, just enough replicas
+    retire there first (never an operator's last one while another choice exists), as the step and transition
+    reasons say.
+
+    Pricing: the rollout is simulated phase by phase (a START phase lasts the longest cold start of its
+    replicas, during which they add nothing; a RETIRE phase lasts the longest drain, during which draining
+    replicas take no new work). Items over the regime are ``sum(T_phase * duration) + T_new * (rest of the
+    regime)`` against ``T_now * duration`` when waiting. ``expected_gain`` = ``T_new - T_now`` (input items/s);
+    the cost is the items lost against an instant switch (``cost_items``); ``cold_start_cost_s`` the
+    replica-seconds spent warming up and draining; ``rollout_s`` the phases' summed length. ROLL_OUT when the
+    gain over the regime exceeds ``benefit_ratio`` x the cost (and the rollout beats waiting), else WAIT; both
+    with reasons. A plan that only starts replicas on free resources stops nothing running, and what it adds
+    serves until a later plan retires it: with ``run_left_s`` given it is priced over the run's time left when
+    that is longer than the regime's."""
     if not (regime_duration_s >= 0 and math.isfinite(regime_duration_s)):
         raise ValueError(f"regime_duration_s must be a finite number >= 0, got {regime_duration_s!r}")
     if run_left_s is not None and not (run_left_s >= 0 and math.isfinite(run_left_s)):
@@ -137,7 +142,7 @@ def _serving_throughput(demands: Sequence[OperatorDemand], cluster: ClusterSpec,
 
 def _priced(rollout: _Rollout, demands: Sequence[OperatorDemand], plan: Plan, t_now: float, t_new: float,
             regime_duration_s: float, benefit_ratio: float, run_left_s: float | None = None) -> Transition:
-    """The items the rollout gains and costs over the regime, and ROLL_OUT or WAIT (see the module docstring)."""
+    """The items the rollout gains and costs over the regime, and ROLL_OUT or WAIT (see ``plan_transition``)."""
     by_name = {d.name: d for d in demands}
     steps = rollout.steps
 

@@ -1,19 +1,15 @@
 """Inputs of the placement MILP.
 
 Contract:
-- ``PlacementOption``: one way to run an operator (an ``OpConfig``) with its predicted
-  throughput as a concave piecewise-linear function of replicas, its per-replica memory,
-  host<->device traffic, cold-start and drain seconds, and optionally the node classes
-  it may run on.
-- ``OperatorDemand``: an operator's candidate options, the work one pipeline input item
-  creates for it, and its replica limits.
-- ``CurrentPlacement``: what runs now (operator -> ``ReplicaGroup``s), the starting point
-  of a transition.
-- All are frozen dataclasses of plain data; constructors validate and raise ``ValueError``
-  naming the operator/field and what to change. Nothing here imports PuLP.
-
-Units: throughput in the operator's own items per second (e.g. chunks/s for an embedder),
-memory in bytes, bandwidth in bytes per operator item, times in seconds.
+- ``PlacementOption``: one way to run an operator (an ``OpConfig``) with its predicted throughput
+  as a concave piecewise-linear function of replicas, per-replica memory, host<->device traffic,
+  cold-start and drain seconds, and optionally the node classes it may run on.
+- ``OperatorDemand``: an operator's options, the work one input item creates for it, its replica
+  limits. ``CurrentPlacement``: what runs now (operator -> ``ReplicaGroup``s).
+- Frozen dataclasses of plain data; constructors validate and raise ``ValueError`` naming the
+  operator/field and what to change. Nothing here imports PuLP.
+- Units: throughput in the operator's own items per second, memory in bytes, bandwidth in bytes
+  per operator item, times in seconds.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """Canaries of the Trident policy: a config the optimiser proposes, tried on one extra replica before the placement may use it.
 
 Contract:
-- ``step(state, new, events, ended, tick)`` runs once a tick for every operator with a config space:
-  its optimiser is told its new measurements (``ConfigSearch.tell``), then its running canary is
-  judged, or it is noted as one that may be asked for a config. It returns the canary plans of the
-  tick by operator (a canary started, or one ended: the running groups with no canary), with an event
-  each; the ended ones are added to ``ended`` for the plan's rationale.
-- A canary is judged by ``canary.decide`` against the running replicas' samples since it started
-  (``canary_policy``): accepted, its config becomes a candidate of the placement
-  (``Operator.accepted``); rejected, its measurement is told to the optimiser; one that ran out of
-  memory makes its config unsafe. One that got no batch within ``canary_timeout_s`` is abandoned,
-  unless it holds a batch (it is measuring a slow one; ending it would wait for that batch anyway),
-  and the operator gets no other canary until its workload changes (``abandoned_here``).
-- At most one optimiser is asked per tick, the longest unasked (busiest first), and only when
-  canaries are on, the operator's model is fitted, no rollout is being verified, the placement has
-  settled (``settled``: its last solve found nothing worth rolling out, set by the arbiter), the
-  operator is busy at least ``canary_min_busy`` of the time and CPUs or GPUs are free. A proposal
-  starts as a canary only when it is new (not running, accepted or unsafe; a "seed" not of a device
-  the operator runs on), fits the free resources and the memory limit, its predicted batch time is at
-  most ``canary_max_batch_s`` (else the operator gets no other canary until its workload changes) and
-  the run has ``canary_payback`` x (the longest cold start + ``canary_timeout_s``) left (``needs_s``);
-  an operator whose proposal could not start is not asked again for ``reask_ticks`` ticks.
-- ``attach(state, plan, canaries, ended)`` adds the tick's canary plans to ``plan`` (a ``CANARY``
-  plan of them alone when ``plan`` is None); ``keeping(state, o)`` is ``o`` with the operator's canary
-  kept while it is still being measured (the placement's plans carry none).
-- ``exploring(state)``: canaries are on and some operator may still get one (one running, or busy
-  enough, not backed off, its optimiser not finished): the placement keeps one CPU free for it.
+- ``step(state, new, events, ended, tick)`` runs once a tick for every operator with a config
+  space: its optimiser is told its new measurements, its running canary is judged
+  (``canary.decide``: accepted configs become placement candidates, rejected ones are told to the
+  optimiser, an OOM makes the config unsafe, one with no batch in ``canary_timeout_s`` is
+  abandoned unless it holds one), and at most one optimiser is asked for a proposal. Returns the
+  tick's canary plans by operator, an event each; ended ones go to ``ended``.
+- A proposal starts only when the placement has ``settled``, nothing is verified, the operator is
+  busy enough, and the proposal is new, fits the free resources and memory limit, is fast enough
+  per batch and can pay back its start in the run's time left (``needs_s``).
+- ``attach(state, plan, canaries, ended)`` adds the canary plans to ``plan``; ``keeping(state, o)``
+  keeps a canary still being measured; ``exploring(state)``: some operator may still get one.
 """
 
 from __future__ import annotations

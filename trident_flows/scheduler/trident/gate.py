@@ -1,21 +1,15 @@
 """The evidence gate of the Trident policy: no placement before every operator has measured the workload.
 
 Contract:
-- ``passed(state)``: every operator has a fitted model, ``min_samples`` samples in its window and
-  ``min_config_samples`` samples since its workload last changed, or, once ``evidence_max_s``
-  seconds passed since that change, ``SLOW_EVIDENCE_SAMPLES`` of them (an operator that slow may take
-  minutes to finish the full count). An operator with no work left (``done_operators``: input
-  closed, nothing queued or in flight at it or upstream) takes no more samples and does not hold
-  the gate once its model is fitted. ``short_of_evidence(state)`` names the operators it waits for,
-  with their sample counts; ``waiting_reason(state)`` says so for the tick's record.
-- ``rearm_from(state, name, first_new_sample=None)`` re-arms the gate at ``name`` and every operator
-  downstream of it (the new items reach those next; the ones upstream have measured them already):
-  their count restarts at their current sample, and their clock at the first announcement of the
-  workload. ``first_new_sample`` is given when ``name``'s own detector found the change: the samples
-  from that one on count as evidence, and its clock keeps the time a change upstream announced it.
-- ``arm_on_stale(state, events)``: an operator whose model turns stale (``Models.is_stale``) saw a
-  heavier workload its features did not flag: the gate re-arms from it as for a regime change and
-  its model is due a refit; ``stale`` names the operators whose model is stale now.
+- ``passed(state)``: every operator has a fitted model, ``min_samples`` samples and
+  ``min_config_samples`` since its workload last changed (``SLOW_EVIDENCE_SAMPLES`` once
+  ``evidence_max_s`` passed); an operator with no work left does not hold it once fitted.
+  ``short_of_evidence(state)`` / ``waiting_reason(state)`` name the operators it waits for.
+- ``rearm_from(state, name, first_new_sample=None)`` re-arms the gate at ``name`` and every
+  operator downstream (the new items reach those next); with ``first_new_sample`` (``name``'s own
+  detector found it) the samples from there count as evidence.
+- ``arm_on_stale(state, events)``: a stale model (``Models.is_stale``) re-arms the gate as a regime
+  change would and is due a refit; ``stale`` names them.
 - ``changed_wall(name)``: the runner's ``wall_s`` at the operator's last workload change (-inf: none).
 """
 

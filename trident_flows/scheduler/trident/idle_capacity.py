@@ -2,28 +2,16 @@
 with work waiting and no replica free.
 
 Contract:
-- ``observe(state)`` (every tick) keeps each operator's occupancy (``occupancy.classify``), serving configs and
-  how many serving replicas hold a batch.
-- ``spare(state) -> {operator: replicas}``: CPU-only operators with no canary or draining replica, never
-  ``SATURATED`` over the last ``LEND_WINDOW`` x ``idle_growth_s`` seconds with unchanged serving configs,
-  whose replicas held a batch ``busy`` of them on average: ``replicas - max(min_replicas, ceil(busy /
-  LEND_UTILIZATION))`` can go. What stays serves twice today's pace: the pipeline speeds up when the
-  saturated operator grows.
-- ``plan(state) -> Plan | None``: the cluster's CPUs and GPUs that no replica holds (starting, serving,
-  draining or canary; one CPU kept for a canary while ``keep_cpu`` says so: where the placement keeps one) go to operators ``SATURATED``
-  in every tick of the last ``idle_growth_s`` seconds with unchanged serving configs (work waiting, every
-  serving replica holding a batch, nothing holding it back downstream; the first operator only when no other
-  is: its queue is the source's read-ahead, full whatever the pipeline needs): one replica of the operator's main
-  serving config (``replicas.main_config``) at a time, each to the operator with the most items queued per
-  replica, while the free CPUs and GPUs, its ``max_replicas`` and the nodes' declared host memory
-  (``memory_bound`` per replica, its ``memory_safety_margin`` kept free) hold. A config that is unsafe now
-  (``MemorySafety.unsafe``) is not grown; a GPU config only where the GPUs pack device by device
-  (``replicas.gpus_pack``). A CPU config short of CPUs takes them from the spare replicas (``spare``), one
-  replica at a time from the operator with the most spare. None when nothing is free or spare, or nothing waits.
-- A plan that stops no replica costs only the new replicas' cold starts and cannot slow another operator: an
-  ``IDLE_CAPACITY`` rollout, neither priced nor verified. One that takes spare replicas is a ``REBALANCE``
-  rollout, verified like a placement (rolled back when the pipeline measures slower). Each reason names the
-  operators, their queues, the free resources and the replicas taken. ``moves`` counts the replicas added.
+- ``observe(state)`` (every tick) keeps each operator's occupancy, serving configs and busy replicas.
+- ``spare(state) -> {operator: replicas}``: replicas of CPU-only operators never saturated over the
+  lending window that can go while what stays serves twice today's pace.
+- ``plan(state) -> Plan | None``: free CPUs and GPUs (one CPU kept for a canary while ``keep_cpu``
+  says so: where the placement keeps one), then spare replicas, go one replica at a time to operators saturated throughout the
+  last ``idle_growth_s`` (the first operator only when no other is), the one with most items queued
+  per replica first, within ``max_replicas``, declared host memory and GPU packing; never an unsafe
+  config. None when nothing is free or spare, or nothing waits.
+- A plan that stops no replica is an ``IDLE_CAPACITY`` rollout (neither priced nor verified); one
+  taking spare replicas a ``REBALANCE`` rollout, verified like a placement. ``moves`` counts replicas added.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """Trident's memory across runs: what one run of a pipeline learned, kept for the next run of it.
 
 Contract:
-- ``TridentMemory`` is plain data: the pipeline it belongs to (``PipelineIdentity``: its operators,
-  their classes, parameters and search spaces, hashed), the cluster it was learned on
-  (``ClusterShape``), per operator its latest measured batches (``BatchSample``; OOMs included:
-  where memory ran out) and measured cold starts per device, and the regimes seen (``RegimeEntry``:
-  the regime's mean item features at the source, each operator's allocation for it, the rate
-  predicted for it, how often it was seen, the input items the source read in it (``items``, over every
-  run; 0 in a memory written before it was counted) and the per-item features each operator measured on it).
-- ``save(memory, uri)`` writes it as versioned JSON (``SCHEMA``, ``VERSION``; never pickle: a memory
-  read from a shared bucket cannot run code) to a local path or any URI pyarrow's filesystems
-  open (``s3://``, ``gs://``, ...), atomically: a temporary object, then a move.
-- ``load(uri, pipeline, cluster) -> Loaded`` never raises for what it reads: no memory there is a
-  cold start without a warning; an unreadable, corrupt or other-version memory, or one of another
-  pipeline, is a cold start with a one-line ``warning``; one from a cluster of another shape keeps
-  its per-replica measurements and rescales each remembered allocation to the cluster (replica
-  counts by the ratio of CPUs, GPU groups by the ratio of GPUs; a regime whose allocation needs
-  GPUs the cluster lacks is dropped), saying so in the warning.
-- ``merged(memory, newer)`` is what the next run writes: the newest ``MAX_SAMPLES`` batches per
-  operator, the newest cold starts, regimes matched by signature (``same_regime``) and counted.
+- ``TridentMemory`` is plain data: the pipeline (``PipelineIdentity``, hashed), the cluster shape
+  (``ClusterShape``), per operator its latest batches (OOMs included) and cold starts per device,
+  and the regimes seen (``RegimeEntry``: source features, each operator's allocation, predicted
+  rate, times seen, items read in it, per-operator features).
+- ``save(memory, uri)`` writes versioned JSON (never pickle: a memory from a shared bucket cannot
+  run code) to a path or any pyarrow filesystem URI, atomically.
+- ``load(uri, pipeline, cluster) -> Loaded`` never raises for what it reads: a missing memory is a
+  silent cold start; an unreadable, other-version or other-pipeline one a cold start with a
+  ``warning``; one of another cluster shape keeps its measurements, its allocations rescaled
+  (replicas by the CPU ratio, GPU groups by the GPU ratio; a regime needing absent GPUs dropped).
+- ``merged(memory, newer)``: what the next run writes (newest ``MAX_SAMPLES`` batches and cold
+  starts, regimes matched by ``same_regime`` and counted).
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """Models of the Trident policy: each operator's samples into its window, its model refitted and calibrated.
 
 Contract:
-- ``observe(state, samples, tick)`` keeps the samples of the operators the runner names (at least one
-  item in), by operator, and returns them; it adds an ``Operator`` for every operator the runner names.
-  Each operator's newest samples go to its sliding window (``fed`` counts every one). Its model is
-  refitted once ``refit_min_samples`` new samples arrived since its last fit when its config epoch
-  changed, its window was cut at a change point or its workload moved (a features regime change, a
-  stale model): such refits are made at once. Otherwise once the new samples are ``refit_fraction``
-  of those the last fit used and ``refit_ticks`` ticks passed since that fit, for at most
-  1/``refit_ticks`` of the operators per tick, the longest unfitted first (operators that started
-  together would otherwise refit together). A model restored from the regime memory serves the tick
-  it was restored on. A failed fit keeps the previous one and raises ``RuntimeError`` naming the
-  operators once every due fit was tried.
-- ``calibrate(state, samples)``: every runner snapshot goes to an ``OccupancyTracker``; an operator
-  saturated for the last ``saturation_s`` seconds (its input queue non-empty, every serving replica
-  holding a batch) calibrates its model with the span of what it took then, so the capacities the
-  model reports are what the operator measurably can do. Spans are timed on the samples' clock (the
-  runner's ``wall_s`` plus its origin there, estimated from the newest sample ends).
-- ``fit_all(state, tick)``: every operator with samples its model has not been fitted on is refitted
-  now, whatever the refit schedule (the run ended: its memory is written from the newest models);
-  returns the failures, one string each.
-- ``is_stale(name)``: the calibration says the model over-predicts what the operator took while
-  saturated by more than ``stale_ratio``: it describes a workload that has passed.
-- ``calibration_step(model)``: the calibration in 10% (log) steps, None for none: a placement input that
-  changes only when the calibration moves by a step.
+- ``observe(state, samples, tick)`` keeps the samples of the operators the runner names, by
+  operator (adding an ``Operator`` for each), feeds their sliding windows and refits: at once after
+  ``refit_min_samples`` new samples when the config epoch changed, the window was cut or the
+  workload moved; else on a schedule (``refit_fraction``, ``refit_ticks``) spread over ticks. A
+  failed fit keeps the previous one and raises ``RuntimeError`` naming the operators.
+- ``calibrate(state, samples)``: an operator saturated for ``saturation_s`` calibrates its model
+  with what it took then (``OccupancyTracker``), so reported capacities are measurable.
+- ``fit_all(state, tick)`` refits every operator with new samples now (the run ended); returns the
+  failures. ``is_stale(name)``: the calibration says the model over-predicts by more than
+  ``stale_ratio``. ``calibration_step(model)``: the calibration in 10% (log) steps, or None.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """Per-operator state of the Trident policy: what it keeps about each operator between ticks.
 
 Contract:
-- ``Operator`` is one operator's state: its ``OperatorModel``, its ``RegimeDetector``, a sliding
-  ``window`` of ``(sequence number, BatchSample)`` (``fed`` counts every sample ever given; ``read``
-  holds the sequence numbers of the samples its detector read, the newest last), the bookkeeping of
-  its fits, its config optimisers per regime with the measurements not yet told, its canary, and
-  its accepted and unsafe configs. The parts of the policy read and write these fields.
-- ``Operators`` maps each operator's name to its ``Operator``, in the order first seen;
-  ``ensure(name)`` adds one with an empty model, a fresh detector and a window of ``window`` samples.
-  ``regime_key()`` names every operator's current regime (what a rolled-back plan is remembered
-  under).
-- ``ColdStarts`` keeps the longest cold start measured per (operator, device) from the runner's
-  replicas; ``cold_start(name, device)`` is that one, else the operator's longest on any device,
-  else ``default_s``; ``measured()`` and ``remember(measured)`` carry them across runs. ``drain_s(op)`` is what a retiring replica of ``op`` needs: two median batches.
-- ``replica_counts(groups)`` (replicas per config, sorted by label) and ``plan_key(plan)`` (a plan's
-  replicas per operator and config, hashable) compare placements.
+- ``Operator``: one operator's model, regime detector, sliding ``window`` of ``(sequence number,
+  BatchSample)`` (``fed``, ``read``), fit bookkeeping, optimisers per regime, canary, and accepted
+  and unsafe configs; the policy's parts read and write these fields.
+- ``Operators``: name -> ``Operator`` in first-seen order; ``ensure(name)`` adds a fresh one;
+  ``regime_key()`` names every operator's current regime.
+- ``ColdStarts``: the longest cold start per (operator, device); ``cold_start(name, device)``
+  falls back to any device, then ``default_s``; ``measured()`` / ``remember(measured)`` carry them
+  across runs; ``drain_s(op)``: two median batches.
+- ``replica_counts(groups)`` and ``plan_key(plan)`` compare placements.
 """
 
 from __future__ import annotations

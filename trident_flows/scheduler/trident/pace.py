@@ -1,20 +1,15 @@
 """The measured pace of the pipeline, tick by tick: what each operator and the whole pipeline got through.
 
 Contract:
-- ``Pace(spec)`` keeps the runner states of the last ticks (``history``, oldest first), the
-  end-to-end throughputs of the last ticks (``recent``: input items the whole pipeline finished per
-  second, ``throughput_measure.sustainable_throughput``; the verifier's baseline) and the input items/s
-  the first operator took over them (the intake).
-- A tick calls ``start_tick(state)`` first: it returns each operator's items in per second since the
-  last tick (since the start on the first) and the end-to-end throughput since the last tick (0.0 on
-  the first), and counts the intake. ``count(throughput)`` adds the end-to-end throughput to
-  ``recent`` once the verifier has compared with the ticks before; ``forget_baseline()`` empties
-  ``recent`` (the throughput before a regime change is no baseline for a plan made after it);
-  ``end_tick(state)`` keeps the state as the last tick's.
-- ``completion_rate()``: items/s the pipeline gets through, the larger of the median intake and the
-  median end-to-end throughput (once the input is all read the intake is 0); 0.0 before either.
-  ``run_left_s(state)``: seconds the input items not yet completed take at that rate; None for an
-  input of unknown size or before any rate is measured.
+- ``Pace(spec)`` keeps the last ticks' runner states (``history``), end-to-end throughputs
+  (``recent``: the verifier's baseline) and the first operator's intake.
+- ``start_tick(state)`` (first in a tick) returns each operator's items in per second and the
+  end-to-end throughput since the last tick (0.0 on the first); ``count(throughput)`` adds it to
+  ``recent`` after verification; ``forget_baseline()`` empties ``recent`` (a regime change);
+  ``end_tick(state)`` keeps the state.
+- ``completion_rate()``: the larger of the median intake and median throughput (0.0 before
+  either); ``run_left_s(state)``: seconds the items not yet completed take at it (None when the
+  input's size or any rate is unknown).
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """The placement step of the Trident policy: per operator its candidate configs as placement options, and the MILP's answer.
 
 Contract:
-- ``place(state, tick) -> Placed``: the operators' demands, the cluster they were placed on, the
-  solver's result, the running configs that are unsafe (``forced``: the placement must move them) and
-  notes for the plan's reason. Raises while an operator has no fitted model or no safe candidate with
-  a throughput prediction, or when the solver fails. It is solved again only when an input changed (a
-  refit or restored model, a regime, the running placement, the cluster, a stale, unsafe or accepted
-  config, a calibration step) or ``resolve_ticks`` ticks passed; in between the last answer is returned.
-- ``candidates(state, name)``: the running configs, the accepted canaries, the optimiser's best, the
-  regime memory's best and, for an unsafe running config, the next smaller batch. A candidate that
-  is unsafe, does not fit the cluster, or (not running, not accepted and no move off an unsafe config
-  under way) has fewer than ``min_config_samples`` samples is no option (the evidence gate). An
-  option's capacity curve is the model's lower confidence bound (``confidence_z``; the median for a
-  move off an unsafe config) of what more replicas add relative to the running ones, made concave;
-  with its memory upper bound, the operator's cold start on its device, its drain, and the bytes per
-  item the operator reads (``transfer_estimate``) for node classes that declare a link.
-- ``cluster_for_placement(state)``: the cluster minus what running canaries hold and, while an
-  operator may still get a canary (``Canaries.exploring``), one CPU kept free for it (on a single
-  node of the largest class, when that leaves a CPU per operator). ``keeps_canary_cpu(state)``: whether it keeps that CPU
-  now (idle capacity keeps the same CPU free, and no other).
-- ``replica_cap`` and ``placement_option`` are what the regime plans build their options with too.
-- ``solve``: the placement solver (``placement.milp.solve_placement``; tests swap in a failing one).
+- ``place(state, tick) -> Placed``: demands, cluster, the solver's result, the unsafe running
+  configs (``forced``) and notes. Raises while an operator has no fitted model or safe candidate,
+  or when the solver fails. Re-solved only when an input changed or ``resolve_ticks`` passed.
+- ``candidates(state, name)``: running configs, accepted canaries, the optimiser's and regime
+  memory's best and, off an unsafe config, the next smaller batch; unsafe, unfitting or
+  under-sampled (``min_config_samples``: the evidence gate) ones are no option. Capacity curves
+  are the model's lower confidence bound (``confidence_z``) of what more replicas add, made concave.
+- ``cluster_for_placement(state)``: the cluster minus running canaries and, while
+  ``Canaries.exploring``, one CPU kept free for a canary (on a single node of the largest class, when that
+  leaves a CPU per operator); ``keeps_canary_cpu(state)``: whether it keeps it now (idle capacity keeps the same).
+- ``replica_cap`` and ``placement_option`` serve the regime plans too; ``solve`` is the solver.
 """
 
 from __future__ import annotations

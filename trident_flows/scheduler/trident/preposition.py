@@ -1,24 +1,13 @@
 """Pre-positioning: each operator moved to a known regime's allocation before that regime's items reach it.
 
 Contract:
-- ``plan(state) -> Plan | None``: per operator, the segment of the input stream it will work on next
-  (``SourceRegimes``): the segment at its stream position, or the next one when the items before that
-  segment's first one take it (at the rate its stream position advanced over the last ticks) no longer than a new
-  replica takes to start (its cold start on the device, plus one tick). When that segment's regime
-  is remembered from an earlier run or was seen in an earlier segment of this run, and its
-  ``RegimePlan`` gives the operator other groups than it runs, the operator moves to them. A
-  regime in its first segment is left to the evidence gate and the placement (nothing is known of
-  it). A move that would hold more GPUs than the operator holds now is made only where it is known to
-  fit device by device (``replicas.gpus_pack``: one node, no device shared now, the allocation after the moves
-  packs its GPU shares onto the node's devices); otherwise it is left to the placement (a sum of GPU
-  fractions can fit where no device has room), and then no
-  operator is moved for that regime this tick (half a regime's allocation can be slower than none). Each
-  operator is moved at most once per segment and never back to an earlier segment
-  (``positioned``): what the placement changes after it stands. Groups with a config that is unsafe now are not moved to,
-  and an operator saturated now (work waiting, every serving replica busy: ``occupancy``) is not given fewer replicas
-  until it is not. When the moves together
-  need more CPUs or GPUs than the cluster has, only those that hold no more than the operator holds
-  now move; the rest wait for a later tick.
+- ``plan(state) -> Plan | None``: per operator, the segment it works on next (``SourceRegimes``:
+  the one at its stream position, or the next when it arrives within a cold start plus a tick);
+  when that segment's regime is known (an earlier run, or an earlier segment) and its
+  ``RegimePlan`` gives the operator other groups, the operator moves to them. Each operator moves
+  at most once per segment and never back (``positioned``); never to an unsafe config; a
+  saturated operator is not shrunk; GPU growth only where it packs device by device (else no
+  operator moves for that regime this tick); moves beyond the cluster's CPUs/GPUs wait.
 - The plan is a ``REGIME_PLAN`` rollout; its reason names the regime, where its items are and the
   plan's origin. ``moves`` counts the operators moved.
 """

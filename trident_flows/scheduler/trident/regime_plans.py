@@ -1,28 +1,17 @@
 """Regime plans: per known regime, the allocation of every operator that regime runs fastest with.
 
 Contract:
-- ``plan(state, regime, live) -> RegimePlan | None``: while the regime is ``live`` (an operator
-  works on its items now: the models are fresh on it), once every operator has a fitted model and
-  has run ``COVERED_ITEMS`` of the regime's items in this run (``Regime.covered``), the placement
-  MILP's answer for a pipeline whose every operator works on that regime's items. Each operator's
-  capacity curves are its model's at the per-item features it measured on those items, at the
-  median, scaled so that the config it ran most on them predicts the items per busy second measured
-  there (a window that moved on to other items extrapolates the level badly, the shape across
-  configs and replica counts less so). Candidates: the configs that ran ``COVERED_ITEMS`` of the
-  regime's items, the accepted canaries and the running ones, never an unsafe one; each operator's
-  bytes read per item as the placement step gives them (for node classes that declare a link). Solved again
-  when a model was refitted and ``RESOLVE_S`` runner seconds passed (after a solve that found
-  none, again ``RESOLVE_S`` later). Otherwise the last plan solved while it was live (the models of
-  a window that moved on to other regimes predict it worse), else the plan remembered from an
-  earlier run (``remember``), else None.
-- ``refresh(state, regimes, live)``, every tick, solves the live regimes' plans when due.
-- ``settle(state, regimes)``, at the run's end: a regime covered in this run that has no plan of this
-  run's models yet (a short run whose models were not ready while it was live) is solved once from
-  the models as they are now (fitted on the whole window), so that the next run remembers it; a
-  plan solved while its regime was live stands.
-- ``RegimePlan.groups`` maps each operator to its replicas per config; ``predicted`` is the MILP's
-  pipeline throughput (input items/s); ``origin`` says where it came from ("models" of this run or
-  "memory" of an earlier one).
+- ``plan(state, regime, live) -> RegimePlan | None``: while the regime is live and every operator
+  has a fitted model and ran ``COVERED_ITEMS`` of its items, the placement MILP's answer for a
+  pipeline working on that regime's items (capacity curves at the features measured there, scaled
+  to the rate measured there; candidates that ran it, accepted canaries and running configs, never
+  an unsafe one), re-solved after a refit at most every ``RESOLVE_S``; otherwise the last plan
+  solved while live, else the one remembered from an earlier run, else None.
+- ``refresh(state, regimes, live)`` solves the live regimes' plans when due, every tick;
+  ``settle(state, regimes)`` at the run's end solves once each covered regime without a plan, so
+  the next run remembers it.
+- ``RegimePlan.groups``: replicas per config per operator; ``predicted``: the MILP's input items/s;
+  ``origin``: "models" (this run) or "memory" (an earlier one).
 """
 
 from __future__ import annotations

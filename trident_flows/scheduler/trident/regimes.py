@@ -1,26 +1,17 @@
 """Regimes of the Trident policy: each operator's regime detector, the regime memory and the regime clock.
 
 Contract:
-- ``observe(state, new, events)`` gives each operator's regime detector its new samples with their
-  throughput residuals under the current model (``observe_many``: at most ``detector_samples`` of a
-  tick, evenly spaced, the first and the newest among them; ``Operator.read`` maps the detector's
-  sample numbers back to the window's) and reports each change as an event. Every change drops the
-  model's calibration (it measured another workload). A features change re-arms the evidence gate
-  from that operator on (the samples from its change point count as evidence), makes its model due a
-  refit and restarts its regime clock, recording the length of the regime that ended. A residual
-  change keeps the workload and the clock: the window keeps only the samples since the change point,
-  refitted at the next ones. A change to a regime seen before serves the remembered model
-  (``RegimeMemory``) at once. Every fit is remembered under its regime with the optimiser's best
-  config, once per fit and regime.
+- ``observe(state, new, events)`` feeds each operator's detector its new samples' residuals (at
+  most ``detector_samples`` a tick) and reports each change as an event. Every change drops the
+  model's calibration; a features change re-arms the evidence gate, makes the model due a refit
+  and restarts the regime clock; a residual change cuts the window at the change point; a change to
+  a regime seen before serves its remembered model (``RegimeMemory``) at once. Every fit is
+  remembered under its regime with the optimiser's best config.
 - ``expected_s(state, throughput)``: seconds a change made now can pay off: the current regime's
-  expected remaining time, capped by the time the input items left (not yet read + read and not yet
-  completed) take at ``throughput``. Once a regime has ended it is the mean over the past regimes
-  longer than this one so far of their length less its elapsed time, never less than that mean with
-  this one counted among them as lasting as long again as it has (one regime, while each past one was
-  recorded by every operator that saw it end). Before any has ended: the ``regime_duration_s`` prior
-  when given, else as long again as it has lasted (at least 1 s).
-- ``memory`` (``RegimeMemory``), ``started`` (each operator's regime start, runner ``wall_s``),
-  ``lengths`` (the ended regimes' lengths) and ``ends`` (ticks in which a regime ended) are its state.
+  expected remaining time (from the past regimes that outlasted it so far, never falling to 0
+  while it goes on; before any ended, ``regime_duration_s`` or as long again as it has lasted),
+  capped by the time the input items left take at ``throughput``.
+- State: ``memory``, ``started`` (runner ``wall_s``), ``lengths`` and ``ends``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """The Trident policy's memory across runs: read when the policy starts, written at regime ends and at the run's end.
 
 Contract:
-- ``RunMemory(uri, spec, cluster)`` reads ``memory.load(uri, ...)`` at once (``uri`` None: no memory,
-  nothing read or written). ``loaded`` is the memory read (None: a cold start) and ``warning`` the
-  one line ``load`` gave (a corrupt or unreadable file, another pipeline, a cluster of another shape).
-- ``seed(sources, plans, cold_starts)`` hands what was read to the parts: every remembered regime
-  to ``SourceRegimes`` (its signature and per-operator features), its allocation to ``RegimePlans``
-  (origin "memory") and the measured cold starts to ``ColdStarts``.
-- ``starting_allocation()``: the remembered regime with the most input items (then segments seen): what a
-  run starts in before its own first items are read (``TridentPolicy.starting_spec``); none when those items
-  would have taken under ``START_MIN_S`` at the plan's predicted rate.
-- ``write(state, ops, sources, plans, cold_starts, ended=False)`` writes ``memory.merged(loaded, this run)``
-  atomically: per operator the newest batches measured, the cold starts, and per regime with a plan
-  its signature, allocation, predicted rate, segments seen and per-operator features (``ended``: the
-  run is over, no regime is live, each keeps the plan solved last while it was). A write that
-  fails is returned as a one-line warning (the run goes on); ``writes`` counts the writes made.
+- ``RunMemory(uri, spec, cluster)`` reads ``memory.load`` at once (``uri`` None: nothing read or
+  written); ``loaded`` is the memory (None: cold start), ``warning`` the line ``load`` gave.
+- ``seed(sources, plans, cold_starts)`` hands the remembered regimes, their allocations (origin
+  "memory") and cold starts to the parts.
+- ``starting_allocation()``: the remembered regime with the most input items, what a run starts
+  in (``TridentPolicy.starting_spec``); none when its items take under ``START_MIN_S``.
+- ``write(state, ops, sources, plans, cold_starts, ended=False)`` writes ``memory.merged(loaded,
+  this run)`` atomically; a failed write is returned as a one-line warning (the run goes on);
+  ``writes`` counts them.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Regimes recognised at the source: the input stream cut into segments by the first operator's item features.
 
 Contract:
-- The first operator (the source: parse, probe) measures every input item's features before any
-  other operator receives it. ``observe(state, samples)`` reads its ok batches in arrival order as
-  runs of input items (``position``: input items read so far) and compares the per-item features of
-  the newest ``source_regime_items`` items with the current segment's signature: when they differ
-  (``memory.same_regime`` at ``source_regime_rel``) and the next window confirms the difference
-  (is like the first, or unlike both: the first straddled the boundary), a new segment starts at the
-  first item of the first unlike window, with the signature of the confirming one.
-  The new segment's regime is a known one whose signature matches (a regime seen earlier in the run or
-  remembered from an earlier run), else a new one. The first segment starts at item 0 once that many
-  items were read. Returns one ``TickEvent`` per new segment.
-- Each operator's ok batches of the tick are credited to the segment their items lie in: the source's
-  by its read count, any other's spread, in the order they ended, over the stream positions
-  (``throughput_measure.stream_positions``) the operator moved through since the last tick.
-  ``Regime.features[op]`` holds the per-item features the operator measured on that regime's items,
-  ``Regime.items[op]`` how many items they were, ``Regime.rate(op, config)`` the items one replica of
-  a config got through per busy second on them; ``Regime.covered(ops)`` says every operator measured it.
-- Segments start at strictly increasing input items; one ends where the next starts, the newest at ``position``.
-  ``at(position)`` is the segment an input item falls in (None before the first), ``next_after(position)``
-  the first segment starting after it; ``current`` is the segment at the source; ``live(state)`` the
-  regimes some operator works on now; ``known_ahead(state)`` the items of the last operator's segment read
-  and not yet taken by it; ``items_per_regime()`` the input items read in each regime so far.
+- ``observe(state, samples)`` reads the source operator's ok batches as runs of input items and
+  starts a new segment when the newest ``source_regime_items`` items' per-item features differ from
+  the current signature (``memory.same_regime`` at ``source_regime_rel``) and the next window
+  confirms it; the segment's regime is a known one with a matching signature (this run or
+  remembered), else a new one. Returns one ``TickEvent`` per new segment.
+- Every operator's ok batches are credited to the segments their items lie in (by stream
+  position); ``Regime.features`` / ``items`` / ``rate(op, config)`` / ``covered(ops)`` say what each
+  operator measured on a regime.
+- Segments start at strictly increasing input items: ``at(position)``, ``next_after(position)``,
+  ``current``, ``live(state)``, ``known_ahead(state)`` and ``items_per_regime()`` query them.
 - ``remember(signature, features)`` adds a regime known from an earlier run (``TridentMemory``).
 """
 

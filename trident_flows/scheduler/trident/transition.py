@@ -1,24 +1,17 @@
 """The transition step of the Trident policy: roll the MILP's plan out now, or wait, and why.
 
-Contract: ``decide(state, placed) -> Decision`` compares the MILP's plan (``PlacementStep.place``)
-with the running placement, operator by operator, the first rule that applies deciding:
-- no operator changes: nothing to do (hold ``OPTIMAL``);
-- with ``max_changes``, at most that many operators change, growing ones first, then the most
-  saturated, as long as the cluster's CPUs/GPUs hold (none fits: ``MAX_CHANGES``); the limited plan
-  is what is priced;
-- a plan rolled back before in the current regimes is not proposed again (``ROLLED_BACK_BEFORE``);
-- the change is ordered exactly as the runner will order it and priced (``plan_transition``) over the
-  time it can pay off: the current regime's expected remaining time (``Regimes.expected_s`` at the
-  completion rate, else at the MILP's throughput; at least the time the items of the last operator's
-  segment that the source already read take to pass it, ``SourceRegimes.known_ahead``) and the run's time left; a change that cannot be
-  ordered or priced is not issued (``CANNOT_PRICE``);
-- a plan that moves an operator off an unsafe running config rolls out whatever its gain (safety
-  comes before gain), with a ``MEMORY_SAFETY`` rationale and its price recorded;
-- otherwise it rolls out only when the pricing says ``ROLL_OUT`` (the items gained over the regime are
-  at least ``benefit_ratio`` times the items the switch costs; else ``NO_GAIN`` or ``DOES_NOT_PAY``) and
-  the predicted gain is at least ``min_gain`` of the current predicted throughput (else
-  ``UNDER_MIN_GAIN``), with a ``THROUGHPUT`` rationale: predicted throughput before and after,
-  rollout seconds, the items the switch costs, the bottlenecks.
+Contract: ``decide(state, placed) -> Decision`` compares the MILP's plan with the running
+placement; the first rule that applies decides:
+- no operator changes: hold ``OPTIMAL``;
+- with ``max_changes``, at most that many operators change (growing, then most saturated, first;
+  none fits: ``MAX_CHANGES``);
+- a plan rolled back before in the current regimes: ``ROLLED_BACK_BEFORE``;
+- the change is ordered as the runner orders it and priced over the time it can pay off (the
+  regime's expected remaining time, the items known ahead, the run's time left); unpriceable:
+  ``CANNOT_PRICE``;
+- moving off an unsafe config rolls out whatever its gain (``MEMORY_SAFETY``);
+- else ``ROLL_OUT`` only when the pricing says so (else ``NO_GAIN`` / ``DOES_NOT_PAY``) and the gain
+  is at least ``min_gain`` (else ``UNDER_MIN_GAIN``), with a ``THROUGHPUT`` rationale.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """The verifier of the Trident policy: a rollout is measured once in place and rolled back when it made things worse.
 
 Contract:
-- ``start(state, plan, predicted, before)`` puts a rolled-out ``plan`` under verification: ``before``
-  holds the end-to-end throughputs (input items/s) of the ticks before it; the groups each of its
-  operators serves now are what a rollback restores; it is remembered under the current regimes.
-  ``pending`` is the plan under verification (None: none).
-- ``verify(state, measured)`` is called every tick with that tick's end-to-end throughput and returns
-  what the verification says and the rollback plan, if any. The plan must be in place (its groups
-  running, every active replica warm) within ``apply_grace_ticks`` ticks, else it is dropped; then
-  settled (``placement_settled``: no replica of its operators draining, each with a finished batch),
-  waited for within the same grace, then measured anyway. The tick it is found in place still spans
-  the rollout; the next ``verify_ticks`` ticks are compared with the ticks before
-  (``worse_than_before``). A plan that made things worse is rolled back (the previous groups, the
-  running canaries kept, a ``ROLLBACK`` rationale with both measured figures) and remembered as
-  rejected in its regime, unless a features regime change was seen while it was measured
-  (``mark_workload_changed``), the throughput after is within ``VERIFY_TOLERANCE`` of what the previous
-  placement was predicted to do on the current workload, or the previous placement ran unsafe configs.
-- ``rejected(plan)``: the plan was rolled back before in the current regimes (not proposed again).
-- ``drop()`` ends a verification (a memory-safety move changes what it measures);
-  ``observe_apply(plan, outcome)`` ends it when the plan under verification did not land at all.
+- ``start(state, plan, predicted, before)`` puts a rolled-out plan under verification (``before``:
+  the end-to-end throughputs of the ticks before it); ``pending`` is that plan (None: none).
+- ``verify(state, measured)`` every tick returns what the verification says and the rollback plan,
+  if any: the plan must be in place within ``apply_grace_ticks`` (else dropped), settled, then the
+  next ``verify_ticks`` ticks are compared with those before. A worse plan is rolled back
+  (``ROLLBACK`` rationale, canaries kept) and remembered as rejected in its regime, unless the
+  workload changed meanwhile, the throughput is within ``VERIFY_TOLERANCE`` of the previous
+  placement's prediction, or the previous placement ran unsafe configs.
+- ``rejected(plan)``: rolled back before in the current regimes. ``drop()`` ends a verification;
+  ``observe_apply(plan, outcome)`` ends it when the plan did not land at all.
 """
 
 from __future__ import annotations
