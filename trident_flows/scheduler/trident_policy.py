@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
-from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind
+from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OperatorPlan, Plan, PlanKind
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import EventKind, TickEvent, TickRecord
 from trident_flows.scheduler.placement.milp import solve_placement
@@ -33,6 +33,7 @@ from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate
 from trident_flows.scheduler.trident.guarded_steps import GuardedSteps
 from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
+from trident_flows.scheduler.trident.memory_start import start_in
 from trident_flows.scheduler.trident.models import Models
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators, upper_median
 from trident_flows.scheduler.trident.pace import Pace
@@ -135,47 +136,16 @@ class TridentPolicy:
                 "prepositioned_moves": self.preposition.moves}
 
     def starting_spec(self, spec: Any) -> Any:
-        """``spec`` as the run should start it: with ``start_from_memory`` and a memory read, each operator whose
-        allocation for the remembered regime with the most items (``RunMemory.starting_allocation``) is one config
-        within its replica bounds starts in that config; an operator the memory gives more replicas starts with them,
-        and the CPUs and GPUs they need come from the operators it gives fewer, the largest surplus first, each
-        down to the memory's count and no further than the growth needs (the least change from the pipeline's own
-        configuration). Unchanged when nothing would change or the growth does not fit. ``started_from`` says
-        what was done, for the first tick's record."""
+        """``spec`` as the run should start it: with ``start_from_memory`` and a memory read, moved to the allocation of
+        the remembered regime with the most items (``RunMemory.starting_allocation``) with the least change
+        (``memory_start.start_in``). ``started_from`` says what was done, for the first tick's record."""
         entry, why = self.memory.starting_allocation() if self.settings.memory.start_from else (None, "")
         if entry is None or spec is None:
             return spec
-        remembered: dict[str, tuple[OpConfig, int]] = {}
-        for op in spec.operators:
-            groups = entry.allocation.get(op.name, ())
-            if len(groups) == 1 and op.min_replicas <= groups[0][1] <= op.max_replicas:
-                remembered[op.name] = groups[0]
-        target = {op.name: (remembered[op.name][0], max(op.replicas, remembered[op.name][1])) if op.name in remembered
-                  else (op.config, op.replicas) for op in spec.operators}
-        cluster = self.ctx.given_cluster
-
-        def over() -> bool:
-            return cluster is not None and (sum(c.cpus * n for c, n in target.values()) > cluster.total_cpus + 1e-9
-                                            or sum(c.gpus * n for c, n in target.values()) > cluster.total_gpus + 1e-9)
-
-        while over():
-            surplus = {name: target[name][1] - n for name, (_, n) in remembered.items() if target[name][1] > n}
-            if not surplus:
-                return spec
-            name = max(surplus, key=lambda k: (surplus[k], k))
-            target[name] = (target[name][0], target[name][1] - 1)
-        operators, moved = [], []
-        for op in spec.operators:
-            config, n = target[op.name]
-            if (config, n) != (op.config, op.replicas):
-                operators.append(replace(op, config=config, replicas=n))
-                moved.append(f"{op.name} {n}x{config.label()}")
-            else:
-                operators.append(op)
-        if not moved:
-            return spec
-        self.started_from = f"started from the memory: {why}: " + ", ".join(moved)
-        return replace(spec, operators=tuple(operators))
+        started, moved = start_in(spec, entry.allocation, self.ctx.given_cluster)
+        if moved:
+            self.started_from = f"started from the memory: {why}: " + ", ".join(moved)
+        return started
 
     def finish(self, state: RunnerState) -> None:
         """The run ended: its memory is written (when ``settings.memory.location`` names where), with every model fitted on
