@@ -117,3 +117,13 @@ def test_an_interval_with_a_replica_starting_is_not_read_as_the_clusters_rate(sc
     starting = replace(starting, operators=(replace(starting.operators[0], replicas=starting.operators[0].replicas + (cold,)),))
     d = s.step(starting)
     assert d.action == ScaleAction.KEEP and sent == []
+
+
+def test_rates_are_read_on_the_states_clock_when_the_state_is_older_than_the_decision(scaler):
+    s, clock, sent = scaler
+    s.items_total = 600
+    clock.t += 50
+    assert s.step(state(100, 50.0)).action == ScaleAction.KEEP
+    clock.t += 60  # an apply blocked the loop: the decision comes 60 s later, on a state read 5 s after the last one
+    d = s.step(state(110, 55.0))  # 10 items in the state's 5 s: still 2 items/s, 490 items in 245 s of 490
+    assert d.action == ScaleAction.KEEP and sent == []

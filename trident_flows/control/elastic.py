@@ -53,7 +53,7 @@ class ElasticScaler:
         self._last_running: dict[str, int] | None = None  # live pool nodes at the last decision
         self._last_serving: frozenset[str] = frozenset()  # the warm replicas at the last decision
         self._base_s = 0.0
-        self._warm_since: dict[str, float] = {}  # replica id -> when it was first seen warm (its busy fraction is since then)
+        self._warm_since: dict[str, float] = {}  # replica id -> the run second it was first seen warm (its busy fraction is since then)
 
     def counts(self, nodes: tuple[NodeState, ...]) -> dict[str, int]:
         """Live nodes per pool class (its custom resource marks a node)."""
@@ -79,7 +79,7 @@ class ElasticScaler:
         (``planning.advice.measured_demands``: each replica's busy fraction over the seconds since the scaler first
         saw it warm; at its first read, since the run's start less the replica's cold start) and asks
         ``planning.scale.decide_scale``, with the input items/s done since the last decision as the running nodes'
-        measured rate when the same nodes and the same warm replicas served all that interval, none is starting and
+        measured rate (seconds and items both read from the state, which may be older than the decision) when the same nodes and the same warm replicas served all that interval, none is starting and
         items were done in it (otherwise none: a replica in its cold start would read as a slow cluster; the
         decision rates the nodes with the planner's check). Until every operator has worked the decision is a
         ``WAIT`` and nothing is requested. A decision whose counts differ from the standing request is sent as
@@ -91,8 +91,9 @@ class ElasticScaler:
         if self._last_seen is not None:
             for c, n in running.items():
                 self.node_seconds[c] = self.node_seconds.get(c, 0.0) + n * (now - self._last_seen)
-        self._note_warm(state, now)
-        self._last_seen, self._base_s = now, state.wall_s
+        wall = state.wall_s  # the state's own clock: the state may be older than now (a tick's apply blocks the loop)
+        self._note_warm(state)
+        self._last_seen, self._base_s = now, wall
         if self._last_step is not None and now - self._last_step < self.interval_s and not state.finished:
             return None
         self._last_step = now
@@ -100,15 +101,15 @@ class ElasticScaler:
         serving = _serving(state)
         measured = None
         if (self._last_done is not None and self._last_running == running and self._last_serving == serving and not _starting(state)
-                and now > self._last_done[0] and done > self._last_done[1]):
-            measured = (done - self._last_done[1]) / (now - self._last_done[0])
+                and wall > self._last_done[0] and done > self._last_done[1]):
+            measured = (done - self._last_done[1]) / (wall - self._last_done[0])
         decision = self._decide(state, running, done, now, measured)
         self.rate_before = None
-        if self._last_done is not None and now > self._last_done[0]:
-            self.rate_before = (done - self._last_done[1]) / (now - self._last_done[0])
+        if self._last_done is not None and wall > self._last_done[0]:
+            self.rate_before = (done - self._last_done[1]) / (wall - self._last_done[0])
             if self.last is not None:
                 self._measured(self.rate_before)
-        self._last_done, self._last_running, self._last_serving = (now, done), dict(running), serving
+        self._last_done, self._last_running, self._last_serving = (wall, done), dict(running), serving
         self.last = decision
         if dict(decision.counts) != self.requested:
             self.request(bundles=self.pool.bundles(decision.counts))
@@ -122,20 +123,21 @@ class ElasticScaler:
         if items_left > 0 and (not state.operators or state.operators[0].items_in <= 0):
             return ScaleDecision(ScaleAction.WAIT, dict(self.requested), "no operator has worked yet: no rate to plan with", at=now)
         try:
-            demands = measured_demands(state, {rid: now - t for rid, t in self._warm_since.items()}) if items_left > 0 else []
+            demands = measured_demands(state, {rid: state.wall_s - t for rid, t in self._warm_since.items()}) if items_left > 0 else []
         except ValueError as exc:
             return ScaleDecision(ScaleAction.WAIT, dict(self.requested), f"{exc}: no rate to plan with", at=now)
         cpus, gpus, gpu_memory = self._base(state.nodes)
         return decide_scale(demands, self.pool, self.pool.base_node(cpus, gpus, gpu_memory), running, self.requested, items_left, now,
                             self.goal, self.spent, measured_items_per_s=measured)
 
-    def _note_warm(self, state: RunnerState, now: float) -> None:
-        """When each warm replica was first seen warm; at the first read, those warm already as if they started with the run."""
+    def _note_warm(self, state: RunnerState) -> None:
+        """The run second each warm replica was first seen warm; at the first read, those warm already as if they started with
+        the run (warm after their cold start)."""
         first = self._last_seen is None
         for op in state.operators:
             for r in op.replicas:
                 if r.warm and r.replica_id not in self._warm_since:
-                    self._warm_since[r.replica_id] = now - max(state.wall_s - r.cold_start_s, 0.0) if first else now
+                    self._warm_since[r.replica_id] = min(r.cold_start_s, state.wall_s) if first else state.wall_s
 
     def _measured(self, items_per_s: float) -> None:
         """The measured effect of the last decision (and of the logged one it is, if it changed the request)."""
