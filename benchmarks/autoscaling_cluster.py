@@ -2,21 +2,14 @@
 its autoscaler with) on a port and a temporary directory of its own, stopped without touching any other Ray.
 
 Contract:
-- ``OwnAutoscalingCluster(head_resources, worker_node_types, idle_timeout_minutes=0.1)``: Ray's class with
-  two changes. Its base config is written here (this Ray wheel does not ship the
-  ``fake_multi_node/example.yaml`` the class reads, nor the autoscaler under the provider's own type name:
-  the same provider class is named as an external module). ``start()`` runs ``ray start --head`` with the
-  class's autoscaling config and environment (autoscaler v2, ``RAY_FAKE_CLUSTER``) on a free port under a
-  fresh temporary directory, where Ray's ``start`` first runs ``ray stop --force``, which would stop every
-  Ray cluster of the user on the machine. ``shutdown()`` ends the processes whose command line names
-  that directory (the head's, and the worker nodes the autoscaler started: they take the head's
-  temporary directory), each by its id, and removes the directory.
-- ``address`` is the GCS address to ``ray.init(address=...)`` (never ``"auto"``). The cluster runs without
-  token authentication (``RAY_AUTH_MODE=disabled`` for its processes, whatever the caller's environment
-  says: Ray reads that mode once, at import, so a driver process cannot switch it afterwards).
-- ``status()`` is the autoscaler's own view (``ray.autoscaler.v2.sdk.get_cluster_status``): the live worker
-  nodes per node type, the standing ``request_resources`` bundles, the pending launches and the nodes
-  launched but not yet joined (``pending_nodes``, per node type).
+- ``OwnAutoscalingCluster(head_resources, worker_node_types, idle_timeout_minutes=0.1)``: ``start()`` starts
+  the head (autoscaler v2) on a free port under a fresh temporary directory, never stopping another Ray
+  cluster on the machine; ``shutdown()`` ends only this cluster's processes, each by its id, and removes the
+  directory.
+- ``address`` is the GCS address to ``ray.init(address=...)`` (never ``"auto"``); the cluster runs without
+  token authentication (``RAY_AUTH_MODE=disabled`` for its processes).
+- ``status()`` is the autoscaler's own view: the live worker nodes per node type, the standing
+  ``request_resources`` bundles, the pending launches and the nodes launched but not yet joined.
 """
 
 from __future__ import annotations
@@ -45,7 +38,11 @@ def _free_port() -> int:
 
 
 class OwnAutoscalingCluster(AutoscalingCluster):
-    """``AutoscalingCluster`` on its own port and directory (see the module docstring)."""
+    """``AutoscalingCluster`` on its own port and directory, with two changes. Its base config is written here (this Ray
+    wheel does not ship the ``fake_multi_node/example.yaml`` the class reads, nor the autoscaler under the provider's
+    own type name: the same provider class is named as an external module). ``start()`` runs ``ray start --head``
+    itself, where Ray's ``start`` first runs ``ray stop --force``, which would stop every Ray cluster of the user on
+    the machine."""
 
     def __init__(self, head_resources: dict[str, Any], worker_node_types: dict[str, Any], idle_timeout_minutes: float = 0.1) -> None:
         self.idle_timeout_minutes = idle_timeout_minutes
@@ -80,6 +77,9 @@ class OwnAutoscalingCluster(AutoscalingCluster):
         return self._config["provider"]["gcs_address"]
 
     def start(self, _system_config: dict[str, Any] | None = None, override_env: dict[str, str] | None = None) -> None:
+        """``ray start --head`` with the class's autoscaling config and environment (autoscaler v2, ``RAY_FAKE_CLUSTER``)
+        on ``port`` under ``temp_dir``; ``RAY_AUTH_MODE=disabled`` for its processes whatever the caller's environment
+        says (Ray reads that mode once, at import, so a driver process cannot switch it afterwards)."""
         from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 
         config = self.temp_dir / "autoscaling.json"
@@ -117,6 +117,8 @@ class OwnAutoscalingCluster(AutoscalingCluster):
         return pids
 
     def shutdown(self) -> None:
+        """End the processes whose command line names this cluster's directory (the head's, and the worker nodes the
+        autoscaler started: they take the head's temporary directory), each by its id, and remove the directory."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in self._own_pids():
                 try:
@@ -129,7 +131,9 @@ class OwnAutoscalingCluster(AutoscalingCluster):
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def status(self) -> dict[str, Any]:
-        """The autoscaler's view: live workers per node type, requested bundles, pending launches (see the module docstring)."""
+        """The autoscaler's view (``ray.autoscaler.v2.sdk.get_cluster_status``): live workers per node type, the standing
+        ``request_resources`` bundles, the pending launches and the nodes launched but not yet joined (``pending_nodes``,
+        per node type)."""
         from ray.autoscaler.v2.sdk import get_cluster_status
 
         status = get_cluster_status(self.address)

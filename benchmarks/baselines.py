@@ -2,18 +2,12 @@
 
 Contract:
 - ``tune_baselines(profile, layout, rows, blocks, cpus=, gpus=, ...) -> Baselines`` finds, for one
-  emulated pipeline on one stream:
-  - ``static-default``: the pipeline's own default sizing (``EmulatedLayout.default_stages``: one
-    replica per operator, GPU operators on the GPUs, the spare CPUs shared by the modelled cost of
-    the pipeline's *default* regime mix, not the stream's), for the cluster's CPUs and GPUs;
-  - ``static-first-n``: ``static_search.search_static`` on the mean features of the stream's first
-    ``first_n`` items (what a careful user profiles before a run);
-  - ``static-hindsight``: ``static_search.search_static_stream`` over the stream's blocks (the two
-    configurations above among its candidates): the best single static configuration for the whole
-    stream, found with the cost model and knowledge of the stream no user has.
-- ``Baselines.start(system)`` is the configuration a system starts from: its own for the three
-  static systems, ``static-default`` for every adaptive system and for Ray Data (``trident``,
-  ``ds2``, ``threshold``, ``ray-data-fixed``, ``ray-data-autoscaling``), as a user would run them.
+  emulated pipeline on one stream, ``static-default`` (the pipeline's own default sizing for the
+  cluster), ``static-first-n`` (the cost model's best static for the stream's first ``first_n`` items,
+  as a careful user profiles before a run) and ``static-hindsight`` (the best single static
+  configuration for the whole stream, with knowledge of the stream no user has).
+- ``Baselines.start(system)`` is the configuration a system starts from: its own for the three static
+  systems, ``static-default`` for every other system.
 - ``DEFINITIONS`` defines every system of the suite in one sentence.
 """
 
@@ -62,7 +56,9 @@ class Baselines:
     predicted_stream_items_per_s: Mapping[str, float]  # each config's predicted items/s over the whole stream
 
     def start(self, system: str) -> StaticConfig:
-        """The configuration ``system`` starts from (see the module docstring)."""
+        """The configuration ``system`` starts from: its own for the three static systems, ``static-default`` for every
+        adaptive system and for Ray Data (``trident``, ``ds2``, ``threshold``, ``ray-data-fixed``,
+        ``ray-data-autoscaling``), as a user would run them."""
         return self.configs.get(system, self.configs[STATIC_DEFAULT])
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,7 +69,13 @@ class Baselines:
 def tune_baselines(profile: PipelineProfile, layout: EmulatedLayout, rows: Sequence[Mapping[str, Any]],
                    blocks: Sequence[tuple[str, int, int]], *, cpus: int, gpus: int, device_memory_bytes: int,
                    gpu_batches: Sequence[int], cpu_batch: int, first_n: int) -> Baselines:
-    """``static-default``, ``static-first-n`` and ``static-hindsight`` for ``rows`` (see the module docstring)."""
+    """``static-default``, ``static-first-n`` and ``static-hindsight`` for ``rows``:
+    - ``static-default``: the pipeline's own default sizing (``EmulatedLayout.default_stages``: one replica per
+      operator, GPU operators on the GPUs, the spare CPUs shared by the modelled cost of the pipeline's *default*
+      regime mix, not the stream's), for the cluster's CPUs and GPUs;
+    - ``static-first-n``: ``static_search.search_static`` on the mean features of the stream's first ``first_n`` items;
+    - ``static-hindsight``: ``static_search.search_static_stream`` over the stream's blocks (the two configurations
+      above among its candidates), found with the cost model."""
     if not 1 <= first_n <= len(rows):
         raise ValueError(f"static-first-n: first_n={first_n} must lie in 1..{len(rows)} (the stream's items)")
     names = sorted({f for m in profile.workloads.values() for f in m})

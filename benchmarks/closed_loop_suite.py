@@ -1,40 +1,18 @@
 """Benchmark ``closed-loop-suite``: trident against the baselines a user would have and against two
 references that use knowledge no user has, on workloads where adaptive scheduling can pay and on two
-where it cannot; in the simulator (every system) and live (a subset).
+where it cannot (``suite_workloads.WORKLOADS``); in the simulator (every system, ``suite_sim``) and live.
 
-Contract of ``run(quick, sim=, previous=) -> BenchResult``: the report has two sections, ``sim`` and
-``live``; a run measures one (``sim=True``: ``--sim``) and keeps the other from ``previous`` (the report
-it replaces) with that section's provenance (``raw.OTHER_provenance``); ``raw.section`` names the
-section the report's own ``provenance`` belongs to.
-- Workloads (``suite_workloads``; one logical node of 16 CPUs (+ GPUs), a seeded stream of regime blocks):
-  - ``gpu-ocr``: documents with RapidOCR as the OCR engine (``profiles/documents-rapidocr.json``:
-    OCR measured on CPU, its GPU cost derived, see that profile), 16 CPUs + 2 GPUs, so OCR and
-    embedding compete for the GPUs; blocks born-digital ``short`` -> ``scans`` -> ``long`` (long
-    reports, born-digital with a few scanned pages: the mixed regime) -> ``short``;
-  - ``cpu-only``: documents (tesseract) on 16 CPUs and no GPU, the same blocks;
-  - ``docs-baseline`` / ``video-baseline``: the streams of ``closed-loop`` / ``closed-loop-video``
-    (16 CPUs + 2 GPUs), kept as the cases with little headroom;
-  - ``video``: video on 16 CPUs + 2 GPUs, blocks ``small`` -> ``hd`` -> ``long`` -> ``small``.
-- ``sim`` (``suite_sim``, SIMULATED): static-default, threshold, ds2 and trident, the best static in
-  hindsight S* (``static-hindsight``) and the per-regime oracle O, both searched in the simulator in
-  the space trident searches; per workload ``headroom`` (O / S*), ``t_over_oracle``,
-  ``gain_captured`` ((T - S*) / (O - S*)), trident's ratios to the baselines, OOMs, items lost, and
-  whether any system beat O by more than 2% (see ``suite_sim``).
-- ``live`` (``SYSTEMS``; one sentence each in ``baselines.DEFINITIONS``): every system on every
-  chosen workload, interleaved and rotated within each repeat: ``static-default``, ``static-hindsight``
-  (S* as the sim section found it for the same stream; the cost model's choice when there is none),
-  ``oracle`` (the sim section's per-block allocations, switched as each block reaches each
-  operator; it needs the sim section), ``trident``, ``ds2``, ``threshold`` (policies of this
-  runtime, starting from static-default), ``ray-data-fixed`` and ``ray-data-autoscaling``. The
-  memory-spike variant (the middle 80% of the first ``long`` block at 5x memory per item) runs every
-  system but the oracle in a full run, static-default and trident with ``--quick``. cosmos-xenna is
-  not in the suite: its autoscaler cannot start from given worker counts (a fixed ``num_workers``
-  turns it off). Per workload the sim section's keys measured live (O = the oracle's median run,
-  never below S*), ``trident_vs_ray_data_autoscaling`` and ``model_headroom`` (the cost model's
-  whole-replica bound, ``headroom.headroom``). ``None`` where a system could not run (its error is in
-  ``raw``). Throughput is ``closed_loop``'s (input items / (first to last output)).
-- The figure (live) has one row per workload: completed items/s over time of each system's median
-  run, shaded by the regime trident's last operator works on, and trident's replicas per operator.
+Contract of ``run(quick, sim=, previous=) -> BenchResult``:
+- The report has two sections, ``sim`` and ``live``; a run measures one and keeps the other from
+  ``previous`` with that section's provenance (``sections``).
+- Systems (``SYSTEMS``; one sentence each in ``baselines.DEFINITIONS``): ``static-default`` (the
+  pipeline's default sizing, never changed); ``threshold``, ``ds2`` and ``trident`` (policies of this
+  runtime); ``static-hindsight`` (S*: the best single static allocation for the whole stream, found in
+  the simulator); ``oracle`` (O: each regime block's best allocation, switched as the block arrives);
+  ``ray-data-fixed`` and ``ray-data-autoscaling`` (plain Ray Data, fixed and autoscaling actor pools).
+- Summary per workload (``summarise``, ``suite_sim.summarise``): ``headroom`` (O / S*), ``t_over_oracle``,
+  ``gain_captured``, trident's ratios to the baselines, ``trident_ooms``, ``items_lost`` (None: a system
+  could not run). Targets (``targets``): no system beats O by over 2%, no trident OOM, no item lost.
 """
 
 from __future__ import annotations
@@ -134,8 +112,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], model_headroom: float) -> dict[str, Any]:
-    """The live summary keys of one workload (see the module docstring): O is the oracle's median run where it ran, never
-    below S* (static-hindsight's)."""
+    """The live summary keys of one workload: the sim section's keys (``suite_sim.summarise``) measured live, with O the
+    oracle's median run where it ran, never below S* (static-hindsight's); ``trident_vs_ray_data_autoscaling``; and
+    ``model_headroom`` (the cost model's whole-replica bound, ``headroom.headroom``). Throughput is ``closed_loop``'s
+    (input items / (first to last output)); ``None`` where a system could not run (its error is in ``raw``)."""
     tp = {s: v["items_per_s_median"] for s, v in per_system(main).items()}
     t, s_star = tp.get("trident"), tp.get(STATIC_HINDSIGHT)
     o = max(tp["oracle"], s_star or 0.0) if tp.get("oracle") else None
@@ -159,11 +139,16 @@ def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], model_head
 def run(quick: bool = False, *, sim: bool = False, jobs: int | None = None, previous: Path | None = None,
         workloads: Sequence[str] = WORKLOADS, repeats: int | None = None, systems: Sequence[str] = SYSTEMS,
         spike_systems: Sequence[str] | None = None, log: Any = print) -> BenchResult:
-    """The benchmark (see the module docstring): its live section, or with ``sim`` its simulated section
-    (``suite_sim``, ``jobs`` worker processes); the other section is kept from ``previous`` (the report
-    this run replaces). ``quick``: blocks of ``QUICK_BLOCK_S`` s, the baseline workloads' quick streams,
-    one repeat, the spike variant for static-default and trident only. ``systems`` / ``spike_systems``
-    run a subset (the others' figures are then None)."""
+    """The benchmark: its live section, or with ``sim`` its simulated section (``suite_sim``, ``jobs`` worker
+    processes); the other section is kept from ``previous`` (the report this run replaces).
+
+    Live, every system runs on every chosen workload, interleaved and rotated within each repeat; ``static-hindsight``
+    and ``oracle`` run the allocations the sim section found for the same stream (``run_one``); ``threshold``, ``ds2``
+    and ``trident`` start from static-default. The memory-spike variant (the middle 80% of the first ``long`` block at
+    5x memory per item) runs every system but the oracle (``SPIKE_SYSTEMS``). cosmos-xenna is not in the suite: its
+    autoscaler cannot start from given worker counts (a fixed ``num_workers`` turns it off). ``quick``: blocks of
+    ``QUICK_BLOCK_S`` s, the baseline workloads' quick streams, one repeat, the spike variant for static-default and
+    trident only. ``systems`` / ``spike_systems`` run a subset (the others' figures are then None)."""
     if sim:
         return _run_sim(quick, workloads, jobs or 1, previous, log)
     return _run_live(quick, workloads, repeats, systems, spike_systems, previous, log)
@@ -337,6 +322,8 @@ def _notes(results: Mapping[str, Mapping[str, Any]], quick: bool, repeats: int) 
 
 # ---------------------------------------------------------------------------- figure
 def figure(results: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The live figure, one row per workload: completed items/s over time of each system's median run, shaded by the
+    regime trident's last operator works on, and trident's replicas per operator."""
     import matplotlib
 
     matplotlib.use("Agg")

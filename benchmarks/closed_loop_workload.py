@@ -2,17 +2,13 @@
 
 Contract:
 - The emulated cluster every closed-loop run uses: one logical node of ``CPUS`` CPUs + ``GPUS``
-  emulated GPUs of ``DEVICE_MEMORY`` each; the static search tries ``GPU_BATCHES`` on GPU and
-  ``CPU_BATCH`` on CPU.
+  emulated GPUs of ``DEVICE_MEMORY`` each.
 - ``Workload``: a seeded input stream (regime schedule, time scale, optional memory spikes) that
   yields its rows, its blocks and the emulated ``PipelineSpec`` of a static configuration.
-- ``PIPELINES``: the emulated pipelines a closed-loop run can use (``BenchPipeline``: profile,
-  schedules, time scales, spike regime, figure colours); ``workloads(quick, pipeline)``: the regimes
-  stream and its memory-spike variant (``SPIKE_FACTOR`` x memory per item).
-- ``tune(profile, workload) -> Tuning``: static-avg (cost-model search on the mean features of a
-  seeded 10% sample), static-large (the same replicas at the largest GPU batch that fits) and the
-  best static configuration of each regime (the oracle's).
-- ``model_headroom``: what switching to each regime's best configuration for free would gain over
+- ``PIPELINES``: the emulated pipelines a closed-loop run can use (``BenchPipeline``);
+  ``workloads(quick, pipeline)``: the regimes stream and its memory-spike variant.
+- ``tune(profile, workload) -> Tuning``: static-avg, static-large and each regime's best static
+  configuration (the oracle's); ``model_headroom``: what switching to those for free would gain over
   static-avg by the cost model. Nothing here starts Ray.
 """
 
@@ -94,7 +90,8 @@ PIPELINES: dict[str, BenchPipeline] = {
 
 
 def workloads(quick: bool, pipeline: BenchPipeline = PIPELINES["documents"]) -> tuple[Workload, Workload]:
-    """The regimes workload and its memory-spike variant (spikes: the middle 80% of the spike regime's first block)."""
+    """The regimes workload and its memory-spike variant (spikes: the middle 80% of the spike regime's first block at
+    ``SPIKE_FACTOR`` x memory per item)."""
     regimes = pipeline.quick_regimes if quick else pipeline.regimes
     scale = pipeline.quick_time_scale if quick else pipeline.time_scale
     base = Workload("regimes", regimes, seed=11, time_scale=scale)
@@ -122,7 +119,9 @@ class Tuning:
 
 
 def tune(profile: PipelineProfile, workload: Workload, sample_fraction: float = 0.1, cpus: int = CPUS, gpus: int = GPUS) -> Tuning:
-    """static-avg, static-large and the oracle's per-regime configs (see the module docstring)."""
+    """static-avg (cost-model search on the mean features of a seeded ``sample_fraction`` sample of the stream),
+    static-large (the same replicas at the largest GPU batch that fits) and the best static configuration of each
+    regime (the oracle's). The static search tries ``GPU_BATCHES`` on GPU and ``CPU_BATCH`` on CPU."""
     rows = workload.rows(profile)
     rng = np.random.default_rng(workload.seed + 1)
     sample = [rows[i] for i in sorted(rng.choice(len(rows), max(1, int(len(rows) * sample_fraction)), replace=False))]

@@ -4,16 +4,10 @@ Contract:
 - ``CORPORA``: ``documents-corpus`` (``pipelines.corpus_documents`` on the documents profile) and
   ``video-corpus`` (``pipelines.corpus_video`` on the video profile), each on nodes of ``CPUS`` CPUs
   + ``GPUS`` GPUs of ``DEVICE_MEMORY`` (the closed-loop benchmarks' node).
-- ``corpus_workload(name, quick, nodes=1) -> (headroom.Workload, CorpusStream)``: the profile with
-  each corpus source's mean item as a regime (``profile`` of the model), the stream's blocks
-  (``SHARDS`` shards of the model's shard size, seeded, consecutive shards of one source merged),
-  the cluster scaled to ``nodes`` nodes, and the workload's ``sources`` (the published figures' pages).
-- ``CorpusStream`` has the fields and methods of ``closed_loop_workload.Workload`` that the
-  simulated headroom uses (``replace(stream, regimes=...)``, ``blocks``, ``rows``, ``spec``), but its
-  rows are the corpus model's per-item draws (heavy tails and all), not Gamma draws around the
-  regime means: the simulator runs the corpus's own items.
-- ``distributions_figure(name)``: per source, the drawn distributions next to the published figures
-  they come from (docs/corpus-documents.png, docs/corpus-video.png).
+- ``corpus_workload(name, quick, nodes=1) -> (headroom.Workload, CorpusStream)``: the headroom workload
+  (each corpus source a regime, the cluster scaled to ``nodes`` nodes, its ``sources`` the published
+  figures' pages) and the stream the simulator runs, whose rows are the corpus model's own items.
+- ``distributions_figure(name)``: per source, the drawn distributions next to the published figures.
 """
 
 from __future__ import annotations
@@ -48,7 +42,10 @@ CORPORA = {"documents-corpus": Corpus(corpus_documents, "documents", 40, 8),
 
 @dataclass(frozen=True)
 class CorpusStream:
-    """A seeded stream of corpus items following a block schedule (see the module docstring)."""
+    """A seeded stream of corpus items following a block schedule. It has the fields and methods of
+    ``closed_loop_workload.Workload`` that the simulated headroom uses (``replace(stream, regimes=...)``, ``blocks``,
+    ``rows``, ``spec``), but its rows are the corpus model's per-item draws (heavy tails and all), not Gamma draws
+    around the regime means: the simulator runs the corpus's own items."""
 
     corpus: str
     variant: str
@@ -78,7 +75,10 @@ class CorpusStream:
 
 
 def corpus_workload(name: str, quick: bool, nodes: int = 1) -> tuple[headroom.Workload, CorpusStream]:
-    """The headroom workload and the simulated stream of corpus ``name`` (module docstring)."""
+    """The headroom workload and the simulated stream of corpus ``name``: the profile with each corpus source's mean
+    item as a regime (``profile`` of the model), the stream's blocks (``shards`` shards of the model's shard size,
+    seeded, consecutive shards of one source merged; ``quick_shards`` with ``quick``), the cluster scaled to ``nodes``
+    nodes, and the workload's ``sources`` (the published figures' pages)."""
     if name not in CORPORA:
         raise ValueError(f"unknown corpus workload {name!r}; choose from {sorted(CORPORA)}")
     corpus = CORPORA[name]
@@ -99,7 +99,8 @@ def figures_of(name: str) -> list[dict[str, Any]]:
 
 
 def distributions_figure(name: str, sample: int = 20_000):
-    """Per source, the drawn distributions with the published figures marked (module docstring)."""
+    """Per source, the drawn distributions with the published figures they come from marked (docs/corpus-documents.png,
+    docs/corpus-video.png)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -2,36 +2,17 @@
 cost the capacity planner gives for it, and give them back at the end?
 
 Contract of ``run(quick) -> BenchResult``:
-- Cluster: Ray's local autoscaling cluster (``autoscaling_cluster.OwnAutoscalingCluster``, the fake
-  multi-node provider) with a head of ``HEAD_CPUS`` logical CPUs and one worker node type ``c1`` of 1 CPU
-  (at most ``MAX_WORKERS``, idle nodes ended after ``IDLE_TIMEOUT_MIN``). Node prices (``PRICES``) and the
-  start-up a new node pays before it works (``STARTUP_S``) are declared, not measured: the catalogue
-  trident's ``ElasticScaler`` and the planner both read (``POOL``).
-- Workload: the emulated documents pipeline (cost model ``profiles/documents.json``), ``short`` documents
-  only, at time scale 1 (operators sleep their modelled seconds), started in the capacity planner's
-  placement for the head alone (``planner.PlacementChecker``, ``simcheck.planned_spec``), under the trident policy
-  in the control loop with an ``ElasticScaler`` (its default 15 s interval).
-- Run ``needs-nodes``: ``ITEMS`` items due ``DEADLINE_S`` after the run starts, which the head alone
-  misses by a clear margin; then, once its workers are gone, run ``head-suffices``: ``ITEMS_SMALL`` items due
-  ``DEADLINE_SMALL_S`` after it starts (the head alone finishes well before). ``quick`` runs smaller
-  sizes of both.
-- Measured from Ray's autoscaler state (``node_timeline.NodeSampler``, a read every ``SAMPLE_S``), not
-  from trident's bookkeeping: worker nodes alive and pending, the bundles requested. Per run: the time
-  its last item was done; ``deadline_met``; ``nodes_requested`` (the most nodes trident asked for at once,
-  or Ray saw requested, whichever is more); its node cost (the head's price over the run's wall time from
-  start to the run's end, plus each worker's price over the seconds Ray reported it pending or alive,
-  idle time after the end included); ``idle_node_s_after_end`` (worker node-seconds alive after the run
-  ended, until they are gone or ``GONE_WAIT_S`` passed); ``requests_left_after_end`` (bundles Ray still
-  holds requested, read right after the run ended).
-- The planner's price: the capacity planner's checked clusters of the head and 0..``MAX_WORKERS`` c1 nodes
-  for the run's items from the cost model (``cheapest_meeting``: the least job cost, the catalogue's
-  start-up included, among those finishing within the deadline); ``cost_vs_planner`` = the run's node
-  cost over it (target within 10%).
-- Summary targets: ``deadline_met`` (== 1), ``nodes_requested`` (> 0), ``cost_vs_planner`` (<= 1.1) and
-  ``cost_vs_planner_error`` (<= 0.1), ``idle_node_s_after_end`` (<= 60), ``requests_left_after_end`` (== 0),
-  ``nodes_requested_when_head_suffices`` (== 0).
-- The figure: per run, worker nodes alive and requested (Ray's view) and the items done per second over
-  time, the deadline and the run's end marked.
+- Cluster: Ray's local autoscaling cluster (fake multi-node provider): a head of ``HEAD_CPUS`` CPUs and up to
+  ``MAX_WORKERS`` 1-CPU ``c1`` workers; prices (``PRICES``) and start-up (``STARTUP_S``) are declared (``POOL``).
+- Workload: the emulated documents pipeline, ``short`` documents, started in the planner's placement for the
+  head alone, under trident with an ``ElasticScaler``. Runs: ``needs-nodes`` (``ITEMS`` due in ``DEADLINE_S``,
+  which the head alone misses), then ``head-suffices`` (``ITEMS_SMALL`` due in ``DEADLINE_SMALL_S``).
+- Baseline: the planner's price, the cheapest checked cluster of the head and 0..``MAX_WORKERS`` workers that
+  finishes within the deadline (``cheapest_meeting``). Figures are read from Ray's autoscaler state, not from
+  trident's bookkeeping (``figures_of``).
+- Summary targets: ``deadline_met`` (== 1), ``nodes_requested`` (> 0), ``cost_vs_planner`` (run's node cost /
+  planner's, <= 1.1) and ``cost_vs_planner_error`` (<= 0.1), ``idle_node_s_after_end`` (<= 60),
+  ``requests_left_after_end`` (== 0), ``nodes_requested_when_head_suffices`` (== 0).
 """
 
 from __future__ import annotations
@@ -87,7 +68,8 @@ WORKERS = {WORKER: {"resources": {"CPU": 1, WORKER: 1, "object_store_memory": 80
 
 
 def cheapest_meeting(options: Sequence[ClusterOption], deadline_s: float) -> ClusterOption | None:
-    """The planner's option of least job cost finishing within ``deadline_s`` (start-up included), None when none does."""
+    """The planner's option of least job cost finishing within ``deadline_s`` (the catalogue's start-up included), None
+    when none does: the price ``cost_vs_planner`` divides the run's node cost by."""
     meeting = [o for o in options if o.hours * 3600 <= deadline_s]
     return min(meeting, key=lambda o: (o.cost, o.hours)) if meeting else None
 
@@ -122,7 +104,10 @@ class Case:
 
 
 def run_case(case: Case, cluster: OwnAutoscalingCluster, work: Path, log: Any) -> Case:
-    """Run ``case`` on ``cluster`` to its end and wait for its workers to go (see the module docstring)."""
+    """Run ``case`` on ``cluster`` to its end and wait for its workers to go (at most ``GONE_WAIT_S``): the emulated
+    documents pipeline at time scale 1 (operators sleep their modelled seconds), started in the capacity planner's
+    placement for the head alone (``planner.PlacementChecker``, ``simcheck.planned_spec``), under the trident policy in
+    the control loop with an ``ElasticScaler`` (its default 15 s interval)."""
     workload = from_regimes("documents", f"{REGIME}:{case.items}")
     head_plan = planner_options(case.items)[0].plan
     spec, _ = planned_spec(workload, head_plan, case.items, HEAD_CPUS + MAX_WORKERS, time_scale=TIME_SCALE)
@@ -152,7 +137,13 @@ def run_case(case: Case, cluster: OwnAutoscalingCluster, work: Path, log: Any) -
 
 
 def figures_of(case: Case, samples: Sequence[NodeSample]) -> dict[str, Any]:
-    """A run's summary figures and raw measurements from Ray's autoscaler samples (see the module docstring)."""
+    """A run's summary figures and raw measurements from Ray's autoscaler samples (``node_timeline.NodeSampler``, a read
+    every ``SAMPLE_S``): worker nodes alive and pending, the bundles requested. ``finish_s``: when its last item was
+    done; ``deadline_met``; ``nodes_requested``: the most nodes trident asked for at once, or Ray saw requested,
+    whichever is more; ``cost``: the head's price over the run's wall time from start to the run's end, plus each
+    worker's price over the seconds Ray reported it pending or alive, idle time after the end included;
+    ``idle_node_s_after_end``: worker node-seconds alive after the run ended, until they are gone or ``GONE_WAIT_S``
+    passed; ``requests_left_after_end``: bundles Ray still holds requested, read right after the run ended."""
     upto = case.gone if case.gone is not None else max((s.t for s in samples), default=case.ended)
     worker_s = node_seconds(samples, case.started, upto, pending=True)
     run_end = case.finished if case.finished is not None else case.ended
@@ -174,7 +165,7 @@ def figures_of(case: Case, samples: Sequence[NodeSample]) -> dict[str, Any]:
 
 
 def run(quick: bool = False, log: Any = print) -> BenchResult:
-    """The benchmark (see the module docstring)."""
+    """The benchmark (see the module docstring); ``quick`` runs smaller sizes of both runs (``QUICK``)."""
     sizes = QUICK if quick else {"items": ITEMS, "deadline_s": DEADLINE_S, "items_small": ITEMS_SMALL, "deadline_small_s": DEADLINE_SMALL_S}
     needs, suffices = Case("needs-nodes", sizes["items"], sizes["deadline_s"]), Case("head-suffices", sizes["items_small"],
                                                                                  sizes["deadline_small_s"])
@@ -254,6 +245,8 @@ def _notes(quick: bool, choice: ClusterOption | None) -> str:
 
 
 def figure(timelines: dict[str, dict[str, Any]], cases: Sequence[Case]) -> Any:
+    """Per run: worker nodes alive and requested (Ray's view) and the items done per second over time, the deadline and
+    the run's end marked."""
     import matplotlib
 
     matplotlib.use("Agg")

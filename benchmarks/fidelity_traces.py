@@ -2,41 +2,17 @@
 whether it is a reference at all.
 
 Contract:
-- ``trace_workload(trace)`` rebuilds what the trace ran from its name (``docs-ds2``, ``video-static``,
-  ...; ``record_traces.EMULATED``): the closed-loop benchmark's full stream, tuning and policy
-  name (``"static"``: no policy). ``stale_reason(trace, blocks, start_config)`` is why the trace
-  is not a run of that stream and configuration today ("" when it is).
-- ``reference(trace) -> TraceReference``: everything the simulator needs to run what the trace
-  ran: the profile, the stream (``closed_loop_workload.Workload``), the starting configuration,
-  the cluster, the policy (built for a spec) and ``stale`` (why it is not a reference of today's
-  stream, "" if it is). A closed-loop trace (``docs-ds2``, ...) is rebuilt as ``trace_workload``
-  says; a ``closed-loop-suite`` trace (header ``suite_workload``, e.g. ``cpu-only-trident``)
-  from its suite workload's stream (``suite_workloads.suite_workloads``: its blocks must be the
-  header's), the configuration its replicas ran at the first poll (the header's ``start_config``
-  must name it), its header's cluster and the registry's policy on that cluster.
-- ``overrun(trace, profile)``: the median over the trace's batches of measured busy seconds /
-  the cost model's seconds for that batch. The emulated operators sleep their modelled seconds,
-  so a machine that starved the live runtime stretches every batch; ``OVERRUN_MAX`` is the limit
-  for a reference. ``total_stretch(trace, profile)``: all those batches' measured seconds / their
-  modelled seconds (the few batches a busy machine stretched many times count here, not in the
-  median): the work the live run did beyond the model, which the simulator does not do.
-- ``live_figures(trace)``: throughput = input items / (last output - first output) from the
-  batches' end times (first output: the first batch of the last operator, or of a filter that
-  dropped rows; last: the last batch), GPU busy = all GPU batches' busy seconds / (GPUs x that span),
-  each operator's busy fraction over the run (``busy_fractions``), reconfigurations.
-- ``busy_fractions(samples, replica_seconds)``: per operator, its batches' busy seconds / its
-  replica-seconds (every replica, starting, warm or draining, times seconds; live: from the states
-  polled every tick, simulated: ``SimRunner.replica_seconds``). The final state's
-  ``busy_fraction`` is not used: it averages only the replicas alive at the end, since each started,
-  so it changes with which replica a policy happened to keep.
-- ``live_moves(trace)``: the plans the live policy returned, each with the seconds since streaming
-  began (the first batch's start) at which it was decided; ``ReplayPolicy(moves)`` returns each of
-  them at the first tick at least that many seconds into its own run's streaming (and nothing
-  else): the live run's decisions replayed, so a simulated run is compared with the live one on the
-  same moves even where the policy's own decision sits on a knife's edge.
-- ``start_overheads(trace, profile)``: for every replica started during the run (not one of
-  the initial replicas), its measured cold start (request to warm, ``ReplicaState.cold_start_s``)
-  minus the constructor's modelled ``cold_start_s``: what starting a Ray actor costs in a rollout.
+- ``reference(trace) -> TraceReference``: everything the simulator needs to run what the trace ran
+  (profile, stream, starting configuration, cluster, policy) and ``stale``: why it is not a run of
+  today's stream and configuration ("" when it is; ``stale_reason``).
+- ``overrun(trace, profile)``: median measured / modelled seconds per batch; a trace above
+  ``OVERRUN_MAX`` ran on a starved machine and is no reference. ``total_stretch``: the same over all
+  batches together, the work the live run did beyond the model.
+- ``live_figures(trace, gpus)``: the live run's throughput, GPU busy, per-operator busy fractions
+  (``busy_fractions``) and reconfigurations, measured as the simulator measures them.
+- ``live_moves(trace)`` and ``ReplayPolicy(moves)``: the live run's decisions replayed at the same
+  seconds into streaming; ``start_overheads(trace, profile)``: what starting a replica costs live
+  beyond its modelled cold start.
 """
 
 from __future__ import annotations
@@ -65,7 +41,8 @@ _MIN_MODELLED_S = 0.005
 
 
 def trace_workload(name: str) -> tuple[BenchPipeline, str]:
-    """The benchmark pipeline and policy name a trace ran (see the module docstring)."""
+    """The benchmark pipeline and policy name (``"static"``: no policy) a closed-loop trace ran, from its name
+    (``docs-ds2``, ``video-static``, ...; ``record_traces.EMULATED``): the closed-loop benchmark's full stream and tuning."""
     if name not in EMULATED:
         raise ValueError(f"trace {name!r} is not an emulated closed-loop trace; known: {sorted(EMULATED)}")
     pipeline, policy = EMULATED[name]
@@ -83,7 +60,8 @@ def stale_reason(trace: Trace, blocks: list[tuple[str, int, int]], start_config:
 
 @dataclass(frozen=True)
 class TraceReference:
-    """What a live trace ran, rebuilt for the simulator (see the module docstring)."""
+    """What a live trace ran, rebuilt for the simulator: the profile, the stream (``closed_loop_workload.Workload``),
+    the starting configuration, the cluster, the policy (built for a spec) and ``stale``."""
 
     label: str                   # "documents/ds2", "cpu-only/trident": the compared workload
     policy: str                  # "static" (no policy) or a policy name
@@ -99,7 +77,11 @@ class TraceReference:
 
 
 def reference(trace: Trace) -> TraceReference:
-    """What ``trace`` ran (see the module docstring)."""
+    """What ``trace`` ran. A closed-loop trace (``docs-ds2``, ...) is rebuilt as ``trace_workload`` says; a
+    ``closed-loop-suite`` trace (header ``suite_workload``, e.g. ``cpu-only-trident``) from its suite workload's
+    stream (``suite_workloads.suite_workloads``: its blocks must be the header's), the configuration its replicas
+    ran at the first poll (the header's ``start_config`` must name it), its header's cluster and the registry's
+    policy on that cluster."""
     if "suite_workload" in trace.header:
         return _suite_reference(trace)
     from benchmarks.closed_loop_runs import make_system_policy
@@ -155,20 +137,28 @@ def _measured_and_modelled(trace: Trace, profile: PipelineProfile) -> list[tuple
 
 
 def overrun(trace: Trace, profile: PipelineProfile) -> float:
-    """Median measured / modelled seconds over the trace's batches (see the module docstring)."""
+    """The median over the trace's batches of measured busy seconds / the cost model's seconds for that batch. The
+    emulated operators sleep their modelled seconds, so a machine that starved the live runtime stretches every
+    batch; ``OVERRUN_MAX`` is the limit for a reference."""
     ratios = [busy / modelled for busy, modelled in _measured_and_modelled(trace, profile)]
     return float(np.median(ratios)) if ratios else float("nan")
 
 
 def total_stretch(trace: Trace, profile: PipelineProfile) -> float:
-    """All the trace's batches' measured seconds / their modelled seconds (see the module docstring)."""
+    """All the trace's batches' measured seconds / their modelled seconds (the few batches a busy machine stretched
+    many times count here, not in ``overrun``'s median): the work the live run did beyond the model, which the
+    simulator does not do."""
     pairs = _measured_and_modelled(trace, profile)
     modelled = sum(m for _, m in pairs)
     return sum(b for b, _ in pairs) / modelled if modelled > 0 else float("nan")
 
 
 def live_figures(trace: Trace, gpus: int) -> dict[str, Any]:
-    """Throughput, GPU busy, per-operator busy and reconfigurations of a live trace (see the module docstring)."""
+    """Throughput, GPU busy, per-operator busy and reconfigurations of a live trace. Throughput = input items /
+    (last output - first output) from the batches' end times (first output: the first batch of the last operator,
+    or of a filter that dropped rows; last: the last batch); GPU busy = all GPU batches' busy seconds / (GPUs x that
+    span); each operator's busy fraction over the run (``busy_fractions``, replica-seconds from the states polled
+    every tick)."""
     samples = trace.samples()
     last_op = trace.operators[-1]
     first = min(s.end for s in samples if s.operator == last_op or s.items_out < s.items_in)
@@ -184,7 +174,10 @@ def live_figures(trace: Trace, gpus: int) -> dict[str, Any]:
 
 
 def busy_fractions(samples: Sequence[BatchSample], replica_seconds: Mapping[str, float]) -> dict[str, float]:
-    """Per operator: busy seconds of its batches / its active replica-seconds (see the module docstring)."""
+    """Per operator: busy seconds of its batches / its replica-seconds (every replica, starting, warm or draining,
+    times seconds; live: from the states polled every tick, simulated: ``SimRunner.replica_seconds``). The final
+    state's ``busy_fraction`` is not used: it averages only the replicas alive at the end, since each started, so
+    it changes with which replica a policy happened to keep."""
     busy: dict[str, float] = {}
     for s in samples:
         busy[s.operator] = busy.get(s.operator, 0.0) + s.busy_s
@@ -192,13 +185,16 @@ def busy_fractions(samples: Sequence[BatchSample], replica_seconds: Mapping[str,
 
 
 def live_moves(trace: Trace) -> list[tuple[float, Plan]]:
-    """(seconds since streaming began, plan) of every plan the live policy returned, in order."""
+    """(seconds since streaming began, plan) of every plan the live policy returned, in order; streaming begins
+    at the first batch's start."""
     origin = min(s.start for s in trace.samples())
     return [(d.at - origin, d.plan) for d in trace.decisions if d.plan is not None]
 
 
 class ReplayPolicy:
-    """Returns the live run's plans at the same seconds into streaming (see the module docstring)."""
+    """Returns each of the live run's plans at the first tick at least that many seconds into its own run's
+    streaming (and nothing else): the live run's decisions replayed, so a simulated run is compared with the live
+    one on the same moves even where the policy's own decision sits on a knife's edge."""
 
     name = "replay"
 
@@ -235,7 +231,9 @@ def start_groups(trace: Trace, profile: PipelineProfile) -> list[tuple[int, list
 
 
 def start_overheads(trace: Trace, profile: PipelineProfile) -> list[float]:
-    """Measured cold start minus the constructor's modelled one, per replica started during the run."""
+    """Measured cold start (request to warm, ``ReplicaState.cold_start_s``) minus the constructor's modelled
+    ``cold_start_s``, per replica started during the run (not one of the initial replicas): what starting a Ray
+    actor costs in a rollout."""
     scale = float(trace.header.get("time_scale", 1.0))
     initial = {r.replica_id for o in trace.ticks[0].state.operators for r in o.replicas}
     measured: dict[tuple[str, str], float] = {}

@@ -3,26 +3,15 @@
 Contract:
 - A ``Workload`` is a cost-model profile, a cluster (CPUs, GPUs, device memory), the devices each
   operator may use, and a regime schedule (regime name, input items) in stream order.
-- ``headroom(workload)`` returns a ``Headroom``: the stream's duration if every regime ran its own
-  optimum, switched for free at the boundary (no scheduler can do better), and if one configuration
-  ran the whole stream, the best such configuration chosen in hindsight (knowledge no user has);
-  ``ratio`` is the second over the first (>= 1): the most an adaptive scheduler can gain.
-- Both are searched over the same space, the fluid relaxation of what trident may use: per
-  operator any mix of configurations (device x batch size), CPU replicas counted in CPUs, GPU
-  work counted in device time (an emulated device runs one kernel at a time, so replicas that
-  share a device by fractional GPUs split its time: co-location is free of overhead here, which
-  is optimistic for both sides), and every GPU replica holding one CPU per device-share it keeps
-  busy. Device memory is checked per replica (a batch whose peak does not fit is never a choice)
-  and on average across the GPUs (co-located replicas' peaks summed by share), which is optimistic
-  too. Integer replicas are relaxed on both sides: the ratio is of two fluid optima.
-- Per-regime optimum: an LP per regime, ``max T`` s.t. every operator's capacity covers
-  ``reach * T``. Best static: ``min sum_r items_r / T_r`` over one allocation, a convex program
-  solved as an LP with tangent cuts of ``1 / T`` (outer approximation), the reported duration
-  re-evaluated exactly for the allocation found.
-- ``run(quick)`` is the benchmark ``headroom``: the figures for the closed-loop workloads, for
-  candidate workloads (documents on a CPU-only node; documents with OCR on the GPUs, labelled as a
-  what-if with a derived GPU cost until a GPU measures it) and for the corpus workloads
-  (``corpus_workloads``: drawn from published corpus statistics; a workload's ``sources`` names them).
+- ``headroom(workload) -> Headroom``: the stream's duration if every regime ran its own optimum,
+  switched for free (``regime_optimum``: no scheduler can do better), and under the best single static
+  configuration chosen in hindsight (``best_static``: knowledge no user has); ``ratio`` is the second
+  over the first (>= 1), the most an adaptive scheduler can gain.
+- Both are searched over the same space, the fluid relaxation of what trident may use (``_Model``);
+  its co-location and memory checks are optimistic for both sides alike.
+- ``run(quick)`` is the benchmark ``headroom``: its summary maps each workload (the closed-loop
+  workloads, the candidates of ``candidate_workloads`` and the corpus workloads of ``corpus_workloads``)
+  to its ``ratio`` with whole replicas; ``raw`` also keeps the relaxed one. It has no targets.
 """
 
 from __future__ import annotations
@@ -47,7 +36,8 @@ _CUTS = 60  # tangent cuts of 1/T per regime; the outer approximation is refined
 
 @dataclass(frozen=True)
 class Workload:
-    """A profile, a cluster and a regime schedule (see the module docstring)."""
+    """A cost-model profile, a cluster (CPUs, GPUs, device memory), the devices each operator may use, and a regime
+    schedule (regime name, input items) in stream order."""
 
     name: str
     profile: PipelineProfile
@@ -147,11 +137,16 @@ def rate(profile: PipelineProfile, option: Option, features: Mapping[str, float]
 
 
 class _Model:
-    """Replicas per option (integer or relaxed) and, per regime, the device time each GPU option gets.
+    """Replicas per option (integer or relaxed) and, per regime, the device time each GPU option gets: per operator
+    any mix of configurations (device x batch size), CPU replicas counted in CPUs, GPU work counted in device time,
+    and every GPU replica holding one CPU per device-share it keeps busy.
 
     A GPU replica runs one kernel at a time, so it gets at most one device-second per second; the
     devices' time is shared by whichever co-located replicas have work (time-slicing), so the split
-    may differ by regime even for one fixed set of replicas.
+    may differ by regime even for one fixed set of replicas. Co-location is free of overhead here, which is
+    optimistic for both sides. Device memory is checked per replica (a batch whose peak does not fit is never a
+    choice, ``options``) and on average across the GPUs (co-located replicas' peaks summed by share), which is
+    optimistic too.
     """
 
     def __init__(self, problem: pulp.LpProblem, workload: Workload, opts: Sequence[Option], integer: bool) -> None:
@@ -195,7 +190,8 @@ def _solve(problem: pulp.LpProblem) -> None:
 
 def regime_optimum(workload: Workload, regime: str, opts: Sequence[Option] | None = None,
                    integer: bool = True) -> tuple[float, dict[Option, float]]:
-    """The best throughput of one regime and its replicas (see the module docstring)."""
+    """The best throughput of one regime and its replicas: an LP, ``max T`` s.t. every operator's capacity covers
+    ``reach * T``."""
     problem = pulp.LpProblem(f"regime_{regime}", pulp.LpMaximize)
     model = _Model(problem, workload, opts if opts is not None else options(workload), integer)
     t = problem.add_variable("T", lowBound=0)
@@ -220,7 +216,8 @@ def throughput_of(workload: Workload, replicas: Mapping[Option, float], regime: 
 
 def best_static(workload: Workload, bounds: Mapping[str, float], opts: Sequence[Option] | None = None,
                 integer: bool = True) -> dict[Option, float]:
-    """The one set of replicas that minimises the stream's duration (hindsight; see the module docstring).
+    """The one set of replicas that minimises the stream's duration (hindsight): ``min sum_r items_r / T_r`` over one
+    allocation, a convex program solved as an LP with tangent cuts of ``1 / T`` (outer approximation).
 
     ``1 / T`` is convex, so each tangent ``2 / t - T / t**2`` lies under it and the model over the
     tangents under-estimates the duration; the cuts are placed on a geometric grid below each
@@ -307,7 +304,10 @@ def candidate_workloads(seconds: float = 180.0) -> list[Workload]:
 
 
 def run(quick: bool) -> BenchResult:
-    """Benchmark ``headroom``: each candidate workload's headroom, with whole replicas and relaxed (about 30 s)."""
+    """Benchmark ``headroom``: each candidate workload's headroom, with whole replicas (summary) and relaxed (raw):
+    the closed-loop workloads, candidate workloads (documents on a CPU-only node; documents with OCR on the GPUs,
+    labelled as a what-if with a derived GPU cost until a GPU measures it) and the corpus workloads
+    (``corpus_workloads``: drawn from published corpus statistics; a workload's ``sources`` names them)."""
     from benchmarks.corpus_workloads import CORPORA, corpus_workload
 
     workloads = candidate_workloads(60.0 if quick else 180.0) + [corpus_workload(name, quick)[0] for name in CORPORA]

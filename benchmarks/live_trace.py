@@ -1,24 +1,16 @@
 """Live traces: what a controller saw during a real run, kept so the models can be judged offline.
 
 Contract:
-- A trace is a gzip'd JSON-lines file. Line 1 is the header (``kind="header"``: pipeline,
-  policy, cluster, regime schedule ``blocks`` as ``[regime, first item, end item]`` or ``[]``
-  when the input order is not known, time scale, notes). Then, in time order, ``kind="tick"``
-  lines, one per poll of the runner (wall time ``at``, the runner's ``state``
-  (``RunnerState.to_dict``) and the ``samples`` (``BatchSample.to_dict``) that arrived since the
-  previous poll), and ``kind="decision"`` lines, one per control-loop tick of the policy (``at``,
-  the runner's ``wall_s`` it saw, the ``plan`` it returned or ``None`` and, for policies that
-  keep one, its tick ``record``). The last line (``kind="end"``) holds the run's summary. The
-  runner is polled apart from the control loop, so a policy busy applying a plan (seconds to
-  minutes on a loaded machine) leaves no gap in the trace.
+- A trace is a gzip'd JSON-lines file: a header line, then in time order ``tick`` lines (one per poll of
+  the runner: its state and the samples that arrived since) and ``decision`` lines (one per control-loop
+  tick of the policy), and an ``end`` line with the run's summary (format: ``TraceWriter``).
 - ``TraceWriter(path, header)`` appends lines and closes with ``end(summary)``;
-  ``RecordingPolicy(inner, writer)`` is a ``Policy`` that writes every decision it is asked for
-  and returns ``inner``'s ``Decision`` unchanged (the recording never changes a decision);
-  ``RunnerPoller(handle, writer, every_s)`` is a ``run_pipeline`` progress callback that writes
-  a tick at most every ``every_s`` seconds (and always the finished state).
-- ``load(path) -> Trace`` reads a trace back into the runtime's own value types
-  (``RunnerState``, ``BatchSample``, ``Plan``); ``state_from_dict`` is the inverse of
-  ``RunnerState.to_dict``.
+  ``RecordingPolicy(inner, writer)`` writes every decision it is asked for and returns ``inner``'s
+  ``Decision`` unchanged (the recording never changes a decision); ``RunnerPoller(handle, writer,
+  every_s)`` is a ``run_pipeline`` progress callback that writes a tick at most every ``every_s`` seconds
+  (and always the finished state).
+- ``load(path) -> Trace`` reads a trace back into the runtime's own value types (``RunnerState``,
+  ``BatchSample``, ``Plan``); ``state_from_dict`` is the inverse of ``RunnerState.to_dict``.
 """
 
 from __future__ import annotations
@@ -95,7 +87,13 @@ class Trace:
 
 
 class TraceWriter:
-    """Writes one trace file (see the module docstring)."""
+    """Writes one trace file, gzip'd JSON lines. Line 1 is the header (``kind="header"``: pipeline, policy, cluster,
+    regime schedule ``blocks`` as ``[regime, first item, end item]`` or ``[]`` when the input order is not known, time
+    scale, notes). Then, in time order, ``kind="tick"`` lines, one per poll of the runner (wall time ``at``, the
+    runner's ``state`` (``RunnerState.to_dict``) and the ``samples`` (``BatchSample.to_dict``) that arrived since the
+    previous poll), and ``kind="decision"`` lines, one per control-loop tick of the policy (``at``, the runner's
+    ``wall_s`` it saw, the ``plan`` it returned or ``None`` and, for policies that keep one, its tick ``record``). The
+    last line (``kind="end"``) holds the run's summary."""
 
     def __init__(self, path: Path | str, header: Mapping[str, Any]) -> None:
         self.path = Path(path)
@@ -136,7 +134,9 @@ class RecordingPolicy:
 
 
 class RunnerPoller:
-    """A ``run_pipeline`` progress callback writing the runner's state and new samples (see the module docstring)."""
+    """A ``run_pipeline`` progress callback writing the runner's state and new samples at most every ``every_s`` seconds
+    (and always the finished state). The runner is polled apart from the control loop, so a policy busy applying a
+    plan (seconds to minutes on a loaded machine) leaves no gap in the trace."""
 
     def __init__(self, handle: Any, writer: TraceWriter, every_s: float = 1.0) -> None:
         self.handle = handle
@@ -158,7 +158,7 @@ class RunnerPoller:
 
 
 def load(path: Path | str) -> Trace:
-    """Read a trace file (see the module docstring)."""
+    """Read a trace file (the format of ``TraceWriter``) into the runtime's own value types."""
     path = Path(path)
     header: dict[str, Any] = {}
     ticks: list[Tick] = []

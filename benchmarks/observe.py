@@ -1,26 +1,16 @@
 """Benchmark "observe": accuracy and cost of the observation layer on known-truth samples.
 
 Contract: ``run(quick) -> BenchResult`` (registered as "observe"). Two simulated operators
-(``bench.sample_sim``: a CPU parser and an OCR stage that moves between GPU and CPU; two
-seeds each in the full run) run through configuration phases and a cycling workload-regime schedule (short docs, long
-docs, scans, a hidden slowdown no feature shows), with injected spikes and bursts. Each
-operator's samples are replayed in completion order through the loop a controller runs:
-``RegimeDetector.observe`` on every sample (residuals under a snapshot of the model), a refit of
-``OperatorModel`` on the last 2,000 samples every ``refit_every`` samples, regime memory
-updated at every refit and recalled when a regime recurs.
+(``bench.sample_sim``: a CPU parser and an OCR stage that moves between GPU and CPU) run through
+configuration phases and a cycling regime schedule (short docs, long docs, scans, a hidden slowdown no
+feature shows), with injected spikes and bursts; each operator's samples are replayed through the loop
+a controller runs (``_replay``). There is no baseline: the truth is the simulator's own cost.
 
-Summary (plain numbers):
-- ``mape``: mean |predicted - true| / true sustainable throughput over the held-out
-  windows of every fit (truth: the simulator's noise- and anomaly-free cost of those batches).
-- ``detection_delay_samples``: median, over the true regime switches, of samples of the new
-  regime consumed until the change is reported (switches missed are listed in raw).
-- ``false_alarms``: reported changes matching no true switch (config changes included).
-- ``fit_predict_ms_p95``: p95 time of fit + predict (capacity curves of 12 candidate
-  configs x 8 replicas, memory of each) on full 2,000-sample windows sliding by 50 samples
-  (one model per operator, so every fit but the first starts warm). Measured as the CPU
-  time of the calling thread (``time.process_time``; the fit is single-threaded), because
-  wall time on a machine shared with other jobs measures their load, not this code; wall
-  time p50/p95 and the cold first fit are in ``raw.fit_predict_ms``.
+Summary (plain numbers) and targets:
+- ``mape`` (<= 0.05): mean relative error of the predicted sustainable throughput on held-out windows.
+- ``detection_delay_samples`` (<= 10): median samples of a new regime until its change is reported.
+- ``false_alarms`` (<= 1): reported changes matching no true switch.
+- ``fit_predict_ms_p95`` (<= 100): p95 CPU time of one fit + predict on a full window (``_time_fits``).
 """
 
 from __future__ import annotations
@@ -85,7 +75,11 @@ def _candidates(run: SimRun) -> list[OpConfig]:
 
 
 def _replay(run: SimRun, refit_every: int) -> dict:
-    """The controller's observation loop over one operator's samples; returns its measurements."""
+    """The controller's observation loop over one operator's samples, in completion order; returns its measurements.
+    ``RegimeDetector.observe`` on every sample (residuals under a snapshot of the model), a refit of ``OperatorModel``
+    on the last ``WINDOW`` samples every ``refit_every`` samples, regime memory updated at every refit and recalled
+    when a regime recurs. Each fit's error (``mape``) is |predicted - true| / true sustainable throughput over the
+    held-out windows (truth: the simulator's noise- and anomaly-free cost of those batches)."""
     op = run.op.name
     model = OperatorModel(op)
     detector = RegimeDetector(op, ("pages", "scanned_pages"))
@@ -132,7 +126,11 @@ def _replay(run: SimRun, refit_every: int) -> dict:
 
 
 def _time_fits(run: SimRun, positions: int) -> list[dict]:
-    """Fit + predict wall and CPU time on full 2,000-sample windows sliding by 50 samples (warm model)."""
+    """Fit + predict wall and CPU time on full 2,000-sample windows sliding by 50 samples (one model per operator, so
+    every fit but the first starts warm); predict: capacity curves of 12 candidate configs x 8 replicas, memory of
+    each. ``fit_predict_ms_p95`` is the CPU time of the calling thread (``time.process_time``; the fit is
+    single-threaded), because wall time on a machine shared with other jobs measures their load, not this code;
+    wall time p50/p95 and the cold first fit are in ``raw.fit_predict_ms``."""
     model = OperatorModel(run.op.name)
     candidates = _candidates(run)
     out = []
@@ -164,6 +162,9 @@ def _recognition(pairs: list[tuple[tuple[int, str, str], dict]]) -> dict:
 
 
 def _score_detection(run: SimRun, changes: list[dict], tolerance: int = 80) -> dict:
+    """Each true regime switch matched with the first reported change within ``tolerance`` samples (and before the
+    next switch): its delay is the samples of the new regime consumed until the change is reported; switches
+    missed are listed; reported changes matching no true switch (config changes included) are false alarms."""
     switches = run.switches
     matched, delays, missed, pairs = set(), [], [], []
     for n, (idx, old, new) in enumerate(switches):

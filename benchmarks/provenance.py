@@ -1,19 +1,14 @@
 """Where and how a benchmark ran: the ``provenance`` object of every benchmark report.
 
 Contract:
-- ``ProvenanceRecorder.start()`` (the CLI's ``bench`` command, before ``run``) reads the git state
-  of the repository the code runs from, the date, the command line, the machine and the load average
-  before the run (``ALONE_LOAD_BEFORE`` when the wrapper of heavy runs exported it, else
-  ``os.getloadavg()[0]``), then samples the load average every ``interval_s`` seconds on a daemon
-  thread. A start at a load average above the core count prints ``overload_warning`` as its first
-  line of output. ``finish()`` stops the sampler and returns the ``Provenance``.
-- ``Provenance.at_write_time()`` is what can be recorded without a recorder (``write_report`` called
-  directly): ``recorded="write"``, no load before or during.
-- ``git_state(repo)``: ``commit`` is ``git rev-parse HEAD``; ``dirty`` whether tracked files differ
-  from it (staged or not; untracked files and ``bench-results/`` ignored). Where git is missing or the
-  directory is no git checkout, ``commit`` and ``dirty`` are ``None`` and ``commit_note`` says why:
-  nothing here raises for it. ``code_repo()`` is the checkout holding this package's source, or
-  ``None`` where the code is not run from one (an installed wheel).
+- ``ProvenanceRecorder.start()`` (the CLI's ``bench`` command, before ``run``) reads the git state, the
+  date, the command line, the machine and the load average before the run, then samples the load average
+  on a daemon thread; a start above the core count prints ``overload_warning`` first. ``finish()`` stops
+  the sampler and returns the ``Provenance``.
+- ``Provenance.at_write_time()`` is what can be recorded without a recorder (``recorded="write"``).
+- ``git_state(repo)``: the commit and whether tracked files differ from it; where git is missing or the
+  directory is no git checkout, ``commit`` and ``dirty`` are ``None`` and ``commit_note`` says why
+  (nothing here raises for it). ``code_repo()`` is the checkout holding this package's source, or ``None``.
 - ``ALONE=1`` in the environment marks a run as ``alone``.
 - ``describe(provenance)``: one line for a human from the JSON form (``Provenance.to_dict()``).
 """
@@ -59,7 +54,9 @@ class GitState:
 
 
 def git_state(repo: Path | None) -> GitState:
-    """The commit of ``repo`` and whether its tracked files have uncommitted changes (see the module docstring)."""
+    """The commit of ``repo`` (``git rev-parse HEAD``) and whether its tracked files differ from it (``dirty``: staged
+    or not; untracked files and ``bench-results/`` ignored). Where git is missing or the directory is no git checkout,
+    ``commit`` and ``dirty`` are ``None`` and ``commit_note`` says why."""
     if repo is None:
         return GitState(None, None, "the code does not run from a git checkout")
     if shutil.which("git") is None:
@@ -75,7 +72,7 @@ def git_state(repo: Path | None) -> GitState:
 
 
 def code_repo() -> Path | None:
-    """The git checkout the ``trident_flows`` package running here is tracked in, or ``None``."""
+    """The git checkout the ``trident_flows`` package running here is tracked in, or ``None`` (an installed wheel)."""
     import trident_flows
 
     package = Path(trident_flows.__file__).resolve()
@@ -125,7 +122,8 @@ class LoadSampler:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where and how one benchmark ran (the report's ``provenance``; fields in the module docstring)."""
+    """Where and how one benchmark ran (the report's ``provenance``): git state, date, command line, machine, the
+    load average before (``load_before_from``), during and after the run, and whether it ran ``alone``."""
 
     recorded: str  # "run": from a recorder started before the run; "write": at write time only
     commit: str | None
@@ -150,6 +148,8 @@ class Provenance:
 
     @classmethod
     def at_write_time(cls, env: Mapping[str, str] = os.environ) -> Provenance:
+        """What can be recorded without a recorder (``write_report`` called directly): ``recorded="write"``, no load
+        before or during."""
         return _provenance("write", git_state(code_repo()), time.time(), tuple(sys.argv), None, None, None,
                            load_average(), None, env)
 
@@ -165,7 +165,8 @@ def overload_warning(load_before: float, cpus: int) -> str:
 
 
 class ProvenanceRecorder:
-    """Records a benchmark's provenance from before its run to its end (see the module docstring)."""
+    """Records a benchmark's provenance from before its run to its end, sampling the load average every ``interval_s``
+    seconds on a daemon thread."""
 
     def __init__(self, git_now: GitState, started: float, command: tuple[str, ...], load_before: float,
                  load_before_from: str, load: Callable[[], float], interval_s: float, env: Mapping[str, str]) -> None:
@@ -178,7 +179,9 @@ class ProvenanceRecorder:
               env: Mapping[str, str] = os.environ, say: Callable[[str], None] = lambda line: print(line, flush=True),
               load: Callable[[], float] = load_average) -> ProvenanceRecorder:
         """Read the load and git state now and start sampling; ``repo`` defaults to ``code_repo()``; ``say``
-        prints the overload warning."""
+        prints the overload warning (``overload_warning``, the first line of output when the load average before is
+        above the core count). The load before is ``ALONE_LOAD_BEFORE`` when the wrapper of heavy runs exported it,
+        else ``os.getloadavg()[0]`` (``_load_before``)."""
         load_before, source = _load_before(env, load)
         if load_before > _cpus():
             say(overload_warning(load_before, _cpus()))

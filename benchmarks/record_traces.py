@@ -1,27 +1,16 @@
 """Record the live traces that ``bench observe-live`` replays (``benchmarks/traces/*.jsonl.gz``).
 
-Contract: ``python -m benchmarks.record_traces [--only NAME ...] [--out DIR]`` runs, one
-after the other, through the runtime's own ``launch.run_pipeline`` (runner actor + control loop
-every ``TICK_S``) with the policy wrapped in ``live_trace.RecordingPolicy`` and the runner polled
-every ``TICK_S`` by ``live_trace.RunnerPoller``:
-- ``docs-{static,ds2,trident}``: the emulated document pipeline on the closed-loop benchmark's
-  full schedule (short:600, long:60, scans:40, short:600; 16 CPUs + 2 emulated GPUs, time scale 1),
-  starting from the benchmark's static-avg configuration;
-- ``video-{static,ds2,trident}``: the emulated video pipeline likewise (small:150, hd:150,
-  long:30, small:150);
-- with ``--only``: ``{docs,video}-{threshold,oracle}`` likewise (the oracle: the closed-loop
-  benchmark's ``OraclePolicy``), references for ``bench sim-fidelity`` (record them with
-  ``--out bench-results/sim-fidelity-live/traces``: ``bench observe-live`` replays every trace of
-  ``benchmarks/traces``);
-- ``cpu-only-trident``: the ``closed-loop-suite`` benchmark's cpu-only workload (documents on 16 CPUs
-  and no GPU, four 5-minute regime blocks at time scale 0.5, starting from static-default) under
-  trident: the workload where trident makes its moves (3-5 rolling updates), so the plans it
-  applied can be scored; about 15 minutes;
-- ``real-docs-trident``: the real document pipeline (pypdfium2, tesseract, ...) on a generated
-  300-PDF corpus (short:160, long:40, scans:100) on 8 logical CPUs, policy trident (as ``make demo``).
-Each trace is a few hundred KB compressed (cpu-only-trident about 1 MB); every run is checked for lost items (a run that lost
-any is refused, not written). Recording is CPU-heavy (about 6-8 minutes on a 2-core machine):
-the traces are committed, and the benchmark only replays them.
+Contract: ``python -m benchmarks.record_traces [--only NAME ...] [--out DIR]`` runs each named trace, one
+after the other, through the runtime's own ``launch.run_pipeline`` (runner actor + control loop every
+``TICK_S``), the policy wrapped in ``live_trace.RecordingPolicy`` and the runner polled by
+``live_trace.RunnerPoller``:
+- ``docs-{static,ds2,trident}`` and ``video-{static,ds2,trident}`` (the default): the closed-loop
+  benchmarks' emulated streams (``record_emulated``); with ``--only`` also ``{docs,video}-{threshold,oracle}``,
+  references for ``bench sim-fidelity``;
+- ``cpu-only-trident``: the ``closed-loop-suite``'s cpu-only workload under trident (``record_suite``);
+- ``real-docs-trident``: the real document pipeline on a generated PDF corpus (``record_real_documents``).
+A run that lost or duplicated an item, or failed, is refused, not written. Recording is CPU-heavy: the
+traces are committed, and the benchmark only replays them.
 """
 
 from __future__ import annotations
@@ -81,6 +70,12 @@ def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path
 
 
 def record_emulated(name: str, out: Path) -> None:
+    """``name`` (a key of ``EMULATED``): the emulated document (``docs-*``: short:600, long:60, scans:40, short:600) or
+    video (``video-*``: small:150, hd:150, long:30, small:150) pipeline on the closed-loop benchmark's full schedule
+    (16 CPUs + 2 emulated GPUs, time scale 1), starting from the benchmark's static-avg configuration, under the named
+    policy (the oracle: the closed-loop benchmark's ``OraclePolicy``). The threshold and oracle traces are references
+    for ``bench sim-fidelity``: record them with ``--out bench-results/sim-fidelity-live/traces`` (``bench
+    observe-live`` replays every trace of ``benchmarks/traces``)."""
     pipeline, policy_name = EMULATED[name]
     bench = PIPELINES["documents" if pipeline == "docs" else "video"]
     profile = PipelineProfile.load(bench.profile)
@@ -99,7 +94,9 @@ def record_emulated(name: str, out: Path) -> None:
 
 
 def record_suite(name: str, suite: suite_workloads.SuiteWorkload, out: Path) -> None:
-    """``name`` (a key of ``SUITE``) on its suite workload ``suite``, starting where the suite starts its policy."""
+    """``name`` (a key of ``SUITE``) on its suite workload ``suite``, starting where the suite starts its policy.
+    ``cpu-only-trident``: documents on 16 CPUs and no GPU, four regime blocks, from static-default, under trident: the
+    workload where trident makes its moves (a few rolling updates), so the plans it applied can be scored."""
     workload_name, policy_name = SUITE[name]
     profile = PipelineProfile.load(suite.profile)
     stream, _ = suite.streams()
@@ -114,6 +111,9 @@ def record_suite(name: str, suite: suite_workloads.SuiteWorkload, out: Path) -> 
 
 
 def record_real_documents(out: Path, corpus_dir: Path) -> None:
+    """``real-docs-trident``: the real document pipeline (pypdfium2, tesseract, ...) on a generated corpus of
+    ``REAL_ITEMS`` PDFs (``REAL_REGIMES``) in ``corpus_dir``, on ``REAL_CPUS`` logical CPUs, policy trident (as
+    ``make demo``); the header's ``blocks`` are the input's runs of one regime."""
     import pandas as pd
 
     from trident_flows.pipelines.documents import build, synth_corpus

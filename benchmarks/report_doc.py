@@ -1,33 +1,17 @@
 """The benchmark report ``docs/benchmarks.md``, generated from the results in ``bench-results/``.
 
 Contract:
-- ``render(results_dir, doc_path, catalogue=CATALOGUE) -> str``: the report of every ``*.json`` under
-  ``results_dir`` (subfolders too; in a git checkout only the files git does not ignore), in the
-  catalogue's order of benchmarks, then by path: per benchmark its question, its systems and the
-  code it measures (``bench.catalogue``); per result its figures with target and met / NOT met, its
-  provenance and its ``Freshness``; at the top a headline table of the catalogue's headline figures.
-  The text depends only on the results, the catalogue and the git history (no generation time), so
-  ``check`` can compare it with the committed file.
-- ``freshness(provenance, code, repo)``: a result is fresh when the commit it ran on contains the
-  last commit that changed its benchmark's code (``git log -1 -- CODE``, ``git merge-base
-  --is-ancestor``), stale otherwise; a result without provenance, without a commit or with a commit
-  this repository lacks counts as stale.
-- ``write(results_dir, doc_path)`` writes the report; ``check(results_dir, doc_path) -> Check``
-  compares it with the file, with a one-line reason and a unified diff where they differ.
-- A result whose ``name`` the catalogue lacks, or a JSON that is no benchmark report, is a
-  ``RuntimeConfigError`` naming the file and what to change.
-- The README's results block: ``results_block(results_dir, readme_path, doc_path)`` is the text between
-  the lines ``README_START`` and ``README_END`` of the README, from ``SUITE``'s result at the top of
-  ``results_dir`` (``closed-loop-suite.json``): one row per workload of its ``sim`` section, then of its
-  ``live`` section where present (a report written before the suite had sections is all live), with
-  headroom, ``t_over_oracle``, ``gain_captured``, trident against the best static in hindsight and
-  against Ray Data autoscaling (live only), and each section's fresh / stale mark (``freshness`` of that
-  section's provenance: ``raw.section`` names the section the report's own provenance belongs to, the
-  other's is ``raw.OTHER_provenance``); then one line pointing to ``doc_path``. No commit hash is
-  written there (the marks' details are in the report). ``render_readme`` is the README with that
-  block replaced; a README that is missing, or lacks either marker line or has them out of order,
-  is a ``RuntimeConfigError`` naming the lines to add. ``write(..., readme=PATH)`` also rewrites the
-  block, and ``check(..., readme=PATH)`` also fails where the README differs from ``render_readme``.
+- ``render(results_dir, doc_path, catalogue=CATALOGUE) -> str``: the report of every benchmark result
+  under ``results_dir``, with each result's figures, targets met or not, provenance and ``Freshness``.
+  The text depends only on the results, the catalogue and the git history (no generation time).
+- ``freshness(provenance, code, repo)``: a result is fresh when the commit it ran on contains the last
+  commit that changed its benchmark's code; stale otherwise, or when that cannot be told.
+- ``results_block`` / ``render_readme``: the README's results table between the lines ``README_START``
+  and ``README_END``, from ``SUITE``'s result (``closed-loop-suite.json``).
+- ``write(results_dir, doc_path, readme=)`` writes the report (and the README block); ``check(...) ->
+  Check`` compares them with the files, with a one-line reason and a unified diff where they differ.
+- A result the catalogue lacks, a JSON that is no benchmark report, or a README without its markers is
+  a ``RuntimeConfigError`` naming the file and what to change.
 """
 
 from __future__ import annotations
@@ -87,7 +71,8 @@ class Check:
 
 
 def find_results(results_dir: Path) -> list[Result]:
-    """Every benchmark report under ``results_dir`` (see the module docstring), sorted by path."""
+    """Every benchmark report (``*.json``) under ``results_dir``, subfolders too (in a git checkout only the files git
+    does not ignore), sorted by path; a JSON that is no benchmark report is a ``RuntimeConfigError`` naming the file."""
     if not results_dir.is_dir():
         raise RuntimeConfigError(f"no results folder {results_dir}: run a benchmark first, or give --out FOLDER")
     listed = git(results_dir, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", ".")
@@ -112,7 +97,9 @@ def repo_of(path: Path) -> Path | None:
 
 
 def freshness(provenance: Mapping[str, Any] | None, code: tuple[str, ...], repo: Path | None) -> Freshness:
-    """Whether a result ran on the code its benchmark measures now (see the module docstring)."""
+    """Whether a result ran on the code its benchmark measures now: fresh when the commit it ran on contains the last
+    commit that changed ``code`` (``git log -1 -- CODE``, ``git merge-base --is-ancestor``), stale otherwise; a result
+    without provenance, without a commit or with a commit this repository lacks counts as stale."""
     if provenance is None:
         return Freshness(True, "no provenance")
     commit = provenance.get("commit")
@@ -136,7 +123,10 @@ def last_commit(repo: Path, code: tuple[str, ...]) -> str | None:
 
 
 def render(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark] = CATALOGUE) -> str:
-    """The report (see the module docstring)."""
+    """The report of every result under ``results_dir`` (``find_results``), in the catalogue's order of benchmarks,
+    then by path: per benchmark its question, its systems and the code it measures (``bench.catalogue``); per result
+    its figures with target and met / NOT met, its provenance and its ``Freshness``; at the top a headline table of
+    the catalogue's headline figures. A result whose ``name`` the catalogue lacks is a ``RuntimeConfigError``."""
     results = find_results(results_dir)
     for r in results:
         if r.name not in catalogue:
@@ -246,7 +236,13 @@ def _before_sections(report: Mapping[str, Any]) -> bool:
 
 
 def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogue: Mapping[str, Benchmark] = CATALOGUE) -> str:
-    """The text between the README's marker lines (see the module docstring)."""
+    """The text between the README's marker lines ``README_START`` and ``README_END``, from ``SUITE``'s result at the
+    top of ``results_dir`` (``closed-loop-suite.json``): one row per workload of its ``sim`` section, then of its
+    ``live`` section where present (``suite_sections``), with headroom, ``t_over_oracle``, ``gain_captured``, trident
+    against the best static in hindsight and against Ray Data autoscaling (live only), and each section's fresh /
+    stale mark (``freshness`` of that section's provenance: ``raw.section`` names the section the report's own
+    provenance belongs to, the other's is ``raw.OTHER_provenance``); then one line pointing to ``doc_path``. No commit
+    hash is written there (the marks' details are in the report)."""
     link = Path(os.path.relpath(doc_path.resolve(), readme_path.resolve().parent)).as_posix()
     source = f"`{results_dir.name}/{SUITE}.json`"
     footer = (f"Generated by `trident-flows bench report` from {source}; do not edit by hand. Every benchmark, its "
@@ -287,7 +283,8 @@ def _times(value: Any) -> str:
 
 
 def render_readme(results_dir: Path, readme_path: Path, doc_path: Path, catalogue: Mapping[str, Benchmark] = CATALOGUE) -> str:
-    """The README with its results block rewritten (see the module docstring)."""
+    """The README with its results block (``results_block``) rewritten; a README that is missing, or lacks either
+    marker line or has them out of order, is a ``RuntimeConfigError`` naming the lines to add."""
     add = f"add a line {README_START} and, below it, a line {README_END} where the results table goes"
     if not readme_path.is_file():
         raise RuntimeConfigError(f"{readme_path} does not exist: give the README with --readme, or create it and {add}")
@@ -324,7 +321,7 @@ def write(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark] 
 
 def check(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark] = CATALOGUE, readme: Path | None = None) -> Check:
     """Whether ``doc_path`` holds what ``render`` gives and, with ``readme``, the README what ``render_readme``
-    gives (see the module docstring)."""
+    gives; where they differ, a one-line reason and a unified diff."""
     expected = {doc_path: render(results_dir, doc_path, catalogue)}
     if readme is not None:
         expected[readme] = render_readme(results_dir, readme, doc_path, catalogue)

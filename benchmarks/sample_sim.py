@@ -1,19 +1,15 @@
 """Known-truth simulator of one operator's batch samples (no Ray), for the observe benchmark and tests.
 
 Contract:
-- ``simulate(op, phases, regimes, ...)`` returns a ``SimRun``: the ``BatchSample`` values a
-  runtime would report (in completion order), plus the truth behind each one.
-- Cost of a batch follows ``runtime.costmodel.DeviceCost`` (seconds and peak bytes linear in
-  items and summed workload features), times a contention factor ``1 + contention*(R-1)``
-  for R replicas running together, divided by ``knob ** exponent`` for speed-up knobs, times a
-  regime's hidden ``slowdown`` (a change no workload feature shows), times log-normal noise
-  of mean 1. Injected anomalies multiply it further: isolated spikes (GC pause, straggler)
-  and short bursts (a neighbour's load); they are marked in ``SimRun.anomaly``.
-- Truth: ``expected_busy`` is each batch's cost without noise or anomalies;
-  ``SimRun.true_throughput(indices)`` is the sustainable operator throughput over those
-  batches (replicas * items / expected busy seconds), the figure the model should predict.
-- A phase is one configuration (OpConfig, replicas) for a number of batches; each phase
-  is a new ``config_epoch``. Regimes follow their own schedule (in batches), cycling.
+- ``simulate(op, phases, regimes, ...)`` returns a ``SimRun``: the ``BatchSample`` values a runtime
+  would report (in completion order), plus the truth behind each one.
+- A batch's cost follows ``runtime.costmodel.DeviceCost`` with contention, knob speed-ups, a regime's
+  hidden slowdown and noise (``SimOperator.expected_seconds``); injected anomalies (``Anomalies``) are
+  marked in ``SimRun.anomaly``.
+- Truth: ``expected_busy`` is each batch's cost without noise or anomalies; ``SimRun.true_throughput``
+  is the sustainable throughput the model should predict.
+- A phase is one configuration (OpConfig, replicas) for a number of batches, each a new
+  ``config_epoch``; regimes follow their own schedule (in batches), cycling.
 """
 
 from __future__ import annotations
@@ -49,6 +45,10 @@ class SimOperator:
     noise: float = 0.05
 
     def expected_seconds(self, config: OpConfig, replicas: int, items: int, feature_sums: Mapping[str, float], slowdown: float = 1.0) -> float:
+        """A batch's cost without noise or anomalies: ``DeviceCost`` seconds (linear in items and summed workload
+        features), divided by ``knob ** exponent`` for speed-up knobs, times a contention factor
+        ``1 + contention*(R-1)`` for R replicas running together, times a regime's hidden ``slowdown`` (a change no
+        workload feature shows). ``simulate`` multiplies it by log-normal noise of mean 1 and injected anomalies."""
         cost = self.costs[config.device].seconds(items, feature_sums)
         for knob, exponent in self.knob_exponents.items():
             cost /= float(config.knob(knob, 1)) ** exponent
@@ -69,7 +69,8 @@ class Phase:
 
 @dataclass(frozen=True)
 class Anomalies:
-    """Injected anomalies: isolated spikes (probability per batch, slowdown range) and bursts."""
+    """Injected anomalies, multiplying a batch's cost: isolated spikes (GC pause, straggler: probability per batch,
+    slowdown range) and short bursts (a neighbour's load)."""
 
     spike_prob: float = 0.03
     spike_factor: tuple[float, float] = (2.0, 6.0)
@@ -90,6 +91,8 @@ class SimRun:
     switches: list[tuple[int, str, str]]   # (first sample index of the new regime, old, new)
 
     def true_throughput(self, indices: Sequence[int]) -> float:
+        """The sustainable operator throughput over the batches ``indices`` (replicas * items / expected busy seconds):
+        the figure the model should predict."""
         idx = np.asarray(indices, dtype=int)
         items = sum(self.samples[i].items_in for i in idx)
         return float(self.replicas[idx[0]] * items / self.expected_busy[idx].sum())

@@ -1,32 +1,16 @@
 """The headroom replayed in the simulator: the cost model's best allocations, measured where runs happen.
 
 Contract:
-- ``simulated_headroom(workload, stream, cluster)`` measures allocations in the simulator. The
-  candidates are the fluid model's answers (``headroom.regime_optimum`` per regime and
-  ``headroom.best_static``), searched over batch sizes up to each cap in ``BATCH_CAPS``. An
-  allocation's rate on a regime is its steady rate there: the simulator runs a stream of that
-  regime alone (``STEADY_BLOCKS`` times its largest block, at most ``STEADY_ITEMS_FIRST`` items),
-  and the rate is what a third of the items took once the allocation was in place and the
-  pipeline filled, before the input was read to its end (fill and drain left out, as the fluid
-  model leaves them out). Per regime,
-  the best candidate is hill-climbed (``_neighbours``: one CPU replica moved between operators,
-  or one group's batch doubled or halved; at most ``max_evals`` measures); so is the static
-  whose measured duration, the regimes' rates weighted by their items, is shortest. The oracle
-  runs each regime at its best rate, switched at the block boundaries for free (a regime's best
-  is never under the static's rate there). ``SimulatedHeadroom.ratio`` is the static's duration
-  over the oracle's. An allocation that dead-letters an item (out of memory until its retries ran
-  out) scores 0: it is no choice, though its dead-lettered items count as done, and fast.
-- Why: the fluid model counts a batch's cost per item and nothing else, so larger batches are
-  never worse there, and its allocations use batches of 64. In the simulator (as live) a batch
-  is served whole by one replica and the queues between operators are bounded, so 64 scanned or
-  long documents in one batch leave most replicas idle: on the cpu-only documents stream the
-  model's scans optimum (10 OCR replicas at b64) ran at 1.29 items/s against 3.83 with batches up
-  to 8, and the model's headroom (1.59) was above what its own allocations achieved (1.37).
-- An allocation that mixes configurations for one operator (GPU shares beside CPU replicas)
-  starts with the config holding the most replicas and is then brought to the full allocation by
-  one applied plan before the measured third begins.
-- Not a proof of optimality: the oracle is the best of the model's answers, measured. A
-  scheduler may beat it where the model is wrong (the report says so when captured exceeds 1).
+- ``simulated_headroom(workload, stream, cluster) -> SimulatedHeadroom``: per regime the best measured
+  allocation and its steady rate (``steady_rate``), and the best measured static allocation for the whole
+  schedule. Candidates are the fluid model's answers (``headroom``) at the batch caps ``BATCH_CAPS``,
+  each hill-climbed (``climb``) on measured rates.
+- ``SimulatedHeadroom.ratio``: the static's duration over the oracle's, where the oracle runs each regime
+  at its best rate, switched at the block boundaries for free (a regime's best is never under the
+  static's rate there).
+- An allocation that dead-letters an item scores 0: it is no choice.
+- Not a proof of optimality: the oracle is the best of the model's answers, measured. A scheduler may
+  beat it where the model is wrong (the report says so when captured exceeds 1).
 """
 
 from __future__ import annotations
@@ -80,10 +64,18 @@ class SimulatedHeadroom:
 def simulated_headroom(workload: headroom.Workload, stream: Stream, cluster: ClusterSpec, max_evals: int = MAX_EVALS,
                        meter: "Meter | None" = None, seeds: Mapping[str, Sequence[Allocation]] | None = None,
                        static_evals: int | None = None) -> SimulatedHeadroom:
-    """Per regime the best measured allocation, and the best measured static (module docstring). ``meter``: a
-    ``meter_for`` this workload whose measures are kept between calls; ``seeds``: more starting allocations
-    per regime (e.g. what a policy ran there), each measured beside the model's answers; ``static_evals``:
-    measures the static's climb may take (default ``max_evals``; 1: the best of the model's statics)."""
+    """Per regime the best measured allocation, and the best measured static. ``meter``: a ``meter_for`` this
+    workload whose measures are kept between calls; ``seeds``: more starting allocations per regime (e.g. what a
+    policy ran there), each measured beside the model's answers; ``static_evals``: measures the static's climb may
+    take (default ``max_evals``; 1: the best of the model's statics).
+
+    The candidates are the fluid model's answers (``headroom.regime_optimum`` per regime and ``headroom.best_static``),
+    searched over batch sizes up to each cap in ``BATCH_CAPS``: the fluid model counts a batch's cost per item and
+    nothing else, so larger batches are never worse there, while in the simulator (as live) a batch is served whole
+    by one replica and the queues between operators are bounded. Per regime, the best candidate is hill-climbed
+    (``climb``, at most ``max_evals`` measures); so is the static whose measured duration, the regimes' rates weighted
+    by their items, is shortest. An allocation that dead-letters an item (out of memory until its retries ran out)
+    scores 0: it is no choice, though its dead-lettered items count as done, and fast."""
     items = regime_items(workload)
     measure = meter or meter_for(workload, stream, cluster)
     optima: list[Allocation] = []
@@ -192,9 +184,11 @@ def _with(allocation: Allocation, name: str, groups: tuple[tuple[OpConfig, int],
 
 def steady_rate(profile: PipelineProfile, allocation: Allocation, regime: str, count: int, stream: Stream, cluster: ClusterSpec) -> float:
     """Input items/s of ``allocation`` on ``regime`` alone, over a third of a stream of at least ``count`` items
-    timed once the allocation is in place and before the whole stream has been read (when the input closes,
-    lingering partial batches flush at once: on gpu-ocr's scans, 500 items finished in 20 s of a 480 s run).
-    The stream is doubled until that holds, up to ``STEADY_ITEMS_MAX``."""
+    timed once the allocation is in place and the pipeline filled, and before the whole stream has been read (fill
+    and drain left out, as the fluid model leaves them out; when the input closes, lingering partial batches flush
+    at once). The stream is doubled until that holds, up to ``STEADY_ITEMS_MAX``. An allocation that mixes
+    configurations for one operator (GPU shares beside CPU replicas) starts with the config holding the most
+    replicas and is then brought to the full allocation by one applied plan before the measured third begins."""
     while True:
         rate = _timed_third(profile, allocation, regime, count, stream, cluster)
         if rate is not None:

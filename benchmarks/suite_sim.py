@@ -3,35 +3,16 @@ scored against the best static configuration in hindsight (S*) and the per-regim
 Every figure here is SIMULATED (``trident_flows.sim``).
 
 Contract of ``run(quick, workloads, jobs, log) -> dict`` (the suite's ``sim`` section):
-- Streams, node and starting configurations are the live suite's (``suite_workloads``): the same
-  seeded regime blocks at the same time scale, on one node of 16 CPUs (+ GPUs), adaptive systems
-  ticking every ``TICK_S`` seconds with each tick's CPU time charged to the simulated clock.
+- Streams, node and starting configurations are the live suite's (``suite_workloads``).
 - Systems (``SYSTEMS``; ``DEFINITIONS`` has one sentence each): ``static-default``; ``threshold``,
-  ``ds2`` and ``trident`` starting from static-default; and two references that use knowledge no
-  user has, both searched in the space trident searches (replica counts, batch sizes, devices and
-  mixed configurations per operator):
-  - ``static-hindsight`` (S*): the best single static allocation for the whole stream, hill-climbed
-    (``sim_headroom.climb``) on the whole stream's simulated rate from the best of static-default,
-    the cost model's best static for the stream, the simulated headroom's static and each regime's
-    best allocation;
-  - ``oracle`` (O): each regime's best allocation (``sim_headroom.simulated_headroom``: the cost
-    model's answers hill-climbed on steady rates), switched by ``OraclePolicy`` at each operator one
-    cold start ahead of its block (warm when the block arrives), paying every cold start of a switch (it starts in its first block's allocation, as S*
-    starts in its own: the same run as S* when it chooses S* in every block, where that is faster); then block
-    by block, its regime's best, S* or a neighbouring block's choice where that runs the whole stream
-    faster (a short block may not pay for its cold starts). O is never below S*.
-  When a system beats O by more than ``BEAT_TOLERANCE``, the allocations it ran in each regime seed
-  new climbs and the oracle runs again (at most ``SEED_ROUNDS`` rounds); whatever still beats it is
-  reported in ``oracle_beaten_by``.
-- Per workload (``summary``): ``headroom`` (O / S*), ``t_over_oracle`` (T / O), ``gain_captured``
-  ((T - S*) / (O - S*); None when O is within ``NO_HEADROOM`` of S*), ``trident_vs_static_hindsight``
-  (T / S*), ``trident_vs_static_default``, ``trident_ooms``, ``best_static_ooms``, ``items_lost``
-  (every system), ``oracle_beaten_by_more_than_2pct`` (any system), ``ds2_max_reconfigurations_per_block``.
-  ``raw`` keeps per system its rate, OOMs, plans per regime block and errors, and the searches.
-- Throughput is input items / (last output - first output), as the live suite measures it. Each adaptive
-  system runs ``REPEATS`` times (``QUICK_REPEATS`` with ``quick``): each tick's CPU time shifts when its
-  plans land, so one run can land in either of two modes; its figures are the run of median rate
-  (``repeat_items_per_s`` keeps every repeat's).
+  ``ds2`` and ``trident`` starting from static-default; and two references that use knowledge no user
+  has, both searched in the space trident searches: ``static-hindsight`` (S*, the best single static
+  allocation for the whole stream) and ``oracle`` (O, each regime's best allocation switched ahead of
+  its block; never below S*).
+- Per workload (``summarise``): ``headroom`` (O / S*), ``t_over_oracle`` (T / O), ``gain_captured``
+  ((T - S*) / (O - S*)), trident's ratios to S* and static-default, OOMs, ``items_lost`` and
+  ``oracle_beaten_by_more_than_2pct``; ``raw`` keeps per system its rate, OOMs, plans per block and errors.
+- Throughput is input items / (last output - first output), as the live suite measures it.
 """
 
 from __future__ import annotations
@@ -225,6 +206,8 @@ class _Workload:
 
 
 def prepare(name: str, quick: bool) -> _Workload:
+    """Workload ``name`` as the live suite runs it: the same seeded regime blocks at the same time scale, on one node
+    of 16 CPUs (+ GPUs), starting from static-default."""
     suite = suite_workloads.suite_workloads(quick, [name])[0]
     profile = PipelineProfile.load(suite.profile)
     stream, _ = suite.streams()
@@ -252,7 +235,21 @@ def search_static_hindsight(w: _Workload, candidates: Sequence[Allocation], max_
 
 
 def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every system on one workload, the searches for S* and O, and the workload's figures (module docstring)."""
+    """Every system on one workload, the searches for S* and O, and the workload's figures (``summarise``).
+
+    Adaptive systems tick every ``TICK_S`` seconds with each tick's CPU time charged to the simulated clock, so one
+    run can land in either of two modes: each runs ``REPEATS`` times (``QUICK_REPEATS`` with ``quick``) and its
+    figures are the run of median rate (``median_run``; ``repeat_items_per_s`` keeps every repeat's).
+    S* is hill-climbed (``sim_headroom.climb``) on the whole stream's simulated rate from the best of static-default,
+    the cost model's best static for the stream, the simulated headroom's static and each regime's best allocation.
+    O starts from each regime's best allocation (``sim_headroom.simulated_headroom``: the cost model's answers
+    hill-climbed on steady rates), switched by ``OraclePolicy`` at each operator one cold start ahead of its block
+    (warm when the block arrives), paying every cold start of a switch (it starts in its first block's allocation,
+    as S* starts in its own: the same run as S* when it chooses S* in every block, where that is faster); then block
+    by block, its regime's best, S* or a neighbouring block's choice where that runs the whole stream faster (a
+    short block may not pay for its cold starts). When a system beats O by more than ``BEAT_TOLERANCE``, the
+    allocations it ran in each regime seed new climbs and the oracle runs again (at most ``SEED_ROUNDS`` rounds);
+    whatever still beats it is reported in ``oracle_beaten_by``."""
     t0 = time.perf_counter()
     w = prepare(name, quick)
     runs: dict[str, SystemRun] = {STATIC_DEFAULT: w.run(STATIC_DEFAULT)}
@@ -313,7 +310,11 @@ def median_run(repeats: Sequence[SystemRun]) -> SystemRun:
 
 
 def summarise(runs: Mapping[str, SystemRun], oracle_switching: float) -> dict[str, Any]:
-    """The figures of one workload (module docstring); ``runs[ORACLE]`` is the switching oracle's run."""
+    """The figures of one workload; ``runs[ORACLE]`` is the switching oracle's run and O = max(its rate, S*'s).
+    ``headroom`` (O / S*), ``t_over_oracle`` (T / O), ``gain_captured`` ((T - S*) / (O - S*); None when O is within
+    ``NO_HEADROOM`` of S*), ``trident_vs_static_hindsight`` (T / S*), ``trident_vs_static_default``, ``trident_ooms``,
+    ``best_static_ooms``, ``items_lost`` (every system), ``oracle_beaten_by_more_than_2pct`` (any adaptive system above O by
+    more than ``BEAT_TOLERANCE``), ``ds2_max_reconfigurations_per_block``."""
     t, s_star, default = (_rate(runs[s]) if s in runs else 0.0 for s in ("trident", STATIC_HINDSIGHT, STATIC_DEFAULT))
     o = max(oracle_switching, s_star)
     beaten = {s: round(_rate(r) / o, 4) for s, r in runs.items() if s in POLICIES and o and _rate(r) > o * (1 + BEAT_TOLERANCE)}

@@ -5,8 +5,8 @@ Contract: ``suite_workloads(quick, names) -> list[SuiteWorkload]`` builds the wo
 (``WORKLOADS``) on one logical node of ``CPUS`` CPUs (+ ``GPUS`` GPUs of ``DEVICE_MEMORY``): ``gpu-ocr``,
 ``cpu-only`` and ``video`` with blocks of ``BLOCK_S`` production seconds each at their optimum
 (``equal_time_regimes``; quick: ``QUICK_BLOCK_S``) run at ``TIME_SCALE``, ``docs-baseline`` and
-``video-baseline`` the streams of ``closed-loop`` and ``closed-loop-video`` (see ``closed_loop_suite``'s
-docstring for what each is). ``SuiteWorkload.streams()`` gives the regimes stream and its memory-spike
+``video-baseline`` the streams of ``closed-loop`` and ``closed-loop-video`` (``suite_workloads`` says
+what each is). ``SuiteWorkload.streams()`` gives the regimes stream and its memory-spike
 variant, ``baselines`` the static configurations every system starts from, ``headroom_workload`` the
 stream as the cost model's headroom reads it.
 """
@@ -83,7 +83,15 @@ WORKLOADS = ("gpu-ocr", "cpu-only", "docs-baseline", "video-baseline", "video")
 
 
 def suite_workloads(quick: bool, names: Sequence[str] = WORKLOADS) -> list[SuiteWorkload]:
-    """The workloads called ``names``, in the suite's order (see the module docstring)."""
+    """The workloads called ``names``, in the suite's order (see the module docstring):
+    - ``gpu-ocr``: documents with RapidOCR as the OCR engine (``profiles/documents-rapidocr.json``: OCR measured on
+      CPU, its GPU cost derived, see that profile), 16 CPUs + 2 GPUs, so OCR and embedding compete for the GPUs;
+      blocks born-digital ``short`` -> ``scans`` -> ``long`` (long reports, born-digital with a few scanned pages:
+      the mixed regime) -> ``short``;
+    - ``cpu-only``: documents (tesseract) on 16 CPUs and no GPU, the same blocks;
+    - ``docs-baseline`` / ``video-baseline``: the streams of ``closed-loop`` / ``closed-loop-video`` (16 CPUs +
+      2 GPUs), kept as the cases with little headroom;
+    - ``video``: video on 16 CPUs + 2 GPUs, blocks ``small`` -> ``hd`` -> ``long`` -> ``small``."""
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         raise ValueError(f"unknown suite workload(s) {unknown}; choose from {list(WORKLOADS)}")

@@ -1,32 +1,16 @@
 """Run an emulated pipeline under cosmos-xenna 0.3.0 (NVIDIA's pipeline scheduler), streaming mode.
 
 Contract:
-- ``run_xenna(spec, *, device_prefix, device_namespace, autoscale_interval_s, window_s)`` runs
-  the operators of ``spec`` (each with its initial ``OpConfig``: device, batch size, CPUs/GPUs
-  per worker) as xenna stages on the current Ray cluster, with xenna's own autoscaler deciding
-  the workers per stage (``StageSpec(num_workers=None)``), and returns ``XennaRun``: seconds
-  from submission to the last output, the output rows' ids, and each output row's completion
-  time (seconds since submission, stamped by the last stage).
-- Every row passes every stage (rows marked ``_drop``/``_error`` by an operator are skipped
-  by later operators, as in the runtime), so ids in = ids out unless xenna loses an item.
-- Cluster: xenna's ``run_pipeline`` discovers GPUs with NVML on each node, so on a machine
-  without NVIDIA GPUs it sees none and refuses a GPU stage ("Not enough GPU resources"), and
-  it calls ``ray.init()`` without an address (which may find another local cluster). So
-  ``run_xenna`` does what ``run_pipeline`` does after that discovery, on the current Ray
-  cluster: the same stage-spec preparation, then xenna's own streaming executor
-  (``streaming.run_pipeline``) with a ``ClusterResources`` built from Ray's node list,
-  logical GPUs included (CPUs at xenna's default 95% allocation). xenna's monitor uses Ray's
-  state API, so the cluster needs its dashboard (``ray.init(include_dashboard=True)``), and
-  ``RAY_ADDRESS`` is set to this driver's cluster for it.
-- GPU stages: xenna allocates GPUs itself (it creates workers with ``num_cpus=0`` and sets
-  ``CUDA_VISIBLE_DEVICES``), so Ray's GPU ids are empty inside a worker; the stage binds the
-  emulated device of the GPU index xenna gave it (``WorkerMetadata.allocation.gpus``). The
-  caller creates the devices (``runtime.devices.create_devices(device_prefix, ...)``).
-- Nothing left running: xenna's ``NodeResourceMonitor`` keeps a non-daemon thread (Ray's
-  graceful actor exit and even the raylet's death leave its process alive) and a
-  ``StageWorker`` can survive xenna's ``ray.kill``; after the pipeline ``run_xenna`` SIGKILLs
-  the processes of both classes below this driver (``stop_xenna_processes``), so they neither
-  hold a CPU during later runs nor outlive the cluster.
+- ``run_xenna(spec, *, device_prefix, device_namespace, autoscale_interval_s, window_s) -> XennaRun`` runs
+  the operators of ``spec`` (each with its initial ``OpConfig``) as xenna stages on the current Ray cluster,
+  with xenna's own autoscaler deciding the workers per stage (``StageSpec(num_workers=None)``). ``XennaRun``:
+  seconds from submission to the last output, the output rows' ids, and each output row's completion time
+  (seconds since submission, stamped by the last stage).
+- Every row passes every stage (rows marked ``_drop``/``_error`` are skipped by later operators, as in the
+  runtime), so ids in = ids out unless xenna loses an item.
+- The cluster needs Ray's dashboard (``ray.init(include_dashboard=True)``) and, for GPU stages, the emulated
+  devices the caller created (``runtime.devices.create_devices(device_prefix, ...)``).
+- Nothing is left running: xenna's processes below this driver are killed after the run (``stop_xenna_processes``).
 - Requires the ``bench`` extra (``pip install 'trident-flows[bench]'``); ``ImportError`` names it.
 """
 
@@ -57,7 +41,9 @@ def _batch_to_rows(batch: dict[str, Any]) -> list[dict[str, Any]]:
 if xenna is not None:
 
     class EmulatedStage(xenna.Stage):
-        """One operator of a PipelineSpec as a xenna stage (see the module docstring)."""
+        """One operator of a PipelineSpec as a xenna stage. On a GPU stage xenna allocates GPUs itself (it creates
+        workers with ``num_cpus=0`` and sets ``CUDA_VISIBLE_DEVICES``), so Ray's GPU ids are empty inside a worker;
+        the stage binds the emulated device of the GPU index xenna gave it (``WorkerMetadata.allocation.gpus``)."""
 
         def __init__(self, op: OperatorSpec, device_prefix: str, device_namespace: str | None, t0: float, last: bool) -> None:
             self.op = op
@@ -118,7 +104,13 @@ def _cluster_resources(cpu_allocation_percentage: float) -> Any:
 
 
 def _run_streaming(pipeline_spec: Any) -> list | None:
-    """xenna's ``run_pipeline`` from the cluster discovery on (see the module docstring)."""
+    """xenna's ``run_pipeline`` from the cluster discovery on. xenna's ``run_pipeline`` discovers GPUs with NVML on each
+    node, so on a machine without NVIDIA GPUs it sees none and refuses a GPU stage ("Not enough GPU resources"), and it
+    calls ``ray.init()`` without an address (which may find another local cluster). So this does what ``run_pipeline``
+    does after that discovery, on the current Ray cluster: the same stage-spec preparation, then xenna's own streaming
+    executor (``streaming.run_pipeline``) with a ``ClusterResources`` built from Ray's node list, logical GPUs included
+    (CPUs at xenna's default 95% allocation). xenna's monitor uses Ray's state API, so the cluster needs its dashboard,
+    and ``RAY_ADDRESS`` is set to this driver's cluster for it."""
     import copy
     import os
 
@@ -150,7 +142,10 @@ XENNA_ACTOR_TITLES = ("ray::StageWorker", "ray::NodeResourceMonitor")
 
 
 def stop_xenna_processes(grace_s: float = 5.0) -> list[str]:
-    """SIGKILL xenna's actor processes below this driver still alive after ``grace_s`` (see the module docstring)."""
+    """SIGKILL xenna's actor processes below this driver still alive after ``grace_s``. xenna's ``NodeResourceMonitor``
+    keeps a non-daemon thread (Ray's graceful actor exit and even the raylet's death leave its process alive) and a
+    ``StageWorker`` can survive xenna's ``ray.kill``; killing both classes' processes keeps them from holding a CPU
+    during later runs or outliving the cluster."""
     import psutil
 
     def xenna_procs() -> list[psutil.Process]:
@@ -184,7 +179,8 @@ class XennaRun:
 
 def run_xenna(spec: PipelineSpec, *, device_prefix: str, device_namespace: str | None, autoscale_interval_s: float = 5.0,
               window_s: float = 10.0) -> XennaRun:
-    """Run ``spec`` under xenna's streaming executor and autoscaler (see the module docstring)."""
+    """Run ``spec`` under xenna's streaming executor and autoscaler (see the module docstring), then SIGKILL xenna's
+    leftover processes (``stop_xenna_processes``)."""
     if xenna is None:
         raise ImportError(f"cosmos-xenna is not installed ({_IMPORT_ERROR}); install the bench extra: pip install 'trident-flows[bench]'")
     rows = list(spec.source())

@@ -1,12 +1,16 @@
-"""Builders of the runner's state values for tests, by name: every argument keyword-only, with a default
-for what a test does not care about (a warm, idle replica; an operator with no replicas and an empty
-queue; an unfinished pipeline ``p`` one second in, on 8 CPUs and no GPU). A test names only the fields
-it sets."""
+"""Builders of the runner's state values and batch samples for tests, by name: every argument keyword-only,
+with a default for what a test does not care about (a warm, idle replica; an operator with no replicas and an
+empty queue; an unfinished pipeline ``p`` one second in, on 8 CPUs and no GPU; a one-item batch of operator
+``op`` on replica ``r0`` that took its one second busy). A test names only the fields it sets."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState
-from trident_flows.core.types import OpConfig
+from trident_flows.core.types import BatchSample, OpConfig, Outcome
+
+DEFAULT_CONFIG = OpConfig()
 
 
 def replica_state(*, replica_id: str = "r0", actor_name: str | None = None, config: OpConfig, warm: bool = True, draining: bool = False,
@@ -33,3 +37,15 @@ def runner_state(*, pipeline: str = "p", operators: tuple[OperatorState, ...] = 
     """A ``RunnerState``."""
     return RunnerState(pipeline, tuple(operators), items_in, items_written, items_dead_lettered, items_dropped, rows_written, input_closed,
                        finished, wall_s, throughput, cluster_cpus, cluster_gpus, reconfigurations, ooms, error, tuple(nodes))
+
+
+def batch_sample(*, operator: str = "op", replica_id: str = "r0", config: OpConfig = DEFAULT_CONFIG, start: float = 0.0,
+                 end: float | None = None, busy_s: float = 1.0, items_in: int = 1, items_out: int | None = None,
+                 features: Mapping[str, float] | None = None, peak_host_mem_bytes: int = 0, peak_device_mem_bytes: int = 0,
+                 outcome: Outcome = Outcome.OK, config_epoch: int = 0, inflight: int = 1, error: str = "",
+                 bytes_from_other_nodes: int = 0, runner_bytes: int = 0, bytes_read: int = 0) -> BatchSample:
+    """A ``BatchSample``; ``end`` defaults to ``start + busy_s``, ``items_out`` to ``items_in`` (nothing dropped),
+    ``features`` to none."""
+    return BatchSample(operator, replica_id, config, start, start + busy_s if end is None else end, busy_s, items_in,
+                       items_in if items_out is None else items_out, {} if features is None else features, peak_host_mem_bytes,
+                       peak_device_mem_bytes, outcome, config_epoch, inflight, error, bytes_from_other_nodes, runner_bytes, bytes_read)

@@ -7,7 +7,7 @@ import re
 
 import builders
 import pytest
-from builders import operator_state, replica_state
+from builders import batch_sample, operator_state, replica_state
 
 from trident_flows.core.decision import Action
 from trident_flows.core.state import OperatorState, RunnerState
@@ -35,8 +35,8 @@ def runner_state(*ops: OperatorState, cpus: float = 8, gpus: float = 0) -> Runne
 
 
 def batches(op: str, n: int, items: int, busy_s: float, items_out: int | None = None, epoch: int = 0) -> list[BatchSample]:
-    return [BatchSample(op, f"{op}-0", CPU1, float(k), float(k) + busy_s, busy_s, items, items if items_out is None else items_out,
-                        config_epoch=epoch) for k in range(n)]
+    return [batch_sample(operator=op, replica_id=f"{op}-0", config=CPU1, start=float(k), busy_s=busy_s, items_in=items,
+                         items_out=items if items_out is None else items_out, config_epoch=epoch) for k in range(n)]
 
 
 # ------------------------------------------------------------------ threshold

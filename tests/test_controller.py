@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from builders import operator_state, replica_state, runner_state
+from builders import batch_sample, operator_state, replica_state, runner_state
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import RunnerState
@@ -86,8 +86,9 @@ class SimRunner:
                     busy = self.busy(op, config) * float(self.rng.uniform(0.97, 1.03))
                     end = self.t + dt * (k + 1) / batches
                     feats = {op.feature: self.features()[op.feature] * config.batch_size}
-                    new.append(BatchSample(op.name, rid, config, end - busy, end, busy, config.batch_size, config.batch_size, feats,
-                                           peak_host_mem_bytes=int(200 * MIB + config.batch_size * MIB), config_epoch=op.epoch))
+                    new.append(batch_sample(operator=op.name, replica_id=rid, config=config, start=end - busy, end=end, busy_s=busy,
+                                            items_in=config.batch_size, features=feats,
+                                            peak_host_mem_bytes=int(200 * MIB + config.batch_size * MIB), config_epoch=op.epoch))
         self.t += dt
         self.samples += new
         return new
@@ -401,7 +402,8 @@ def _queued_state(wall_s: float, items_in: int, queue: int, replicas: int = 2, i
 def _cheap_regime_policy() -> TridentPolicy:
     """A policy whose ocr model learned a cheap regime: batches of 4 in 0.8 s, 10 items/s on 2 replicas."""
     policy = TridentPolicy(None, None, TridentSettings.from_options(saturation_s=8.0, stale_ratio=1.5))
-    samples = [BatchSample("ocr", f"r{k % 2}", OCR_B4, t - 0.8, t, 0.8, 4, 4, config_epoch=1)
+    samples = [batch_sample(operator="ocr", replica_id=f"r{k % 2}", config=OCR_B4, start=t - 0.8, end=t, busy_s=0.8, items_in=4,
+                            config_epoch=1)
                for k, t in enumerate(np.linspace(-40.0, 0.0, 100))]
     policy.ops.ensure("ocr").model.fit(samples)
     return policy
@@ -410,7 +412,8 @@ def _cheap_regime_policy() -> TridentPolicy:
 def _calibrated(policy: TridentPolicy, states: list[RunnerState]) -> float:
     """Feed the snapshots (one sample each, ending at the snapshot) and return 2 replicas' capacity as the model reports it."""
     for state in states:
-        policy.models.calibrate(state, [BatchSample("ocr", "r0", OCR_B4, state.wall_s - 0.8, state.wall_s, 0.8, 4, 4, config_epoch=1)])
+        policy.models.calibrate(state, [batch_sample(operator="ocr", config=OCR_B4, start=state.wall_s - 0.8, end=state.wall_s, busy_s=0.8,
+                                                     items_in=4, config_epoch=1)])
     return policy.ops["ocr"].model.throughput(OCR_B4, 2).mean
 
 

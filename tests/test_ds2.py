@@ -8,7 +8,7 @@ import dataclasses
 import re
 
 import pytest
-from builders import operator_state, replica_state, runner_state
+from builders import batch_sample, operator_state, replica_state, runner_state
 
 from trident_flows.core.decision import Action, Decision, Hold, HoldKind
 from trident_flows.core.state import ApplyOutcome, OperatorState, RunnerState
@@ -30,7 +30,8 @@ def state(a: int, b: int, t: float, cpus: float = 16) -> RunnerState:
 
 def batches(b_busy_s: float, n: int = 4) -> list[BatchSample]:
     """``n`` batches of 8 items each at a (0.08 s: 100 items/s per replica) and at b (``b_busy_s`` each)."""
-    return [BatchSample(op, f"{op}-0", CPU1, float(k), float(k) + busy, busy, 8, 8) for op, busy in (("a", 0.08), ("b", b_busy_s))
+    return [batch_sample(operator=op, replica_id=f"{op}-0", config=CPU1, start=float(k), busy_s=busy,
+                         items_in=8) for op, busy in (("a", 0.08), ("b", b_busy_s))
             for k in range(n)]
 
 

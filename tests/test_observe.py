@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from builders import batch_sample
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
 from trident_flows.core.types import BatchSample, OpConfig, Outcome
@@ -61,7 +62,8 @@ def test_overlapping_batches_in_flight_are_not_double_counted():
     for k in range(40):
         t = 100.0 + k
         for _ in range(2):
-            samples.append(BatchSample("parse", "r0", A, t, t + 1.0, 1.0, 10, 10, {"pages": 30.0}, 10 * MIB, inflight=2))
+            samples.append(batch_sample(operator="parse", config=A, start=t, busy_s=1.0, items_in=10, features={"pages": 30.0},
+                                        peak_host_mem_bytes=10 * MIB, inflight=2))
     model = OperatorModel("parse")
     assert model.fit(samples).fitted
     assert model.throughput(A, 1, {"pages": 3.0}).mean == pytest.approx(20.0, rel=0.02)
@@ -117,7 +119,7 @@ def _flat(n: int, **changes) -> list[BatchSample]:
     base = dict(operator="parse", replica_id="r0", config=A, busy_s=0.5, items_in=16, items_out=16, features={"pages": 48.0},
                 peak_host_mem_bytes=300 * MIB)
     base.update(changes)
-    return [BatchSample(start=10.0 + k, end=10.5 + k, **base) for k in range(n)]
+    return [batch_sample(start=10.0 + k, end=10.5 + k, **base) for k in range(n)]
 
 
 def test_degenerate_windows_give_a_clear_state_not_a_crash():
@@ -185,7 +187,7 @@ def test_windows_of_millisecond_batches_span_enough_busy_time_to_average_out_sch
     samples, t = [], 1000.0
     for k in range(2000):
         busy = float(rng.gamma(2.0, 0.004))
-        samples.append(BatchSample("langid", f"r{k % 2}", cfg, t, t + busy, busy, 4, 4))
+        samples.append(batch_sample(operator="langid", replica_id=f"r{k % 2}", config=cfg, start=t, busy_s=busy, items_in=4))
         t += busy / 2
     fine = OperatorModel("langid", min_window_busy_s=0.0).fit(samples)
     model = OperatorModel("langid")
@@ -217,7 +219,8 @@ def test_residuals_of_many_samples_match_one_at_a_time():
 def _replicas_phase(replicas: int, rate: float, start: float, batches: int = 40) -> list[BatchSample]:
     """``replicas`` replicas each finishing 4-item batches back to back at ``rate`` items/s per replica."""
     busy = 4 / rate
-    return [BatchSample("parse", f"r{replicas}-{j}", A, start + k * busy, start + (k + 1) * busy, busy, 4, 4, {"pages": 12.0}, 100 * MIB)
+    return [batch_sample(operator="parse", replica_id=f"r{replicas}-{j}", config=A, start=start + k * busy, end=start + (k + 1) * busy,
+                         busy_s=busy, items_in=4, features={"pages": 12.0}, peak_host_mem_bytes=100 * MIB)
             for j in range(replicas) for k in range(batches)]
 
 
@@ -260,7 +263,7 @@ def test_a_batch_of_heavy_items_is_work_not_a_spike_but_one_slow_for_its_content
     for k in range(400):
         pages = 16 * (30.0 if k % 20 == 7 else 3.0) * rng.lognormal(0, 0.05)
         busy = (16 * 0.004 + 0.006 * pages) * rng.lognormal(0, 0.05) * (3.0 if k % 50 == 31 else 1.0)   # and a slow one in 50
-        samples.append(BatchSample("parse", "r0", A, t, t + busy, busy, 16, 16, {"pages": pages}))
+        samples.append(batch_sample(operator="parse", config=A, start=t, busy_s=busy, items_in=16, features={"pages": pages}))
         t += busy
     spikes = {f.index for f in OperatorModel("parse").fit(samples).filtered if f.reason == Reason.SPIKE}
     assert not spikes & {k for k in range(400) if k % 20 == 7}
@@ -275,7 +278,7 @@ def test_batches_whose_end_timestamp_was_rounded_below_start_plus_busy_are_kept(
     samples, t = [], 1_796_052_177.950555
     for _ in range(200):
         busy = float(rng.uniform(0.02, 0.03))
-        samples.append(BatchSample("dedup", "r0", A, t, t + busy, busy, 4, 4))
+        samples.append(batch_sample(operator="dedup", config=A, start=t, busy_s=busy, items_in=4))
         t += busy + 0.001
     assert sum(s.end - s.start < s.busy_s for s in samples) > 40    # the rounding is real
     late = replace(samples[50], busy_s=samples[50].busy_s + 1e-3)    # a busy time 1 ms past its interval is not
@@ -289,7 +292,7 @@ def test_a_window_of_mixed_items_is_predicted_at_the_harmonic_mean_of_their_rate
     # a batch's time is the sum over its items, so a mix runs at the harmonic mean of the two rates
     def batch(t: float, scanned: float, items: int = 4) -> BatchSample:
         busy = items * 0.008 + 1.2 * scanned
-        return BatchSample("ocr", "r0", A, t, t + busy, busy, items, items, {"scanned_pages": scanned})
+        return batch_sample(operator="ocr", config=A, start=t, busy_s=busy, items_in=items, features={"scanned_pages": scanned})
 
     rng = np.random.default_rng(5)
     samples, t = [], 0.0
@@ -345,7 +348,7 @@ def test_residual_outliers_are_unmasked_by_a_robust_scale_but_structure_the_gp_e
 def _ocr_batch(replica: str, t: float, scanned: float, slow: float = 1.0) -> BatchSample:
     """A 4-item OCR batch: 8 ms per item and 1.2 s per scanned page (``scanned`` pages per item), ``slow`` times over."""
     busy = (4 * 0.008 + 4 * 1.2 * scanned) * slow
-    return BatchSample("ocr", replica, A, t, t + busy, busy, 4, 4, {"scanned_pages": scanned})
+    return batch_sample(operator="ocr", replica_id=replica, config=A, start=t, busy_s=busy, items_in=4, features={"scanned_pages": scanned})
 
 
 def test_a_replica_count_that_changed_with_the_workload_is_not_taken_for_contention():

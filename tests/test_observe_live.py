@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import operator_state, replica_state, runner_state
+from builders import batch_sample, operator_state, replica_state, runner_state
 
 from benchmarks import observe_live
 from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, load, state_from_dict
@@ -101,7 +101,7 @@ def test_recording_writes_polls_and_decisions_and_returns_the_decision_unchanged
     writer = TraceWriter(tmp_path / "t.jsonl.gz", {"pipeline": "p", "policy": "fake", "blocks": [["short", 0, 10], ["long", 10, 20]]})
     decision = Decision.roll_out(plan, "why")
     policy = RecordingPolicy(_Inner(decision), writer)
-    sample = BatchSample("parse", "r0", A, 1.0, 2.0, 0.5, 8, 8, {"pages": 12.0})
+    sample = batch_sample(operator="parse", config=A, start=1.0, end=2.0, busy_s=0.5, items_in=8, features={"pages": 12.0})
     poller = RunnerPoller(_Handle([sample]), writer, every_s=0.0)
     poller(_state(1.0, (8, 8, 0), (0, 0, 8)))
     assert policy.decide(_state(1.5, (8, 8, 0), (0, 0, 8)), [sample]) is decision
@@ -185,7 +185,7 @@ def test_a_report_of_late_batches_from_an_earlier_block_is_not_a_false_alarm():
 
 def test_late_batches_are_told_by_their_content_and_the_detector_s_return_is_not_a_false_alarm():
     def sample(chars_per_item: float) -> BatchSample:
-        return BatchSample("langid", "r0", A, 0.0, 1.0, 1.0, 8, 8, features={"chars": 8 * chars_per_item})
+        return batch_sample(operator="langid", config=A, items_in=8, features={"chars": 8 * chars_per_item})
 
     rng = np.random.default_rng(3)
     short, long = [4000 * rng.lognormal(0, 0.2) for _ in range(200)], [40000 * rng.lognormal(0, 0.2) for _ in range(60)]

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from builders import batch_sample
 
 from trident_flows.core.types import BatchSample, ConfigSpace, KnobSpace, OpConfig, Outcome
 from trident_flows.scheduler.canary import CanaryPolicy, Verdict, decide, measure
@@ -196,8 +197,9 @@ def test_warm_start_reproduces_the_previous_best_immediately():
 
 
 def _batches(config: OpConfig, rates: list[float], peak: int = GiB) -> list[BatchSample]:
-    return [BatchSample("ocr", "r", config, float(i), float(i) + 1.0, config.batch_size / r, config.batch_size, config.batch_size,
-                        {"pages": 3.0 * config.batch_size}, peak_host_mem_bytes=peak) for i, r in enumerate(rates)]
+    return [batch_sample(operator="ocr", replica_id="r", config=config, start=float(i), end=float(i) + 1.0, busy_s=config.batch_size / r,
+                         items_in=config.batch_size, features={"pages": 3.0 * config.batch_size},
+                         peak_host_mem_bytes=peak) for i, r in enumerate(rates)]
 
 
 def test_canary_accepts_a_clearly_better_candidate_and_rejects_a_worse_one():
@@ -222,7 +224,8 @@ def test_canary_keeps_measuring_while_noisy_and_stops_at_the_window_end():
 def test_canary_rejects_an_oom_and_measure_condenses_the_window():
     config = OpConfig.make(batch_size=4)
     window = _batches(config, [40, 42, 41], peak=2 * GiB)
-    window.append(BatchSample("ocr", "r", config, 9.0, 9.5, 0.5, 4, 0, {"pages": 40.0}, peak_host_mem_bytes=3 * GiB, outcome=Outcome.OOM))
+    window.append(batch_sample(operator="ocr", replica_id="r", config=config, start=9.0, end=9.5, busy_s=0.5, items_in=4, items_out=0,
+                               features={"pages": 40.0}, peak_host_mem_bytes=3 * GiB, outcome=Outcome.OOM))
     assert decide(window, [], elapsed_s=3).verdict == Verdict.REJECT
     m = measure(window)
     assert m.oom and m.features == {"pages": 10.0} and m.items == 4

@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+from builders import batch_sample
 
 from benchmarks.placement import make_cluster, make_demands
 from trident_flows.core.state import RuntimeConfigError
@@ -82,7 +83,7 @@ def test_bad_link_or_bytes_are_refused_with_what_to_write():
 
 
 def _sample(items: int, read: int, remote: int) -> BatchSample:
-    return BatchSample("embed", "r0", CPU1, 0.0, 1.0, 1.0, items, items, bytes_read=read, bytes_from_other_nodes=remote)
+    return batch_sample(operator="embed", config=CPU1, items_in=items, bytes_from_other_nodes=remote, bytes_read=read)
 
 
 def test_transfer_estimate_weighs_bytes_not_batches():

@@ -4,9 +4,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from builders import batch_sample
 
 from benchmarks.sample_sim import Anomalies, Phase, Regime, SimOperator, simulate
-from trident_flows.core.types import BatchSample, OpConfig
+from trident_flows.core.types import OpConfig
 from trident_flows.runtime.costmodel import DeviceCost
 from trident_flows.scheduler.operator_model import OperatorModel
 from trident_flows.scheduler.regime import RegimeDetector
@@ -22,7 +23,7 @@ def _stream(rng, regimes, items=16, spread=0.1):
     for pages, n in regimes:
         for _ in range(n):
             p = pages * items * rng.lognormal(0, spread)
-            out.append(BatchSample("ocr", "r0", CFG, t, t + 1.0, 1.0, items, items, {"pages": p}))
+            out.append(batch_sample(operator="ocr", config=CFG, start=t, busy_s=1.0, items_in=items, features={"pages": p}))
             t += 1.0
     return out
 
@@ -82,7 +83,7 @@ def test_recurring_regime_is_recognised_as_the_same_regime():
 
 def test_detector_names_a_bad_feature():
     det = RegimeDetector("ocr", ("pages",))
-    bad = BatchSample("ocr", "r7", CFG, 0.0, 1.0, 1.0, 16, 16, {"pages": float("nan")})
+    bad = batch_sample(operator="ocr", replica_id="r7", config=CFG, items_in=16, features={"pages": float("nan")})
     with pytest.raises(ValueError, match=r"r7.*features\['pages'\]=nan"):
         det.update(bad)
     with pytest.raises(ValueError, match="confirm"):
@@ -137,7 +138,8 @@ def test_a_residual_shift_that_the_operators_own_concurrency_explains_is_load_no
     for n in range(600):
         busy = 1.0 if n < 300 else 1.5
         at_once = 1 if n < 300 else 4
-        samples.append(BatchSample("ocr", f"r{n % at_once}", CFG, t, t + busy, busy, 16, 16, {"pages": 48 * rng.lognormal(0, 0.1)}))
+        samples.append(batch_sample(operator="ocr", replica_id=f"r{n % at_once}", config=CFG, start=t, busy_s=busy, items_in=16,
+                                    features={"pages": 48 * rng.lognormal(0, 0.1)}))
         t += busy / at_once
     residuals = rng.normal(0.0, 0.05, 600)
     residuals[300:] -= np.log(1.5)
@@ -161,11 +163,13 @@ def test_many_samples_at_once_decide_exactly_as_one_by_one():
     # a CUSUM burst and a lasting hidden slowdown
     rng = np.random.default_rng(7)
     samples = _stream(rng, [(3.0, 700), (40.0, 500), (3.0, 900), (12.0, 400)], spread=0.25)
-    samples = [s if n < 1500 else BatchSample(s.operator, s.replica_id, s.config, s.start, s.end, s.busy_s, s.items_in, s.items_out,
-                                               s.features, config_epoch=1) for n, s in enumerate(samples)]
+    samples = [s if n < 1500 else batch_sample(operator=s.operator, replica_id=s.replica_id, config=s.config, start=s.start, end=s.end,
+                                               busy_s=s.busy_s, items_in=s.items_in, items_out=s.items_out, features=s.features,
+                                               config_epoch=1) for n, s in enumerate(samples)]
     for n in rng.choice(len(samples), 25, replace=False):   # outliers far from every regime
         s = samples[n]
-        samples[n] = BatchSample(s.operator, s.replica_id, s.config, s.start, s.end, s.busy_s, s.items_in, s.items_out, {"pages": 1e4})
+        samples[n] = batch_sample(operator=s.operator, replica_id=s.replica_id, config=s.config, start=s.start, end=s.end, busy_s=s.busy_s,
+                                  items_in=s.items_in, items_out=s.items_out, features={"pages": 1e4})
     residuals = rng.normal(0.0, 0.05, len(samples))
     residuals[900:906] -= 0.6                  # a burst: a transient
     residuals[1800:] -= 0.4                    # a lasting slowdown no feature shows
@@ -221,7 +225,8 @@ def test_a_residual_shift_of_millisecond_batches_must_last_a_second_to_be_a_regi
     samples, t = [], 0.0
     for k in range(n):
         busy = 0.015 if k < 200 or k >= 240 else 0.02
-        samples.append(BatchSample("dedup", "r0", CFG, t, t + busy, busy, 16, 16, {"pages": 48.0 * rng.lognormal(0, 0.1)}))
+        samples.append(batch_sample(operator="dedup", config=CFG, start=t, busy_s=busy, items_in=16,
+                                    features={"pages": 48.0 * rng.lognormal(0, 0.1)}))
         t += busy
     # (the whole stream is 14 s: no fill phase here)
     changes = _run(RegimeDetector("dedup", ("pages",), warmup_s=0.0), samples, residuals)
@@ -239,16 +244,19 @@ def test_a_burst_cut_short_by_a_gap_is_no_regime_even_when_a_late_batch_agrees()
     residuals, samples, t = [], [], 0.0
     for _ in range(300):
         residuals.append(float(rng.normal(0.0, 0.05)))
-        samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
+        samples.append(batch_sample(operator="quality", config=CFG, start=t, busy_s=0.01, items_in=8,
+                                    features={"pages": 24.0 * rng.lognormal(0, 0.1)}))
         t += 0.0133
     for _ in range(60):
         residuals.append(0.35 + float(rng.normal(0.0, 0.05)))
-        samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
+        samples.append(batch_sample(operator="quality", config=CFG, start=t, busy_s=0.01, items_in=8,
+                                    features={"pages": 24.0 * rng.lognormal(0, 0.1)}))
         t += 0.0133
     for k in range(12):
         t += 10.0
         residuals.append(0.5 if k == 0 else float(rng.normal(0.0, 0.05)))
-        samples.append(BatchSample("quality", "r0", CFG, t, t + 0.01, 0.01, 8, 8, {"pages": 24.0 * rng.lognormal(0, 0.1)}))
+        samples.append(batch_sample(operator="quality", config=CFG, start=t, busy_s=0.01, items_in=8,
+                                    features={"pages": 24.0 * rng.lognormal(0, 0.1)}))
     det = RegimeDetector("quality", ("pages",), warmup_s=0.0)
     assert _run(det, samples, np.array(residuals)) == [] and det.transients >= 1
     # the same shift going on at the same pace after the gap is one
@@ -266,7 +274,8 @@ def test_the_pipeline_s_fill_is_not_a_regime_but_a_later_shift_is():
     residuals = rng.normal(0.0, 0.05, n)
     residuals[:80] -= 0.3                                        # the first 8 s run 26% slower
     residuals[800:] -= 0.4                                       # at 80 s, a lasting slowdown no feature shows
-    samples = [BatchSample("parse", "r0", CFG, k * 0.1, (k + 1) * 0.1, 0.1, 16, 16, {"pages": 48.0 * rng.lognormal(0, 0.1)})
+    samples = [batch_sample(operator="parse", config=CFG, start=k * 0.1, end=(k + 1) * 0.1, busy_s=0.1, items_in=16,
+                            features={"pages": 48.0 * rng.lognormal(0, 0.1)})
                for k in range(n)]
     changes = _run(RegimeDetector("parse", ("pages",)), samples, residuals)
     assert [(c.kind, 800 <= c.at_sample <= 830) for c in changes] == [(ChangeKind.RESIDUAL, True)], [(c.at_sample, c.reason) for c in changes]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from builders import operator_state, replica_state, runner_state
+from builders import batch_sample, operator_state, replica_state, runner_state
 
 from trident_flows.control.account import ROLLED_BACK, PolicyFigures, account_of_run, build_account, policy_figures, why_no_decisions
 from trident_flows.control.account_plot import timeline_png
@@ -143,7 +143,7 @@ def _ocr_samples(rng: np.random.Generator) -> list[BatchSample]:
     for k in range(240):
         scanned = 0.0 if k < 160 else float(rng.uniform(3.6, 4.4))
         busy = 4 * 0.008 + 1.2 * scanned
-        samples.append(BatchSample("ocr", "r0", A, t, t + busy, busy, 4, 4, {"scanned_pages": scanned}))
+        samples.append(batch_sample(operator="ocr", config=A, start=t, busy_s=busy, items_in=4, features={"scanned_pages": scanned}))
         t += busy
     return samples
 
@@ -173,7 +173,8 @@ def test_the_estimate_is_the_bottleneck_in_input_items_per_second():
             return SimpleNamespace(mean=10.0 * replicas / features["pages"])
 
     def batch(op: str, pages: float, t: float) -> BatchSample:
-        return BatchSample(op, "r", A, t, t + 1, 1.0, 4, 4, {"pages": 4 * pages})
+        return batch_sample(operator=op, replica_id="r", config=A, start=t, end=t + 1, busy_s=1.0, items_in=4,
+                            features={"pages": 4 * pages})
 
     samples = [batch("parse", 1.0, T0 + k) for k in range(64)] + [batch("parse", 3.0, T0 + 64 + k) for k in range(64)]
     samples += [batch("embed", 2.0, T0 + k) for k in range(64)]

@@ -9,7 +9,7 @@ import datetime
 from dataclasses import replace
 
 import pytest
-from builders import operator_state, replica_state, runner_state
+from builders import batch_sample, operator_state, replica_state, runner_state
 
 from benchmarks import fidelity_traces as ft
 from benchmarks.live_trace import Tick, Trace, TracedDecision
@@ -34,7 +34,7 @@ def _state(replicas: dict[str, tuple[ReplicaState, ...]]) -> RunnerState:
 
 
 def _sample(op: str, rid: str, start: float, end: float, busy: float, n_in: int = 2, n_out: int = 2) -> BatchSample:
-    return BatchSample(op, rid, CONFIG, start, end, busy, n_in, n_out)
+    return batch_sample(operator=op, replica_id=rid, config=CONFIG, start=start, end=end, busy_s=busy, items_in=n_in, items_out=n_out)
 
 
 def _trace() -> Trace:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from builders import batch_sample
+
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig, Outcome
 from trident_flows.pipelines.emulated import Stage, emulated_pipeline
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -20,7 +22,8 @@ def _pipeline(name: str = "docs", profile: str = "documents") -> PipelineIdentit
 
 
 def _sample(op: str, k: int, outcome: Outcome = Outcome.OK) -> BatchSample:
-    return BatchSample(op, f"r{k}", CPU4, float(k), k + 0.5, 0.4, 4, 4, {"pages": 8.0}, 1000, 0, outcome)
+    return batch_sample(operator=op, replica_id=f"r{k}", config=CPU4, start=float(k), end=k + 0.5, busy_s=0.4, items_in=4,
+                        features={"pages": 8.0}, peak_host_mem_bytes=1000, outcome=outcome)
 
 
 def _memory(pipeline: PipelineIdentity, cpus: int = 16, gpus: int = 0) -> TridentMemory:

@@ -4,6 +4,7 @@ import json
 import pickle
 
 import pytest
+from builders import batch_sample
 
 from trident_flows.core.types import (
     BatchSample,
@@ -40,7 +41,8 @@ def test_opconfig_refuses_bad_values_with_a_message(kwargs, message):
 
 
 def test_batch_sample_and_plan_round_trip_through_json():
-    s = BatchSample("ocr", "ocr-1", OpConfig(), 1.0, 2.0, 0.9, 8, 8, {"pages": 12.0}, 10, 0, Outcome.OOM, 3)
+    s = batch_sample(operator="ocr", replica_id="ocr-1", config=OpConfig(), start=1.0, end=2.0, busy_s=0.9, items_in=8,
+                     features={"pages": 12.0}, peak_host_mem_bytes=10, outcome=Outcome.OOM, config_epoch=3)
     assert BatchSample.from_dict(json.loads(json.dumps(s.to_dict()))) == s
     plan = Plan((OperatorPlan("ocr", (ReplicaGroup(OpConfig(), 3, "node"),), "bottleneck"),), 12.5, "test")
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan

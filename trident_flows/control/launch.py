@@ -1,23 +1,15 @@
 """Starting and finding runners, running a pipeline to the end, and the ``trident-flows run`` glue.
 
 Contract:
-- ``check_pipeline(spec, settings, cpus, gpus)`` refuses, before anything starts, a pipeline whose
-  initial replicas need more CPUs/GPUs than the cluster has (``RuntimeConfigError``).
+- ``check_pipeline`` refuses, before anything starts, a pipeline whose initial replicas need more
+  CPUs/GPUs than the cluster has (``RuntimeConfigError``).
 - ``start_runner(...)`` creates and starts the named runner actor; ``find_runner(name, namespace)``
   returns a handle to it from any driver of the same cluster.
-- ``RunSession(spec, out_dir, policy_name, ...)``: the steps of one run on Ray that ``run_pipeline`` (its loop
-  in a thread) and the ``document-curation`` flow (its loop the sidecar subflow) both take: ``start``,
-  ``ended() -> RunEnd``, ``stop(end_loop)`` (the scaler's request cleared, failed or not), ``account``,
-  ``summary`` (``loop.run_summary``); ``end_policy(...)`` has the policy write its memory and returns its
-  ``PolicyFigures``.
-- ``run_pipeline(spec, out_dir, ...) -> RunSummary`` runs to the end (with the control loop for a
-  policy, an ``ElasticScaler`` for a ``scaler``, resuming with ``resume=``), stops the runner, reads
-  the outputs back and gives the run's ``account`` (``control.account``).
-- ``run_command(...)`` is the CLI ``run``: Ray, the pipeline sized and sharded (a re-run resumes;
-  ``restart=True`` starts over), progress, summary, ``--summary-json``; ``MODULE:FUNCTION`` through
-  ``dataset_support``; corpus runs (``control.corpus_run``); a ``goal`` needs ``address``, trident
-  and a catalogue. A bad option raises ``RuntimeConfigError`` saying what to change; Ctrl-C keeps
-  committed shards; a dead runner is restarted ``RUNNER_RESTARTS`` times.
+- ``RunSession``: the steps of one run on Ray that ``run_pipeline`` and the ``document-curation`` flow
+  both take (start, end, stop, account, summary); ``end_policy(...)`` has the policy write its memory.
+- ``run_pipeline(spec, out_dir, ...) -> RunSummary`` runs to the end, stops the runner and gives the
+  run's summary and ``account`` (``control.account``).
+- ``run_command(...)`` is the CLI ``run``; a bad option raises ``RuntimeConfigError`` saying what to change.
 """
 
 from __future__ import annotations
@@ -71,7 +63,8 @@ def cluster_totals() -> tuple[float, float]:
 
 
 def check_pipeline(spec: PipelineSpec, settings: RunnerSettings, cpus: float, gpus: float) -> None:
-    """Refuse a pipeline whose initial placement does not fit the cluster (see module docstring)."""
+    """Refuse (``RuntimeConfigError``), before anything starts, a pipeline whose initial replicas need more CPUs/GPUs
+    than the cluster's ``cpus``/``gpus``."""
     if not isinstance(settings, RunnerSettings):
         raise RuntimeConfigError(f"settings must be a RunnerSettings, got {type(settings).__name__}")
     need_cpus = need_gpus = 0.0
@@ -178,7 +171,10 @@ def end_policy(policy_name: str, policy: Policy | None, record: RunRecord | None
 
 
 class RunSession:
-    """One run of ``spec`` on Ray into ``out_dir`` under the policy named ``policy_name`` (see the module docstring)."""
+    """One run of ``spec`` on Ray into ``out_dir`` under the policy named ``policy_name``: the steps that ``run_pipeline``
+    (its loop in a thread) and the ``document-curation`` flow (its loop the sidecar subflow) both take: ``start``,
+    ``ended() -> RunEnd``, ``stop(end_loop)`` (the scaler's request cleared, failed or not), ``account`` and ``summary``
+    (``loop.run_summary``)."""
 
     def __init__(self, spec: PipelineSpec, out_dir: Path | str, policy_name: str, *, runner_name: str, namespace: str = "trident",
                  settings: RunnerSettings | None = None, scaler: ElasticScaler | None = None) -> None:
@@ -268,7 +264,9 @@ def run_pipeline(spec: PipelineSpec, out_dir: Path | str, *, settings: RunnerSet
                  progress: Callable[[RunnerState], None] | None = None, tick_s: float = 2.0, decision_log: Path | None = None,
                  name: str | None = None, namespace: str = "trident", overwrite: bool = False, poll_s: float = 0.5,
                  resume: resume_mod.ResumePlan | None = None, scaler: ElasticScaler | None = None) -> RunSummary:
-    """Run ``spec`` to the end on the current Ray cluster and return its summary (see module docstring).
+    """Run ``spec`` to the end on the current Ray cluster and return its summary: with the control loop for a
+    ``policy`` (in a thread), an ``ElasticScaler`` for a ``scaler``; stops the runner, reads the outputs back and
+    gives the run's ``account`` (``control.account``).
 
     ``overwrite=False`` refuses an ``out_dir`` that already holds a run's outputs; ``True`` clears them.
     ``resume``: the directory was prepared by ``resume.open_run``; only its pending shards are fed."""
@@ -359,9 +357,12 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
                 tune: dict[str, str] | None = None, restart: bool = False, memory: str | None = None, table: str | None = None,
                 retry_dead_letters: bool = False, dataset_support: Any = None, deadline: str | None = None, budget: float | None = None,
                 catalogue: Path | None = None) -> RunSummary:
-    """The ``trident-flows run`` command (see the module docstring). Raises ``RuntimeConfigError`` for a bad
+    """The ``trident-flows run`` command: Ray, the pipeline sized and sharded (a re-run resumes; ``restart=True``
+    starts over), progress, summary, ``--summary-json``; ``MODULE:FUNCTION`` through ``dataset_support``; corpus
+    runs (``control.corpus_run``); a ``goal`` (``deadline``/``budget``) needs ``address``, trident and a
+    ``catalogue``. A dead runner is restarted ``RUNNER_RESTARTS`` times. Raises ``RuntimeConfigError`` for a bad
     option (``resume.RunMismatch`` for an ``out`` holding another run) and ``resume.RunInterrupted`` (after
-    shutting down) on Ctrl-C."""
+    shutting down, committed shards kept) on Ctrl-C."""
     from trident_flows.pipelines import build_pipeline
 
     if address in ("auto", "local"):

@@ -1,20 +1,15 @@
 """The ``document-curation`` flow: run a curation pipeline on Ray, one task run per input shard.
 
 Contract:
-- Connects to the ``RayClusterBlock``'s cluster (or starts a local node), sizes the starting
-  replicas to the live nodes (``runtime.sizing.fit_to_nodes``; a cluster too small is refused
-  saying what to change), starts the runner as a named actor and runs each input shard as a task
-  run through prefect-ray's ``RayTaskRunner``, with retries; ``pipeline.ray_data_pipeline`` runs a
-  user's Ray Data pipeline instead, published to ``OUTPUT/dataset``.
-- Idempotent per shard: a re-run replaces a shard's partition; a flow-run retry skips committed
-  shards after restoring what the pipeline needs from them.
-- Unless ``policy="static"``, the ``trident-sidecar`` flow runs as its subflow for exactly the
-  pipeline's life. With a table or a URL input the run is a corpus run (``control.corpus_run``).
-- The runner's lifecycle, account and summary are ``control.launch.RunSession``'s, as for ``trident-flows run``.
-  Publishes progress, summary, account and corpus artifacts; returns the summary
-  (``loop.run_summary.RunSummary``: ``--summary-json``'s keys, ``replicas_by_node``, the curation figures
-  ``kept``, ``near_duplicates``, ``filtered``, ``dead_lettered``, ``shards``) and the corpus figures. Bad ``credentials`` or
-  locations fail before the pipeline starts.
+- Connects to the ``RayClusterBlock``'s cluster (or starts a local node), sizes the starting replicas to
+  the live nodes (a cluster too small is refused saying what to change) and runs each input shard as a
+  task run through prefect-ray's ``RayTaskRunner``, with retries (``pipeline.ray_data_pipeline``: a
+  user's Ray Data pipeline instead, published to ``OUTPUT/dataset``).
+- Idempotent per shard: a re-run replaces a shard's partition; a flow-run retry skips committed shards.
+- Unless ``policy="static"``, the ``trident-sidecar`` flow runs as its subflow for the pipeline's life;
+  a table or URL input makes it a corpus run (``control.corpus_run``).
+- Returns the run's summary (``loop.run_summary.RunSummary.to_dict``) and publishes progress, summary,
+  account and corpus artifacts; bad ``credentials`` or locations fail before the pipeline starts.
 """
 
 from __future__ import annotations
@@ -118,7 +113,14 @@ def document_curation(pipeline: PipelineSettingsBlock, cluster: Optional[RayClus
     ``{"policy": "static"}``: no sidecar, the pipeline runs as configured). ``input`` (a directory or
     URL where the documents land) and ``table`` (a table location: only new or changed files are
     curated, into it) replace the block's locations when given, ``credentials`` (the name of a saved
-    Trident S3 Credentials block, for s3:// locations) the block's credentials."""
+    Trident S3 Credentials block, for s3:// locations) the block's credentials.
+
+    The starting replicas are sized to the live nodes by ``runtime.sizing.fit_to_nodes``; the runner is a
+    named actor whose lifecycle, account and summary are ``control.launch.RunSession``'s, as for
+    ``trident-flows run``. A flow-run retry restores what the pipeline needs from the committed shards
+    before skipping them. Returns ``RunSummary.to_dict()``: ``--summary-json``'s keys, ``replicas_by_node``,
+    the curation figures (``kept``, ``near_duplicates``, ``filtered``, ``dead_lettered``, ``shards``) and, for
+    a corpus run, the corpus figures."""
     logger = get_run_logger()
     pipeline = pipeline.with_locations(input, table, credentials)
     cluster = cluster or RayClusterBlock()

@@ -1,20 +1,15 @@
 """The ``trident-sidecar`` flow: Trident ticks against a pipeline running on the same Ray cluster.
 
 Contract:
-- Finds the runner by ``runner_name``; a tick is one ``loop.TickLoop.tick()`` (its ``LoopState`` and
-  the policy kept in the sidecar's memory; it asks the policy once ``min_new_samples`` new samples came). A decision with a plan is exactly one task run
-  (``roll-out``) and one event (``trident.plan.applied`` / ``.partial`` / ``.refused``) on the
-  tuned flow run; its outcome goes to the policy's ``observe_apply``.
-- Run as ``document-curation``'s subflow (``until_finished=True``, every ``tick_interval_s``, for
-  the pipeline's life) or as a scheduled deployment (one tick per flow run; state in a detached
-  Ray actor between runs).
-- Keeps the live view (``trident-live-<runner>``) and decisions table
-  (``trident-decisions-<runner>``) artifacts up to date on the tuned run (else its own).
-- When the runner is gone or finished the memory actor is removed; at the pipeline's end the
-  policy's end (``control.launch.end_policy``: ``finish(state)``, then ``account_figures``) is
-  returned. With a goal and ``items_total`` every tick also takes an ``ElasticScaler`` step; a scale
-  decision that changes the request is an event (``trident.scale.add`` / ``.give_back``) and a row of
-  the decisions table, with its reason and predicted effect.
+- Finds the runner by ``runner_name``; a tick is one ``loop.TickLoop.tick()``. A decision with a plan
+  is exactly one task run (``roll-out``) and one event (``trident.plan.applied`` / ``.partial`` /
+  ``.refused``) on the tuned flow run; its outcome goes to the policy's ``observe_apply``.
+- Runs as ``document-curation``'s subflow (``until_finished=True``, for the pipeline's life) or as a
+  scheduled deployment (one tick per flow run; state in a detached Ray actor between runs).
+- Keeps the live view (``trident-live-<runner>``) and decisions table (``trident-decisions-<runner>``)
+  artifacts up to date on the tuned run (else its own).
+- At the pipeline's end returns the policy's ``account_figures`` (``control.launch.end_policy``); with a
+  goal and ``items_total`` each tick also takes an ``ElasticScaler`` step (``trident.scale.*`` events).
 """
 
 from __future__ import annotations
@@ -84,8 +79,8 @@ class _Tuner:
                                      "autoscaler for nodes; this one does not")
 
     def _scale(self, state: Any, memory: SidecarMemory) -> SidecarMemory:
-        """One scale step. A decision that changes the request is logged, emitted as an event and added to the decisions
-        table with its reason and predicted effect; returns the memory with its row."""
+        """One scale step. A decision that changes the request is logged, emitted as an event (``trident.scale.add`` /
+        ``.give_back``) and added to the decisions table with its reason and predicted effect; returns the memory with its row."""
         if self.scaler is None:
             return memory
         requested = dict(self.scaler.requested)
@@ -105,7 +100,11 @@ class _Tuner:
             memory.decisions_artifact_id, list(memory.view.decisions), f"Trident's decisions for {state.pipeline}, newest last"))
 
     def tick(self) -> dict[str, Any]:
-        """Observe; one tick of the loop (decide once enough samples came; roll a decision out). Returns what happened."""
+        """Observe; one tick of the loop (decide once enough samples came; roll a decision out). Returns what happened.
+
+        The tick's ``LoopState`` and the policy are kept in the sidecar's memory (a detached Ray actor) between ticks;
+        the policy is asked once ``min_new_samples`` new samples came. When the runner is gone or finished the memory
+        actor is removed."""
         logger = get_run_logger()
         found = observe(self.runner_name, self.namespace)
         if found is None:
@@ -152,8 +151,9 @@ class _Tuner:
         return {**result, "samples": tick.samples, "throughput": state.throughput, "status_sentence": status}
 
     def _end(self, policy: Any, memory: SidecarMemory, state: Any) -> PolicyFigures:
-        """The policy's end of the finished run (``control.launch.end_policy``: Trident writes what this run learned to its
-        memory across runs) and what it can tell about the run (its runner is still up: the curation run stops it after this flow)."""
+        """The policy's end of the finished run (``control.launch.end_policy``: ``finish(state)``, then ``account_figures``;
+        Trident writes what this run learned to its memory across runs) and what it can tell about the run (its runner is
+        still up: the curation run stops it after this flow)."""
         spec = pipeline_spec_of(self.runner_name, self.namespace)
         samples = pull_samples(self.runner_name, self.namespace, 0).samples
         return end_policy(self.settings.policy, policy, memory.record, samples, spec, state)
@@ -226,7 +226,8 @@ def _task_run_name(sentence: str) -> str:
 def trident_sidecar(cluster: Optional[RayClusterBlock] = None, trident: Optional[TridentSettingsBlock] = None,
                     runner_name: str = "trident-runner", until_finished: bool = False, max_ticks: Optional[int] = None,
                     tuned_flow_run_id: Optional[str] = None, items_total: Optional[int] = None) -> dict[str, Any]:
-    """Tick once (scheduled mode) or until the pipeline finishes (``until_finished``); ``items_total``: the run's items (a goal needs them)."""
+    """Tick once (scheduled mode) or until the pipeline finishes (``until_finished``, a tick every ``tick_interval_s``);
+    ``items_total``: the run's items (a goal needs them)."""
     logger = get_run_logger()
     settings = trident or TridentSettingsBlock()
     connection = (cluster or RayClusterBlock()).connect()

@@ -2,22 +2,13 @@
 result and the simulator's ``SimRun.summary`` are each a ``RunSummary`` built by ``run_summary``.
 
 Contract:
-- ``run_summary(pipeline, policy, out_dir, state, outputs, *, items_in, items_done, decisions_made, ...)``:
-  ``state`` is the runner's final ``RunnerState`` (None: nothing ran; no wall time, OOMs or operators),
-  ``outputs`` the ``OutputCounts`` of the committed output (or the simulator's counts), ``items_in`` the
-  run's input items (earlier runs' committed shards included), ``items_done`` the items this run finished
-  (``throughput_items_per_s`` = items_done / the state's wall time), ``items_in_flight`` those still in
-  the pipeline when a simulated run was cut short (``items_missing`` = items_in - written - dead-lettered
-  - in flight: 0 = none lost). ``rolling_update_dip`` is the largest throughput dip of an apply (in
-  ``apply_reports``, as ``ApplyReport.to_dict`` writes them) that started and retired replicas.
-  ``policy_figures`` are the keys a policy reports of itself (Trident's ``run_figures``: ``memory_loaded``,
-  ``memory_regimes_known``, ``memory_warning``, ``reaction_s_median``, ``prepositioned_moves``; None
-  under other policies). ``near_duplicates`` (the curation flow's count) adds the ``CurationFigures``.
-- ``RunSummary.to_dict()`` is the key set, defined here once: every field at the top level except
-  ``account`` (an ``AccountView``, e.g. ``control.account.RunAccount``: its ``to_dict()`` keys, ``decisions``
-  the list of decisions), ``curation`` (its keys: ``kept``, ``near_duplicates``, ``filtered``,
-  ``dead_lettered``, ``shards``), ``corpus`` (a corpus run's figures, ``control.corpus_run.FIGURES``) and
-  ``simulation`` (the simulator's own figures, ``sim.driver``), each put at the top level when present.
+- ``run_summary(pipeline, policy, out_dir, state, outputs, *, items_in, items_done, decisions_made, ...)``
+  builds it from the runner's final ``RunnerState`` (None: nothing ran) and the ``OutputCounts`` of the
+  committed output; ``items_missing`` = 0 means no input item was lost.
+- ``RunSummary.to_dict()`` is the key set, defined here once: every field at the top level, and the
+  keys of ``account`` (``control.account.RunAccount.to_dict``), ``curation`` (``CurationFigures``),
+  ``corpus`` (``control.corpus_run.FIGURES``) and ``simulation`` (``sim.driver``) put at the top level
+  when present.
 """
 
 from __future__ import annotations
@@ -64,7 +55,7 @@ class CurationFigures:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A finished run (see the module docstring). ``decisions_made`` counts the plans handed to the runner.
+    """A finished run (see ``run_summary`` for how each figure is counted). ``decisions_made`` counts the plans handed to the runner.
     ``latency_s_p50`` / ``latency_s_p99``: seconds from an input item's read to done (``runtime.latency``),
     over the items this run read (None when it read none). Under Trident: ``memory_loaded`` (a memory of
     an earlier run was read), ``memory_regimes_known`` (the regimes it held), ``memory_warning`` (why a
@@ -111,6 +102,9 @@ class RunSummary:
     simulation: dict[str, Any] = field(default_factory=dict)  # the simulator's own figures (sim.driver), top-level in to_dict
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field at the top level except ``account`` (an ``AccountView``: its ``to_dict()`` keys, ``decisions`` the
+        list of decisions), ``curation`` (its keys: ``kept``, ``near_duplicates``, ``filtered``, ``dead_lettered``,
+        ``shards``), ``corpus`` and ``simulation``, each put at the top level when present."""
         data = asdict(replace(self, account=None, curation=None))
         del data["account"], data["curation"]
         data["apply_reports"] = list(self.apply_reports)
@@ -137,7 +131,16 @@ def run_summary(pipeline: str, policy: str, out_dir: str, state: RunnerState | N
                 replicas_by_node: Mapping[str, dict[str, int]] | None = None, account: AccountView | None = None,
                 elastic: Mapping[str, Any] | None = None, near_duplicates: int | None = None,
                 simulation: Mapping[str, Any] | None = None) -> RunSummary:
-    """The summary of a finished run (see the module docstring)."""
+    """The summary of a finished run. ``state`` is the runner's final ``RunnerState`` (None: nothing ran; no wall time,
+    OOMs or operators), ``outputs`` the ``OutputCounts`` of the committed output (or the simulator's counts),
+    ``items_in`` the run's input items (earlier runs' committed shards included), ``items_done`` the items this run
+    finished (``throughput_items_per_s`` = items_done / the state's wall time), ``items_in_flight`` those still in the
+    pipeline when a simulated run was cut short (``items_missing`` = items_in - written - dead-lettered - in flight:
+    0 = none lost). ``rolling_update_dip`` is the largest dip of an apply in ``apply_reports`` (as
+    ``ApplyReport.to_dict`` writes them) that started and retired replicas. ``policy_figures`` are the keys a policy
+    reports of itself (Trident's ``run_figures``: ``memory_loaded``, ``memory_regimes_known``, ``memory_warning``,
+    ``reaction_s_median``, ``prepositioned_moves``; None under other policies). ``near_duplicates`` (the curation
+    flow's count) adds the ``CurationFigures``."""
     wall_s = state.wall_s if state is not None else 0.0
     curation = None
     if near_duplicates is not None:

@@ -1,21 +1,15 @@
 """Policy settings: how a policy's options become one frozen, validated settings value.
 
 Contract:
-- Every registered policy declares ``settings_type``: a frozen dataclass whose fields are all of
-  the policy's options, each with a type hint, a default and a one-line ``doc`` of its unit and
-  meaning (``setting(default, doc)``), and whose ``__post_init__`` refuses a bad value with
-  ``refuse``: "POLICY: FIELD=VALUE is refused: WHAT TO CHANGE".
-- A settings type may instead be made of sections (``section(section_type, doc)``): each a frozen,
-  validated dataclass of ``setting`` fields, refusing a bad value as "POLICY: SECTION.FIELD=VALUE is
-  refused: WHAT TO CHANGE (option NAME)" (the option where it is named otherwise). Its options stay flat: each section field is the option named by its ``option``
-  (``setting(default, doc, option=NAME)``; the field's own name when none is given), and no two
-  fields of one settings type share an option name (``option_paths``).
-- ``settings_from_options(policy, settings_type, options)`` builds it: an option that is not one
-  of its options is refused naming the closest option and all of them (``unknown_options``); a
-  value whose type does not match the field's hint (a string for a number, a float for a count, a
-  NaN) is refused naming the field, the value and the type wanted, before the field's own checks run.
-- ``documented(settings_type)`` maps each option to its doc, for forms and help texts that show
-  the settings (the Prefect block's field descriptions).
+- Every registered policy declares ``settings_type``: a frozen dataclass of all its options, each a
+  ``setting(default, doc)`` field with a type hint and a one-line doc of its unit and meaning, whose
+  ``__post_init__`` refuses a bad value with ``refuse``: "POLICY: FIELD=VALUE is refused: WHAT TO CHANGE".
+- A settings type may instead be made of ``section(section_type, doc)`` fields, each a frozen, validated
+  dataclass of ``setting`` fields; its options stay flat (``setting(..., option=NAME)``) and no two fields
+  of one settings type share an option name (``option_paths``).
+- ``settings_from_options(policy, settings_type, options)`` builds one, refusing an unknown option or a
+  value of the wrong type with a message that says what to change.
+- ``documented(settings_type)`` maps each option to its doc (for forms and help texts).
 """
 
 from __future__ import annotations
@@ -66,7 +60,8 @@ def option_paths(settings_type: type) -> dict[str, tuple[str, str | None]]:
 
 def refuse(policy: str, name: str, value: Any, fix: str, option: str | None = None) -> ValueError:
     """The error for a bad setting: names the policy, the field, the value and what to change (and the
-    option that sets the field, where its name differs)."""
+    option that sets the field, where its name differs): "POLICY: SECTION.FIELD=VALUE is refused: WHAT TO
+    CHANGE (option NAME)"."""
     return ValueError(f"{policy}: {name}={value!r} is refused: {fix}" + (f" (option {option})" if option is not None else ""))
 
 
@@ -76,7 +71,8 @@ def option_of(settings_type: type, name: str) -> str | None:
 
 
 def documented(settings_type: type) -> dict[str, str]:
-    """Each option of ``settings_type`` and its one-line doc, in declaration order."""
+    """Each option of ``settings_type`` and its one-line doc, in declaration order (the Prefect block's field
+    descriptions)."""
     fields = {f.name: f for f in dataclasses.fields(settings_type)}
     docs = {}
     for name, (outer, inner) in option_paths(settings_type).items():
@@ -97,7 +93,11 @@ def unknown_options(policy: str, unknown: Iterable[str], known: Iterable[str]) -
 
 
 def settings_from_options(policy: str, settings_type: type[S], options: Mapping[str, Any]) -> S:
-    """``settings_type`` built from ``options`` (see the module docstring)."""
+    """``settings_type`` built from ``options`` (flat option names; a section field's option is the field's name
+    unless its ``option`` names it otherwise). An option that is not one of its options is refused naming the
+    closest option and all of them (``unknown_options``); a value whose type does not match the field's hint (a
+    string for a number, a float for a count, a NaN) is refused naming the field, the value and the type wanted
+    (``check_types``), before the field's own checks run."""
     paths = option_paths(settings_type)
     unknown = [name for name in options if name not in paths]
     if unknown:

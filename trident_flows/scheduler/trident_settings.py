@@ -1,24 +1,16 @@
 """``TridentSettings``: every option of the Trident policy as one frozen, validated value, in sections.
 
-Contract: ``TridentSettings`` is a frozen dataclass of sections, one per concept, each a frozen
-dataclass of the options that one part of the policy (``scheduler/trident/``) reads, and each
-handed to that part alone: ``safety`` (memory safety), ``gate`` (the evidence gate), ``verify``
-(verification of a rollout), ``models`` (windows and refits), ``regimes`` (detectors and the regime
-clock), ``canary`` (canary replicas), ``search`` (the config optimisers), ``transition`` (when a
-placement is rolled out), ``placement`` (the placement MILP), ``idle`` (resources no replica holds),
-``sources`` (regimes recognised at the source and their plans), ``memory`` (memory across runs),
-``records`` (the tick records kept). Each field has a type hint and a one-line doc of its unit and
-meaning. Construction refuses a value of the wrong type or out of range with a message naming the
-section and field, the value and what to change ("trident: gate.min_samples=0 is refused: ...").
-
-Options stay flat: each section field is one option, named by its ``option`` where that differs
-from the field's name (``canary_timeout_s`` is ``canary.timeout_s``; ``OPTIONS`` maps every option
-to its section and field). ``make_policy("trident", **options)`` and ``TridentSettings.from_options``
-build one from options (an unknown option is refused naming the known ones); the Prefect
-``TridentSettingsBlock`` carries the options a sidecar user sets under the same names.
-``TridentSettings.sidecar()`` is the preset the Prefect sidecar starts from: the policy's defaults
-with a wider memory safety margin and a cap on the operators one plan changes. How each setting
-steers a tick is described in the module of the part that reads it.
+Contract:
+- ``TridentSettings`` is a frozen dataclass of sections (``safety``, ``gate``, ``verify``, ``models``,
+  ``regimes``, ``canary``, ``search``, ``transition``, ``placement``, ``idle``, ``sources``, ``memory``,
+  ``records``), each a frozen dataclass of the options one part of ``scheduler/trident/`` reads, handed
+  to that part alone; each field has a type hint and a one-line doc of its unit and meaning.
+- Construction refuses a value of the wrong type or out of range, naming the section and field, the
+  value and what to change ("trident: gate.min_samples=0 is refused: ...").
+- Options stay flat: ``OPTIONS`` maps every option name to its (section, field); ``from_options`` and
+  ``make_policy("trident", **options)`` build one, refusing an unknown option; the Prefect
+  ``TridentSettingsBlock`` uses the same names. ``TridentSettings.sidecar()`` is the sidecar's preset.
+- How each setting steers a tick is described in the module of the part that reads it.
 """
 
 from __future__ import annotations
@@ -278,7 +270,10 @@ class RecordSettings:
 
 @dataclass(frozen=True)
 class TridentSettings:
-    """The Trident policy's options, one section per concept (see the module docstring)."""
+    """The Trident policy's options, one section per concept (see the module docstring).
+
+    Each section field is one option, named by its ``option`` where that differs from the field's name
+    (``canary_timeout_s`` is ``canary.timeout_s``)."""
 
     safety: MemorySafetySettings = section(MemorySafetySettings, "how much device memory a configuration must leave free")
     gate: GateSettings = section(GateSettings, "the evidence gate: the samples every operator needs before a placement")
@@ -299,13 +294,15 @@ class TridentSettings:
 
     @classmethod
     def from_options(cls, **options: Any) -> TridentSettings:
-        """The settings with ``options`` (flat option names, see ``OPTIONS``) and every other default."""
+        """The settings with ``options`` (flat option names, see ``OPTIONS``) and every other default; an unknown
+        option is refused naming the known ones."""
         return settings_from_options("trident", cls, options)
 
     @classmethod
     def sidecar(cls) -> TridentSettings:
-        """The Prefect sidecar's preset: it tunes a pipeline it did not size, so it plans for at most 85% of
-        device memory (the policy's own default is 90%) and changes at most 4 operators per plan."""
+        """The Prefect sidecar's preset, the policy's defaults but for a wider memory safety margin and a cap on the
+        operators one plan changes: it tunes a pipeline it did not size, so it plans for at most 85% of device memory
+        (the policy's own default is 90%) and changes at most 4 operators per plan."""
         defaults = cls()
         return replace(defaults, safety=replace(defaults.safety, margin=0.15), transition=replace(defaults.transition, max_changes=4))
 
