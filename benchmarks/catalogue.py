@@ -123,8 +123,9 @@ CATALOGUE: dict[str, Benchmark] = {
                   "trident_vs_ray_data_autoscaling")),
     "warm-start": Benchmark(
         "Starting with the memory of an earlier run of the same pipeline, how much closer does trident get to the per-regime "
-        "optimum than starting cold, and how fast does it move to a new regime's configuration?",
-        (f"{_B}/warm_start.py", *_SUITE),
+        "optimum than starting cold, how fast does it move to a new regime's configuration, and how much faster than the best "
+        "static allocation in hindsight does it run live, cold and warm?",
+        (f"{_B}/warm_start.py", f"{_B}/warm_start_live.py", *_SUITE),
         systems={"trident cold": "trident starting with no memory of earlier runs",
                  "trident warm": "trident starting from the memory an earlier run over the same regimes in another order wrote",
                  "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "oracle": SUITE_SIM_DEFINITIONS["oracle"]},

@@ -7,7 +7,10 @@ Contract:
 - ``run_runtime`` (this runtime, with a policy in the control loop every ``TICK_S``),
   ``run_ray_data`` (plain Ray Data ``map_batches`` with actor pools) and ``run_xenna_record``
   (cosmos-xenna streaming with its autoscaler every ``XENNA_AUTOSCALE_S``) each run one spec on
-  the emulated devices and fill a record; items lost are counted by ``lineage.items_lost``.
+  the emulated devices and fill a record; items lost are counted by ``lineage.items_lost``. As in
+  ``trident-flows run`` and the simulator, ``run_runtime`` starts the runner where a policy with
+  ``starting_spec`` says (Trident: in what its memory learned) and hands the finished run's state to
+  a policy with ``finish`` (Trident writes its memory).
 - ``make_system_policy(system, ...)``: the policy a named system runs (None for the static ones).
 - ``run_one`` runs one system and records a failure in ``error`` instead of raising;
   ``run_matrix`` runs ``repeats`` rounds over systems, the order rotated each round.
@@ -145,7 +148,8 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     name = f"cl-{system}-{uuid.uuid4().hex[:6]}"
     settings = RunnerSettings(device_memory_bytes=DEVICE_MEMORY)
     t0, t_wall0 = time.perf_counter(), time.time()
-    handle = start_runner(spec, out, name=name, namespace=NAMESPACE, settings=settings)
+    starting = getattr(policy, "starting_spec", None)
+    handle = start_runner(starting(spec) if starting is not None else spec, out, name=name, namespace=NAMESPACE, settings=settings)
     loop = ControlLoop(handle, policy, TICK_S).start() if policy is not None else None
     try:
         while True:
@@ -162,6 +166,9 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
         busy = _device_busy_s(f"{name}-device", NAMESPACE)
     finally:
         stop_runner(handle, loop)
+    finish = getattr(policy, "finish", None)
+    if finish is not None:
+        finish(state)
     data_ids, dead_ids = read_ids(out)
     lost = items_lost((r[ID] for r in spec.source()), data_ids, dead_ids)
     # first output: the first poll that saw one, less half a poll interval (the end is exact: wait() returns at once)

@@ -1,8 +1,8 @@
 """``bench warm-start``: trident starting cold and starting from the memory of an earlier run, in the simulator,
 against the closed-loop suite's best static allocation in hindsight (S*) and per-regime oracle (O).
-Every figure here is SIMULATED (``trident_flows.sim``).
+Every figure here is SIMULATED (``trident_flows.sim``) but the ``live_*`` ones (``live``).
 
-Contract of ``run(quick, repeats, suite_results) -> BenchResult``:
+Contract of ``run(quick, repeats, suite_results, live) -> BenchResult``:
 - Streams, node, starting configuration and tick are the closed-loop suite's (``suite_sim.prepare``); S* and O
   are the allocations the suite's sim section found for the same stream (``suite_results``, default
   bench-results/closed-loop-suite.json; a stream that differs is refused, naming the command that
@@ -30,6 +30,8 @@ Contract of ``run(quick, repeats, suite_results) -> BenchResult``:
   warm run over O: above 1.02, O's search is too weak to be the reference), and per workload without headroom
   (``NO_HEADROOM``) the median and lowest ratio to its S*, and the median ratio to static-default (the
   configuration trident starts from), cold and warm. ``raw`` keeps every run.
+- ``live`` (``--live``): then the same runs of trident LIVE against S* on the cpu-only stream (``warm_start_live``:
+  2 interleaved repeats, 1 and the quick stream with ``quick``); its ``live_*`` keys join ``summary``, its runs ``raw.live``.
 """
 
 from __future__ import annotations
@@ -280,8 +282,8 @@ def targets(workloads: Sequence[str]) -> dict[str, Target]:
 
 
 def run(quick: bool = False, repeats: int | None = None, workloads: Sequence[str] = WORKLOADS,
-        suite_results: Path = SUITE_RESULTS, log: Callable[[str], None] = print) -> BenchResult:
-    """The benchmark (see the module docstring)."""
+        suite_results: Path = SUITE_RESULTS, log: Callable[[str], None] = print, live: bool = False) -> BenchResult:
+    """The benchmark (see the module docstring); with ``live``, its live part after the simulated one."""
     if WORKLOAD not in workloads:
         raise ValueError(f"warm-start reads its figures from {WORKLOAD!r}; keep it among the workloads")
     unknown = sorted(set(workloads) - {WORKLOAD, *NO_HEADROOM})
@@ -297,12 +299,24 @@ def run(quick: bool = False, repeats: int | None = None, workloads: Sequence[str
         per_workload = {name: evaluate(name, repeats, results, work, log) for name in suite_workloads.WORKLOADS if name in workloads}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    summary = summarise(per_workload)
-    raw = {"workloads": per_workload, "repeats": repeats, "tick_s": TICK_S, "tolerance": TOLERANCE,
-           "suite_results": str(suite_results), "suite_provenance": results.get("raw", {}).get("sim_provenance") or results.get("provenance"),
-           "bench_seconds": round(time.perf_counter() - t0, 1)}
-    return BenchResult("warm-start", summary, targets=targets(list(per_workload)), raw=raw, figure=figure(per_workload),
-                       notes=_notes(quick, repeats))
+    summary, goals = summarise(per_workload), targets(list(per_workload))
+    raw: dict[str, Any] = {"workloads": per_workload, "repeats": repeats, "tick_s": TICK_S, "tolerance": TOLERANCE,
+                           "suite_results": str(suite_results),
+                           "suite_provenance": results.get("raw", {}).get("sim_provenance") or results.get("provenance")}
+    notes = _notes(quick, repeats)
+    if live:
+        from benchmarks import warm_start_live  # the live part runs on Ray
+
+        live_summary, raw["live"] = warm_start_live.run(quick, results, log)
+        summary.update(live_summary)
+        goals.update(warm_start_live.TARGETS)
+        raw["time_scale"] = raw["live"]["time_scale"]
+        notes += " " + warm_start_live.notes(raw["live"])
+    else:
+        notes += (" Live figures (live_cold_vs_static_hindsight, live_warm_vs_static_hindsight) are measured with --live, "
+                  "not in this run.")
+    raw["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    return BenchResult("warm-start", summary, targets=goals, raw=raw, figure=figure(per_workload), notes=notes)
 
 
 def _notes(quick: bool, repeats: int) -> str:
@@ -311,8 +325,7 @@ def _notes(quick: bool, repeats: int) -> str:
             f"{repeats} repeat(s): trident cold (no memory); an earlier trident run over the same regime blocks in another order "
             "(rotated) writing a memory; trident warm starting from it. Reaction: from the source reading a block's first item to "
             f"the block's bottleneck operator serving O's replica count for it (within {TOLERANCE:.0%}, at least 1); censored at "
-            "the block's end at that operator. Live figures (live_cold_vs_static_hindsight, live_warm_vs_static_hindsight) are "
-            "not measured by this benchmark yet.")
+            "the block's end at that operator.")
 
 
 def figure(per_workload: Mapping[str, Mapping[str, Any]]) -> Any:

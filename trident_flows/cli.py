@@ -352,6 +352,9 @@ def bench(
     jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim, closed-loop-suite --sim: worker processes (default 1)."),
     sim: bool = typer.Option(False, help="closed-loop-suite: the suite's simulated section (every workload x every system that "
                              "can be simulated), kept beside the live section of OUT/NAME.json."),
+    live: bool = typer.Option(False, help="warm-start: after the simulated part, the live part on Ray (S*, trident cold, an "
+                              "earlier run and trident warm on the suite's cpu-only stream, 2 repeats: about 2 hours; "
+                              "with --quick a few minutes on its quick stream, a smoke test)."),
     resume: bool = typer.Option(False, help="closed-loop-sim: take the runs a stopped run of the same code and streams finished "
                                 "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
     doc: Optional[Path] = typer.Option(None, help=f"{REPORT}: the report document to write or check (default docs/benchmarks.md)."),
@@ -370,7 +373,8 @@ def bench(
         with user_errors():
             given = [f"--{option}" for option, value in (("quick", quick), ("systems", systems), ("repeats", repeats),
                                                          ("workloads", workloads), ("hours", hours), ("jobs", jobs),
-                                                         ("resume", resume), ("sim", sim)) if value not in (None, False)]
+                                                         ("resume", resume), ("sim", sim), ("live", live))
+                     if value not in (None, False)]
             if given:
                 raise RuntimeConfigError(f"bench {REPORT} takes only --out, --doc, --readme and --check; drop {', '.join(given)}")
             _bench_report(out, doc if doc is not None else Path("docs/benchmarks.md"), readme if readme is not None else Path("README.md"),
@@ -391,6 +395,9 @@ def bench(
         if sim:
             _bench_takes(name, module, "sim")
             options["sim"] = True
+        if live:
+            _bench_takes(name, module, "live")
+            options["live"] = True
         if "previous" in inspect.signature(module.run).parameters:
             options["previous"] = out / f"{name}.json"  # the sections of the report this run does not write are kept
         try:
