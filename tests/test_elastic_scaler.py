@@ -48,10 +48,15 @@ def scaler():
     return s, clock, sent
 
 
-def test_no_request_before_the_operators_have_worked(scaler):
+def test_no_request_before_the_operators_have_worked_and_the_next_tick_asks_again(scaler):
     s, clock, sent = scaler
-    d = s.step(state(0, 1.0))
-    assert d.action == ScaleAction.WAIT and sent == []
+    clock.t += 48
+    before = state(96, 48.0)
+    before = replace(before, operators=(replace(before.operators[0], items_in=0),))  # its replicas are warm; none finished a batch yet
+    assert s.step(before).action == ScaleAction.WAIT and sent == []
+    clock.t += 2  # a tick later, within the interval: the operators have worked, the missed deadline is asked for at once
+    d = s.step(state(100, 50.0))
+    assert d.action == ScaleAction.ADD and len(sent) == 1
 
 
 def test_a_missed_deadline_is_requested_by_class_and_the_request_cleared_at_the_end(scaler):

@@ -85,7 +85,7 @@ class ElasticScaler:
         ``WAIT`` and nothing is requested. A decision whose counts differ from the standing request is sent as
         ``request(bundles=pool.bundles(counts))`` (the empty list when it gives every node back). Each decision is
         kept with its measured effect: the input items/s done between it and the next decision (``rate_before``:
-        that rate up to the newest decision)."""
+        that rate up to the newest decision). A ``WAIT`` does not start an interval: the next tick asks again."""
         now = self.clock()
         running = self.counts(state.nodes)
         if self._last_seen is not None:
@@ -104,6 +104,9 @@ class ElasticScaler:
                 and wall > self._last_done[0] and done > self._last_done[1]):
             measured = (done - self._last_done[1]) / (wall - self._last_done[0])
         decision = self._decide(state, running, done, now, measured)
+        if decision.action == ScaleAction.WAIT:  # no rate to plan with yet: ask again at the next tick, not an interval later
+            self._last_step, self.last = None, decision
+            return decision
         self.rate_before = None
         if self._last_done is not None and wall > self._last_done[0]:
             self.rate_before = (done - self._last_done[1]) / (wall - self._last_done[0])
