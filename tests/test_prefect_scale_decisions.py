@@ -4,6 +4,7 @@ decision: an event and a row of the decisions table, with its reason and predict
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -55,6 +56,7 @@ def tuner(monkeypatch):
     monkeypatch.setattr(trident_sidecar, "emit_scale", lambda *args: events.append(args))
     t = object.__new__(trident_sidecar._Tuner)  # the tuner's scale step alone, without a flow run around it
     t.namespace, t.runner_name, t.related, t.publisher = "ns", "runner", [], _Publisher()
+    t.settings, t._output_note = SimpleNamespace(policy="trident"), ""  # the table's description: policy, no output note
     t.scaler = ElasticScaler(POOL, RunGoal(deadline_at=clock.t + 600), items_total=1300, request=lambda **kw: None, interval_s=10, clock=clock)
     return t, clock, events
 

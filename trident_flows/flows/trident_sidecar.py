@@ -95,9 +95,18 @@ class _Tuner:
         get_run_logger().info("scale %s: %s (predicted %.3g items/s, last item in %.0f s, %.3g %s)", decision.action,
                               decision.reason, decision.predicted_items_per_s, decision.predicted_finish_s, decision.predicted_cost, currency)
         emit_scale(self.namespace, self.runner_name, state.pipeline, decision, currency, self.related)
-        memory = memory.decided(scale_row(decision, self.scaler.rate_before, self.scaler.pool.startup_s, state.wall_s, unit_of(state.pipeline)))
+        return self.with_decision_row(memory, scale_row(decision, self.scaler.rate_before, self.scaler.pool.startup_s, state.wall_s,
+                                              unit_of(state.pipeline)), state.pipeline)
+
+    def with_decision_row(self, memory: SidecarMemory, row: dict[str, Any], pipeline: str) -> SidecarMemory:
+        """``memory`` with a decision's row added to the decisions table, and the table published on the tuned run."""
+        memory = memory.decided(row)
+        if self._output_note is None:
+            self._output_note = output_note_of(self.runner_name, self.namespace)
         return replace(memory, decisions_artifact_id=self.publisher.decisions(
-            memory.decisions_artifact_id, list(memory.view.decisions), f"Trident's decisions for {state.pipeline}, newest last"))
+            memory.decisions_artifact_id, list(memory.view.decisions),
+            f"Trident's decisions for {pipeline} ({self.settings.policy}), newest last"
+            + (f". Note: {self._output_note}" if self._output_note else "")))
 
     def tick(self) -> dict[str, Any]:
         """Observe; one tick of the loop (decide once enough samples came; roll a decision out). Returns what happened.
@@ -203,15 +212,9 @@ class _FlowTick(Recorder):
 
     def decided(self, state: Any, decision: Decision, applied: Any, line: dict[str, Any]) -> None:
         tuner, outcome = self.tuner, read_outcome(applied.report, applied.error)
-        self.memory = self.memory.decided(decision_row(self.explained, outcome, state.wall_s, unit_of(state.pipeline)))
         emit_decision(tuner.namespace, tuner.runner_name, state.pipeline, tuner.settings.policy, self.explained, outcome, decision.plan.to_dict(),
                       tuner.related)
-        if tuner._output_note is None:
-            tuner._output_note = output_note_of(tuner.runner_name, tuner.namespace)
-        self.memory = replace(self.memory, decisions_artifact_id=tuner.publisher.decisions(
-            self.memory.decisions_artifact_id, list(self.memory.view.decisions),
-            f"Trident's decisions for {state.pipeline} ({tuner.settings.policy}), newest last"
-            + (f". Note: {tuner._output_note}" if tuner._output_note else "")))
+        self.memory = tuner.with_decision_row(self.memory, decision_row(self.explained, outcome, state.wall_s, unit_of(state.pipeline)), state.pipeline)
 
     def failed(self, line: dict[str, Any]) -> None:
         get_run_logger().warning("the %s policy's tick failed, keeping the configuration: %s", self.tuner.settings.policy, line["error"])

@@ -17,7 +17,6 @@ Contract:
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Any, Optional
 from uuid import UUID
@@ -95,17 +94,19 @@ def emit_decision(namespace: str, runner_name: str, pipeline: str, policy: str, 
                                "figures": explained.to_dict(), "plan": plan})
 
 
+def _rounded(value: Optional[float], digits: int = 2) -> Any:
+    """A figure of the decisions table: rounded, or ``-`` where there is none."""
+    return "-" if value is None else round(value, digits)
+
+
 def decision_row(explained: Explanation, outcome: Outcome, pipeline_time_s: float, unit: str) -> dict[str, Any]:
     """One row of the decisions table: the sentence first, then the figures."""
-    def rounded(value: Optional[float], digits: int = 2) -> Any:
-        return "-" if value is None else round(value, digits)
-
     return {"decision": explained.sentence, "outcome": outcome.text(),
             "time (UTC)": time.strftime("%H:%M:%S", time.gmtime(explained.at)), "pipeline time (s)": round(pipeline_time_s, 1),
-            f"predicted before ({unit})": rounded(explained.throughput_before),
-            f"predicted after ({unit})": rounded(explained.throughput_after),
+            f"predicted before ({unit})": _rounded(explained.throughput_before),
+            f"predicted after ({unit})": _rounded(explained.throughput_after),
             "gain": "-" if explained.gain is None else f"{explained.gain:+.0%}",
-            "start-up (s)": rounded(explained.startup_s, 0), "pays back in (s)": rounded(explained.payback_s, 0)}
+            "start-up (s)": _rounded(explained.startup_s, 0), "pays back in (s)": _rounded(explained.payback_s, 0)}
 
 
 def _nodes(counts: dict[str, int]) -> str:
@@ -130,15 +131,12 @@ def emit_scale(namespace: str, runner_name: str, pipeline: str, decision: ScaleD
 def scale_row(decision: ScaleDecision, measured_items_per_s: Optional[float], startup_s: float, pipeline_time_s: float,
               unit: str) -> dict[str, Any]:
     """A scale decision's row of the decisions table (``decision_row``'s columns; the node start-up as the start-up)."""
-    def rounded(value: Optional[float], digits: int = 2) -> Any:
-        return "-" if value is None or not math.isfinite(value) else round(value, digits)
-
     before, after = measured_items_per_s, decision.predicted_items_per_s
     return {"decision": scale_sentence(decision), "outcome": "requested of the autoscaler",
             "time (UTC)": time.strftime("%H:%M:%S", time.gmtime(decision.at)), "pipeline time (s)": round(pipeline_time_s, 1),
-            f"predicted before ({unit})": rounded(before), f"predicted after ({unit})": rounded(after),
+            f"predicted before ({unit})": _rounded(before), f"predicted after ({unit})": _rounded(after),
             "gain": f"{after / before - 1:+.0%}" if before else "-",
-            "start-up (s)": rounded(startup_s if decision.action == ScaleAction.ADD else None, 0), "pays back in (s)": "-"}
+            "start-up (s)": _rounded(startup_s if decision.action == ScaleAction.ADD else None, 0), "pays back in (s)": "-"}
 
 
 class Publisher:
