@@ -99,19 +99,15 @@ class ElasticScaler:
         self._last_step = now
         done = state.items_written + state.items_dead_lettered
         serving = _serving(state)
-        measured = None
-        if (self._last_done is not None and self._last_running == running and self._last_serving == serving and not _starting(state)
-                and wall > self._last_done[0] and done > self._last_done[1]):
-            measured = (done - self._last_done[1]) / (wall - self._last_done[0])
-        decision = self._decide(state, running, done, now, measured)
+        since = (done - self._last_done[1]) / (wall - self._last_done[0]) if self._last_done is not None and wall > self._last_done[0] else None
+        steady = self._last_running == running and self._last_serving == serving and not _starting(state)
+        decision = self._decide(state, running, done, now, since if since and steady else None)
         if decision.action == ScaleAction.WAIT:  # no rate to plan with yet: ask again at the next tick, not an interval later
             self._last_step, self.last = None, decision
             return decision
-        self.rate_before = None
-        if self._last_done is not None and wall > self._last_done[0]:
-            self.rate_before = (done - self._last_done[1]) / (wall - self._last_done[0])
-            if self.last is not None:
-                self._measured(self.rate_before)
+        self.rate_before = since
+        if since is not None and self.last is not None:
+            self._measured(since)
         self._last_done, self._last_running, self._last_serving = (wall, done), dict(running), serving
         self.last = decision
         if dict(decision.counts) != self.requested:
