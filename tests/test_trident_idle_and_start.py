@@ -242,3 +242,32 @@ def test_idle_capacity_keeps_a_cpu_for_a_canary_only_where_the_placement_keeps_o
     # no CPU, so neither does idle capacity: a worker's CPU does not sit idle waiting for a canary
     step.ctx = Context(None, ClusterSpec((NodeClass("head", 1, 6, 0, 0, 64 * 2**30), NodeClass("c1", 2, 1, 0, 0, 4 * 2**30))))
     assert not step.keeps_canary_cpu(state) and step.cluster_for_placement(state) == step.ctx.planned_for(state)
+
+
+def test_a_regime_plan_that_predicts_less_than_an_allocation_measured_on_the_regime_gives_way_to_it() -> None:
+    from tests.builders import operator_state, replica_state, runner_state
+    from trident_flows.scheduler.trident import regime_plans
+    from trident_flows.scheduler.trident.regime_plans import RegimePlan, RegimePlans
+    from trident_flows.scheduler.trident.source_regimes import Regime
+
+    plans = object.__new__(RegimePlans)  # the measured side alone: no models, no solver
+    plans._measured, plans._solved, plans._failed = {}, {}, {}
+    short = Regime(0, {"pages": 2.0}, remembered=True)
+    plans._remembered = {0: RegimePlan(0, {"ocr": {CPU8: 11}, "embed": {CPU8: 1}}, 9.5, "memory")}
+
+    def state(ocr: int, embed: int, *, warm: bool = True) -> RunnerState:
+        return runner_state(operators=(
+            operator_state(name="ocr", replicas=tuple(replica_state(replica_id=f"o{i}", config=CPU8, warm=warm) for i in range(ocr))),
+            operator_state(name="embed", replicas=tuple(replica_state(replica_id=f"e{i}", config=CPU8) for i in range(embed)))))
+
+    running = state(10, 2)
+    for _ in range(regime_plans.MEASURED_TICKS - 1):
+        plans.refresh(running, [short], {0}, 30.0)
+    plans.refresh(state(10, 2, warm=False), [short], {0}, 50.0)  # a replica starting: not a steady tick
+    plans.refresh(running, [short], {0, 1}, 50.0)  # the pipeline on two regimes: no one regime's rate
+    assert plans.plan(running, short, False).origin == "memory"  # 7 steady ticks: too few to stand against a plan
+    plans.refresh(running, [short], {0}, 30.0)
+    measured = plans.plan(running, short, False)
+    assert measured.origin == "measured" and measured.predicted == 30.0 and measured.groups == {"ocr": {CPU8: 10}, "embed": {CPU8: 2}}
+    plans._remembered[0] = RegimePlan(0, {"ocr": {CPU8: 8}, "embed": {CPU8: 4}}, 40.0, "memory")
+    assert plans.plan(running, short, False).origin == "memory"  # a plan predicting a third more than measured is still tried

@@ -179,7 +179,7 @@ class TridentPolicy:
         source_events = steps.run("source", lambda: self.sources.observe(state, samples)) or []
         events += source_events
         if self.settings.sources.regime_plans:
-            steps.run("regime plans", lambda: self.regime_plans.refresh(state, self.sources.regimes, self.sources.live(state)))
+            steps.run("regime plans", lambda: self.regime_plans.refresh(state, self.sources.regimes, self.sources.live(state), pipeline_t))
         if source_events and self._recognised_at is None:
             self._recognised_at = state.wall_s
         if source_events and len(self.sources.segments) > 1:  # a regime ended at the source: what it taught is kept

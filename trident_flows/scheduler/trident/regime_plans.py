@@ -10,8 +10,13 @@ Contract:
 - ``refresh(state, regimes, live)`` solves the live regimes' plans when due, every tick;
   ``settle(state, regimes)`` at the run's end solves once each covered regime without a plan, so
   the next run remembers it.
-- ``RegimePlan.groups``: replicas per config per operator; ``predicted``: the MILP's input items/s;
-  ``origin``: "models" (this run) or "memory" (an earlier one).
+- Measured beats predicted: ``refresh`` also counts each tick in which every operator works on one
+  regime's items, every replica warm and none draining or a canary, as that allocation's measured
+  end-to-end throughput on the regime. Once an allocation has ``MEASURED_TICKS`` such ticks, a plan
+  that does not predict ``MEASURED_MARGIN`` more than the best measured mean gives way to that
+  allocation (origin "measured", its mean as ``predicted``).
+- ``RegimePlan.groups``: replicas per config per operator; ``predicted``: input items/s;
+  ``origin``: "models" (this run), "memory" (an earlier one) or "measured".
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from trident_flows.scheduler.trident_settings import PlacementSettings
 # (and that a config must have run on it to be a candidate).
 COVERED_ITEMS = 16.0
 RESOLVE_S = 30.0  # a live regime's plan is solved again at most this often (runner seconds): each solve's CPU is the pipeline's
+MEASURED_TICKS = 8  # steady ticks of the whole pipeline on one regime, in one allocation, before its mean throughput counts
+MEASURED_MARGIN = 0.05  # a plan replaces the allocation measured best on its regime only when it predicts this much more
 
 
 @dataclass(frozen=True)
@@ -71,13 +78,19 @@ class RegimePlans:
         self._remembered: dict[int, RegimePlan] = {}
         self._solved: dict[int, tuple[tuple, float, RegimePlan]] = {}  # regime -> (models' versions, runner wall_s, plan)
         self._failed: dict[int, float] = {}  # regime -> runner wall_s of its last solve that found no plan
+        self._measured: dict[int, dict[tuple, list[float]]] = {}  # regime -> allocation -> [steady ticks, summed throughput]
 
     def remember(self, plan: RegimePlan) -> None:
         self._remembered[plan.regime] = plan
 
-    def refresh(self, state: RunnerState, regimes: Sequence[Regime], live: set[int]) -> None:
-        """Each tick: the live regimes' plans are solved again when due (``plan``), so that each keeps the one solved
-        last while the models were fresh on it."""
+    def refresh(self, state: RunnerState, regimes: Sequence[Regime], live: set[int], throughput: float) -> None:
+        """Each tick: ``throughput`` (end-to-end input items/s since the last tick) counts for the allocation running when
+        the whole pipeline is steady on one regime; the live regimes' plans are solved again when due (``plan``), so that
+        each keeps the one solved last while the models were fresh on it."""
+        if len(live) == 1 and all(r.warm and not r.draining and not r.canary for op in state.operators for r in op.replicas):
+            ticks = self._measured.setdefault(next(iter(live)), {}).setdefault(_allocation_key(state), [0.0, 0.0])
+            ticks[0] += 1
+            ticks[1] += throughput
         for regime in regimes:
             if regime.id in live:
                 self.plan(state, regime, True)
@@ -91,7 +104,23 @@ class RegimePlans:
                 self._solved[regime.id] = (self._versions(names), state.wall_s, plan)
 
     def plan(self, state: RunnerState, regime: Regime, live: bool) -> RegimePlan | None:
-        """``live``: an operator works on the regime's items now (only then are the models fresh on it)."""
+        """``live``: an operator works on the regime's items now (only then are the models fresh on it). The allocation
+        measured best on the regime where the plan does not predict ``MEASURED_MARGIN`` more (module docstring)."""
+        planned = self._planned(state, regime, live)
+        measured = self.measured(regime.id)
+        if measured is None or (planned is not None and planned.predicted >= measured.predicted * (1 + MEASURED_MARGIN)):
+            return planned
+        return measured
+
+    def measured(self, regime: int) -> RegimePlan | None:
+        """The allocation with the highest mean throughput over at least ``MEASURED_TICKS`` steady ticks on ``regime``."""
+        kept = [(total / n, key) for key, (n, total) in self._measured.get(regime, {}).items() if n >= MEASURED_TICKS]
+        if not kept:
+            return None
+        rate, key = max(kept, key=lambda k: k[0])
+        return RegimePlan(regime, {name: dict(groups) for name, groups in key}, rate, "measured")
+
+    def _planned(self, state: RunnerState, regime: Regime, live: bool) -> RegimePlan | None:
         names = [op.name for op in state.operators]
         solved = self._solved.get(regime.id)
         if not live or not (regime.covered(names, COVERED_ITEMS) and all(n in self.ops and self.ops[n].model.ready for n in names)):
@@ -151,6 +180,11 @@ class RegimePlans:
                 groups.setdefault(op_plan.operator, {})
                 groups[op_plan.operator][g.config] = groups[op_plan.operator].get(g.config, 0) + g.replicas
         return RegimePlan(regime.id, groups, float(result.throughput), "models")
+
+
+def _allocation_key(state: RunnerState) -> tuple:
+    """The serving replicas per config of every operator, hashable."""
+    return tuple((op.name, tuple(sorted(op.configs().items(), key=lambda g: g[0].label()))) for op in state.operators)
 
 
 def _level(model: Any, regime: Regime, name: str, features: dict[str, float] | None) -> float:
