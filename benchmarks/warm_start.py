@@ -30,6 +30,11 @@ Contract of ``run(quick, repeats, suite_results, live) -> BenchResult``:
   warm run over O: above 1.02, O's search is too weak to be the reference), and per workload without headroom
   (``NO_HEADROOM``) the median and lowest ratio to its S*, and the median ratio to static-default (the
   configuration trident starts from), cold and warm. ``raw`` keeps every run.
+- Per workload without headroom, two more figures: ``<w>.bound_vs_static_hindsight``, a clairvoyant policy that
+  starts in static-default as trident does and moves to S* at its first tick, paying the cold starts (knowledge no
+  user has: the most any policy starting there can get); and ``<w>.from_tuned.{cold,warm}_vs_static_median``:
+  trident (cold; warm after an earlier run from the same start) started in S*'s own starting configuration (a
+  user's tuned one) over that configuration run static: whether trident keeps a good configuration good.
 - ``live`` (``--live``): then the same runs of trident LIVE against S* on the cpu-only stream (``warm_start_live``:
   2 interleaved repeats, 1 and the quick stream with ``quick``); its ``live_*`` keys join ``summary``, its runs ``raw.live``.
 """
@@ -221,13 +226,32 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
             entry[label] = run.to_dict()
             if label != "earlier":
                 entry[label]["reactions"] = reactions(run.ticks, w.blocks, oracle, source, start)
+        if name in NO_HEADROOM:
+            entry["from_tuned"] = _from_tuned(w, static, earlier_stream, work / f"{name}-{r}-tuned.json", cap_s)
         repeats_out.append(entry)
         log(f"warm-start {name} repeat {r + 1}/{repeats}: cold {cold.items_per_s} items/s, warm {warm.items_per_s} items/s "
             f"({warm.prepositioned} operators pre-positioned; memory {'loaded' if warm.memory_loaded else 'NOT loaded: ' + str(warm.memory_warning)})")
-    return {"static_hindsight": runs["static-hindsight"].to_dict(), "static_default": runs["static-default"].to_dict(),
+    out: dict[str, Any] = {}
+    if name in NO_HEADROOM:
+        bound = simulate_run(w, w.stream, "s*-at-first-tick", OraclePolicy([("0", 0, w.stream.items)], {"0": static}, w.cluster.total_cpus,
+                                                                          w.cluster.total_gpus))
+        tuned = simulate_run(w, w.stream, "static-tuned", None, start=allocation.start_config(static))
+        out = {"s_star_at_first_tick": bound.to_dict(), "static_tuned": tuned.to_dict()}
+        log(f"warm-start {name}: S* applied at the first tick from static-default {bound.items_per_s} items/s; "
+            f"S*'s starting configuration run static {tuned.items_per_s} items/s")
+    return {**out, "static_hindsight": runs["static-hindsight"].to_dict(), "static_default": runs["static-default"].to_dict(),
             "oracle": {**runs["oracle"].to_dict(), "reactions": reactions(runs["oracle"].ticks, w.blocks, oracle, source, start)},
             "static_hindsight_allocation": allocation.label(static), "oracle_blocks": [allocation.label(a) for a in oracle],
             "regimes": w.suite.regimes, "items": w.stream.items, "repeats": repeats_out}
+
+
+def _from_tuned(w: Any, static: Allocation, earlier_stream: Workload, memory: Path, cap_s: float) -> dict[str, Any]:
+    """Trident cold, and warm after an earlier run, each started in S*'s starting configuration."""
+    start = allocation.start_config(static)
+    cold = simulate_run(w, w.stream, "trident-cold-tuned", trident(w, None), start=start, cap_s=cap_s)
+    simulate_run(w, earlier_stream, "trident-earlier-tuned", trident(w, str(memory)), start=start, cap_s=cap_s)
+    warm = simulate_run(w, w.stream, "trident-warm-tuned", trident(w, str(memory)), start=start, cap_s=cap_s)
+    return {"cold": cold.to_dict(), "warm": warm.to_dict()}
 
 
 def summarise(per_workload: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -242,6 +266,8 @@ def summarise(per_workload: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         return _median([x["reaction_s"] for rep in main["repeats"] for x in rep[label]["reactions"]])
 
     all_runs = [rep[label] for raw in per_workload.values() for rep in raw["repeats"] for label in ("cold", "earlier", "warm")]
+    all_runs += [rep["from_tuned"][label] for raw in per_workload.values() for rep in raw["repeats"] if "from_tuned" in rep
+                 for label in ("cold", "warm")]
     summary: dict[str, Any] = {
         "sim_cold_t_over_oracle": _ratio(_median(rates(main, "cold")), o),
         "sim_warm_t_over_oracle": _ratio(_median(rates(main, "warm")), o),
@@ -266,6 +292,12 @@ def summarise(per_workload: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             summary[f"{name}.{label}_vs_static_hindsight_median"] = _median(ratios)
             summary[f"{name}.{label}_vs_static_hindsight_min"] = min((x for x in ratios if x is not None), default=None)
             summary[f"{name}.{label}_vs_static_default_median"] = _median([_ratio(x, default) for x in rates(raw, label)])
+        if "s_star_at_first_tick" in raw:
+            summary[f"{name}.bound_vs_static_hindsight"] = _ratio(raw["s_star_at_first_tick"]["items_per_s"], base)
+            tuned = raw["static_tuned"]["items_per_s"]
+            for label in ("cold", "warm"):
+                summary[f"{name}.from_tuned.{label}_vs_static_median"] = _median(
+                    [_ratio(rep["from_tuned"][label]["items_per_s"], tuned) for rep in raw["repeats"] if not rep["from_tuned"][label]["items_lost"]])
     return summary
 
 
@@ -325,7 +357,9 @@ def _notes(quick: bool, repeats: int) -> str:
             f"{repeats} repeat(s): trident cold (no memory); an earlier trident run over the same regime blocks in another order "
             "(rotated) writing a memory; trident warm starting from it. Reaction: from the source reading a block's first item to "
             f"the block's bottleneck operator serving O's replica count for it (within {TOLERANCE:.0%}, at least 1); censored at "
-            "the block's end at that operator.")
+            "the block's end at that operator. Without headroom (docs-baseline, video-baseline): the bound is a clairvoyant "
+            "policy that starts in static-default and applies S* at its first tick (knowledge no user has); from_tuned starts "
+            "trident in S*'s starting configuration and compares it with that configuration run static.")
 
 
 def figure(per_workload: Mapping[str, Mapping[str, Any]]) -> Any:
