@@ -55,9 +55,10 @@ from trident_flows.sim.static_search import StaticConfig, search_static
 
 PROFILE, REGIME = "documents", "short"
 NAMESPACE = "rollout-latency"
-# Below the measured capacity of both configurations on this machine (static-default, the smaller, moves about 18
-# items/s of this regime at this time scale): the queues stay short and a latency change is the update's own.
-OFFERED_ITEMS_PER_S = 10.0
+# About two thirds of what static-default, the smaller of the two configurations, moves of this regime at this time scale
+# on this machine (about 18 items/s, closed loop): below both capacities, so the queues stay short and a latency change
+# is the update's own, yet loaded enough that an update's lost capacity would show.
+OFFERED_ITEMS_PER_S = 12.0
 SHARD_S = 0.5  # one input shard per half second: an item's commit waits for at most this much of the stream after it
 QUEUE_MAX_ITEMS = 64
 LOCAL_S = 20.0  # the stretch before and after a rolling update its items are compared with
@@ -368,7 +369,9 @@ def _notes(quick: bool, suite: SuiteWorkload, a: StaticConfig, b: StaticConfig, 
             f"({a.label()}), B = the cost model's best static configuration for this regime at A's batch size ({b.label()}), "
             "the move trident makes in this regime and, back, the one it makes when scans come. Both fill the node, so each "
             "update interleaves retires and starts. Latency (headline): an item's offer (its shard's scheduled time) to its "
-            "shard's atomic commit at the sink; done_latency: to its last row written. Steady: items offered after the "
+            "shard's atomic commit at the sink, so a wait for room at admission counts; done_latency: to its last row written "
+            f"(the commit adds the wait for the rest of its {OFFERED_ITEMS_PER_S * SHARD_S:g}-item shard, whose items share "
+            "one commit time, and the commit itself). Steady: items offered after the "
             "warm-up and in flight during no apply; during rollout: items in flight (offered before the end, committed after "
             "the start) during a rolling update; by_completion: items committed inside one.")
 
