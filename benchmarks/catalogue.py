@@ -160,8 +160,9 @@ CATALOGUE: dict[str, Benchmark] = {
         (f"{_B}/manifest.py", f"{_PKG}/corpus/location.py", f"{_PKG}/corpus/manifest.py", f"{_PKG}/corpus/sidecar.py"),
         headline=("total_s", "peak_rss_mb")),
     "rollout-latency": Benchmark(
-        "Does an item's end-to-end latency (read at the source to done at the sink) stay as low while trident's rolling "
-        "updates start and retire replicas as in steady state?",
+        "With a source offering items at a fixed rate below capacity in a stable regime, does an item's end-to-end latency "
+        "(offered at the source to committed at the sink) stay as low while the runtime's rolling updates start and retire "
+        "replicas as in steady state?",
         (f"{_B}/rollout_latency.py", f"{_B}/suite_workloads.py", f"{_B}/closed_loop_workload.py", f"{_B}/baselines.py",
          f"{_PKG}/sim/static_search.py", f"{_B}/headroom.py", f"{_B}/corpus_workloads.py", f"{_B}/lineage.py", f"{_B}/local_ray.py", *_LIVE),
         headline=("rollouts", "latency_s_p99_steady", "latency_s_p99_during_rollout", "p99_during_rollout_over_steady", "items_lost")),
