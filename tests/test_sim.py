@@ -214,6 +214,23 @@ def test_each_retired_replica_leaves_when_its_own_batches_are_back() -> None:
     assert runner.inputs_done == 5 and runner.cluster.nodes[0].free_cpus == pytest.approx(2.0)
 
 
+def test_a_retired_replica_stopped_past_the_drain_timeout_gives_its_batches_back() -> None:
+    # 2 replicas, batch 1, 1,000 s per item, 3 items: retiring one at t=1 waits RETIRE_TIMEOUT_S (600 s) for its batch,
+    # then stops it as live does; its item goes back to the queue and the survivor does it: all 3 done, none dead-lettered
+    from trident_flows.sim.rollout import RETIRE_TIMEOUT_S
+
+    cost = {CPU: DeviceCost(per_item_s=1000.0)}
+    config = OpConfig.make(CPU, batch_size=1)
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", config, 2)], 3)
+    runner = SimRunner(spec, ClusterSpec.single_node(2), actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner.start()
+    runner.run_until(1.0)
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(config, 1),)),)))
+    assert report.ok and report.steps_done[0]["seconds"] == pytest.approx(RETIRE_TIMEOUT_S)
+    runner.run_until(runner.now + 5000.0)  # the last item needs 1,000 s after the stop
+    assert runner.finished and runner.inputs_done == 3 and runner.inputs_dead == 0 and runner.counters[0].errors == 0
+
+
 def test_node_loss_requeues_work_and_replaces_replicas() -> None:
     cost = {CPU: DeviceCost(per_item_s=0.1)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=2), 3)], 200)

@@ -7,7 +7,8 @@ Contract:
   (``runtime.rollout``): a START/CANARY waits on the simulated clock until its replicas are warm (at
   most ``warm_timeout_s``; a start no node has room for fails at once); a RETIRE drains its victims
   (``transition.retire_victims``: on nodes where the next START then fits first), each leaving with
-  its resources once its own batches are back, stopped anyway after ``RETIRE_TIMEOUT_S``. A failing
+  its resources once its own batches are back, stopped anyway after ``RETIRE_TIMEOUT_S`` (the batches it still
+  holds go back to its operator's queue, as live when the killed actor's calls fail). A failing
   step stops the apply, and an operator a swap in place left without replicas gets one of the config
   it retired back, as live. The pipeline keeps streaming meanwhile.
 - It returns (and appends to ``runner.apply_reports``) the ``ApplyReport``: steps, seconds, the
@@ -140,7 +141,8 @@ def _do_step(runner: SimRunner, step: TransitionStep, replaced: bool = False, ro
         else:
             v.on_idle.append(leave)
     runner.events.run_until(runner.now + RETIRE_TIMEOUT_S, stop=lambda: all(v.dead for v in victims))
-    for v in victims:  # as live, a victim still busy after the timeout is stopped anyway
-        leave(v)
+    for v in victims:  # as live, a victim still busy after the timeout is stopped anyway, its batches queued again
+        if not v.dead:
+            runner.stop(i, v, f"replica stopped after draining {RETIRE_TIMEOUT_S:g} s")
     runner._dispatch()
     return [v.replica_id for v in victims]

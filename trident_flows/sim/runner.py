@@ -195,19 +195,32 @@ class SimRunner:
             if self._place(j, r):
                 self.waiting.remove((j, r))
 
+    def _take_back(self, i: int, record: SimReplica) -> list[np.ndarray]:
+        """The batches ``record`` holds (queued at it and the one it serves), taken from it: its in-flight count is 0 after."""
+        units = [u for u, _, _, _ in record.assigned]
+        for _, reserve, _, _ in record.assigned:
+            self.counters[i].reserved_items -= reserve
+        record.assigned.clear()
+        record.inflight = 0
+        if record.serving:
+            units.append(record.serving_unit)
+            self.counters[i].reserved_items -= record.serving_reserve
+            record.serving, record.serving_unit = False, None
+        return units
+
+    def stop(self, i: int, record: SimReplica, why: str) -> None:
+        """Stop a replica that still holds batches (a retire past its timeout): as live, where the killed actor's batches
+        fail with it, each batch it held goes back to its operator's queue (no operator error) and its resources are freed."""
+        units = self._take_back(i, record)
+        self._release(i, record)
+        for unit in units:
+            self._retry(i, unit, why, oom=False, count_error=False)
+
     def _lose_node(self, index: int) -> None:
         node = self.cluster.fail_node(index)
         for i, pool in enumerate(self.pools):
             for r in [r for r in pool.replicas.values() if r.placement is not None and r.placement.node is node]:
-                units = [u for u, _, _, _ in r.assigned]
-                for _, reserve, _, _ in r.assigned:
-                    self.counters[i].reserved_items -= reserve
-                r.assigned.clear()
-                r.inflight = 0
-                if r.serving:
-                    units.append(r.serving_unit)
-                    self.counters[i].reserved_items -= r.serving_reserve
-                    r.serving = False
+                units = self._take_back(i, r)
                 r.placement = None
                 self._release(i, r)
                 for unit in units:
