@@ -14,12 +14,18 @@ Contract of ``run(quick) -> BenchResult``:
   None below ``HEADROOM_LOW``), ``trident_vs_static_hindsight``, ``trident_vs_static_default``, ``trident_ooms``
   (every repeat), ``trident_ooms_max_run``, ``best_static_ooms``, ``items_lost`` (every run) and more; ``targets``
   are the issue's, chosen by the headroom measured.
+- ``previous`` (the CLI passes OUT/corpus-trident.json): where that result ran the same stream, its S* and O allocations are
+  run again instead of searched (the searches, most of the run's time, do not depend on the scheduler's code);
+  ``CORPUS_TRIDENT_SEARCH=1`` searches anyway. ``raw.<workload>.references`` says which.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from benchmarks import allocation, corpus_headroom, corpus_workloads, headroom, sim_headroom, suite_sim
@@ -39,6 +45,7 @@ QUICK_SHARDS = {"documents-corpus": 8, "video-corpus": 4}
 HOURS = 2.0  # simulated hours of stream, at the cost model's best static's rates
 LAYOUTS: dict[str, EmulatedLayout] = {"documents": DOCS_LAYOUT, "video": VIDEO_LAYOUT}
 ORACLE, TRIDENT = suite_sim.ORACLE, "trident"
+WORKLOADS = tuple(corpus_workloads.CORPORA)
 SYSTEMS = (STATIC_DEFAULT, STATIC_HINDSIGHT, TRIDENT, ORACLE)
 DEFINITIONS = {
     STATIC_DEFAULT: ("the pipeline's own default sizing for one node (emulated layout: one replica per operator, GPU operators on "
@@ -124,12 +131,15 @@ def prepare(name: str, quick: bool) -> tuple[suite_sim._Workload, headroom.Workl
     return w, workload, {**sizing, "nodes": nodes}
 
 
-def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict[str, Any]:
+def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """static-default, trident, S* and O on corpus ``name`` (the module docstring), as ``suite_sim.evaluate`` runs a suite
-    workload but for the seed rounds (a trident above O is reported in ``oracle_beaten_by``, not searched again)."""
+    workload but for the seed rounds (a trident above O is reported in ``oracle_beaten_by``, not searched again).
+    ``previous``: an earlier result of this benchmark (its ``raw`` and ``provenance``); where it ran the same stream, its S*
+    and O allocations are run again instead of searched (``references``)."""
     t0 = time.perf_counter()
     w, workload, sizing = prepare(name, quick)
     log(f"{name}: {sizing['items']} items in {sizing['blocks']} blocks on {sizing['nodes']} node(s)")
+    earlier = reusable(previous, name, workload, sizing)
     runs = {STATIC_DEFAULT: w.run(STATIC_DEFAULT)}
     log(f"{name}: static-default {runs[STATIC_DEFAULT].items_per_s} items/s, ooms {runs[STATIC_DEFAULT].ooms}")
     repeats = [w.run(TRIDENT) for _ in range(suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)]
@@ -137,30 +147,60 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict
     log(f"{name}: trident {[r.items_per_s for r in repeats]} items/s, ooms {[r.ooms for r in repeats]} "
         f"({time.perf_counter() - t0:.0f} s)")
     t_search = time.perf_counter()
-    meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
-    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1,
-                                            max_evals=QUICK_REGIME_EVALS if quick else REGIME_EVALS)
-    per_regime = dict(found.per_regime)
-    candidates = [allocation_of(w.start), found.static, *per_regime.values()]
-    best_static, runs[STATIC_HINDSIGHT], static_evals = suite_sim.search_static_hindsight(
-        w, candidates, QUICK_STATIC_EVALS if quick else STATIC_EVALS)
-    log(f"{name}: S* {runs[STATIC_HINDSIGHT].items_per_s} items/s ({allocation.label(best_static)}; {static_evals} runs)")
-    choices, runs[ORACLE], oracle_runs = w.search_oracle(per_regime, best_static)
-    log(f"{name}: O {runs[ORACLE].items_per_s} items/s ({oracle_runs} runs; search {time.perf_counter() - t_search:.0f} s)")
+    if earlier is not None:
+        best_static, choices = allocation.from_data(earlier["static_hindsight"]), [allocation.from_data(b) for b in earlier["oracle_blocks"]]
+        runs[STATIC_HINDSIGHT], runs[ORACLE] = w.run_static(STATIC_HINDSIGHT, best_static), w.run_oracle(choices)
+        search = {k: earlier[k] for k in SEARCH_KEYS if k in earlier}
+        search["references"] = f"reused: the S* and O allocations of the result at {earlier['_commit']}, run again here"
+    else:
+        best_static, choices, runs[STATIC_HINDSIGHT], runs[ORACLE], search = references(w, workload, quick, log)
+    log(f"{name}: S* {runs[STATIC_HINDSIGHT].items_per_s} items/s ({allocation.label(best_static)}), O {runs[ORACLE].items_per_s} "
+        f"items/s ({time.perf_counter() - t_search:.0f} s)")
     summary = summarise(runs, [r.ooms for r in repeats])
     raw = {"note": workload.note, "sources": list(workload.sources), "stream": sizing, "schedule": [list(b) for b in workload.schedule],
            "runs": {s: r.to_dict() for s, r in runs.items()}, "trident_repeat_ooms": [r.ooms for r in repeats],
            "static_default_allocation": allocation.label(allocation_of(w.start)),
            "static_hindsight_allocation": allocation.label(best_static), "static_hindsight": allocation.to_data(best_static),
-           "static_hindsight_whole_stream_runs": static_evals,
-           "oracle_regime_allocations": {r: allocation.label(a) for r, a in per_regime.items()},
            "oracle_block_allocations": [allocation.label(a) for a in choices], "oracle_blocks": [allocation.to_data(a) for a in choices],
-           "oracle_whole_stream_runs": oracle_runs, "oracle_steady_items_per_s": dict(found.per_regime_items_per_s),
-           "steady_headroom": found.ratio, "steady_rates_measured": meter.evals,
-           "simulated_hours": {s: r.items_per_s and sizing["items"] / r.items_per_s / 3600 for s, r in runs.items()},
-           "search_seconds": round(time.perf_counter() - t_search, 1), "bench_seconds": round(time.perf_counter() - t0, 1)}
+           **search, "simulated_hours": {s: r.items_per_s and sizing["items"] / r.items_per_s / 3600 for s, r in runs.items()},
+           "references_seconds": round(time.perf_counter() - t_search, 1), "bench_seconds": round(time.perf_counter() - t0, 1)}
     log(f"{name}: {summary}")
     return {"summary": summary, "raw": raw}
+
+
+SEARCH_KEYS = ("static_hindsight_whole_stream_runs", "oracle_regime_allocations", "oracle_whole_stream_runs",
+               "oracle_steady_items_per_s", "steady_headroom", "steady_rates_measured", "references")
+
+
+def references(w: suite_sim._Workload, workload: headroom.Workload, quick: bool, log: Callable[[str], None]) -> tuple[Any, ...]:
+    """S* and O searched as ``suite_sim.evaluate`` searches them: per regime the simulated headroom's allocations
+    (``sim_headroom``, steady rates), S* hill-climbed on whole-stream runs from static-default, the headroom's static and
+    each regime's best, O block by block (``suite_sim._Workload.search_oracle``). Returns S*, O's block allocations,
+    their runs and what the search measured (``SEARCH_KEYS``)."""
+    meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
+    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1,
+                                            max_evals=QUICK_REGIME_EVALS if quick else REGIME_EVALS)
+    per_regime = dict(found.per_regime)
+    log(f"{w.suite.name}: steady headroom {found.ratio:.3f} ({meter.evals} steady rates)")
+    candidates = [allocation_of(w.start), found.static, *per_regime.values()]
+    best_static, s_star, static_evals = suite_sim.search_static_hindsight(w, candidates, QUICK_STATIC_EVALS if quick else STATIC_EVALS)
+    choices, oracle, oracle_runs = w.search_oracle(per_regime, best_static)
+    search = {"static_hindsight_whole_stream_runs": static_evals,
+              "oracle_regime_allocations": {r: allocation.label(a) for r, a in per_regime.items()},
+              "oracle_whole_stream_runs": oracle_runs, "oracle_steady_items_per_s": dict(found.per_regime_items_per_s),
+              "steady_headroom": found.ratio, "steady_rates_measured": meter.evals, "references": "searched in this run"}
+    return best_static, choices, s_star, oracle, search
+
+
+def reusable(previous: Mapping[str, Any] | None, name: str, workload: headroom.Workload, sizing: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``previous``'s raw figures of ``name`` (with ``_commit``, the commit it ran at) when it ran the same stream on as many
+    nodes and recorded its references; else None."""
+    earlier = (previous or {}).get("raw", {}).get(name)
+    if not earlier or "static_hindsight" not in earlier or "oracle_blocks" not in earlier:
+        return None
+    if earlier.get("schedule") != [list(b) for b in workload.schedule] or earlier.get("stream", {}).get("nodes") != sizing["nodes"]:
+        return None
+    return {**earlier, "_commit": (previous.get("provenance") or {}).get("commit")}
 
 
 def summarise(runs: Mapping[str, suite_sim.SystemRun], trident_repeat_ooms: Sequence[int | None]) -> dict[str, Any]:
@@ -203,9 +243,17 @@ def targets(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, Target]:
     return out
 
 
-def run(quick: bool = False, log: Callable[[str], None] = print) -> BenchResult:
+def run(quick: bool = False, log: Callable[[str], None] = print, previous: Path | None = None, search: bool = False,
+        workloads: Sequence[str] = tuple(corpus_workloads.CORPORA)) -> BenchResult:
+    """Both corpus workloads (the module docstring). ``previous``: the last result of this benchmark (the CLI passes
+    OUT/corpus-trident.json): its S* and O allocations are reused, run again, for every workload whose stream it ran, unless
+    ``search`` (or the environment sets ``CORPUS_TRIDENT_SEARCH=1``): the searches do not depend on the scheduler's code."""
     t0 = time.perf_counter()
-    results = {name: evaluate(name, quick, log) for name in corpus_workloads.CORPORA}
+    search = search or os.environ.get("CORPUS_TRIDENT_SEARCH") == "1"
+    earlier = None if search or previous is None or not Path(previous).exists() else json.loads(Path(previous).read_text())
+    if earlier is not None and bool(earlier.get("quick")) != quick:
+        earlier = None
+    results = {name: evaluate(name, quick, log, earlier) for name in WORKLOADS if name in workloads}
     summary = {name: r["summary"] for name, r in results.items()}
     raw: dict[str, Any] = {**{name: r["raw"] for name, r in results.items()},
                            "_run": {"quick": quick, "tick_s": suite_sim.TICK_S, "definitions": DEFINITIONS,
@@ -217,7 +265,8 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> BenchResult:
              f"{CPUS} CPUs + {GPUS} GPUs{'' if quick else f', streams of {HOURS:g} hours at the cost model best static rates'}. "
              "S* and O are searched and run as in the closed-loop suite's simulation (O pays its cold starts, never below S*); "
              "their per-regime allocations are the simulated headroom's. Targets by headroom: >= 1.2, t_over_oracle >= 0.90; "
-             "< 1.05, trident >= 0.97x S*; no trident run with more OOMs than S*'s; no item lost.")
+             "< 1.05, trident >= 0.97x S*; no trident run with more OOMs than S*'s; no item lost. raw.<workload>.references says "
+             "whether S* and O were searched in this run or reused from the last result (same stream; run again here).")
     return BenchResult("corpus-trident", summary, targets(summary), raw, figure(summary), notes)
 
 

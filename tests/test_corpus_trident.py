@@ -61,3 +61,18 @@ def test_static_default_is_one_nodes_default_layout_on_every_node():
     assert [(n, c) for n, c, _ in one.assignment] == [(n, c) for n, c, _ in eight.assignment]
     assert [8 * r for _, _, r in one.assignment] == [r for _, _, r in eight.assignment]
     assert sum(r for _, c, r in one.assignment if c.device == "cpu") <= 16
+
+
+def test_references_are_reused_only_from_a_result_of_the_same_stream_on_as_many_nodes():
+    from types import SimpleNamespace
+
+    workload = SimpleNamespace(schedule=(("web", 2000), ("archive", 1000)))
+    earlier = {"schedule": [["web", 2000], ["archive", 1000]], "stream": {"nodes": 8}, "static_hindsight": [], "oracle_blocks": []}
+    previous = {"raw": {"documents-corpus": earlier}, "provenance": {"commit": "abc"}}
+    kept = corpus_trident.reusable(previous, "documents-corpus", workload, {"nodes": 8})
+    assert kept is not None and kept["_commit"] == "abc"
+    assert corpus_trident.reusable(previous, "documents-corpus", workload, {"nodes": 1}) is None
+    assert corpus_trident.reusable(previous, "video-corpus", workload, {"nodes": 8}) is None
+    longer = SimpleNamespace(schedule=(("web", 2000), ("archive", 2000)))
+    assert corpus_trident.reusable(previous, "documents-corpus", longer, {"nodes": 8}) is None
+    assert corpus_trident.reusable(None, "documents-corpus", workload, {"nodes": 8}) is None
