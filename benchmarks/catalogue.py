@@ -124,7 +124,8 @@ CATALOGUE: dict[str, Benchmark] = {
                  "oracle": SUITE_SIM_DEFINITIONS["oracle"]},
         headline=("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight")),
     "closed-loop-suite": Benchmark(
-        "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
+        "On the regression workloads (hand-picked regimes, kept as regression checks beside the corpus workloads of "
+        "corpus-trident), where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
         "with the baselines a user would have, and how much of the available headroom does it capture?",
         _SUITE,
         systems={**SUITE_DEFINITIONS, **SUITE_SIM_DEFINITIONS},
