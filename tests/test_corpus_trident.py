@@ -21,7 +21,7 @@ def test_with_much_headroom_trident_is_held_to_the_oracle_and_its_gain_is_counte
     assert s["t_over_oracle"] == pytest.approx(12 / 13) and s["gain_captured"] == pytest.approx(2 / 3)
     assert s["trident_vs_static_default"] == pytest.approx(1.5) and s["trident_ooms_max_run"] == 1
     goals = corpus_trident.targets({"w": s})
-    assert set(goals) == {"w.t_over_oracle", "w.trident_ooms_max_run", "w.items_lost"}
+    assert set(goals) == {"w.t_over_oracle", "w.trident_ooms_max_run", "w.items_lost", "w.trident_unfinished_runs"}
     assert goals["w.t_over_oracle"].met(s["t_over_oracle"]) and not goals["w.trident_ooms_max_run"].met(1)  # S* had none
 
 
@@ -37,7 +37,7 @@ def test_below_the_low_headroom_no_gain_is_reported_and_trident_is_held_to_the_b
 def test_between_the_two_headrooms_only_ooms_and_loss_are_targets():
     s = corpus_trident.summarise(_runs(8.0, 10.0, 10.5, 11.0), [0])
     assert s["headroom_class"] == "middle" and s["gain_captured"] == pytest.approx(0.5)
-    assert set(corpus_trident.targets({"w": s})) == {"w.trident_ooms_max_run", "w.items_lost"}
+    assert set(corpus_trident.targets({"w": s})) == {"w.trident_ooms_max_run", "w.items_lost", "w.trident_unfinished_runs"}
 
 
 def test_an_oracle_slower_than_the_best_static_is_the_best_static():
@@ -76,3 +76,10 @@ def test_references_are_reused_only_from_a_result_of_the_same_stream_on_as_many_
     longer = SimpleNamespace(schedule=(("web", 2000), ("archive", 2000)))
     assert corpus_trident.reusable(previous, "documents-corpus", longer, {"nodes": 8}) is None
     assert corpus_trident.reusable(None, "documents-corpus", workload, {"nodes": 8}) is None
+
+
+def test_a_trident_run_stopped_unfinished_leaves_the_items_lost_unknown_and_misses_its_target():
+    s = corpus_trident.summarise(_runs(8.0, 10.0, 10.0, 13.0), [0, 0, 0], unfinished=1)
+    assert s["trident_unfinished_runs"] == 1 and s["items_lost"] is None
+    goals = corpus_trident.targets({"w": s})
+    assert not goals["w.items_lost"].met(s["items_lost"]) and not goals["w.trident_unfinished_runs"].met(1)
