@@ -23,8 +23,9 @@ import shutil
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 import psutil
@@ -36,6 +37,7 @@ from benchmarks.closed_loop_runs import RunRecord, run_ray_data, run_runtime
 from benchmarks.closed_loop_stats import per_system
 from benchmarks.closed_loop_workload import Workload
 from benchmarks.oracle_policy import OraclePolicy
+from benchmarks.provenance import code_repo, git, git_state
 from benchmarks.report import BenchResult, Target
 from benchmarks.suite_workloads import CPUS, DEVICE_MEMORY, WORKLOADS, SuiteWorkload, suite_workloads
 from trident_flows.core.types import ClusterSpec
@@ -47,6 +49,43 @@ ORACLE = suite_sim.ORACLE
 SYSTEMS = (STATIC_DEFAULT, STATIC_HINDSIGHT, ORACLE, "trident", "ds2", "threshold", "ray-data-fixed", "ray-data-autoscaling")
 SPIKE_SYSTEMS = tuple(s for s in SYSTEMS if s != ORACLE)  # the spike variant checks OOM safety: the oracle has no part there
 QUICK_SPIKE_SYSTEMS = (STATIC_DEFAULT, "trident")
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A named live run of part of the suite (``--subset NAME``): runs per system per workload, no spike variant, and the
+    wall-clock budget it is sized for."""
+
+    plan: Mapping[str, Mapping[str, int]]  # workload -> system -> runs
+    budget_s: float
+    note: str
+
+
+# Sizes on the full streams, from the last live runs and the sim section (items / items per s + ~20 s start-up per run,
+# ~40 s between runs): cpu-only (10755 items at time scale 0.5) static-hindsight ~12 items/s ~ 920 s, trident ~14-15.5
+# items/s ~ 720-780 s; docs-baseline (1300 items at time scale 1) ~ 80 s per run.
+SUBSETS = {
+    "confirm": Subset({"cpu-only": {"trident": 2, STATIC_HINDSIGHT: 1}, "docs-baseline": {STATIC_HINDSIGHT: 1, "trident": 1}}, 45 * 60,
+                      "the live confirmation subset (issue 43): cpu-only static-hindsight once and trident twice, docs-baseline "
+                      "static-hindsight and trident once, no spike variant; about 45 minutes"),
+    "ray-data": Subset({"cpu-only": {"ray-data-autoscaling": 1}}, 20 * 60,
+                       "plain Ray Data with autoscaling actor pools once on cpu-only, no spike variant; about 16 minutes. "
+                       "ray-data-fixed is left out: a second run of about 15 minutes would not fit the 20"),
+}
+
+
+def run_order(runs: Mapping[str, int]) -> list[tuple[str, int]]:
+    """``(system, repeat)`` in the order to run them: rounds over the systems with runs left, the most repeated first and the
+    order rotated each round, so a system's repeats bracket the others' runs and load noise hits all alike."""
+    systems = sorted((s for s, n in runs.items() if n > 0), key=lambda s: -runs[s])
+    order = []
+    for rep in range(max(runs.values(), default=0)):
+        left = [s for s in systems if runs[s] > rep]
+        k = rep % len(left)
+        order += [(s, rep) for s in left[k:] + left[:k]]
+    return order
+
+
 # ---------------------------------------------------------------------------- runs
 def run_one(system: str, profile: PipelineProfile, suite: SuiteWorkload, stream: Workload, baselines: Baselines, repeat: int,
             work: Path, searched: Mapping[str, Any] | None = None) -> RunRecord:
@@ -93,17 +132,15 @@ def searched_allocations(previous: Path | None, name: str, stream: Workload) -> 
     return found if found and found.get("items") == stream.items and found.get("regimes") == stream.regimes else None
 
 
-def run_systems(profile: PipelineProfile, suite: SuiteWorkload, stream: Workload, baselines: Baselines, systems: Sequence[str],
-                repeats: int, work: Path, log: Any, searched: Mapping[str, Any] | None = None) -> list[RunRecord]:
-    """``repeats`` rounds over ``systems``, the order rotated each round so load noise hits all alike."""
+def run_systems(profile: PipelineProfile, suite: SuiteWorkload, stream: Workload, baselines: Baselines, runs: Mapping[str, int],
+                work: Path, log: Any, searched: Mapping[str, Any] | None = None) -> list[RunRecord]:
+    """``runs[system]`` runs of each system, in ``run_order``."""
     records = []
-    for rep in range(repeats):
-        order = list(systems[rep % len(systems):]) + list(systems[:rep % len(systems)])
-        for system in order:
-            rec = run_one(system, profile, suite, stream, baselines, rep, work, searched)
-            records.append(rec)
-            log(f"{suite.name} {stream.variant} rep {rep} {system}: {rec.items_per_s} items/s, ooms {rec.ooms}, lost {rec.items_lost}, "
-                f"reconfigurations {rec.reconfigurations}{', error ' + rec.error if rec.error else ''}")
+    for system, rep in run_order(runs):
+        rec = run_one(system, profile, suite, stream, baselines, rep, work, searched)
+        records.append(rec)
+        log(f"{suite.name} {stream.variant} rep {rep} {system}: {rec.items_per_s} items/s, ooms {rec.ooms}, lost {rec.items_lost}, "
+            f"reconfigurations {rec.reconfigurations}{', error ' + rec.error if rec.error else ''}")
     return records
 
 
@@ -138,7 +175,7 @@ def summarise(main: Sequence[RunRecord], spikes: Sequence[RunRecord], model_head
 
 def run(quick: bool = False, *, sim: bool = False, jobs: int | None = None, previous: Path | None = None,
         workloads: Sequence[str] = WORKLOADS, repeats: int | None = None, systems: Sequence[str] = SYSTEMS,
-        spike_systems: Sequence[str] | None = None, log: Any = print) -> BenchResult:
+        spike_systems: Sequence[str] | None = None, subset: str | None = None, log: Any = print) -> BenchResult:
     """The benchmark: its live section, or with ``sim`` its simulated section (``suite_sim``, ``jobs`` worker
     processes); the other section is kept from ``previous`` (the report this run replaces).
 
@@ -148,10 +185,34 @@ def run(quick: bool = False, *, sim: bool = False, jobs: int | None = None, prev
     5x memory per item) runs every system but the oracle (``SPIKE_SYSTEMS``). cosmos-xenna is not in the suite: its
     autoscaler cannot start from given worker counts (a fixed ``num_workers`` turns it off). ``quick``: blocks of
     ``QUICK_BLOCK_S`` s, the baseline workloads' quick streams, one repeat, the spike variant for static-default and
-    trident only. ``systems`` / ``spike_systems`` run a subset (the others' figures are then None)."""
+    trident only. ``systems`` / ``spike_systems`` run a subset (the others' figures are then None); ``subset`` names one
+    of ``SUBSETS`` (its runs per system and workload, no spike variant) instead.
+
+    A live run keeps the earlier live section's runs of the systems it does not measure (per workload and variant; all of
+    a workload it does not run) where they ran on the same stream and the same code (``same_code``), and recomputes
+    those workloads' summaries from the runs together (``merge_earlier``); ``raw.live._earlier`` holds the provenance of
+    the runs kept."""
     if sim:
+        if subset is not None:
+            raise ValueError("--subset names a live run; drop --sim")
         return _run_sim(quick, workloads, jobs or 1, previous, log)
-    return _run_live(quick, workloads, repeats, systems, spike_systems, previous, log)
+    if subset is not None:
+        if subset not in SUBSETS:
+            raise ValueError(f"unknown subset {subset!r}; choose from {list(SUBSETS)}")
+        if quick or repeats is not None or tuple(workloads) != WORKLOADS or tuple(systems) != SYSTEMS or spike_systems:
+            raise ValueError("--subset fixes the workloads, systems and repeats of a full live run: drop --quick, --workloads, "
+                             "--systems and --repeats")
+        chosen = SUBSETS[subset]
+        return _run_live(False, list(chosen.plan), chosen.plan, {}, previous, log, subset)
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        raise ValueError(f"unknown suite system(s) {unknown}; choose from {list(SYSTEMS)}")
+    repeats = repeats if repeats is not None else (1 if quick else 2)
+    if spike_systems is None:
+        spike_systems = [s for s in (QUICK_SPIKE_SYSTEMS if quick else SPIKE_SYSTEMS) if s in systems]
+    plan = {w: {s: repeats for s in systems} for w in workloads}
+    spikes = {w: {s: 1 for s in spike_systems} for w in workloads}
+    return _run_live(quick, workloads, plan, spikes, previous, log, None)
 
 
 def _run_sim(quick: bool, workloads: Sequence[str], jobs: int, previous: Path | None, log: Any) -> BenchResult:
@@ -209,15 +270,12 @@ def _sim_notes(quick: bool) -> str:
             f"the discrete-event simulator. Systems: " + " ".join(f"{k}: {v}." for k, v in suite_sim.DEFINITIONS.items()))
 
 
-def _run_live(quick: bool, workloads: Sequence[str], repeats: int | None, systems: Sequence[str], spike_systems: Sequence[str] | None,
-              previous: Path | None, log: Any) -> BenchResult:
-    unknown = sorted(set(systems) - set(SYSTEMS))
+def _run_live(quick: bool, workloads: Sequence[str], plan: Mapping[str, Mapping[str, int]], spike_plan: Mapping[str, Mapping[str, int]],
+              previous: Path | None, log: Any, subset: str | None) -> BenchResult:
+    unknown = sorted({s for runs in (*plan.values(), *spike_plan.values()) for s in runs} - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown suite system(s) {unknown}; choose from {list(SYSTEMS)}")
     chosen = suite_workloads(quick, workloads)
-    repeats = repeats if repeats is not None else (1 if quick else 2)
-    if spike_systems is None:
-        spike_systems = [s for s in (QUICK_SPIKE_SYSTEMS if quick else SPIKE_SYSTEMS) if s in systems]
     # A local node per workload with exactly its GPUs: the runtime and Trident read the live node, and on a
     # node with 2 GPUs cpu-only's trident planned embed onto GPUs the workload does not have. A caller's
     # own Ray session is used as it is.
@@ -240,8 +298,8 @@ def _run_live(quick: bool, workloads: Sequence[str], repeats: int | None, system
             log(f"{suite.name}: {main_stream.regimes} at time scale {suite.time_scale:g}; cost-model headroom {bound.ratio:.3f}; "
                 + "; ".join(f"{n} {c.label()}" for n, c in baselines.configs.items()))
             searched = searched_allocations(previous, suite.name, main_stream)
-            main = run_systems(profile, suite, main_stream, baselines, tuple(systems), repeats, work, log, searched)
-            spikes = run_systems(profile, suite, spike_stream, baselines, spike_systems, 1, work, log, searched)
+            main = run_systems(profile, suite, main_stream, baselines, plan.get(suite.name, {}), work, log, searched)
+            spikes = run_systems(profile, suite, spike_stream, baselines, spike_plan.get(suite.name, {}), work, log, searched)
             results[suite.name] = {"suite": suite, "main": main, "spikes": spikes, "headroom": bound,
                                    "baselines": baselines,
                                    "reach": float(np.prod([op.selectivity for op in profile.operators[:-1]])),
@@ -252,13 +310,107 @@ def _run_live(quick: bool, workloads: Sequence[str], repeats: int | None, system
             ray.shutdown()
     summary = {name: r["summary"] for name, r in results.items()}
     raw = {name: _raw(r) for name, r in results.items()}
-    raw["_run"] = {"repeats": repeats, "systems": list(systems), "spike_systems": list(spike_systems), "quick": quick,
-                   "workloads": [w.name for w in chosen],
+    before_summary, before = sections("sim", {}, {}, previous)  # the earlier live section as previous holds it, with its provenance
+    same, why = same_code(before.get("live_provenance"))
+    summary, raw, kept = merge_earlier(summary, raw, before_summary.get("live") if same else None, before.get("live") if same else None,
+                                       before.get("live_provenance"))
+    for name, records in kept.items():  # the figure shows the kept runs with this run's
+        if name in results:
+            results[name]["main"] = [*results[name]["main"], *(r for r in records if r.variant == "regimes")]
+    raw["_run"] = {"subset": subset, "plan": {w.name: dict(plan.get(w.name, {})) for w in chosen},
+                   "spike_plan": {w.name: dict(spike_plan.get(w.name, {})) for w in chosen}, "quick": quick,
+                   "workloads": [w.name for w in chosen], "budget_s": SUBSETS[subset].budget_s if subset else None,
                    "bench_seconds": time.perf_counter() - t_start, "cpus": CPUS, "device_memory_bytes": DEVICE_MEMORY,
-                   "definitions": DEFINITIONS, "targets": TARGETS, "ray": ray.__version__}
+                   "definitions": DEFINITIONS, "targets": TARGETS, "ray": ray.__version__, "earlier_kept": why}
     summary, raw = sections("live", summary, raw, previous)
     return BenchResult("closed-loop-suite", summary, targets=targets(summary), raw=raw, figure=figure(results),
-                       notes=_notes(results, quick, repeats))
+                       notes=_notes(results, quick, raw["live"], subset))
+
+
+def same_code(earlier: Mapping[str, Any] | None, repo: Path | None = None) -> tuple[bool, str]:
+    """Whether runs of an earlier live section (its provenance ``earlier``) ran on the code this run measures: both on a clean
+    tree, and no commit between theirs and this checkout's HEAD changed the suite's code (``catalogue``'s pathspecs, the
+    ones that make a result stale); with the reason, for the notes."""
+    from benchmarks.catalogue import CATALOGUE
+
+    repo = repo if repo is not None else code_repo()
+    if not earlier or not earlier.get("commit"):
+        return False, "the earlier live section has no provenance or commit"
+    if earlier.get("dirty") is not False:
+        return False, f"the earlier live section ran on a tree that differed from {str(earlier['commit'])[:10]}"
+    now = git_state(repo)
+    if now.commit is None or now.dirty is not False:
+        return False, "this run's code is not a clean commit"
+    if git(repo, "diff", "--quiet", str(earlier["commit"]), now.commit, "--", *CATALOGUE["closed-loop-suite"].code) != "":
+        return False, f"the suite's code changed between {str(earlier['commit'])[:10]} and {now.commit[:10]}"
+    return True, f"the earlier live section ran on {str(earlier['commit'])[:10]}, the same suite code as {now.commit[:10]}"
+
+
+STREAM_KEYS = ("items", "regimes", "time_scale")
+
+
+def earlier_runs(old: Mapping[str, Any] | None, stream: Mapping[str, Any], measured: Mapping[str, Collection[str]]) -> list[dict[str, Any]]:
+    """The runs of one workload in an earlier live section's raw (``old``) to keep beside this run's: those on the same stream
+    (``STREAM_KEYS`` of ``stream``) of a system this run did not measure in that variant (``measured``: variant -> systems)."""
+    if not old or any(old.get(k) != stream.get(k) for k in STREAM_KEYS):
+        return []
+    return [dict(r) for r in old.get("runs", []) if r.get("system") not in measured.get(r.get("variant", ""), ())]
+
+
+def record_of(data: Mapping[str, Any]) -> RunRecord:
+    """A ``RunRecord`` from its results-file form (``RunRecord.to_dict``; its series thinned)."""
+    names = {f.name for f in fields(RunRecord)}
+    return RunRecord(**{k: v for k, v in data.items() if k in names})
+
+
+def merge_earlier(summary: Mapping[str, Any], raw: Mapping[str, Any], old_summary: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+                  old_provenance: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[RunRecord]]]:
+    """This run's live ``summary`` and ``raw`` (per workload) with the runs of the earlier live section (``old_summary``,
+    ``old``: its summary and raw) it keeps (``earlier_runs``; every run of a workload this run did not measure, with its
+    summary as it was; ``old`` None: none).
+    A workload that gains runs has its summary, ``per_system`` and ``per_system_spikes`` recomputed from all its runs. Every
+    kept run carries ``earlier``: its index in ``_earlier``, a list of ``{"provenance", "run"}`` of the runs that measured
+    them (``old_provenance`` and ``old["_run"]``, or the earlier section's own ``_earlier`` entry for runs it had kept).
+    Returns the summary, the raw and the kept runs per workload."""
+    summary, raw = {k: v for k, v in summary.items()}, {k: v for k, v in raw.items()}
+    if not old:
+        return summary, raw, {}
+    sources: list[dict[str, Any]] = []
+    seen: dict[int, int] = {}
+    old_earlier = old.get("_earlier") or []
+
+    def tagged(run: dict[str, Any]) -> dict[str, Any]:
+        k = run.get("earlier")
+        key = -1 if k is None else int(k)
+        if key not in seen:
+            seen[key] = len(sources)
+            sources.append({"provenance": old_provenance, "run": old.get("_run")} if key < 0 else old_earlier[key])
+        return {**run, "earlier": seen[key]}
+
+    kept: dict[str, list[RunRecord]] = {}
+    for name, data in old.items():
+        if name.startswith("_") or not isinstance(data, Mapping):
+            continue
+        if name not in raw:  # a workload this run did not measure: all of it, as it was
+            runs = [tagged(dict(r)) for r in data.get("runs", [])]
+            raw[name], summary[name] = {**data, "runs": runs}, (old_summary or {}).get(name)
+            kept[name] = [record_of(r) for r in runs]
+            continue
+        new = raw[name]
+        measured: dict[str, set[str]] = {}
+        for r in new["runs"]:
+            measured.setdefault(r["variant"], set()).add(r["system"])
+        runs = [tagged(r) for r in earlier_runs(data, new, measured)]
+        if not runs:
+            continue
+        records = [record_of(r) for r in (*new["runs"], *runs)]
+        main = [r for r in records if r.variant == "regimes"]
+        spikes = [r for r in records if r.variant != "regimes"]
+        raw[name] = {**new, "runs": [*new["runs"], *runs], "per_system": per_system(main), "per_system_spikes": per_system(spikes)}
+        summary[name] = summarise(main, spikes, summary[name]["model_headroom"])
+        kept[name] = [record_of(r) for r in runs]
+    raw["_earlier"] = sources
+    return summary, raw, kept
 
 
 def _start_ray(gpus: int, attempts: int = 8) -> None:
@@ -303,20 +455,39 @@ def _raw(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _notes(results: Mapping[str, Mapping[str, Any]], quick: bool, repeats: int) -> str:
+def _notes(results: Mapping[str, Mapping[str, Any]], quick: bool, raw: Mapping[str, Any], subset: str | None) -> str:
+    run = raw["_run"]
     streams = "; ".join(f"{n}: {r['suite'].regimes} at time scale {r['suite'].time_scale:g}" for n, r in results.items())
-    errors = {f"{n}/{s}": v["errors"] for n, r in results.items() for s, v in per_system(r["main"]).items() if v["errors"]}
+    runs = "; ".join(f"{n}: " + ", ".join(f"{s} x{k}" for s, k in run["plan"].get(n, {}).items())
+                     + (f" (spike variant: {', '.join(run['spike_plan'][n])})" if run["spike_plan"].get(n) else " (no spike variant)")
+                     for n in results)
+    workloads = {n: d for n, d in raw.items() if not n.startswith("_") and isinstance(d, Mapping)}
+    errors = {f"{n}/{s}": v["errors"] for n, d in workloads.items() for s, v in (d.get("per_system") or {}).items() if v["errors"]}
+    earlier = raw.get("_earlier") or []
+    kept = {n: sorted({f"{r['system']} ({r['variant']})" for r in d.get("runs", []) if "earlier" in r}) for n, d in workloads.items()}
+    provenances = "; ".join(f"[{k}] {str((e.get('provenance') or {}).get('commit'))[:10]} at {(e.get('provenance') or {}).get('date_utc')}, "
+                            f"wall {(e.get('provenance') or {}).get('wall_s')} s, load before {(e.get('provenance') or {}).get('load_before')}"
+                            for k, e in enumerate(earlier))
+    kept_text = (f"Runs kept from earlier live runs on the same streams and suite code ({run['earlier_kept']}): "
+                 + "; ".join(f"{n}: {', '.join(v)}" for n, v in kept.items() if v)
+                 + f". Their provenance (raw.live._earlier): {provenances}. ") if earlier else \
+        f"No earlier live runs kept ({run['earlier_kept']}). "
     return (f"{'QUICK run (short streams: figures are noisy and trident has too few samples to act much). ' if quick else ''}"
-            f"Emulated pipelines from the committed cost models (GPU entries derived, not measured: see the profiles) on one "
-            f"logical node of {CPUS} CPUs hosted by this machine's 2 cores; median of {repeats} interleaved repeat(s); "
-            f"throughput = input items / (last output - first output). Streams: {streams}. The time scale multiplies every "
+            + (f"Subset {subset!r}: {SUBSETS[subset].note}. " if subset else "")
+            + f"Emulated pipelines from the committed cost models (GPU entries derived, not measured: see the profiles) on one "
+            f"logical node of {CPUS} CPUs hosted by this machine's 2 cores; runs per system (interleaved, the most repeated "
+            f"first, rotated each round; a figure is the median of a system's runs): {runs}. "
+            f"Throughput = input items / (last output - first output). Streams: {streams}. The time scale multiplies every "
             f"modelled second, emulated cold starts included; Ray's own actor start-up (about 1-5 s here) is not compressed. "
-            f"Headroom: whole-replica cost-model optimum per regime switched for free over the best single static in hindsight, "
-            f"searched over mixed configurations and fractional GPUs (headroom.py); static-hindsight as run is searched over "
-            f"one configuration per operator and whole GPUs (static_search.py), so captured can exceed what the run's "
-            f"static-hindsight leaves. Simulated headroom: the model's allocations (batches capped at 8, 16 and 64) and their "
-            f"hill-climbed neighbours, each measured at steady state in the simulator; the best per regime over the best static "
-            f"(sim_headroom.py). Baselines: " + " ".join(f"{k}: {v}." for k, v in DEFINITIONS.items())
+            f"Live ratios are formed from live runs of the same stream in this section only, never with simulated throughputs: "
+            f"headroom, t_over_oracle and gain_captured need the oracle run live (O: the sim section's per-block allocations "
+            f"switched live), trident_vs_static_default needs static-default and trident_vs_ray_data_autoscaling Ray Data "
+            f"autoscaling; a key whose system did not run live is None (the sim section has O and static-default for the same "
+            f"streams). static-hindsight and the oracle run the allocations the sim section found for the same stream. "
+            + kept_text
+            + "model_headroom: whole-replica cost-model optimum per regime switched for free over the best single static in "
+            "hindsight, searched over mixed configurations and fractional GPUs (headroom.py). Baselines: "
+            + " ".join(f"{k}: {v}." for k, v in DEFINITIONS.items())
             + f" cosmos-xenna is not run (its autoscaler cannot start from given worker counts). Errors: {errors or 'none'}.")
 
 

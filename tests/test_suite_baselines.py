@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from benchmarks import closed_loop_suite as suite
@@ -88,3 +90,97 @@ def test_equal_time_blocks_follow_each_regimes_optimal_rate():
     assert long_block[1] <= spikes[0] and spikes[0] + spikes[1] <= long_block[2]  # inside the long block
     with pytest.raises(ValueError, match=r"unknown suite workload\(s\) \['gpu'\]; choose from \['gpu-ocr'"):
         suite_workloads.suite_workloads(quick=True, names=["gpu"])
+
+
+def test_a_run_order_brackets_the_single_runs_with_the_repeated_system_and_rotates_equal_repeats():
+    assert suite.run_order({STATIC_HINDSIGHT: 1, "trident": 2}) == [("trident", 0), (STATIC_HINDSIGHT, 0), ("trident", 1)]
+    assert suite.run_order({"a": 2, "b": 2}) == [("a", 0), ("b", 0), ("b", 1), ("a", 1)]
+    assert suite.run_order({"a": 1, "b": 0}) == [("a", 0)] and suite.run_order({}) == []
+
+
+def test_the_confirm_subset_is_the_issues_live_subset_without_spikes():
+    confirm = suite.SUBSETS["confirm"]
+    assert {w: dict(r) for w, r in confirm.plan.items()} == {"cpu-only": {STATIC_HINDSIGHT: 1, "trident": 2},
+                                                               "docs-baseline": {STATIC_HINDSIGHT: 1, "trident": 1}}
+    assert confirm.budget_s == 45 * 60 and suite.SUBSETS["ray-data"].budget_s == 20 * 60
+    assert set(suite.SUBSETS["ray-data"].plan) == {"cpu-only"}
+    with pytest.raises(ValueError, match="drop --quick"):
+        suite.run(quick=True, subset="confirm")
+    with pytest.raises(ValueError, match="unknown subset"):
+        suite.run(subset="everything")
+
+
+STREAM = {"items": 100, "regimes": "short:100", "time_scale": 0.5}
+
+
+def _raw_run(system: str, items_per_s: float, variant: str = "regimes", **extra) -> dict:
+    return {**_record(system, items_per_s, variant=variant).to_dict(), **extra}
+
+
+def _workload(*runs: dict, **stream) -> dict:
+    return {**STREAM, **stream, "runs": list(runs), "model_headroom": {"headroom": 1.5}}
+
+
+def test_a_run_of_some_systems_keeps_the_others_earlier_runs_on_the_same_stream():
+    old = {"cpu-only": _workload(_raw_run("trident", 15.0), _raw_run("trident", 14.0), _raw_run(STATIC_HINDSIGHT, 12.0),
+                                 _raw_run("ray-data-autoscaling", 1.0)),
+           "docs-baseline": _workload(_raw_run("trident", 20.0)), "_run": {"subset": "confirm"}}
+    old_summary = {"cpu-only": {"trident_vs_static_hindsight": 1.208}, "docs-baseline": {"trident_vs_static_hindsight": 0.6}}
+    provenance = {"commit": "abc", "wall_s": 2600.0}
+    new_raw = {"cpu-only": _workload(_raw_run("ray-data-autoscaling", 10.0))}
+    new_summary = {"cpu-only": suite.summarise([_record("ray-data-autoscaling", 10.0)], [], 1.5)}
+    summary, raw, kept = suite.merge_earlier(new_summary, new_raw, old_summary, old, provenance)
+    cpu = raw["cpu-only"]
+    assert sorted(r["system"] for r in cpu["runs"]) == ["ray-data-autoscaling", STATIC_HINDSIGHT, "trident", "trident"]
+    assert [r["items_per_s"] for r in cpu["runs"] if r["system"] == "ray-data-autoscaling"] == [10.0]  # re-measured: replaced
+    assert summary["cpu-only"]["trident_vs_ray_data_autoscaling"] == pytest.approx(1.45)  # median trident 14.5 / 10
+    assert summary["cpu-only"]["trident_vs_static_hindsight"] == pytest.approx(14.5 / 12.0)
+    assert summary["cpu-only"]["model_headroom"] == 1.5 and cpu["per_system"]["trident"]["runs"] == 2
+    assert summary["docs-baseline"] == old_summary["docs-baseline"] and raw["docs-baseline"]["runs"][0]["earlier"] == 0
+    assert raw["_earlier"] == [{"provenance": provenance, "run": {"subset": "confirm"}}]
+    assert all("earlier" not in r for r in new_raw["cpu-only"]["runs"]) and len(kept["cpu-only"]) == 3
+
+
+def test_earlier_runs_on_another_stream_or_code_are_dropped_and_kept_runs_keep_their_own_provenance():
+    old = {"cpu-only": _workload(_raw_run("trident", 15.0), items=99)}
+    new_raw = {"cpu-only": _workload(_raw_run("ray-data-autoscaling", 10.0))}
+    new_summary = {"cpu-only": suite.summarise([_record("ray-data-autoscaling", 10.0)], [], 1.5)}
+    summary, raw, kept = suite.merge_earlier(new_summary, new_raw, {}, old, {"commit": "abc"})
+    assert [r["system"] for r in raw["cpu-only"]["runs"]] == ["ray-data-autoscaling"] and not kept
+    assert summary["cpu-only"]["trident_vs_ray_data_autoscaling"] is None
+    assert suite.merge_earlier(new_summary, new_raw, None, None, None)[1] == new_raw  # not the same code: nothing kept
+    # a run kept twice still points at the run that measured it
+    chained = {"cpu-only": _workload(_raw_run("trident", 15.0, earlier=0), _raw_run("ray-data-autoscaling", 9.0)),
+               "_earlier": [{"provenance": {"commit": "first"}, "run": {"subset": "confirm"}}], "_run": {"subset": "ray-data"}}
+    again = {"cpu-only": _workload(_raw_run(STATIC_HINDSIGHT, 12.0))}
+    _, raw, _ = suite.merge_earlier({"cpu-only": suite.summarise([_record(STATIC_HINDSIGHT, 12.0)], [], 1.5)}, again, {}, chained,
+                                    {"commit": "second"})
+    by_system = {r["system"]: raw["_earlier"][r["earlier"]]["provenance"]["commit"] for r in raw["cpu-only"]["runs"] if "earlier" in r}
+    assert by_system == {"trident": "first", "ray-data-autoscaling": "second"}
+
+
+def _git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_same_code_needs_clean_trees_and_no_change_to_the_suites_code_between_the_commits(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@t")
+    _git(repo, "config", "user.name", "t")
+    (repo / "benchmarks" / "closed_loop_suite.py").write_text("A = 1\n")
+    (repo / "docs" / "x.md").write_text("a\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "one")
+    first = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (repo / "docs" / "x.md").write_text("b\n")
+    _git(repo, "commit", "-qam", "docs")
+    assert suite.same_code({"commit": first, "dirty": False}, repo)[0]
+    assert not suite.same_code({"commit": first, "dirty": True}, repo)[0]
+    assert not suite.same_code(None, repo)[0]
+    (repo / "benchmarks" / "closed_loop_suite.py").write_text("A = 2\n")
+    assert "not a clean commit" in suite.same_code({"commit": first, "dirty": False}, repo)[1]
+    _git(repo, "commit", "-qam", "code")
+    assert "code changed" in suite.same_code({"commit": first, "dirty": False}, repo)[1]

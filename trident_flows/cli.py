@@ -355,6 +355,11 @@ def bench(
     live: bool = typer.Option(False, help="warm-start: after the simulated part, the live part on Ray (S*, trident cold, an "
                               "earlier run and trident warm on the suite's cpu-only stream, 2 repeats: about 2 hours; "
                               "with --quick a few minutes on its quick stream, a smoke test)."),
+    subset: Optional[str] = typer.Option(None, help="closed-loop-suite: a named live run of part of the suite instead of --workloads/"
+                                         "--systems/--repeats: 'confirm' (cpu-only static-hindsight once and trident twice, "
+                                         "docs-baseline static-hindsight and trident once, about 45 minutes), 'ray-data' (Ray Data "
+                                         "autoscaling once on cpu-only, about 16 minutes). Runs of other systems in OUT/NAME.json's "
+                                         "live section on the same streams and suite code are kept."),
     resume: bool = typer.Option(False, help="closed-loop-sim: take the runs a stopped run of the same code and streams finished "
                                 "(kept in OUT/.NAME.runs.jsonl, .NAME-quick.runs.jsonl with --quick) instead of running them again."),
     doc: Optional[Path] = typer.Option(None, help=f"{REPORT}: the report document to write or check (default docs/benchmarks.md)."),
@@ -373,7 +378,7 @@ def bench(
         with user_errors():
             given = [f"--{option}" for option, value in (("quick", quick), ("systems", systems), ("repeats", repeats),
                                                          ("workloads", workloads), ("hours", hours), ("jobs", jobs),
-                                                         ("resume", resume), ("sim", sim), ("live", live))
+                                                         ("resume", resume), ("sim", sim), ("live", live), ("subset", subset))
                      if value not in (None, False)]
             if given:
                 raise RuntimeConfigError(f"bench {REPORT} takes only --out, --doc, --readme and --check; drop {', '.join(given)}")
@@ -398,6 +403,14 @@ def bench(
         if live:
             _bench_takes(name, module, "live")
             options["live"] = True
+        if subset is not None:
+            _bench_takes(name, module, "subset")
+            _check_choice("subset", subset, list(getattr(module, "SUBSETS", {})))
+            given = [f"--{o}" for o, v in (("quick", quick), ("sim", sim), ("systems", systems), ("repeats", repeats),
+                                            ("workloads", workloads)) if v not in (None, False)]
+            if given:
+                raise RuntimeConfigError(f"--subset fixes the workloads, systems and repeats of a live run; drop {', '.join(given)}")
+            options["subset"] = subset
         if "previous" in inspect.signature(module.run).parameters:
             options["previous"] = out / f"{name}.json"  # the sections of the report this run does not write are kept
         try:
