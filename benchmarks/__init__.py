@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "closed-loop-video": "benchmarks.closed_loop_video",
     "headroom": "benchmarks.headroom",
     "corpus-headroom": "benchmarks.corpus_headroom",
+    "corpus-trident": "benchmarks.corpus_trident",
     "closed-loop-suite": "benchmarks.closed_loop_suite",
     "faults": "benchmarks.faults",
     "ray-data-import": "benchmarks.ray_data_import",

@@ -114,8 +114,18 @@ CATALOGUE: dict[str, Benchmark] = {
          f"{_B}/allocation.py", f"{_B}/closed_loop_workload.py", f"{_PKG}/sim", f"{_PKG}/pipelines", f"{_PKG}/runtime",
          f"{_PKG}/core"),
         headline=("headroom_sim_1n", "headroom_sim_8n")),
+    "corpus-trident": Benchmark(
+        "On document and video workloads drawn from published corpus statistics, on 8 nodes for 2 simulated hours, how close "
+        "does trident get to the per-regime oracle where there is headroom, and does it cost anything against the best static "
+        "allocation in hindsight where there is none?",
+        (f"{_B}/corpus_trident.py", f"{_B}/corpus_headroom.py", *_SUITE),
+        systems={"static-default": "the pipeline's own default sizing for one node, on every node",
+                 "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "trident": SUITE_SIM_DEFINITIONS["trident"],
+                 "oracle": SUITE_SIM_DEFINITIONS["oracle"]},
+        headline=("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight")),
     "closed-loop-suite": Benchmark(
-        "On workloads where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
+        "On the regression workloads (hand-picked regimes, kept as regression checks beside the corpus workloads of "
+        "corpus-trident), where adaptive scheduling can pay and on two where it cannot, how does trident's throughput compare "
         "with the baselines a user would have, and how much of the available headroom does it capture?",
         _SUITE,
         systems={**SUITE_DEFINITIONS, **SUITE_SIM_DEFINITIONS},

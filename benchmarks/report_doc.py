@@ -268,7 +268,9 @@ def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogu
                 _times(get("trident_vs_ray_data_autoscaling")) if section == "live" else "not simulated", mark]) + " |")
     if len(lines) == 2:
         return f"The {SUITE} result in `{results_dir.name}/` has no workload.\n\n{footer}"
-    legend = ("Headroom: the per-regime oracle's throughput over the best static configuration chosen in hindsight (both use "
+    legend = ("These are the closed-loop suite's regression workloads: hand-picked regimes, kept as regression checks; the "
+              "workloads drawn from real corpora are measured by `bench corpus-trident`. "
+              "Headroom: the per-regime oracle's throughput over the best static configuration chosen in hindsight (both use "
               "knowledge no user has); gain captured: (trident - best static) / (oracle - best static), n/a where there is no "
               "headroom. A result is stale when the code it measures changed after it ran, or it recorded no commit.")
     return "\n".join([*lines, "", legend, "", footer])

@@ -1,0 +1,315 @@
+"""Benchmark ``corpus-trident``: trident against the best static in hindsight (S*) and the per-regime oracle (O) on
+the corpus workloads, in the simulator. Every figure here is SIMULATED (``trident_flows.sim``), none live.
+
+Contract of ``run(quick) -> BenchResult``:
+- Workloads: ``documents-corpus`` and ``video-corpus`` (``corpus_workloads``) on ``NODES`` nodes of 16 CPUs + 2 GPUs,
+  their streams grown shard by shard until the cost model's best static takes ``HOURS`` hours for them
+  (``stream_for_hours``); quick: 1 node and the corpus's quick stream.
+- Systems (``DEFINITIONS``): static-default, trident (from static-default), and S* and O as the closed-loop suite's
+  simulation searches and runs them (``suite_sim``: S* hill-climbed on whole-stream runs, O switched one cold start
+  ahead of each block paying its cold starts, never below S*), on the per-regime allocations ``sim_headroom`` measures
+  (as ``corpus-headroom`` does), on budgets ``STATIC_EVALS`` and ``REGIME_EVALS``. trident runs ``suite_sim.REPEATS`` times (1 with quick); its figures are the median
+  run's, its OOMs every repeat's; a repeat still going after ``CAP`` x static-default's simulated time is stopped and
+  counted in ``trident_unfinished_runs`` (its items are then not all done).
+- Summary per workload (``summarise``): ``headroom`` (O/S*), ``t_over_oracle``, ``gain_captured`` ((T-S*)/(O-S*),
+  None below ``HEADROOM_LOW``), ``trident_vs_static_hindsight``, ``trident_vs_static_default``, ``trident_ooms``
+  (every repeat), ``trident_ooms_max_run``, ``best_static_ooms``, ``items_lost`` (every run) and more; ``targets``
+  are the issue's, chosen by the headroom measured.
+- ``previous`` (the CLI passes OUT/corpus-trident.json): where that result ran the same stream, its S* and O allocations are
+  run again instead of searched (the searches, most of the run's time, do not depend on the scheduler's code);
+  ``CORPUS_TRIDENT_SEARCH=1`` searches anyway. ``raw.<workload>.references`` says which.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from benchmarks import allocation, corpus_headroom, corpus_workloads, headroom, sim_headroom, suite_sim
+from benchmarks.allocation import allocation_of
+from benchmarks.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT
+from benchmarks.closed_loop_workload import CPUS, GPUS
+from benchmarks.report import BenchResult, Target
+from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
+from trident_flows.pipelines.emulated_layout import EmulatedLayout
+from trident_flows.pipelines.emulated_video import LAYOUT as VIDEO_LAYOUT
+from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.sim.static_search import StaticConfig
+
+NODES, QUICK_NODES = 8, 1
+# quick: shards of each corpus on 1 node (video: ~0.3 items/s there, so 4 shards of 292 already run for about an hour)
+QUICK_SHARDS = {"documents-corpus": 8, "video-corpus": 4}
+HOURS = 2.0  # simulated hours of stream, at the cost model's best static's rates
+LAYOUTS: dict[str, EmulatedLayout] = {"documents": DOCS_LAYOUT, "video": VIDEO_LAYOUT}
+ORACLE, TRIDENT = suite_sim.ORACLE, "trident"
+WORKLOADS = tuple(corpus_workloads.CORPORA)
+SYSTEMS = (STATIC_DEFAULT, STATIC_HINDSIGHT, TRIDENT, ORACLE)
+DEFINITIONS = {
+    STATIC_DEFAULT: ("the pipeline's own default sizing for one node (emulated layout: one replica per operator, GPU operators on "
+                     "the GPUs, spare CPUs shared by its default regime mix) on every node: what a user who writes the pipeline runs"),
+    STATIC_HINDSIGHT: suite_sim.DEFINITIONS[STATIC_HINDSIGHT],
+    TRIDENT: "this project's scheduler, starting from static-default with no memory of earlier runs",
+    ORACLE: suite_sim.DEFINITIONS[ORACLE],
+}
+# the issue's targets, by the headroom measured: with much to gain trident gets near O, with little it costs nothing
+HEADROOM_HIGH, HEADROOM_LOW = 1.2, 1.05
+# the searches' budgets (the suite's ``suite_sim.STATIC_EVALS`` / ``REGIME_EVALS`` halved for the 8-node 2-hour streams, whose
+# runs cost seconds each on the documents and up to ~10 s on the video; quick: the suite's quick ones)
+STATIC_EVALS, QUICK_STATIC_EVALS = 20, suite_sim.QUICK_STATIC_EVALS
+REGIME_EVALS, QUICK_REGIME_EVALS = 30, suite_sim.QUICK_REGIME_EVALS
+T_OVER_ORACLE_MIN, VS_STATIC_MIN = 0.90, 0.97
+# a trident run is stopped after CAP x the simulated time static-default takes for the stream (one that never ends: a run
+# whose runner waits for items no operator holds any more)
+CAP = 2.0
+
+
+@dataclass(frozen=True)
+class CorpusCase:
+    """What ``suite_sim``'s prepared workload reads of its case: a name (and a note for the report)."""
+
+    name: str
+    note: str
+
+
+def static_default(corpus: corpus_workloads.Corpus, nodes: int) -> StaticConfig:
+    """The emulated layout's default stages for one node, sized by the base profile's default regime mix (the pipeline's
+    own, not the corpus's), each operator's replicas times ``nodes``."""
+    layout, base = LAYOUTS[corpus.profile], PipelineProfile.load(corpus.profile)
+    n = 1000  # items the default mix is split over: only its shares matter
+    stages = layout.default_stages(base, layout.default_regimes(base, n), n, cpus=CPUS, gpus=GPUS)
+    return StaticConfig(tuple((s.operator, s.config, s.replicas * nodes) for s in stages), 0.0)
+
+
+def shards_for(blocks: Callable[[int], Sequence[tuple[str, int]]], rates: Mapping[str, float], seconds: float, start: int) -> int:
+    """The fewest shards (at least ``start``) whose blocks (``blocks(shards)``) take at least ``seconds`` at ``rates``
+    (items/s per source)."""
+    def duration(shards: int) -> float:
+        return sum(n / rates[source] for source, n in blocks(shards))
+
+    lo, hi = start, start
+    while duration(hi) < seconds:
+        lo, hi = hi + 1, 2 * hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if duration(mid) < seconds else (lo, mid)
+    return lo
+
+
+def stream_for_hours(name: str, nodes: int, hours: float) -> tuple[headroom.Workload, corpus_workloads.CorpusStream, dict[str, Any]]:
+    """Corpus ``name`` on ``nodes`` nodes with as many shards as the cost model's best static (``headroom.headroom``, on
+    each source's mean item) needs ``hours`` for (at least the corpus's own count): the same seeded shard order, longer."""
+    workload, stream = corpus_workloads.corpus_workload(name, False, nodes)
+    corpus = corpus_workloads.CORPORA[name]
+    fluid = headroom.headroom(workload)
+    shards = shards_for(lambda s: corpus.model.blocks(s, corpus_workloads.SEED), fluid.static_items_per_s, hours * 3600.0,
+                        corpus.shards)
+    workload, stream = resized(workload, stream, shards)
+    sizing = {"shards": shards, "blocks": len(workload.schedule), "items": stream.items, "hours": hours,
+              "fluid_static_items_per_s": dict(fluid.static_items_per_s), "fluid_headroom": fluid.ratio}
+    return workload, stream, sizing
+
+
+def resized(workload: headroom.Workload, stream: corpus_workloads.CorpusStream,
+            shards: int) -> tuple[headroom.Workload, corpus_workloads.CorpusStream]:
+    """The corpus workload and its stream with ``shards`` shards in the same seeded order."""
+    corpus = corpus_workloads.CORPORA[stream.corpus]
+    schedule = tuple(corpus.model.blocks(shards, corpus_workloads.SEED))
+    note = workload.note.replace(f"{len(workload.schedule)} blocks", f"{len(schedule)} blocks", 1)
+    return replace(workload, schedule=schedule, note=note), replace(stream, regimes=",".join(f"{r}:{n}" for r, n in schedule))
+
+
+def prepare(name: str, quick: bool) -> tuple[suite_sim._Workload, headroom.Workload, dict[str, Any]]:
+    """The corpus workload as ``suite_sim`` runs a workload, its headroom workload, and how its stream was sized."""
+    nodes = QUICK_NODES if quick else NODES
+    if quick:
+        workload, stream = resized(*corpus_workloads.corpus_workload(name, True, nodes), QUICK_SHARDS[name])
+        sizing = {"shards": QUICK_SHARDS[name], "blocks": len(workload.schedule), "items": stream.items, "hours": None}
+    else:
+        workload, stream, sizing = stream_for_hours(name, nodes, HOURS)
+    start = static_default(corpus_workloads.CORPORA[name], nodes)
+    w = suite_sim._Workload(CorpusCase(name, workload.note), workload.profile, stream, corpus_headroom.cluster(nodes), start, start)
+    return w, workload, {**sizing, "nodes": nodes}
+
+
+def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """static-default, trident, S* and O on corpus ``name`` (the module docstring), as ``suite_sim.evaluate`` runs a suite
+    workload but for the seed rounds (a trident above O is reported in ``oracle_beaten_by``, not searched again).
+    ``previous``: an earlier result of this benchmark (its ``raw`` and ``provenance``); where it ran the same stream, its S*
+    and O allocations are run again instead of searched (``references``)."""
+    t0 = time.perf_counter()
+    w, workload, sizing = prepare(name, quick)
+    log(f"{name}: {sizing['items']} items in {sizing['blocks']} blocks on {sizing['nodes']} node(s)")
+    earlier = reusable(previous, name, workload, sizing)
+    runs = {STATIC_DEFAULT: w.run(STATIC_DEFAULT)}
+    log(f"{name}: static-default {runs[STATIC_DEFAULT].items_per_s} items/s, ooms {runs[STATIC_DEFAULT].ooms}")
+    # a run still going after CAP x static-default's simulated time is stopped (``suite_sim``'s cut) and reported unfinished
+    cap = _rate(runs[STATIC_DEFAULT]) * suite_sim.CUT_AFTER / CAP
+    repeats = [w.run(TRIDENT, slower_than=cap) for _ in range(suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)]
+    runs[TRIDENT] = suite_sim.median_run(repeats)
+    log(f"{name}: trident {[r.items_per_s for r in repeats]} items/s, ooms {[r.ooms for r in repeats]}, unfinished "
+        f"{sum(r.cut for r in repeats)} ({time.perf_counter() - t0:.0f} s)")
+    t_search = time.perf_counter()
+    if earlier is not None:
+        best_static, choices = allocation.from_data(earlier["static_hindsight"]), [allocation.from_data(b) for b in earlier["oracle_blocks"]]
+        runs[STATIC_HINDSIGHT], runs[ORACLE] = w.run_static(STATIC_HINDSIGHT, best_static), w.run_oracle(choices)
+        search = {k: earlier[k] for k in SEARCH_KEYS if k in earlier}
+        search["references"] = f"reused: the S* and O allocations of the result at {earlier['_commit']}, run again here"
+    else:
+        best_static, choices, runs[STATIC_HINDSIGHT], runs[ORACLE], search = references(w, workload, quick, log)
+    log(f"{name}: S* {runs[STATIC_HINDSIGHT].items_per_s} items/s ({allocation.label(best_static)}), O {runs[ORACLE].items_per_s} "
+        f"items/s ({time.perf_counter() - t_search:.0f} s)")
+    summary = summarise(runs, [r.ooms for r in repeats], sum(r.cut for r in repeats))
+    raw = {"note": workload.note, "sources": list(workload.sources), "stream": sizing, "schedule": [list(b) for b in workload.schedule],
+           "runs": {s: r.to_dict() for s, r in runs.items()}, "trident_repeat_ooms": [r.ooms for r in repeats],
+           "static_default_allocation": allocation.label(allocation_of(w.start)),
+           "static_hindsight_allocation": allocation.label(best_static), "static_hindsight": allocation.to_data(best_static),
+           "oracle_block_allocations": [allocation.label(a) for a in choices], "oracle_blocks": [allocation.to_data(a) for a in choices],
+           **search, "simulated_hours": {s: r.items_per_s and sizing["items"] / r.items_per_s / 3600 for s, r in runs.items()},
+           "references_seconds": round(time.perf_counter() - t_search, 1), "bench_seconds": round(time.perf_counter() - t0, 1)}
+    log(f"{name}: {summary}")
+    return {"summary": summary, "raw": raw}
+
+
+SEARCH_KEYS = ("static_hindsight_whole_stream_runs", "oracle_regime_allocations", "oracle_whole_stream_runs",
+               "oracle_steady_items_per_s", "steady_headroom", "steady_rates_measured", "references")
+
+
+def references(w: suite_sim._Workload, workload: headroom.Workload, quick: bool, log: Callable[[str], None]) -> tuple[Any, ...]:
+    """S* and O searched as ``suite_sim.evaluate`` searches them: per regime the simulated headroom's allocations
+    (``sim_headroom``, steady rates), S* hill-climbed on whole-stream runs from static-default, the headroom's static and
+    each regime's best, O block by block (``suite_sim._Workload.search_oracle``). Returns S*, O's block allocations,
+    their runs and what the search measured (``SEARCH_KEYS``)."""
+    meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
+    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1,
+                                            max_evals=QUICK_REGIME_EVALS if quick else REGIME_EVALS)
+    per_regime = dict(found.per_regime)
+    log(f"{w.suite.name}: steady headroom {found.ratio:.3f} ({meter.evals} steady rates)")
+    candidates = [allocation_of(w.start), found.static, *per_regime.values()]
+    best_static, s_star, static_evals = suite_sim.search_static_hindsight(w, candidates, QUICK_STATIC_EVALS if quick else STATIC_EVALS)
+    choices, oracle, oracle_runs = w.search_oracle(per_regime, best_static)
+    search = {"static_hindsight_whole_stream_runs": static_evals,
+              "oracle_regime_allocations": {r: allocation.label(a) for r, a in per_regime.items()},
+              "oracle_whole_stream_runs": oracle_runs, "oracle_steady_items_per_s": dict(found.per_regime_items_per_s),
+              "steady_headroom": found.ratio, "steady_rates_measured": meter.evals, "references": "searched in this run"}
+    return best_static, choices, s_star, oracle, search
+
+
+def reusable(previous: Mapping[str, Any] | None, name: str, workload: headroom.Workload, sizing: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``previous``'s raw figures of ``name`` (with ``_commit``, the commit it ran at) when it ran the same stream on as many
+    nodes and recorded its references; else None."""
+    earlier = (previous or {}).get("raw", {}).get(name)
+    if not earlier or "static_hindsight" not in earlier or "oracle_blocks" not in earlier:
+        return None
+    if earlier.get("schedule") != [list(b) for b in workload.schedule] or earlier.get("stream", {}).get("nodes") != sizing["nodes"]:
+        return None
+    return {**earlier, "_commit": (previous.get("provenance") or {}).get("commit")}
+
+
+def _rate(run: suite_sim.SystemRun) -> float:
+    return suite_sim._rate(run)
+
+
+def summarise(runs: Mapping[str, suite_sim.SystemRun], trident_repeat_ooms: Sequence[int | None], unfinished: int = 0) -> dict[str, Any]:
+    """``suite_sim.summarise``'s figures of one workload (O = max(the switching oracle's run, S*)), with ``gain_captured``
+    None below ``HEADROOM_LOW`` headroom (the gap is then within the runs' noise), ``trident_ooms_max_run`` (the most OOMs
+    of one trident repeat, to set beside ``best_static_ooms``, one run's), ``trident_unfinished_runs`` (repeats stopped after
+    ``CAP`` x static-default's simulated time: their items are not all done, so ``items_lost`` is then None, unknown and not
+    0) and ``headroom_class`` (``high``: at least
+    ``HEADROOM_HIGH``, ``low``: under ``HEADROOM_LOW``, else ``middle``: the class sets the workload's targets)."""
+    figures = suite_sim.summarise(runs, _rate(runs[ORACLE]) if ORACLE in runs else 0.0)
+    h = figures["headroom"]
+    keys = ("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight", "trident_vs_static_default", "trident_ooms",
+            "best_static_ooms", "items_lost", "oracle_beaten_by_more_than_2pct", "oracle_beaten_by")
+    out = {k: figures[k] for k in keys}
+    if h is None or h < HEADROOM_LOW:
+        out["gain_captured"] = None
+    out["trident_ooms_max_run"] = max((o or 0 for o in trident_repeat_ooms), default=None)
+    out["trident_unfinished_runs"] = unfinished
+    if unfinished:
+        out["items_lost"] = None
+    out["headroom_class"] = headroom_class(h)
+    return out
+
+
+def headroom_class(h: float | None) -> str | None:
+    if h is None:
+        return None
+    return "high" if h >= HEADROOM_HIGH else "low" if h < HEADROOM_LOW else "middle"
+
+
+def targets(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, Target]:
+    """The issue's targets per workload: with headroom of at least ``HEADROOM_HIGH``, ``t_over_oracle`` >= 0.90; under
+    ``HEADROOM_LOW``, ``trident_vs_static_hindsight`` >= 0.97 (between the two the issue sets none); everywhere no more OOMs
+    in any trident run than in S*'s (``best_static_ooms``, a per-workload bound) and no item lost."""
+    out: dict[str, Target] = {}
+    for name, figures in summary.items():
+        kind = figures.get("headroom_class")
+        if kind == "high":
+            out[f"{name}.t_over_oracle"] = Target(">=", T_OVER_ORACLE_MIN)
+        elif kind == "low":
+            out[f"{name}.trident_vs_static_hindsight"] = Target(">=", VS_STATIC_MIN)
+        if figures.get("best_static_ooms") is not None:
+            out[f"{name}.trident_ooms_max_run"] = Target("<=", figures["best_static_ooms"])
+        out[f"{name}.items_lost"] = Target("==", 0)
+        out[f"{name}.trident_unfinished_runs"] = Target("==", 0)
+    return out
+
+
+def run(quick: bool = False, log: Callable[[str], None] = print, previous: Path | None = None, search: bool = False,
+        workloads: Sequence[str] = tuple(corpus_workloads.CORPORA)) -> BenchResult:
+    """Both corpus workloads (the module docstring). ``previous``: the last result of this benchmark (the CLI passes
+    OUT/corpus-trident.json): its S* and O allocations are reused, run again, for every workload whose stream it ran, unless
+    ``search`` (or the environment sets ``CORPUS_TRIDENT_SEARCH=1``): the searches do not depend on the scheduler's code."""
+    t0 = time.perf_counter()
+    search = search or os.environ.get("CORPUS_TRIDENT_SEARCH") == "1"
+    earlier = None if search or previous is None or not Path(previous).exists() else json.loads(Path(previous).read_text())
+    if earlier is not None and bool(earlier.get("quick")) != quick:
+        earlier = None
+    results = {name: evaluate(name, quick, log, earlier) for name in WORKLOADS if name in workloads}
+    summary = {name: r["summary"] for name, r in results.items()}
+    raw: dict[str, Any] = {**{name: r["raw"] for name, r in results.items()},
+                           "_run": {"quick": quick, "tick_s": suite_sim.TICK_S, "definitions": DEFINITIONS,
+                                    "trident_repeats": suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS,
+                                    "bench_seconds": round(time.perf_counter() - t0, 1)}}
+    nodes = QUICK_NODES if quick else NODES
+    notes = (f"SIMULATED, no live run. {'QUICK: 1 node, the short corpus streams, small searches. ' if quick else ''}"
+             f"Corpus workloads (documents-corpus, video-corpus: published statistics, raw.<workload>.sources) on {nodes} node(s) of "
+             f"{CPUS} CPUs + {GPUS} GPUs{'' if quick else f', streams of {HOURS:g} hours at the cost model best static rates'}. "
+             "S* and O are searched and run as in the closed-loop suite's simulation (O pays its cold starts, never below S*); "
+             "their per-regime allocations are the simulated headroom's. Targets by headroom: >= 1.2, t_over_oracle >= 0.90; "
+             "< 1.05, trident >= 0.97x S*; no trident run with more OOMs than S*'s; no item lost. raw.<workload>.references says "
+             "whether S* and O were searched in this run or reused from the last result (same stream; run again here).")
+    return BenchResult("corpus-trident", summary, targets(summary), raw, figure(summary), notes)
+
+
+def figure(summary: Mapping[str, Mapping[str, Any]]) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    names = list(summary)
+    bars = [("static-default", lambda f: f["trident_vs_static_hindsight"] / f["trident_vs_static_default"]
+             if f["trident_vs_static_hindsight"] and f["trident_vs_static_default"] else 0.0, "#bbbbbb"),
+            ("S*", lambda f: 1.0, "#9db7dc"),
+            ("trident", lambda f: f["trident_vs_static_hindsight"] or 0.0, "#3465a4"),
+            ("O", lambda f: f["headroom"] or 0.0, "#204a87")]
+    width = 0.2
+    for k, (label, value, color) in enumerate(bars):
+        xs = [x + (k - 1.5) * width for x in range(len(names))]
+        ys = [value(summary[n]) for n in names]
+        ax.bar(xs, ys, width=width, color=color, label=label)
+        for x, y in zip(xs, ys):
+            ax.text(x, y + 0.01, f"{y:.2f}", ha="center", fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("throughput / S*")
+    ax.set_title("trident on the corpus workloads (SIMULATED)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
