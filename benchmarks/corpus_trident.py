@@ -62,8 +62,8 @@ HEADROOM_HIGH, HEADROOM_LOW = 1.2, 1.05
 STATIC_EVALS, QUICK_STATIC_EVALS = 20, suite_sim.QUICK_STATIC_EVALS
 REGIME_EVALS, QUICK_REGIME_EVALS = 30, suite_sim.QUICK_REGIME_EVALS
 T_OVER_ORACLE_MIN, VS_STATIC_MIN = 0.90, 0.97
-# a trident run is stopped after CAP x the simulated time static-default takes for the stream (one that never ends: a run
-# whose runner waits for items no operator holds any more)
+# a trident run is stopped after CAP x the simulated time static-default takes for the stream and reported unfinished (a
+# guard: a stuck run fails its target instead of holding the benchmark)
 CAP = 2.0
 
 
