@@ -147,7 +147,7 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previou
     runs = {STATIC_DEFAULT: w.run(STATIC_DEFAULT)}
     log(f"{name}: static-default {runs[STATIC_DEFAULT].items_per_s} items/s, ooms {runs[STATIC_DEFAULT].ooms}")
     # a run still going after CAP x static-default's simulated time is stopped (``suite_sim``'s cut) and reported unfinished
-    cap = _rate(runs[STATIC_DEFAULT]) * suite_sim.CUT_AFTER / CAP
+    cap = suite_sim._rate(runs[STATIC_DEFAULT]) * suite_sim.CUT_AFTER / CAP
     repeats = [w.run(TRIDENT, slower_than=cap) for _ in range(suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)]
     runs[TRIDENT] = suite_sim.median_run(repeats)
     log(f"{name}: trident {[r.items_per_s for r in repeats]} items/s, ooms {[r.ooms for r in repeats]}, unfinished "
@@ -209,10 +209,6 @@ def reusable(previous: Mapping[str, Any] | None, name: str, workload: headroom.W
     return {**earlier, "_commit": (previous.get("provenance") or {}).get("commit")}
 
 
-def _rate(run: suite_sim.SystemRun) -> float:
-    return suite_sim._rate(run)
-
-
 def summarise(runs: Mapping[str, suite_sim.SystemRun], trident_repeat_ooms: Sequence[int | None], unfinished: int = 0) -> dict[str, Any]:
     """``suite_sim.summarise``'s figures of one workload (O = max(the switching oracle's run, S*)), with ``gain_captured``
     None below ``HEADROOM_LOW`` headroom (the gap is then within the runs' noise), ``trident_ooms_max_run`` (the most OOMs
@@ -220,7 +216,7 @@ def summarise(runs: Mapping[str, suite_sim.SystemRun], trident_repeat_ooms: Sequ
     ``CAP`` x static-default's simulated time: their items are not all done, so ``items_lost`` is then None, unknown and not
     0) and ``headroom_class`` (``high``: at least
     ``HEADROOM_HIGH``, ``low``: under ``HEADROOM_LOW``, else ``middle``: the class sets the workload's targets)."""
-    figures = suite_sim.summarise(runs, _rate(runs[ORACLE]) if ORACLE in runs else 0.0)
+    figures = suite_sim.summarise(runs, suite_sim._rate(runs[ORACLE]) if ORACLE in runs else 0.0)
     h = figures["headroom"]
     keys = ("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight", "trident_vs_static_default", "trident_ooms",
             "best_static_ooms", "items_lost", "oracle_beaten_by_more_than_2pct", "oracle_beaten_by")
