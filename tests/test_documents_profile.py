@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
-from trident_flows.pipelines.profile_documents import FEATURES, fit_linear
+from trident_flows.pipelines.profile_documents import FEATURES, LoadWatch, _PeakRss, fit_by_page_type, fit_linear, run_load
 from trident_flows.runtime.costmodel import PipelineProfile
 
 
@@ -25,6 +25,54 @@ def test_fit_never_returns_negative_costs():
     rows = [{"items": n, "features": {"chars": 100.0 * n}, "s": 1.0 - 0.01 * n} for n in range(1, 10)]
     per_batch, per_item, per_unit, _ = fit_linear(rows, ("chars",), "s")
     assert per_batch >= 0 and per_item >= 0 and per_unit["chars"] >= 0
+
+
+def _ocr_rows(rng: np.random.Generator) -> list[dict]:
+    """Batches of born-digital documents (OCR skipped: 1 ms per batch + 0.1 ms per page) and of documents with
+    scanned pages (3 s each, +-30% noise per batch), as the OCR operator's samples."""
+    rows = []
+    for scanned_docs in (False, True):
+        for items in (1, 2, 4, 1, 2, 4):
+            pages = float(rng.integers(1, 4) * items)
+            scanned = float(rng.integers(1, 5) * items) if scanned_docs else 0.0
+            seconds = 0.001 + 0.0001 * pages + 3.0 * scanned * (1 + rng.uniform(-0.3, 0.3))
+            rows.append({"items": items, "features": {"pages": pages + scanned, "scanned_pages": scanned}, "cpu_s": seconds})
+    return rows
+
+
+def test_page_type_fit_charges_born_digital_pages_what_skipping_costs():
+    rows = _ocr_rows(np.random.default_rng(1))
+    per_batch, per_item, per_unit, r2 = fit_by_page_type(rows, "cpu_s")
+    born = [r for r in rows if r["features"]["scanned_pages"] == 0]
+    skip = max(r["cpu_s"] for r in born)
+    assert per_batch + per_item + per_unit["pages"] * 3 <= skip * 1.01  # a born-digital batch costs no more than skipping did
+    assert abs(per_unit["scanned_pages"] - 3.0) < 0.3 and r2 > 0.9
+
+
+def test_page_type_fit_never_returns_negative_costs():
+    rows = [{"items": 1, "features": {"pages": 2.0, "scanned_pages": 0.0}, "cpu_s": 0.01},
+            {"items": 1, "features": {"pages": 2.0, "scanned_pages": 1.0}, "cpu_s": 0.0}]
+    per_batch, per_item, per_unit, _ = fit_by_page_type(rows, "cpu_s")
+    assert min(per_batch, per_item, *per_unit.values()) >= 0
+
+
+def test_the_rss_sampler_counts_its_own_cpu_seconds():
+    import time
+
+    with _PeakRss() as peak:
+        time.sleep(0.3)
+    assert peak.peak > 0 and 0 < peak.cpu_s < 0.3
+
+
+def test_a_run_records_the_load_it_was_measured_at():
+    with LoadWatch(interval_s=0.01) as watch:
+        import time
+
+        time.sleep(0.05)
+    load = run_load(watch, {"ALONE": "1", "ALONE_LOAD_BEFORE": "0.42"})
+    assert load["before"] == 0.42 and load["before_from"] == "ALONE_LOAD_BEFORE" and load["alone"] is True
+    assert load["during"]["samples"] >= 1 and load["during"]["max"] >= load["during"]["median"] >= 0
+    assert run_load(watch, {})["before_from"] == "getloadavg" and run_load(watch, {})["alone"] is False
 
 
 def test_committed_profile_covers_every_operator_and_says_what_was_measured():
