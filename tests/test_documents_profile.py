@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
 from trident_flows.pipelines.profile_documents import FEATURES, LoadWatch, _PeakRss, fit_by_page_type, fit_linear, run_load
@@ -93,3 +94,32 @@ def test_committed_profile_covers_every_operator_and_says_what_was_measured():
     derived = "NOT measured" in embed.notes and "NOT measured" in profile.measured_on["gpu"]
     assert derived != bool(profile.measured_on["cuda"]), (profile.measured_on["cuda"], profile.measured_on["gpu"])
     assert all(k in profile.measured_on for k in ("machine", "date", "what", "fit"))
+
+
+@pytest.mark.parametrize("name", ["documents", "documents-rapidocr"])
+def test_committed_ocr_costs_born_digital_pages_what_skipping_costs(name: str):
+    profile = PipelineProfile.load(name)
+    ocr = profile.operator("ocr")
+    assert ocr.features == FEATURES["ocr"]
+    short, scans = profile.workloads["short"], profile.workloads["scans"]
+    for device, cost in ocr.devices.items():
+        born_batch = cost.seconds(16, {f: 16 * v for f, v in short.items()})  # 16 born-digital documents: OCR skipped
+        assert born_batch < 0.05 * cost.seconds(1, scans), (name, device, born_batch)
+        assert cost.per_unit_s["pages"] < 0.01 * cost.per_unit_s["scanned_pages"], (name, device)
+
+
+@pytest.mark.parametrize("name", ["documents", "documents-rapidocr"])
+def test_committed_profile_records_machine_load_and_inputs(name: str):
+    measured = PipelineProfile.load(name).measured_on
+    load = measured["load"]
+    assert load["before"] < load["cpus"] and not load["overloaded"], load  # measured on a quiet machine
+    assert load["during"]["samples"] >= 1 and load["during"]["median"] is not None
+    assert {"short", "long", "scans"} <= set(measured["corpus"])
+    assert sum(r["scanned_pages"] for r in measured["corpus"].values()) > 0
+    assert "ocr/cpu" in measured["entries"]
+    for entry in measured["entries"].values():
+        assert entry["machine"] and entry["date"] and entry["load_before"] >= 0 and entry["load_during"]["samples"] >= 1
+        assert entry["inputs"] and all(r["batches"] >= 1 for r in entry["inputs"].values())
+    by_page = measured["ocr_seconds_by_page_type"]
+    cpu = by_page["cpu"] if "cpu" in by_page else by_page
+    assert cpu["born_digital_page_s"] < 0.01 * cpu["scanned_page_s"]

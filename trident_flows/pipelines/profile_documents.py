@@ -8,10 +8,10 @@ Contract of ``main(quick=, out=, console=) -> Path``:
   regime wall and CPU seconds (reaped children included, the RSS sampler thread's own excluded)
   and peak RSS growth.
 - Fits costmodel.py's model per operator by non-negative least squares on CPU seconds (single-
-  threaded operators) and on peak RSS growth; R^2 of both fits goes to ``measured_on``. ``ocr``
-  is fitted by page type (``fit_by_page_type``): a born-digital page costs what skipping OCR
-  costs (``per_unit_s["pages"]``, fitted on batches without a scanned page), a scanned page that
-  plus ``per_unit_s["scanned_pages"]``.
+  threaded operators) and on peak RSS growth; R^2 of both fits goes to ``measured_on``. ``ocr``'s
+  seconds are fitted by page type (``fit_by_page_type``): a born-digital page costs what skipping
+  OCR costs (``per_unit_s["pages"]``, fitted on batches without a scanned page), a scanned page
+  that plus ``per_unit_s["scanned_pages"]``.
 - ``measured_on`` records the machine, the load average before the run (``ALONE_LOAD_BEFORE``
   where set) and sampled during it, the corpus by regime (documents, born-digital and scanned
   pages), and per operator and device (``entries``) the machine, date, load before and during its
@@ -220,7 +220,8 @@ def measured_here() -> dict[str, str]:
 
 
 def _cost(info: dict[str, Any], features: tuple[str, ...]) -> tuple[DeviceCost, dict[str, float]]:
-    """The operator's ``DeviceCost`` fitted on its samples (by page type for OCR's features) and the fits' R^2."""
+    """The operator's ``DeviceCost`` fitted on its samples and the fits' R^2: seconds by page type for OCR's features,
+    memory (a batch's peak, not a sum of its pages' seconds) by one fit over all batches."""
     if features == FEATURES["ocr"]:
         def fit(rows: list[dict[str, Any]], _: tuple[str, ...], target: str) -> tuple[float, float, dict[str, float], float]:
             return fit_by_page_type(rows, target)
@@ -228,7 +229,7 @@ def _cost(info: dict[str, Any], features: tuple[str, ...]) -> tuple[DeviceCost, 
         fit = fit_linear
     per_batch, per_item, per_unit, r2_s = fit(info["samples"], features, "cpu_s")
     _, _, _, r2_wall = fit(info["samples"], features, "wall_s")
-    _, mem_item, mem_unit, r2_mem = fit(info["samples"], features, "peak_bytes")
+    _, mem_item, mem_unit, r2_mem = fit_linear(info["samples"], features, "peak_bytes")
     cost = DeviceCost(per_batch_s=per_batch, per_item_s=per_item, per_unit_s=per_unit, resident_bytes=int(info["resident_bytes"]),
                       per_item_bytes=int(mem_item), per_unit_bytes=mem_unit, cold_start_s=float(info["cold_start_s"]))
     return cost, {"r2_seconds": round(r2_s, 4), "r2_wall_seconds": round(r2_wall, 4), "r2_memory": round(r2_mem, 4),
