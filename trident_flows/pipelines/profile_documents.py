@@ -5,10 +5,17 @@ Contract of ``main(quick=, out=, console=) -> Path``:
   inputs, and records per regime the mean features per document (``profile.workloads``) and each
   operator's selectivity.
 - Measures each operator in a fresh process: cold start, resident bytes, then per batch size and
-  regime wall and CPU seconds (children included) and peak RSS growth.
+  regime wall and CPU seconds (reaped children included, the RSS sampler thread's own excluded)
+  and peak RSS growth.
 - Fits costmodel.py's model per operator by non-negative least squares on CPU seconds (single-
-  threaded operators: robust to other load on a shared machine) and on peak RSS growth; R^2 of
-  both fits goes to ``measured_on``.
+  threaded operators) and on peak RSS growth; R^2 of both fits goes to ``measured_on``. ``ocr``'s
+  seconds are fitted by page type (``fit_by_page_type``): a born-digital page costs what skipping
+  OCR costs (``per_unit_s["pages"]``, fitted on batches without a scanned page), a scanned page
+  that plus ``per_unit_s["scanned_pages"]``.
+- ``measured_on`` records the machine, the load average before the run (``ALONE_LOAD_BEFORE``
+  where set) and sampled during it, the corpus by regime (documents, born-digital and scanned
+  pages), and per operator and device (``entries``) the machine, date, load before and during its
+  measurement and the features of the batches it was measured on.
 - GPU: measured when CUDA is available; otherwise embed's "gpu" entry is derived with the stated
   assumption ``GPU_SPEEDUP_ASSUMED`` and says so. No other number is invented.
 """
@@ -19,6 +26,8 @@ import datetime as dt
 import multiprocessing as mp
 import os
 import platform
+import resource
+import statistics
 import tempfile
 import threading
 import time
@@ -36,10 +45,11 @@ from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
 GPU_SPEEDUP_ASSUMED = 20.0  # per-chunk speed-up of all-MiniLM-L6 on a data-centre GPU over one CPU core (assumption)
 GPU_CONTEXT_S_ASSUMED = 2.0  # extra cold start for a CUDA context (assumption)
 FEATURES: dict[str, tuple[str, ...]] = {
-    "parse": ("pages",), "ocr": ("scanned_pages",), "langid": ("chars",), "quality": ("chars",), "dedup": ("chars",),
+    "parse": ("pages",), "ocr": ("pages", "scanned_pages"), "langid": ("chars",), "quality": ("chars",), "dedup": ("chars",),
     "embed": ("chunks",),
 }
 REGIMES = ("short", "long", "scans")
+LOAD_INTERVAL_S = 5.0  # load average sampled this often while an operator is measured
 
 
 @dataclass(frozen=True)
@@ -59,13 +69,15 @@ FULL = Settings("short:16,long:6,scans:8", {"parse": (1, 4, 16), "ocr": (1, 2, 4
 # ---------------------------------------------------------------- measurement (runs in a fresh process)
 
 class _PeakRss:
-    """Samples the RSS of this process and its children every 2 ms while active."""
+    """Samples the RSS of this process and its children every 2 ms while active; ``cpu_s``: the CPU seconds its
+    sampling thread took (about a third of a core: subtracted from the operator's CPU seconds)."""
 
     def __init__(self) -> None:
         import psutil
 
         self._proc = psutil.Process()
         self.peak = 0
+        self.cpu_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,8 +98,10 @@ class _PeakRss:
         return self
 
     def _run(self) -> None:
+        start = time.thread_time()
         while not self._stop.wait(0.002):
             self.peak = max(self.peak, self.rss())
+        self.cpu_s = time.thread_time() - start
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
@@ -97,8 +111,10 @@ class _PeakRss:
 
 
 def _cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    """CPU seconds of this process and its reaped children (getrusage: microseconds, not os.times' 10 ms ticks,
+    so a batch that skips OCR shows what it costs)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], batch_sizes: tuple[int, ...], long_cap: int,
@@ -135,6 +151,7 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
                     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
                     op(batch)
                     wall, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
+                cpu = max(0.0, cpu - peak.cpu_s)  # the sampler's own seconds are no part of the operator's
                 features = op.workload_features(batch)  # on the input batch, as the runtime's replicas do
                 samples.append({"regime": regime, "batch_size": size, "items": size, "features": features, "wall_s": wall,
                                 "cpu_s": cpu, "peak_bytes": max(0, peak.peak - base), "forward_wall_s": _forward_s(op) - forward0})
@@ -161,10 +178,38 @@ def fit_linear(rows: list[dict[str, Any]], features: tuple[str, ...], target: st
     scale = np.maximum(x.max(axis=0), 1e-12)
     coef, _ = nnls(x / scale, y)
     coef = coef / scale
-    predicted = x @ coef
+    return float(coef[0]), float(coef[1]), {f: float(c) for f, c in zip(features, coef[2:])}, _r2(y, x @ coef)
+
+
+def _r2(y: np.ndarray, predicted: np.ndarray) -> float:
     total = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((y - predicted) ** 2)) / total if total > 0 else 1.0
-    return float(coef[0]), float(coef[1]), {f: float(c) for f, c in zip(features, coef[2:])}, r2
+    return 1.0 - float(np.sum((y - predicted) ** 2)) / total if total > 0 else 1.0
+
+
+def fit_by_page_type(rows: list[dict[str, Any]], target: str) -> tuple[float, float, dict[str, float], float]:
+    """OCR's cost by page type, returned as ``fit_linear`` does for the features ``("pages", "scanned_pages")``.
+
+    Batches without a scanned page (every page skipped) fit per batch, per item and per page: what skipping OCR
+    costs, so a born-digital page costs ``per_unit["pages"]``. Batches with scanned pages fit only the seconds
+    above what skipping would have cost them, per scanned page (non-negative). One fit over all batches instead
+    lets the per-batch term absorb the scanned pages' variance and charge it to every batch, born-digital ones too.
+    R^2 is over all rows; with no born-digital batch the skipping terms are 0."""
+    def pages(r: dict[str, Any], f: str) -> float:
+        return float(r["features"].get(f, 0.0))
+
+    born = [r for r in rows if pages(r, "scanned_pages") == 0]
+    scanned = [r for r in rows if pages(r, "scanned_pages") > 0]
+    per_batch, per_item, per_page = (fit_linear(born, ("pages",), target)[:3] if born else (0.0, 0.0, {"pages": 0.0}))
+
+    def skipping(r: dict[str, Any]) -> float:
+        return per_batch + per_item * float(r["items"]) + per_page["pages"] * pages(r, "pages")
+
+    x = np.array([pages(r, "scanned_pages") for r in scanned])
+    extra = np.array([float(r[target]) - skipping(r) for r in scanned])
+    per_scanned = max(0.0, float(x @ extra / (x @ x))) if scanned else 0.0
+    y = np.array([float(r[target]) for r in rows])
+    predicted = np.array([skipping(r) + per_scanned * pages(r, "scanned_pages") for r in rows])
+    return per_batch, per_item, {"pages": per_page["pages"], "scanned_pages": per_scanned}, _r2(y, predicted)
 
 
 def measured_here() -> dict[str, str]:
@@ -175,13 +220,94 @@ def measured_here() -> dict[str, str]:
 
 
 def _cost(info: dict[str, Any], features: tuple[str, ...]) -> tuple[DeviceCost, dict[str, float]]:
-    per_batch, per_item, per_unit, r2_s = fit_linear(info["samples"], features, "cpu_s")
-    _, _, _, r2_wall = fit_linear(info["samples"], features, "wall_s")
+    """The operator's ``DeviceCost`` fitted on its samples and the fits' R^2: seconds by page type for OCR's features,
+    memory (a batch's peak, not a sum of its pages' seconds) by one fit over all batches."""
+    if features == FEATURES["ocr"]:
+        def fit(rows: list[dict[str, Any]], _: tuple[str, ...], target: str) -> tuple[float, float, dict[str, float], float]:
+            return fit_by_page_type(rows, target)
+    else:
+        fit = fit_linear
+    per_batch, per_item, per_unit, r2_s = fit(info["samples"], features, "cpu_s")
+    _, _, _, r2_wall = fit(info["samples"], features, "wall_s")
     _, mem_item, mem_unit, r2_mem = fit_linear(info["samples"], features, "peak_bytes")
     cost = DeviceCost(per_batch_s=per_batch, per_item_s=per_item, per_unit_s=per_unit, resident_bytes=int(info["resident_bytes"]),
                       per_item_bytes=int(mem_item), per_unit_bytes=mem_unit, cold_start_s=float(info["cold_start_s"]))
     return cost, {"r2_seconds": round(r2_s, 4), "r2_wall_seconds": round(r2_wall, 4), "r2_memory": round(r2_mem, 4),
                   "samples": len(info["samples"])}
+
+
+def page_type_seconds(cost: DeviceCost) -> dict[str, float]:
+    """OCR seconds per batch, per born-digital page (OCR skipped) and per scanned page under ``cost``."""
+    born = cost.per_unit_s.get("pages", 0.0)
+    return {"per_batch_s": round(cost.per_batch_s, 4), "born_digital_page_s": round(born, 5),
+            "scanned_page_s": round(born + cost.per_unit_s.get("scanned_pages", 0.0), 4)}
+
+
+class LoadWatch:
+    """The 1-minute load average when entered and every ``LOAD_INTERVAL_S`` while inside (a daemon thread)."""
+
+    def __init__(self, interval_s: float = LOAD_INTERVAL_S) -> None:
+        self._interval_s = interval_s
+        self.before = 0.0
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> "LoadWatch":
+        self.before = os.getloadavg()[0]
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        if not self.samples:
+            self.samples.append(os.getloadavg()[0])
+
+    def during(self) -> dict[str, Any]:
+        return {"median": round(statistics.median(self.samples), 2), "max": round(max(self.samples), 2), "samples": len(self.samples)}
+
+
+def run_load(watch: LoadWatch, env: Any = os.environ) -> dict[str, Any]:
+    """The ``load`` entry of a profile's ``measured_on``: the load average before the whole run (``ALONE_LOAD_BEFORE``,
+    what the wrapper of heavy runs read, where set) and during it, the cores, and whether it ran alone."""
+    given = env.get("ALONE_LOAD_BEFORE")
+    before, source = (float(given), "ALONE_LOAD_BEFORE") if given else (watch.before, "getloadavg")
+    return {"before": round(before, 2), "before_from": source, "during": watch.during(), "cpus": os.cpu_count(),
+            "alone": env.get("ALONE") == "1", "overloaded": before > (os.cpu_count() or 1)}
+
+
+def entry_record(watch: LoadWatch, info: dict[str, Any]) -> dict[str, Any]:
+    """What ``measured_on["entries"]`` records of one operator and device: where, when and at what load it was measured,
+    and the batches it was measured on by regime (count, items and summed features)."""
+    inputs: dict[str, dict[str, float]] = {}
+    for s in info["samples"]:
+        row = inputs.setdefault(s["regime"], {"batches": 0, "items": 0})
+        row["batches"] += 1
+        row["items"] += s["items"]
+        for f, v in s["features"].items():
+            row[f] = round(row.get(f, 0.0) + float(v), 2)
+    return {**measured_here(), "load_before": round(watch.before, 2), "load_during": watch.during(), "inputs": inputs}
+
+
+def corpus_record(manifest) -> dict[str, dict[str, int]]:
+    """The profiling corpus by regime: documents, pages, born-digital and scanned pages."""
+    out = {}
+    for regime, rows in manifest.groupby("regime"):
+        pages, scanned = int(rows.pages.sum()), int(rows.scanned_pages.sum())
+        out[str(regime)] = {"documents": len(rows), "pages": pages, "born_digital_pages": pages - scanned, "scanned_pages": scanned}
+    return out
+
+
+def warn_if_loaded(watch: LoadWatch, console: Any) -> None:
+    """Say so when the machine is busier than its cores at the start: the profile records it, but its seconds suffer."""
+    if watch.before >= (os.cpu_count() or 1):
+        console.print(f"WARNING: load average {watch.before:.2f} on {os.cpu_count()} cores at the start of this profile: its "
+                      f"timings share the machine (recorded in measured_on.load); profile on a quiet machine")
 
 
 def _derived_gpu(cpu: DeviceCost, param_bytes: int) -> DeviceCost:
@@ -238,7 +364,8 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
 
     settings = QUICK if quick else FULL
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="trident-profile-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="trident-profile-") as tmp, LoadWatch() as run_watch:
+        warn_if_loaded(run_watch, console)
         corpus_dir = Path(tmp) / "corpus"
         console.print(f"generating the profiling corpus ({settings.corpus}) ...")
         manifest = generate(corpus_dir, n=sum(int(p.split(":")[1]) for p in settings.corpus.split(",")), regimes=settings.corpus,
@@ -252,16 +379,17 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
         except ImportError:
             cuda = False
         ctx = mp.get_context("spawn")
-        operators, quality = [], {}
+        operators, quality, entries = [], {}, {}
         for name in OPERATOR_NAMES:
             devices = ["cpu"] + (["gpu"] if name == "embed" and cuda else [])
             costs, notes = {}, []
             for device in devices:
                 console.print(f"measuring {name} on {device} ...")
-                with ProcessPoolExecutor(1, mp_context=ctx) as pool:  # a fresh process per operator and device
+                with LoadWatch() as watch, ProcessPoolExecutor(1, mp_context=ctx) as pool:  # a fresh process per operator and device
                     info = pool.submit(_measure, name, device, inputs[name], settings.batch_sizes[name], settings.long_cap,
                                        settings.repeats).result()
                 costs[device], quality[f"{name}/{device}"] = _cost(info, FEATURES[name])
+                entries[f"{name}/{device}"] = entry_record(watch, info)
                 if device == "gpu" and info["device"] != "cuda":
                     raise RuntimeError("CUDA was reported available but the embed operator did not run on it")
             if name == "embed" and "gpu" not in costs:
@@ -272,7 +400,8 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
                              f"working-set bytes per chunk as measured on CPU")
             notes.append(f"seconds fitted on CPU seconds of one single-threaded replica; R^2 {quality[f'{name}/cpu']}")
             if name == "ocr":
-                notes.append("measured at dpi=150 (the initial config); other dpi values are not modelled")
+                notes.append(f"by page type on CPU: {page_type_seconds(costs['cpu'])} (a born-digital page costs what skipping OCR "
+                             f"costs); measured at dpi=150 (the initial config); other dpi values are not modelled")
             operators.append(OperatorCost(name, costs, selectivity=round(selectivity[name], 4), features=FEATURES[name],
                                           notes="; ".join(notes)))
     measured_on = {
@@ -284,6 +413,10 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
         "gpu": ("measured on CUDA" if cuda else
                 f"NOT measured: no CUDA; embed gpu entry derived from CPU with an assumed {GPU_SPEEDUP_ASSUMED:g}x speed-up"),
         "fit": quality,
+        "load": run_load(run_watch),
+        "corpus": corpus_record(manifest),
+        "entries": entries,
+        "ocr_seconds_by_page_type": page_type_seconds(next(o for o in operators if o.name == "ocr").device("cpu")),
     }
     profile = PipelineProfile("documents", tuple(operators), measured_on, workloads)
     return profile.save(out)
