@@ -122,7 +122,7 @@ def resized(workload: headroom.Workload, stream: corpus_workloads.CorpusStream,
     return replace(workload, schedule=schedule, note=note), replace(stream, regimes=",".join(f"{r}:{n}" for r, n in schedule))
 
 
-def prepare(name: str, quick: bool) -> tuple[suite_sim._Workload, headroom.Workload, dict[str, Any]]:
+def prepare(name: str, quick: bool) -> tuple[suite_sim.SimWorkload, headroom.Workload, dict[str, Any]]:
     """The corpus workload as ``suite_sim`` runs a workload, its headroom workload, and how its stream was sized."""
     nodes = QUICK_NODES if quick else NODES
     if quick:
@@ -131,7 +131,7 @@ def prepare(name: str, quick: bool) -> tuple[suite_sim._Workload, headroom.Workl
     else:
         workload, stream, sizing = stream_for_hours(name, nodes, HOURS)
     start = static_default(corpus_workloads.CORPORA[name], nodes)
-    w = suite_sim._Workload(CorpusCase(name, workload.note), workload.profile, stream, corpus_headroom.cluster(nodes), start, start)
+    w = suite_sim.SimWorkload(CorpusCase(name, workload.note), workload.profile, stream, corpus_headroom.cluster(nodes), start, start)
     return w, workload, {**sizing, "nodes": nodes}
 
 
@@ -147,7 +147,7 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previou
     runs = {STATIC_DEFAULT: w.run(STATIC_DEFAULT)}
     log(f"{name}: static-default {runs[STATIC_DEFAULT].items_per_s} items/s, ooms {runs[STATIC_DEFAULT].ooms}")
     # a run still going after CAP x static-default's simulated time is stopped (``suite_sim``'s cut) and reported unfinished
-    cap = suite_sim._rate(runs[STATIC_DEFAULT]) * suite_sim.CUT_AFTER / CAP
+    cap = suite_sim.run_rate(runs[STATIC_DEFAULT]) * suite_sim.CUT_AFTER / CAP
     repeats = [w.run(TRIDENT, slower_than=cap) for _ in range(suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)]
     runs[TRIDENT] = suite_sim.median_run(repeats)
     log(f"{name}: trident {[r.items_per_s for r in repeats]} items/s, ooms {[r.ooms for r in repeats]}, unfinished "
@@ -178,10 +178,10 @@ SEARCH_KEYS = ("static_hindsight_whole_stream_runs", "oracle_regime_allocations"
                "oracle_steady_items_per_s", "steady_headroom", "steady_rates_measured", "references")
 
 
-def references(w: suite_sim._Workload, workload: headroom.Workload, quick: bool, log: Callable[[str], None]) -> tuple[Any, ...]:
+def references(w: suite_sim.SimWorkload, workload: headroom.Workload, quick: bool, log: Callable[[str], None]) -> tuple[Any, ...]:
     """S* and O searched as ``suite_sim.evaluate`` searches them: per regime the simulated headroom's allocations
     (``sim_headroom``, steady rates), S* hill-climbed on whole-stream runs from static-default, the headroom's static and
-    each regime's best, O block by block (``suite_sim._Workload.search_oracle``). Returns S*, O's block allocations,
+    each regime's best, O block by block (``suite_sim.SimWorkload.search_oracle``). Returns S*, O's block allocations,
     their runs and what the search measured (``SEARCH_KEYS``)."""
     meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
     found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1,
@@ -216,7 +216,7 @@ def summarise(runs: Mapping[str, suite_sim.SystemRun], trident_repeat_ooms: Sequ
     ``CAP`` x static-default's simulated time: their items are not all done, so ``items_lost`` is then None, unknown and not
     0) and ``headroom_class`` (``high``: at least
     ``HEADROOM_HIGH``, ``low``: under ``HEADROOM_LOW``, else ``middle``: the class sets the workload's targets)."""
-    figures = suite_sim.summarise(runs, suite_sim._rate(runs[ORACLE]) if ORACLE in runs else 0.0)
+    figures = suite_sim.summarise(runs, suite_sim.run_rate(runs[ORACLE]) if ORACLE in runs else 0.0)
     h = figures["headroom"]
     keys = ("headroom", "t_over_oracle", "gain_captured", "trident_vs_static_hindsight", "trident_vs_static_default", "trident_ooms",
             "best_static_ooms", "items_lost", "oracle_beaten_by_more_than_2pct", "oracle_beaten_by")

@@ -123,7 +123,7 @@ def running_allocation(state: RunnerState) -> Allocation:
 
 
 @dataclass
-class _Workload:
+class SimWorkload:
     """One suite workload prepared for the simulator."""
 
     suite: suite_workloads.SuiteWorkload
@@ -190,8 +190,8 @@ class _Workload:
         switching = [per_regime[regime] for regime, _, _ in self.blocks]
         steady = self.run_oracle([static] * len(switching))  # S* everywhere: where switching costs more than it gains
         choices, best_run, runs = [static] * len(switching), steady, 2
-        first = self.run_oracle(switching, slower_than=_rate(steady))
-        if _rate(first) > _rate(best_run):
+        first = self.run_oracle(switching, slower_than=run_rate(steady))
+        if run_rate(first) > run_rate(best_run):
             choices, best_run = switching, first
         for k in range(len(choices)):
             neighbours = [choices[j] for j in (k - 1, k + 1) if 0 <= j < len(choices)]
@@ -199,13 +199,13 @@ class _Workload:
                 if alternative == choices[k]:
                     continue
                 trial = choices[:k] + [alternative] + choices[k + 1:]
-                run, runs = self.run_oracle(trial, slower_than=_rate(best_run)), runs + 1
-                if _rate(run) > _rate(best_run):
+                run, runs = self.run_oracle(trial, slower_than=run_rate(best_run)), runs + 1
+                if run_rate(run) > run_rate(best_run):
                     choices, best_run = trial, run
         return choices, best_run, runs
 
 
-def prepare(name: str, quick: bool) -> _Workload:
+def prepare(name: str, quick: bool) -> SimWorkload:
     """Workload ``name`` as the live suite runs it: the same seeded regime blocks at the same time scale, on one node
     of 16 CPUs (+ GPUs), starting from static-default."""
     suite = suite_workloads.suite_workloads(quick, [name])[0]
@@ -213,21 +213,22 @@ def prepare(name: str, quick: bool) -> _Workload:
     stream, _ = suite.streams()
     baselines = suite.baselines(profile, stream, stream.rows(profile))
     cluster = ClusterSpec.single_node(suite_workloads.CPUS, suite.gpus, gpu_memory_bytes=suite_workloads.DEVICE_MEMORY)
-    return _Workload(suite, profile, stream, cluster, baselines.start(STATIC_DEFAULT), baselines.start(STATIC_HINDSIGHT))
+    return SimWorkload(suite, profile, stream, cluster, baselines.start(STATIC_DEFAULT), baselines.start(STATIC_HINDSIGHT))
 
 
-def _rate(run: SystemRun) -> float:
+def run_rate(run: SystemRun) -> float:
+    """``run``'s items/s, 0 for a run that failed or lost items (it is no candidate for S* or O)."""
     return run.items_per_s if run.items_per_s and not run.error and not run.items_lost else 0.0
 
 
-def search_static_hindsight(w: _Workload, candidates: Sequence[Allocation], max_evals: int) -> tuple[Allocation, SystemRun, int]:
+def search_static_hindsight(w: SimWorkload, candidates: Sequence[Allocation], max_evals: int) -> tuple[Allocation, SystemRun, int]:
     """S*: the best of ``candidates`` on the whole simulated stream, hill-climbed (each allocation run once)."""
     runs: dict[Allocation, SystemRun] = {}
 
     def score(candidate: Allocation) -> float:
         if candidate not in runs:
-            runs[candidate] = w.run_static(STATIC_HINDSIGHT, candidate, slower_than=max(map(_rate, runs.values()), default=0.0))
-        return _rate(runs[candidate])
+            runs[candidate] = w.run_static(STATIC_HINDSIGHT, candidate, slower_than=max(map(run_rate, runs.values()), default=0.0))
+        return run_rate(runs[candidate])
 
     start = max(dict.fromkeys(candidates), key=score)
     best = sim_headroom.climb(start, score, max_evals)
@@ -268,9 +269,9 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict
     oracle_choices, oracle_run, oracle_runs = w.search_oracle(per_regime, best_static)
     rounds = 0
     while True:
-        s_star = _rate(runs[STATIC_HINDSIGHT])
-        o = max(_rate(oracle_run), s_star)
-        beaters = {s: r for s, r in runs.items() if s in POLICIES and _rate(r) > o * (1 + BEAT_TOLERANCE)}
+        s_star = run_rate(runs[STATIC_HINDSIGHT])
+        o = max(run_rate(oracle_run), s_star)
+        beaters = {s: r for s, r in runs.items() if s in POLICIES and run_rate(r) > o * (1 + BEAT_TOLERANCE)}
         log(f"{name}: oracle run {oracle_run.items_per_s} items/s, O {o:.3f}; beaten by {sorted(beaters) or 'none'}")
         if not beaters or rounds >= SEED_ROUNDS:
             break
@@ -286,7 +287,7 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict
         oracle_choices, oracle_run, more = w.search_oracle(per_regime, best_static)
         oracle_runs += more
     runs[ORACLE] = oracle_run
-    oracle_switching = _rate(oracle_run)
+    oracle_switching = run_rate(oracle_run)
     summary = summarise(runs, oracle_switching)
     raw = {"note": w.suite.note, "regimes": w.suite.regimes, "items": w.stream.items, "time_scale": w.suite.time_scale,
            "gpus": w.suite.gpus, "runs": {s: r.to_dict() for s, r in runs.items()},
@@ -303,7 +304,7 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print) -> dict
 def median_run(repeats: Sequence[SystemRun]) -> SystemRun:
     """The repeat of median rate (the upper one of an even count; a run with no rate counts as the slowest), holding every
     repeat's rate and the sum of their OOMs and items lost (none may hide behind the median)."""
-    ordered = sorted(repeats, key=_rate)
+    ordered = sorted(repeats, key=run_rate)
     chosen = ordered[len(ordered) // 2]
     return replace(chosen, ooms=sum(r.ooms or 0 for r in repeats), items_lost=sum(r.items_lost or 0 for r in repeats),
                    repeat_items_per_s=[r.items_per_s for r in repeats])
@@ -315,9 +316,9 @@ def summarise(runs: Mapping[str, SystemRun], oracle_switching: float) -> dict[st
     ``NO_HEADROOM`` of S*), ``trident_vs_static_hindsight`` (T / S*), ``trident_vs_static_default``, ``trident_ooms``,
     ``best_static_ooms``, ``items_lost`` (every system), ``oracle_beaten_by_more_than_2pct`` (any adaptive system above O by
     more than ``BEAT_TOLERANCE``), ``ds2_max_reconfigurations_per_block``."""
-    t, s_star, default = (_rate(runs[s]) if s in runs else 0.0 for s in ("trident", STATIC_HINDSIGHT, STATIC_DEFAULT))
+    t, s_star, default = (run_rate(runs[s]) if s in runs else 0.0 for s in ("trident", STATIC_HINDSIGHT, STATIC_DEFAULT))
     o = max(oracle_switching, s_star)
-    beaten = {s: round(_rate(r) / o, 4) for s, r in runs.items() if s in POLICIES and o and _rate(r) > o * (1 + BEAT_TOLERANCE)}
+    beaten = {s: round(run_rate(r) / o, 4) for s, r in runs.items() if s in POLICIES and o and run_rate(r) > o * (1 + BEAT_TOLERANCE)}
     ds2 = runs.get("ds2")
 
     def ratio(a: float, b: float) -> float | None:

@@ -62,6 +62,7 @@ from trident_flows.core.types import BatchSample
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.sim.driver import simulate
+from trident_flows.sim.static_search import StaticConfig
 
 WORKLOAD = "cpu-only"
 NO_HEADROOM = ("docs-baseline", "video-baseline")
@@ -198,9 +199,9 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
     """S*, O, and per repeat trident cold, an earlier run in another order, and trident warm, on one workload."""
     w = suite_sim.prepare(name, False)
     static, oracle = references(results, name, w)
+    static_start = allocation.start_config(static)
     runs: dict[str, Any] = {"static-hindsight": simulate_run(w, w.stream, "static-hindsight",
-                                                            suite_sim.static_policy(static, w.stream.items, w.cluster),
-                                                            allocation.start_config(static))}
+                                                            suite_sim.static_policy(static, w.stream.items, w.cluster), static_start)}
     blocks = [(str(k), start, end) for k, (_, start, end) in enumerate(w.blocks)]
     runs["oracle"] = simulate_run(w, w.stream, "oracle", OraclePolicy(blocks, {str(k): a for k, a in enumerate(oracle)},
                                                                      w.cluster.total_cpus, w.cluster.total_gpus),
@@ -227,7 +228,7 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
             if label != "earlier":
                 entry[label]["reactions"] = reactions(run.ticks, w.blocks, oracle, source, start)
         if name in NO_HEADROOM:
-            entry["from_tuned"] = _from_tuned(w, static, earlier_stream, work / f"{name}-{r}-tuned.json", cap_s)
+            entry["from_tuned"] = _from_tuned(w, static_start, earlier_stream, work / f"{name}-{r}-tuned.json", cap_s)
         repeats_out.append(entry)
         log(f"warm-start {name} repeat {r + 1}/{repeats}: cold {cold.items_per_s} items/s, warm {warm.items_per_s} items/s "
             f"({warm.prepositioned} operators pre-positioned; memory {'loaded' if warm.memory_loaded else 'NOT loaded: ' + str(warm.memory_warning)})")
@@ -235,7 +236,7 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
     if name in NO_HEADROOM:
         bound = simulate_run(w, w.stream, "s*-at-first-tick", OraclePolicy([("0", 0, w.stream.items)], {"0": static}, w.cluster.total_cpus,
                                                                           w.cluster.total_gpus))
-        tuned = simulate_run(w, w.stream, "static-tuned", None, start=allocation.start_config(static))
+        tuned = simulate_run(w, w.stream, "static-tuned", None, start=static_start)
         out = {"s_star_at_first_tick": bound.to_dict(), "static_tuned": tuned.to_dict()}
         log(f"warm-start {name}: S* applied at the first tick from static-default {bound.items_per_s} items/s; "
             f"S*'s starting configuration run static {tuned.items_per_s} items/s")
@@ -245,9 +246,8 @@ def evaluate(name: str, repeats: int, results: Mapping[str, Any], work: Path, lo
             "regimes": w.suite.regimes, "items": w.stream.items, "repeats": repeats_out}
 
 
-def _from_tuned(w: Any, static: Allocation, earlier_stream: Workload, memory: Path, cap_s: float) -> dict[str, Any]:
-    """Trident cold, and warm after an earlier run, each started in S*'s starting configuration."""
-    start = allocation.start_config(static)
+def _from_tuned(w: Any, start: StaticConfig, earlier_stream: Workload, memory: Path, cap_s: float) -> dict[str, Any]:
+    """Trident cold, and warm after an earlier run, each started in ``start`` (S*'s starting configuration)."""
     cold = simulate_run(w, w.stream, "trident-cold-tuned", trident(w, None), start=start, cap_s=cap_s)
     simulate_run(w, earlier_stream, "trident-earlier-tuned", trident(w, str(memory)), start=start, cap_s=cap_s)
     warm = simulate_run(w, w.stream, "trident-warm-tuned", trident(w, str(memory)), start=start, cap_s=cap_s)
