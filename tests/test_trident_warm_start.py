@@ -27,17 +27,17 @@ from trident_flows.sim.static_search import StaticConfig
 BLOCK_S = 60.0  # production seconds per block: short for a test, long enough for every operator to see each regime
 
 
-def _stream(order: tuple[str, ...] = ("short", "scans", "long", "short")) -> tuple[Any, Workload, Any]:
+def _stream(order: tuple[str, ...] = ("short", "scans", "long", "short"), block_s: float = BLOCK_S) -> tuple[Any, Workload, Any]:
     suite = sw.suite_workloads(False, ["cpu-only"])[0]
     profile = PipelineProfile.load(suite.profile)
-    regimes = sw.equal_time_regimes(profile, 0, order, BLOCK_S)
+    regimes = sw.equal_time_regimes(profile, 0, order, block_s)
     return suite, Workload("regimes", regimes, seed=sw.SEED, time_scale=1.0), profile
 
 
 def _run(memory: str | None, order: tuple[str, ...] = ("short", "scans", "long", "short"), cpus: int = sw.CPUS,
-         start: StaticConfig | None = None, **settings: Any) -> tuple[Any, Any, list]:
+         start: StaticConfig | None = None, block_s: float = BLOCK_S, **settings: Any) -> tuple[Any, Any, list]:
     """One simulated run of trident; returns the policy, the run and each tick's (time, stream positions)."""
-    suite, stream, profile = _stream(order)
+    suite, stream, profile = _stream(order, block_s)
     cluster = ClusterSpec.single_node(cpus, 0, gpu_memory_bytes=sw.DEVICE_MEMORY)
     start = start or suite.baselines(profile, stream, stream.rows(profile)).start(STATIC_DEFAULT)
     spec = stream.spec(profile, start, "warm-start-test")
@@ -83,12 +83,14 @@ def test_a_memory_written_by_one_run_gives_the_next_run_its_first_plan(learned: 
     assert data["runs"] == 2  # this run merged what it learned into the memory it read
 
 
-def test_a_memory_of_regimes_too_short_to_trust_does_not_start_the_run_but_positions_it(learned: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "memory.json"
-    copy.write_bytes(learned.read_bytes())
-    policy, run, _ = _run(str(copy))  # start_from_memory is on by default
+def test_a_memory_of_regimes_too_short_to_trust_does_not_start_the_run_but_positions_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.json"
+    # an earlier run whose blocks last 20 s each at their optimum: under START_MIN_S at any plan's rate
+    _, earlier, _ = _run(str(path), order=("scans", "long", "short", "scans"), block_s=20.0)
+    assert earlier.summary["items_missing"] == 0 and path.exists()
+    policy, run, _ = _run(str(path))  # start_from_memory is on by default
     assert run.summary["items_missing"] == 0 and run.summary["ooms"] == 0
-    assert policy.started_from is None  # the earlier run's regimes lasted under START_MIN_S each at their plans' rates
+    assert policy.started_from is None
     first = next(r for r in policy.records if r.decision.plan is not None)
     assert first.decision.rationale is not None and first.decision.rationale.kind == PlanKind.REGIME_PLAN
 
