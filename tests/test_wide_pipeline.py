@@ -29,7 +29,8 @@ def test_the_wide_layout_is_the_documents_layout_over_ten_operators_with_both_em
 def test_closed_loop_sim_runs_trident_on_the_wide_pipeline_with_every_item_accounted_for() -> None:
     assert "documents10-256" in cls.WORKLOADS
     profile = load_profile("documents10")
-    statics = cls.configs(profile, [("short", 1)], 1)
-    row = cls.run_one("documents10", "trident", 1, "short:1500", 1500, statics)  # long enough to tick
-    assert row["error"] == "" and row["items_missing"] == 0 and row["items_dead_lettered"] == 0
+    workload = {"pipeline": "documents10", "nodes": 1, "items": 1500, "schedule": "short:1500",
+                "start": cls.static_default("documents10", profile, 1)}
+    row = cls.run_one(workload, "trident")  # long enough to tick
+    assert row["error"] == "" and row["items_missing"] == 0 and row["items_lost"] == 0 and row["items_dead_lettered"] == 0
     assert row["ticks"] >= 1 and row["tick_ms_p95"] is not None and row["items"] == 1500
