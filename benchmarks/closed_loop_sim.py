@@ -59,20 +59,19 @@ LAYOUTS: dict[str, EmulatedLayout] = {WIDE: WIDE_LAYOUT, "documents": DOCS_LAYOU
 # ``--workloads`` picks pipeline-nodes pairs (e.g. ``documents10-8,video-8``)
 WORKLOADS = tuple(f"{p}-{n}" for p in LAYOUTS for n in NODES)
 # The default run: documents10 (the tick target's pipeline, so that the tick is compared across cluster sizes on one
-# pipeline) on 1, 8, 64 and 256 nodes and video on 1, 8 and 64, over ``HOURS``; about 25 minutes on 2 cores (``--jobs 2``).
-# Estimate: the items ``prepare`` gives (measured: documents10 0.2M, 1.6M, 5.6M and 22.4M; video 0.04M, 0.32M and
-# 0.69M: static-default sustains ~12x the items/s on short documents as on long ones, and the schedule opens with 20
-# minutes of them) times the simulator's CPU per item under static-default (measured on short streams: documents10 ~19 us
-# on 1-8 nodes, ~20 us on 64, ~29 us on 256; video ~140-155 us in earlier runs), plus trident's ticks (360 per simulated
-# hour, p50 ~50 ms on 1 node to ~250 ms on 256): ~1,500 CPU s of runs beside one another on the 2 jobs (~13 min; the
-# longest, documents10-256's static-default, ~11 min), documents10-256's trident alone after them (~12 min), and the
-# steady rates of ``prepare`` (~1.5 CPU min). The half hour on 256 nodes passes through every regime and ticks ~180 times;
-# a whole hour there would add ~15% of items (its second half is mostly long documents) and 180 ticks, ~4 minutes in all,
-# left out to keep a margin on the 30 minutes.
+# pipeline) on 1, 8, 64 and 256 nodes and video on 1, 8 and 64, over ``HOURS``; about 21 minutes on 2 cores (``--jobs 2``).
+# Estimate: the items ``prepare`` gives (documents10 0.2M, 1.6M, 6.5M and 25.8M; video 0.04M, 0.32M and 1.3M: static-default
+# sustains ~12x the items/s on short documents as on long ones, and the schedule opens with 20 minutes of them) times the
+# simulator's CPU per item under static-default (measured alone on 1.5M short documents on 256 nodes: 17 us; 90,000 video
+# items on 64 nodes: 74 us; ~19 us on a quick 8-node documents10 run), plus trident's ticks (360 per simulated hour, CPU p50
+# ~50 ms on 1 node, ~130 ms on 8, ~250 ms assumed on 256): ~1,330 CPU s of runs beside one another on the 2 jobs (~11 min;
+# the longest, documents10-256's static-default, ~7.5 min), then documents10-256's trident alone (~9 min), after the steady
+# rates of ``prepare`` (~100 CPU s, ~1 min). A second hour on 64 and 256 nodes (another pass of the schedule, another 20
+# minutes of short documents) would add ~14 minutes.
 DEFAULT_WORKLOADS = (*(f"{WIDE}-{n}" for n in NODES), *(f"video-{n}" for n in (1, 8, 64)))
 QUICK_WORKLOADS = tuple(f"{p}-{n}" for p in (WIDE, "video") for n in (1, 8))
 # simulated hours of stream per node count: fewer where a simulated hour costs most
-HOURS = {1: 2.0, 8: 2.0, 64: 0.5, 256: 0.5}
+HOURS = {1: 2.0, 8: 2.0, 64: 1.0, 256: 1.0}
 SCHEDULES = {"documents": "short:20m,long:5m,scans:10m,short:1m,long:30m,scans:3m",
              "video": "small:20m,hd:10m,long:5m,small:1m,hd:30m,long:3m"}
 QUICK_SCHEDULES = {"documents": "short:3m,long:1m,scans:2m", "video": "small:3m,hd:2m,long:1m"}

@@ -348,7 +348,7 @@ def bench(
                                           "(default 2; 1 with --quick)."),
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
                                             "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents10-8,video-64')."),
-    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default by nodes: 2 on 1 and 8, 0.5 on 64 and 256)."),
+    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default by nodes: 2 on 1 and 8, 1 on 64 and 256)."),
     jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim, closed-loop-suite --sim: worker processes (default 1)."),
     sim: bool = typer.Option(False, help="closed-loop-suite: the suite's simulated section (every workload x every system that "
                              "can be simulated), kept beside the live section of OUT/NAME.json."),
