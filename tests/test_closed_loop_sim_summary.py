@@ -63,7 +63,7 @@ def test_the_targets_are_the_tick_no_oom_no_loss_and_the_static_default_floor() 
     targets = cls.targets()
     assert set(targets) == {"tick_ms_p95_256_nodes", "trident_ooms", "items_lost", "worst_trident_vs_static_default"}
     assert targets["tick_ms_p95_256_nodes"].met(1000.0) and not targets["tick_ms_p95_256_nodes"].met(1000.1)
-    assert targets["worst_trident_vs_static_default"].met(1.0) and not targets["worst_trident_vs_static_default"].met(0.99)
+    assert targets["worst_trident_vs_static_default"].met(0.97) and not targets["worst_trident_vs_static_default"].met(0.96)
     assert targets["trident_ooms"].met(0) and not targets["items_lost"].met(1)
 
 
