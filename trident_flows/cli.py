@@ -343,12 +343,12 @@ def bench(
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png (report: the results to read)."),
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite, closed-loop-sim: run only these systems, comma-separated "
-                                          "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
+                                          "(e.g. 'static-avg,trident'; closed-loop-sim: static-default, trident); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
-                                          "(default 2; 1 with --quick); closed-loop-sim: runs of trident on 8 nodes (default 3; 1 with --quick)."),
+                                          "(default 2; 1 with --quick)."),
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
-                                            "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
-    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default 2)."),
+                                            "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents10-8,video-64')."),
+    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default by nodes: 2 on 1 and 8, 1 on 64 and 256)."),
     jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim, closed-loop-suite --sim: worker processes (default 1)."),
     sim: bool = typer.Option(False, help="closed-loop-suite: the suite's simulated section (every workload x every system that "
                              "can be simulated), kept beside the live section of OUT/NAME.json."),
