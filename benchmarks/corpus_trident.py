@@ -207,30 +207,34 @@ def references(w: suite_sim.SimWorkload, workload: headroom.Workload, quick: boo
 @dataclass(frozen=True)
 class StaticSearch:
     """S* as ``search_static`` found it: its allocation (``chosen``) and whole-stream run, the simulated headroom whose per-regime
-    allocations seeded it, and the runs the search took."""
+    allocations seeded it (None where none was measured), and the runs the search took."""
 
     chosen: Allocation
     run: suite_sim.SystemRun
-    headroom: sim_headroom.SimulatedHeadroom
+    headroom: sim_headroom.SimulatedHeadroom | None
     whole_stream_runs: int
     steady_rates_measured: int
 
     @property
     def per_regime(self) -> dict[str, Allocation]:
-        return dict(self.headroom.per_regime)
+        return dict(self.headroom.per_regime) if self.headroom is not None else {}
 
 
 def search_static(w: suite_sim.SimWorkload, workload: headroom.Workload, static_evals: int, regime_evals: int,
                   log: Callable[[str], None]) -> StaticSearch:
     """S* as ``suite_sim.evaluate`` searches it: per regime the simulated headroom's allocations (``sim_headroom``, at most
     ``regime_evals`` steady rates), then S* hill-climbed on whole-stream runs (at most ``static_evals``) from the best of
-    static-default, the headroom's static and each regime's best."""
-    meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
-    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1, max_evals=regime_evals)
-    log(f"{w.suite.name}: steady headroom {found.ratio:.3f} ({meter.evals} steady rates)")
-    candidates = [allocation_of(w.start), found.static, *dict(found.per_regime).values()]
+    static-default, the headroom's static and each regime's best. ``regime_evals`` 0: no headroom measured, S* climbed from
+    static-default alone (a smoke test's search: one steady rate costs seconds of simulation however short the stream)."""
+    candidates, found, measured = [allocation_of(w.start)], None, 0
+    if regime_evals > 0:
+        meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
+        found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1, max_evals=regime_evals)
+        log(f"{w.suite.name}: steady headroom {found.ratio:.3f} ({meter.evals} steady rates)")
+        candidates += [found.static, *dict(found.per_regime).values()]
+        measured = meter.evals
     best, run, runs = suite_sim.search_static_hindsight(w, candidates, static_evals)
-    return StaticSearch(best, run, found, runs, meter.evals)
+    return StaticSearch(best, run, found, runs, measured)
 
 
 def reusable(previous: Mapping[str, Any] | None, name: str, workload: headroom.Workload, sizing: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -362,10 +366,10 @@ def figure(summary: Mapping[str, Any]) -> Any:
 def _sim_panel(ax: Any, summary: Mapping[str, Mapping[str, Any]]) -> None:
     names = [n for n, f in summary.items() if isinstance(f, Mapping)]
     bars = [("static-default", lambda f: f["trident_vs_static_hindsight"] / f["trident_vs_static_default"]
-             if f["trident_vs_static_hindsight"] and f["trident_vs_static_default"] else 0.0, "#bbbbbb"),
+             if f.get("trident_vs_static_hindsight") and f.get("trident_vs_static_default") else 0.0, "#bbbbbb"),
             ("S*", lambda f: 1.0, "#9db7dc"),
-            ("trident", lambda f: f["trident_vs_static_hindsight"] or 0.0, "#3465a4"),
-            ("O", lambda f: f["headroom"] or 0.0, "#204a87")]
+            ("trident", lambda f: f.get("trident_vs_static_hindsight") or 0.0, "#3465a4"),
+            ("O", lambda f: f.get("headroom") or 0.0, "#204a87")]
     width = 0.2
     for k, (label, value, color) in enumerate(bars):
         xs = [x + (k - 1.5) * width for x in range(len(names))]
