@@ -21,6 +21,7 @@ Contract of ``run(quick, live=) -> BenchResult`` (the simulated section; ``live`
   allocations are run again instead of searched (the searches, most of the run's time, do not depend on the scheduler's
   code); ``CORPUS_TRIDENT_SEARCH=1`` searches anyway. ``raw.sim.<workload>.references`` says which.
 """
+
 from __future__ import annotations
 
 import os
@@ -302,7 +303,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print, previous: Path 
     allocations are reused, run again, for every workload whose stream it ran, unless ``search`` (or the environment sets
     ``CORPUS_TRIDENT_SEARCH=1``): the searches do not depend on the scheduler's code."""
     if live:
-        from benchmarks import corpus_live  # the live section runs on Ray
+        from benchmarks import corpus_live  # here, not at the top: corpus_live imports this module
 
         return corpus_live.run(quick, workloads, previous, log)
     t0 = time.perf_counter()
@@ -333,7 +334,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print, previous: Path 
 def section_targets(summary: Mapping[str, Any]) -> dict[str, Target]:
     """The targets of the report's sections (dotted keys): ``targets`` on the simulated one (``sim.<workload>.*``),
     ``corpus_live.targets`` on the live one (``live.<workload>.*``)."""
-    from benchmarks import corpus_live  # its module runs on Ray
+    from benchmarks import corpus_live  # here, not at the top: corpus_live imports this module
 
     out = {f"sim.{key}": goal for key, goal in targets(summary.get("sim") or {}).items()}
     out.update({f"live.{key}": goal for key, goal in corpus_live.targets(summary.get("live") or {}).items()})
@@ -348,7 +349,7 @@ def figure(summary: Mapping[str, Any]) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks import corpus_live
+    from benchmarks import corpus_live  # here, not at the top: corpus_live imports this module
 
     panels = [section for section in ("sim", "live") if summary.get(section)]
     if not panels:
