@@ -105,9 +105,9 @@ CATALOGUE: dict[str, Benchmark] = {
         headline=("headroom_sim_1n", "headroom_sim_8n")),
     "corpus-trident": Benchmark(
         "On document and video workloads drawn from published corpus statistics, on 8 nodes for 2 simulated hours, how close "
-        "does trident get to the per-regime oracle where there is headroom, and does it cost anything against the best static "
-        "allocation in hindsight where there is none?",
-        (f"{_B}/corpus_trident.py", f"{_B}/corpus_headroom.py", *_SUITE),
+        "does trident get to the per-regime oracle where there is headroom, does it cost anything against the best static "
+        "allocation in hindsight where there is none, and do the simulator's rates hold live on one node within 10%?",
+        (f"{_B}/corpus_trident.py", f"{_B}/corpus_live.py", f"{_B}/corpus_headroom.py", *_SUITE),
         systems={"static-default": "the pipeline's own default sizing for one node, on every node",
                  "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "trident": SUITE_SIM_DEFINITIONS["trident"],
                  "oracle": SUITE_SIM_DEFINITIONS["oracle"]},

@@ -354,7 +354,10 @@ def bench(
                              "can be simulated), kept beside the live section of OUT/NAME.json."),
     live: bool = typer.Option(False, help="warm-start: after the simulated part, the live part on Ray (S*, trident cold, an "
                               "earlier run and trident warm on the suite's cpu-only stream, 2 repeats: about 2 hours; "
-                              "with --quick a few minutes on its quick stream, a smoke test)."),
+                              "with --quick a few minutes on its quick stream, a smoke test). corpus-trident: its live "
+                              "section instead of the simulated one (S* and trident once each per corpus workload on one "
+                              "node, beside the simulator on the same streams: about 35 minutes; with --quick about 3), "
+                              "kept beside the simulated section of OUT/NAME.json."),
     subset: Optional[str] = typer.Option(None, help="closed-loop-suite: a named live run of part of the suite instead of --workloads/"
                                          "--systems/--repeats: 'confirm' (cpu-only static-hindsight once and trident twice, "
                                          "docs-baseline static-hindsight and trident once, about 45 minutes), 'ray-data' (Ray Data "
