@@ -26,8 +26,8 @@ from trident_flows.pipelines.corpus_model import ASSUMED, DERIVED, PUBLISHED, Fi
 from trident_flows.runtime.costmodel import PipelineProfile
 
 WEB, CLIPS, UHD = "web", "clips", "uhd"
-FEATURES = ("pixels", "frames", "duration_s", "sampled_frames", "sampled_pixels", "clip_frames", "clip_pixels", "clip_s",
-            "kept_frames", "kept_pixels", "safety_frames")
+FEATURES = ("pixels", "frames", "duration_s", "frame_pixels", "sampled_source_pixels", "sampled_frames", "sampled_pixels", "clip_frames",
+            "clip_pixels", "clip_s", "kept_frames", "kept_pixels", "safety_frames")
 
 INTERNVID = "https://github.com/OpenGVLab/InternVideo/tree/main/Data/InternVid"
 PANDA = "https://github.com/snap-research/Panda-70M/blob/main/dataset_dataloading/README.md"
@@ -128,7 +128,9 @@ def draw(source: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]
     Resolution from the source's mix, frame rate from a mix ASSUMED (none of these corpora publishes one),
     duration from InternVid's published duration bins (log-uniform within each bin) for ``web`` and ``uhd``,
     lognormal around Panda-70M's mean clip length for ``clips``. Features are the video profile's: ``frames`` =
-    duration x fps, ``pixels`` = frames x width x height (what ``decode`` costs), ``sampled_frames`` = duration x
+    duration x fps, ``pixels`` = frames x width x height (what ``decode`` costs), ``frame_pixels`` = width x height
+    (the decoder's frame buffers), ``sampled_source_pixels`` = sampled frames x width x height (each converted and
+    downscaled), ``sampled_frames`` = duration x
     ``SAMPLE_FPS`` at ``SAMPLE_PIXELS`` each (the pipeline samples 2 frames/s scaled to 480 px on the long side,
     whatever the source resolution), per clip ``clip_*`` = the video's sampled frames over the profile's clips per
     video (the corpus profile's ``scenes`` splits at InternVid's clips per video, so a video's clip work is
@@ -142,8 +144,9 @@ def draw(source: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]
     sampled = np.maximum(1.0, np.floor(duration * SAMPLE_FPS))
     clip_frames = sampled / CLIPS_PER_VIDEO
     kept = clip_frames * KEPT_SHARE
-    return {"pixels": frames * wh[:, 0] * wh[:, 1], "frames": frames, "duration_s": duration, "sampled_frames": sampled,
-            "sampled_pixels": sampled * SAMPLE_PIXELS, "clip_frames": np.round(clip_frames, 3),
+    size = wh[:, 0] * wh[:, 1]
+    return {"pixels": frames * size, "frames": frames, "duration_s": duration, "frame_pixels": size, "sampled_source_pixels": sampled * size,
+            "sampled_frames": sampled, "sampled_pixels": sampled * SAMPLE_PIXELS, "clip_frames": np.round(clip_frames, 3),
             "clip_pixels": np.round(clip_frames * SAMPLE_PIXELS), "clip_s": np.round(duration / CLIPS_PER_VIDEO, 3),
             "kept_frames": np.round(kept, 3), "kept_pixels": np.round(kept * SAMPLE_PIXELS),
             "safety_frames": np.minimum(np.round(kept, 3), SAFETY_FRAMES)}
