@@ -7,7 +7,18 @@ import pytest
 
 from trident_flows.core.types import CPU, GPU
 from trident_flows.pipelines import emulated_video
-from trident_flows.pipelines.profile_video import FEATURES, MODEL_OPS, SWEEP_RESOLUTIONS, Terms, _cases, _device_cost, by_regime, fit
+from trident_flows.pipelines.profile_video import (
+    FEATURES,
+    MODEL_OPS,
+    REGIMES,
+    SWEEP_FPS,
+    SWEEP_RESOLUTIONS,
+    Terms,
+    _cases,
+    _device_cost,
+    by_regime,
+    fit,
+)
 from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import ERROR, ID, SOURCE_ID, rows_to_batch
 
@@ -100,6 +111,47 @@ def test_regimes_differ_where_the_paper_says_they_do(profile):
     assert decode.seconds(1, hd) > decode.seconds(1, small)
     for regime in profile.workloads.values():  # every operator's features reach it through the stream
         assert all(f in regime for op in profile.operators for f in op.features)
+
+
+def test_committed_profile_records_machine_load_and_inputs_and_covers_360p_to_4k(profile):
+    measured = profile.measured_on
+    assert measured["machine"] and measured["date"]
+    load = measured["load"]
+    assert load["before"] < load["cpus"] and not load["overloaded"], load  # measured on a quiet machine
+    assert load["during"]["samples"] >= 1 and load["during"]["median"] is not None
+    span = measured["range"]
+    assert span["height"][0] <= 360 and span["height"][1] >= 2160 and span["megapixels_per_frame"][1] >= 3840 * 2160 / 1e6 - 1e-3
+    assert span["fps"][0] <= 24 and span["fps"][1] >= 60
+    corpus = measured["corpus"]
+    assert set(REGIMES) <= set(corpus)
+    for label, (w, h) in SWEEP_RESOLUTIONS.items():
+        assert corpus[label]["resolutions"] == [f"{w}x{h}"] and corpus[label]["fps"] == list(SWEEP_FPS), corpus[label]
+    assert {f"{o.name}/cpu" for o in profile.operators} <= set(measured["entries"])
+    for name, entry in measured["entries"].items():
+        assert entry["machine"] and entry["date"] and entry["load_before"] >= 0 and entry["load_during"]["samples"] >= 1
+        assert set(REGIMES) | set(SWEEP_RESOLUTIONS) <= set(entry["inputs"]), name
+        assert all(r["batches"] >= 1 for r in entry["inputs"].values())
+
+
+def test_committed_decode_model_holds_a_4k_batchs_memory_peak(profile):
+    decode = profile.operator("decode").device(CPU)
+    fit = profile.measured_on["fit"]["decode"]["by_regime"]
+    for label in SWEEP_RESOLUTIONS:  # seconds and memory fitted within a third at every resolution
+        assert 0.75 < fit[label]["seconds_fitted_over_measured"] < 1.33 and 0.75 < fit[label]["memory_fitted_over_measured"] < 1.33
+    uhd = [p for p in profile.measured_on["raw"]["decode"]["cpu"]["points"] if p["regime"] == "2160p" and p["items"] == 4]
+    assert uhd, "a batch of four 4K videos was measured"
+    for p in uhd:  # the decoder's buffers are held once, for the largest video, not once per video
+        predicted = decode.batch_bytes(p["items"], p["features"], p["largest"])
+        summed = decode.batch_bytes(p["items"], p["features"], p["features"])
+        assert 0.85 < predicted / p["peak_bytes"] < 1.15 and summed > 2 * p["peak_bytes"], (predicted, summed, p["peak_bytes"])
+
+
+def test_committed_frame_models_memory_does_not_move_with_source_resolution(profile):
+    # the model operators see frames downscaled to 480 px whatever the source: their fit holds alike at 360p and 4K
+    for name in MODEL_OPS:
+        by_regime = profile.measured_on["fit"][name]["by_regime"]
+        ratios = [by_regime[label]["memory_fitted_over_measured"] for label in SWEEP_RESOLUTIONS]
+        assert max(ratios) / min(ratios) < 1.25, (name, ratios)
 
 
 def test_emulated_video_pipeline_splits_and_accounts_for_every_video(profile):
