@@ -100,12 +100,12 @@ FIGURES: tuple[Figure, ...] = (
 SOURCES = corpus_model.sources_of(FIGURES)
 
 OUTSIDE_PROFILE = (
-    "profiles/video.json was measured on 12 synthetic videos of 0.2-1.2 megapixels per frame at ~9 fps, 5-90 s long. "
-    "Corpus videos reach 8.3 MP (4K) frames at up to 60 fps and an hour: decode seconds (fitted linear in source pixels) "
-    "are extrapolated up to ~7x the pixels per frame and ~6x the frame rate, and decode memory was fitted on duration only, "
-    "so a 4K batch's memory spike is not in the model. The later operators see 2 frames/s at 480 px whatever the source, "
-    "so they stay within the profile's per-frame range, but sources hours long are extrapolated in frame count. "
-    "Re-profiling the real operators on generated 360p-4K videos is a later step.")
+    "profiles/video.json was measured on 48 synthetic videos: the workload regimes (0.1-2.1 megapixels per frame at 8-12 fps, "
+    "4-116 s) and a sweep of 360p, 720p, 1080p and 4K (0.23-8.3 MP) at 24, 30 and 60 fps, 1-4 s long. Decode seconds are "
+    "fitted on source pixels, frames and the source pixels of the frames it keeps; decode memory on seconds of video plus "
+    "the decoder's buffers for a batch's largest frame (a 4K batch's peak is in the model). Corpus videos are within the "
+    "measured range per frame, but sources up to an hour long are extrapolated in frames and seconds (116 s measured). The "
+    "later operators see 2 frames/s at 480 px whatever the source.")
 
 
 def _durations(source: str, n: int, rng: np.random.Generator) -> np.ndarray:
