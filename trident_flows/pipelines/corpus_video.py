@@ -91,8 +91,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("clips per video", CLIPS_PER_VIDEO, DERIVED, INTERNVID,
            f"234M clips / 7M videos = {CLIPS_PER_VIDEO:.1f}: the corpus profile's scenes selectivity (the measured profile "
            "splits its synthetic videos at 5.05). A fixed selectivity splits every item alike: a clips-source item (one "
-           "8.5 s clip) becomes 33 rows carrying 1/33 of its frames each, so per-row fixed costs (safety's 8 ms, embed's "
-           "0.6 ms per clip on GPU) are counted 33 times for those items; at 5.05 an hour-long source gave clips of 700 s "
+           "8.5 s clip) becomes 33 rows carrying 1/33 of its frames each, so per-row fixed costs (embed's 0.4 ms per clip "
+           "on GPU) are counted 33 times for those items; at 5.05 an hour-long source gave clips of 700 s "
            "whose text_detect batch (linear in kept pixels) needs more than an 8 GiB device"),
     Figure("kept share of clip frames", KEPT_SHARE, DERIVED, "",
            f"profiles/video.json: kept / clip frames {KEPT_SHARE:.3f} over its three regimes"),
