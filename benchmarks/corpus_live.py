@@ -50,9 +50,9 @@ LIVE_S = 360.0
 # is the runtime's own per-item work on this machine's 2 real cores, about 100 items/s (MAX_ITEMS_PER_S; the closed-loop
 # suite's fastest regime runs ~73 items/s at its scale 0.5). Documents: at 0.4 the web documents' best rate is ~43 items/s
 # live and 5 shards (archive 1000, web 3000, archive 1000 items) take ~6 min at S*; a larger scale would make the 1000-item
-# shards run past the budget. Video: a web video costs ~3 s of the node at scale 1 (~0.33 items/s), so a 292-item shard
-# alone would take ~15 min; at 0.2 the clips' best rate is ~34 items/s and 3 shards (clips 292, web 584) take ~7 min.
-TIME_SCALES = {"documents-corpus": 0.4, "video-corpus": 0.2}
+# shards run past the budget. Video: on the 360p-4K profile the clips' best rate is ~26 items/s at scale 1, so at 0.3 it is
+# ~88 items/s live (0.2 would pass 130), and 5 shards (clips, web and a 4K "uhd" shard, 1,460 items) take ~6 min at S*.
+TIME_SCALES = {"documents-corpus": 0.4, "video-corpus": 0.3}
 MAX_ITEMS_PER_S = 100.0
 QUICK_BLOCK_ITEMS = {"documents-corpus": 30, "video-corpus": 10}
 # S*'s search: corpus-trident's budgets (on video its steady rates take ~3 min of the ~4 the simulated part takes). --quick
