@@ -43,7 +43,6 @@ lock:
 bench: install
 	@for b in overhead observe observe-live optimize placement headroom closed-loop closed-loop-video faults sim-fidelity ray-data-import plan-fidelity dataplane closed-loop-suite; do $(VENV)/bin/trident-flows bench $$b || exit 1; done
 	$(VENV)/bin/trident-flows bench closed-loop-sim --jobs 2
-	$(VENV)/bin/trident-flows bench closed-loop-sim --workloads documents-256,video-256 --jobs 4 --out bench-results/closed-loop-sim-256
 
 stop:
 	@$(PY) -m trident_flows.demo --stop

@@ -225,18 +225,19 @@ def _run_sim(quick: bool, workloads: Sequence[str], jobs: int, previous: Path | 
                        notes=_sim_notes(quick) + " " + raw.get("live_note", ""))
 
 
-def sections(section: str, summary: dict[str, Any], raw: dict[str, Any], previous: Path | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def sections(section: str, summary: dict[str, Any], raw: dict[str, Any], previous: Path | None,
+             unsectioned: str = "live") -> tuple[dict[str, Any], dict[str, Any]]:
     """The report's ``summary`` and ``raw`` with ``section`` (``sim`` or ``live``) as just measured and the other section as
-    ``previous`` holds it (a report written before the suite had sections is its live section), with that section's
-    provenance and notes (``raw.OTHER_provenance``, ``raw.OTHER_note``); ``raw.section`` names the section the report's
-    own provenance belongs to."""
+    ``previous`` holds it (a report written before its benchmark had sections is its ``unsectioned`` section: the suite's
+    were live, corpus-trident's simulated), with that section's provenance and notes (``raw.OTHER_provenance``,
+    ``raw.OTHER_note``); ``raw.section`` names the section the report's own provenance belongs to."""
     other = "live" if section == "sim" else "sim"
     out_summary: dict[str, Any] = {section: summary, other: None}
     out_raw: dict[str, Any] = {"section": section, section: raw, other: None, f"{other}_provenance": None, f"{other}_note": ""}
     if previous is not None and previous.exists():
         doc = json.loads(previous.read_text())
-        if "section" not in doc.get("raw", {}):  # written before the sections: all of it was live
-            doc = {**doc, "summary": {"live": doc.get("summary")}, "raw": {"section": "live", "live": doc.get("raw")}}
+        if "section" not in doc.get("raw", {}):  # written before the sections: all of it was one section
+            doc = {**doc, "summary": {unsectioned: doc.get("summary")}, "raw": {"section": unsectioned, unsectioned: doc.get("raw")}}
         old_raw = doc["raw"]
         out_summary[other] = doc["summary"].get(other)
         out_raw[other] = old_raw.get(other)
@@ -327,9 +328,9 @@ def _run_live(quick: bool, workloads: Sequence[str], plan: Mapping[str, Mapping[
                        notes=_notes(results, quick, raw["live"], subset))
 
 
-def same_code(earlier: Mapping[str, Any] | None, repo: Path | None = None) -> tuple[bool, str]:
+def same_code(earlier: Mapping[str, Any] | None, repo: Path | None = None, benchmark: str = "closed-loop-suite") -> tuple[bool, str]:
     """Whether runs of an earlier live section (its provenance ``earlier``) ran on the code this run measures: both on a clean
-    tree, and no commit between theirs and this checkout's HEAD changed the suite's code (``catalogue``'s pathspecs, the
+    tree, and no commit between theirs and this checkout's HEAD changed ``benchmark``'s code (``catalogue``'s pathspecs, the
     ones that make a result stale); with the reason, for the notes."""
     from benchmarks.catalogue import CATALOGUE
 
@@ -341,9 +342,9 @@ def same_code(earlier: Mapping[str, Any] | None, repo: Path | None = None) -> tu
     now = git_state(repo)
     if now.commit is None or now.dirty is not False:
         return False, "this run's code is not a clean commit"
-    if git(repo, "diff", "--quiet", str(earlier["commit"]), now.commit, "--", *CATALOGUE["closed-loop-suite"].code) != "":
-        return False, f"the suite's code changed between {str(earlier['commit'])[:10]} and {now.commit[:10]}"
-    return True, f"the earlier live section ran on {str(earlier['commit'])[:10]}, the same suite code as {now.commit[:10]}"
+    if git(repo, "diff", "--quiet", str(earlier["commit"]), now.commit, "--", *CATALOGUE[benchmark].code) != "":
+        return False, f"{benchmark}'s code changed between {str(earlier['commit'])[:10]} and {now.commit[:10]}"
+    return True, f"the earlier live section ran on {str(earlier['commit'])[:10]}, the same {benchmark} code as {now.commit[:10]}"
 
 
 STREAM_KEYS = ("items", "regimes", "time_scale")

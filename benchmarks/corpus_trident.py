@@ -1,7 +1,9 @@
 """Benchmark ``corpus-trident``: trident against the best static in hindsight (S*) and the per-regime oracle (O) on
-the corpus workloads, in the simulator. Every figure here is SIMULATED (``trident_flows.sim``), none live.
+the corpus workloads. The report has two sections: ``sim``, every figure SIMULATED (``trident_flows.sim``), written here;
+and ``live`` (``--live``, ``corpus_live``): S* and trident LIVE on one node beside their simulated counterparts. A run
+writes one section and keeps the other from ``previous`` with that section's provenance (``closed_loop_suite.sections``).
 
-Contract of ``run(quick) -> BenchResult``:
+Contract of ``run(quick, live=) -> BenchResult`` (the simulated section; ``live``: ``corpus_live.run``):
 - Workloads: ``documents-corpus`` and ``video-corpus`` (``corpus_workloads``) on ``NODES`` nodes of 16 CPUs + 2 GPUs,
   their streams grown shard by shard until the cost model's best static takes ``HOURS`` hours for them
   (``stream_for_hours``); quick: 1 node and the corpus's quick stream.
@@ -11,26 +13,25 @@ Contract of ``run(quick) -> BenchResult``:
   (as ``corpus-headroom`` does), on budgets ``STATIC_EVALS`` and ``REGIME_EVALS``. trident runs ``suite_sim.REPEATS`` times (1 with quick); its figures are the median
   run's, its OOMs every repeat's; a repeat still going after ``CAP`` x static-default's simulated time is stopped and
   counted in ``trident_unfinished_runs`` (its items are then not all done).
-- Summary per workload (``summarise``): ``headroom`` (O/S*), ``t_over_oracle``, ``gain_captured`` ((T-S*)/(O-S*),
+- Summary per workload (``summarise``, under ``sim``): ``headroom`` (O/S*), ``t_over_oracle``, ``gain_captured`` ((T-S*)/(O-S*),
   None below ``HEADROOM_LOW``), ``trident_vs_static_hindsight``, ``trident_vs_static_default``, ``trident_ooms``
   (every repeat), ``trident_ooms_max_run``, ``best_static_ooms``, ``items_lost`` (every run) and more; ``targets``
-  are the issue's, chosen by the headroom measured.
-- ``previous`` (the CLI passes OUT/corpus-trident.json): where that result ran the same stream, its S* and O allocations are
-  run again instead of searched (the searches, most of the run's time, do not depend on the scheduler's code);
-  ``CORPUS_TRIDENT_SEARCH=1`` searches anyway. ``raw.<workload>.references`` says which.
+  are the issue's, chosen by the headroom measured (``section_targets``: both sections').
+- ``previous`` (the CLI passes OUT/corpus-trident.json): where its simulated section ran the same stream, its S* and O
+  allocations are run again instead of searched (the searches, most of the run's time, do not depend on the scheduler's
+  code); ``CORPUS_TRIDENT_SEARCH=1`` searches anyway. ``raw.sim.<workload>.references`` says which.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from benchmarks import allocation, corpus_headroom, corpus_workloads, headroom, sim_headroom, suite_sim
-from benchmarks.allocation import allocation_of
+from benchmarks import allocation, closed_loop_suite, corpus_headroom, corpus_workloads, headroom, sim_headroom, suite_sim
+from benchmarks.allocation import Allocation, allocation_of
 from benchmarks.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT
 from benchmarks.closed_loop_workload import CPUS, GPUS
 from benchmarks.report import BenchResult, Target
@@ -69,10 +70,12 @@ CAP = 2.0
 
 @dataclass(frozen=True)
 class CorpusCase:
-    """What ``suite_sim``'s prepared workload reads of its case: a name (and a note for the report)."""
+    """What ``suite_sim``'s prepared workload and ``closed_loop_suite.run_one`` read of a corpus workload's case: a name, a
+    note for the report and the GPUs of its node."""
 
     name: str
     note: str
+    gpus: int = GPUS
 
 
 def static_default(corpus: corpus_workloads.Corpus, nodes: int) -> StaticConfig:
@@ -117,7 +120,12 @@ def resized(workload: headroom.Workload, stream: corpus_workloads.CorpusStream,
             shards: int) -> tuple[headroom.Workload, corpus_workloads.CorpusStream]:
     """The corpus workload and its stream with ``shards`` shards in the same seeded order."""
     corpus = corpus_workloads.CORPORA[stream.corpus]
-    schedule = tuple(corpus.model.blocks(shards, corpus_workloads.SEED))
+    return with_schedule(workload, stream, tuple(corpus.model.blocks(shards, corpus_workloads.SEED)))
+
+
+def with_schedule(workload: headroom.Workload, stream: corpus_workloads.CorpusStream,
+                  schedule: tuple[tuple[str, int], ...]) -> tuple[headroom.Workload, corpus_workloads.CorpusStream]:
+    """The corpus workload and its stream on the blocks ``schedule`` ((source, items) in order)."""
     note = workload.note.replace(f"{len(workload.schedule)} blocks", f"{len(schedule)} blocks", 1)
     return replace(workload, schedule=schedule, note=note), replace(stream, regimes=",".join(f"{r}:{n}" for r, n in schedule))
 
@@ -146,9 +154,7 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previou
     earlier = reusable(previous, name, workload, sizing)
     runs = {STATIC_DEFAULT: w.run(STATIC_DEFAULT)}
     log(f"{name}: static-default {runs[STATIC_DEFAULT].items_per_s} items/s, ooms {runs[STATIC_DEFAULT].ooms}")
-    # a run still going after CAP x static-default's simulated time is stopped (``suite_sim``'s cut) and reported unfinished
-    cap = suite_sim.run_rate(runs[STATIC_DEFAULT]) * suite_sim.CUT_AFTER / CAP
-    repeats = [w.run(TRIDENT, slower_than=cap) for _ in range(suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)]
+    repeats = trident_repeats(w, runs[STATIC_DEFAULT], suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)
     runs[TRIDENT] = suite_sim.median_run(repeats)
     log(f"{name}: trident {[r.items_per_s for r in repeats]} items/s, ooms {[r.ooms for r in repeats]}, unfinished "
         f"{sum(r.cut for r in repeats)} ({time.perf_counter() - t0:.0f} s)")
@@ -174,28 +180,62 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previou
     return {"summary": summary, "raw": raw}
 
 
+def trident_repeats(w: suite_sim.SimWorkload, static_default_run: suite_sim.SystemRun, repeats: int) -> list[suite_sim.SystemRun]:
+    """``repeats`` simulated trident runs from static-default; one still going after ``CAP`` x static-default's simulated time
+    (``static_default_run``) is stopped (``suite_sim``'s cut: ``cut`` true, no rate) and counts as unfinished."""
+    cap = suite_sim.run_rate(static_default_run) * suite_sim.CUT_AFTER / CAP
+    return [w.run(TRIDENT, slower_than=cap) for _ in range(repeats)]
+
+
 SEARCH_KEYS = ("static_hindsight_whole_stream_runs", "oracle_regime_allocations", "oracle_whole_stream_runs",
                "oracle_steady_items_per_s", "steady_headroom", "steady_rates_measured", "references")
 
 
 def references(w: suite_sim.SimWorkload, workload: headroom.Workload, quick: bool, log: Callable[[str], None]) -> tuple[Any, ...]:
-    """S* and O searched as ``suite_sim.evaluate`` searches them: per regime the simulated headroom's allocations
-    (``sim_headroom``, steady rates), S* hill-climbed on whole-stream runs from static-default, the headroom's static and
-    each regime's best, O block by block (``suite_sim.SimWorkload.search_oracle``). Returns S*, O's block allocations,
-    their runs and what the search measured (``SEARCH_KEYS``)."""
-    meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
-    found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1,
-                                            max_evals=QUICK_REGIME_EVALS if quick else REGIME_EVALS)
-    per_regime = dict(found.per_regime)
-    log(f"{w.suite.name}: steady headroom {found.ratio:.3f} ({meter.evals} steady rates)")
-    candidates = [allocation_of(w.start), found.static, *per_regime.values()]
-    best_static, s_star, static_evals = suite_sim.search_static_hindsight(w, candidates, QUICK_STATIC_EVALS if quick else STATIC_EVALS)
-    choices, oracle, oracle_runs = w.search_oracle(per_regime, best_static)
-    search = {"static_hindsight_whole_stream_runs": static_evals,
-              "oracle_regime_allocations": {r: allocation.label(a) for r, a in per_regime.items()},
-              "oracle_whole_stream_runs": oracle_runs, "oracle_steady_items_per_s": dict(found.per_regime_items_per_s),
-              "steady_headroom": found.ratio, "steady_rates_measured": meter.evals, "references": "searched in this run"}
-    return best_static, choices, s_star, oracle, search
+    """S* and O searched as ``suite_sim.evaluate`` searches them: S* by ``search_static``, O block by block
+    (``suite_sim.SimWorkload.search_oracle``) from its per-regime allocations. Returns S*, O's block allocations, their runs
+    and what the search measured (``SEARCH_KEYS``)."""
+    found = search_static(w, workload, QUICK_STATIC_EVALS if quick else STATIC_EVALS, QUICK_REGIME_EVALS if quick else REGIME_EVALS, log)
+    choices, oracle, oracle_runs = w.search_oracle(found.per_regime, found.chosen)
+    search = {"static_hindsight_whole_stream_runs": found.whole_stream_runs,
+              "oracle_regime_allocations": {r: allocation.label(a) for r, a in found.per_regime.items()},
+              "oracle_whole_stream_runs": oracle_runs, "oracle_steady_items_per_s": dict(found.headroom.per_regime_items_per_s),
+              "steady_headroom": found.headroom.ratio, "steady_rates_measured": found.steady_rates_measured,
+              "references": "searched in this run"}
+    return found.chosen, choices, found.run, oracle, search
+
+
+@dataclass(frozen=True)
+class StaticSearch:
+    """S* as ``search_static`` found it: its allocation (``chosen``) and whole-stream run, the simulated headroom whose per-regime
+    allocations seeded it (None where none was measured), and the runs the search took."""
+
+    chosen: Allocation
+    run: suite_sim.SystemRun
+    headroom: sim_headroom.SimulatedHeadroom | None
+    whole_stream_runs: int
+    steady_rates_measured: int
+
+    @property
+    def per_regime(self) -> dict[str, Allocation]:
+        return dict(self.headroom.per_regime) if self.headroom is not None else {}
+
+
+def search_static(w: suite_sim.SimWorkload, workload: headroom.Workload, static_evals: int, regime_evals: int,
+                  log: Callable[[str], None]) -> StaticSearch:
+    """S* as ``suite_sim.evaluate`` searches it: per regime the simulated headroom's allocations (``sim_headroom``, at most
+    ``regime_evals`` steady rates), then S* hill-climbed on whole-stream runs (at most ``static_evals``) from the best of
+    static-default, the headroom's static and each regime's best. ``regime_evals`` 0: no headroom measured, S* climbed from
+    static-default alone (a smoke test's search: one steady rate costs seconds of simulation however short the stream)."""
+    candidates, found, measured = [allocation_of(w.start)], None, 0
+    if regime_evals > 0:
+        meter = sim_headroom.meter_for(workload, w.stream, w.cluster)
+        found = sim_headroom.simulated_headroom(workload, w.stream, w.cluster, meter=meter, static_evals=1, max_evals=regime_evals)
+        log(f"{w.suite.name}: steady headroom {found.ratio:.3f} ({meter.evals} steady rates)")
+        candidates += [found.static, *dict(found.per_regime).values()]
+        measured = meter.evals
+    best, run, runs = suite_sim.search_static_hindsight(w, candidates, static_evals)
+    return StaticSearch(best, run, found, runs, measured)
 
 
 def reusable(previous: Mapping[str, Any] | None, name: str, workload: headroom.Workload, sizing: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -256,45 +296,81 @@ def targets(summary: Mapping[str, Mapping[str, Any]]) -> dict[str, Target]:
 
 
 def run(quick: bool = False, log: Callable[[str], None] = print, previous: Path | None = None, search: bool = False,
-        workloads: Sequence[str] = tuple(corpus_workloads.CORPORA)) -> BenchResult:
-    """Both corpus workloads (the module docstring). ``previous``: the last result of this benchmark (the CLI passes
-    OUT/corpus-trident.json): its S* and O allocations are reused, run again, for every workload whose stream it ran, unless
-    ``search`` (or the environment sets ``CORPUS_TRIDENT_SEARCH=1``): the searches do not depend on the scheduler's code."""
+        workloads: Sequence[str] = tuple(corpus_workloads.CORPORA), live: bool = False) -> BenchResult:
+    """Both corpus workloads (the module docstring): the report's simulated section, or with ``live`` its live section
+    (``corpus_live``); the other section is kept from ``previous`` (the last result of this benchmark: the CLI passes
+    OUT/corpus-trident.json; one written before the sections is all simulated). The simulated section's S* and O
+    allocations are reused, run again, for every workload whose stream it ran, unless ``search`` (or the environment sets
+    ``CORPUS_TRIDENT_SEARCH=1``): the searches do not depend on the scheduler's code."""
+    if live:
+        from benchmarks import corpus_live  # here, not at the top: corpus_live imports this module
+
+        return corpus_live.run(quick, workloads, previous, log)
     t0 = time.perf_counter()
     search = search or os.environ.get("CORPUS_TRIDENT_SEARCH") == "1"
-    earlier = None if search or previous is None or not Path(previous).exists() else json.loads(Path(previous).read_text())
-    if earlier is not None and bool(earlier.get("quick")) != quick:
-        earlier = None
+    _, before = closed_loop_suite.sections("live", {}, {}, previous, unsectioned="sim")  # the earlier simulated section
+    sim_before = before["sim"] or {}
+    earlier = None
+    if not search and sim_before and bool((sim_before.get("_run") or {}).get("quick")) == quick:
+        earlier = {"raw": sim_before, "provenance": before["sim_provenance"]}
     results = {name: evaluate(name, quick, log, earlier) for name in WORKLOADS if name in workloads}
-    summary = {name: r["summary"] for name, r in results.items()}
+    summary: dict[str, Any] = {name: r["summary"] for name, r in results.items()}
     raw: dict[str, Any] = {**{name: r["raw"] for name, r in results.items()},
                            "_run": {"quick": quick, "tick_s": suite_sim.TICK_S, "definitions": DEFINITIONS,
                                     "trident_repeats": suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS,
                                     "bench_seconds": round(time.perf_counter() - t0, 1)}}
     nodes = QUICK_NODES if quick else NODES
-    notes = (f"SIMULATED, no live run. {'QUICK: 1 node, the short corpus streams, small searches. ' if quick else ''}"
-             f"Corpus workloads (documents-corpus, video-corpus: published statistics, raw.<workload>.sources) on {nodes} node(s) of "
+    notes = (f"SIMULATED section. {'QUICK: 1 node, the short corpus streams, small searches. ' if quick else ''}"
+             f"Corpus workloads (documents-corpus, video-corpus: published statistics, raw.sim.<workload>.sources) on {nodes} node(s) of "
              f"{CPUS} CPUs + {GPUS} GPUs{'' if quick else f', streams of {HOURS:g} hours at the cost model best static rates'}. "
              "S* and O are searched and run as in the closed-loop suite's simulation (O pays its cold starts, never below S*); "
              "their per-regime allocations are the simulated headroom's. Targets by headroom: >= 1.2, t_over_oracle >= 0.90; "
-             "< 1.05, trident >= 0.97x S*; no trident run with more OOMs than S*'s; no item lost. raw.<workload>.references says "
+             "< 1.05, trident >= 0.97x S*; no trident run with more OOMs than S*'s; no item lost. raw.sim.<workload>.references says "
              "whether S* and O were searched in this run or reused from the last result (same stream; run again here).")
-    return BenchResult("corpus-trident", summary, targets(summary), raw, figure(summary), notes)
+    summary, raw = closed_loop_suite.sections("sim", summary, raw, previous, unsectioned="sim")
+    return BenchResult("corpus-trident", summary, section_targets(summary), raw, figure(summary), f"{notes} {raw['live_note']}".strip())
 
 
-def figure(summary: Mapping[str, Mapping[str, Any]]) -> Any:
+def section_targets(summary: Mapping[str, Any]) -> dict[str, Target]:
+    """The targets of the report's sections (dotted keys): ``targets`` on the simulated one (``sim.<workload>.*``),
+    ``corpus_live.targets`` on the live one (``live.<workload>.*``)."""
+    from benchmarks import corpus_live  # here, not at the top: corpus_live imports this module
+
+    out = {f"sim.{key}": goal for key, goal in targets(summary.get("sim") or {}).items()}
+    out.update({f"live.{key}": goal for key, goal in corpus_live.targets(summary.get("live") or {}).items()})
+    return out
+
+
+def figure(summary: Mapping[str, Any]) -> Any:
+    """The report's figure: the simulated section (per workload static-default, S*, trident and O over S*) and the live one
+    (``corpus_live.plot``), each where the report has it; None where it has neither."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    names = list(summary)
+    from benchmarks import corpus_live  # here, not at the top: corpus_live imports this module
+
+    panels = [section for section in ("sim", "live") if summary.get(section)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 3.6), squeeze=False)
+    for ax, section in zip(axes[0], panels):
+        if section == "sim":
+            _sim_panel(ax, summary["sim"])
+        else:
+            corpus_live.plot(ax, summary["live"])
+    fig.tight_layout()
+    return fig
+
+
+def _sim_panel(ax: Any, summary: Mapping[str, Mapping[str, Any]]) -> None:
+    names = [n for n, f in summary.items() if isinstance(f, Mapping)]
     bars = [("static-default", lambda f: f["trident_vs_static_hindsight"] / f["trident_vs_static_default"]
-             if f["trident_vs_static_hindsight"] and f["trident_vs_static_default"] else 0.0, "#bbbbbb"),
+             if f.get("trident_vs_static_hindsight") and f.get("trident_vs_static_default") else 0.0, "#bbbbbb"),
             ("S*", lambda f: 1.0, "#9db7dc"),
-            ("trident", lambda f: f["trident_vs_static_hindsight"] or 0.0, "#3465a4"),
-            ("O", lambda f: f["headroom"] or 0.0, "#204a87")]
+            ("trident", lambda f: f.get("trident_vs_static_hindsight") or 0.0, "#3465a4"),
+            ("O", lambda f: f.get("headroom") or 0.0, "#204a87")]
     width = 0.2
     for k, (label, value, color) in enumerate(bars):
         xs = [x + (k - 1.5) * width for x in range(len(names))]
@@ -305,7 +381,5 @@ def figure(summary: Mapping[str, Mapping[str, Any]]) -> Any:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylabel("throughput / S*")
-    ax.set_title("trident on the corpus workloads (SIMULATED)")
+    ax.set_title(f"trident on the corpus workloads, {NODES} nodes (SIMULATED)")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig

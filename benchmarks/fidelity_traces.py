@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
-from benchmarks.live_trace import Trace
+from benchmarks.live_trace import Trace, profile_digest
 from benchmarks.record_traces import EMULATED
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
@@ -50,7 +50,11 @@ def trace_workload(name: str) -> tuple[BenchPipeline, str]:
 
 
 def stale_reason(trace: Trace, blocks: list[tuple[str, int, int]], start_config: str) -> str:
-    """Why ``trace`` is not a run of today's stream (``blocks``) and starting configuration ("" if it is)."""
+    """Why ``trace`` is not a run of today's cost profile, stream (``blocks``) and starting configuration ("" if it is).
+    A trace that names no profile digest (recorded before traces did) is judged by its overrun instead."""
+    recorded = trace.header.get("profile_sha256")
+    if recorded is not None and recorded != profile_digest(str(trace.header["pipeline"])):
+        return f"recorded under another cost profile of {trace.header['pipeline']!r} (its operators slept by earlier costs)"
     if [list(b) for b in trace.blocks] != [list(b) for b in blocks]:
         return f"recorded on another stream (blocks {trace.blocks}, today {blocks})"
     if trace.header.get("start_config") != start_config:

@@ -11,11 +11,14 @@ Contract:
   (and always the finished state).
 - ``load(path) -> Trace`` reads a trace back into the runtime's own value types (``RunnerState``,
   ``BatchSample``, ``Plan``); ``state_from_dict`` is the inverse of ``RunnerState.to_dict``.
+- ``profile_digest(name)``: the digest of today's cost profile ``name`` that an emulated trace's header records
+  (``profile_sha256``): its operators slept by that profile's costs.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -25,8 +28,14 @@ from typing import Any, Mapping, Sequence
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import NodeState, OperatorState, ReplicaState, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, Plan
+from trident_flows.runtime.costmodel import PROFILE_DIR
 
 TRACE_DIR = Path(__file__).with_name("traces")
+
+
+def profile_digest(name: str) -> str:
+    """The first 16 hex digits of the SHA-256 of the committed cost profile ``name`` (``profiles/<name>.json``)."""
+    return hashlib.sha256((PROFILE_DIR / f"{name}.json").read_bytes()).hexdigest()[:16]
 
 
 def state_from_dict(data: Mapping[str, Any]) -> RunnerState:

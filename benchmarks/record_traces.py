@@ -27,7 +27,7 @@ import ray
 from benchmarks import suite_workloads
 from benchmarks.closed_loop_runs import TICK_S, make_system_policy
 from benchmarks.closed_loop_workload import CPUS, DEVICE_MEMORY, GPUS, PIPELINES, tune, workloads
-from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter
+from benchmarks.live_trace import TRACE_DIR, RecordingPolicy, RunnerPoller, TraceWriter, profile_digest
 from trident_flows.control.launch import find_runner, run_pipeline
 from trident_flows.core.state import RunnerSettings
 from trident_flows.core.types import ClusterSpec
@@ -48,7 +48,9 @@ def _record(name: str, spec: Any, policy: Any, header: dict[str, Any], out: Path
     work = Path(tempfile.mkdtemp(prefix=f"trace-{name}-"))
     # the machine's load shapes what a live run measures (emulated work sleeps; wake-ups come late under load)
     # host_cpus: the cores the logical node's actors ran on (the simulator starts its actors on as many)
-    writer = TraceWriter(out / f"{name}.jsonl.gz", {**header, "load_average_start": os.getloadavg(), "host_cpus": os.cpu_count()})
+    # profile_sha256: the costs an emulated run's operators slept by (a trace of other costs is no reference for today's)
+    profile = {"profile_sha256": profile_digest(str(header["pipeline"]))} if header["emulated"] else {}
+    writer = TraceWriter(out / f"{name}.jsonl.gz", {**header, **profile, "load_average_start": os.getloadavg(), "host_cpus": os.cpu_count()})
     runner = f"trace-{name}"
     poller: list[RunnerPoller] = []
 

@@ -36,8 +36,8 @@ from what the results and the git history give.
 
 A result is **STALE** when the commit it ran on is older than the last commit that changed the code
 its benchmark measures (listed per benchmark); a result with no provenance, no commit or an unknown
-commit counts as stale too. A closed-loop-suite headline row is marked by the run of its own section
-(`sim` or `live`: each keeps the provenance of the run that measured it).
+commit counts as stale too. A headline row of a result with sections (closed-loop-suite, corpus-trident) is
+marked by the run of its own section (`sim` or `live`: each keeps the provenance of the run that measured it).
 
 The same command rewrites the results block of `README.md` from the `closed-loop-suite` result.
 """
@@ -175,11 +175,12 @@ def _section(name: str, bench: Benchmark, results: list[Result], fresh: Mapping[
 
 
 def _section_marks(result: Result, catalogue: Mapping[str, Benchmark], repo: Path | None) -> dict[str, str]:
-    """Per section of a closed-loop-suite result (``sim``, ``live``), the freshness of the run that measured it: each
-    section keeps the provenance of its own run (empty for any other result)."""
-    if result.name != SUITE:
+    """Per section of a closed-loop-suite result or of another result with sections (``raw.section``: ``sim``, ``live``),
+    the freshness of the run that measured it: each section keeps the provenance of its own run (empty for any other
+    result)."""
+    if result.name != SUITE and "section" not in (result.report.get("raw") or {}):
         return {}
-    return {section: freshness(provenance, catalogue[SUITE].code, repo).mark
+    return {section: freshness(provenance, catalogue[result.name].code, repo).mark
             for section, (summary, provenance) in suite_sections(result.report).items() if summary}
 
 
@@ -221,8 +222,9 @@ def _cell(text: str) -> str:
 
 
 def suite_sections(report: Mapping[str, Any]) -> dict[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]]:
-    """Per section of a closed-loop-suite report, ``(summary by workload, provenance)``; ``(None, None)`` for a section
-    the report lacks. A report written before the suite had sections is all live, with the report's provenance."""
+    """Per section of a closed-loop-suite report (or another report with sections), ``(summary by workload, provenance)``;
+    ``(None, None)`` for a section the report lacks. A suite report written before the suite had sections is all live,
+    with the report's provenance."""
     summary, raw = report["summary"], report.get("raw") or {}
     if _before_sections(report):
         return {"sim": (None, None), "live": (summary or None, report.get("provenance"))}

@@ -352,6 +352,7 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
         recorded_at = datetime.datetime.fromtimestamp(trace.ticks[0].at, datetime.timezone.utc)
         reason = ref.stale or _stale_policy(ref.policy, recorded_at) or \
             (f"its batches took {stretch:.2f}x their modelled seconds (median; > {ft.OVERRUN_MAX}): a starved machine"
+             + ("" if "profile_sha256" in trace.header else ", or a profile other than today's (the trace names none)")
              if not stretch <= ft.OVERRUN_MAX else "")
         if reason:
             log(f"{source}: not a reference: {reason}")

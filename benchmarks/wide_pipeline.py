@@ -13,17 +13,25 @@ decide which rows a filter keeps from a hash of the row id and the operator's na
 drops another 18% of the rows, not the same ones. The workloads (regimes) are the documents
 profile's. Every figure measured on it is an emulated pipeline's, not a real 10-stage one's.
 ``load_profile(name)`` loads a committed profile, or builds this one for ``documents10``.
+``LAYOUT`` is its ``EmulatedLayout``: the documents layout's (default regime shares, batch sizes) over the ten
+operators, both embeds on the GPUs; its ``default_stages`` take ``wide_profile()`` (``build`` would look for a
+committed ``documents10`` profile, which there is none of).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
+from trident_flows.pipelines.emulated_layout import EmulatedLayout
 from trident_flows.runtime.costmodel import PipelineProfile
 
 WIDE = "documents10"
 BASE = "documents"
 COPIED = ("langid", "quality", "dedup", "embed")
+LAYOUT: EmulatedLayout = replace(DOCS_LAYOUT, name="emulated-docs10", profile=WIDE,
+                                 operators=(*DOCS_LAYOUT.operators, *(f"{name}_2" for name in COPIED)),
+                                 gpu_operators=(*DOCS_LAYOUT.gpu_operators, *(f"{name}_2" for name in COPIED if name in DOCS_LAYOUT.gpu_operators)))
 
 
 def wide_profile() -> PipelineProfile:

@@ -62,3 +62,14 @@ def test_the_planner_choice_is_the_least_cost_cluster_finishing_by_the_deadline(
     assert cheapest_meeting(options, hours[2] + 1).counts == {"head": 1, "c1": 2}
     assert cheapest_meeting(options, hours[0] + 1).counts == {"head": 1}
     assert cheapest_meeting(options, hours[3] - 1) is None
+
+
+def test_the_first_run_needs_nodes_and_the_second_does_not_by_the_planner():
+    from benchmarks.elastic import sizes
+
+    for quick in (False, True):
+        needs, suffices = sizes(quick)
+        head_alone = {c.name: planner_options(c.items)[0].hours * 3600 for c in (needs, suffices)}
+        assert head_alone["needs-nodes"] > 1.5 * needs.deadline_s
+        assert head_alone["head-suffices"] < 0.7 * suffices.deadline_s
+        assert cheapest_meeting(planner_options(needs.items), needs.deadline_s) is not None

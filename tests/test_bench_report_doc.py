@@ -375,3 +375,15 @@ def test_the_headline_marks_each_suite_section_by_the_run_that_measured_it(suite
     live = next(r for r in rows if "`live.cpu-only.headroom`" in r)
     assert sim.endswith("| fresh |")  # the report's own provenance: the simulated run, on the code as it is
     assert "STALE" in live  # the live section ran before the suite's code changed, whatever the file's provenance says
+
+
+def test_the_headline_marks_each_section_of_any_result_with_sections(suite_repo: dict):
+    """corpus-trident keeps a sim and a live section as the suite does: each headline row is marked by its own run."""
+    report = {**suite_report(suite_repo["sim"], suite_repo["live"]), "name": "corpus-trident"}
+    (suite_repo["results"] / "corpus-trident.json").write_text(json.dumps(report))
+    catalogue = {**SUITE_TOY, "corpus-trident": Benchmark("Does it hold live?", ("pkg/suite.py",),
+                                                           headline=("trident_vs_static_hindsight",))}
+    write(suite_repo["results"], suite_repo["doc"], catalogue)
+    rows = [line for line in suite_repo["doc"].read_text().splitlines() if line.startswith("| corpus-trident |")]
+    assert next(r for r in rows if "`sim.cpu-only.trident_vs_static_hindsight`" in r).endswith("| fresh |")
+    assert "STALE" in next(r for r in rows if "`live.cpu-only.trident_vs_static_hindsight`" in r)

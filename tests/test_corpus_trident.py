@@ -83,3 +83,29 @@ def test_a_trident_run_stopped_unfinished_leaves_the_items_lost_unknown_and_miss
     assert s["trident_unfinished_runs"] == 1 and s["items_lost"] is None
     goals = corpus_trident.targets({"w": s})
     assert not goals["w.items_lost"].met(s["items_lost"]) and not goals["w.trident_unfinished_runs"].met(1)
+
+
+def test_a_simulated_run_reuses_the_earlier_simulated_section_and_keeps_the_live_one(tmp_path, monkeypatch):
+    import json
+
+    seen = []
+
+    def evaluate(name, quick, log, previous):
+        seen.append(previous)
+        return {"summary": {"headroom": 1.0}, "raw": {"note": name}}
+
+    monkeypatch.setattr(corpus_trident, "evaluate", evaluate)
+    live = {"documents-corpus": {"trident_items_per_s": 9.0, "items_lost": 0}}
+    previous = tmp_path / "corpus-trident.json"
+    previous.write_text(json.dumps({
+        "name": "corpus-trident", "quick": True, "summary": {"sim": {"documents-corpus": {"headroom": 1.2}}, "live": live},
+        "notes": "the live notes", "provenance": {"commit": "live-commit"},
+        "raw": {"section": "live", "live": {"documents-corpus": {}}, "sim": {"documents-corpus": {"schedule": []}, "_run": {"quick": False}},
+                "sim_provenance": {"commit": "sim-commit"}, "sim_note": "the sim notes"}}))
+    result = corpus_trident.run(quick=False, log=lambda _: None, previous=previous, workloads=("documents-corpus",))
+    assert seen == [{"raw": {"documents-corpus": {"schedule": []}, "_run": {"quick": False}}, "provenance": {"commit": "sim-commit"}}]
+    assert result.summary == {"sim": {"documents-corpus": {"headroom": 1.0}}, "live": live}
+    assert result.raw["section"] == "sim" and result.raw["live_provenance"] == {"commit": "live-commit"}
+    assert result.notes.endswith("the live notes") and "live.documents-corpus.items_lost" in result.targets
+    corpus_trident.run(quick=True, log=lambda _: None, previous=previous, workloads=("documents-corpus",))
+    assert seen[-1] is None  # the earlier simulated section was not quick: its references are not this stream's

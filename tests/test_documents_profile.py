@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from trident_flows.pipelines.doc_rows import OPERATOR_NAMES
-from trident_flows.pipelines.profile_documents import FEATURES, LoadWatch, _PeakRss, fit_by_page_type, fit_linear, run_load
+from trident_flows.pipelines.profile_documents import FEATURES, fit_by_page_type, fit_linear
+from trident_flows.pipelines.profile_measure import LoadWatch, PeakRss, run_load
 from trident_flows.runtime.costmodel import PipelineProfile
 
 
@@ -60,7 +61,7 @@ def test_page_type_fit_never_returns_negative_costs():
 def test_the_rss_sampler_counts_its_own_cpu_seconds():
     import time
 
-    with _PeakRss() as peak:
+    with PeakRss() as peak:
         time.sleep(0.3)
     assert peak.peak > 0 and 0 < peak.cpu_s < 0.3
 

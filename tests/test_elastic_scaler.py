@@ -132,3 +132,15 @@ def test_rates_are_read_on_the_states_clock_when_the_state_is_older_than_the_dec
     clock.t += 60  # an apply blocked the loop: the decision comes 60 s later, on a state read 5 s after the last one
     d = s.step(state(110, 55.0))  # 10 items in the state's 5 s: still 2 items/s, 490 items in 245 s of 490
     assert d.action == ScaleAction.KEEP and sent == []
+
+
+def test_a_retired_replica_is_forgotten(scaler):
+    s, clock, _ = scaler
+    clock.t += 50
+    s.step(state(100, 50.0))
+    first = {r.replica_id for r in state(100, 50.0).operators[0].replicas}
+    clock.t += 20  # the head's replicas retired, others serve: a long run keeps only the replicas it still has
+    later = state(140, 70.0)
+    renamed = tuple(replace(r, replica_id=f"next-{r.replica_id}") for r in later.operators[0].replicas)
+    s.step(replace(later, operators=(replace(later.operators[0], replicas=renamed),)))
+    assert set(s._warm_since) == {r.replica_id for r in renamed} and not first & set(s._warm_since)

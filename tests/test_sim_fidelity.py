@@ -96,11 +96,17 @@ def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> Non
     assert replay.decide(replace(state, wall_s=130.0), []) == Decision.no_change()
 
 
-def test_a_trace_of_another_stream_or_starting_configuration_is_refused() -> None:
+def test_a_trace_of_another_profile_stream_or_starting_configuration_is_refused() -> None:
+    from benchmarks.live_trace import profile_digest
+
     trace = _trace()
     assert ft.stale_reason(trace, [("short", 0, 4)], "a 2xcpu/b2") == ""
     assert "another stream" in ft.stale_reason(trace, [("short", 0, 5)], "a 2xcpu/b2")
     assert "another starting configuration" in ft.stale_reason(trace, [("short", 0, 4)], "a 1xcpu/b2")
+    today = replace(trace, header={**trace.header, "pipeline": "documents", "profile_sha256": profile_digest("documents")})
+    assert ft.stale_reason(today, [("short", 0, 4)], "a 2xcpu/b2") == ""
+    earlier = replace(today, header={**today.header, "profile_sha256": "0" * 16})
+    assert "another cost profile of 'documents'" in ft.stale_reason(earlier, [("short", 0, 4)], "a 2xcpu/b2")
     assert ft.trace_workload("video-ds2")[1] == "ds2"
     with pytest.raises(ValueError, match="known"):
         ft.trace_workload("real-docs-trident")

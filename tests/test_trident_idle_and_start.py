@@ -242,6 +242,14 @@ def test_idle_capacity_keeps_a_cpu_for_a_canary_only_where_the_placement_keeps_o
     # no CPU, so neither does idle capacity: a worker's CPU does not sit idle waiting for a canary
     step.ctx = Context(None, ClusterSpec((NodeClass("head", 1, 6, 0, 0, 64 * 2**30), NodeClass("c1", 2, 1, 0, 0, 4 * 2**30))))
     assert not step.keeps_canary_cpu(state) and step.cluster_for_placement(state) == step.ctx.planned_for(state)
+    # a GPU canary on a 1-GPU worker beside a 16-CPU head without GPUs: the placement cannot take its GPU from the head, so
+    # it keeps nothing, and neither does idle capacity
+    canary = operator_state(name="embed", replicas=(replica_state(replica_id="c0", config=OpConfig.make("gpu", gpus=1.0, batch_size=8),
+                                                                  canary=True),))
+    with_canary = _state(0.0, *(_op(f"op{i}", 1, 10, busy=True) for i in range(5)), canary)
+    step.ctx = Context(None, ClusterSpec((NodeClass("head", 1, 16, 0, 0, 64 * 2**30), NodeClass("g1", 1, 4, 1, 8 * 2**30, 16 * 2**30))))
+    assert step.cluster_for_placement(with_canary) == step.ctx.planned_for(with_canary)
+    assert not step.keeps_canary_cpu(with_canary)
 
 
 def test_a_regime_plan_that_predicts_less_than_an_allocation_measured_on_the_regime_gives_way_to_it() -> None:

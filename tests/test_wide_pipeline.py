@@ -4,7 +4,8 @@ documents profile only (its six operators, then copies of its last four stages).
 from __future__ import annotations
 
 from benchmarks import closed_loop_sim as cls
-from benchmarks.wide_pipeline import COPIED, load_profile, wide_profile
+from benchmarks.wide_pipeline import COPIED, LAYOUT, load_profile, wide_profile
+from trident_flows.pipelines.emulated_docs import LAYOUT as DOCS_LAYOUT
 from trident_flows.runtime.costmodel import PipelineProfile
 
 
@@ -18,10 +19,18 @@ def test_the_wide_pipeline_is_the_documents_profile_followed_by_copies_of_its_la
     assert load_profile("documents10") == wide and load_profile("video").name == "video"
 
 
+def test_the_wide_layout_is_the_documents_layout_over_ten_operators_with_both_embeds_on_the_gpus() -> None:
+    assert LAYOUT.operators == tuple(o.name for o in wide_profile().operators)
+    assert LAYOUT.gpu_operators == ("embed", "embed_2")
+    assert (LAYOUT.default_shares, LAYOUT.batch_size, LAYOUT.gpu_batch_size) == (DOCS_LAYOUT.default_shares, DOCS_LAYOUT.batch_size,
+                                                                                 DOCS_LAYOUT.gpu_batch_size)
+
+
 def test_closed_loop_sim_runs_trident_on_the_wide_pipeline_with_every_item_accounted_for() -> None:
     assert "documents10-256" in cls.WORKLOADS
     profile = load_profile("documents10")
-    statics = cls.configs(profile, [("short", 1)], 1)
-    row = cls.run_one("documents10", "trident", 1, "short:1500", 1500, statics)  # long enough to tick
-    assert row["error"] == "" and row["items_missing"] == 0 and row["items_dead_lettered"] == 0
+    workload = {"pipeline": "documents10", "nodes": 1, "items": 1500, "schedule": "short:1500",
+                "start": cls.static_default("documents10", profile, 1)}
+    row = cls.run_one(workload, "trident")  # long enough to tick
+    assert row["error"] == "" and row["items_missing"] == 0 and row["items_lost"] == 0 and row["items_dead_lettered"] == 0
     assert row["ticks"] >= 1 and row["tick_ms_p95"] is not None and row["items"] == 1500

@@ -343,18 +343,21 @@ def bench(
     quick: bool = typer.Option(False, help="Same code on smaller sizes (about a minute on 2 cores)."),
     out: Path = typer.Option(Path("bench-results"), help="Directory for NAME.json and NAME.png (report: the results to read)."),
     systems: Optional[str] = typer.Option(None, help="closed-loop, closed-loop-video, closed-loop-suite, closed-loop-sim: run only these systems, comma-separated "
-                                          "(e.g. 'static-avg,trident'); the others' figures are then n/a."),
+                                          "(e.g. 'static-avg,trident'; closed-loop-sim: static-default, trident); the others' figures are then n/a."),
     repeats: Optional[int] = typer.Option(None, min=1, help="closed-loop, closed-loop-video, closed-loop-suite: interleaved repeats "
-                                          "(default 2; 1 with --quick); closed-loop-sim: runs of trident on 8 nodes (default 3; 1 with --quick)."),
+                                          "(default 2; 1 with --quick)."),
     workloads: Optional[str] = typer.Option(None, help="closed-loop-suite: run only these workloads, comma-separated "
-                                            "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents-8')."),
-    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default 2)."),
+                                            "(e.g. 'cpu-only,docs-baseline'); closed-loop-sim: pipeline-nodes pairs (e.g. 'documents10-8,video-64')."),
+    hours: Optional[float] = typer.Option(None, min=0.001, help="closed-loop-sim: simulated hours of every stream (default by nodes: 2 on 1 and 8, 1 on 64 and 256)."),
     jobs: Optional[int] = typer.Option(None, min=1, help="closed-loop-sim, closed-loop-suite --sim: worker processes (default 1)."),
     sim: bool = typer.Option(False, help="closed-loop-suite: the suite's simulated section (every workload x every system that "
                              "can be simulated), kept beside the live section of OUT/NAME.json."),
     live: bool = typer.Option(False, help="warm-start: after the simulated part, the live part on Ray (S*, trident cold, an "
                               "earlier run and trident warm on the suite's cpu-only stream, 2 repeats: about 2 hours; "
-                              "with --quick a few minutes on its quick stream, a smoke test)."),
+                              "with --quick a few minutes on its quick stream, a smoke test). corpus-trident: its live "
+                              "section instead of the simulated one (S* and trident once each per corpus workload on one "
+                              "node, beside the simulator on the same streams: about 35 minutes; with --quick about 3), "
+                              "kept beside the simulated section of OUT/NAME.json."),
     subset: Optional[str] = typer.Option(None, help="closed-loop-suite: a named live run of part of the suite instead of --workloads/"
                                          "--systems/--repeats: 'confirm' (cpu-only static-hindsight once and trident twice, "
                                          "docs-baseline static-hindsight and trident once, about 45 minutes), 'ray-data' (Ray Data "

@@ -131,12 +131,16 @@ class ElasticScaler:
 
     def _note_warm(self, state: RunnerState) -> None:
         """The run second each warm replica was first seen warm; at the first read, those warm already as if they started with
-        the run (warm after their cold start)."""
+        the run (warm after their cold start). A replica no longer in the state is forgotten."""
         first = self._last_seen is None
+        present = set()
         for op in state.operators:
             for r in op.replicas:
+                present.add(r.replica_id)
                 if r.warm and r.replica_id not in self._warm_since:
                     self._warm_since[r.replica_id] = min(r.cold_start_s, state.wall_s) if first else state.wall_s
+        for gone in self._warm_since.keys() - present:
+            del self._warm_since[gone]
 
     def _measured(self, items_per_s: float) -> None:
         """The measured effect of the last decision (and of the logged one it is, if it changed the request)."""

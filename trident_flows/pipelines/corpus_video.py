@@ -26,8 +26,8 @@ from trident_flows.pipelines.corpus_model import ASSUMED, DERIVED, PUBLISHED, Fi
 from trident_flows.runtime.costmodel import PipelineProfile
 
 WEB, CLIPS, UHD = "web", "clips", "uhd"
-FEATURES = ("pixels", "frames", "duration_s", "sampled_frames", "sampled_pixels", "clip_frames", "clip_pixels", "clip_s",
-            "kept_frames", "kept_pixels", "safety_frames")
+FEATURES = ("pixels", "frames", "duration_s", "frame_pixels", "sampled_source_pixels", "sampled_frames", "sampled_pixels", "clip_frames",
+            "clip_pixels", "clip_s", "kept_frames", "kept_pixels", "safety_frames")
 
 INTERNVID = "https://github.com/OpenGVLab/InternVideo/tree/main/Data/InternVid"
 PANDA = "https://github.com/snap-research/Panda-70M/blob/main/dataset_dataloading/README.md"
@@ -91,8 +91,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("clips per video", CLIPS_PER_VIDEO, DERIVED, INTERNVID,
            f"234M clips / 7M videos = {CLIPS_PER_VIDEO:.1f}: the corpus profile's scenes selectivity (the measured profile "
            "splits its synthetic videos at 5.05). A fixed selectivity splits every item alike: a clips-source item (one "
-           "8.5 s clip) becomes 33 rows carrying 1/33 of its frames each, so per-row fixed costs (safety's 8 ms, embed's "
-           "0.6 ms per clip on GPU) are counted 33 times for those items; at 5.05 an hour-long source gave clips of 700 s "
+           "8.5 s clip) becomes 33 rows carrying 1/33 of its frames each, so per-row fixed costs (embed's 0.4 ms per clip "
+           "on GPU) are counted 33 times for those items; at 5.05 an hour-long source gave clips of 700 s "
            "whose text_detect batch (linear in kept pixels) needs more than an 8 GiB device"),
     Figure("kept share of clip frames", KEPT_SHARE, DERIVED, "",
            f"profiles/video.json: kept / clip frames {KEPT_SHARE:.3f} over its three regimes"),
@@ -100,12 +100,12 @@ FIGURES: tuple[Figure, ...] = (
 SOURCES = corpus_model.sources_of(FIGURES)
 
 OUTSIDE_PROFILE = (
-    "profiles/video.json was measured on 12 synthetic videos of 0.2-1.2 megapixels per frame at ~9 fps, 5-90 s long. "
-    "Corpus videos reach 8.3 MP (4K) frames at up to 60 fps and an hour: decode seconds (fitted linear in source pixels) "
-    "are extrapolated up to ~7x the pixels per frame and ~6x the frame rate, and decode memory was fitted on duration only, "
-    "so a 4K batch's memory spike is not in the model. The later operators see 2 frames/s at 480 px whatever the source, "
-    "so they stay within the profile's per-frame range, but sources hours long are extrapolated in frame count. "
-    "Re-profiling the real operators on generated 360p-4K videos is a later step.")
+    "profiles/video.json was measured on 48 synthetic videos: the workload regimes (0.1-2.1 megapixels per frame at 8-12 fps, "
+    "4-116 s) and a sweep of 360p, 720p, 1080p and 4K (0.23-8.3 MP) at 24, 30 and 60 fps, 1-4 s long. Decode seconds are "
+    "fitted on source pixels, frames and the source pixels of the frames it keeps; decode memory on seconds of video plus "
+    "the decoder's buffers for a batch's largest frame (a 4K batch's peak is in the model). Corpus videos are within the "
+    "measured range per frame, but sources up to an hour long are extrapolated in frames and seconds (116 s measured). The "
+    "later operators see 2 frames/s at 480 px whatever the source.")
 
 
 def _durations(source: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -128,7 +128,9 @@ def draw(source: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]
     Resolution from the source's mix, frame rate from a mix ASSUMED (none of these corpora publishes one),
     duration from InternVid's published duration bins (log-uniform within each bin) for ``web`` and ``uhd``,
     lognormal around Panda-70M's mean clip length for ``clips``. Features are the video profile's: ``frames`` =
-    duration x fps, ``pixels`` = frames x width x height (what ``decode`` costs), ``sampled_frames`` = duration x
+    duration x fps, ``pixels`` = frames x width x height (what ``decode`` costs), ``frame_pixels`` = width x height
+    (the decoder's frame buffers), ``sampled_source_pixels`` = sampled frames x width x height (each converted and
+    downscaled), ``sampled_frames`` = duration x
     ``SAMPLE_FPS`` at ``SAMPLE_PIXELS`` each (the pipeline samples 2 frames/s scaled to 480 px on the long side,
     whatever the source resolution), per clip ``clip_*`` = the video's sampled frames over the profile's clips per
     video (the corpus profile's ``scenes`` splits at InternVid's clips per video, so a video's clip work is
@@ -142,8 +144,9 @@ def draw(source: str, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]
     sampled = np.maximum(1.0, np.floor(duration * SAMPLE_FPS))
     clip_frames = sampled / CLIPS_PER_VIDEO
     kept = clip_frames * KEPT_SHARE
-    return {"pixels": frames * wh[:, 0] * wh[:, 1], "frames": frames, "duration_s": duration, "sampled_frames": sampled,
-            "sampled_pixels": sampled * SAMPLE_PIXELS, "clip_frames": np.round(clip_frames, 3),
+    size = wh[:, 0] * wh[:, 1]
+    return {"pixels": frames * size, "frames": frames, "duration_s": duration, "frame_pixels": size, "sampled_source_pixels": sampled * size,
+            "sampled_frames": sampled, "sampled_pixels": sampled * SAMPLE_PIXELS, "clip_frames": np.round(clip_frames, 3),
             "clip_pixels": np.round(clip_frames * SAMPLE_PIXELS), "clip_s": np.round(duration / CLIPS_PER_VIDEO, 3),
             "kept_frames": np.round(kept, 3), "kept_pixels": np.round(kept * SAMPLE_PIXELS),
             "safety_frames": np.minimum(np.round(kept, 3), SAFETY_FRAMES)}

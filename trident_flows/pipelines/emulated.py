@@ -5,7 +5,8 @@ Contract:
   (runs under this runtime and plain Ray Data). Its cold start sleeps ``cold_start_s``; a batch
   costs what ``config.device``'s ``DeviceCost`` says for its rows' features: CPU work sleeps
   holding the CPU (a fractional CPU on one of the node's shared cores), accelerator work runs on
-  an emulated device (``runtime.devices``), raising ``DeviceOOMError`` over its capacity.
+  an emulated device (``runtime.devices``), raising ``DeviceOOMError`` over its capacity; its
+  working set counts a reused working set (``reused_unit_bytes``) once, for its largest row.
   ``time_scale`` multiplies all seconds.
 - Selectivity < 1 marks rows ``_drop`` (deterministic by id); > 1 splits rows into ``{id}/{k}``.
   ``fail_ids`` raise, ``error_ids`` mark ``_error`` (exactly-once tests).
@@ -61,7 +62,7 @@ class EmulatedOperator:
         self.error_ids = frozenset(error_ids)
         self.host_memory_cap = int(host_memory_cap_bytes)
         self.feature_names = tuple(self.op_cost.features) or tuple(sorted({f for d in self.op_cost.devices.values()
-                                                                           for f in (*d.per_unit_s, *d.per_unit_bytes)}))
+                                                                           for f in d.feature_names()}))
         self.last_device_peak_bytes = 0
         self.last_host_bytes = 0
         self.device = None
@@ -125,15 +126,19 @@ class EmulatedOperator:
         return self._mark(batch, ids, keep)
 
     def _work_bytes(self, batch: Batch, keep: np.ndarray, items: int, features: dict[str, float]) -> int:
-        """Working-set bytes of the batch's unmarked rows, each scaled by its ``memory_scale``."""
+        """Working-set bytes of the batch's unmarked rows, each scaled by its ``memory_scale``, with the reused working
+        set (``reused_unit_bytes``) of its largest row once."""
+        columns = {f: np.asarray(batch[f], dtype=float)[keep] for f in self.cost.reused_unit_bytes if f in batch}
+        reused = sum((self.cost.reused_unit_bytes[f] * v for f, v in columns.items()), np.zeros(items))
         if MEMORY_SCALE not in batch:
-            return self.cost.batch_bytes(items, features)
+            largest = int(reused.argmax()) if items else 0
+            return self.cost.batch_bytes(items, features, {f: float(v[largest]) for f, v in columns.items()} if items else None)
         scale = np.asarray(batch[MEMORY_SCALE], dtype=float)[keep]
         per_row = np.full(len(scale), float(self.cost.per_item_bytes))
         for f, c in self.cost.per_unit_bytes.items():
             if f in batch:
                 per_row += c * np.asarray(batch[f], dtype=float)[keep]
-        return int((scale * per_row).sum())
+        return int((scale * per_row).sum() + (float((scale * reused).max()) if items else 0.0))
 
     def _mark(self, batch: Batch, ids: list[str], keep: np.ndarray) -> Batch:
         out = dict(batch)
@@ -190,7 +195,8 @@ def cost_params(op: OperatorCost) -> dict[str, Any]:
     """An OperatorCost as plain constructor params (cheap to ship to replicas)."""
     return {"devices": {d: {"per_batch_s": c.per_batch_s, "per_item_s": c.per_item_s, "per_unit_s": dict(c.per_unit_s),
                             "resident_bytes": c.resident_bytes, "per_item_bytes": c.per_item_bytes,
-                            "per_unit_bytes": dict(c.per_unit_bytes), "cold_start_s": c.cold_start_s} for d, c in op.devices.items()},
+                            "per_unit_bytes": dict(c.per_unit_bytes), "cold_start_s": c.cold_start_s,
+                            "reused_unit_bytes": dict(c.reused_unit_bytes)} for d, c in op.devices.items()},
             "selectivity": op.selectivity, "features": list(op.features), "notes": op.notes}
 
 

@@ -15,21 +15,17 @@ Contract of ``main(quick=, out=, console=) -> Path``:
 - ``measured_on`` records the machine, the load average before the run (``ALONE_LOAD_BEFORE``
   where set) and sampled during it, the corpus by regime (documents, born-digital and scanned
   pages), and per operator and device (``entries``) the machine, date, load before and during its
-  measurement and the features of the batches it was measured on.
+  measurement and the features of the batches it was measured on (``profile_measure`` measures
+  and records; it is shared with the other profilers).
 - GPU: measured when CUDA is available; otherwise embed's "gpu" entry is derived with the stated
   assumption ``GPU_SPEEDUP_ASSUMED`` and says so. No other number is invented.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import multiprocessing as mp
 import os
-import platform
-import resource
-import statistics
 import tempfile
-import threading
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
@@ -39,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from trident_flows.pipelines.profile_measure import LoadWatch, PeakRss, cpu_seconds, entry_record, measured_here, run_load, warn_if_loaded
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
 
@@ -49,7 +46,6 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "embed": ("chunks",),
 }
 REGIMES = ("short", "long", "scans")
-LOAD_INTERVAL_S = 5.0  # load average sampled this often while an operator is measured
 
 
 @dataclass(frozen=True)
@@ -68,55 +64,6 @@ FULL = Settings("short:16,long:6,scans:8", {"parse": (1, 4, 16), "ocr": (1, 2, 4
 
 # ---------------------------------------------------------------- measurement (runs in a fresh process)
 
-class _PeakRss:
-    """Samples the RSS of this process and its children every 2 ms while active; ``cpu_s``: the CPU seconds its
-    sampling thread took (about a third of a core: subtracted from the operator's CPU seconds)."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self.peak = 0
-        self.cpu_s = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def rss(self) -> int:
-        total = self._proc.memory_info().rss
-        for child in self._proc.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except Exception:
-                pass
-        return total
-
-    def __enter__(self) -> "_PeakRss":
-        self.peak = self.rss()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        start = time.thread_time()
-        while not self._stop.wait(0.002):
-            self.peak = max(self.peak, self.rss())
-        self.cpu_s = time.thread_time() - start
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join()
-        self.peak = max(self.peak, self.rss())
-
-
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and its reaped children (getrusage: microseconds, not os.times' 10 ms ticks,
-    so a batch that skips OCR shows what it costs)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], batch_sizes: tuple[int, ...], long_cap: int,
              repeats: int, ocr_engine: str = "tesseract") -> dict[str, Any]:
     """Cold-start one operator in this (fresh) process and time batches from every regime (``ocr_engine``:
@@ -125,7 +72,7 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from trident_flows.pipelines.documents import operator_specs
 
-    probe = _PeakRss()
+    probe = PeakRss()
     rss0 = probe.rss()
     spec = {o.name: o for o in operator_specs(f"profile-{uuid.uuid4().hex}", ocr_engine)}[name]
     config = spec.config if device == "cpu" else spec.space.config("gpu", spec.config.batch_size, **spec.config.knob_dict)
@@ -146,11 +93,11 @@ def _measure(name: str, device: str, inputs: dict[str, list[dict[str, Any]]], ba
                 if name == "dedup":  # a fresh index, so every row is really looked up
                     op = type(op)(config, index_name=f"profile-{uuid.uuid4().hex}")
                 forward0 = _forward_s(op)
-                with _PeakRss() as peak:
+                with PeakRss() as peak:
                     base = peak.peak
-                    cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+                    cpu0, wall0 = cpu_seconds(), time.perf_counter()
                     op(batch)
-                    wall, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
+                    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
                 cpu = max(0.0, cpu - peak.cpu_s)  # the sampler's own seconds are no part of the operator's
                 features = op.workload_features(batch)  # on the input batch, as the runtime's replicas do
                 samples.append({"regime": regime, "batch_size": size, "items": size, "features": features, "wall_s": wall,
@@ -212,13 +159,6 @@ def fit_by_page_type(rows: list[dict[str, Any]], target: str) -> tuple[float, fl
     return per_batch, per_item, {"pages": per_page["pages"], "scanned_pages": per_scanned}, _r2(y, predicted)
 
 
-def measured_here() -> dict[str, str]:
-    """The ``machine`` and ``date`` entries of a profile's ``measured_on``: this machine, now (UTC)."""
-    return {"machine": (f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
-                        f"{platform.python_implementation()} {platform.python_version()})"),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-
-
 def _cost(info: dict[str, Any], features: tuple[str, ...]) -> tuple[DeviceCost, dict[str, float]]:
     """The operator's ``DeviceCost`` fitted on its samples and the fits' R^2: seconds by page type for OCR's features,
     memory (a batch's peak, not a sum of its pages' seconds) by one fit over all batches."""
@@ -243,57 +183,6 @@ def page_type_seconds(cost: DeviceCost) -> dict[str, float]:
             "scanned_page_s": round(born + cost.per_unit_s.get("scanned_pages", 0.0), 4)}
 
 
-class LoadWatch:
-    """The 1-minute load average when entered and every ``LOAD_INTERVAL_S`` while inside (a daemon thread)."""
-
-    def __init__(self, interval_s: float = LOAD_INTERVAL_S) -> None:
-        self._interval_s = interval_s
-        self.before = 0.0
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self.samples.append(os.getloadavg()[0])
-
-    def __enter__(self) -> "LoadWatch":
-        self.before = os.getloadavg()[0]
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        if not self.samples:
-            self.samples.append(os.getloadavg()[0])
-
-    def during(self) -> dict[str, Any]:
-        return {"median": round(statistics.median(self.samples), 2), "max": round(max(self.samples), 2), "samples": len(self.samples)}
-
-
-def run_load(watch: LoadWatch, env: Any = os.environ) -> dict[str, Any]:
-    """The ``load`` entry of a profile's ``measured_on``: the load average before the whole run (``ALONE_LOAD_BEFORE``,
-    what the wrapper of heavy runs read, where set) and during it, the cores, and whether it ran alone."""
-    given = env.get("ALONE_LOAD_BEFORE")
-    before, source = (float(given), "ALONE_LOAD_BEFORE") if given else (watch.before, "getloadavg")
-    return {"before": round(before, 2), "before_from": source, "during": watch.during(), "cpus": os.cpu_count(),
-            "alone": env.get("ALONE") == "1", "overloaded": before > (os.cpu_count() or 1)}
-
-
-def entry_record(watch: LoadWatch, info: dict[str, Any]) -> dict[str, Any]:
-    """What ``measured_on["entries"]`` records of one operator and device: where, when and at what load it was measured,
-    and the batches it was measured on by regime (count, items and summed features)."""
-    inputs: dict[str, dict[str, float]] = {}
-    for s in info["samples"]:
-        row = inputs.setdefault(s["regime"], {"batches": 0, "items": 0})
-        row["batches"] += 1
-        row["items"] += s["items"]
-        for f, v in s["features"].items():
-            row[f] = round(row.get(f, 0.0) + float(v), 2)
-    return {**measured_here(), "load_before": round(watch.before, 2), "load_during": watch.during(), "inputs": inputs}
-
-
 def corpus_record(manifest) -> dict[str, dict[str, int]]:
     """The profiling corpus by regime: documents, pages, born-digital and scanned pages."""
     out = {}
@@ -301,13 +190,6 @@ def corpus_record(manifest) -> dict[str, dict[str, int]]:
         pages, scanned = int(rows.pages.sum()), int(rows.scanned_pages.sum())
         out[str(regime)] = {"documents": len(rows), "pages": pages, "born_digital_pages": pages - scanned, "scanned_pages": scanned}
     return out
-
-
-def warn_if_loaded(watch: LoadWatch, console: Any) -> None:
-    """Say so when the machine is busier than its cores at the start: the profile records it, but its seconds suffer."""
-    if watch.before >= (os.cpu_count() or 1):
-        console.print(f"WARNING: load average {watch.before:.2f} on {os.cpu_count()} cores at the start of this profile: its "
-                      f"timings share the machine (recorded in measured_on.load); profile on a quiet machine")
 
 
 def _derived_gpu(cpu: DeviceCost, param_bytes: int) -> DeviceCost:
@@ -389,7 +271,7 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
                     info = pool.submit(_measure, name, device, inputs[name], settings.batch_sizes[name], settings.long_cap,
                                        settings.repeats).result()
                 costs[device], quality[f"{name}/{device}"] = _cost(info, FEATURES[name])
-                entries[f"{name}/{device}"] = entry_record(watch, info)
+                entries[f"{name}/{device}"] = entry_record(watch, info["samples"])
                 if device == "gpu" and info["device"] != "cuda":
                     raise RuntimeError("CUDA was reported available but the embed operator did not run on it")
             if name == "embed" and "gpu" not in costs:

@@ -32,16 +32,12 @@ from trident_flows.pipelines.profile_documents import (
     GPU_CONTEXT_S_ASSUMED,
     QUICK,
     REGIMES,
-    LoadWatch,
     _cost,
     _measure,
     corpus_record,
-    entry_record,
-    measured_here,
     page_type_seconds,
-    run_load,
-    warn_if_loaded,
 )
+from trident_flows.pipelines.profile_measure import LoadWatch, entry_record, measured_here, run_load, warn_if_loaded
 from trident_flows.pipelines.profile_video import GPU_FORWARD_SPEEDUP
 from trident_flows.runtime.costmodel import DeviceCost, PipelineProfile
 from trident_flows.runtime.spec import DROP, ERROR, rows_to_batch
@@ -103,7 +99,7 @@ def main(*, quick: bool, out: Path | None, console) -> Path:
                 infos[device] = pool.submit(_measure, "ocr", device, inputs, settings.batch_sizes["ocr"], settings.long_cap,
                                             settings.repeats, RAPIDOCR).result()
             costs[device], fits[f"ocr/{device}"] = _cost(infos[device], FEATURES["ocr"])
-            entries[f"ocr/{device}"] = entry_record(watch, infos[device])
+            entries[f"ocr/{device}"] = entry_record(watch, infos[device]["samples"])
     scanned = [s for s in infos[CPU]["samples"] if s["features"].get("scanned_pages", 0) > 0]
     wall = sum(s["wall_s"] for s in scanned)
     forward_share = sum(s["forward_wall_s"] for s in scanned) / wall if wall > 0 else 0.0

@@ -7,6 +7,9 @@ Contract:
   ``"ok"`` or ``"broken:<reason>"`` (broken rows: zero size/duration, no cuts).
 - ``REGIMES`` fix resolution, length and scene lengths; a schedule ``"small:4,hd:2,long:2"``
   repeats until ``n``. Scene cuts are exact to the frame; some scenes carry a caption.
+- ``plan_grid(resolutions, fps, durations_s, seed=)`` plans one video per resolution x frame rate
+  x duration instead (each resolution's label is its regime); ``write(out, plans)`` writes any
+  plans as ``generate`` does.
 - Deterministic by ``seed`` (single-threaded x264: equal parameters, equal bytes).
 - Files are cached by content key in ``cache_dir`` (default ``~/.cache/trident-flows/synth-video``)
   and linked or copied into ``out``; ``cache_dir=None`` disables the cache.
@@ -21,7 +24,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -106,16 +109,38 @@ def plan_videos(*, n: int, regimes: str | None, broken: float, seed: int) -> lis
         width, height = reg.resolutions[rng.integers(len(reg.resolutions))]
         fps = int(reg.fps[rng.integers(len(reg.fps))])
         frames = int(round(rng.uniform(*reg.duration_s) * fps))
-        cuts, t = [], 0
-        while True:
-            t += int(round(rng.uniform(*reg.scene_s) * fps))
-            if t >= frames - fps:  # the last scene lasts at least one second
-                break
-            cuts.append(t)
-        text_scenes = tuple(s for s in range(len(cuts) + 1) if rng.random() < 0.35)
+        cuts, text_scenes = _scenes(rng, frames, fps, reg.scene_s)
         kind = f"broken:{kinds[i]}" if i in kinds else "ok"
-        plans.append(VideoPlan(f"v{i:05d}", name, int(width), int(height), fps, frames, tuple(cuts), text_scenes, kind, (seed, i)))
+        plans.append(VideoPlan(f"v{i:05d}", name, int(width), int(height), fps, frames, cuts, text_scenes, kind, (seed, i)))
     return plans
+
+
+def plan_grid(resolutions: Mapping[str, tuple[int, int]], fps: Sequence[int], durations_s: Sequence[float], *, seed: int,
+              scene_s: tuple[float, float] = (1.0, 2.0)) -> list[VideoPlan]:
+    """One video per resolution x frame rate x duration, in that order (no broken files); ``resolutions`` maps a
+    label, the video's regime, to (width, height); ids are ``{label}-{fps}fps-{duration}s``."""
+    plans = []
+    for label, (width, height) in resolutions.items():
+        for rate in fps:
+            for duration in durations_s:
+                i = len(plans)
+                rng = np.random.default_rng([seed, i])
+                frames = max(1, int(round(duration * rate)))
+                cuts, text_scenes = _scenes(rng, frames, int(rate), scene_s)
+                plans.append(VideoPlan(f"{label}-{rate}fps-{duration:g}s", label, int(width), int(height), int(rate), frames, cuts,
+                                       text_scenes, "ok", (seed, i)))
+    return plans
+
+
+def _scenes(rng: np.random.Generator, frames: int, fps: int, scene_s: tuple[float, float]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Scene cut frames (scenes of ``scene_s`` seconds, the last at least one second) and the scenes with a caption."""
+    cuts, t = [], 0
+    while True:
+        t += int(round(rng.uniform(*scene_s) * fps))
+        if t >= frames - fps:  # the last scene lasts at least one second
+            break
+        cuts.append(t)
+    return tuple(cuts), tuple(s for s in range(len(cuts) + 1) if rng.random() < 0.35)
 
 
 def _scene_look(rng: np.random.Generator, width: int, height: int, hue: float) -> tuple[np.ndarray, list[dict], tuple[float, float]]:
@@ -262,10 +287,15 @@ def _materialise(plan: VideoPlan, path: Path, cache_dir: Path | None) -> None:
 def generate(out: Path, *, n: int, regimes: str | None, broken: float, seed: int,
              cache_dir: Path | None = DEFAULT_CACHE) -> pd.DataFrame:
     """Write ``n`` videos and ``manifest.parquet`` into ``out``; return the manifest."""
+    return write(out, plan_videos(n=n, regimes=regimes, broken=broken, seed=seed), cache_dir)
+
+
+def write(out: Path, plans: Sequence[VideoPlan], cache_dir: Path | None = DEFAULT_CACHE) -> pd.DataFrame:
+    """Write the videos of ``plans`` and ``manifest.parquet`` into ``out``; return the manifest."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for plan in plan_videos(n=n, regimes=regimes, broken=broken, seed=seed):
+    for plan in plans:
         path = out / f"{plan.id}.mp4"
         _materialise(plan, path, cache_dir)
         ok = plan.kind == "ok"

@@ -6,7 +6,8 @@ Contract:
   small sampled arrays (``video_rows``). A broken file is dead-lettered with its reason; nothing raises.
 - Sampling and analysis settings are quality knobs (``pipelines.quality``), recorded on every row
   as ``cfg_<operator>_<knob>``; ``infer_frames``, device, batch size and replicas are execution knobs.
-- Workload features, summed over live rows: ``decode``: ``pixels``, ``frames``, ``duration_s``;
+- Workload features, summed over live rows: ``decode``: ``pixels``, ``frames``, ``duration_s``,
+  ``frame_pixels``, ``sampled_source_pixels``;
   ``scenes``: ``sampled_*``; ``motion`` / ``dedup_frames``: ``clip_*``; ``text_detect`` / ``safety``
   / ``embed``: ``kept_*``, ``clip_s`` and ``safety_frames``.
 - ``build(input=..., synth=...)`` builds the pipeline over a directory of videos or generated ones.

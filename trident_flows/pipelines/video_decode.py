@@ -4,7 +4,9 @@ Contract (operator shape and row marks as in ``runtime.spec``):
 - ``Decode`` takes one row per video file (``id``, ``path``), decodes it with PyAV and keeps frames
   sampled at ``sample_fps``, downscaled so the long side is at most ``max_side`` px, in
   ``FRAME_COLUMNS`` (``decode_sampled``); nothing decodes twice. Its workload features are the
-  source's ``pixels``, ``frames`` and ``duration_s``, read from the header (``probe``).
+  source's ``pixels``, ``frames``, ``duration_s``, ``frame_pixels`` (width x height) and
+  ``sampled_source_pixels`` (the source pixels of the frames it samples, each converted to RGB and
+  downscaled), read from the header (``probe``; the sampled frames then ``sampled_count``).
 - A file that cannot be decoded (truncated, not a video container, a still image, no video stream,
   no frames) gets ``_error = "broken video: <reason>"`` (``BrokenVideo``); so does a stream with
   damaged data (FFmpeg's ``err_detect=explode``: a frame flagged corrupt stops the decode rather than
@@ -13,6 +15,7 @@ Contract (operator shape and row marks as in ``runtime.spec``):
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +97,11 @@ def decode_sampled(path: str | Path, sample_fps: float, max_side: int) -> dict[s
                 "fps": fps, "src_frames": decoded, "duration_s": last_t + 1.0 / fps}
 
 
+def sampled_count(duration_s: float, sample_fps: float) -> int:
+    """Frames ``decode_sampled`` keeps of a video of ``duration_s`` seconds: one per ``1/sample_fps`` s from 0."""
+    return max(1, math.ceil(duration_s * sample_fps - 1e-9)) if duration_s > 0 else 0
+
+
 class Decode:
     """Decode a video file and keep downscaled frames sampled at ``sample_fps`` (quality knob)."""
 
@@ -130,17 +138,23 @@ class Decode:
             batch[k] = np.asarray(cols[k], dtype=dtype)
         return batch
 
-    @staticmethod
-    def workload_features(batch: Batch) -> dict[str, float]:
-        """Decoded source pixels, source frames and seconds (from the headers when not decoded yet)."""
-        pixels = frames = duration = 0.0
+    def workload_features(self, batch: Batch) -> dict[str, float]:
+        """Decoded source pixels, source frames, seconds, pixels per frame and source pixels of the sampled frames (from
+        the headers when not decoded yet)."""
+        pixels = frames = duration = frame_pixels = sampled_pixels = 0.0
         live = ~marks(batch)
         for i in np.flatnonzero(live):
             if "src_frames" in batch:
-                meta = {"width": batch["width"][i], "height": batch["height"][i], "frames": batch["src_frames"][i], "duration_s": batch["duration_s"][i]}
+                meta = {"width": batch["width"][i], "height": batch["height"][i], "frames": batch["src_frames"][i],
+                        "duration_s": batch["duration_s"][i], "sampled": len(batch["frames"][i])}
             else:
                 meta = probe(batch["path"][i])
-            pixels += float(meta["width"]) * float(meta["height"]) * float(meta["frames"])
+                meta["sampled"] = sampled_count(float(meta["duration_s"]), self.sample_fps)
+            size = float(meta["width"]) * float(meta["height"])
+            pixels += size * float(meta["frames"])
             frames += float(meta["frames"])
             duration += float(meta["duration_s"])
-        return {"pixels": pixels, "frames": frames, "duration_s": duration}
+            frame_pixels += size
+            sampled_pixels += size * float(meta["sampled"])
+        return {"pixels": pixels, "frames": frames, "duration_s": duration, "frame_pixels": frame_pixels,
+                "sampled_source_pixels": sampled_pixels}

@@ -131,17 +131,20 @@ def _document_items(files: list[Path], profile: PipelineProfile) -> tuple[list[d
 
 
 def _video_items(files: list[Path], profile: PipelineProfile) -> tuple[list[dict[str, float]], int]:
-    """Header features of each readable video from the pipeline's probe; later-stage features scaled from its nearest regime."""
-    from trident_flows.pipelines.video_decode import probe
+    """Header features of each readable video from the pipeline's probe (as its ``decode`` reads them); later-stage features
+    scaled from its nearest regime."""
+    from trident_flows.core.types import OpConfig
+    from trident_flows.pipelines.video_decode import Decode, probe
+    from trident_flows.runtime.spec import ID, rows_to_batch
 
+    decode = Decode(OpConfig.make())
     items, unreadable = [], 0
     for path in files:
         meta = probe(path)
         if meta["frames"] <= 0 or meta["duration_s"] <= 0:
             unreadable += 1
             continue
-        item = {"pixels": float(meta["width"]) * float(meta["height"]) * float(meta["frames"]), "frames": float(meta["frames"]),
-                "duration_s": float(meta["duration_s"])}
+        item = decode.workload_features(rows_to_batch([{ID: str(path), "path": str(path)}]))
         regime = profile.workloads[_nearest(profile, item, ("pixels", "frames", "duration_s"))]
         scale = item["duration_s"] / max(regime.get("duration_s", 1.0), 1e-9)
         for f, v in regime.items():

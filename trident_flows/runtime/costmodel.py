@@ -8,8 +8,13 @@ Contract:
 - Cost of one batch on one device is linear in the batch's workload features:
       seconds = per_batch_s + per_item_s * items + sum_f per_unit_s[f] * features[f]
       memory  = resident_bytes + per_item_bytes * items + sum_f per_unit_bytes[f] * features[f]
+                + sum_f reused_unit_bytes[f] * largest[f]
   (``resident_bytes`` is what a replica holds once warm, e.g. model weights; the rest is
-  the working set of one batch). ``features`` are summed over the items of the batch.
+  the working set of one batch). ``features`` are summed over the items of the batch;
+  ``largest`` are the features of its item with the largest ``reused_unit_bytes`` term: a
+  working set the operator needs for one item at a time and reuses for the next (a decoder's
+  frame buffers at the source's frame size), so a batch holds it once, for its largest item.
+  Without per-item features (a planner's mean item), ``largest`` is the mean item.
 - ``cold_start_s`` is the time ``__init__`` takes (loading models) on that device.
 - ``selectivity`` is items out per item in (a filter < 1, a splitter > 1).
 """
@@ -35,16 +40,29 @@ class DeviceCost:
     per_item_bytes: int = 0
     per_unit_bytes: Mapping[str, float] = field(default_factory=dict)
     cold_start_s: float = 0.0
+    reused_unit_bytes: Mapping[str, float] = field(default_factory=dict)
 
     def seconds(self, items: int, features: Mapping[str, float]) -> float:
         return self.per_batch_s + self.per_item_s * items + sum(c * float(features.get(f, 0.0)) for f, c in self.per_unit_s.items())
 
-    def batch_bytes(self, items: int, features: Mapping[str, float]) -> int:
-        """Working-set bytes of one batch, on top of ``resident_bytes``."""
-        return int(self.per_item_bytes * items + sum(c * float(features.get(f, 0.0)) for f, c in self.per_unit_bytes.items()))
+    def reused_bytes(self, item: Mapping[str, float]) -> float:
+        """The working set one item of these features needs that the batch's next item reuses."""
+        return sum(c * float(item.get(f, 0.0)) for f, c in self.reused_unit_bytes.items())
 
-    def peak_bytes(self, items: int, features: Mapping[str, float]) -> int:
-        return self.resident_bytes + self.batch_bytes(items, features)
+    def batch_bytes(self, items: int, features: Mapping[str, float], largest: Mapping[str, float] | None = None) -> int:
+        """Working-set bytes of one batch, on top of ``resident_bytes``; ``largest``: the features of the item with the
+        largest reused working set (default: the mean item, ``features / items``)."""
+        if largest is None:
+            largest = {f: float(features.get(f, 0.0)) / items for f in self.reused_unit_bytes} if items else {}
+        return int(self.per_item_bytes * items + sum(c * float(features.get(f, 0.0)) for f, c in self.per_unit_bytes.items())
+                   + self.reused_bytes(largest))
+
+    def peak_bytes(self, items: int, features: Mapping[str, float], largest: Mapping[str, float] | None = None) -> int:
+        return self.resident_bytes + self.batch_bytes(items, features, largest)
+
+    def feature_names(self) -> tuple[str, ...]:
+        """Every workload feature this cost reads, in order of first mention."""
+        return tuple(dict.fromkeys((*self.per_unit_s, *self.per_unit_bytes, *self.reused_unit_bytes)))
 
 
 @dataclass(frozen=True)
@@ -83,7 +101,8 @@ class PipelineProfile:
             "workloads": {k: dict(v) for k, v in self.workloads.items()},
             "operators": [
                 {"name": o.name, "selectivity": o.selectivity, "features": list(o.features), "notes": o.notes,
-                 "devices": {d: {**asdict(c), "per_unit_s": dict(c.per_unit_s), "per_unit_bytes": dict(c.per_unit_bytes)} for d, c in o.devices.items()}}
+                 "devices": {d: {**asdict(c), "per_unit_s": dict(c.per_unit_s), "per_unit_bytes": dict(c.per_unit_bytes),
+                                 "reused_unit_bytes": dict(c.reused_unit_bytes)} for d, c in o.devices.items()}}
                 for o in self.operators
             ],
         }

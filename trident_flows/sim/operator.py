@@ -5,7 +5,8 @@ Contract: ``SimOperator.from_spec(op_spec, features)`` reads an emulated operato
 for a batch of ``workload`` rows (``sums``: its feature columns summed) and a device, ``cost`` is
 (seconds, working-set bytes): seconds ``per_batch_s + per_item_s * items + sum_f per_unit_s[f] *
 sum(feature f)`` times the time scale (0 for an empty batch), bytes with each row scaled by its
-``memory_scale`` (``uniform``: every scale is 1); ``features`` the per-batch feature sums a
+``memory_scale`` (``uniform``: every scale is 1) and the reused working set (``reused_unit_bytes``)
+of the largest row once; ``features`` the per-batch feature sums a
 ``BatchSample`` carries, and ``route`` what leaves the operator, decided by the row's id as the
 emulated operator decides it (``sim.ids``): rows a filter drops (``unit >= selectivity``) and,
 for a splitter, each kept row repeated ``int(s)`` or ``int(s) + 1`` times as children
@@ -30,7 +31,8 @@ class _DeviceArrays:
     per_batch_s: float
     per_item_s: float
     per_item_bytes: float
-    unit: np.ndarray        # (features, 2): seconds and bytes per unit of each pipeline feature column
+    unit: np.ndarray        # (features, 3): seconds, bytes and reused bytes per unit of each pipeline feature column
+    reuses: bool            # any reused bytes
     resident_bytes: int
     cold_start_s: float
 
@@ -42,7 +44,7 @@ class SimOperator:
         self.time_scale = float(time_scale)
         self.selectivity = cost.selectivity
         self._hasher = Hasher(cost.name)
-        names = tuple(cost.features) or tuple(sorted({f for d in cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}))
+        names = tuple(cost.features) or tuple(sorted({f for d in cost.devices.values() for f in d.feature_names()}))
         self.feature_names = tuple(f for f in names if f in features)
         self._feature_idx = np.array([list(features).index(f) for f in self.feature_names], dtype=np.intp)
         self._devices = {d: self._arrays(c, features) for d, c in cost.devices.items()}
@@ -57,8 +59,10 @@ class SimOperator:
         return cls(_operator_cost(spec.name, spec.params["cost"]), features, float(spec.params.get("time_scale", 1.0)))
 
     def _arrays(self, c: DeviceCost, features: Sequence[str]) -> _DeviceArrays:
-        unit = np.array([[float(c.per_unit_s.get(f, 0.0)), float(c.per_unit_bytes.get(f, 0.0))] for f in features]).reshape(-1, 2)
-        return _DeviceArrays(c.per_batch_s, c.per_item_s, float(c.per_item_bytes), unit, int(c.resident_bytes), c.cold_start_s)
+        unit = np.array([[float(c.per_unit_s.get(f, 0.0)), float(c.per_unit_bytes.get(f, 0.0)), float(c.reused_unit_bytes.get(f, 0.0))]
+                         for f in features]).reshape(-1, 3)
+        return _DeviceArrays(c.per_batch_s, c.per_item_s, float(c.per_item_bytes), unit, bool(unit[:, 2].any()), int(c.resident_bytes),
+                             c.cold_start_s)
 
     def device(self, device: str) -> _DeviceArrays:
         if device not in self._devices:
@@ -71,12 +75,14 @@ class SimOperator:
         if n == 0:
             return 0.0, 0
         d = self._devices[device]
-        per_s, per_b = (sums @ d.unit).tolist()
+        per_s, per_b, _ = (sums @ d.unit).tolist()
         seconds = (d.per_batch_s + d.per_item_s * n + per_s) * self.time_scale
+        reused = rows[:, FEATURES:] @ d.unit[:, 2] if d.reuses else None
         if uniform:
-            return seconds, int(d.per_item_bytes * n + per_b)
+            return seconds, int(d.per_item_bytes * n + per_b + (float(reused.max()) if reused is not None else 0.0))
         per_row = d.per_item_bytes + rows[:, FEATURES:] @ d.unit[:, 1]
-        return seconds, int((rows[:, MEMSCALE] * per_row).sum())
+        largest = float((rows[:, MEMSCALE] * reused).max()) if reused is not None else 0.0
+        return seconds, int((rows[:, MEMSCALE] * per_row).sum() + largest)
 
     def resident_bytes(self, device: str) -> int:
         return self.device(device).resident_bytes

@@ -71,7 +71,7 @@ class SimRunner:
         self._starts: dict[int, NodeStarts] = {}  # node index -> its actor starts under way
         self.events = EventQueue()
         costs = [SimOperator.from_spec(o, ()) for o in spec.operators]
-        needed = sorted({f for c in costs for d in c.cost.devices.values() for f in (*d.per_unit_s, *d.per_unit_bytes)}
+        needed = sorted({f for c in costs for d in c.cost.devices.values() for f in d.feature_names()}
                         | {f for c in costs for f in c.cost.features})
         self.stream = stream if stream is not None else Stream.from_rows(spec.source(), needed)
         missing = [f for f in needed if f not in self.stream.features]

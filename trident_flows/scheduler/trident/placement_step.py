@@ -74,9 +74,7 @@ class PlacementStep:
         """The cluster minus what running canaries hold and, while an operator may still get a canary
         (``Canaries.exploring``), one CPU kept free for it."""
         cluster = self.ctx.planned_for(state)
-        held = [r.config for op in state.operators for r in op.active if r.canary]
-        cpus = sum(c.cpus for c in held) + (1.0 if self.canaries.exploring(state) else 0.0)
-        gpus = math.ceil(sum(c.gpus for c in held) - 1e-9)
+        cpus, gpus = self._kept(state)
         if cpus == 0 and gpus == 0:
             return cluster
         return _less(cluster, cpus, gpus, len(state.operators)) or cluster
@@ -85,8 +83,14 @@ class PlacementStep:
         """Whether ``cluster_for_placement`` keeps a CPU free for a canary now: what idle capacity keeps free too."""
         if not self.canaries.exploring(state):
             return False
-        held = sum(r.config.cpus for op in state.operators for r in op.active if r.canary)
-        return _less(self.ctx.planned_for(state), held + 1.0, 0, len(state.operators)) is not None
+        cpus, gpus = self._kept(state)
+        return _less(self.ctx.planned_for(state), cpus, gpus, len(state.operators)) is not None
+
+    def _kept(self, state: RunnerState) -> tuple[float, int]:
+        """The CPUs and whole GPUs the running canaries hold, plus a CPU while an operator may still get a canary."""
+        held = [r.config for op in state.operators for r in op.active if r.canary]
+        cpus = sum(c.cpus for c in held) + (1.0 if self.canaries.exploring(state) else 0.0)
+        return cpus, math.ceil(sum(c.gpus for c in held) - 1e-9)
 
     def candidates(self, state: RunnerState, name: str) -> tuple[list[OpConfig], list[str]]:
         op = self.ops[name]
