@@ -184,7 +184,7 @@ def test_the_command_writes_and_checks_the_report(tmp_path: Path):
     assert refused.exit_code == 2 and "--check belongs to bench report" in refused.stderr
     refused = runner.invoke(app, ["bench", "placement", "--readme", str(readme)])
     assert refused.exit_code == 2 and "--readme belongs to bench report" in refused.stderr
-    assert "No closed-loop-suite result in `results/`" in readme.read_text()  # the block says what to run
+    assert "No corpus-trident or closed-loop-suite result in `results/`" in readme.read_text()  # the block says what to run
     readme.write_text("# toy\n")
     failed = runner.invoke(app, [*args, "--check"], terminal_width=400)
     assert failed.exit_code == 2 and f"add a line {README_START} and, below it, a line {README_END}" in " ".join(failed.stderr.split())
@@ -244,16 +244,35 @@ def test_the_readme_block_is_rewritten_from_the_suite_result_and_nothing_else_ch
     text = readme.read_text()
     assert text.startswith("# toy project\n\nIntro.\n\n" + README_START + "\n") and text.endswith(README_END + "\n\n## Limits\n")
     rows = [line for line in block(readme).splitlines() if line.startswith("| ")]
-    assert rows[0].startswith("| workload | run | headroom | trident / oracle | gain captured | trident / best static (hindsight) |")
+    assert rows[0].startswith("| workload | benchmark | run | headroom | trident / oracle | gain captured | "
+                              "trident / best static (hindsight) |")
     assert rows[1:] == [  # simulated rows first, then live; the sim section is fresh, the live one ran before the code changed
-        "| cpu-only | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | fresh |",
-        "| docs-baseline | SIMULATED | 1.00x | 0.99 | n/a | 0.99x | not simulated | fresh |",
-        "| cpu-only | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |"]
+        "| cpu-only | closed-loop-suite | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | fresh |",
+        "| docs-baseline | closed-loop-suite | SIMULATED | 1.00x | 0.99 | n/a | 0.99x | not simulated | fresh |",
+        "| cpu-only | closed-loop-suite | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |"]
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in block(readme)
     assert suite_repo["sim"][:7] not in text and suite_repo["live"][:7] not in text  # no commit hash in the README
     assert check(results, doc, SUITE_TOY, readme=readme).ok
     write(results, doc, SUITE_TOY, readme=readme)
     assert readme.read_text() == text  # rewriting is idempotent
+
+
+def test_the_readme_block_shows_the_corpus_workloads_first_each_section_marked_by_its_run(suite_repo: dict):
+    corpus = {"sim": {"documents-corpus": {"headroom": 1.06, "t_over_oracle": 0.97, "gain_captured": 0.4,
+                                           "trident_vs_static_hindsight": 1.02}},
+              "live": {"documents-corpus": {"trident_vs_static_hindsight": 1.05, "sim_throughput_error": 0.04}}}
+    report = result("corpus-trident", suite_repo["live"], corpus)  # its sim section ran before the code changed
+    report["raw"] = {"section": "sim", "live_provenance": result("corpus-trident", suite_repo["sim"], {})["provenance"]}
+    (suite_repo["results"] / "corpus-trident.json").write_text(json.dumps(report))
+    catalogue = {**SUITE_TOY, "corpus-trident": Benchmark("Does it hold live?", ("pkg/suite.py",))}
+    write(suite_repo["results"], suite_repo["doc"], catalogue, readme=suite_repo["readme"])
+    rows = [line for line in block(suite_repo["readme"]).splitlines() if line.startswith("| ")][1:]
+    assert rows[:2] == ["| documents-corpus | corpus-trident | SIMULATED | 1.06x | 0.97 | 0.40 | 1.02x | not simulated | stale |",
+                        "| documents-corpus | corpus-trident | live | n/a | n/a | n/a | 1.05x | not run | fresh |"]
+    assert [r.split(" | ")[1] for r in rows[2:]] == ["closed-loop-suite"] * 3
+    legend = block(suite_repo["readme"])
+    assert "`bench corpus-trident`: workloads drawn from published corpus statistics" in legend
+    assert "from `bench-results/corpus-trident.json` and `bench-results/closed-loop-suite.json`" in legend
 
 
 def test_a_report_written_before_the_suite_had_sections_is_its_live_section(tmp_path: Path):
@@ -264,7 +283,7 @@ def test_a_report_written_before_the_suite_had_sections_is_its_live_section(tmp_
     (results / "closed-loop-suite.json").write_text(json.dumps(old))
     (tmp_path / "README.md").write_text(README)
     text = render_readme(results, tmp_path / "README.md", tmp_path / "docs" / "benchmarks.md", SUITE_TOY)
-    assert "| cpu-only | live (headroom: cost model's) | 1.59x | n/a | n/a | 1.21x | n/a | stale |" in text
+    assert "| cpu-only | closed-loop-suite | live (headroom: cost model's) | 1.59x | n/a | n/a | 1.21x | n/a | stale |" in text
 
 
 def test_check_fails_on_a_hand_edit_of_the_readme_block(suite_repo: dict):
@@ -274,15 +293,15 @@ def test_check_fails_on_a_hand_edit_of_the_readme_block(suite_repo: dict):
     failed = check(results, doc, SUITE_TOY, readme=readme)
     assert not failed.ok and "\n" not in failed.reason
     assert failed.reason.startswith(f"{readme} (its results block) differs from what the results in {results} give")
-    assert "-| cpu-only | live | 1.90x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
-    assert "+| cpu-only | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
+    assert "-| cpu-only | closed-loop-suite | live | 1.90x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
+    assert "+| cpu-only | closed-loop-suite | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
     assert check(results, doc, SUITE_TOY).ok  # the report itself still matches
     write(results, doc, SUITE_TOY, readme=readme)
     readme.write_text(readme.read_text().replace("## Limits", "## Known limits"))  # outside the block: the README's own text
     assert check(results, doc, SUITE_TOY, readme=readme).ok
     (results / "closed-loop-suite.json").write_text(json.dumps(suite_report(suite_repo["live"], suite_repo["live"])))
     stale = check(results, doc, SUITE_TOY, readme=readme)  # the sim section's run is now older than its code: stale
-    assert not stale.ok and "+| cpu-only | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | stale |" in stale.diff
+    assert not stale.ok and "+| cpu-only | closed-loop-suite | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | stale |" in stale.diff
 
 
 @pytest.mark.parametrize("text, found", [
