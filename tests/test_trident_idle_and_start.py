@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from builders import operator_state, replica_state, runner_state
 
 from trident_flows.core.state import OperatorState, RunnerState
@@ -279,3 +280,47 @@ def test_a_regime_plan_that_predicts_less_than_an_allocation_measured_on_the_reg
     assert measured.origin == "measured" and measured.predicted == 30.0 and measured.groups == {"ocr": {CPU8: 10}, "embed": {CPU8: 2}}
     plans._remembered[0] = RegimePlan(0, {"ocr": {CPU8: 8}, "embed": {CPU8: 4}}, 40.0, "memory")
     assert plans.plan(running, short, False).origin == "memory"  # a plan predicting a third more than measured is still tried
+
+
+@pytest.mark.parametrize("origin, gain, moves", [("models", 1.01, False), ("models", None, True), ("models", 1.5, True),
+                                                 ("measured", 1.01, False), ("memory", 1.01, True)])
+def test_a_regime_plan_of_this_run_is_pre_positioned_only_where_the_models_predict_it_faster(monkeypatch: Any, origin: str,
+                                                                                            gain: float | None, moves: bool) -> None:
+    from trident_flows.scheduler.trident import preposition
+    from trident_flows.scheduler.trident.operators import ColdStarts
+    from trident_flows.scheduler.trident.pace import Pace
+    from trident_flows.scheduler.trident.preposition import PrePositioning
+    from trident_flows.scheduler.trident.regime_plans import RegimePlan
+    from trident_flows.scheduler.trident.source_regimes import Regime, Segment, SourceRegimes
+
+    sources = SourceRegimes(SourceRegimeSettings())
+    sources.segments = [Segment(0.0, Regime(0, {"pages": 2.0}, remembered=True))]
+    asked = []
+
+    class Plans:
+        def plan(self, state: Any, regime: Any, live: bool) -> RegimePlan:
+            return RegimePlan(0, {"ocr": {CPU8: 2}, "embed": {CPU8: 12}}, 30.0, origin)
+
+        def gain(self, state: Any, regime: Any, plan: RegimePlan) -> float | None:
+            asked.append(plan.origin)
+            return gain
+
+    monkeypatch.setattr(preposition, "stream_positions", lambda s: {"ocr": 100.0, "embed": 50.0})
+    ahead = PrePositioning(Context(None, ClusterSpec.single_node(16, 0)), sources, Plans(), pace=Pace(None),  # type: ignore[arg-type]
+                           cold_starts=ColdStarts(5.0), safety=_Safe())  # type: ignore[arg-type]
+    state = _state(10.0, _op("ocr", 4, 0, False), _op("embed", 8, 0, False))
+    plan = ahead.plan(state)
+    assert (plan is not None) == moves and ahead.skipped == (not moves)
+    assert asked == ([] if origin == "memory" else [origin])  # decided once per segment, for every operator; memory is trusted
+    assert ahead.plan(_state(11.0, _op("ocr", 4, 0, False), _op("embed", 8, 0, False))) is None  # the segment is settled
+
+
+def test_an_allocations_rate_on_a_regime_is_its_slowest_operators_capacity_over_its_work() -> None:
+    from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
+    from trident_flows.scheduler.trident.regime_plans import _rate
+
+    demands = [OperatorDemand("ocr", 1.0, (PlacementOption(CPU8, ((1, 2.0),)), PlacementOption(CPU2, ((1, 1.0),)))),
+               OperatorDemand("embed", 4.0, (PlacementOption(CPU8, ((1, 10.0), (4, 28.0))),))]
+    assert _rate(demands, {"ocr": {CPU8: 10}, "embed": {CPU8: 4}}) == 7.0  # embed: 28 items/s over 4 per input item
+    assert _rate(demands, {"ocr": {CPU8: 2, CPU2: 1}, "embed": {CPU8: 4}}) == 5.0  # ocr: 2 x 2 + 1 items/s
+    assert _rate(demands, {"ocr": {OpConfig("cpu", 4): 10}, "embed": {CPU8: 4}}) is None  # a config without a curve

@@ -4,7 +4,11 @@ Contract:
 - ``plan(state) -> Plan | None``: per operator, the segment it works on next (``SourceRegimes``:
   the one at its stream position, or the next when it arrives within a cold start plus a tick);
   when that segment's regime is known (an earlier run, or an earlier segment) and its
-  ``RegimePlan`` gives the operator other groups, the operator moves to them. Each operator moves
+  ``RegimePlan`` gives the operator other groups, the operator moves to them, provided the plan is worth it: a plan
+  from memory is applied at once (an earlier run verified it); one of this run, where the models can tell
+  (``RegimePlans.gain``), must predict ``MARGIN`` more throughput on the regime's items than the allocation running
+  when the segment is first met (decided once per segment, for every operator; ``skipped`` counts the segments
+  declined). Each operator moves
   at most once per segment and never back (``positioned``); never to an unsafe config; a
   saturated operator is not shrunk; GPU growth only where it packs device by device (else no
   operator moves for that regime this tick); moves beyond the cluster's CPUs/GPUs wait.
@@ -29,6 +33,7 @@ from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident.source_regimes import Segment, SourceRegimes
 
 RATE_TICKS = 5  # ticks over which an operator's intake rate is measured
+MARGIN = 0.05  # a regime's plan is pre-positioned only when the models predict it this much faster on the regime's items
 
 
 class PrePositioning:
@@ -44,7 +49,9 @@ class PrePositioning:
         self.safety = safety
         self.tick_s = tick_s
         self.positioned: dict[str, Segment] = {}
+        self._worth: dict[float, bool] = {}  # segment start -> whether its regime's plan is worth moving to
         self.moves = 0
+        self.skipped = 0
 
     def plan(self, state: RunnerState) -> Plan | None:
         if not self.sources.segments:
@@ -65,7 +72,7 @@ class PrePositioning:
             groups = _serving_batch_sizes(dict(regime_plan.groups.get(name, {})), op_state.configs()) if regime_plan is not None else {}
             if not groups or any(self.safety.unsafe(name, c) is not None for c in groups):
                 continue
-            if groups == op_state.configs():
+            if groups == op_state.configs() or not self._worth_it(state, segment, regime_plan):
                 self.positioned[name] = segment
                 continue
             if sum(groups.values()) < sum(op_state.configs().values()) and classify(op_state) is Occupancy.SATURATED:
@@ -99,6 +106,17 @@ class PrePositioning:
         head = targets[moving[0]][1]
         reason = f"pre-positioned {len(ops)} operator(s) for known regimes: " + "; ".join(o.reason for o in ops)
         return Plan(tuple(ops), head.predicted, reason, Rationale(PlanKind.REGIME_PLAN, throughput_after=head.predicted))
+
+    def _worth_it(self, state: RunnerState, segment: Segment, regime_plan: RegimePlan) -> bool:
+        """Whether ``segment``'s regime plan predicts ``MARGIN`` more than the allocation running now (decided at the first
+        operator that meets the segment; True for a plan from memory and where the models cannot tell)."""
+        if regime_plan.origin == "memory":
+            return True
+        if segment.start not in self._worth:
+            gain = self.plans.gain(state, segment.regime, regime_plan)
+            self._worth[segment.start] = gain is None or gain >= 1.0 + MARGIN
+            self.skipped += not self._worth[segment.start]
+        return self._worth[segment.start]
 
     def _known(self, segment: Segment) -> bool:
         return segment.regime.remembered or any(s.regime is segment.regime for s in self.sources.segments if s.start < segment.start)

@@ -15,6 +15,8 @@ Contract:
   end-to-end throughput on the regime. Once an allocation has ``MEASURED_TICKS`` such ticks, a plan
   that does not predict ``MEASURED_MARGIN`` more than the best measured mean gives way to that
   allocation (origin "measured", its mean as ``predicted``).
+- ``gain(state, regime, plan)``: the models' throughput on the regime's items of ``plan``'s allocation over that of the
+  allocation running now, on the same capacity curves (None when an operator has no fitted model or a config no curve).
 - ``RegimePlan.groups``: replicas per config per operator; ``predicted``: input items/s;
   ``origin``: "models" (this run), "memory" (an earlier one) or "measured".
 """
@@ -141,7 +143,39 @@ class RegimePlans:
         """The operators' model versions: a solved plan stands while they are unchanged."""
         return tuple((n, self.ops[n].model_version) for n in names)
 
+    def gain(self, state: RunnerState, regime: Regime, plan: RegimePlan) -> float | None:
+        """The models' throughput on ``regime``'s items with ``plan``'s allocation over the allocation running now (module
+        docstring)."""
+        names = [op.name for op in state.operators]
+        if not all(n in self.ops and self.ops[n].model.ready for n in names):
+            return None
+        now = {op.name: op.configs() for op in state.operators}
+        demands = self._demands(state, regime, {n: [*now[n], *plan.groups.get(n, {})] for n in names})
+        if demands is None:
+            return None
+        before, after = _rate(demands, now), _rate(demands, {n: plan.groups.get(n) or now[n] for n in names})
+        return after / before if before and after is not None else None
+
     def _solve(self, state: RunnerState, regime: Regime) -> RegimePlan | None:
+        demands = self._demands(state, regime)
+        if demands is None:
+            return None
+        try:
+            result = self.solve(demands, self.ctx.planned_for(state), current_placement(state), solver=self.settings.solver,
+                                time_limit_s=self.settings.time_limit_s)
+        except Exception:  # noqa: BLE001 - no plan for this regime now; the placement step plans from measurements
+            return None
+        groups: dict[str, dict[OpConfig, int]] = {}
+        for op_plan in result.plan.operators:
+            for g in op_plan.groups:
+                groups.setdefault(op_plan.operator, {})
+                groups[op_plan.operator][g.config] = groups[op_plan.operator].get(g.config, 0) + g.replicas
+        return RegimePlan(regime.id, groups, float(result.throughput), "models")
+
+    def _demands(self, state: RunnerState, regime: Regime, configs: Mapping[str, Sequence[OpConfig]] | None = None) -> list[OperatorDemand] | None:
+        """Each operator as the placement sees it on ``regime``'s items: its capacity curve per candidate config (those it
+        runs, accepted canaries and those that ran the regime; with ``configs``, exactly those, unsafe ones included),
+        scaled to the rate measured on the regime. None when an operator has no config with a curve."""
         cluster = self.ctx.planned_for(state)
         work = work_per_item(state, tuple(self.pace.history))
         demands = []
@@ -149,13 +183,16 @@ class RegimePlans:
             name = op_state.name
             op = self.ops[name]
             lo, hi = replica_limits(name, self.ctx.spec)
-            measured = [c for c in regime.busy.get(name, {}) if (found := regime.rate(name, c)) is not None and found[0] >= COVERED_ITEMS]
-            candidates = dict.fromkeys([*op_state.configs(), *op.accepted, *measured])
+            if configs is not None:
+                candidates = dict.fromkeys(configs.get(name, ()))
+            else:
+                measured = [c for c in regime.busy.get(name, {}) if (found := regime.rate(name, c)) is not None and found[0] >= COVERED_ITEMS]
+                candidates = dict.fromkeys([*op_state.configs(), *op.accepted, *measured])
             features = _features_for(op.model, regime.features.get(name, {}))
             factor = _level(op.model, regime, name, features)
             options = []
             for config in candidates:
-                if self.safety.unsafe(name, config) is not None:
+                if configs is None and self.safety.unsafe(name, config) is not None:
                     continue
                 cap = replica_cap(cluster, config, hi)
                 if cap < 1:
@@ -170,16 +207,22 @@ class RegimePlans:
             moved = transfer_estimate(smp for _, smp in op.window)
             demands.append(OperatorDemand(name, work[name], tuple(options), min_replicas=lo, max_replicas=hi,
                                           input_bytes_per_item=moved.bytes_per_item if moved else 0.0))
-        try:
-            result = self.solve(demands, cluster, current_placement(state), solver=self.settings.solver, time_limit_s=self.settings.time_limit_s)
-        except Exception:  # noqa: BLE001 - no plan for this regime now; the placement step plans from measurements
-            return None
-        groups: dict[str, dict[OpConfig, int]] = {}
-        for op_plan in result.plan.operators:
-            for g in op_plan.groups:
-                groups.setdefault(op_plan.operator, {})
-                groups[op_plan.operator][g.config] = groups[op_plan.operator].get(g.config, 0) + g.replicas
-        return RegimePlan(regime.id, groups, float(result.throughput), "models")
+        return demands
+
+
+def _rate(demands: Sequence[OperatorDemand], groups: Mapping[str, Mapping[OpConfig, int]]) -> float | None:
+    """Input items/s the allocation ``groups`` sustains on ``demands``' curves: the slowest operator's capacity over its work
+    per item (None when a config has no curve)."""
+    rates = []
+    for demand in demands:
+        curves = {option.config: option for option in demand.options}
+        capacity = 0.0
+        for config, n in groups.get(demand.name, {}).items():
+            if config not in curves:
+                return None
+            capacity += curves[config].rate_at(n)
+        rates.append(capacity / demand.work_per_item if demand.work_per_item > 0 else math.inf)
+    return min(rates, default=None)
 
 
 def _allocation_key(state: RunnerState) -> tuple:
