@@ -48,7 +48,7 @@ SUITE = "closed-loop-suite"
 # regression workloads; each with the one-sentence description the block's legend gives it
 README_BENCHMARKS = {
     "corpus-trident": ("workloads drawn from published corpus statistics ([docs/workloads.md](docs/workloads.md)), simulated on "
-                       "8 nodes for 2 simulated hours and run live on this machine's one node"),
+                       "8 nodes for 2 simulated hours (with `--live`, also run live on this machine's one node)"),
     SUITE: "the regression workloads: hand-picked regimes on one node, kept as regression checks",
 }
 SECTIONS = ("sim", "live")
