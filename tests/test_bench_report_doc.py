@@ -251,6 +251,7 @@ def test_the_readme_block_is_rewritten_from_the_suite_result_and_nothing_else_ch
         "| docs-baseline | closed-loop-suite | SIMULATED | 1.00x | 0.99 | n/a | 0.99x | not simulated | fresh |",
         "| cpu-only | closed-loop-suite | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |"]
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in block(readme)
+    assert "from `bench-results/closed-loop-suite.json`; do not edit" in block(readme)  # names only the results it read
     assert suite_repo["sim"][:7] not in text and suite_repo["live"][:7] not in text  # no commit hash in the README
     assert check(results, doc, SUITE_TOY, readme=readme).ok
     write(results, doc, SUITE_TOY, readme=readme)
