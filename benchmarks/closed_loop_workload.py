@@ -57,8 +57,9 @@ class Workload:
     def rows(self, profile: PipelineProfile) -> list[dict[str, Any]]:
         return list(synthetic_rows(profile.workloads, self.items, self.regimes, self.seed, memory_spikes=self.memory_spikes))
 
-    def spec(self, profile: PipelineProfile, config: StaticConfig, name: str) -> PipelineSpec:
-        return emulated_pipeline(profile, config.stages(), name=name, items=self.items, regimes=self.regimes, seed=self.seed,
+    def spec(self, profile: PipelineProfile, config: StaticConfig, name: str, max_replicas: int | None = None) -> PipelineSpec:
+        """The emulated pipeline started from ``config``; ``max_replicas``: each operator's replica cap (None: the default)."""
+        return emulated_pipeline(profile, config.stages(max_replicas), name=name, items=self.items, regimes=self.regimes, seed=self.seed,
                                  time_scale=self.time_scale, memory_spikes=self.memory_spikes)
 
 

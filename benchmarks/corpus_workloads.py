@@ -68,8 +68,8 @@ class CorpusStream:
     def rows(self, profile: PipelineProfile | None = None) -> list[dict[str, Any]]:
         return list(CORPORA[self.corpus].model.rows(parse_regimes(self.regimes), self.seed))
 
-    def spec(self, profile: PipelineProfile, config: StaticConfig, name: str) -> PipelineSpec:
-        base = emulated_pipeline(profile, config.stages(), name=name, items=self.items, regimes=self.regimes, seed=self.seed,
+    def spec(self, profile: PipelineProfile, config: StaticConfig, name: str, max_replicas: int | None = None) -> PipelineSpec:
+        base = emulated_pipeline(profile, config.stages(max_replicas), name=name, items=self.items, regimes=self.regimes, seed=self.seed,
                                  time_scale=self.time_scale)
         return replace(base, source=functools.partial(self.rows, None))
 

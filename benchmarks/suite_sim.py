@@ -32,6 +32,7 @@ from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import BatchSample, ClusterSpec
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.sim.driver import simulate
@@ -137,12 +138,19 @@ class SimWorkload:
     def blocks(self) -> list[tuple[str, int, int]]:
         return self.stream.blocks()
 
+    def spec(self, system: str, start: StaticConfig | None = None) -> PipelineSpec:
+        """The emulated pipeline ``system`` runs, from ``start`` (default static-default). Each operator may hold every CPU
+        (no config holds less than one): the spec's replica cap never binds before the cluster does, so the policies
+        search the space S* and O are searched in."""
+        return self.stream.spec(self.profile, start or self.start, f"suite-sim-{self.suite.name}-{system}",
+                                max_replicas=int(self.cluster.total_cpus))
+
     def run(self, system: str, policy: Any | None = None, start: StaticConfig | None = None, slower_than: float = 0.0) -> SystemRun:
         """Simulate the whole stream from ``start`` (default static-default) under ``policy`` (None: static). A search's
         candidate that cannot beat ``slower_than`` items/s is cut once it has run ``CUT_AFTER`` times as long as that rate
         takes for the stream (its rate is then None and ``cut`` true: it is no candidate)."""
         record = SystemRun(system)
-        spec = self.stream.spec(self.profile, start or self.start, f"suite-sim-{self.suite.name}-{system}")
+        spec = self.spec(system, start)
         watched = None
         try:
             if system in POLICIES:

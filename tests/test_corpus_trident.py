@@ -109,3 +109,11 @@ def test_a_simulated_run_reuses_the_earlier_simulated_section_and_keeps_the_live
     assert result.notes.endswith("the live notes") and "live.documents-corpus.items_lost" in result.targets
     corpus_trident.run(quick=True, log=lambda _: None, previous=previous, workloads=("documents-corpus",))
     assert seen[-1] is None  # the earlier simulated section was not quick: its references are not this stream's
+
+
+def test_every_operator_may_hold_every_cpu_of_the_eight_nodes_as_the_references_may():
+    # S* runs 108 OCR replicas on the 8-node documents corpus: trident searches the same space, so no spec cap binds first
+    w, _, _ = corpus_trident.prepare("documents-corpus", False)
+    spec = w.spec("trident")
+    assert w.cluster.total_cpus == 128
+    assert all(op.max_replicas >= 128 for op in spec.operators)

@@ -278,3 +278,21 @@ def test_a_plan_that_only_starts_replicas_is_priced_over_the_run_left_not_the_re
     assert plan_transition(demands, cluster, current, add, 30).verdict == TransitionVerdict.WAIT
     assert plan_transition(demands, cluster, current, add, 30, run_left_s=600).verdict == TransitionVerdict.ROLL_OUT
     assert plan_transition(demands, cluster, current, add, 30, run_left_s=20).verdict == TransitionVerdict.WAIT  # ends before it is warm
+
+
+def test_running_replicas_the_plan_does_not_need_stay_while_nothing_else_needs_their_cpus():
+    # 16 CPUs + 1 GPU. embed on the GPU (30/s) is the bottleneck; parse needs 4 replicas (8/s each) for T = 30, and runs 12.
+    # Retiring 8 idle parse replicas frees CPUs no other replica takes: they stay. Only new replicas are trimmed.
+    parse_op, gpu_embed = parse(8.0), PlacementOption.from_rate(GPU1, 30.0, device_mem_bytes=4 * GiB)
+    demands = [parse_op, embed(gpu_embed)]
+    current = CurrentPlacement.from_mapping({"parse": [ReplicaGroup(CPU1, 12, "n")], "embed": [ReplicaGroup(GPU1, 1, "n")]})
+    res = solve_placement(demands, node(16, 1), current)
+    assert res.throughput == pytest.approx(30.0)
+    assert res.plan.for_operator("parse").replicas == 12
+    assert solve_placement(demands, node(16, 1)).plan.for_operator("parse").replicas == 4  # nothing runs: none is kept
+    # when another operator needs the CPUs, the running replicas go
+    cpu_embed = PlacementOption.from_rate(OpConfig.make("cpu", batch_size=4, cpus=1), 4.0)
+    demands = [parse_op, embed(cpu_embed, gpu_embed)]
+    res = solve_placement(demands, node(16, 1), current)
+    assert res.plan.for_operator("parse").replicas < 12
+    assert res.throughput > 30.0

@@ -324,3 +324,37 @@ def test_an_allocations_rate_on_a_regime_is_its_slowest_operators_capacity_over_
     assert _rate(demands, {"ocr": {CPU8: 10}, "embed": {CPU8: 4}}) == 7.0  # embed: 28 items/s over 4 per input item
     assert _rate(demands, {"ocr": {CPU8: 2, CPU2: 1}, "embed": {CPU8: 4}}) == 5.0  # ocr: 2 x 2 + 1 items/s
     assert _rate(demands, {"ocr": {OpConfig("cpu", 4): 10}, "embed": {CPU8: 4}}) is None  # a config without a curve
+
+
+def test_a_regime_plan_counts_replicas_beyond_those_running_at_the_evidence_gates_bound() -> None:
+    from collections import deque
+
+    import numpy as np
+
+    from trident_flows.scheduler.trident.operators import ColdStarts
+    from trident_flows.scheduler.trident.pace import Pace
+    from trident_flows.scheduler.trident.regime_plans import RegimePlans
+    from trident_flows.scheduler.trident.source_regimes import Regime
+
+    class Model:  # 2 items/s per replica, known up to the replicas running; beyond them 1 item/s less per z
+        ready, feature_names, current_features = True, (), {}
+
+        def capacity_lower(self, config: OpConfig, cap: int, serving: int, z: float, features: Any = None) -> np.ndarray:
+            return np.array([2.0 * r if r <= serving else 2.0 * serving + (2.0 - z) * (r - serving) for r in range(1, cap + 1)])
+
+    class Op:
+        model, accepted, window = Model(), set(), deque()
+
+    class Search:
+        def memory_bound(self, name: str, config: OpConfig) -> None:
+            return None
+
+    def curve(z: float) -> list[float]:
+        plans = RegimePlans(None, Context(None, ClusterSpec.single_node(16, 0)), {"ocr": Op()}, search=Search(), safety=_Safe(),  # type: ignore[arg-type]
+                            pace=Pace(None), cold_starts=ColdStarts(5.0), solve=lambda *a, **k: None, confidence_z=z)
+        (demand,) = plans._demands(_state(10.0, _op("ocr", 4, 0, False)), Regime(0, {}))  # type: ignore[arg-type]
+        (option,) = demand.options
+        return [option.rate_at(r) for r in (4, 8)]
+
+    assert curve(0.0) == [8.0, 16.0]  # the median: 4 more replicas add 8 items/s
+    assert curve(1.0) == [8.0, 12.0]  # at the bound: what runs is measured, what would be added counts 1 item/s each

@@ -86,7 +86,7 @@ class TridentPolicy:
         self.sources = SourceRegimes(settings.sources)
         self.transition = TransitionStep(settings.transition, self.regimes, self.pace, self.verifier, self.sources)
         self.regime_plans = RegimePlans(settings.placement, self.ctx, self.ops, search=self.search, safety=self.safety, pace=self.pace,
-                                        cold_starts=self.cold_starts, solve=solve)
+                                        cold_starts=self.cold_starts, solve=solve, confidence_z=settings.gate.confidence_z)
         self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,
                                           safety=self.safety)
         self.idle = IdleCapacity(settings.idle, self.ctx, self.safety, memory_safety=settings.safety, memory_bound=self.search.memory_bound,

@@ -30,8 +30,12 @@ class StaticConfig:
     assignment: tuple[tuple[str, OpConfig, int], ...]
     predicted_items_per_s: float
 
-    def stages(self) -> list[Stage]:
-        return [Stage(name, config, replicas) for name, config, replicas in self.assignment]
+    def stages(self, max_replicas: int | None = None) -> list[Stage]:
+        """The assignment as emulated stages; ``max_replicas``: each operator's replica cap (at least its replicas;
+        None: the emulated default)."""
+        if max_replicas is None:
+            return [Stage(name, config, replicas) for name, config, replicas in self.assignment]
+        return [Stage(name, config, replicas, max_replicas=max(max_replicas, replicas)) for name, config, replicas in self.assignment]
 
     def as_dict(self) -> dict[str, tuple[OpConfig, int]]:
         return {name: (config, replicas) for name, config, replicas in self.assignment}

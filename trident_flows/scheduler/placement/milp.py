@@ -8,7 +8,9 @@ Contract:
 - Solve path: the LP bound and a greedy plan (``greedy``), accepted within ``GAP_REL``; else HiGHS
   among plans near the bound, else the MILP warm-started from the greedy plan (``solvers``).
 - Every returned plan packs node by node (``placement.model.pack_cluster``; repaired at most
-  ``MAX_REPAIRS`` times), with replicas that add no throughput trimmed. ``status`` "optimal" is
+  ``MAX_REPAIRS`` times), with replicas that add no throughput trimmed, except running ones no other
+  replica needs the resources of: on a fixed cluster they cost nothing to keep, and a retired one
+  costs its cold start when the workload turns back. ``status`` "optimal" is
   within ``GAP_REL`` of the best bound, "time_limit" the best plan by ``time_limit_s``, with its gap.
 - Bad input raises ``PlacementError`` naming the operator and resource, never a solver status code.
 """
@@ -31,6 +33,7 @@ from trident_flows.scheduler.placement.model import (
     Key,
     _place_on_node,
     base_class,
+    class_capacity,
     effective_gpus,
     ineligibility,
     no_fit_message,
@@ -151,7 +154,7 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
 
     Packing repair: replicas that do not pack node by node are dropped, their class shrunk by them, and the
     greedy refills (at most ``MAX_REPAIRS`` times); then replicas that do not raise throughput are trimmed,
-    current ones last. The cost of switching is left to ``placement.transition_cost``."""
+    current ones last, and current ones come back where their resources are left free (``_keep_running``). The cost of switching is left to ``placement.transition_cost``."""
     t0 = time.perf_counter()
     demands = list(demands)
     _validate(demands, cluster, solver)
@@ -168,6 +171,8 @@ def solve_placement(demands: Sequence[OperatorDemand], cluster: ClusterSpec, cur
     solve_ms = (time.perf_counter() - ts) * 1e3
     counts, repair, gap = _packed(found, demands, cluster, eligible, reductions)
     counts = _merge(_trim(demands, cluster, counts, cur or {}))
+    if cur:
+        counts = _keep_running(demands, original, counts, cur)
     return _result(demands, original, counts, cur, found.status, gap, solver, repair, build_ms, solve_ms, t0)
 
 
@@ -342,3 +347,28 @@ def _trim(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[
         if trimmed != counts and throughput_of(demands, cluster, trimmed) < target * (1 - 1e-9):
             trimmed.update(before)  # bandwidth made those replicas necessary after all
     return {key: n for key, n in trimmed.items() if n > 0}
+
+
+def _keep_running(demands: Sequence[OperatorDemand], cluster: ClusterSpec, counts: dict[Key, int], cur: dict[Key, int]) -> dict[Key, int]:
+    """``counts`` with the running replicas of each (operator, option, class) it keeps but with fewer replicas put back,
+    one at a time in pipeline order, while their class has CPUs, GPUs and host memory left, the operator is under its
+    ``max_replicas`` and the whole still packs node by node; ``counts`` itself when that lowers the throughput."""
+    by_name = {d.name: d for d in demands}
+    used: dict[str, list[float]] = {nc.name: [0.0, 0.0, 0.0] for nc in cluster.node_classes}
+    for key, n in counts.items():
+        vec = usage_vector(by_name[key.operator].options[key.option], cluster.node_class(key.node_class))
+        for i in range(3):
+            used[key.node_class][i] += vec[i] * n
+    kept = dict(counts)
+    for d in demands:
+        for key in sorted(k for k in cur if k.operator == d.name and kept.get(k, 0) > 0):
+            nc = cluster.node_class(key.node_class)
+            vec, room = usage_vector(d.options[key.option], nc), class_capacity(nc)
+            while (kept[key] < cur[key] and (d.max_replicas is None or sum(n for k, n in kept.items() if k.operator == d.name) < d.max_replicas)
+                   and all(used[key.node_class][i] + vec[i] <= room[i] + 1e-9 for i in range(3))):
+                kept[key] += 1
+                for i in range(3):
+                    used[key.node_class][i] += vec[i]
+    if kept == counts or pack_cluster(demands, cluster, kept) or throughput_of(demands, cluster, kept) < throughput_of(demands, cluster, counts) * (1 - 1e-9):
+        return counts
+    return kept

@@ -4,7 +4,8 @@ Contract:
 - ``plan(state, regime, live) -> RegimePlan | None``: while the regime is live and every operator
   has a fitted model and ran ``COVERED_ITEMS`` of its items, the placement MILP's answer for a
   pipeline working on that regime's items (capacity curves at the features measured there, scaled
-  to the rate measured there; candidates that ran it, accepted canaries and running configs, never
+  to the rate measured there, replicas beyond those running counted at ``confidence_z`` below the
+  median as the placement's evidence gate counts them; candidates that ran it, accepted canaries and running configs, never
   an unsafe one), re-solved after a refit at most every ``RESOLVE_S``; otherwise the last plan
   solved while live, else the one remembered from an earlier run, else None.
 - ``refresh(state, regimes, live)`` solves the live regimes' plans when due, every tick;
@@ -68,8 +69,9 @@ class RegimePlans:
     """The known regimes' plans (see the module docstring)."""
 
     def __init__(self, settings: PlacementSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
-                 pace: Pace, cold_starts: ColdStarts, solve: Callable[..., Any]) -> None:
+                 pace: Pace, cold_starts: ColdStarts, solve: Callable[..., Any], confidence_z: float = 0.0) -> None:
         self.settings = settings
+        self.confidence_z = confidence_z
         self.ctx = ctx
         self.ops = ops
         self.search = search
@@ -198,7 +200,8 @@ class RegimePlans:
                 if cap < 1:
                     continue
                 try:
-                    curve = concave_curve((factor * op.model.capacity_lower(config, cap, 0, 0.0, features)).tolist())
+                    totals = op.model.capacity_lower(config, cap, op_state.configs().get(config, 0), self.confidence_z, features)
+                    curve = concave_curve((factor * totals).tolist())
                 except (NoModelError, ValueError):
                     continue
                 options.append(placement_option(name, config, curve, self.search, self.cold_starts, op))
