@@ -41,8 +41,8 @@ class Models:
         for s in samples:
             if isinstance(s, BatchSample) and s.operator in known and s.items_in >= 1:
                 new.setdefault(s.operator, []).append(s)
-        for name in known:
-            self.ops.ensure(name)
+        for op_state in state.operators:  # in pipeline order: the parts iterate the operators in this order
+            self.ops.ensure(op_state.name)
         failed = []
         routine = []   # refits of unchanged workloads (module docstring)
         for name, batch in new.items():
