@@ -129,6 +129,21 @@ def test_the_report_shows_question_systems_figures_targets_and_provenance(repo: 
     assert "beta" not in headline  # beta declares no headline figure
 
 
+def test_a_ratio_to_an_oracle_the_policy_beats_is_never_read_as_met(tmp_path: Path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    sha = commit(root, "pkg/alpha.py", "v = 1\n")
+    (root / "bench-results").mkdir()
+    report = result("alpha", sha, {"speed": 1.0, "ratio_to_oracle": 6.36, "sim": {"w": {"t_over_oracle": 1.01}}},
+                    {"ratio_to_oracle": {"goal": ">= 0.9", "met": True}})
+    (root / "bench-results" / "alpha.json").write_text(json.dumps(report))
+    text = render(root / "bench-results", root / "docs" / "benchmarks.md", TOY)
+    assert "| `ratio_to_oracle` | 6.36 | >= 0.9 | **oracle beaten**: not an upper bound (> 1.02) |" in text
+    assert "| `sim.w.t_over_oracle` | 1.01 |  |  |" in text  # within the 2% the oracle's search is held to
+    assert "above 1.02 is marked **oracle beaten**" in text
+
+
 def test_the_report_is_deterministic_and_carries_no_generation_time(repo: dict):
     first = render(repo["results"], repo["doc"], TOY)
     assert render(repo["results"], repo["doc"], TOY) == first
