@@ -10,7 +10,7 @@ Contract:
   and ``README_END``, from the results of ``README_BENCHMARKS`` (``corpus-trident.json``, ``closed-loop-suite.json``).
 - ``write(results_dir, doc_path, readme=)`` writes the report (and the README block); ``check(...) ->
   Check`` compares them with the files, with a one-line reason and a unified diff where they differ.
-- A policy-over-oracle figure above ``1 + ORACLE_SLACK`` (``oracle_beaten``) reads "oracle beaten", never met.
+- A policy-over-oracle figure above ``1 + suite_sim.BEAT_TOLERANCE`` (``oracle_beaten``) reads "oracle beaten", never met.
 - A result the catalogue lacks, a JSON that is no benchmark report, or a README without its markers is
   a ``RuntimeConfigError`` naming the file and what to change.
 """
@@ -27,6 +27,7 @@ from typing import Any, Mapping
 from benchmarks.catalogue import CATALOGUE, Benchmark
 from benchmarks.provenance import describe, git
 from benchmarks.report import figure, figures
+from benchmarks.suite_sim import BEAT_TOLERANCE
 from trident_flows.core.state import RuntimeConfigError
 
 HEADER = """# Benchmarks
@@ -56,7 +57,7 @@ README_BENCHMARKS = {
     SUITE: "the regression workloads: hand-picked regimes on one node, kept as regression checks",
 }
 SECTIONS = ("sim", "live")
-ORACLE_SLACK = 0.02  # a policy above the oracle by more than this beats it (the suite's oracle_beaten_by_more_than_2pct)
+BEATEN_ABOVE = f"{1 + BEAT_TOLERANCE:g}"  # a policy-over-oracle ratio above this beats the oracle (the suite's rule)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def render(results_dir: Path, doc_path: Path, catalogue: Mapping[str, Benchmark]
     results.sort(key=lambda r: (order[r.name], r.path))
     fresh = {r.path: freshness(r.report.get("provenance"), catalogue[r.name].code, repo) for r in results}
     stale = sum(f.stale for f in fresh.values())
-    lines = [HEADER.format(results=results_dir.name, slack=f"{1 + ORACLE_SLACK:g}"),
+    lines = [HEADER.format(results=results_dir.name, slack=BEATEN_ABOVE),
              f"{len(results)} results: {len(results) - stale} fresh, {stale} stale.", "", "## Headline", "",
              "| benchmark | result | figure | value | target | met | status |", "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -207,9 +208,10 @@ def _provenance_line(report: Mapping[str, Any]) -> str:
 
 def _row(bench: str | None, result: str | None, key: str, value: Any, target: Mapping[str, Any] | None, mark: str | None) -> str:
     cells = [c for c in (bench, result) if c is not None]
-    met = ("met" if target["met"] else "**NOT met**") if target else ""
     if oracle_beaten(key, value):
-        met = f"**oracle beaten**: not an upper bound (> {1 + ORACLE_SLACK:g})"
+        met = f"**oracle beaten**: not an upper bound (> {BEATEN_ABOVE})"
+    else:
+        met = ("met" if target["met"] else "**NOT met**") if target else ""
     cells += [f"`{key}`", _value(value), _cell(target["goal"]) if target else "", met]
     if mark is not None:
         cells.append(mark)
@@ -217,11 +219,11 @@ def _row(bench: str | None, result: str | None, key: str, value: Any, target: Ma
 
 
 def oracle_beaten(key: str, value: Any) -> bool:
-    """Whether ``key`` is a policy's rate over an oracle's (``ratio_to_oracle``, ``*t_over_oracle``) above ``1 + ORACLE_SLACK``:
+    """Whether ``key`` is a policy's rate over an oracle's (``ratio_to_oracle``, ``*t_over_oracle``) above ``1 + BEAT_TOLERANCE``:
     an oracle a policy beats is no upper bound, so no target on that ratio reads as met."""
     name = key.rsplit(".", 1)[-1]
     return (name == "ratio_to_oracle" or name.endswith("t_over_oracle")) and isinstance(value, (int, float)) \
-        and not isinstance(value, bool) and value > 1 + ORACLE_SLACK
+        and not isinstance(value, bool) and value > 1 + BEAT_TOLERANCE
 
 
 def _value(value: Any) -> str:
