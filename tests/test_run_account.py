@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +17,7 @@ from trident_flows.control.run_record import MAX_POINTS, DecisionTaken, RunRecor
 from trident_flows.control.start_estimate import Estimate, estimate_without_trident
 from trident_flows.core.changes import OperatorChange
 from trident_flows.core.decision import Decision, Hold, HoldKind
+from trident_flows.core.output_errors import OutputWriteError
 from trident_flows.core.state import ApplyOutcome, ApplyReport, ApplyStatus, RunnerState
 from trident_flows.core.types import BatchSample, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.loop.apply import Applied
@@ -104,6 +106,13 @@ def test_a_run_without_decisions_says_so_plainly_and_still_draws_its_timeline(tm
     png = timeline_png(account, list(record.points), done, tmp_path / "t.png")
     assert png.startswith(b"\x89PNG") and (tmp_path / "t.png").read_bytes() == png
     assert "data:image/png;base64," in account.markdown(png)
+
+
+def test_a_timeline_that_cannot_be_written_fails_naming_its_path():
+    record, done = _record_at_rates(2.0, 2.0, switch=10.0, end=40.0)
+    account = build_account("static", record, done[:1], done, NOT_COUNTED, NO_ESTIMATE, 2.0, why_no_decisions("static", None, record))
+    with pytest.raises(OutputWriteError, match="cannot write /dev/full: No space left on device; free space"):
+        timeline_png(account, list(record.points), done, Path("/dev/full"))  # a full device: ENOSPC names no file
 
 
 def test_why_no_decisions_quotes_the_policys_last_tick():

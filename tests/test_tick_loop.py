@@ -10,6 +10,7 @@ import pytest
 from builders import operator_state, replica_state, runner_state
 
 from trident_flows.core.decision import Decision
+from trident_flows.core.output_errors import OutputWriteError
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerState, SamplePage
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup
 from trident_flows.loop.apply import Applied
@@ -111,6 +112,12 @@ def test_a_tick_without_a_plan_writes_nothing_but_moves_the_cursor(tmp_path):
     tick = loop.tick()
     assert tick.decision == Decision.no_change() and tick.applied is None and tick.line is None
     assert loop.loop_state.cursor == 3 and (tmp_path / "d.jsonl").read_text() == ""
+
+
+def test_a_decision_log_that_cannot_be_written_fails_naming_its_path():
+    loop = TickLoop(Runner(), Policy(), WallClock(), decision_log="/dev/full")  # a full device: ENOSPC names no file
+    with pytest.raises(OutputWriteError, match="cannot write /dev/full: No space left on device"):
+        loop.tick()
 
 
 def test_a_refused_plan_issued_again_unchanged_is_counted_once_as_repeated(tmp_path):

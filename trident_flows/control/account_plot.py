@@ -1,7 +1,7 @@
 """The throughput timeline of a run with the policy's decisions marked: the PNG of the run's account.
 
 Contract: ``timeline_png(account, points, done_t, path)`` writes a PNG to ``path`` (folders
-created) and returns its bytes. Top panel: input items done per second (measured, from ``done_t``,
+created; a failed write raises ``OutputWriteError`` naming ``path``) and returns its bytes. Top panel: input items done per second (measured, from ``done_t``,
 in bins of ``bin_s(run)``: about 30 bins, 2 s at least), the items taken per second of each
 operator a decision changed (measured, from the control loop's ``CountPoint``s, in the same bins),
 the run's measured mean, and the starting
@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from trident_flows.control.account import ROLLED_BACK, RunAccount
 from trident_flows.control.run_record import CountPoint
+from trident_flows.core.output_errors import naming_the_path
 
 TIMELINE_PNG = "timeline.png"  # the file name beside a run's output (``OUT/timeline.png``)
 STATUS_COLOURS = {"landed": "tab:green", "partial": "tab:orange", "refused": "tab:red", ROLLED_BACK: "tab:purple"}
@@ -82,6 +83,7 @@ def timeline_png(account: RunAccount, points: Sequence[CountPoint], done_t: np.n
     fig.savefig(buf, format="png")
     png = buf.getvalue()
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(png)
+    with naming_the_path(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(png)
     return png

@@ -30,6 +30,7 @@ from trident_flows.control.loop import ControlLoop
 from trident_flows.control.ooms_avoided import OomsAvoided
 from trident_flows.control.run_record import RunRecord
 from trident_flows.control.start_estimate import Estimate
+from trident_flows.core.output_errors import naming_the_path
 from trident_flows.core.state import RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import BatchSample, ClusterSpec, OpConfig
 from trident_flows.loop.run_summary import OutputCounts, RunSummary, run_summary
@@ -424,10 +425,11 @@ def run_command(*, pipeline: str, out: Path, policy: str = DEFAULT_POLICY, input
     if summary.error:
         console.print(f"[red]run failed: {summary.error}")
     if summary_json:
-        summary_json.parent.mkdir(parents=True, exist_ok=True)
         tmp = summary_json.with_suffix(".tmp")
-        tmp.write_text(json.dumps(summary.to_dict(), indent=2, default=str) + "\n")
-        tmp.replace(summary_json)
+        with naming_the_path(summary_json):
+            summary_json.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(summary.to_dict(), indent=2, default=str) + "\n")
+            tmp.replace(summary_json)
         console.print(f"summary: {summary_json}")
     return summary
 

@@ -10,7 +10,8 @@ Contract:
   the ``Decision`` goes unchanged into the returned ``Tick`` and to the recorders. ``run()`` ticks
   at each ``clock.wait()``.
 - One failure rule: a runner call or policy that raises writes an error line, keeps the cursor, goes on.
-- One decision log (JSON lines, the fields ``_decided`` lists), and one ``LoopState``: the cursor and
+- One decision log (JSON lines, the fields ``_decided`` lists; a failed write raises ``OutputWriteError`` naming
+  its path), and one ``LoopState``: the cursor and
   the counts of decisions, ``applied``, ``applies_refused`` and ``refused_repeated``.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from trident_flows.core.decision import Decision
+from trident_flows.core.output_errors import naming_the_path
 from trident_flows.core.signatures import placement_signature, plan_signature
 from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState, SamplePage
 from trident_flows.loop.apply import Applied, apply_plan, tell_policy
@@ -104,8 +106,9 @@ class TickLoop:
         self.loop_state = loop_state if loop_state is not None else LoopState()
         self.decision_log = Path(decision_log) if decision_log else None
         if self.decision_log is not None:
-            self.decision_log.parent.mkdir(parents=True, exist_ok=True)
-            self.decision_log.write_text("")
+            with naming_the_path(self.decision_log):
+                self.decision_log.parent.mkdir(parents=True, exist_ok=True)
+                self.decision_log.write_text("")
 
     def run(self) -> None:
         """Tick at each ``clock.wait()`` until the run finishes or the clock stops."""
@@ -193,5 +196,5 @@ class TickLoop:
 
     def _log(self, line: dict[str, Any]) -> None:
         if self.decision_log is not None:
-            with self.decision_log.open("a") as f:
+            with naming_the_path(self.decision_log), self.decision_log.open("a") as f:
                 f.write(json.dumps(line, default=str) + "\n")

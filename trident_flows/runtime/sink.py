@@ -21,12 +21,13 @@ import shutil
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trident_flows.core.output_errors import naming_the_path
 from trident_flows.runtime.resume import remove_marker, write_marker
 from trident_flows.runtime.spec import DROP, ID, SOURCE_ID
 
@@ -74,26 +75,9 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
         return pa.table(arrays)
 
 
-class OutputWriteError(OSError):
-    """The output filesystem refused a write (full, read-only, ...); the message names the path and the fix."""
-
-
-@contextlib.contextmanager
-def _naming_the_path(default: Path) -> Iterator[None]:
-    """Re-raise an ``OSError`` as ``OutputWriteError`` naming the path and what to do."""
-    try:
-        yield
-    except OutputWriteError:
-        raise
-    except OSError as exc:
-        path = exc.filename or default
-        raise OutputWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}; free space on that filesystem or make "
-                                          "it writable, then run the same command again to resume") from exc
-
-
 def _atomic_write(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with _naming_the_path(path):
+    with naming_the_path(path):
         try:
             pq.write_table(table, tmp)
             os.replace(tmp, path)
@@ -122,7 +106,7 @@ class Sink:
         """Write one staging part of a running shard (rows and dead-letter records)."""
         stage = self._stage_dir(shard_id)
         part = uuid.uuid4().hex
-        with _naming_the_path(stage):
+        with naming_the_path(stage):
             stage.mkdir(parents=True, exist_ok=True)
             if rows:
                 _atomic_write(rows_to_table(rows), stage / f"data-{part}.parquet")
@@ -131,13 +115,13 @@ class Sink:
 
     def discard(self, shard_id: str) -> None:
         """Forget the staging parts and the commit marker of a shard (it is being re-run from the start)."""
-        with _naming_the_path(self.out_dir):
+        with naming_the_path(self.out_dir):
             remove_marker(self.out_dir, shard_id)
         shutil.rmtree(self._stage_dir(shard_id), ignore_errors=True)
 
     def commit(self, shard_id: str) -> dict[str, int]:
         """Combine a finished shard's parts into its final files (atomically, replacing earlier ones)."""
-        with _naming_the_path(self.out_dir):
+        with naming_the_path(self.out_dir):
             return self._commit(shard_id)
 
     def _commit(self, shard_id: str) -> dict[str, int]:
