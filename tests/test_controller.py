@@ -492,6 +492,27 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
     assert not policy.canaries.abandoned_here(name)
 
 
+def test_a_config_whose_canary_was_rejected_is_no_placement_candidate_until_the_workload_changes():
+    from trident_flows.core.types import ConfigSpace
+    from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
+
+    ops = [SimOp("a", "x", 0.002, per_batch=0.08), SimOp("b", "y", 0.01)]
+    runner = SimRunner(ops, [(1e9, {"x": 1.0, "y": 1.0})])
+    spec = PipelineSpec("sim", tuple(OperatorSpec(n, object, B8, 2, space=ConfigSpace(devices=("cpu",), batch_size_max=64))
+                                     for n in "ab"), lambda: iter(()))
+    policy = TridentPolicy(spec, CLUSTER8)
+    run_ticks(runner, policy, 22)
+    state, op = runner.state(), policy.ops["a"]
+    tried = next(c for c in op.accepted if c not in state.operator("a").configs())  # accepted earlier, not serving now
+    assert tried in policy.placement.candidates(state, "a")[0]
+    op.rejected[tried] = state.wall_s  # a later canary of it was rejected
+    assert tried not in policy.placement.candidates(state, "a")[0]
+    runner.advance(2.0)
+    later = runner.state()
+    policy.gate.rearm_from(later, "a")  # its workload changed since: the rejection no longer speaks for it
+    assert tried in policy.placement.candidates(later, "a")[0]
+
+
 def test_a_canary_holding_a_slow_batch_is_judged_when_it_is_back_not_abandoned_as_starved():
     from trident_flows.core.types import ConfigSpace
     from trident_flows.runtime.spec import OperatorSpec, PipelineSpec

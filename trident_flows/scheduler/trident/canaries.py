@@ -8,8 +8,12 @@ Contract:
   abandoned unless it holds one), and at most one optimiser is asked for a proposal. Returns the
   tick's canary plans by operator, an event each; ended ones go to ``ended``.
 - A proposal starts only when the placement has ``settled``, nothing is verified, the operator is
-  busy enough, and the proposal is new, fits the free resources and memory limit, is fast enough
-  per batch and can pay back its start in the run's time left (``needs_s``).
+  busy enough, and the proposal is new, fits the memory limit, is fast enough per batch and can pay
+  back its start in the run's time left (``needs_s``), and fits the free resources or, where it does
+  not, takes the place of one of the operator's own replicas on its device (``in_place_of``: the
+  operator keeps at least one); a canary that ends gives that replica back.
+- A rejected canary's config is ``Operator.rejected`` (with the runner ``wall_s``): the placement
+  leaves it out until the operator's workload changes.
 - ``attach(state, plan, canaries, ended)`` adds the canary plans to ``plan``; ``keeping(state, o)``
   keeps a canary still being measured; ``exploring(state)``: some operator may still get one.
 """
@@ -17,10 +21,11 @@ Contract:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import BatchSample, CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale
+from trident_flows.core.types import BatchSample, CanaryEnd, CanaryVerdict, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler import canary as canary_protocol
 from trident_flows.scheduler.decision_log import EventKind, TickEvent
 from trident_flows.scheduler.model_values import NoModelError
@@ -46,6 +51,7 @@ class CanaryTrial:
     reason: str
     candidate: list = field(default_factory=list)
     incumbent: list = field(default_factory=list)
+    in_place_of: OpConfig | None = None  # the operator's own config one replica of which the canary replaced
 
 
 class Canaries:
@@ -120,8 +126,11 @@ class Canaries:
             return None
         if proposal.kind == "seed" and any(c.device == config.device for c in serving):
             return None  # the running replicas measure that device already (they are told every tell_every batches)
+        swapped = None
         if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
-            return None
+            swapped = in_place_of(serving, config, free_cpus, free_gpus)
+            if swapped is None:
+                return None
         if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self.search.limit(config):
             return None
         try:
@@ -137,10 +146,16 @@ class Canaries:
                 events.append(TickEvent(EventKind.CANARY, name, f"no canary of {config.label()}: one batch would take about {config.batch_size / rate:.0f} s "
                               f"(> canary_max_batch_s={self.settings.max_batch_s:g}); draining it would stall the rollouts"))
             return None
-        op.canary = CanaryTrial(config, state.wall_s, proposal.reason)
-        reason = f"canary {config.label()} for {name}: {proposal.reason}"
+        op.canary = CanaryTrial(config, state.wall_s, proposal.reason, in_place_of=swapped)
+        where = f" in place of one {swapped.label()} replica (no free {config.device})" if swapped is not None else ""
+        reason = f"canary {config.label()} for {name}{where}: {proposal.reason}"
         events.append(TickEvent(EventKind.CANARY, name, reason))
-        return OperatorPlan(name, serving_groups(state.operator(name)), reason, config)
+        return OperatorPlan(name, with_one_more(serving_groups(state.operator(name)), swapped, -1), reason, config)
+
+    def rejected_here(self, name: str, config: OpConfig) -> bool:
+        """True while ``config``'s canary of ``name`` was rejected since the operator's workload last changed."""
+        rejected = self.ops[name].rejected.get(config)
+        return rejected is not None and self.gate.changed_wall(name) <= rejected
 
     def abandoned_here(self, name: str) -> bool:
         """True while ``name``'s last canary was abandoned since its workload last changed."""
@@ -177,7 +192,7 @@ class Canaries:
             reason = f"canary {c.config.label()} of {name} abandoned: it {why} within canary_timeout_s={self.settings.timeout_s:g}"
             events.append(TickEvent(EventKind.CANARY, name, reason))
             ended.append(CanaryEnd(name, c.config, CanaryVerdict.ABANDONED))
-            return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
+            return OperatorPlan(name, with_one_more(serving_groups(state.operator(name)), c.in_place_of, 1), reason, None)
         decision = canary_protocol.decide(c.candidate, c.incumbent, elapsed_s=elapsed, policy=self.settings.policy,
                                           memory_limit=self.search.limit(c.config))
         if decision.verdict == canary_protocol.Verdict.MEASURE:
@@ -190,12 +205,14 @@ class Canaries:
             opt.tell(c.config, m.throughput, m.peak_memory, m.features, items=m.items)
         if decision.verdict == canary_protocol.Verdict.ACCEPT:
             op.accepted.add(c.config)
+        else:
+            op.rejected[c.config] = state.wall_s
         op.canary = None
         reason = f"canary {c.config.label()} of {name} {decision.verdict.value}ed: {decision.reason}"
         events.append(TickEvent(EventKind.CANARY, name, reason))
         accepted = decision.verdict == canary_protocol.Verdict.ACCEPT
         ended.append(CanaryEnd(name, c.config, CanaryVerdict.ACCEPTED if accepted else CanaryVerdict.REJECTED))
-        return OperatorPlan(name, serving_groups(state.operator(name)), reason, None)
+        return OperatorPlan(name, with_one_more(serving_groups(state.operator(name)), c.in_place_of, 1), reason, None)
 
     def attach(self, state: RunnerState, plan: Plan | None, canaries: dict[str, OperatorPlan], ended: list[CanaryEnd]) -> Plan:
         if plan is None:
@@ -228,3 +245,23 @@ class Canaries:
                     and not self.search.optimizer(op_state.name).finished):
                 return True
         return False
+
+
+def in_place_of(serving: Mapping[OpConfig, int], config: OpConfig, free_cpus: float, free_gpus: float) -> OpConfig | None:
+    """The serving config (of those with most replicas) one replica of which, retired, frees room for a canary of ``config``
+    on the same device, where the operator keeps at least one replica; None where none does."""
+    if sum(serving.values()) < 2:
+        return None
+    fits = [c for c in serving if c.device == config.device and free_cpus + c.cpus + 1e-9 >= config.cpus
+            and free_gpus + c.gpus + 1e-9 >= config.gpus]
+    return max(fits, key=lambda c: (serving[c], c.label()), default=None)
+
+
+def with_one_more(groups: tuple[ReplicaGroup, ...], config: OpConfig | None, delta: int) -> tuple[ReplicaGroup, ...]:
+    """``groups`` with ``delta`` (+1 or -1) replicas of ``config`` (unchanged for None); a group left empty is dropped."""
+    if config is None:
+        return groups
+    out = [replace(g, replicas=g.replicas + delta) if g.config == config else g for g in groups]
+    if not any(g.config == config for g in groups) and delta > 0:
+        out.append(ReplicaGroup(config, delta))
+    return tuple(g for g in out if g.replicas > 0)

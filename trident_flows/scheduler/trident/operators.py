@@ -2,8 +2,8 @@
 
 Contract:
 - ``Operator``: one operator's model, regime detector, sliding ``window`` of ``(sequence number,
-  BatchSample)`` (``fed``, ``read``), fit bookkeeping, optimisers per regime, canary, and accepted
-  and unsafe configs; the policy's parts read and write these fields.
+  BatchSample)`` (``fed``, ``read``), fit bookkeeping, optimisers per regime, canary, and accepted,
+  rejected and unsafe configs; the policy's parts read and write these fields.
 - ``Operators``: name -> ``Operator`` in first-seen order; ``ensure(name)`` adds a fresh one;
   ``regime_key()`` names every operator's current regime.
 - ``ColdStarts``: the longest cold start per (operator, device); ``cold_start(name, device)``
@@ -48,6 +48,7 @@ class Operator:
     to_tell: dict = field(default_factory=dict)
     canary: CanaryTrial | None = None
     accepted: set = field(default_factory=set)
+    rejected: dict = field(default_factory=dict)  # config -> runner wall_s when its canary was rejected
     unsafe: dict = field(default_factory=dict)
     unfitted: int = 0                  # samples since the last fit
     fitted_epoch: int | None = None    # the config epoch of the last fit (None: refit at the next samples)

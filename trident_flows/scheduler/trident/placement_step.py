@@ -5,7 +5,8 @@ Contract:
   configs (``forced``) and notes. Raises while an operator has no fitted model or safe candidate,
   or when the solver fails. Re-solved only when an input changed or ``resolve_ticks`` passed.
 - ``candidates(state, name)``: running configs, accepted canaries, the optimiser's and regime
-  memory's best and, off an unsafe config, the next smaller batch; unsafe, unfitting or
+  memory's best and, off an unsafe config, the next smaller batch; a config whose canary was
+  rejected since the operator's workload last changed is none of these; unsafe, unfitting or
   under-sampled (``min_config_samples``: the evidence gate) ones are no option. Capacity curves
   are the model's lower confidence bound (``confidence_z``) of what more replicas add, made concave.
 - ``cluster_for_placement(state)``: the cluster minus running canaries and, while
@@ -113,14 +114,15 @@ class PlacementStep:
                 extra.append(smaller)
                 notes.append(f"{name}: {c.label()} is unsafe ({why}); candidate {smaller.label()}")
         for c in extra:
-            if c not in cands:
+            if c not in cands and not self.canaries.rejected_here(name, c):
                 cands.append(c)
         return cands, notes
 
     def place(self, state: RunnerState, tick: int) -> Placed:
         cluster = self.cluster_for_placement(state)
         key = (cluster, placement_signature(state), frozenset(self.gate.stale),
-               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), calibration_step(o.model))
+               tuple((n, o.model_version, o.detector.current, frozenset(o.unsafe), frozenset(o.accepted), frozenset(o.rejected),
+                      calibration_step(o.model))
                      for n, o in sorted(self.ops.items())))
         if self._solved is not None and self._solved[0] == key and tick - self._solved[1] < self.settings.resolve_ticks:
             return self._solved[2]
