@@ -32,8 +32,11 @@ class OraclePolicy:
     It switches ahead of the block by the operator's cold start plus one tick (``tick_s``; the cold
     start its replicas measured, at the rate its position advanced over the last ``RATE_TICKS``
     ticks), so that the new replicas are warm when the block arrives, as a policy that anticipates
-    can. A mix of configurations that does not fit the cluster waits: only the operators whose new
-    configuration holds no more than the current one switch until the rest fit."""
+    can. Where the new mix does not fit the cluster (operators still on the old block hold what the
+    new block's operators want), the operators whose new configuration holds no more than their
+    current one switch, and each growing one, in pipeline order, takes as many replicas of its new
+    configuration as fit beside the rest (its own resources and the free ones); it takes the rest
+    at a later tick, as the others free theirs."""
 
     name = "oracle"
 
@@ -82,12 +85,12 @@ class OraclePolicy:
         cpus = sum(held(g)[0] for g in final.values())
         gpus = sum(held(g)[1] for g in final.values())
         if cpus > self.cpus + 1e-9 or gpus > self.gpus + 1e-9:
-            changing = [n for n in changing if all(a <= b + 1e-9 for a, b in zip(held(final[n]), held(current[n])))]
+            final, changing = self._fitting(state, current, final, changing)
             if not changing:
                 return Decision.no_change("the next configurations do not fit the cluster yet")
         ops = []
         for n in changing:
-            regime, groups = target[n]
+            regime, groups = target[n][0], final[n]
             ops.append(OperatorPlan(n, tuple(ReplicaGroup(c, r) for c, r in groups.items()),
                                     f"oracle: {n} is at input item ~{positions[n]:.0f}, regime {regime!r}: its configuration "
                                     f"{self.labels[regime]}"))
@@ -95,6 +98,33 @@ class OraclePolicy:
         plan = Plan(tuple(ops), self.predicted[head_regime], "; ".join(o.reason for o in ops))
         return Decision.roll_out(plan, plan.reason, plan.predicted_throughput)
 
+
+    def _fitting(self, state: RunnerState, current: Mapping[str, dict[OpConfig, int]], final: Mapping[str, dict[OpConfig, int]],
+                 changing: Sequence[str]) -> tuple[dict[str, dict[OpConfig, int]], list[str]]:
+        """The mix that fits (see the class docstring): shrinking operators switch; each growing one, in pipeline order, takes
+        the replicas of its new configuration that fit. Returns the mix and the operators it changes."""
+        shrinking = [n for n in changing if all(a <= b + 1e-9 for a, b in zip(held(final[n]), held(current[n])))]
+        mix = {n: dict(final[n]) if n in shrinking else dict(current[n]) for n in final}
+        moved = list(shrinking)
+        for op in state.operators:
+            n = op.name
+            if n not in changing or n in shrinking:
+                continue
+            free_cpus = self.cpus - sum(held(g)[0] for k, g in mix.items() if k != n)
+            free_gpus = self.gpus - sum(held(g)[1] for k, g in mix.items() if k != n)
+            part: dict[OpConfig, int] = {}
+            for config, replicas in sorted(final[n].items(), key=lambda kv: kv[0].label()):
+                fit = replicas
+                if config.cpus > 0:
+                    fit = min(fit, int((free_cpus - held(part)[0]) // config.cpus + 1e-9))
+                if config.gpus > 0:
+                    fit = min(fit, int((free_gpus - held(part)[1]) / config.gpus + 1e-9))
+                if fit > 0:
+                    part[config] = fit
+            if part and part != current[n]:
+                mix[n] = part
+                moved.append(n)
+        return mix, [n for n in changing if n in moved]
 
     def _rates(self, wall_s: float, positions: Mapping[str, float]) -> dict[str, float]:
         """Input items per second each operator's position advanced over the last ``RATE_TICKS`` ticks."""

@@ -14,7 +14,7 @@ from benchmarks.closed_loop_workload import Tuning, Workload, tune
 from benchmarks.lineage import items_lost
 from benchmarks.oracle_policy import OraclePolicy
 from trident_flows.core.decision import Decision
-from trident_flows.core.types import OpConfig
+from trident_flows.core.types import OpConfig, ReplicaGroup
 from trident_flows.pipelines.emulated import MEMORY_SCALE, EmulatedOperator, synthetic_rows
 from trident_flows.runtime.costmodel import DeviceCost, OperatorCost, PipelineProfile
 from trident_flows.sim.static_search import StaticConfig, predict_throughput, search_static
@@ -139,16 +139,23 @@ def test_oracle_switches_an_operator_ahead_of_its_block_by_its_cold_start():
     assert oracle.decide(_state({"a": (130, 130), "b": (70, 0)}, running, wall_s=1.0, cold_start_s=1.0), []) == Decision.no_change()
 
 
-def test_oracle_waits_while_a_growing_operator_does_not_fit_beside_the_others():
-    cpu4 = OpConfig.make("cpu", batch_size=4)
+def test_oracle_grows_an_operator_as_far_as_it_fits_beside_the_others_and_the_rest_later():
+    cpu4, cpu2 = OpConfig.make("cpu", batch_size=4), OpConfig.make("cpu", batch_size=2)
     first = StaticConfig((("a", cpu4, 2), ("b", cpu4, 6)), 10.0)
     second = StaticConfig((("a", cpu4, 6), ("b", cpu4, 2)), 5.0)
     oracle = OraclePolicy([("x", 0, 10), ("y", 10, 20)], {"x": first, "y": second}, cpus=8, gpus=0)
     running = {"a": {cpu4: 2}, "b": {cpu4: 6}}
-    # a is in block y and wants 6 replicas, but b (still in x) holds 6 of the 8 CPUs: nothing changes yet
+    # a is in block y and wants 6 replicas, but b (still in x) holds 6 of the 8 CPUs: nothing free, nothing changes yet
     assert oracle.decide(_state({"a": (12, 12), "b": (8, 0)}, running), []).plan is None
     # b reaches y too: both switch, together they fit
     plan = oracle.decide(_state({"a": (14, 14), "b": (12, 0)}, running), []).plan
+    assert plan is not None and {o.operator: o.replicas for o in plan.operators} == {"a": 6, "b": 2}
+    # on 10 CPUs a takes the 2 free ones now, in its new configuration, and never waits on b for all of it
+    third = StaticConfig((("a", cpu2, 6), ("b", cpu4, 2)), 5.0)
+    oracle = OraclePolicy([("x", 0, 10), ("y", 10, 20)], {"x": first, "y": third}, cpus=10, gpus=0)
+    plan = oracle.decide(_state({"a": (12, 12), "b": (8, 0)}, running), []).plan
+    assert plan is not None and [(o.operator, o.groups) for o in plan.operators] == [("a", (ReplicaGroup(cpu2, 4),))]
+    plan = oracle.decide(_state({"a": (14, 14), "b": (12, 0)}, {"a": {cpu2: 4}, "b": {cpu4: 6}}), []).plan
     assert plan is not None and {o.operator: o.replicas for o in plan.operators} == {"a": 6, "b": 2}
 
 
