@@ -5,7 +5,10 @@ Contract:
   every larger batch of the same device and knobs), with an ``OOM`` event; the operator's optimiser
   is told, when the config lies in its space.
 - ``unsafe(name, config)`` says why ``config`` is unsafe for ``name`` (it or a smaller batch ran out of
-  memory, or its memory upper bound exceeds the budget's limit), None when it is safe.
+  memory, or its memory upper bound exceeds the budget's limit), None when it is safe. Memory does not
+  fall as the batch grows: a config no larger than a batch of the same device and knobs that ran
+  without running out of memory and whose own bound is within the limit is safe, however wide its own
+  bound (an unmeasured small batch's bound is an extrapolation).
 - ``plan(state)`` moves every operator off its unsafe running configs to the largest smaller batch that
   is not unsafe (halving down to 1), replica for replica: the same CPUs/GPUs, so it always fits. It
   keeps the operator's canary and carries a ``MEMORY_SAFETY`` rationale naming the unsafe configs.
@@ -49,9 +52,21 @@ class MemorySafety:
             if bad.device == config.device and bad.knobs == config.knobs and config.batch_size >= bad.batch_size:
                 return why
         bound = self.search.memory_bound(name, config)
-        if bound is not None and bound > self.search.limit(config):
+        if bound is not None and bound > self.search.limit(config) and not self._below_a_safe_batch(name, config):
             return f"memory upper bound {bound / 2**20:.0f} MiB > limit {self.search.limit(config) / 2**20:.0f} MiB"
         return None
+
+    def _below_a_safe_batch(self, name: str, config: OpConfig) -> bool:
+        """Whether a larger batch of ``config``'s device and knobs ran (in the operator's window) without running out of
+        memory, its own memory upper bound within the limit."""
+        larger = {s.config for _, s in self.ops[name].window
+                  if s.outcome != Outcome.OOM and s.config.device == config.device and s.config.knobs == config.knobs
+                  and s.config.batch_size > config.batch_size}
+        for c in larger:
+            bound = self.search.memory_bound(name, c)
+            if bound is not None and bound <= self.search.limit(c):
+                return True
+        return False
 
     def plan(self, state: RunnerState) -> Plan | None:
         ops, unsafe = [], []
