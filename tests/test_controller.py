@@ -503,7 +503,9 @@ def test_a_config_whose_canary_was_rejected_is_no_placement_candidate_until_the_
     policy = TridentPolicy(spec, CLUSTER8)
     run_ticks(runner, policy, 22)
     state, op = runner.state(), policy.ops["a"]
-    tried = next(c for c in op.accepted if c not in state.operator("a").configs())  # accepted earlier, not serving now
+    tried = OpConfig.make("cpu", batch_size=24)  # accepted earlier, not serving now
+    assert tried not in state.operator("a").configs()
+    op.accepted.add(tried)
     assert tried in policy.placement.candidates(state, "a")[0]
     op.rejected[tried] = state.wall_s  # a later canary of it was rejected
     assert tried not in policy.placement.candidates(state, "a")[0]
