@@ -12,8 +12,8 @@ Contract:
   back its start in the run's time left (``needs_s``), and fits the free resources or, where it does
   not, takes the place of one of the operator's own replicas on its device (``in_place_of``: the
   operator keeps at least one); a canary that ends gives that replica back.
-- A rejected canary's config is ``Operator.rejected`` (with the runner ``wall_s``): the placement
-  leaves it out until the operator's workload changes.
+- A rejected canary's config is ``Operator.rejected`` (with the runner ``wall_s``): neither the placement
+  nor another canary tries it again until the operator's workload changes.
 - ``attach(state, plan, canaries, ended)`` adds the canary plans to ``plan``; ``keeping(state, o)``
   keeps a canary still being measured; ``exploring(state)``: some operator may still get one.
 """
@@ -122,7 +122,7 @@ class Canaries:
             return None
         config = proposal.config
         serving = state.operator(name).configs()
-        if config in serving or config in op.accepted or self.safety.unsafe(name, config):
+        if config in serving or config in op.accepted or self.rejected_here(name, config) or self.safety.unsafe(name, config):
             return None
         if proposal.kind == "seed" and any(c.device == config.device for c in serving):
             return None  # the running replicas measure that device already (they are told every tell_every batches)
