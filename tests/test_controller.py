@@ -492,7 +492,7 @@ def test_an_operator_whose_canary_was_abandoned_gets_no_other_until_its_workload
     assert not policy.canaries.abandoned_here(name)
 
 
-def test_a_config_whose_canary_was_rejected_is_no_placement_candidate_until_the_workload_changes():
+def test_a_config_whose_canary_was_rejected_is_neither_placed_nor_tried_again_until_the_workload_changes():
     from trident_flows.core.types import ConfigSpace
     from trident_flows.runtime.spec import OperatorSpec, PipelineSpec
 
@@ -507,12 +507,12 @@ def test_a_config_whose_canary_was_rejected_is_no_placement_candidate_until_the_
     assert tried not in state.operator("a").configs()
     op.accepted.add(tried)
     assert tried in policy.placement.candidates(state, "a")[0]
-    op.rejected[tried] = state.wall_s  # a later canary of it was rejected
-    assert tried not in policy.placement.candidates(state, "a")[0]
+    op.rejected[tried] = state.wall_s  # a later canary of it was rejected: no option, and no canary tries it again
+    assert tried not in policy.placement.candidates(state, "a")[0] and policy.canaries.rejected_here("a", tried)
     runner.advance(2.0)
     later = runner.state()
     policy.gate.rearm_from(later, "a")  # its workload changed since: the rejection no longer speaks for it
-    assert tried in policy.placement.candidates(later, "a")[0]
+    assert tried in policy.placement.candidates(later, "a")[0] and not policy.canaries.rejected_here("a", tried)
 
 
 def test_a_canary_holding_a_slow_batch_is_judged_when_it_is_back_not_abandoned_as_starved():
