@@ -142,6 +142,9 @@ class CanarySettings:
     payback: float = setting(2.0, "run time left, in multiples of a canary's cold start plus timeout, that a canary needs",
                              option="canary_payback")
     reask_ticks: int = setting(10, "ticks before an optimiser whose proposal could not start is asked again")
+    in_place: bool = setting(False, "let a canary that finds no free CPU or GPU take the place of one of its operator's own "
+                             "replicas on that device (off by default: on the video corpus it tripled the reconfigurations)",
+                             option="canary_in_place")
 
     def __post_init__(self) -> None:
         check_types("trident", self, "canary")

@@ -10,8 +10,8 @@ Contract:
 - A proposal starts only when the placement has ``settled``, nothing is verified, the operator is
   busy enough, and the proposal is new, fits the memory limit, is fast enough per batch and can pay
   back its start in the run's time left (``needs_s``), and fits the free resources or, where it does
-  not, takes the place of one of the operator's own replicas on its device (``in_place_of``: the
-  operator keeps at least one); a canary that ends gives that replica back.
+  not and ``in_place`` is set, takes the place of one of the operator's own replicas on its device
+  (``in_place_of``: the operator keeps at least one); a canary that ends gives that replica back.
 - A rejected canary's config is ``Operator.rejected`` (with the runner ``wall_s``): neither the placement
   nor another canary tries it again until the operator's workload changes.
 - ``attach(state, plan, canaries, ended)`` adds the canary plans to ``plan``; ``keeping(state, o)``
@@ -128,7 +128,7 @@ class Canaries:
             return None  # the running replicas measure that device already (they are told every tell_every batches)
         swapped = None
         if config.cpus > free_cpus + 1e-9 or config.gpus > free_gpus + 1e-9:
-            swapped = in_place_of(serving, config, free_cpus, free_gpus)
+            swapped = in_place_of(serving, config, free_cpus, free_gpus) if self.settings.in_place else None
             if swapped is None:
                 return None
         if math.isfinite(proposal.memory_upper_bound) and proposal.memory_upper_bound > self.search.limit(config):
