@@ -5,8 +5,8 @@ Contract:
   has a fitted model and ran ``COVERED_ITEMS`` of its items, the placement MILP's answer for a
   pipeline working on that regime's items (capacity curves at the features measured there, scaled
   to the rate measured there, replicas beyond those running counted at ``confidence_z`` below the
-  median as the placement's evidence gate counts them; candidates that ran it (but for a rejected canary's config), accepted
-  canaries and running configs, never an unsafe one), re-solved after a refit at most every ``RESOLVE_S``; otherwise the last plan
+  median as the placement's evidence gate counts them; candidates that ran it, accepted canaries and running configs, never
+  an unsafe one), re-solved after a refit at most every ``RESOLVE_S``; otherwise the last plan
   solved while live, else the one remembered from an earlier run, else None.
 - ``refresh(state, regimes, live)`` solves the live regimes' plans when due, every tick;
   ``settle(state, regimes)`` at the run's end solves once each covered regime without a plan, so
@@ -188,8 +188,7 @@ class RegimePlans:
             if configs is not None:
                 candidates = dict.fromkeys(configs.get(name, ()))
             else:
-                measured = [c for c in regime.busy.get(name, {}) if (found := regime.rate(name, c)) is not None and found[0] >= COVERED_ITEMS
-                            and c not in op.rejected]
+                measured = [c for c in regime.busy.get(name, {}) if (found := regime.rate(name, c)) is not None and found[0] >= COVERED_ITEMS]
                 candidates = dict.fromkeys([*op_state.configs(), *op.accepted, *measured])
             features = _features_for(op.model, regime.features.get(name, {}))
             factor = _level(op.model, regime, name, features)
