@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "dataplane": "benchmarks.dataplane",
     "rollout-latency": "benchmarks.rollout_latency",
     "warm-start": "benchmarks.warm_start",
+    "no-headroom-ceiling": "benchmarks.no_headroom_ceiling",
     "manifest": "benchmarks.manifest",
     "elastic": "benchmarks.elastic",
 }

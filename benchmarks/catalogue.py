@@ -129,6 +129,12 @@ CATALOGUE: dict[str, Benchmark] = {
                  "trident warm": "trident starting from the memory an earlier run over the same regimes in another order wrote",
                  "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "oracle": SUITE_SIM_DEFINITIONS["oracle"]},
         headline=("sim_cold_t_over_oracle", "sim_warm_t_over_oracle", "reaction_s_median_cold", "reaction_s_median_warm")),
+    "no-headroom-ceiling": Benchmark(
+        "On the short streams without headroom, how close to the best static allocation in hindsight can any policy get "
+        "that starts in static-default, as trident does, and acts no earlier than its first tick?",
+        (f"{_B}/no_headroom_ceiling.py", f"{_B}/warm_start.py", f"{_B}/warm_start_live.py", *_SUITE),
+        systems={"static-default": SUITE_SIM_DEFINITIONS["static-default"], "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "oracle": SUITE_SIM_DEFINITIONS["oracle"]},
+        headline=("ceiling_binding_replica", "ceiling_new_configs_warm")),
     "faults": Benchmark(
         "When replicas, the runner or inputs fail while trident runs a pipeline, are items lost or duplicated, and how long "
         "does recovery take?",
