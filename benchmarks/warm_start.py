@@ -31,8 +31,9 @@ Contract of ``run(quick, repeats, suite_results, live) -> BenchResult``:
   (``NO_HEADROOM``) the median and lowest ratio to its S*, and the median ratio to static-default (the
   configuration trident starts from), cold and warm. ``raw`` keeps every run.
 - Per workload without headroom, two more figures: ``<w>.bound_vs_static_hindsight``, a clairvoyant policy that
-  starts in static-default as trident does and moves to S* at its first tick, paying the cold starts (knowledge no
-  user has: the most any policy starting there can get); and ``<w>.from_tuned.{cold,warm}_vs_static_median``:
+  starts in static-default as trident does and moves to S* at its first tick, paying its real moves (knowledge no
+  user has; S* itself applied as early as a policy can act, not an upper bound: ``bench no-headroom-ceiling`` gives
+  one where it can); and ``<w>.from_tuned.{cold,warm}_vs_static_median``:
   trident (cold; warm after an earlier run from the same start) started in S*'s own starting configuration (a
   user's tuned one) over that configuration run static: whether trident keeps a good configuration good.
 - ``live`` (``--live``): then the same runs of trident LIVE against S* on the cpu-only stream (``warm_start_live``:
@@ -358,7 +359,8 @@ def _notes(quick: bool, repeats: int) -> str:
             "(rotated) writing a memory; trident warm starting from it. Reaction: from the source reading a block's first item to "
             f"the block's bottleneck operator serving O's replica count for it (within {TOLERANCE:.0%}, at least 1); censored at "
             "the block's end at that operator. Without headroom (docs-baseline, video-baseline): the bound is a clairvoyant "
-            "policy that starts in static-default and applies S* at its first tick (knowledge no user has); from_tuned starts "
+            "policy that starts in static-default and applies S* at its first tick, paying its real moves (knowledge no user "
+            "has; not an upper bound, see bench no-headroom-ceiling); from_tuned starts "
             "trident in S*'s starting configuration and compares it with that configuration run static.")
 
 

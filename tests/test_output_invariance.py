@@ -6,7 +6,7 @@ Each pipeline runs twice on the Ray runtime over the same small corpus:
 - ``forced``: the inputs in reverse order (so near-duplicates reach dedup before their
   originals), fed in shards; after each shard goes in, one plan is applied while its items are
   in flight: replica changes, batch-size and execution-knob changes, a device change, each a
-  rolling update (new replicas start before old ones drain).
+  rolling update (new replicas start before old ones drain) or, for a batch size alone, a resize in place.
 Both must give the same kept ids, the same drop reasons, the same text, audit columns and
 scores per id, embeddings equal within float tolerance, and the same dead letters.
 """
@@ -66,10 +66,12 @@ def _run_forced(spec: Any, out: Path, plans: Sequence[Plan], name: str) -> list[
     return reports
 
 
-def _assert_applied(reports: Sequence[Any], plans: int) -> None:
+def _assert_applied(reports: Sequence[Any], plans: int, resized: bool = False) -> None:
     assert len(reports) == plans and all(r.ok and r.steps_done for r in reports), [r.to_dict() for r in reports]
     kinds = {s["kind"] for r in reports for s in r.steps_done}
     assert {"start", "retire"} <= kinds  # replicas were started and drained: rolling updates, not a restart
+    if resized:
+        assert "resize" in kinds  # a batch size alone changed in place
 
 
 def _outputs(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -137,7 +139,7 @@ def test_documents_output_does_not_depend_on_the_schedule_or_arrival_order(ray_c
     finally:
         release_index(dedup_index_name(static_spec))
         release_index(dedup_index_name(forced_spec))
-    _assert_applied(reports, len(plans))
+    _assert_applied(reports, len(plans), resized=True)
     assert revised, "in reverse order a near-duplicate reaches dedup before its original, and is settled after the run"
     (static_data, static_dead), (forced_data, forced_dead) = _outputs(tmp_path / "static"), _outputs(tmp_path / "forced")
     for doc_id, kind in kinds.items():  # what the corpus says

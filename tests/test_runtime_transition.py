@@ -11,6 +11,7 @@ from trident_flows.runtime.transition import rolling_steps
 
 A = OpConfig.make("cpu", batch_size=8)
 B = OpConfig.make("cpu", batch_size=16)
+B_LITE = OpConfig.make("cpu", batch_size=16, model="lite")  # another model: its replicas restart
 G = OpConfig.make("gpu", batch_size=32)
 
 
@@ -34,15 +35,33 @@ def _kinds(t):
 
 def test_rolling_replacement_starts_before_it_retires_when_there_is_room():
     state = _state(8, 0, _op("parse", (A, False), (A, False)))
-    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2),))))
+    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B_LITE, 2),))))
     assert _kinds(t) == [(StepKind.START, "parse", 16, 2), (StepKind.RETIRE, "parse", 8, 2)]
 
 
 def test_a_full_cluster_rolls_replica_by_replica():
     state = _state(2, 0, _op("parse", (A, False), (A, False)))
-    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2),))))
+    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B_LITE, 2),))))
     assert _kinds(t) == [(StepKind.RETIRE, "parse", 8, 1), (StepKind.START, "parse", 16, 1),
                          (StepKind.RETIRE, "parse", 8, 1), (StepKind.START, "parse", 16, 1)]
+
+
+def test_a_batch_size_change_resizes_replicas_in_place_and_rolls_the_rest():
+    # 3 x b8 -> 2 x b16 + 2 x b8-lite on a full 4-CPU node: two replicas resized in place (no start, no drain), the
+    # third retired to make room for the first lite one, whose second starts on the fourth CPU
+    state = _state(4, 0, _op("parse", (A, False), (A, False), (A, False)), _op("other", (A, False)))
+    t = rolling_steps(state, _plan(OperatorPlan("parse", (ReplicaGroup(B, 2), ReplicaGroup(A, 0), ReplicaGroup(B_LITE, 1)))))
+    assert _kinds(t)[0] == (StepKind.RESIZE, "parse", 16, 2)
+    assert t.steps[0].from_config == A and t.steps[0].to_dict()["from_config"] == A.to_dict()
+    assert [k for k in _kinds(t)[1:]] == [(StepKind.RETIRE, "parse", 8, 1), (StepKind.START, "parse", 16, 1)]
+    assert "from_config" not in t.steps[1].to_dict()
+
+
+def test_a_batch_size_change_of_another_device_or_share_is_no_resize():
+    state = _state(8, 2, _op("embed", (G, False)))
+    half = OpConfig.make("gpu", batch_size=16, gpus=0.5)
+    t = rolling_steps(state, _plan(OperatorPlan("embed", (ReplicaGroup(half, 1),))))
+    assert [s.kind for s in t.steps] == [StepKind.START, StepKind.RETIRE]
 
 
 def test_moving_capacity_between_operators_and_untouched_operators():

@@ -181,7 +181,7 @@ def test_rolling_replace_keeps_every_item() -> None:
     runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START, call_cost=NO_CALL_COST)
     runner.start()
     runner.run_until(runner.now + 2.0)
-    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8), 2),)),)))
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8, cpus=0.5), 2),)),)))
     # 2 CPUs are free: both new replicas start (one step), then both old ones drain and retire
     assert report.ok and [(s["kind"], s["count"]) for s in report.steps_done] == [("start", 2), ("retire", 2)]
     assert report.steps_done[0]["seconds"] == pytest.approx(1.0)
@@ -189,6 +189,30 @@ def test_rolling_replace_keeps_every_item() -> None:
         runner.run_until(runner.now + 1.0)
     assert runner.inputs_done == 400 and runner.inputs_dead == 0
     assert {r.config.batch_size for r in runner.state().operator("work").active} == {8}
+
+
+def test_a_batch_size_change_resizes_in_place_and_the_next_batches_take_the_new_size() -> None:
+    cost = {CPU: DeviceCost(per_item_s=0.05, cold_start_s=1.0)}
+    spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), 2)], 400)
+    runner = SimRunner(spec, ClusterSpec.single_node(2), actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner.start()
+    runner.run_until(runner.now + 2.0)
+    before = {r.replica_id for r in runner.state().operator("work").active}
+    epoch = runner.state().operator("work").config_epoch
+    report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8), 2),)),)))
+    # the node is full, but no replica restarts: the same two take batches of 8 at once
+    assert report.ok and [(s["kind"], s["count"]) for s in report.steps_done] == [("resize", 2)]
+    assert report.seconds == 0.0
+    work = runner.state().operator("work")
+    assert {r.replica_id for r in work.active} == before and {r.config.batch_size for r in work.active} == {8}
+    assert work.config_epoch > epoch
+    seen = runner.samples().samples
+    while not runner.finished:
+        runner.run_until(runner.now + 1.0)
+    later = runner.samples().samples[len(seen):]
+    assert later and all(s.items_in <= s.config.batch_size for s in later)
+    assert max(s.items_in for s in later) == 8
+    assert runner.inputs_done == 400 and runner.inputs_dead == 0
 
 
 def test_each_retired_replica_leaves_when_its_own_batches_are_back() -> None:

@@ -18,7 +18,6 @@ from trident_flows.scheduler.trident import memory
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
 from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry
-from trident_flows.scheduler.trident.preposition import _serving_batch_sizes
 from trident_flows.scheduler.trident_policy import _unverified
 from trident_flows.scheduler.trident_settings import IdleCapacitySettings, MemorySafetySettings, SourceRegimeSettings
 
@@ -118,14 +117,6 @@ def test_a_tick_after_a_long_apply_does_not_count_as_a_saturated_window() -> Non
     after = _state(30.0, _op("ocr", 14, 50, True))
     idle.observe(after)
     assert idle.saturated(after) == []
-
-
-def test_pre_positioning_keeps_the_serving_batch_size_where_only_the_batch_size_differs() -> None:
-    serving = {CPU8: 7}
-    assert _serving_batch_sizes({OpConfig("cpu", 12): 11}, serving) == {CPU8: 11}
-    other = OpConfig("cpu", 12, cpus=2)
-    assert _serving_batch_sizes({other: 3, OpConfig("cpu", 4): 2}, serving) == {other: 3, CPU8: 2}
-    assert _serving_batch_sizes({CPU2: 5, CPU8: 1}, {CPU2: 1, CPU8: 1}) == {CPU2: 5, CPU8: 1}  # both serve already
 
 
 def _learned_spec() -> Any:

@@ -1,9 +1,10 @@
 """The one rolling order of a change in replica counts: which replicas start and retire, in which
 phases, so that capacity stays as high as the free resources allow.
 
-Contract (a pure function): ``order_steps(current, target, capacity, usage, priority)`` returns
-``Phase``s of STARTs and RETIREs from ``current`` to ``target`` replica counts per key
-(operator, option or config, node class, ...). The scheduler prices this order
+Contract (pure functions): ``batch_resizes(current, target, config_of)`` first pairs the replicas a change
+keeps but for their batch size (resized in place, no restart); ``order_steps(current, target, capacity,
+usage, priority)`` then returns ``Phase``s of STARTs and RETIREs from ``current`` to ``target`` replica
+counts per key (operator, option or config, node class, ...). The scheduler prices this order
 (``scheduler.placement.transition_cost``) and the runner executes it (``runtime.transition``), so the
 change that was priced is the change that runs.
 """
@@ -11,10 +12,10 @@ change that was priced is the change that runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from trident_flows.core.types import StepKind
+from trident_flows.core.types import OpConfig, StepKind
 
 _RES_NAMES = ("CPUs", "GPUs", "host memory")
 
@@ -28,6 +29,32 @@ class Phase:
     kind: StepKind
     moves: tuple[tuple[Hashable, int], ...]
     note: str = ""
+
+
+def batch_resizes(current: Mapping[Any, int], target: Mapping[Any, int],
+                  config_of: Callable[[Any], OpConfig]) -> tuple[list[tuple[Any, Any, int]], dict[Any, int]]:
+    """The replicas a change keeps but for their batch size: per operator and class (``key[0]``, ``key[2]``; canary keys,
+    of 4 parts, left out), a config with replicas to retire paired with one to start that differs from it only in its
+    batch size. Returns (from key, to key, count) per pair and ``current`` as it is once they are resized: what
+    ``order_steps`` orders next."""
+    after = dict(current)
+    surplus = {k: n - target.get(k, 0) for k, n in current.items() if len(k) < 4 and n > target.get(k, 0)}
+    deficit = {k: n - current.get(k, 0) for k, n in target.items() if len(k) < 4 and n > current.get(k, 0)}
+    pairs = []
+    for old in sorted(surplus, key=str):
+        for new in sorted(deficit, key=str):
+            if not (surplus[old] and deficit[new]) or (old[0], old[2]) != (new[0], new[2]):
+                continue
+            a, b = config_of(old), config_of(new)
+            if a.batch_size == b.batch_size or replace(a, batch_size=b.batch_size) != b:
+                continue
+            n = min(surplus[old], deficit[new])
+            surplus[old] -= n
+            deficit[new] -= n
+            after[old] -= n
+            after[new] = after.get(new, 0) + n
+            pairs.append((old, new, n))
+    return pairs, {k: n for k, n in after.items() if n > 0}
 
 
 def order_steps(current: Mapping[Any, int], target: Mapping[Any, int], capacity: Mapping[str, Sequence[float]],

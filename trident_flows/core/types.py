@@ -457,26 +457,35 @@ class Plan:
 
 
 class StepKind(str, Enum):
-    """One rolling step: start replicas, drain-and-retire replicas, or start a canary."""
+    """One rolling step: start replicas, drain-and-retire replicas, start or end a canary, or give running replicas
+    another batch size in place (``RESIZE``: no restart, no cold start; the runner sends them batches of the new size)."""
 
     START = "start"
     RETIRE = "retire"
     CANARY = "canary"
     END_CANARY = "end_canary"
+    RESIZE = "resize"
 
 
 @dataclass(frozen=True)
 class TransitionStep:
+    """One step; a ``RESIZE`` moves ``count`` replicas running ``from_config`` to ``config``, which differs from it
+    only in its batch size."""
+
     kind: StepKind
     operator: str
     config: OpConfig
     count: int = 1
     node_class: str | None = None
     reason: str = ""
+    from_config: OpConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "operator": self.operator, "config": self.config.to_dict(), "count": self.count,
-                "node_class": self.node_class, "reason": self.reason}
+        out = {"kind": self.kind.value, "operator": self.operator, "config": self.config.to_dict(), "count": self.count,
+               "node_class": self.node_class, "reason": self.reason}
+        if self.from_config is not None:
+            out["from_config"] = self.from_config.to_dict()
+        return out
 
 
 class TransitionVerdict(str, Enum):

@@ -7,6 +7,8 @@ Contract:
   (``node_class=``, ``prefer=``).
 - ``pick(near)``: the warm, non-draining replica with the fewest batches in flight below
   ``max_inflight``, preferring node ``near`` (where the rows are stored).
+- ``resize(records, config)`` gives serving replicas another batch size in place (the runner sends
+  them batches of that size; the actor is not restarted).
 - ``retire(record)`` drains, lets the operator release what it holds, then kills;
   ``forget(record)`` removes a dead one and releases its emulated device memory.
 - ``config_epoch`` increases whenever the set of active configs changes; ``held()`` and
@@ -149,6 +151,15 @@ class OperatorPool:
         candidates = [r for r in self.active(canary) if r.config == config and (node_class is None or r.node_class == node_class)]
         candidates.sort(key=lambda r: (r.warm, r.inflight))
         return candidates[:count]
+
+    def resize(self, records: list[ReplicaRecord], config: OpConfig) -> None:
+        """Give ``records`` (serving, not draining) ``config``, which differs from theirs only in batch size."""
+        before = self._configs()
+        for r in records:
+            r.config = config
+        self._bump_epoch_if_changed(before)
+        for r in records:
+            r.epoch = self.config_epoch
 
     def begin_drain(self, records: list[ReplicaRecord]) -> None:
         before = self._configs()

@@ -5,7 +5,9 @@ Contract:
   ``Transition``; a refused change raises ``RuntimeConfigError`` before any step, anything else is
   a ``TypeError``. Applies are serialised; after the run finished an apply does nothing and says so.
 - Steps run in order: START/CANARY wait until warm (``warm_timeout_s``); RETIRE/END_CANARY drain
-  then kill (``transition.retire_victims``); a last replica retires only for a swap in place. A
+  then kill (``transition.retire_victims``); a last replica retires only for a swap in place; RESIZE
+  gives replicas their new batch size at once (``transition.resize_victims``; batches in flight finish
+  at the old size). A
   failing step stops the apply, and an operator a swap left empty gets a retired config back.
 - Every apply returns and keeps (``reports``) an ``ApplyReport`` (start, steps, seconds, throughput
   before and during, dip, outcome); ``landed`` counts whole landings; ``summary()`` the reports,
@@ -23,7 +25,7 @@ import ray
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, room_for
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.
@@ -139,7 +141,15 @@ class Rollout:
         i = self.ops.index(step.operator)
         if step.kind in (StepKind.START, StepKind.CANARY):
             return await self._start(i, step)
+        if step.kind == StepKind.RESIZE:
+            return self._resize(i, step)
         return await self._retire(i, step, replaced, room)
+
+    def _resize(self, i: int, step: TransitionStep) -> list[str]:
+        records = resize_victims(self.pools[i], step)
+        self.pools[i].resize(records, step.config)
+        self._wake()
+        return [r.replica_id for r in records]
 
     async def _start(self, i: int, step: TransitionStep) -> list[str]:
         pool = self.pools[i]

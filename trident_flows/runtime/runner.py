@@ -297,7 +297,7 @@ class PipelineRunner:
             stored = {id(it.ref): it for it in unit.items if it.ref is not None}
             read = sum(it.ref_bytes for it in stored.values())
             remote = sum(it.ref_bytes for it in stored.values() if it.node and replica.node_id and it.node != replica.node_id)
-            epoch, inflight = self.pools[i].config_epoch, replica.inflight
+            epoch, inflight, config = self.pools[i].config_epoch, replica.inflight, replica.config  # a RESIZE meanwhile: the next batches
             try:
                 reply_ref, payload_ref = replica.handle.process.remote(inputs)
                 reply: bytes = await reply_ref
@@ -307,8 +307,7 @@ class PipelineRunner:
             except ray.exceptions.RayError as exc:
                 self._on_batch_failure(i, unit, f"{type(exc).__name__}: {str(exc)[:1000]}", oom=devices.is_oom(exc))
                 return
-            result = decode_reply(reply, [it.row[ID] for it in unit.items], self.ops[i], replica.replica_id, replica.config, epoch,
-                                  inflight)
+            result = decode_reply(reply, [it.row[ID] for it in unit.items], self.ops[i], replica.replica_id, config, epoch, inflight)
             if result.lost:  # input rows gone with their node: not the operator's failure, so no sample
                 self._on_lost_inputs(i, unit, [it for k in result.lost for it in groups[k]])
                 return

@@ -7,9 +7,10 @@ Contract:
   classes and the state lists nodes) the replicas to start and retire, canaries as ``CANARY`` /
   ``END_CANARY``, in ``core.step_order.order_steps``' order (the one the scheduler prices): starts
   before retires, just enough retires first where a start does not fit, a last replica swapped in
-  place. Operators not in the plan keep their replicas. A plan whose classes do not fit the live
+  place. Replicas whose config changes only in batch size are ``RESIZE``d in place first
+  (``core.step_order.batch_resizes``). Operators not in the plan keep their replicas. A plan whose classes do not fit the live
   nodes node by node (``nodes.check_fits``) is refused with the reason.
-- ``retire_victims`` (which replicas a retire takes, ``RoomFor``/``room_for`` ranking), ``no_room`` /
+- ``resize_victims`` (which replicas a ``RESIZE`` takes), ``retire_victims`` (which replicas a retire takes, ``RoomFor``/``room_for`` ranking), ``no_room`` /
   ``refuse_without_room`` (a start that cannot fit now) and ``emptied_by_swap`` (operators a failed
   swap left without a serving replica) are shared by the live runner and the simulator.
 """
@@ -21,7 +22,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from trident_flows.core.signatures import config_counts
 from trident_flows.core.state import OperatorState, RunnerState, RuntimeConfigError
-from trident_flows.core.step_order import Phase, order_steps
+from trident_flows.core.step_order import Phase, batch_resizes, order_steps
 from trident_flows.core.types import OpConfig, Plan, StepKind, Transition, TransitionStep
 from trident_flows.runtime.nodes import check_fits, classes
 
@@ -154,6 +155,8 @@ def rolling_steps(state: RunnerState, plan: Plan) -> Transition:
                 continue
             current[key] = n
         target.update(tgt)
+    resized, current = batch_resizes(current, target, lambda k: k[1])
+    steps += _resize_steps(resized, reasons, by_class=False)
     try:
         phases = order_steps(current, target, capacity, lambda k: (k[1].cpus, k[1].gpus), [o.operator for o in plan.operators],
                              resource_names=("CPUs", "GPUs"), label=lambda k: k[1].label())
@@ -174,6 +177,8 @@ def _class_transition(state: RunnerState, plan: Plan) -> Transition:
             steps.append(TransitionStep(StepKind.END_CANARY, key[0], key[1], n, node_class=key[2],
                                         reason=f"end canary: {reasons.get(key[0], 'plan')}"))
             del current[key]
+    resized, current = batch_resizes(current, target, lambda k: k[1])
+    steps += _resize_steps(resized, reasons, by_class=True)
     try:
         phases = order_steps(current, target, capacity, lambda k: (k[1].cpus, k[1].gpus), [o.operator for o in plan.operators],
                              resource_names=("CPUs", "GPUs"), label=lambda k: f"{k[1].label()} on {k[2]}")
@@ -182,6 +187,13 @@ def _class_transition(state: RunnerState, plan: Plan) -> Transition:
     steps += _phase_steps(phases, reasons, by_class=True)
     reason = plan.reason or ("no change" if not steps else "apply plan")
     return Transition(tuple(steps), reason=reason, expected_gain=0.0, plan=plan)
+
+
+def _resize_steps(resized: list[tuple[tuple, tuple, int]], reasons: dict[str, str], by_class: bool) -> list[TransitionStep]:
+    """The RESIZE steps of ``batch_resizes``' pairs, keys (operator, config, class); with ``by_class`` each names its class."""
+    return [TransitionStep(StepKind.RESIZE, new[0], new[1], n, node_class=new[2] if by_class else None,
+                           reason=f"batch size {old[1].batch_size} -> {new[1].batch_size} in place: {reasons.get(new[0], 'plan')}",
+                           from_config=old[1]) for old, new, n in resized]
 
 
 def _phase_steps(phases: list[Phase], reasons: dict[str, str], by_class: bool) -> list[TransitionStep]:
@@ -306,6 +318,18 @@ def room_for(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping
     start = next((s for s in steps[k + 1:] if s.kind in (StepKind.START, StepKind.CANARY)), None)
     now = free() if start is not None else {}
     return RoomFor(start.config, start.count, now, node_of) if now else None
+
+
+def resize_victims(pool: Any, step: TransitionStep) -> list[Any]:
+    """The replicas a ``RESIZE`` ``step`` moves to its config in ``pool`` (the live runner's and the simulator's alike):
+    ``step.count`` serving ones (not draining, not canaries) of ``step.from_config``, those on ``step.node_class`` first
+    where the step names one; ``RuntimeConfigError`` when fewer run."""
+    found = sorted((r for r in pool.replicas.values() if r.config == step.from_config and not r.draining and not r.dead and not r.canary),
+                   key=lambda r: step.node_class is not None and getattr(r, "node_class", None) != step.node_class)
+    if len(found) < step.count:
+        raise RuntimeConfigError(f"operator {step.operator!r}: asked to resize {step.count} replica(s) of "
+                                 f"{step.from_config.label() if step.from_config else '?'} but only {len(found)} run with that config")
+    return found[: step.count]
 
 
 def retire_victims(pool: Any, step: TransitionStep, replaced: bool, room: RoomFor | None = None, **choose: Any) -> list[Any]:

@@ -7,7 +7,7 @@ Contract:
 - ``pick()`` is the warm, non-draining replica with the fewest batches in flight below
   ``max_inflight``, the earliest started among equals, as the live pool picks (the runner
   reports ``mark_warm`` and every ``load_changed``); ``choose_retire`` the least loaded (not yet warm first) replicas of a
-  config; ``config_epoch`` increases whenever the set of (config, canary) among active
+  config; ``resize(records, config)`` gives serving replicas another batch size in place; ``config_epoch`` increases whenever the set of (config, canary) among active
   replicas changes; ``slot_items`` is the items active replicas take in flight (batch size x
   ``max_inflight`` each: an input queue's bound grows with it, ``runtime.backpressure.items_bound``); ``snapshot(now)`` gives the ``ReplicaState``s ``RunnerState`` carries
   (busy fraction = busy seconds / seconds since warm).
@@ -124,6 +124,16 @@ class SimPool:
         candidates = [r for r in self.active(canary) if r.config == config]
         candidates.sort(key=lambda r: (r.warm, r.inflight))
         return candidates[:count]
+
+    def resize(self, records: list[SimReplica], config: OpConfig) -> None:
+        """Give ``records`` (serving, not draining) ``config``, which differs from theirs only in batch size."""
+        before = self._configs()
+        for r in records:
+            self.slot_items += (config.batch_size - r.config.batch_size) * self.max_inflight
+            r.config = config
+        self._bump_epoch_if_changed(before)
+        for r in records:
+            r.epoch = self.config_epoch
 
     def begin_drain(self, records: list[SimReplica]) -> None:
         before = self._configs()

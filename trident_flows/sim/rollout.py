@@ -8,7 +8,8 @@ Contract:
   most ``warm_timeout_s``; a start no node has room for fails at once); a RETIRE drains its victims
   (``transition.retire_victims``: on nodes where the next START then fits first), each leaving with
   its resources once its own batches are back, stopped anyway after ``RETIRE_TIMEOUT_S`` (the batches it still
-  holds go back to its operator's queue, as live when the killed actor's calls fail). A failing
+  holds go back to its operator's queue, as live when the killed actor's calls fail); a RESIZE gives its
+  replicas the new batch size at once (``transition.resize_victims``), as live. A failing
   step stops the apply, and an operator a swap in place left without replicas gets one of the config
   it retired back, as live. The pipeline keeps streaming meanwhile.
 - It returns (and appends to ``runner.apply_reports``) the ``ApplyReport``: steps, seconds, the
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
-from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, room_for
 from trident_flows.sim import outcome
 from trident_flows.sim.cluster import SimCluster
 from trident_flows.sim.pool import SimReplica
@@ -111,6 +112,11 @@ def _free_by_node(cluster: SimCluster) -> dict[int, tuple[float, float]]:
 def _do_step(runner: SimRunner, step: TransitionStep, replaced: bool = False, room: RoomFor | None = None) -> list[str]:
     i = runner.names.index(step.operator)
     pool = runner.pools[i]
+    if step.kind == StepKind.RESIZE:
+        records = resize_victims(pool, step)
+        pool.resize(records, step.config)
+        runner._dispatch()
+        return [r.replica_id for r in records]
     if step.kind in (StepKind.START, StepKind.CANARY):
         refuse_without_room(step, runner.pools, partial(_free_by_node, runner.cluster))
         records = [runner._start_replica(i, step.config, canary=step.kind == StepKind.CANARY) for _ in range(step.count)]

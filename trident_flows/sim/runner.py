@@ -354,10 +354,11 @@ class SimRunner:
                 end, dev_peak, host_peak, result = start + OOM_RETURN_S, 0, ACTOR_RSS_BYTES, Outcome.OOM
             else:
                 end, dev_peak, host_peak, result = kernel[1] + self.call_cost.device_call_s, kernel[2], ACTOR_RSS_BYTES, Outcome.OK
-        self.events.at(end, self._done, i, replica, rows, sums, reserve, inflight, epoch, start, result, dev_peak, host_peak)
+        # the batch's config is the replica's when it was served (a RESIZE meanwhile changes the next batches only)
+        self.events.at(end, self._done, i, replica, rows, sums, reserve, inflight, epoch, start, result, dev_peak, host_peak, replica.config)
 
     def _done(self, i: int, replica: SimReplica, rows: np.ndarray, sums: np.ndarray, reserve: int, inflight: int, epoch: int,
-              start: float, result: Outcome, dev_peak: int, host_peak: int) -> None:
+              start: float, result: Outcome, dev_peak: int, host_peak: int, config: OpConfig) -> None:
         if replica.dead or replica.serving_unit is not rows:
             return  # its node was lost: the batch was re-queued already
         op, now = self.ops[i], self.events.now
@@ -372,11 +373,11 @@ class SimRunner:
         if result is Outcome.OK:
             passed, dropped = op.route(rows)
             # the BatchSample is built when samples() reads it: a run without a policy never reads most of them
-            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, replica.config, start, now, busy, len(rows),
+            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, config, start, now, busy, len(rows),
                                                        len(passed) + len(dropped), sums, host_peak, dev_peak, result, epoch, inflight, "")))
             self._route(i, rows, passed, dropped)
         else:
-            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, replica.config, start, now, busy, len(rows), 0, sums,
+            self.samples_buf.append((self.sample_seq, (i, replica.replica_id, config, start, now, busy, len(rows), 0, sums,
                                                        host_peak, 0, result, epoch, inflight,
                                                        f"DeviceOOMError: {op.name} batch of {len(rows)} does not fit the device (simulated)")))
             self._retry(i, rows, "OOM", oom=True)

@@ -3,8 +3,9 @@ roll out or wait.
 
 Contract (pure functions; applying a ``Transition`` is the runtime's job):
 - ``plan_transition(demands, cluster, current, plan, regime_duration_s)`` returns a
-  ``types.Transition``: steps in ``core.step_order.order_steps``' order (the one the runner
-  executes; starts before retires, each start fitting its node class at that point), priced by
+  ``types.Transition``: replicas that change only in batch size resized in place first, at no cost
+  (``core.step_order.batch_resizes``), then steps in ``core.step_order.order_steps``' order (the one
+  the runner executes; starts before retires, each start fitting its node class at that point), priced by
   simulating the rollout phase by phase (``expected_gain``, ``cost_items``,
   ``cold_start_cost_s``, ``rollout_s``), with the verdict ROLL_OUT when the gain over the regime
   (or the run's time left, for a plan that stops nothing) exceeds ``benefit_ratio`` x the cost,
@@ -19,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from trident_flows.core.step_order import order_steps
+from trident_flows.core.step_order import batch_resizes, order_steps
 from trident_flows.core.types import ClusterSpec, OpConfig, Plan, ReplicaGroup, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.scheduler.placement.model import Key, class_capacity, ineligibility, operator_capacity, throughput_of, usage_vector
 from trident_flows.scheduler.placement.types import CurrentPlacement, OperatorDemand
@@ -104,12 +105,15 @@ def _rollout(demands: list[OperatorDemand], cluster: ClusterSpec, cur: dict[Key,
     by_name = {d.name: d for d in demands}
     capacity = {nc.name: class_capacity(nc) for nc in cluster.node_classes}
     order = sorted(demands, key=lambda d: operator_capacity(d, cur) / d.work_per_item)  # bottleneck first
-    phases_plan = order_steps(cur, new, capacity, lambda k: _usage(demands, cluster, k), [d.name for d in order],
+    resized, active = batch_resizes(cur, new, lambda k: cfg[k])
+    steps: list[TransitionStep] = [
+        TransitionStep(StepKind.RESIZE, new_key.operator, cfg[new_key], n, new_key.node_class,
+                       f"batch size {cfg[old].batch_size} -> {cfg[new_key].batch_size} in place: {plan.for_operator(new_key.operator).reason}",
+                       from_config=cfg[old]) for old, new_key, n in resized]
+    phases_plan = order_steps(active, new, capacity, lambda k: _usage(demands, cluster, k), [d.name for d in order],
                               headroom=lambda name: operator_capacity(by_name[name], cur) / by_name[name].work_per_item,
                               label=lambda k: cfg[k].label())
-    growing = {k.operator for k in new if new[k] > cur.get(k, 0)}
-    active = dict(cur)
-    steps: list[TransitionStep] = []
+    growing = {k.operator for k in new if new[k] > active.get(k, 0)}
     phases: list[tuple[float, float]] = []
     interleaved: list[str] = []
     for phase in phases_plan:
@@ -191,7 +195,7 @@ def step_usage(demands: Sequence[OperatorDemand], cluster: ClusterSpec, current:
     by_name = {d.name: d for d in demands}
     for step in transition.steps:
         k = by_name[step.operator].option_index(step.config)
-        sign = 1 if step.kind == StepKind.START else -1
+        sign = 1 if step.kind == StepKind.START else 0 if step.kind == StepKind.RESIZE else -1
         for i, v in enumerate(_usage(demands, cluster, Key(step.operator, k, step.node_class))):
             used[step.node_class][i] += sign * v * step.count
         out.append({c: tuple(u) for c, u in used.items()})

@@ -18,8 +18,6 @@ Contract:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
 from trident_flows.scheduler.occupancy import Occupancy, classify
@@ -69,7 +67,7 @@ class PrePositioning:
             if segment is None or (done is not None and done.start >= segment.start) or not self._known(segment):
                 continue  # positioned for it, or for a later segment already (never back to an earlier one)
             regime_plan = self.plans.plan(state, segment.regime, segment.regime.id in live)
-            groups = _serving_batch_sizes(dict(regime_plan.groups.get(name, {})), op_state.configs()) if regime_plan is not None else {}
+            groups = dict(regime_plan.groups.get(name, {})) if regime_plan is not None else {}
             if not groups or any(self.safety.unsafe(name, c) is not None for c in groups):
                 continue
             if groups == op_state.configs() or not self._worth_it(state, segment, regime_plan):
@@ -139,14 +137,3 @@ class PrePositioning:
             return {}
         before = stream_positions(history[0])
         return {name: max(0.0, (p - before.get(name, p)) / dt) for name, p in positions.items()}
-
-
-def _serving_batch_sizes(groups: dict[OpConfig, int], serving: dict[OpConfig, int]) -> dict[OpConfig, int]:
-    """``groups`` with each config that differs from a serving one only in its batch size replaced by that serving
-    config (the most numerous such): a batch size alone is not worth replacing every replica of an operator."""
-    out: dict[OpConfig, int] = {}
-    for config, n in groups.items():
-        same = [c for c in serving if replace(c, batch_size=config.batch_size) == config]
-        kept = max(same, key=lambda c: (serving[c], c.label())) if same and config not in serving else config
-        out[kept] = out.get(kept, 0) + n
-    return out
