@@ -134,7 +134,7 @@ CATALOGUE: dict[str, Benchmark] = {
         "that starts in static-default, as trident does, and acts no earlier than its first tick?",
         (f"{_B}/no_headroom_ceiling.py", f"{_B}/warm_start.py", f"{_B}/warm_start_live.py", *_SUITE),
         systems={"static-default": SUITE_SIM_DEFINITIONS["static-default"], "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "oracle": SUITE_SIM_DEFINITIONS["oracle"]},
-        headline=("ceiling_binding_replica", "ceiling_new_configs_warm")),
+        headline=("ceiling_work_bound",)),
     "faults": Benchmark(
         "When replicas, the runner or inputs fail while trident runs a pipeline, are items lost or duplicated, and how long "
         "does recovery take?",

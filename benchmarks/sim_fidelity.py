@@ -59,7 +59,8 @@ NAMESPACE = "sim-fidelity"
 
 class RollingUpdate:
     """A scripted policy: once the run is ``at_s`` seconds old, replace ``operator``'s replicas
-    with the same number at ``batch_size`` (one rolling update, then nothing)."""
+    with the same number at ``batch_size`` and one more CPU each (one rolling update, then nothing: a batch
+    size alone would be resized in place, with no replica started or drained)."""
 
     name = "rolling-update"
 
@@ -72,7 +73,7 @@ class RollingUpdate:
             return Decision.no_change()
         self.done = True
         op = state.operator(self.operator)
-        groups = tuple(ReplicaGroup(c.with_changes(batch_size=self.batch_size), n) for c, n in op.configs().items())
+        groups = tuple(ReplicaGroup(c.with_changes(batch_size=self.batch_size, cpus=c.cpus + 1), n) for c, n in op.configs().items())
         return Decision.roll_out(Plan((OperatorPlan(self.operator, groups, f"scripted rolling update to batch {self.batch_size}"),),
                                       reason="scripted rolling update"), "scripted rolling update")
 

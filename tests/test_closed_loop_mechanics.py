@@ -26,7 +26,7 @@ from trident_flows.scheduler.trident_policy import TridentPolicy
 from trident_flows.scheduler.trident_settings import TridentSettings
 
 A = OpConfig.make("cpu", batch_size=8)
-B = OpConfig.make("cpu", batch_size=4)
+B = OpConfig.make("cpu", batch_size=4, model="lite")  # another model too: a rolling replacement, not a resize in place
 
 
 def _op(name: str, *configs: OpConfig) -> OperatorState:

@@ -59,8 +59,8 @@ def test_rolling_config_change_starts_new_before_draining_old(ray_cluster, tmp_p
     while ray.get(handle.state.remote()).items_written < 40:
         time.sleep(0.05)
     before = ray.get(handle.state.remote()).operator("parse").config_epoch
-    b4 = OpConfig.make("cpu", batch_size=4)
-    report = ray.get(handle.apply.remote(_plan("parse", (b4, 2), reason="smaller batches")))
+    b4 = OpConfig.make("cpu", batch_size=4, cpus=0.5)  # other resources: new replicas (a batch size alone is resized in place)
+    report = ray.get(handle.apply.remote(_plan("parse", (b4, 2), reason="smaller batches on half a CPU")))
     assert report.ok, report.error
     assert [s["kind"] for s in report.steps_done] == ["start", "retire"]
     assert report.throughput_before > 0 and 0.0 <= report.dip <= 1.0
