@@ -181,13 +181,13 @@ def figure(per_workload: Mapping[str, Mapping[str, Any]]) -> Any:
     ax.bar([x - 0.2 for x in xs], default, width=0.4, color="#aaaaaa", label="static-default (where trident starts)")
     ax.bar([x + 0.2 for x in xs], bound, width=0.4, color="#3465a4", label="ceiling for any policy starting there")
     for x, b in zip(xs, bound):
-        ax.text(x + 0.2, b + 0.01, f"{b:.3f}" if b else "none", ha="center", fontsize=8)
+        ax.text(x + 0.2, b + 0.01, f"{b:.3f}" if b else "no bound", ha="center", fontsize=8)
     ax.axhline(TARGET, color="#cc0000", linestyle="--", linewidth=1, label=f"warm-start target ({TARGET} of S*)")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(list(xs), names)
     ax.set_ylabel("share of S* (best static in hindsight)")
     ax.set_ylim(0, 1.15)
     ax.set_title("No-headroom streams: the most a policy starting in static-default gets (SIMULATED)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
