@@ -112,8 +112,7 @@ def evaluate(name: str, results: Mapping[str, Any], log: Callable[[str], None]) 
         return out
     home = next(iter(devices))
     pool = runner.pools[runner.names.index(bound.name)]
-    work_s = sum(r.busy_s for r in pool.replicas.values()) if home == CPU else \
-        sum(d.busy_s for node in runner.cluster.nodes for d in node.devices)
+    work_s = _work_under(runner, bound.name, home)
     first_tick = runner.streamed_from + TICK_S
     others = len(state.operators) - 1  # one CPU each, at least
     gpus = int(w.cluster.total_gpus) if "gpu" in costs else 0
@@ -142,7 +141,8 @@ def evaluate(name: str, results: Mapping[str, Any], log: Callable[[str], None]) 
 
 
 def _work_under(runner: SimRunner, operator: str, home: str) -> float:
-    """``operator``'s work in a finished run, in home-device seconds (a check that it does not depend on the configuration)."""
+    """``operator``'s work in a finished run, in home-device seconds: its replicas' busy seconds on CPU, the GPUs' kernel
+    seconds on GPU (it alone holds GPUs, as ``evaluate`` checks)."""
     if home == CPU:
         return sum(r.busy_s for r in runner.pools[runner.names.index(operator)].replicas.values())
     return sum(d.busy_s for node in runner.cluster.nodes for d in node.devices)

@@ -175,12 +175,18 @@ def test_an_actor_start_arriving_midway_shares_the_cores_from_then_on() -> None:
     assert done == {"A": pytest.approx(1.5), "B": pytest.approx(2.0)}
 
 
-def test_rolling_replace_keeps_every_item() -> None:
+def _two_work_replicas_streaming(cpus: int) -> SimRunner:
+    """400 items through one operator of 2 replicas at batch 4 on a node of ``cpus`` CPUs, 2 s into the run."""
     cost = {CPU: DeviceCost(per_item_s=0.05, cold_start_s=1.0)}
     spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), 2)], 400)
-    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner = SimRunner(spec, ClusterSpec.single_node(cpus), actor_start=FREE_START, call_cost=NO_CALL_COST)
     runner.start()
     runner.run_until(runner.now + 2.0)
+    return runner
+
+
+def test_rolling_replace_keeps_every_item() -> None:
+    runner = _two_work_replicas_streaming(4)
     report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8, cpus=0.5), 2),)),)))
     # 2 CPUs are free: both new replicas start (one step), then both old ones drain and retire
     assert report.ok and [(s["kind"], s["count"]) for s in report.steps_done] == [("start", 2), ("retire", 2)]
@@ -192,11 +198,7 @@ def test_rolling_replace_keeps_every_item() -> None:
 
 
 def test_a_batch_size_change_resizes_in_place_and_the_next_batches_take_the_new_size() -> None:
-    cost = {CPU: DeviceCost(per_item_s=0.05, cold_start_s=1.0)}
-    spec = _pipeline([("work", cost, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=4), 2)], 400)
-    runner = SimRunner(spec, ClusterSpec.single_node(2), actor_start=FREE_START, call_cost=NO_CALL_COST)
-    runner.start()
-    runner.run_until(runner.now + 2.0)
+    runner = _two_work_replicas_streaming(2)
     before = {r.replica_id for r in runner.state().operator("work").active}
     epoch = runner.state().operator("work").config_epoch
     report = runner.apply(Plan((OperatorPlan("work", (ReplicaGroup(OpConfig.make(CPU, batch_size=8), 2),)),)))
