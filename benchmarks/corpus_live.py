@@ -7,7 +7,7 @@ Contract of ``run(quick, workloads, previous, log) -> BenchResult`` (the report'
 - Stream (``live_stream``): per corpus workload, the first shards of its corpus stream in the same seeded order, as many as
   the cost model's best static needs at least ``LIVE_S`` seconds for at the workload's time scale (``TIME_SCALES``), on ONE
   node of 16 logical CPUs + 2 logical GPUs (the closed-loop suite's); refused where its fastest source's best rate would pass
-  ``MAX_ITEMS_PER_S`` live. ``quick``: those blocks cut to ``QUICK_BLOCK_ITEMS`` items each, a smoke test, not a measurement.
+  ``MAX_ITEMS_PER_S`` input items, or its best static would pass ``MAX_ROWS_PER_S`` rows into one operator (``rows_per_item``), live. ``quick``: those blocks cut to ``QUICK_BLOCK_ITEMS`` items each, a smoke test, not a measurement.
 - S* (``simulate``): searched in the simulator for that stream as corpus-trident searches it (``corpus_trident.search_static``;
   budgets ``STATIC_EVALS``, ``REGIME_EVALS``; ``quick``: climbed from static-default on whole-stream runs alone).
 - Live (``live_runs``): static-hindsight (S*) once, then trident (from static-default, no memory) once per workload, by the
@@ -40,6 +40,7 @@ from benchmarks.closed_loop_stats import per_system
 from benchmarks.closed_loop_workload import CPUS, GPUS
 from benchmarks.local_ray import start_local_ray
 from benchmarks.report import BenchResult, Target
+from trident_flows.runtime.costmodel import PipelineProfile
 
 TRIDENT = corpus_trident.TRIDENT
 SYSTEMS = (STATIC_HINDSIGHT, TRIDENT)  # the live runs, in this order
@@ -50,10 +51,14 @@ LIVE_S = 360.0
 # is the runtime's own per-item work on this machine's 2 real cores, about 100 items/s (MAX_ITEMS_PER_S; the closed-loop
 # suite's fastest regime runs ~73 items/s at its scale 0.5). Documents: at 0.4 the web documents' best rate is ~43 items/s
 # live and 5 shards (archive 1000, web 3000, archive 1000 items) take ~6 min at S*; a larger scale would make the 1000-item
-# shards run past the budget. Video: on the 360p-4K profile the clips' best rate is ~26 items/s at scale 1, so at 0.3 it is
-# ~88 items/s live (0.2 would pass 130), and 5 shards (clips, web and a 4K "uhd" shard, 1,460 items) take ~6 min at S*.
-TIME_SCALES = {"documents-corpus": 0.4, "video-corpus": 0.3}
+# shards run past the budget. Video: the corpus's scenes splits each video into 33.4 clips, so the rows the runtime moves, not
+# the input videos, bind: at scale 0.3 the clips source's best static sends ~370 clip rows/s into motion, and a live S* run
+# moved its first clips shard's 9,760 rows in 27 s (360 rows/s) where the simulator took 10 s; the web videos, at ~90 rows/s,
+# ran within 3% of the simulator. At scale 1 the clips source sends ~110 rows/s, and 2 shards (clips, web: 584 videos) take
+# ~7 min at S*.
+TIME_SCALES = {"documents-corpus": 0.4, "video-corpus": 1.0}
 MAX_ITEMS_PER_S = 100.0
+MAX_ROWS_PER_S = 300.0  # rows into one operator a second, at the best static's rates (the live runtime moved ~360, above)
 QUICK_BLOCK_ITEMS = {"documents-corpus": 30, "video-corpus": 10}
 # S*'s search: corpus-trident's budgets (on video its steady rates take ~3 min of the ~4 the simulated part takes). --quick
 # measures no steady rate (one costs seconds however short the stream: ~2 min on video) and climbs S* from static-default.
@@ -96,6 +101,11 @@ def live_stream(name: str, quick: bool) -> tuple[headroom.Workload, corpus_workl
         raise ValueError(f"{name} at time scale {scale:g}: its {max(fastest, key=fastest.get)} items would run at up to "
                          f"{max(fastest.values()):.0f} items/s, past the {MAX_ITEMS_PER_S:g} the runtime moves on this machine")
     rates = {source: rate / scale for source, rate in fluid.static_items_per_s.items()}
+    rows = {source: rate * rows_per_item(workload.profile) for source, rate in rates.items()}
+    if max(rows.values()) > MAX_ROWS_PER_S:
+        raise ValueError(f"{name} at time scale {scale:g}: its {max(rows, key=rows.get)} items would send {max(rows.values()):.0f} "
+                         f"rows/s into one operator at the best static's rate, past the {MAX_ROWS_PER_S:g} the runtime moves on this "
+                         f"machine; raise its time scale")
     shards = corpus_trident.shards_for(lambda k: corpus.model.blocks(k, corpus_workloads.SEED), rates, LIVE_S, 1)
     workload, stream = corpus_trident.resized(workload, stream, shards)
     if quick:
@@ -103,9 +113,18 @@ def live_stream(name: str, quick: bool) -> tuple[headroom.Workload, corpus_workl
         workload, stream = corpus_trident.with_schedule(workload, stream, cut)
     stream = replace(stream, time_scale=scale)
     sizing = {"shards": shards, "blocks": len(workload.schedule), "items": stream.items, "time_scale": scale, "quick": quick,
-              "live_s": LIVE_S, "model_static_items_per_s": rates, "model_best_items_per_s": fastest,
+              "live_s": LIVE_S, "model_static_items_per_s": rates, "model_best_items_per_s": fastest, "model_static_rows_per_s": rows,
               "model_static_s": sum(n / rates[source] for source, n in workload.schedule)}
     return workload, stream, sizing
+
+
+def rows_per_item(profile: PipelineProfile) -> float:
+    """The most rows one operator of ``profile`` takes per input item (the product of the selectivities before it)."""
+    most = taken = 1.0
+    for op in profile.operators:
+        most = max(most, taken)
+        taken *= op.selectivity
+    return most
 
 
 def prepare(name: str, quick: bool) -> LiveCorpus:

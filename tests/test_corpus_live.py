@@ -28,6 +28,7 @@ def test_a_live_stream_is_the_fewest_first_shards_lasting_the_live_seconds_at_a_
     assert seconds(sizing["shards"] - 1) < corpus_live.LIVE_S
     assert sizing["model_static_s"] <= 8 * 60  # S* about 6-8 minutes live
     assert max(sizing["model_best_items_per_s"].values()) <= corpus_live.MAX_ITEMS_PER_S
+    assert max(sizing["model_static_rows_per_s"].values()) <= corpus_live.MAX_ROWS_PER_S
     assert len(workload.schedule) >= 2  # trident meets at least one change of source
 
 
@@ -44,6 +45,14 @@ def test_a_time_scale_the_runtime_cannot_move_is_refused(monkeypatch):
     monkeypatch.setitem(corpus_live.TIME_SCALES, "documents-corpus", 0.1)  # web documents at ~170 items/s
     with pytest.raises(ValueError, match="past the 100 the runtime moves"):
         corpus_live.live_stream("documents-corpus", quick=False)
+
+
+def test_a_time_scale_whose_rows_the_runtime_cannot_move_is_refused(monkeypatch):
+    # video: scenes splits each video into 33.4 clips, so at 0.3 the clips source's best static sends ~370 rows/s into motion
+    assert corpus_live.rows_per_item(corpus_workloads.corpus_workload("video-corpus", False)[0].profile) == pytest.approx(234 / 7)
+    monkeypatch.setitem(corpus_live.TIME_SCALES, "video-corpus", 0.3)
+    with pytest.raises(ValueError, match="rows/s into one operator"):
+        corpus_live.live_stream("video-corpus", quick=False)
 
 
 def _record(system: str, rate: float | None, ooms: int | None = 0, lost: int | None = 0, error: str = "") -> RunRecord:
