@@ -480,6 +480,13 @@ class TransitionStep:
     reason: str = ""
     from_config: OpConfig | None = None
 
+    @classmethod
+    def resize(cls, operator: str, from_config: OpConfig, config: OpConfig, count: int, node_class: str | None,
+               why: str) -> "TransitionStep":
+        """A ``RESIZE`` of ``count`` replicas from ``from_config`` to ``config``, its reason saying ``why``."""
+        return cls(StepKind.RESIZE, operator, config, count, node_class,
+                   f"batch size {from_config.batch_size} -> {config.batch_size} in place: {why}", from_config)
+
     def to_dict(self) -> dict[str, Any]:
         out = {"kind": self.kind.value, "operator": self.operator, "config": self.config.to_dict(), "count": self.count,
                "node_class": self.node_class, "reason": self.reason}

@@ -191,9 +191,8 @@ def _class_transition(state: RunnerState, plan: Plan) -> Transition:
 
 def _resize_steps(resized: list[tuple[tuple, tuple, int]], reasons: dict[str, str], by_class: bool) -> list[TransitionStep]:
     """The RESIZE steps of ``batch_resizes``' pairs, keys (operator, config, class); with ``by_class`` each names its class."""
-    return [TransitionStep(StepKind.RESIZE, new[0], new[1], n, node_class=new[2] if by_class else None,
-                           reason=f"batch size {old[1].batch_size} -> {new[1].batch_size} in place: {reasons.get(new[0], 'plan')}",
-                           from_config=old[1]) for old, new, n in resized]
+    return [TransitionStep.resize(new[0], old[1], new[1], n, new[2] if by_class else None, reasons.get(new[0], "plan"))
+            for old, new, n in resized]
 
 
 def _phase_steps(phases: list[Phase], reasons: dict[str, str], by_class: bool) -> list[TransitionStep]:

@@ -107,9 +107,8 @@ def _rollout(demands: list[OperatorDemand], cluster: ClusterSpec, cur: dict[Key,
     order = sorted(demands, key=lambda d: operator_capacity(d, cur) / d.work_per_item)  # bottleneck first
     resized, active = batch_resizes(cur, new, lambda k: cfg[k])
     steps: list[TransitionStep] = [
-        TransitionStep(StepKind.RESIZE, new_key.operator, cfg[new_key], n, new_key.node_class,
-                       f"batch size {cfg[old].batch_size} -> {cfg[new_key].batch_size} in place: {plan.for_operator(new_key.operator).reason}",
-                       from_config=cfg[old]) for old, new_key, n in resized]
+        TransitionStep.resize(new_key.operator, cfg[old], cfg[new_key], n, new_key.node_class, plan.for_operator(new_key.operator).reason)
+        for old, new_key, n in resized]
     phases_plan = order_steps(active, new, capacity, lambda k: _usage(demands, cluster, k), [d.name for d in order],
                               headroom=lambda name: operator_capacity(by_name[name], cur) / by_name[name].work_per_item,
                               label=lambda k: cfg[k].label())
