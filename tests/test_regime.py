@@ -81,6 +81,31 @@ def test_recurring_regime_is_recognised_as_the_same_regime():
     assert len(det.regimes) == 3
 
 
+def test_regimes_that_keep_ending_at_once_merge_into_one_mixed_workload_and_a_new_one_still_switches():
+    # after a settled start, light and heavy items arrive in runs of 10 batches (10 s): each "regime" ends before the 16
+    # samples any decision needs, so after two such the detector merges them; a lasting new workload is still a change
+    rng = np.random.default_rng(4)
+    samples = _stream(rng, [(3.0, 150)] + [(40.0, 10), (3.0, 10)] * 20 + [(300.0, 150)])
+    det = RegimeDetector("ocr", ("pages",))
+    changes = _run(det, samples)
+    assert det.merges == [(1, 0)] and det.regime_of(1) == 0
+    assert [(c.old, c.new) for c in changes] == [(0, 1), (1, 0), (0, 2)]  # without the merge: 40 switches before the last
+    assert 150 <= changes[0].at_sample <= 160 and 550 <= changes[-1].at_sample <= 560
+    assert det.classify(det.vector(samples[0]))[0] == det.classify(det.vector(samples[155]))[0] == 0
+    # ticks of samples decide as one by one through the merge
+    many = RegimeDetector("ocr", ("pages",))
+    ticked = [c for at in range(0, len(samples), 37) for c in many.update_many(samples[at:at + 37]) if c is not None]
+    assert [(c.old, c.new, c.at_sample) for c in ticked] == [(c.old, c.new, c.at_sample) for c in changes]
+    assert many.merges == det.merges
+
+
+def test_long_regimes_that_alternate_never_merge():
+    rng = np.random.default_rng(5)
+    det = RegimeDetector("ocr", ("pages",))
+    changes = _run(det, _stream(rng, [(3.0, 60), (40.0, 60)] * 4))
+    assert det.merges == [] and len(changes) == 7 and all(c.recurring for c in changes[1:])
+
+
 def test_detector_names_a_bad_feature():
     det = RegimeDetector("ocr", ("pages",))
     bad = batch_sample(operator="ocr", replica_id="r7", config=CFG, items_in=16, features={"pages": float("nan")})

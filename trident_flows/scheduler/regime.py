@@ -11,6 +11,9 @@ Contract:
   ``ChangeKind.RESIDUAL`` (``old == new``: drop samples before ``change_point`` and refit).
 - Residuals of the pipeline's fill (``warmup_s``), transients and load shifts are no evidence; a
   refit or a new ``config_epoch`` re-baselines the residual test rather than looking like a shift.
+- Regimes that keep ending within ``flap_samples`` samples or ``flap_s`` seconds are one mixed workload (items whose costs
+  span decades, arriving in short runs): they merge into one regime, listed in ``merges``, and
+  alternating between them is no change (a lasting shift in cost still shows in the residuals).
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class RegimeDetector:
     ``radius`` or, when the stream is noisier, ``noise_z`` times the RMS distance of recent samples to
     the current centroid. Regime ids are stable, so a recurring regime gets its old id (``recurring``).
     For ``dwell`` samples after a switch, votes for the regime just left (stragglers) do not switch back.
+    When ``flaps`` regimes in a row ended within ``flap_samples`` samples or ``flap_s`` seconds of starting
+    (too short for any decision to use: the evidence gate alone waits for 16 samples), the switch that would end the last one merges the two regimes instead: the
+    merged regime keeps both centroids, a sample nearest either belongs to it, and ``merges`` records it.
 
     Whether the operator behaves differently: a two-sided CUSUM (``cusum_k``, ``cusum_h``) on throughput
     residuals (``OperatorModel.log_residual``), standardised by a median and MAD-based sigma calibrated
@@ -83,7 +89,8 @@ class RegimeDetector:
                  radius: float = 0.8, vote_window: int = 8, confirm: int = 6, calibration: int = 30, cusum_k: float = 0.5,
                  cusum_h: float = 8.0, clip: float = 3.0, persist: int = 24, persist_s: float = 1.0, min_shift: float = 0.3, dwell: int = 10,
                  min_sigma: float = 0.01, centroid_memory: int = 200, rebase_samples: int = 100, noise_z: float = 2.0,
-                 noise_memory: int = 100, load_share: float = 0.5, warmup_s: float = 15.0) -> None:
+                 noise_memory: int = 100, load_share: float = 0.5, warmup_s: float = 15.0, flap_samples: int = 16, flap_s: float = 10.0,
+                 flaps: int = 2) -> None:
         if confirm > vote_window or confirm < 1:
             raise ValueError(f"confirm must be in 1..vote_window ({vote_window}), got {confirm}")
         if radius <= 0 or cusum_h <= 0 or calibration < 3:
@@ -92,6 +99,9 @@ class RegimeDetector:
             raise ValueError(f"load_share must be > 0 (the share of a residual shift concurrency must explain), got {load_share}")
         if warmup_s < 0:
             raise ValueError(f"warmup_s must be >= 0 (seconds of the pipeline's fill before residuals count), got {warmup_s}")
+        if flaps < 1 or flap_samples < 1 or flap_s < 0:
+            raise ValueError(f"flaps and flap_samples must be >= 1 and flap_s >= 0 (short regimes in a row that merge, and how short), "
+                             f"got {flaps}, {flap_samples}, {flap_s}")
         self.operator = operator
         self.features: tuple[str, ...] | None = tuple(features) if features is not None else None
         self.scales = dict(scales or {})
@@ -131,6 +141,14 @@ class RegimeDetector:
         self.changes: list[RegimeChange] = []
         self._votes: deque = deque(maxlen=vote_window)          # (label or None, vector)
         self._history: deque = deque(maxlen=256)                 # (sample number, vector)
+        self.flap_samples = flap_samples
+        self.flaps = flaps
+        self.flap_s = flap_s
+        self._last_end = -math.inf                               # end time of the latest sample taken
+        self._switched_end = -math.inf                           # end time of the sample the current regime began at
+        self._short_regimes = 0                                  # regimes in a row that ended within flap_samples
+        self._merged_into: dict[int, int] = {}                   # a merged regime's id -> the id it is part of
+        self.merges: list[tuple[int, int]] = []                  # (regime, the regime it merged into), in order
         self._cusum = _Cusum()
         self._cal_left = calibration
 
@@ -159,13 +177,27 @@ class RegimeDetector:
     def _track_noise(self, vector: np.ndarray) -> None:
         if self.current is None:
             return
-        d2 = float(np.sum((vector - self.regimes[self.current].centroid) ** 2))
+        d2 = min(float(np.sum((vector - self.regimes[rid].centroid) ** 2)) for rid in self._members(self.current))
         d2 = min(d2, (3 * self.effective_radius) ** 2)
         self._noise_n += 1
         self._noise_ms += (d2 - self._noise_ms) / min(self._noise_n, self.noise_memory)
 
     def classify(self, vector: np.ndarray) -> tuple[int | None, float]:
-        """Nearest regime within the effective radius (or None) and the distance to the nearest regime."""
+        """The regime of the nearest centroid within the effective radius (or None) and the distance to it."""
+        nearest, dist = self._nearest(vector)
+        return (None if nearest is None else self.regime_of(nearest)), dist
+
+    def regime_of(self, rid: int) -> int:
+        """The regime that centroid ``rid`` is part of (itself unless merged)."""
+        while rid in self._merged_into:
+            rid = self._merged_into[rid]
+        return rid
+
+    def _members(self, rid: int) -> list[int]:
+        return [r for r in self.regimes if self.regime_of(r) == rid]
+
+    def _nearest(self, vector: np.ndarray) -> tuple[int | None, float]:
+        """Nearest centroid within the effective radius (or None) and the distance to the nearest centroid."""
         if not self.regimes:
             return None, math.inf
         ids = list(self.regimes)
@@ -346,7 +378,7 @@ class RegimeDetector:
         ``update`` does). Returns one result per sample consumed; empty when sample ``i`` is not quiet.
         ``replicas`` (from ``observe_many``) records the consumed samples after ``i`` for re-basing."""
         cur = self.current
-        if cur is None or self._epoch is None:
+        if cur is None or self._epoch is None or len(self._members(cur)) > 1:
             return []
         # quiet samples vote for the current regime, so no other regime's votes (nor the novel ones) can grow
         if max(Counter(lab for lab, _ in self._votes if lab != cur).values(), default=0) >= self.confirm:
@@ -452,6 +484,7 @@ class RegimeDetector:
         self._votes.extend((self.current, x[k]) for k in range(max(0, used - self.vote_window), used))
         self._history.extend((n0 + k, x[k]) for k in tail)
         self._busy.extend((n0 + k, samples[i + k].end - samples[i + k].busy_s, samples[i + k].end) for k in tail)
+        self._last_end = samples[i + used - 1].end
         reg.centroid = after[used - 1].copy()
         reg.count += used
         reg.last_seen = n0 + used - 1
@@ -485,27 +518,31 @@ class RegimeDetector:
                 self.reset_baseline()        # a configuration change moves residual levels
                 self._since = self.n
             self._epoch = sample.config_epoch
-        label, dist = self.classify(x)
+        nearest, dist = self._nearest(x)
+        label = None if nearest is None else self.regime_of(nearest)
         self._record(x, label, sample)
         alarm = None
         if residual is not None and math.isfinite(residual):
             alarm = self._cusum_step(residual, sample.end)
-        return self._conclude(x, label, dist, alarm)
+        return self._conclude(x, label, dist, alarm, nearest)
 
     def _record(self, x: np.ndarray, label: int | None, sample: BatchSample) -> None:
+        self._last_end = sample.end
         self._votes.append((label, x))
         self._history.append((self.n, x))
         self._busy.append((self.n, sample.end - sample.busy_s, sample.end))
 
-    def _conclude(self, x: np.ndarray, label: int | None, dist: float, alarm: tuple[float, int] | None) -> RegimeChange | None:
-        """The rest of ``update`` once the sample is recorded and its CUSUM step taken."""
+    def _conclude(self, x: np.ndarray, label: int | None, dist: float, alarm: tuple[float, int] | None,
+                  nearest: int | None = None) -> RegimeChange | None:
+        """The rest of ``update`` once the sample is recorded and its CUSUM step taken; ``nearest``: the
+        centroid the sample is nearest (default ``label``'s own), which moves towards it."""
         change = self._on_alarm(*alarm) if alarm is not None else None
         if change is None:
             change = self._on_votes(dist)
         if change is None:
             self._track_noise(x)
         if change is None and label is not None and label == self.current:
-            reg = self.regimes[label]
+            reg = self.regimes[label if nearest is None else nearest]
             reg.count += 1
             reg.centroid += (x - reg.centroid) / min(reg.count, self.centroid_memory)
             reg.last_seen = self.n
@@ -521,8 +558,13 @@ class RegimeDetector:
 
     def _switch(self, new: int, kind: ChangeKind, change_point: int, evidence: dict, reason: str, recurring: bool) -> RegimeChange | None:
         old = self.current
+        if old is not None and self._flapping(self.n - self._switched_at, self._last_end - self._switched_end):
+            self._merged_into[new] = old
+            self.merges.append((new, old))
+            self._votes.clear()
+            return None
         self.current = new
-        self._previous, self._switched_at = old, self.n
+        self._previous, self._switched_at, self._switched_end = old, self.n, self._last_end
         self._since = self.n
         self.regimes[new].last_seen = self.n
         self._votes.clear()
@@ -531,10 +573,20 @@ class RegimeDetector:
             return None  # the first regime is an initialisation, not a change
         return RegimeChange(self.operator, old, new, kind, recurring, self.n, change_point, evidence, reason)
 
+    def _flapping(self, lasted: int, lasted_s: float) -> bool:
+        """Count the current regime, ending after ``lasted`` samples and ``lasted_s`` seconds; True (and the
+        count restarts) when it is the ``flaps``-th in a row to end that soon (the class docstring)."""
+        short = lasted < self.flap_samples or lasted_s < self.flap_s
+        self._short_regimes = self._short_regimes + 1 if short else 0
+        if self._short_regimes < self.flaps:
+            return False
+        self._short_regimes = 0
+        return True
+
     def _on_votes(self, dist: float) -> RegimeChange | None:
         labels = [lab for lab, _ in self._votes]
         novel = [x for lab, x in self._votes if lab is None]
-        stragglers = self._previous if self.n - self._switched_at < self.dwell else None
+        stragglers = self.regime_of(self._previous) if self._previous is not None and self.n - self._switched_at < self.dwell else None
         if len(novel) >= self.confirm:
             centre = np.mean(novel, axis=0)
             if max(np.linalg.norm(x - centre) for x in novel) <= self.effective_radius:

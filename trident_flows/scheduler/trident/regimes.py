@@ -5,7 +5,8 @@ Contract:
   most ``detector_samples`` a tick) and reports each change as an event. Every change drops the
   model's calibration; a features change re-arms the evidence gate, makes the model due a refit
   and restarts the regime clock; a residual change cuts the window at the change point; a change to
-  a regime seen before serves its remembered model (``RegimeMemory``) at once. Every fit is
+  a regime seen before serves its remembered model (``RegimeMemory``) at once. Regimes the detector
+  merges (a mixed workload) are reported as a note, and change nothing else. Every fit is
   remembered under its regime with the optimiser's best config.
 - ``expected_s(state, throughput)``: seconds a change made now can pay off: the current regime's
   expected remaining time (from the past regimes that outlasted it so far, never falling to 0
@@ -55,7 +56,12 @@ class Regimes:
             # test is calm: residuals of a model refitted every tick would jump between fits.
             picked = evenly(len(batch), self.settings.detector_samples)
             op.read.extend(op.fed - len(batch) + i for i in picked)
-            for change in op.detector.observe_many([batch[i] for i in picked], op.model, replicas):
+            merged = len(op.detector.merges)
+            changes = op.detector.observe_many([batch[i] for i in picked], op.model, replicas)
+            for part, whole in op.detector.merges[merged:]:
+                events.append(TickEvent(EventKind.NOTE, name, f"regimes {part} and {whole} kept ending within {op.detector.flap_samples} "
+                                        f"samples: one mixed workload, regime {whole}, from now on"))
+            for change in changes:
                 if change is None:
                     if op.detector.current is not None and name not in self.started:
                         self.started[name] = state.wall_s
