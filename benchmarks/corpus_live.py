@@ -41,6 +41,7 @@ from benchmarks.closed_loop_workload import CPUS, GPUS
 from benchmarks.local_ray import start_local_ray
 from benchmarks.report import BenchResult, Target
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.sim.static_search import reach
 
 TRIDENT = corpus_trident.TRIDENT
 SYSTEMS = (STATIC_HINDSIGHT, TRIDENT)  # the live runs, in this order
@@ -119,12 +120,9 @@ def live_stream(name: str, quick: bool) -> tuple[headroom.Workload, corpus_workl
 
 
 def rows_per_item(profile: PipelineProfile) -> float:
-    """The most rows one operator of ``profile`` takes per input item (the product of the selectivities before it)."""
-    most = taken = 1.0
-    for op in profile.operators:
-        most = max(most, taken)
-        taken *= op.selectivity
-    return most
+    """The most rows one operator of ``profile`` takes per input item (``static_search.reach``, the product of the
+    selectivities before it)."""
+    return max(reach(profile).values())
 
 
 def prepare(name: str, quick: bool) -> LiveCorpus:

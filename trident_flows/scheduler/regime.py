@@ -11,9 +11,10 @@ Contract:
   ``ChangeKind.RESIDUAL`` (``old == new``: drop samples before ``change_point`` and refit).
 - Residuals of the pipeline's fill (``warmup_s``), transients and load shifts are no evidence; a
   refit or a new ``config_epoch`` re-baselines the residual test rather than looking like a shift.
-- Regimes that keep ending within ``flap_samples`` samples or ``flap_s`` seconds are one mixed workload (items whose costs
-  span decades, arriving in short runs): they merge into one regime, listed in ``merges``, and
-  alternating between them is no change (a lasting shift in cost still shows in the residuals).
+- Regimes that keep ending within ``flap_samples`` samples or ``flap_s`` seconds are one mixed
+  workload (items whose costs span decades, arriving in short runs): they merge into one regime,
+  listed in ``merges``, and alternating between them is no change (a lasting shift in cost still
+  shows in the residuals).
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ class RegimeDetector:
     the current centroid. Regime ids are stable, so a recurring regime gets its old id (``recurring``).
     For ``dwell`` samples after a switch, votes for the regime just left (stragglers) do not switch back.
     When ``flaps`` regimes in a row ended within ``flap_samples`` samples or ``flap_s`` seconds of starting
-    (too short for any decision to use: the evidence gate alone waits for 16 samples), the switch that would end the last one merges the two regimes instead: the
-    merged regime keeps both centroids, a sample nearest either belongs to it, and ``merges`` records it.
+    (too short for any decision to use: the evidence gate alone waits for 16 samples), the switch that
+    would end the last one merges the two regimes instead: the merged regime keeps both centroids, a
+    sample nearest either belongs to it, and ``merges`` records it.
 
     Whether the operator behaves differently: a two-sided CUSUM (``cusum_k``, ``cusum_h``) on throughput
     residuals (``OperatorModel.log_residual``), standardised by a median and MAD-based sigma calibrated
@@ -146,7 +148,7 @@ class RegimeDetector:
         self.flap_s = flap_s
         self._last_end = -math.inf                               # end time of the latest sample taken
         self._switched_end = -math.inf                           # end time of the sample the current regime began at
-        self._short_regimes = 0                                  # regimes in a row that ended within flap_samples
+        self._short_regimes = 0                                  # regimes in a row that ended within flap_samples or flap_s
         self._merged_into: dict[int, int] = {}                   # a merged regime's id -> the id it is part of
         self.merges: list[tuple[int, int]] = []                  # (regime, the regime it merged into), in order
         self._cusum = _Cusum()

@@ -60,7 +60,7 @@ class Regimes:
             changes = op.detector.observe_many([batch[i] for i in picked], op.model, replicas)
             for part, whole in op.detector.merges[merged:]:
                 events.append(TickEvent(EventKind.NOTE, name, f"regimes {part} and {whole} kept ending within {op.detector.flap_samples} "
-                                        f"samples: one mixed workload, regime {whole}, from now on"))
+                                        f"samples or {op.detector.flap_s:g} s: one mixed workload, regime {whole}, from now on"))
             for change in changes:
                 if change is None:
                     if op.detector.current is not None and name not in self.started:
