@@ -17,6 +17,9 @@ Contract of ``run(quick, live=) -> BenchResult`` (the simulated section; ``live`
   None below ``HEADROOM_LOW``), ``trident_vs_static_hindsight``, ``trident_vs_static_default``, ``trident_ooms``
   (every repeat), ``trident_ooms_max_run``, ``best_static_ooms``, ``items_lost`` (every run) and more; ``targets``
   are the issue's, chosen by the headroom measured (``section_targets``: both sections').
+- Where the gap to S* lies (``gap_runs``, ``raw.sim.<workload>.gap``): ``trident_choice_vs_static_hindsight``, the
+  allocation trident's median run held longest run static over the whole stream, and
+  ``static_hindsight_at_trident_batches_vs_static_hindsight``, S*'s replicas at that allocation's batch sizes, each over S*.
 - ``previous`` (the CLI passes OUT/corpus-trident.json): where its simulated section ran the same stream, its S* and O
   allocations are run again instead of searched (the searches, most of the run's time, do not depend on the scheduler's
   code); ``CORPUS_TRIDENT_SEARCH=1`` searches anyway. ``raw.sim.<workload>.references`` says which.
@@ -169,15 +172,61 @@ def evaluate(name: str, quick: bool, log: Callable[[str], None] = print, previou
     log(f"{name}: S* {runs[STATIC_HINDSIGHT].items_per_s} items/s ({allocation.label(best_static)}), O {runs[ORACLE].items_per_s} "
         f"items/s ({time.perf_counter() - t_search:.0f} s)")
     summary = summarise(runs, [r.ooms for r in repeats], sum(r.cut for r in repeats))
+    gap = gap_runs(w, runs[TRIDENT], best_static)
+    summary.update(gap_figures(gap, runs[STATIC_HINDSIGHT]))
+    log(f"{name}: gap {', '.join(f'{k} {r.items_per_s}' for k, (_, r) in gap.items())} items/s")
     raw = {"note": workload.note, "sources": list(workload.sources), "stream": sizing, "schedule": [list(b) for b in workload.schedule],
            "runs": {s: r.to_dict() for s, r in runs.items()}, "trident_repeat_ooms": [r.ooms for r in repeats],
            "static_default_allocation": allocation.label(allocation_of(w.start)),
            "static_hindsight_allocation": allocation.label(best_static), "static_hindsight": allocation.to_data(best_static),
            "oracle_block_allocations": [allocation.label(a) for a in choices], "oracle_blocks": [allocation.to_data(a) for a in choices],
            **search, "simulated_hours": {s: r.items_per_s and sizing["items"] / r.items_per_s / 3600 for s, r in runs.items()},
+           "gap": {k: {"allocation": allocation.label(a), "run": r.to_dict()} for k, (a, r) in gap.items()},
            "references_seconds": round(time.perf_counter() - t_search, 1), "bench_seconds": round(time.perf_counter() - t0, 1)}
     log(f"{name}: {summary}")
     return {"summary": summary, "raw": raw}
+
+
+TRIDENT_CHOICE, HINDSIGHT_AT_TRIDENT_BATCHES = "trident-choice", "static-hindsight-at-trident-batches"
+
+
+def most_run(run: suite_sim.SystemRun) -> Allocation:
+    """The allocation ``run`` held for the most ticks, over every block."""
+    ticks: dict[Allocation, int] = {}
+    for seen in run.seen.values():
+        for held, n in seen.items():
+            ticks[held] = ticks.get(held, 0) + n
+    return max(ticks, key=ticks.__getitem__)
+
+
+def at_batches(chosen: Allocation, batches_of: Allocation) -> Allocation:
+    """``chosen``'s replicas, each at the batch size ``batches_of`` runs most replicas of on the same device (unchanged
+    where ``batches_of`` runs the operator on no such device)."""
+    batch = {}
+    for name, groups in batches_of:
+        for config, _ in sorted(groups, key=lambda g: g[1]):  # the most replicas last: theirs is kept
+            batch[(name, config.device)] = config.batch_size
+    return tuple((name, tuple((replace(c, batch_size=batch.get((name, c.device), c.batch_size)), n) for c, n in groups))
+                 for name, groups in chosen)
+
+
+def gap_runs(w: suite_sim.SimWorkload, trident: suite_sim.SystemRun,
+             best_static: Allocation) -> dict[str, tuple[Allocation, suite_sim.SystemRun]]:
+    """Where trident's gap to S* lies, as two static runs of the whole stream, each with its allocation:
+    ``trident-choice``, the allocation trident's median run held longest (its choice without the cost of reaching it), and
+    ``static-hindsight-at-trident-batches``, S*'s replicas at that allocation's batch sizes (what S* loses with them)."""
+    held = most_run(trident)
+    at = at_batches(best_static, held)
+    return {TRIDENT_CHOICE: (held, w.run_static(TRIDENT_CHOICE, held)),
+            HINDSIGHT_AT_TRIDENT_BATCHES: (at, w.run_static(HINDSIGHT_AT_TRIDENT_BATCHES, at))}
+
+
+def gap_figures(gap: Mapping[str, tuple[Allocation, suite_sim.SystemRun]], best_static: suite_sim.SystemRun) -> dict[str, float | None]:
+    """``trident_choice_vs_static_hindsight`` and ``static_hindsight_at_trident_batches_vs_static_hindsight``: each gap
+    run's rate over S*'s (None where a rate is missing)."""
+    s_star = suite_sim.run_rate(best_static)
+    return {f"{k.replace('-', '_')}_vs_static_hindsight": (r.items_per_s / s_star if r.items_per_s and s_star else None)
+            for k, (_, r) in gap.items()}
 
 
 def trident_repeats(w: suite_sim.SimWorkload, static_default_run: suite_sim.SystemRun, repeats: int) -> list[suite_sim.SystemRun]:

@@ -117,3 +117,26 @@ def test_every_operator_may_hold_every_cpu_of_the_eight_nodes_as_the_references_
     spec = w.spec("trident")
     assert w.cluster.total_cpus == 128
     assert all(op.max_replicas >= 128 for op in spec.operators)
+
+
+def test_the_gap_runs_take_tridents_longest_held_allocation_and_put_its_batches_on_s_star():
+    from trident_flows.core.types import OpConfig
+
+    small, large, gpu = OpConfig.make(batch_size=8), OpConfig.make(batch_size=32), OpConfig.make(device="gpu", batch_size=4, gpus=1.0)
+    brief = (("ocr", ((large, 4),)), ("embed", ((gpu, 2),)))
+    held = (("ocr", ((small, 1), (large, 6))), ("embed", ((gpu, 2),)))
+    run = SystemRun("trident", seen={"web": {brief: 3, held: 2}, "archive": {held: 2}})
+    assert corpus_trident.most_run(run) == held
+    s_star = (("ocr", ((OpConfig.make(batch_size=64), 100),)), ("embed", ((OpConfig.make(device="gpu", batch_size=1, gpus=1.0), 16),)),
+              ("dedup", ((OpConfig.make(batch_size=64), 1),)))
+    at = corpus_trident.at_batches(s_star, held)
+    # each operator's replica count is S*'s; its batch is the one trident ran most replicas of on that device
+    assert [(name, [(c.device, c.batch_size, n) for c, n in groups]) for name, groups in at] == [
+        ("ocr", [("cpu", 32, 100)]), ("embed", [("gpu", 4, 16)]), ("dedup", [("cpu", 64, 1)])]
+
+
+def test_the_gap_figures_are_each_gap_runs_rate_over_s_stars():
+    choice, at = SystemRun("trident-choice", items_per_s=95.0, items_lost=0), SystemRun("x", items_per_s=None)
+    figures = corpus_trident.gap_figures({"trident-choice": ((), choice), "static-hindsight-at-trident-batches": ((), at)},
+                                         SystemRun("static-hindsight", items_per_s=100.0, items_lost=0))
+    assert figures == {"trident_choice_vs_static_hindsight": pytest.approx(0.95), "static_hindsight_at_trident_batches_vs_static_hindsight": None}
