@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from builders import operator_state, replica_state, runner_state
 
 from trident_flows.core.state import OperatorState, RunnerState
-from trident_flows.core.types import ClusterSpec, OpConfig, PlanKind
+from trident_flows.core.types import ClusterSpec, OpConfig, PlanKind, TransitionVerdict
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.trident import memory
+from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.idle_capacity import IdleCapacity
 from trident_flows.scheduler.trident.memory import PipelineIdentity, RegimeEntry
@@ -38,6 +40,11 @@ def _state(t: float, *ops: OperatorState, cpus: float = 16) -> RunnerState:
 class _Safe:
     def unsafe(self, name: str, config: OpConfig) -> str | None:
         return None
+
+
+def _no_depth() -> BatchDepth:
+    """A batch depth that has seen no stretch: it raises no batch."""
+    return BatchDepth(lambda name: None, lambda name, config: None, lambda: 0.0, lambda state: {})
 
 
 def _idle(growth_s: float | None = 4.0, keep_cpu: bool = False) -> IdleCapacity:
@@ -190,6 +197,19 @@ def test_the_items_of_a_regime_the_source_already_read_are_known_to_come(monkeyp
     assert sources.known_ahead(state) == 500.0  # in the scans now: up to what the source has read
 
 
+def test_a_segments_span_is_exact_once_the_next_started_and_the_regimes_mean_before() -> None:
+    from trident_flows.scheduler.trident.source_regimes import Regime, Segment, SourceRegimes
+
+    sources = SourceRegimes(SourceRegimeSettings())
+    web, scans = Regime(0, {"pages": 2.0}), Regime(1, {"pages": 40.0})
+    sources.segments = [Segment(0.0, web), Segment(1000.0, scans), Segment(3000.0, web), Segment(3500.0, scans)]
+    sources.position = 3600.0
+    assert [sources.span(s) for s in sources.segments[:3]] == [1000.0, 2000.0, 500.0]  # to the next segment's start
+    assert sources.span(sources.segments[3]) == 2000.0  # 100 read so far: the scans' earlier segment held 2000
+    sources.position = 6000.0
+    assert sources.span(sources.segments[3]) == 2500.0  # read beyond that mean: what is read
+
+
 def test_pre_positioning_does_not_shrink_an_operator_with_work_waiting(monkeypatch: Any) -> None:
     from trident_flows.scheduler.trident import preposition
     from trident_flows.scheduler.trident.operators import ColdStarts
@@ -208,7 +228,7 @@ def test_pre_positioning_does_not_shrink_an_operator_with_work_waiting(monkeypat
 
     monkeypatch.setattr(preposition, "stream_positions", lambda s: {"ocr": 100.0, "embed": 50.0})
     ahead = PrePositioning(Context(None, ClusterSpec.single_node(16, 0)), sources, Plans(), pace=Pace(None),  # type: ignore[arg-type]
-                           cold_starts=ColdStarts(5.0), safety=_Safe())  # type: ignore[arg-type]
+                           cold_starts=ColdStarts(5.0), safety=_Safe(), depth=_no_depth(), benefit_ratio=2.0)  # type: ignore[arg-type]
     busy = _state(10.0, _op("ocr", 10, 200, True), _op("embed", 4, 0, False))
     plan = ahead.plan(busy)
     assert plan is None or "ocr" not in [o.operator for o in plan.operators]  # 200 items wait at its 10 busy replicas
@@ -273,10 +293,11 @@ def test_a_regime_plan_that_predicts_less_than_an_allocation_measured_on_the_reg
     assert plans.plan(running, short, False).origin == "memory"  # a plan predicting a third more than measured is still tried
 
 
-@pytest.mark.parametrize("origin, gain, moves", [("models", 1.01, False), ("models", None, True), ("models", 1.5, True),
-                                                 ("measured", 1.01, False), ("memory", 1.01, True)])
-def test_a_regime_plan_of_this_run_is_pre_positioned_only_where_the_models_predict_it_faster(monkeypatch: Any, origin: str,
-                                                                                            gain: float | None, moves: bool) -> None:
+@pytest.mark.parametrize("origin, gain, pays, moves", [("models", 1.01, True, False), ("models", None, None, True), ("models", 1.5, True, True),
+                                                       ("models", 1.5, False, False), ("measured", 1.01, True, False),
+                                                       ("memory", 1.01, False, True)])
+def test_a_regime_plan_of_this_run_is_pre_positioned_only_where_the_models_predict_it_faster_and_it_pays(
+        monkeypatch: Any, origin: str, gain: float | None, pays: bool | None, moves: bool) -> None:
     from trident_flows.scheduler.trident import preposition
     from trident_flows.scheduler.trident.operators import ColdStarts
     from trident_flows.scheduler.trident.pace import Pace
@@ -286,7 +307,9 @@ def test_a_regime_plan_of_this_run_is_pre_positioned_only_where_the_models_predi
 
     sources = SourceRegimes(SourceRegimeSettings())
     sources.segments = [Segment(0.0, Regime(0, {"pages": 2.0}, remembered=True))]
-    asked = []
+    sources.position = 600.0
+    asked: list[str] = []
+    priced: list[tuple[float, float]] = []
 
     class Plans:
         def plan(self, state: Any, regime: Any, live: bool) -> RegimePlan:
@@ -296,13 +319,19 @@ def test_a_regime_plan_of_this_run_is_pre_positioned_only_where_the_models_predi
             asked.append(plan.origin)
             return gain
 
+        def transition(self, state: Any, regime: Any, plan: RegimePlan, duration_s: float, benefit_ratio: float) -> Any:
+            priced.append((duration_s, benefit_ratio))
+            return None if pays is None else SimpleNamespace(verdict=TransitionVerdict.ROLL_OUT if pays else TransitionVerdict.WAIT)
+
     monkeypatch.setattr(preposition, "stream_positions", lambda s: {"ocr": 100.0, "embed": 50.0})
     ahead = PrePositioning(Context(None, ClusterSpec.single_node(16, 0)), sources, Plans(), pace=Pace(None),  # type: ignore[arg-type]
-                           cold_starts=ColdStarts(5.0), safety=_Safe())  # type: ignore[arg-type]
+                           cold_starts=ColdStarts(5.0), safety=_Safe(), depth=_no_depth(), benefit_ratio=2.0)  # type: ignore[arg-type]
     state = _state(10.0, _op("ocr", 4, 0, False), _op("embed", 8, 0, False))
     plan = ahead.plan(state)
     assert (plan is not None) == moves and ahead.skipped == (not moves)
     assert asked == ([] if origin == "memory" else [origin])  # decided once per segment, for every operator; memory is trusted
+    # priced only where the models predict the margin: over the segment's 600 items at the plan's 30 items/s
+    assert priced == ([(20.0, 2.0)] if origin != "memory" and (gain is None or gain >= 1.05) else [])
     assert ahead.plan(_state(11.0, _op("ocr", 4, 0, False), _op("embed", 8, 0, False))) is None  # the segment is settled
 
 
@@ -342,7 +371,8 @@ def test_a_regime_plan_counts_replicas_beyond_those_running_at_the_evidence_gate
 
     def curve(z: float) -> list[float]:
         plans = RegimePlans(None, Context(None, ClusterSpec.single_node(16, 0)), {"ocr": Op()}, search=Search(), safety=_Safe(),  # type: ignore[arg-type]
-                            pace=Pace(None), cold_starts=ColdStarts(5.0), solve=lambda *a, **k: None, confidence_z=z)
+                            pace=Pace(None), cold_starts=ColdStarts(5.0), depth=_no_depth(), solve=lambda *a, **k: None,
+                            confidence_z=z)
         (demand,) = plans._demands(_state(10.0, _op("ocr", 4, 0, False)), Regime(0, {}))  # type: ignore[arg-type]
         (option,) = demand.options
         return [option.rate_at(r) for r in (4, 8)]

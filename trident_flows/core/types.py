@@ -342,6 +342,7 @@ class PlanKind(str, Enum):
     REGIME_PLAN = "regime_plan"      # moves operators to a known regime's allocation as its items reach them
     IDLE_CAPACITY = "idle_capacity"  # gives resources no replica holds to operators with work waiting
     REBALANCE = "rebalance"          # moves replicas of operators that sat mostly idle to operators with work waiting
+    BATCH_DEPTH = "batch_depth"      # raises batch sizes so a stretch of expensive items cannot hold every replica
 
 
 class CanaryVerdict(str, Enum):

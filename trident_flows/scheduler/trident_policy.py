@@ -8,7 +8,8 @@ Contract:
   re-issued unchanged against the same placement). ``records`` / ``last_record`` keep recent ticks.
 - A tick runs its parts and decides, the first that applies: roll back a rollout that measured
   worse; a known regime's pre-positioning; before the evidence gate opens, a memory-safety move or
-  idle capacity, else wait; while verifying, nothing; else placement and the transition's verdict.
+  idle capacity, else wait; while verifying, nothing; else placement and the transition's verdict,
+  and where that issues nothing, batch sizes raised as in-flight depth (``BatchDepth``).
   Every plan carries its ``Rationale``; a tick that issues none says why as a ``Hold``.
 - ``starting_spec(spec)``, ``finish(state)`` and ``run_figures()``: the run's start from memory, the
   memory written at its end, its ``RunSummary`` fields. Every step runs guarded: an exception goes
@@ -27,7 +28,9 @@ from trident_flows.core.state import ApplyOutcome, ApplyStatus, RunnerState
 from trident_flows.core.types import BatchSample, CanaryEnd, ClusterSpec, OperatorPlan, Plan, PlanKind
 from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import EventKind, TickEvent, TickRecord
+from trident_flows.scheduler.placement.inputs import work_per_item
 from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate
@@ -81,14 +84,17 @@ class TridentPolicy:
         self.refusals = RefusedPlans()
         self.regimes = Regimes(settings.regimes, self.ctx, self.ops, self.gate, self.search)
         self.canaries = Canaries(settings.canary, self.ops, self.search, self.safety, self.gate, self.pace, self.cold_starts, self.verifier)
+        self.depth = BatchDepth(self.search.space, self.safety.unsafe, self.pace.completion_rate,
+                                lambda state: work_per_item(state, tuple(self.pace.history)))
         self.placement = PlacementStep(settings.placement, self.ctx, self.ops, search=self.search, safety=self.safety, canaries=self.canaries,
-                                       regimes=self.regimes, gate=self.gate, pace=self.pace, cold_starts=self.cold_starts, solve=solve)
+                                       regimes=self.regimes, gate=self.gate, pace=self.pace, cold_starts=self.cold_starts, depth=self.depth,
+                                       solve=solve)
         self.sources = SourceRegimes(settings.sources)
         self.transition = TransitionStep(settings.transition, self.regimes, self.pace, self.verifier, self.sources)
         self.regime_plans = RegimePlans(settings.placement, self.ctx, self.ops, search=self.search, safety=self.safety, pace=self.pace,
-                                        cold_starts=self.cold_starts, solve=solve, confidence_z=settings.gate.confidence_z)
+                                        cold_starts=self.cold_starts, depth=self.depth, solve=solve, confidence_z=settings.gate.confidence_z)
         self.preposition = PrePositioning(self.ctx, self.sources, self.regime_plans, pace=self.pace, cold_starts=self.cold_starts,
-                                          safety=self.safety)
+                                          safety=self.safety, depth=self.depth, benefit_ratio=settings.transition.benefit_ratio)
         self.idle = IdleCapacity(settings.idle, self.ctx, self.safety, memory_safety=settings.safety, memory_bound=self.search.memory_bound,
                                  keep_cpu=self.placement.keeps_canary_cpu)
         self.memory = RunMemory(settings.memory.location, spec, cluster)
@@ -177,6 +183,7 @@ class TridentPolicy:
             events += [TickEvent(EventKind.NOTE, "", note) for note in (self.memory.warning, self.started_from) if note]
         new = steps.run("observe", lambda: self.models.observe(state, samples, self._tick)) or {}
         source_events = steps.run("source", lambda: self.sources.observe(state, samples)) or []
+        steps.run("batch depth", lambda: self.depth.observe(state, samples))
         events += source_events
         if self.settings.sources.regime_plans:
             steps.run("regime plans", lambda: self.regime_plans.refresh(state, self.sources.regimes, self.sources.live(state), pipeline_t))
@@ -253,6 +260,10 @@ class TridentPolicy:
             return Decision.no_change(f"verifying the last rollout before planning again ({verification or 'waiting for it to be in place'})",
                                       Hold(HoldKind.VERIFYING))
         decided = self._placed(state, steps, canary_ops)
+        if safety is None and decided is not None and decided.plan is None:
+            deeper = steps.run("batch depth", lambda: self.depth.plan(state))
+            if deeper is not None:
+                return Decision.roll_out(deeper, f"{deeper.reason} ({decided.reason})", decided.predicted_throughput)
         if safety is not None and (decided is None or decided.plan is None):
             # the placement could not move an operator off an unsafe config (no priced option, no
             # feasible order, a failed solve): the replica-for-replica move always fits
@@ -296,5 +307,6 @@ class TridentPolicy:
 
 
 def _unverified(plan: Plan) -> bool:
-    """A regime plan or replicas on idle resources: rollouts that are not verified against the throughput before."""
-    return plan.rationale is not None and plan.rationale.kind in (PlanKind.REGIME_PLAN, PlanKind.IDLE_CAPACITY)
+    """A regime plan, replicas on idle resources or batch sizes raised as depth: rollouts that are not verified against the
+    throughput before."""
+    return plan.rationale is not None and plan.rationale.kind in (PlanKind.REGIME_PLAN, PlanKind.IDLE_CAPACITY, PlanKind.BATCH_DEPTH)

@@ -6,7 +6,8 @@ Contract:
   or when the solver fails. Re-solved only when an input changed or ``resolve_ticks`` passed.
 - ``candidates(state, name)``: running configs, accepted canaries, the optimiser's and regime
   memory's best and, off an unsafe config, the next smaller batch; a config whose canary was
-  rejected since the operator's workload last changed is none of these; unsafe, unfitting or
+  rejected since the operator's workload last changed, or (not running) whose batch is below the
+  operator's in-flight depth (``BatchDepth.too_small``), is none of these; unsafe, unfitting or
   under-sampled (``min_config_samples``: the evidence gate) ones are no option. Capacity curves
   are the model's lower confidence bound (``confidence_z``) of what more replicas add, made concave.
 - ``cluster_for_placement(state)``: the cluster minus running canaries and, while
@@ -30,6 +31,7 @@ from trident_flows.scheduler.placement.inputs import concave_curve, current_plac
 from trident_flows.scheduler.placement.types import OperatorDemand, PlacementOption
 from trident_flows.scheduler.replicas import replica_limits
 from trident_flows.scheduler.transfer import transfer_estimate
+from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.gate import EvidenceGate
@@ -56,7 +58,7 @@ class PlacementStep:
     """Candidates, options and the placement solve (see the module docstring)."""
 
     def __init__(self, settings: PlacementSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
-                 canaries: Canaries, regimes: Regimes, gate: EvidenceGate, pace: Pace, cold_starts: ColdStarts,
+                 canaries: Canaries, regimes: Regimes, gate: EvidenceGate, pace: Pace, cold_starts: ColdStarts, depth: BatchDepth,
                  solve: Callable[..., Any]) -> None:
         self.settings = settings
         self.ctx = ctx
@@ -68,6 +70,7 @@ class PlacementStep:
         self.gate = gate
         self.pace = pace
         self.cold_starts = cold_starts
+        self.depth = depth
         self.solve = solve
         self._solved: tuple | None = None  # (inputs, tick, answer) of the last solve
 
@@ -114,7 +117,7 @@ class PlacementStep:
                 extra.append(smaller)
                 notes.append(f"{name}: {c.label()} is unsafe ({why}); candidate {smaller.label()}")
         for c in extra:
-            if c not in cands and not self.canaries.rejected_here(name, c):
+            if c not in cands and not self.canaries.rejected_here(name, c) and not self.depth.too_small(name, c):
                 cands.append(c)
         return cands, notes
 

@@ -7,9 +7,12 @@ Contract:
   ``RegimePlan`` gives the operator other groups, the operator moves to them, provided the plan is worth it: a plan
   from memory is applied at once (an earlier run verified it); one of this run, where the models can tell
   (``RegimePlans.gain``), must predict ``MARGIN`` more throughput on the regime's items than the allocation running
-  when the segment is first met (decided once per segment, for every operator; ``skipped`` counts the segments
-  declined). Each operator moves
-  at most once per segment and never back (``positioned``); never to an unsafe config; a
+  when the segment is first met, and the move must pay for its cold starts within the segment
+  (``RegimePlans.transition`` over ``SourceRegimes.span`` items at the plan's rate, ``benefit_ratio`` as the
+  transition step's). Decided once per segment, for every operator; ``skipped`` counts the segments declined.
+  Each operator moves
+  at most once per segment and never back (``positioned``); never to an unsafe config nor to one
+  below its in-flight depth (``BatchDepth.too_small``); a
   saturated operator is not shrunk; GPU growth only where it packs device by device (else no
   operator moves for that regime this tick); moves beyond the cluster's CPUs/GPUs wait.
 - The plan is a ``REGIME_PLAN`` rollout; its reason names the regime, where its items are and the
@@ -19,10 +22,11 @@ Contract:
 from __future__ import annotations
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup, TransitionVerdict
 from trident_flows.scheduler.occupancy import Occupancy, classify
 from trident_flows.scheduler.replicas import gpus_pack, held
 from trident_flows.scheduler.throughput_measure import stream_positions
+from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.operators import ColdStarts
 from trident_flows.scheduler.trident.pace import Pace
@@ -38,13 +42,15 @@ class PrePositioning:
     """Moves operators ahead of a known regime's items (see the module docstring)."""
 
     def __init__(self, ctx: Context, sources: SourceRegimes, plans: RegimePlans, *, pace: Pace, cold_starts: ColdStarts,
-                 safety: MemorySafety, tick_s: float = 1.0) -> None:
+                 safety: MemorySafety, depth: BatchDepth, benefit_ratio: float, tick_s: float = 1.0) -> None:
         self.ctx = ctx
         self.sources = sources
         self.plans = plans
         self.pace = pace
         self.cold_starts = cold_starts
         self.safety = safety
+        self.depth = depth
+        self.benefit_ratio = benefit_ratio
         self.tick_s = tick_s
         self.positioned: dict[str, Segment] = {}
         self._worth: dict[float, bool] = {}  # segment start -> whether its regime's plan is worth moving to
@@ -68,7 +74,7 @@ class PrePositioning:
                 continue  # positioned for it, or for a later segment already (never back to an earlier one)
             regime_plan = self.plans.plan(state, segment.regime, segment.regime.id in live)
             groups = dict(regime_plan.groups.get(name, {})) if regime_plan is not None else {}
-            if not groups or any(self.safety.unsafe(name, c) is not None for c in groups):
+            if not groups or any(self.safety.unsafe(name, c) is not None or self.depth.too_small(name, c) for c in groups):
                 continue
             if groups == op_state.configs() or not self._worth_it(state, segment, regime_plan):
                 self.positioned[name] = segment
@@ -106,15 +112,26 @@ class PrePositioning:
         return Plan(tuple(ops), head.predicted, reason, Rationale(PlanKind.REGIME_PLAN, throughput_after=head.predicted))
 
     def _worth_it(self, state: RunnerState, segment: Segment, regime_plan: RegimePlan) -> bool:
-        """Whether ``segment``'s regime plan predicts ``MARGIN`` more than the allocation running now (decided at the first
-        operator that meets the segment; True for a plan from memory and where the models cannot tell)."""
+        """Whether ``segment``'s regime plan predicts ``MARGIN`` more than the allocation running now and pays for its
+        cold starts within the segment (decided at the first operator that meets the segment; True for a plan from memory
+        and where the models cannot tell)."""
         if regime_plan.origin == "memory":
             return True
         if segment.start not in self._worth:
-            gain = self.plans.gain(state, segment.regime, regime_plan)
-            self._worth[segment.start] = gain is None or gain >= 1.0 + MARGIN
+            self._worth[segment.start] = self._gains(state, segment, regime_plan) and self._pays(state, segment, regime_plan)
             self.skipped += not self._worth[segment.start]
         return self._worth[segment.start]
+
+    def _gains(self, state: RunnerState, segment: Segment, regime_plan: RegimePlan) -> bool:
+        gain = self.plans.gain(state, segment.regime, regime_plan)
+        return gain is None or gain >= 1.0 + MARGIN
+
+    def _pays(self, state: RunnerState, segment: Segment, regime_plan: RegimePlan) -> bool:
+        rate = regime_plan.predicted if regime_plan.predicted > 0 else self.pace.completion_rate()
+        if not rate or rate <= 0:
+            return True
+        move = self.plans.transition(state, segment.regime, regime_plan, self.sources.span(segment) / rate, self.benefit_ratio)
+        return move is None or move.verdict is TransitionVerdict.ROLL_OUT
 
     def _known(self, segment: Segment) -> bool:
         return segment.regime.remembered or any(s.regime is segment.regime for s in self.sources.segments if s.start < segment.start)

@@ -6,7 +6,7 @@ Contract:
   pipeline working on that regime's items (capacity curves at the features measured there, scaled
   to the rate measured there, replicas beyond those running counted at ``confidence_z`` below the
   median as the placement's evidence gate counts them; candidates that ran it, accepted canaries and running configs, never
-  an unsafe one), re-solved after a refit at most every ``RESOLVE_S``; otherwise the last plan
+  an unsafe one nor, unless running, one below the operator's in-flight depth), re-solved after a refit at most every ``RESOLVE_S``; otherwise the last plan
   solved while live, else the one remembered from an earlier run, else None.
 - ``refresh(state, regimes, live)`` solves the live regimes' plans when due, every tick;
   ``settle(state, regimes)`` at the run's end solves once each covered regime without a plan, so
@@ -18,6 +18,9 @@ Contract:
   allocation (origin "measured", its mean as ``predicted``).
 - ``gain(state, regime, plan)``: the models' throughput on the regime's items of ``plan``'s allocation over that of the
   allocation running now, on the same capacity curves (None when an operator has no fitted model or a config no curve).
+- ``transition(state, regime, plan, duration_s, benefit_ratio)``: the move from the running allocation to ``plan``'s,
+  ordered and priced on those curves over ``duration_s`` of the regime's items (``plan_transition``; None where ``gain``
+  is None or the move cannot be ordered).
 - ``RegimePlan.groups``: replicas per config per operator; ``predicted``: input items/s;
   ``origin``: "models" (this run), "memory" (an earlier one) or "measured".
 """
@@ -29,12 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import OpConfig
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, ReplicaGroup, Transition
 from trident_flows.scheduler.model_values import NoModelError
 from trident_flows.scheduler.placement.inputs import concave_curve, current_placement, work_per_item
+from trident_flows.scheduler.placement.transition_cost import plan_transition
 from trident_flows.scheduler.placement.types import OperatorDemand
 from trident_flows.scheduler.replicas import replica_limits
 from trident_flows.scheduler.transfer import transfer_estimate
+from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.operators import ColdStarts, Operators
 from trident_flows.scheduler.trident.pace import Pace
@@ -69,7 +74,7 @@ class RegimePlans:
     """The known regimes' plans (see the module docstring)."""
 
     def __init__(self, settings: PlacementSettings, ctx: Context, ops: Operators, *, search: ConfigSearch, safety: MemorySafety,
-                 pace: Pace, cold_starts: ColdStarts, solve: Callable[..., Any], confidence_z: float = 0.0) -> None:
+                 pace: Pace, cold_starts: ColdStarts, depth: BatchDepth, solve: Callable[..., Any], confidence_z: float = 0.0) -> None:
         self.settings = settings
         self.confidence_z = confidence_z
         self.ctx = ctx
@@ -78,6 +83,7 @@ class RegimePlans:
         self.safety = safety
         self.pace = pace
         self.cold_starts = cold_starts
+        self.depth = depth
         self.solve = solve
         self._remembered: dict[int, RegimePlan] = {}
         self._solved: dict[int, tuple[tuple, float, RegimePlan]] = {}  # regime -> (models' versions, runner wall_s, plan)
@@ -158,6 +164,22 @@ class RegimePlans:
         before, after = _rate(demands, now), _rate(demands, {n: plan.groups.get(n) or now[n] for n in names})
         return after / before if before and after is not None else None
 
+    def transition(self, state: RunnerState, regime: Regime, plan: RegimePlan, duration_s: float, benefit_ratio: float) -> Transition | None:
+        """The move to ``plan``'s allocation priced over ``duration_s`` of ``regime``'s items (module docstring)."""
+        names = [op.name for op in state.operators]
+        if not all(n in self.ops and self.ops[n].model.ready for n in names):
+            return None
+        now = {op.name: op.configs() for op in state.operators}
+        demands = self._demands(state, regime, {n: [*now[n], *plan.groups.get(n, {})] for n in names})
+        if demands is None:
+            return None
+        target = Plan(tuple(OperatorPlan(n, tuple(ReplicaGroup(c, k) for c, k in (plan.groups.get(n) or now[n]).items()), "regime plan")
+                            for n in names), plan.predicted, f"regime {regime.id}'s plan")
+        try:
+            return plan_transition(demands, self.ctx.planned_for(state), current_placement(state), target, duration_s, benefit_ratio=benefit_ratio)
+        except (ValueError, RuntimeError):
+            return None
+
     def _solve(self, state: RunnerState, regime: Regime) -> RegimePlan | None:
         demands = self._demands(state, regime)
         if demands is None:
@@ -189,7 +211,8 @@ class RegimePlans:
                 candidates = dict.fromkeys(configs.get(name, ()))
             else:
                 measured = [c for c in regime.busy.get(name, {}) if (found := regime.rate(name, c)) is not None and found[0] >= COVERED_ITEMS]
-                candidates = dict.fromkeys([*op_state.configs(), *op.accepted, *measured])
+                running = op_state.configs()
+                candidates = dict.fromkeys([*running, *(c for c in [*op.accepted, *measured] if c in running or not self.depth.too_small(name, c))])
             features = _features_for(op.model, regime.features.get(name, {}))
             factor = _level(op.model, regime, name, features)
             options = []

@@ -10,7 +10,9 @@ Contract:
   position); ``Regime.features`` / ``items`` / ``rate(op, config)`` / ``covered(ops)`` say what each
   operator measured on a regime.
 - Segments start at strictly increasing input items: ``at(position)``, ``next_after(position)``,
-  ``current``, ``live(state)``, ``known_ahead(state)`` and ``items_per_regime()`` query them.
+  ``current``, ``live(state)``, ``known_ahead(state)`` and ``items_per_regime()`` query them;
+  ``span(segment)`` is a segment's input items: to the next segment's start, and for the newest at
+  least what its regime's earlier segments held on average.
 - ``remember(signature, features)`` adds a regime known from an earlier run (``TridentMemory``).
 """
 
@@ -107,6 +109,15 @@ class SourceRegimes:
         for segment in self.segments:
             out[segment.regime.id] = out.get(segment.regime.id, 0.0) + max(0.0, self._end_of(segment.start) - segment.start)
         return out
+
+    def span(self, segment: Segment) -> float:
+        """Input items of ``segment``: exact once a later segment started; for the newest, the items read so far or
+        the mean of its regime's earlier segments, whichever is more."""
+        read = max(0.0, self._end_of(segment.start) - segment.start)
+        if self.next_after(segment.start) is not None:
+            return read
+        earlier = [max(0.0, self._end_of(s.start) - s.start) for s in self.segments if s.regime is segment.regime and s.start < segment.start]
+        return max(read, sum(earlier) / len(earlier)) if earlier else read
 
     def known_ahead(self, state: RunnerState) -> float:
         """Input items of the segment the last operator works on that the source has read and the last operator has
