@@ -154,31 +154,35 @@ class RegimePlans:
     def gain(self, state: RunnerState, regime: Regime, plan: RegimePlan) -> float | None:
         """The models' throughput on ``regime``'s items with ``plan``'s allocation over the allocation running now (module
         docstring)."""
-        names = [op.name for op in state.operators]
-        if not all(n in self.ops and self.ops[n].model.ready for n in names):
+        against = self._against_running(state, regime, plan)
+        if against is None:
             return None
-        now = {op.name: op.configs() for op in state.operators}
-        demands = self._demands(state, regime, {n: [*now[n], *plan.groups.get(n, {})] for n in names})
-        if demands is None:
-            return None
-        before, after = _rate(demands, now), _rate(demands, {n: plan.groups.get(n) or now[n] for n in names})
+        now, demands = against
+        before, after = _rate(demands, now), _rate(demands, {n: plan.groups.get(n) or now[n] for n in now})
         return after / before if before and after is not None else None
 
     def transition(self, state: RunnerState, regime: Regime, plan: RegimePlan, duration_s: float, benefit_ratio: float) -> Transition | None:
         """The move to ``plan``'s allocation priced over ``duration_s`` of ``regime``'s items (module docstring)."""
+        against = self._against_running(state, regime, plan)
+        if against is None:
+            return None
+        now, demands = against
+        target = Plan(tuple(OperatorPlan(n, tuple(ReplicaGroup(c, k) for c, k in (plan.groups.get(n) or now[n]).items()), "regime plan")
+                            for n in now), plan.predicted, f"regime {regime.id}'s plan")
+        try:
+            return plan_transition(demands, self.ctx.planned_for(state), current_placement(state), target, duration_s, benefit_ratio=benefit_ratio)
+        except (ValueError, RuntimeError):
+            return None
+
+    def _against_running(self, state: RunnerState, regime: Regime, plan: RegimePlan) -> tuple[dict[str, dict[OpConfig, int]], list[OperatorDemand]] | None:
+        """The running allocation and the operators' curves on ``regime``'s items for its configs and ``plan``'s (None when
+        an operator has no fitted model or a config no curve)."""
         names = [op.name for op in state.operators]
         if not all(n in self.ops and self.ops[n].model.ready for n in names):
             return None
         now = {op.name: op.configs() for op in state.operators}
         demands = self._demands(state, regime, {n: [*now[n], *plan.groups.get(n, {})] for n in names})
-        if demands is None:
-            return None
-        target = Plan(tuple(OperatorPlan(n, tuple(ReplicaGroup(c, k) for c, k in (plan.groups.get(n) or now[n]).items()), "regime plan")
-                            for n in names), plan.predicted, f"regime {regime.id}'s plan")
-        try:
-            return plan_transition(demands, self.ctx.planned_for(state), current_placement(state), target, duration_s, benefit_ratio=benefit_ratio)
-        except (ValueError, RuntimeError):
-            return None
+        return (now, demands) if demands is not None else None
 
     def _solve(self, state: RunnerState, regime: Regime) -> RegimePlan | None:
         demands = self._demands(state, regime)
