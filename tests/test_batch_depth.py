@@ -119,3 +119,18 @@ def test_the_placement_offers_no_config_below_an_operators_depth_but_a_running_o
                                                                             replica_state(replica_id="b", config=B8))),))
     configs, _ = step.candidates(running, "ocr")
     assert sorted(c.batch_size for c in configs) == [8, 32]  # the accepted b16 and the optimiser's b8 are below it; b8 runs
+
+
+def test_once_the_input_is_closed_raised_batches_go_back_and_nothing_is_raised() -> None:
+    depth = _depth()
+    _seen(depth, 150)
+    assert depth.plan(_state(100)) is not None and depth.floor == {"ocr": 16}
+    b16 = B8.with_changes(batch_size=16)
+    closed = runner_state(operators=_state(100, b16).operators, input_closed=True)
+    back = depth.plan(closed)
+    assert back is not None and back.rationale is not None and back.rationale.kind is PlanKind.BATCH_DEPTH
+    assert [(g.config.batch_size, g.replicas) for g in back.operators[0].groups] == [(8, 100)]
+    assert depth.floor == {} and not depth.too_small("ocr", B8)  # the placement may offer batch 8 again
+    assert depth.plan(closed) is None and depth.batch(closed, "ocr", b16) == 16  # once; and nothing raised any more
+    _seen(depth, 150)
+    assert depth.plan(runner_state(operators=_state(100).operators, input_closed=True)) is None

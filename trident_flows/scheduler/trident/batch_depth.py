@@ -21,7 +21,10 @@ Contract:
   ``MIN_REPLICAS`` replicas, and where the cheap items leave ``MIN_FREE_SHARE`` of them free (an operator with
   less is a bottleneck, not a blockage: the placement's to grow).
 - ``plan(state)``: a ``BATCH_DEPTH`` rollout that resizes the running groups ``batch`` raises (no replica starts or
-  stops); None when none. Each batch it issues becomes the operator's ``floor``; it never lowers a batch.
+  stops); None when none. Each batch it issues becomes the operator's ``floor``; it never lowers a batch, but
+  once the input is closed (the source read every item) it resizes each raised group back to the batch it had
+  before, once, and raises nothing more: the items left then spread over every replica instead of waiting in a
+  few large batches at the run's end.
 - ``too_small(name, config)``: a CPU config below the operator's floor; the placement, the regime plans and
   pre-positioning offer no such config but a running one, so no plan moves an operator back below its depth.
 """
@@ -128,6 +131,7 @@ class BatchDepth:
         self._work = work
         self._ops: dict[str, _Operator] = {}
         self.floor: dict[str, int] = {}
+        self._before: dict[str, int] = {}  # each raised operator's batch before its first raise
 
     def observe(self, state: RunnerState, samples: Sequence[BatchSample]) -> None:
         by_operator: dict[str, list[BatchSample]] = {}
@@ -155,7 +159,7 @@ class BatchDepth:
         own = max(config.batch_size, self.floor.get(name, 1)) if config.device == CPU else config.batch_size
         space = self._space(name)
         replicas = sum(state.operator(name).configs().values())
-        if config.device != CPU or space is None or replicas < MIN_REPLICAS:
+        if config.device != CPU or space is None or replicas < MIN_REPLICAS or state.input_closed:
             return own
         free = replicas - self.cheap_replicas(state, name)
         double = config.batch_size * 2
@@ -167,6 +171,8 @@ class BatchDepth:
         return config.device == CPU and config.batch_size < self.floor.get(name, 1)
 
     def plan(self, state: RunnerState) -> Plan | None:
+        if state.input_closed:
+            return self._back(state)
         ops = []
         for op_state in state.operators:
             name, groups, moved = op_state.name, {}, []
@@ -179,6 +185,7 @@ class BatchDepth:
                 groups[config] = groups.get(config, 0) + n
             if not moved:
                 continue
+            self._before.setdefault(name, min(c.batch_size for c in op_state.configs() if c.device == CPU))
             self.floor[name] = max(c.batch_size for c in groups if c.device == CPU)
             ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
                                     f"{name}: a stretch of expensive items held the replicas its other items need ({'; '.join(moved)})"))
@@ -186,3 +193,22 @@ class BatchDepth:
             return None
         reason = "batch size as in-flight depth: " + "; ".join(o.reason for o in ops)
         return Plan(tuple(ops), 0.0, reason, Rationale(PlanKind.BATCH_DEPTH))
+
+    def _back(self, state: RunnerState) -> Plan | None:
+        """The raised operators' groups resized back to their batch before, once the input is closed."""
+        ops = []
+        for name, before in sorted(self._before.items()):
+            configs = state.operator(name).configs()
+            groups: dict[OpConfig, int] = {}
+            for config, n in configs.items():
+                back = config.with_changes(batch_size=before) if config.device == CPU and config.batch_size > before else config
+                groups[back] = groups.get(back, 0) + n
+            if groups != configs:
+                ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
+                                        f"{name}: back to batch {before}, so the items left spread over all its replicas"))
+        self._before.clear()
+        self.floor.clear()
+        if not ops:
+            return None
+        return Plan(tuple(ops), 0.0, "batch size as in-flight depth: the source has read every item; " + "; ".join(o.reason for o in ops),
+                    Rationale(PlanKind.BATCH_DEPTH))
