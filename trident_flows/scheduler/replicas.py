@@ -1,6 +1,7 @@
 """Reading replica counts out of a ``RunnerState``, writing "scale this operator" plans, packing replicas' GPU shares on devices.
 
 Contract (pure functions, shared by the baseline policies and the Trident controller):
+- ``replica_groups(counts)``: ``{config: replicas}`` as an ``OperatorPlan``'s groups, one per config, sorted by label.
 - ``serving_groups(op)``: one ``ReplicaGroup`` per config among its non-draining, non-canary replicas.
 - ``main_config(op, spec)``: the most common serving config (ties: the spec's initial config).
 - ``scaled_plan(op, target, reason)``: the ``OperatorPlan`` giving ``op`` ``target`` replicas of its
@@ -22,10 +23,14 @@ from trident_flows.core.state import OperatorState, RunnerState
 from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, ReplicaGroup
 
 
+def replica_groups(counts: Mapping[OpConfig, int]) -> tuple[ReplicaGroup, ...]:
+    """``counts`` as one ``ReplicaGroup`` per config, sorted by the config's label."""
+    return tuple(ReplicaGroup(c, n) for c, n in sorted(counts.items(), key=lambda kv: kv[0].label()))
+
+
 def serving_groups(op: OperatorState) -> tuple[ReplicaGroup, ...]:
     """Non-draining, non-canary replicas of ``op`` as one group per config (sorted by label)."""
-    counts = op.configs(include_canary=False)
-    return tuple(ReplicaGroup(c, n) for c, n in sorted(counts.items(), key=lambda kv: kv[0].label()))
+    return replica_groups(op.configs(include_canary=False))
 
 
 def canary_config(op: OperatorState) -> OpConfig | None:

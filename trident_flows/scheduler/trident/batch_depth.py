@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import CPU, BatchSample, ConfigSpace, OpConfig, OperatorPlan, Outcome, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.core.types import CPU, BatchSample, ConfigSpace, OpConfig, OperatorPlan, Outcome, Plan, PlanKind, Rationale
+from trident_flows.scheduler.replicas import replica_groups
 
 EXPENSIVE = 4.0  # a batch is expensive at this many times the median seconds per item
 WINDOW = 4096  # batches the median and the cheap batches' mean are taken over
@@ -71,8 +72,13 @@ class _Operator:
         self.starved: list[bool] = []
 
     def tick(self, now: float, starved: bool) -> None:
+        """The tick at ``now`` on the batch clock; ticks no batch still to come can start at are dropped."""
         self.ticks.append(now)
         self.starved.append(starved)
+        longest = max((e.end - e.start for e in self.running), default=0.0)
+        old = bisect.bisect_right(self.ticks, now - PEAK_S - longest) - 1
+        if old > 0:
+            del self.ticks[:old], self.starved[:old]
 
     def observe(self, batches: Sequence[BatchSample]) -> None:
         """One tick's batches, judged against the median before them."""
@@ -88,9 +94,6 @@ class _Operator:
         self.running = [e for e in self.running if e.end > latest - longest]
         while self.counts and self.counts[0].start < latest - PEAK_S:
             self.counts.popleft()
-        old = bisect.bisect_right(self.ticks, latest - PEAK_S - longest) - 1
-        if old > 0:
-            del self.ticks[:old], self.starved[:old]
 
     def _starved_at(self, t: float) -> bool:
         """Whether the operators after this one starved at the last tick at or before ``t`` (False before any)."""
@@ -156,16 +159,26 @@ class BatchDepth:
         return math.ceil(self._rate() * self._work(state).get(name, 1.0) * self._ops[name].cheap_s() - 1e-9)
 
     def batch(self, state: RunnerState, name: str, config: OpConfig) -> int:
-        own = max(config.batch_size, self.floor.get(name, 1)) if config.device == CPU else config.batch_size
+        own = self._own(name, config)
+        raised = self._raised(state, name, config)
+        return max(own, raised[0]) if raised is not None else own
+
+    def _own(self, name: str, config: OpConfig) -> int:
+        """``config``'s batch, at least the operator's floor on the CPU."""
+        return max(config.batch_size, self.floor.get(name, 1)) if config.device == CPU else config.batch_size
+
+    def _raised(self, state: RunnerState, name: str, config: OpConfig) -> tuple[int, str] | None:
+        """``config``'s batch doubled, and the figures that call for it, where ``batch`` (the module docstring) raises it;
+        else None."""
         space = self._space(name)
         replicas = sum(state.operator(name).configs().values())
         if config.device != CPU or space is None or replicas < MIN_REPLICAS or state.input_closed:
-            return own
-        free = replicas - self.cheap_replicas(state, name)
-        double = config.batch_size * 2
-        if free < MIN_FREE_SHARE * replicas or self.peak(name, config.batch_size) < free or double > space.batch_size_max or self._unsafe(name, config.with_changes(batch_size=double)):
-            return own
-        return max(own, double)
+            return None
+        cheap, peak = self.cheap_replicas(state, name), self.peak(name, config.batch_size)
+        free, double = replicas - cheap, config.batch_size * 2
+        if free < MIN_FREE_SHARE * replicas or peak < free or double > space.batch_size_max or self._unsafe(name, config.with_changes(batch_size=double)):
+            return None
+        return double, f"{peak} of its batches held replicas at once, where its other items need {cheap} of {replicas}"
 
     def too_small(self, name: str, config: OpConfig) -> bool:
         return config.device == CPU and config.batch_size < self.floor.get(name, 1)
@@ -177,17 +190,18 @@ class BatchDepth:
         for op_state in state.operators:
             name, groups, moved = op_state.name, {}, []
             for config, n in op_state.configs().items():
-                size = self.batch(state, name, config)
+                own = self._own(name, config)
+                raised = self._raised(state, name, config)
+                size = max(own, raised[0]) if raised is not None else own
                 if size != config.batch_size:
-                    moved.append(f"{config.label()} -> b{size}: {self.peak(name, config.batch_size)} of its batches held replicas at "
-                                 f"once, where its other items need {self.cheap_replicas(state, name)} of {sum(op_state.configs().values())}")
+                    moved.append(f"{config.label()} -> b{size}: {raised[1] if raised is not None else f'its depth is b{own}'}")
                     config = config.with_changes(batch_size=size)
                 groups[config] = groups.get(config, 0) + n
             if not moved:
                 continue
             self._before.setdefault(name, min(c.batch_size for c in op_state.configs() if c.device == CPU))
             self.floor[name] = max(c.batch_size for c in groups if c.device == CPU)
-            ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
+            ops.append(OperatorPlan(name, replica_groups(groups),
                                     f"{name}: a stretch of expensive items held the replicas its other items need ({'; '.join(moved)})"))
         if not ops:
             return None
@@ -204,7 +218,7 @@ class BatchDepth:
                 back = config.with_changes(batch_size=before) if config.device == CPU and config.batch_size > before else config
                 groups[back] = groups.get(back, 0) + n
             if groups != configs:
-                ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
+                ops.append(OperatorPlan(name, replica_groups(groups),
                                         f"{name}: back to batch {before}, so the items left spread over all its replicas"))
         self._before.clear()
         self.floor.clear()

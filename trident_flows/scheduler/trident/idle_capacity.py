@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup
+from trident_flows.core.types import CPU, ClusterSpec, OpConfig, OperatorPlan, Plan, PlanKind, Rationale
 from trident_flows.scheduler.occupancy import Occupancy, classify, serving, serving_configs
-from trident_flows.scheduler.replicas import canary_config, free_resources, gpus_pack, main_config, replica_limits
+from trident_flows.scheduler.replicas import canary_config, free_resources, gpus_pack, main_config, replica_groups, replica_limits
 from trident_flows.scheduler.trident.context import Context
 from trident_flows.scheduler.trident.safety import MemorySafety
 from trident_flows.scheduler.trident_settings import IdleCapacitySettings, MemorySafetySettings
@@ -159,7 +159,7 @@ class IdleCapacity:
                 self.moves += added
             else:
                 why = f"{name}: {added} replica(s): never saturated for {LEND_WINDOW * self.settings.growth_s:g} s"
-            ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
+            ops.append(OperatorPlan(name, replica_groups(groups),
                                     why, canary_config(op)))
         free = free_resources(state)
         if any(name not in candidates for name in grown):  # replicas were taken from a lender

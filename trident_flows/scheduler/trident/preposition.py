@@ -22,9 +22,9 @@ Contract:
 from __future__ import annotations
 
 from trident_flows.core.state import RunnerState
-from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, ReplicaGroup, TransitionVerdict
+from trident_flows.core.types import OpConfig, OperatorPlan, Plan, PlanKind, Rationale, TransitionVerdict
 from trident_flows.scheduler.occupancy import Occupancy, classify
-from trident_flows.scheduler.replicas import gpus_pack, held
+from trident_flows.scheduler.replicas import gpus_pack, held, replica_groups
 from trident_flows.scheduler.throughput_measure import stream_positions
 from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.context import Context
@@ -102,7 +102,7 @@ class PrePositioning:
             segment, regime_plan, groups = targets[name]
             self.positioned[name] = segment
             where = "reach it" if positions[name] < segment.start else "are at it"
-            ops.append(OperatorPlan(name, tuple(ReplicaGroup(c, n) for c, n in sorted(groups.items(), key=lambda g: g[0].label())),
+            ops.append(OperatorPlan(name, replica_groups(groups),
                                     f"{name}: regime {segment.regime.id} ({segment.regime.describe()} at the source) from input item "
                                     f"{segment.start:.0f}, whose items {where} ({positions[name]:.0f} taken): its {regime_plan.origin} "
                                     f"allocation {regime_plan.label(name)}"))
