@@ -3,7 +3,8 @@
 Contract:
 - ``RunRecord``: what one run measured (throughput from first to last output, accelerator busy
   fraction, OOMs, items lost, reconfigurations, apply outcomes, tick timings, the policy's
-  decisions, timelines); ``to_dict()`` for the results file.
+  decisions (each plan with it, ``Plan.to_dict``, so a simulator can replay the run's moves), timelines);
+  ``to_dict()`` for the results file.
 - ``run_runtime`` (this runtime, with a policy in the control loop every ``TICK_S``),
   ``run_ray_data`` (plain Ray Data ``map_batches`` with actor pools) and ``run_xenna_record``
   (cosmos-xenna streaming with its autoscaler every ``XENNA_AUTOSCALE_S``) each run one spec on
@@ -74,7 +75,7 @@ class RunRecord:
     apply_outcomes: list[dict[str, Any]] = field(default_factory=list)  # every apply's outcome, in order
     tick_ms: list[float] = field(default_factory=list)
     tick_steps_ms: dict[str, float] = field(default_factory=dict)  # median milliseconds per tick step
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # the policy's ticks that changed, refused, saw an event or verified
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # the policy's ticks that changed, refused, saw an event or verified; t: s since start
     timeline: list[tuple[float, int]] = field(default_factory=list)   # (seconds, items completed)
     tail: list[tuple[float, int]] = field(default_factory=list)       # (seconds, items taken by the last operator)
     replicas: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
@@ -184,7 +185,8 @@ def run_runtime(system: str, spec: PipelineSpec, policy: Any, out: Path, record:
     record.tick_steps_ms = {k: round(float(np.median([t.get(k, 0.0) for t in steps])), 2) for k in (steps[-1] if steps else {})}
     record.decisions = [{"t": round(r.at - t_wall0, 2), "action": r.decision.action.value, "reason": r.decision.reason[:400],
                          "events": [str(e) for e in r.events][:5], "predicted": round(r.decision.predicted_throughput, 3),
-                         "measured": round(r.pipeline_throughput, 3), "verification": r.verification[:300]}
+                         "measured": round(r.pipeline_throughput, 3), "verification": r.verification[:300],
+                         **({"plan": r.decision.plan.to_dict()} if r.decision.plan is not None else {})}
                         for r in getattr(policy, "records", []) if r.decision.action != Action.NONE or r.events or r.verification]
     record.error = state.error
     return record

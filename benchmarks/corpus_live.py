@@ -10,13 +10,19 @@ Contract of ``run(quick, workloads, previous, log) -> BenchResult`` (the report'
   ``MAX_ITEMS_PER_S`` input items, or its best static would pass ``MAX_ROWS_PER_S`` rows into one operator (``rows_per_item``), live. ``quick``: those blocks cut to ``QUICK_BLOCK_ITEMS`` items each, a smoke test, not a measurement.
 - S* (``simulate``): searched in the simulator for that stream as corpus-trident searches it (``corpus_trident.search_static``;
   budgets ``STATIC_EVALS``, ``REGIME_EVALS``; ``quick``: climbed from static-default on whole-stream runs alone).
-- Live (``live_runs``): static-hindsight (S*) once, then trident (from static-default, no memory) once per workload, by the
+- Live (``live_runs``): static-hindsight (S*) once and trident (from static-default, no memory) ``trident_live_runs`` times
+  (``LIVE_TRIDENT_RUNS`` where its simulated repeats spread wider than ``TOLERANCE``, else once), interleaved by the
   closed-loop suite's runs (``closed_loop_suite.run_systems``) on a local Ray node started for the workload.
 - Simulated counterpart: the same stream, start and systems as ``suite_sim`` runs them (S*: its run in the search; trident:
-  the median of ``suite_sim.REPEATS`` runs, 1 with ``quick``, stopped as corpus-trident stops them).
-- Summary per workload (``summarise``): ``static_hindsight_items_per_s``, ``trident_items_per_s``,
-  ``trident_vs_static_hindsight``, ``sim_over_live.<system>`` (simulated / live items/s), ``sim_throughput_error.<system>``
-  (|sim_over_live - 1|), ``trident_ooms``, ``best_static_ooms``, ``items_lost`` (None where a run failed); ``targets``.
+  the median of ``SIM_REPEATS`` runs, 1 with ``quick``, stopped as corpus-trident stops them). Each live trident run is also
+  replayed (``replay``): its own plans at the same seconds since its start (``fidelity_traces.ReplayPolicy``), actor starts
+  on this machine's cores, so the simulator is judged on the live run's moves apart from the policy's run-to-run spread.
+- Summary per workload (``summarise``): ``static_hindsight_items_per_s``, ``trident_items_per_s`` (its live runs' median),
+  ``trident_vs_static_hindsight``, ``sim_over_live.<system>`` (simulated / live items/s, medians),
+  ``sim_throughput_error.<system>`` (|sim_over_live - 1|), ``trident_replayed_over_live`` (the median over live trident runs
+  of replayed / live items/s), ``trident_live_runs``, ``trident_sim_spread`` (the simulated repeats' max / min),
+  ``trident_ooms_max_run`` (the most any live trident run had), ``best_static_ooms``, ``items_lost`` (None where a run
+  failed); ``targets``.
 - The report's simulated section is kept from ``previous`` (``closed_loop_suite.sections``), and so are the live figures of
   corpus workloads this run does not measure where they ran on the same code (``closed_loop_suite.same_code``,
   ``merge_earlier``).
@@ -24,7 +30,9 @@ Contract of ``run(quick, workloads, previous, log) -> BenchResult`` (the report'
 
 from __future__ import annotations
 
+import os
 import shutil
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -38,9 +46,13 @@ from benchmarks.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT, Baselines
 from benchmarks.closed_loop_runs import RunRecord
 from benchmarks.closed_loop_stats import per_system
 from benchmarks.closed_loop_workload import CPUS, GPUS
+from benchmarks.fidelity_traces import ReplayPolicy
 from benchmarks.local_ray import start_local_ray
 from benchmarks.report import BenchResult, Target
+from trident_flows.core.types import Plan
 from trident_flows.runtime.costmodel import PipelineProfile
+from trident_flows.sim.actor_start import ActorStart
+from trident_flows.sim.driver import simulate as simulate_run
 from trident_flows.sim.static_search import reach
 
 TRIDENT = corpus_trident.TRIDENT
@@ -66,6 +78,13 @@ QUICK_BLOCK_ITEMS = {"documents-corpus": 30, "video-corpus": 10}
 STATIC_EVALS, QUICK_STATIC_EVALS = corpus_trident.STATIC_EVALS, suite_sim.QUICK_STATIC_EVALS
 REGIME_EVALS, QUICK_REGIME_EVALS = corpus_trident.REGIME_EVALS, 0
 TOLERANCE = 0.10  # |simulated / live items/s - 1| the simulator is held to
+# Trident's simulated runs differ from run to run (each tick's CPU time is charged to the clock, and a decision on a knife's
+# edge flips with it): on the live video stream 9 runs (ee5d474) spread 0.78-1.09 items/s, on the documents stream not at all.
+# The counterpart is the median of SIM_REPEATS runs, and where they spread wider than TOLERANCE (max / min - 1) trident runs
+# LIVE_TRIDENT_RUNS times live and its live median is compared: one live run against the median of a +-14% spread measures
+# the draw, not the simulator.
+SIM_REPEATS = 7
+LIVE_TRIDENT_RUNS = 3
 START_STOP_S = 30.0  # a live run's start (to its first output) and stop beside its items, for the estimate
 RAY_START_S = 20.0
 RAY_ATTEMPTS = 3
@@ -88,6 +107,19 @@ class Simulated:
     runs: Mapping[str, suite_sim.SystemRun]  # static-default, static-hindsight, trident (the median repeat)
     trident_unfinished: int
     seconds: float
+    trident_repeats: Sequence[float | None]  # every simulated trident repeat's items/s
+
+    @property
+    def trident_spread(self) -> float | None:
+        """The simulated trident repeats' fastest over slowest rate (None where one did not finish)."""
+        rates = list(self.trident_repeats)
+        return max(rates) / min(rates) if rates and all(rates) else None
+
+    def trident_live_runs(self, quick: bool) -> int:
+        """How many times trident runs live: ``LIVE_TRIDENT_RUNS`` where its simulated repeats spread wider than
+        ``TOLERANCE`` (or did not all finish), else once (once with ``quick``)."""
+        spread = self.trident_spread
+        return 1 if quick or (spread is not None and spread - 1.0 <= TOLERANCE) else LIVE_TRIDENT_RUNS
 
 
 def live_stream(name: str, quick: bool) -> tuple[headroom.Workload, corpus_workloads.CorpusStream, dict[str, Any]]:
@@ -140,35 +172,47 @@ def simulate(c: LiveCorpus, quick: bool, log: Callable[[str], None]) -> Simulate
     found = corpus_trident.search_static(w, c.workload, QUICK_STATIC_EVALS if quick else STATIC_EVALS,
                                          QUICK_REGIME_EVALS if quick else REGIME_EVALS, log)
     default = w.run(STATIC_DEFAULT)
-    repeats = corpus_trident.trident_repeats(w, default, suite_sim.QUICK_REPEATS if quick else suite_sim.REPEATS)
+    repeats = corpus_trident.trident_repeats(w, default, suite_sim.QUICK_REPEATS if quick else SIM_REPEATS)
     runs = {STATIC_DEFAULT: default, STATIC_HINDSIGHT: found.run, TRIDENT: suite_sim.median_run(repeats)}
     log(f"{w.suite.name}: simulated S* {found.run.items_per_s} items/s ({allocation.label(found.chosen)}), trident "
         f"{[r.items_per_s for r in repeats]} items/s, static-default {default.items_per_s} ({time.perf_counter() - t0:.0f} s)")
-    return Simulated(found, runs, sum(r.cut for r in repeats), time.perf_counter() - t0)
+    return Simulated(found, runs, sum(r.cut for r in repeats), time.perf_counter() - t0, [r.items_per_s for r in repeats])
 
 
-def estimate_s(prepared: Mapping[str, LiveCorpus], simulated: Mapping[str, Simulated]) -> float:
+def estimate_s(prepared: Mapping[str, LiveCorpus], simulated: Mapping[str, Simulated], quick: bool) -> float:
     """The live runs' wall seconds at their simulated rates, with ``START_STOP_S`` a run and ``RAY_START_S`` a node."""
     total = 0.0
     for name, c in prepared.items():
-        rates = [suite_sim.run_rate(simulated[name].runs[s]) for s in SYSTEMS]
-        total += RAY_START_S + sum(c.sim.stream.items / r if r else 0.0 for r in rates) + START_STOP_S * len(SYSTEMS)
+        runs = {STATIC_HINDSIGHT: 1, TRIDENT: simulated[name].trident_live_runs(quick)}
+        rates = {s: suite_sim.run_rate(simulated[name].runs[s]) for s in SYSTEMS}
+        total += RAY_START_S + sum(n * (c.sim.stream.items / rates[s] if rates[s] else 0.0) + n * START_STOP_S for s, n in runs.items())
     return total
 
 
-def live_runs(c: LiveCorpus, s_star: allocation.Allocation, work: Path, log: Callable[[str], None]) -> list[RunRecord]:
-    """S* and trident live on ``c``'s stream (``closed_loop_suite.run_systems``), on a local Ray node of ``CPUS`` CPUs and the
-    case's GPUs started here (a caller's own Ray session is used as it is)."""
+def live_runs(c: LiveCorpus, s_star: allocation.Allocation, trident_runs: int, work: Path, log: Callable[[str], None]) -> list[RunRecord]:
+    """S* once and trident ``trident_runs`` times live on ``c``'s stream (``closed_loop_suite.run_systems``), on a local Ray
+    node of ``CPUS`` CPUs and the case's GPUs started here (a caller's own Ray session is used as it is)."""
     own_ray = not ray.is_initialized()
     if own_ray:
         start_local_ray(CPUS, c.sim.suite.gpus, RAY_ATTEMPTS)
     try:
         baselines = Baselines({STATIC_DEFAULT: c.sim.start}, 0, {})  # what trident starts from; S* runs its searched allocation
-        return closed_loop_suite.run_systems(c.sim.profile, c.sim.suite, c.sim.stream, baselines, {s: 1 for s in SYSTEMS}, work, log,
+        return closed_loop_suite.run_systems(c.sim.profile, c.sim.suite, c.sim.stream, baselines,
+                                             {STATIC_HINDSIGHT: 1, TRIDENT: trident_runs}, work, log,
                                              {"static_hindsight": allocation.to_data(s_star)})
     finally:
         if own_ray:
             ray.shutdown()
+
+
+def replay(c: LiveCorpus, record: RunRecord) -> float | None:
+    """``record``'s plans replayed in the simulator at the same seconds since the run's start (``ReplayPolicy``), from the
+    same start on the same stream, actor processes starting on this machine's cores as the live node's did: the simulated
+    items/s of the live run's own moves (None where the simulated run did not finish)."""
+    moves = [(float(d["t"]), Plan.from_dict(d["plan"])) for d in record.decisions if d.get("plan")]
+    run = simulate_run(c.sim.spec(TRIDENT, None), c.sim.cluster, ReplayPolicy(moves, from_start=True), tick_s=suite_sim.TICK_S,
+                       actor_start=ActorStart(host_cores=float(os.cpu_count() or 1)))
+    return run.summary["steady_items_per_s"] if run.runner.finished else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -179,20 +223,27 @@ def _total(values: Sequence[int | None]) -> int | None:
     return None if not values or any(v is None for v in values) else sum(values)
 
 
-def summarise(live: Sequence[RunRecord], sim: Mapping[str, suite_sim.SystemRun]) -> dict[str, Any]:
-    """One workload's live summary (the module docstring) from its live runs and their simulated counterparts (``sim``, by
-    system). A live rate is its runs' median (``per_system``; None where none ran without error); ``items_lost``,
-    ``trident_ooms`` and ``best_static_ooms`` are None where a run left them unknown (it failed)."""
-    systems = per_system(live)
+def summarise(live: Sequence[RunRecord], simulated: Simulated, replayed: Sequence[float | None]) -> dict[str, Any]:
+    """One workload's live summary (the module docstring) from its live runs, their simulated counterparts and the live
+    trident runs' replayed rates (``replayed``, in the order of those runs). A live rate is its runs' median (``per_system``;
+    None where none ran without error); ``items_lost``, ``trident_ooms_max_run`` and ``best_static_ooms`` are None where a
+    run left them unknown (it failed)."""
+    systems, sim = per_system(live), simulated.runs
     rate = {s: (systems.get(s) or {}).get("items_per_s_median") for s in SYSTEMS}
     over = {s: _ratio(sim[s].items_per_s if s in sim else None, rate[s]) for s in SYSTEMS}
+    trident = [r for r in live if r.system == TRIDENT]
+    replay_ratios = [_ratio(p, r.items_per_s) for p, r in zip(replayed, trident)]
+    trident_ooms = [r.ooms for r in trident]
     return {
         "static_hindsight_items_per_s": rate[STATIC_HINDSIGHT],
         "trident_items_per_s": rate[TRIDENT],
         "trident_vs_static_hindsight": _ratio(rate[TRIDENT], rate[STATIC_HINDSIGHT]),
         "sim_over_live": over,
         "sim_throughput_error": {s: None if v is None else abs(v - 1.0) for s, v in over.items()},
-        "trident_ooms": _total([r.ooms for r in live if r.system == TRIDENT]),
+        "trident_replayed_over_live": statistics.median(replay_ratios) if replay_ratios and None not in replay_ratios else None,
+        "trident_live_runs": len(trident),
+        "trident_sim_spread": simulated.trident_spread,
+        "trident_ooms_max_run": None if not trident_ooms or None in trident_ooms else max(trident_ooms),
         "best_static_ooms": _total([r.ooms for r in live if r.system == STATIC_HINDSIGHT]),
         "items_lost": _total([r.items_lost for r in live]),
     }
@@ -200,7 +251,7 @@ def summarise(live: Sequence[RunRecord], sim: Mapping[str, suite_sim.SystemRun])
 
 def targets(summary: Mapping[str, Any]) -> dict[str, Target]:
     """Per workload of the live section: each system's simulated rate within ``TOLERANCE`` of its live one, no item lost, and
-    no more trident OOMs than S*'s run had."""
+    no live trident run with more OOMs than S*'s run had."""
     out: dict[str, Target] = {}
     for name, figures in summary.items():
         if not isinstance(figures, Mapping):
@@ -209,11 +260,11 @@ def targets(summary: Mapping[str, Any]) -> dict[str, Target]:
             out[f"{name}.sim_throughput_error.{system}"] = Target("<=", TOLERANCE)
         out[f"{name}.items_lost"] = Target("==", 0)
         if figures.get("best_static_ooms") is not None:
-            out[f"{name}.trident_ooms"] = Target("<=", figures["best_static_ooms"])
+            out[f"{name}.trident_ooms_max_run"] = Target("<=", figures["best_static_ooms"])
     return out
 
 
-def _raw(c: LiveCorpus, simulated: Simulated, records: Sequence[RunRecord]) -> dict[str, Any]:
+def _raw(c: LiveCorpus, simulated: Simulated, records: Sequence[RunRecord], replayed: Sequence[float | None]) -> dict[str, Any]:
     w, found = c.sim, simulated.search
     return {"note": c.workload.note, "sources": list(c.workload.sources), "stream": dict(c.sizing), "regimes": w.stream.regimes,
             "items": w.stream.items, "time_scale": w.stream.time_scale, "cpus": CPUS, "gpus": w.suite.gpus,
@@ -221,7 +272,8 @@ def _raw(c: LiveCorpus, simulated: Simulated, records: Sequence[RunRecord]) -> d
             "static_hindsight_allocation": allocation.label(found.chosen), "static_hindsight": allocation.to_data(found.chosen),
             "static_hindsight_whole_stream_runs": found.whole_stream_runs, "steady_rates_measured": found.steady_rates_measured,
             "sim_runs": {s: r.to_dict() for s, r in simulated.runs.items()}, "sim_trident_unfinished_runs": simulated.trident_unfinished,
-            "sim_seconds": round(simulated.seconds, 1), "runs": [r.to_dict() for r in records], "per_system": per_system(records)}
+            "sim_seconds": round(simulated.seconds, 1), "runs": [r.to_dict() for r in records], "per_system": per_system(records),
+            "trident_replayed_items_per_s": list(replayed)}
 
 
 def notes(raw: Mapping[str, Any], quick: bool) -> str:
@@ -231,11 +283,14 @@ def notes(raw: Mapping[str, Any], quick: bool) -> str:
                         for n, d in workloads.items())
     kept = raw["_run"]["earlier_kept"]
     return (f"{'QUICK live section: the live streams with every block cut to a few items, small searches; a smoke test, not a measurement. ' if quick else ''}"
-            f"LIVE section: S* (static-hindsight) once, then trident from static-default once, per corpus workload on one local Ray "
+            f"LIVE section: S* (static-hindsight) once and trident from static-default once, or {LIVE_TRIDENT_RUNS} times where "
+            f"its {SIM_REPEATS} simulated runs spread wider than {TOLERANCE:.0%}, per corpus workload on one local Ray "
             f"node of {CPUS} logical CPUs + {GPUS} logical GPUs hosted by this machine's cores, each stream the first shards of the "
             f"corpus stream in its seeded order (the fewest whose cost-model best static takes {LIVE_S:g} s): {streams}. S* is "
             "searched in the simulator for the same stream; the simulated counterparts (sim_over_live = simulated / live items/s) "
-            "run the same stream, start and systems in the simulator (trident: the median of its repeats). Throughput = input "
+            "run the same stream, start and systems in the simulator (trident: the median of its repeats, against its live runs' "
+            "median; trident_replayed_over_live: each live trident run's own plans replayed in the simulator at the same seconds, "
+            "the median over its runs). Throughput = input "
             f"items / (last output - first output). Earlier live figures of workloads not run here: {kept}.")
 
 
@@ -244,19 +299,23 @@ def run(quick: bool, workloads: Sequence[str], previous: Path | None, log: Calla
     t0 = time.perf_counter()
     prepared = {name: prepare(name, quick) for name in corpus_trident.WORKLOADS if name in workloads}
     simulated = {name: simulate(c, quick, log) for name, c in prepared.items()}
-    estimate = estimate_s(prepared, simulated)
+    estimate = estimate_s(prepared, simulated, quick)
     log(f"corpus-trident live{' (QUICK)' if quick else ''}: " + "; ".join(
         f"{n}: {c.sizing['items']} items in {c.sizing['blocks']} blocks ({c.sim.stream.regimes}) at time scale {c.sizing['time_scale']:g}"
-        for n, c in prepared.items()) + f"; {', '.join(SYSTEMS)} once each: about {estimate / 60:.0f} min at the simulated rates")
+        for n, c in prepared.items()) + f"; trident live runs {[s.trident_live_runs(quick) for s in simulated.values()]}: about "
+        f"{estimate / 60:.0f} min at the simulated rates")
     work = Path(tempfile.mkdtemp(prefix="trident-corpus-live-"))
     t_live = time.perf_counter()
     try:
-        records = {name: live_runs(c, simulated[name].search.chosen, work, log) for name, c in prepared.items()}
+        records = {name: live_runs(c, simulated[name].search.chosen, simulated[name].trident_live_runs(quick), work, log)
+                   for name, c in prepared.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     live_s = time.perf_counter() - t_live
-    summary = {name: summarise(records[name], simulated[name].runs) for name in prepared}
-    raw: dict[str, Any] = {name: _raw(c, simulated[name], records[name]) for name, c in prepared.items()}
+    replayed = {name: [replay(c, r) for r in records[name] if r.system == TRIDENT] for name, c in prepared.items()}
+    log(f"corpus-trident live: live trident runs replayed in the simulator: {replayed}")
+    summary = {name: summarise(records[name], simulated[name], replayed[name]) for name in prepared}
+    raw: dict[str, Any] = {name: _raw(c, simulated[name], records[name], replayed[name]) for name, c in prepared.items()}
     before_summary, before = closed_loop_suite.sections("sim", {}, {}, previous, unsectioned="sim")
     same, why = closed_loop_suite.same_code(before.get("live_provenance"), benchmark="corpus-trident")
     summary, raw, _ = closed_loop_suite.merge_earlier(summary, raw, before_summary.get("live") if same else None,

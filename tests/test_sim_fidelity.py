@@ -96,6 +96,14 @@ def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> Non
     assert replay.decide(replace(state, wall_s=130.0), []) == Decision.no_change()
 
 
+def test_moves_replayed_from_the_start_count_their_seconds_from_the_run_s_start_not_its_first_batch() -> None:
+    plan = Plan((OperatorPlan("b", (ReplicaGroup(CONFIG, 2),), "more b"),))
+    replay = ft.ReplayPolicy([(12.5, plan)], from_start=True)
+    state = _state({"a": (_replica("a0"),)})
+    assert replay.decide(replace(state, wall_s=12.0), [_sample("a", "a0", 10.0, 11.0, 1.0)]) == Decision.no_change()
+    assert replay.decide(replace(state, wall_s=12.6), []) == Decision.roll_out(plan, plan.reason)
+
+
 def test_a_trace_of_another_profile_stream_or_starting_configuration_is_refused() -> None:
     from benchmarks.live_trace import profile_digest
 
