@@ -42,7 +42,7 @@ _LOOP = (f"{_B}/closed_loop_runs.py", f"{_B}/closed_loop_stats.py", f"{_B}/close
          f"{_B}/allocation.py", f"{_B}/oracle_policy.py", f"{_B}/xenna_adapter.py", f"{_B}/lineage.py", f"{_B}/local_ray.py",
          f"{_B}/headroom.py", f"{_B}/sim_headroom.py", f"{_B}/corpus_workloads.py", f"{_PKG}/sim", *_LIVE)
 _SUITE = (f"{_B}/closed_loop_suite.py", f"{_B}/suite_workloads.py", f"{_B}/suite_sim.py", f"{_B}/baselines.py", *_LOOP)
-_FIDELITY = (f"{_B}/sim_fidelity.py", f"{_B}/fidelity_traces.py", f"{_B}/live_trace.py", f"{_B}/record_traces.py", f"{_B}/traces",
+_FIDELITY = (f"{_B}/sim_fidelity.py", f"{_B}/fidelity_traces.py", f"{_B}/replay_policy.py", f"{_B}/live_trace.py", f"{_B}/record_traces.py", f"{_B}/traces",
              "bench-results/closed-loop.json", "bench-results/closed-loop-video.json", "bench-results/sim-fidelity-live", *_SUITE)
 
 CLOSED_LOOP_SYSTEMS: dict[str, str] = {
@@ -107,7 +107,7 @@ CATALOGUE: dict[str, Benchmark] = {
         "On document and video workloads drawn from published corpus statistics, on 8 nodes for 2 simulated hours, how close "
         "does trident get to the per-regime oracle where there is headroom, does it cost anything against the best static "
         "allocation in hindsight where there is none, and do the simulator's rates hold live on one node within 10%?",
-        (f"{_B}/corpus_trident.py", f"{_B}/corpus_live.py", f"{_B}/corpus_headroom.py", *_SUITE),
+        (f"{_B}/corpus_trident.py", f"{_B}/corpus_live.py", f"{_B}/corpus_headroom.py", f"{_B}/replay_policy.py", *_SUITE),
         systems={"static-default": "the pipeline's own default sizing for one node, on every node",
                  "static-hindsight": SUITE_SIM_DEFINITIONS["static-hindsight"], "trident": SUITE_SIM_DEFINITIONS["trident"],
                  "oracle": SUITE_SIM_DEFINITIONS["oracle"]},

@@ -15,7 +15,7 @@ Contract of ``run(quick, workloads, previous, log) -> BenchResult`` (the report'
   closed-loop suite's runs (``closed_loop_suite.run_systems``) on a local Ray node started for the workload.
 - Simulated counterpart: the same stream, start and systems as ``suite_sim`` runs them (S*: its run in the search; trident:
   the median of ``SIM_REPEATS`` runs, 1 with ``quick``, stopped as corpus-trident stops them). Each live trident run is also
-  replayed (``replay``): its own plans at the same seconds since its start (``fidelity_traces.ReplayPolicy``), actor starts
+  replayed (``replay``): its own plans at the same seconds since its start (``replay_policy.ReplayPolicy``), actor starts
   on this machine's cores, so the simulator is judged on the live run's moves apart from the policy's run-to-run spread.
 - Summary per workload (``summarise``): ``static_hindsight_items_per_s``, ``trident_items_per_s`` (its live runs' median),
   ``trident_vs_static_hindsight``, ``sim_over_live.<system>`` (simulated / live items/s, medians),
@@ -46,8 +46,8 @@ from benchmarks.baselines import STATIC_DEFAULT, STATIC_HINDSIGHT, Baselines
 from benchmarks.closed_loop_runs import RunRecord
 from benchmarks.closed_loop_stats import per_system
 from benchmarks.closed_loop_workload import CPUS, GPUS
-from benchmarks.fidelity_traces import ReplayPolicy
 from benchmarks.local_ray import start_local_ray
+from benchmarks.replay_policy import ReplayPolicy
 from benchmarks.report import BenchResult, Target
 from trident_flows.core.types import Plan
 from trident_flows.runtime.costmodel import PipelineProfile

@@ -10,8 +10,8 @@ Contract:
   batches together, the work the live run did beyond the model.
 - ``live_figures(trace, gpus)``: the live run's throughput, GPU busy, per-operator busy fractions
   (``busy_fractions``) and reconfigurations, measured as the simulator measures them.
-- ``live_moves(trace)`` and ``ReplayPolicy(moves, from_start)``: the live run's decisions replayed at the same
-  seconds into streaming (or since the run started); ``start_overheads(trace, profile)``: what starting a replica costs live
+- ``live_moves(trace)``: the live run's decisions, to replay (``replay_policy.ReplayPolicy``) at the same
+  seconds into streaming; ``start_overheads(trace, profile)``: what starting a replica costs live
   beyond its modelled cold start.
 """
 
@@ -25,7 +25,6 @@ import numpy as np
 from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, BenchPipeline, Workload, tune, workloads
 from benchmarks.live_trace import Trace, profile_digest
 from benchmarks.record_traces import EMULATED
-from trident_flows.core.decision import Decision
 from trident_flows.core.state import RunnerState
 from trident_flows.core.types import GPU, BatchSample, ClusterSpec, Plan
 from trident_flows.runtime.costmodel import PipelineProfile
@@ -193,29 +192,6 @@ def live_moves(trace: Trace) -> list[tuple[float, Plan]]:
     at the first batch's start."""
     origin = min(s.start for s in trace.samples())
     return [(d.at - origin, d.plan) for d in trace.decisions if d.plan is not None]
-
-
-class ReplayPolicy:
-    """Returns each of the live run's plans at the first tick at least that many seconds into its own run's
-    streaming (``from_start``: since the run started) and nothing else: the live run's decisions replayed, so a
-    simulated run is compared with the live one on the same moves even where the policy's own decision sits on a
-    knife's edge."""
-
-    name = "replay"
-
-    def __init__(self, moves: Sequence[tuple[float, Plan]], from_start: bool = False) -> None:
-        self.moves = list(moves)
-        self.from_start = from_start
-        self.origin: float | None = 0.0 if from_start else None  # the first batch's start, on the run's own clock
-
-    def decide(self, state: RunnerState, samples: Sequence[BatchSample]) -> Decision:
-        if samples and not self.from_start:
-            first = min(s.start for s in samples)
-            self.origin = first if self.origin is None else min(self.origin, first)
-        if self.origin is None or not self.moves or state.wall_s - self.origin < self.moves[0][0]:
-            return Decision.no_change()
-        plan = self.moves.pop(0)[1]
-        return Decision.roll_out(plan, plan.reason)
 
 
 def start_groups(trace: Trace, profile: PipelineProfile) -> list[tuple[int, list[float]]]:

@@ -33,6 +33,7 @@ import ray
 from benchmarks.closed_loop_runs import TICK_S
 from benchmarks.closed_loop_workload import DEVICE_MEMORY, PIPELINES, tune, workloads
 from benchmarks.local_ray import start_local_ray
+from benchmarks.replay_policy import ReplayPolicy
 from benchmarks.report import BenchResult, Target
 from trident_flows.control.launch import start_runner, stop_runner
 from trident_flows.control.loop import ControlLoop
@@ -323,7 +324,7 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
                    overheads: dict[str, dict[str, Any]] | None = None, results: Path = RESULTS) -> list[dict[str, Any]]:
     """The live traces re-run in the simulator: throughput, every operator's busy fraction over the run and the GPUs',
     reconfigurations compared. A trace of a policy runs ``FREE_REPEATS`` times free (the median repeat by its largest
-    busy gap compared) and once more with the live run's own moves replayed (``fidelity_traces.ReplayPolicy``), so a
+    busy gap compared) and once more with the live run's own moves replayed (``replay_policy.ReplayPolicy``), so a
     decision on a knife's edge does not make the free run compare two different runs. A trace whose batches overran
     the cost model (``fidelity_traces.OVERRUN_MAX``) or that ran an older policy is listed in ``unreliable``.
     ``overheads`` gets, per trace, what each group of replicas requested together took to start beyond its
@@ -374,7 +375,7 @@ def against_traces(names: Sequence[str], log: Any = print, unreliable: list[dict
                         "load_average": [trace.header.get("load_average_start", [None])[0], trace.summary.get("load_average_end", [None])[0]]},
                **sim}
         if ref.policy != "static":  # the live run's own moves, replayed: the simulator judged apart from the policy's decisions
-            row["replayed"] = _against_trace(simulate(spec, ref.cluster, ft.ReplayPolicy(ft.live_moves(trace)), tick_s=tick_s,
+            row["replayed"] = _against_trace(simulate(spec, ref.cluster, ReplayPolicy(ft.live_moves(trace)), tick_s=tick_s,
                                                       actor_start=actor_start), live, gpus, name)
         s, busy_points, err = row["sim"], row["busy_error_points"], row["throughput_error"]
         replayed = row.get("replayed")

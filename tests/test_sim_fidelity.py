@@ -13,6 +13,7 @@ from builders import batch_sample, operator_state, replica_state, runner_state
 
 from benchmarks import fidelity_traces as ft
 from benchmarks.live_trace import Tick, Trace, TracedDecision
+from benchmarks.replay_policy import ReplayPolicy
 from benchmarks.sim_fidelity import POLICY_SINCE, _stale_policy
 from trident_flows.core.decision import Decision
 from trident_flows.core.state import ReplicaState, RunnerState
@@ -87,7 +88,7 @@ def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> Non
     trace = Trace(trace.name, trace.header, trace.ticks, (TracedDecision(5.0, 5.0, None, None), TracedDecision(12.5, 12.5, plan, None)), trace.summary)
     moves = ft.live_moves(trace)
     assert moves == [(12.5, plan)]
-    replay = ft.ReplayPolicy(moves)
+    replay = ReplayPolicy(moves)
     state = _state({"a": (_replica("a0"),)})
     # the simulated run streams from t=100 (its own clock): the plan comes at the first tick from t=112.5 on, once
     assert replay.decide(replace(state, wall_s=101.0), [_sample("a", "a0", 100.0, 101.0, 1.0)]) == Decision.no_change()
@@ -98,7 +99,7 @@ def test_the_live_moves_are_replayed_at_the_same_seconds_into_streaming() -> Non
 
 def test_moves_replayed_from_the_start_count_their_seconds_from_the_run_s_start_not_its_first_batch() -> None:
     plan = Plan((OperatorPlan("b", (ReplicaGroup(CONFIG, 2),), "more b"),))
-    replay = ft.ReplayPolicy([(12.5, plan)], from_start=True)
+    replay = ReplayPolicy([(12.5, plan)], from_start=True)
     state = _state({"a": (_replica("a0"),)})
     assert replay.decide(replace(state, wall_s=12.0), [_sample("a", "a0", 10.0, 11.0, 1.0)]) == Decision.no_change()
     assert replay.decide(replace(state, wall_s=12.6), []) == Decision.roll_out(plan, plan.reason)
