@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 900
 LIVE_KEYS = ("static_hindsight_items_per_s", "trident_items_per_s", "trident_vs_static_hindsight", "sim_over_live",
-             "sim_throughput_error", "trident_ooms", "best_static_ooms", "items_lost")
+             "sim_throughput_error", "trident_ooms_max_run", "best_static_ooms", "items_lost", "trident_live_runs",
+             "trident_sim_spread", "trident_replayed_over_live")
 
 
 def test_the_quick_live_section_runs_both_systems_on_both_corpora_and_keeps_the_simulated_section(tmp_path):
@@ -47,6 +48,7 @@ def test_the_quick_live_section_runs_both_systems_on_both_corpora_and_keeps_the_
         live, raw = doc["summary"]["live"][name], doc["raw"]["live"][name]
         assert set(LIVE_KEYS) <= set(live), live
         assert live["items_lost"] == 0 and live["static_hindsight_items_per_s"] > 0 and live["trident_items_per_s"] > 0
+        assert live["trident_live_runs"] == 1 and live["trident_replayed_over_live"] > 0  # quick: trident runs live once
         assert all(v is not None and v > 0 for v in live["sim_over_live"].values()), live
         assert f"live.{name}.sim_throughput_error.trident" in doc["targets"]
         assert [r["system"] for r in raw["runs"]] == ["static-hindsight", "trident"] and not any(r["error"] for r in raw["runs"])
