@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 import pytest
 from builders import operator_state, replica_state, runner_state
 
@@ -140,3 +143,43 @@ def test_a_start_whose_replicas_find_no_node_with_room_says_how_many_and_why():
     assert no_room(TransitionStep(StepKind.START, "c", A, 3), free) is None  # CPU replicas: y and z
     assert no_room(start, {}) is None  # the nodes are not known: the runner waits as before
     assert no_room(TransitionStep(StepKind.START, "g", gpu, 2, node_class="big"), free) is None  # a class the runner places
+
+
+def test_a_start_no_node_has_room_for_waits_for_the_plans_next_retire():
+    # the steps are ordered by the class's totals (1 CPU and 1 GPU free), but the free CPU and the free GPU are on
+    # different nodes: the runners pull the plan's next retire before the start, which then retires to make room
+    from trident_flows.core.types import TransitionStep
+    from trident_flows.runtime.transition import room_first, step_room
+
+    gpu = OpConfig.make("gpu", batch_size=32, cpus=1.0, gpus=1.0)
+    grow, start, retire = (TransitionStep(StepKind.START, "c", A, 1), TransitionStep(StepKind.START, "g", gpu, 1),
+                           TransitionStep(StepKind.RETIRE, "c", B, 2))
+    steps = (grow, start, TransitionStep(StepKind.END_CANARY, "c", A, 1), retire)
+    apart = {"x": (0.0, 1.0), "z": (1.0, 0.0)}
+    assert room_first(steps, 1, lambda: apart) == (grow, retire, start, steps[2])
+    assert room_first(steps, 0, lambda: apart) == steps  # a CPU replica fits on z
+    assert room_first(steps, 1, lambda: {"x": (1.0, 1.0)}) == steps  # room on one node: the order stands
+    assert room_first(steps, 3, lambda: apart) == steps  # a retire is not moved
+    # no retire follows: a CPU replica on x moves (started anew where a CPU is free, z; then retired where the start fits, x)
+    no_retire = steps[:3]
+    assert room_first(no_retire, 1, lambda: apart) == no_retire  # nothing may move: the start fails as before
+    pools = [("c", SimpleNamespace(replicas={0: _Replica("x", A), 1: _Replica("x", A, canary=True), 2: _Replica("z", B, draining=True)})),
+             ("g", SimpleNamespace(replicas={0: _Replica("x", gpu)}))]  # on x one CPU replica may move: not a canary, not draining
+    moved = room_first(no_retire, 1, lambda: apart, pools, lambda r: r.node)
+    why = "make room on one node for g gpu/b32"
+    assert [(s.kind, s.operator, s.config, s.count, s.reason) for s in moved[1:3]] == [(StepKind.START, "c", A, 1, why),
+                                                                                       (StepKind.RETIRE, "c", A, 1, why)]
+    assert moved[:1] + moved[3:] == no_retire
+    assert room_first(moved, 3, lambda: apart, pools, lambda r: r.node) == moved  # one move per replica the start asks for
+    assert room_first(no_retire, 1, lambda: {"x": (0.0, 1.0)}, pools, lambda r: r.node) == no_retire  # no CPU free elsewhere
+    assert step_room(moved, 1, lambda: apart, pools, lambda r: r.node) == (moved, None)  # a START makes no room
+    assert step_room(moved, 2, lambda: apart, pools, lambda r: r.node)[1].config == gpu  # the move's retire: room for g
+
+
+@dataclass
+class _Replica:
+    node: str
+    config: OpConfig
+    canary: bool = False
+    draining: bool = False
+    dead: bool = False

@@ -451,3 +451,26 @@ def test_filters_and_splitters_pick_the_rows_the_emulated_operators_pick(selecti
     assert len(passed) + len(dropped) == len(live[ID])
     crc, length = id_columns(kept)
     assert passed[:, ID_CRC].tolist() == crc.tolist() and passed[:, ID_LEN].tolist() == length.tolist()
+
+
+def test_a_gpu_start_whose_free_cpu_and_gpu_sit_on_different_nodes_moves_a_cpu_replica_first() -> None:
+    # 2 nodes of 2 CPUs + 1 GPU: after a GPU replica gave way to a CPU one and a CPU replica left, node 0 has a free
+    # CPU and node 1 a free GPU, so the class's totals have room for a GPU replica (1 CPU + 1 GPU) no node has: a CPU
+    # replica moves from node 1 to node 0 (started there, then retired on node 1) and the GPU replica starts on node 1
+    c, g = OpConfig.make(CPU, batch_size=1), OpConfig.make(GPU, batch_size=1)
+    spec = _pipeline([("c", {CPU: DeviceCost(per_item_s=0.01)}, 1.0), ("g", {GPU: DeviceCost(per_item_s=0.01)}, 1.0)],
+                     [Stage("c", c, 2), Stage("g", g, 2)], 100000)
+    runner = SimRunner(spec, parse_cluster("2x(cpus=2,gpus=1,gpu_mem=1GiB)"), actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner.start()
+    runner.run_until(1.0)
+
+    def nodes(name: str) -> list[int]:
+        return sorted(r.placement.node.index for r in runner.pools[runner.names.index(name)].replicas.values() if not r.dead)
+
+    runner.apply(Transition((TransitionStep(StepKind.RETIRE, "g", g, 1), TransitionStep(StepKind.START, "c", c, 1))))
+    runner.apply(Transition((TransitionStep(StepKind.RETIRE, "c", c, 1),)))
+    assert (nodes("c"), nodes("g")) == ([1, 1], [0])  # node 0: a free CPU; node 1: a free GPU
+    report = runner.apply(Transition((TransitionStep(StepKind.START, "g", g, 1),)))
+    assert report.error == "" and report.outcome.status.value == "landed"
+    assert [(s["kind"], s["operator"]) for s in report.steps_done] == [("start", "c"), ("retire", "c"), ("start", "g")]
+    assert (nodes("c"), nodes("g")) == ([0, 1], [0, 1])

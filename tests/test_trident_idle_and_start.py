@@ -379,3 +379,22 @@ def test_a_regime_plan_counts_replicas_beyond_those_running_at_the_evidence_gate
 
     assert curve(0.0) == [8.0, 16.0]  # the median: 4 more replicas add 8 items/s
     assert curve(1.0) == [8.0, 12.0]  # at the bound: what runs is measured, what would be added counts 1 item/s each
+
+
+def test_a_plan_that_overfills_the_cluster_beside_its_canary_gives_up_replicas_of_its_largest_group() -> None:
+    # on a multi-node cluster the placement keeps no room for a running canary: its plan fills the 16 CPUs, and carrying
+    # the canary into it would ask the runner for 17 (refused); the trim takes one replica of the largest group
+    from trident_flows.core.types import OperatorPlan, Plan, ReplicaGroup
+    from trident_flows.scheduler.replicas import within_cluster
+
+    cpu1 = OpConfig.make("cpu", batch_size=1)
+    state = _state(0.0, _op("a", 4, 0, True), _op("b", 2, 0, True), _op("c", 2, 0, True))
+    plan = Plan((OperatorPlan("a", (ReplicaGroup(CPU8, 10),), "a"), OperatorPlan("b", (ReplicaGroup(CPU8, 4),), "b", canary=cpu1)), 1.0, "grow")
+    trimmed, notes = within_cluster(plan, state)  # 10 + 4 + the canary + c's 2 as they run: 17 CPUs
+    assert [(o.operator, o.replicas, o.canary) for o in trimmed.operators] == [("a", 9, None), ("b", 4, cpu1)]
+    assert notes == ["a: 1 replica(s) of cpu/b8 fewer"] and trimmed.reason == "grow"
+    fits = Plan((OperatorPlan("a", (ReplicaGroup(CPU8, 9),), "a"),), 1.0, "grow")
+    assert within_cluster(fits, state) == (fits, [])
+    # an operator's last replica is never taken: a plan only single replicas overfill goes to the runner, which refuses it
+    single = Plan((OperatorPlan("a", (ReplicaGroup(CPU8, 1),), "a", canary=cpu1),), 1.0, "x")
+    assert within_cluster(single, _state(0.0, _op("a", 1, 0, True), _op("b", 15, 0, True))) == (single, [])

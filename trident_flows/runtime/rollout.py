@@ -4,7 +4,9 @@ Contract:
 - ``Rollout.apply(change)`` takes a ``Plan`` (steps by ``transition.rolling_steps``) or a checked
   ``Transition``; a refused change raises ``RuntimeConfigError`` before any step, anything else is
   a ``TypeError``. Applies are serialised; after the run finished an apply does nothing and says so.
-- Steps run in order: START/CANARY wait until warm (``warm_timeout_s``); RETIRE/END_CANARY drain
+- Steps run in order (a START no node has room for waits for the plan's next RETIRE or moves a CPU replica off a node
+  where it then fits, ``transition.room_first``):
+  START/CANARY wait until warm (``warm_timeout_s``); RETIRE/END_CANARY drain
   then kill (``transition.retire_victims``); a last replica retires only for a swap in place; RESIZE
   gives replicas their new batch size at once (``transition.resize_victims``; batches in flight finish
   at the old size). A
@@ -25,7 +27,7 @@ import ray
 from trident_flows.core.state import ApplyReport, ApplyStatus, RunnerSettings, RunnerState, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
-from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, step_room
 
 # The throughput during an apply shorter than this is read over this last stretch instead, so a
 # quick apply is not read from one or two 0.1 s completion buckets.
@@ -78,12 +80,12 @@ class Rollout:
             t0 = time.time()
             window = min(self.settings.dip_window_s, max(t0 - self._started_at(), 1e-6))
             before = self._rate(t0 - window, t0)
-            done, error = await self._run_steps(transition.steps)
+            done, error, steps_total = await self._run_steps(transition.steps)
             t1 = time.time()
             during = self._rate(t0, t1) if t1 - t0 >= _MIN_DURING_S else self._rate(t1 - _MIN_DURING_S, t1)
             dip = max(0.0, 1.0 - during / before) if before > 0 else 0.0
             report = ApplyReport(tuple(done), t1 - t0, before, during, dip, ok=not error, error=error, reason=transition.reason,
-                                 steps_total=len(transition.steps), started_at=t0)
+                                 steps_total=steps_total, started_at=t0)
             if report.outcome.status == ApplyStatus.LANDED:
                 self.landed += 1  # only changes that landed count; the others are in reports
             self.reports.append(report)
@@ -97,20 +99,23 @@ class Rollout:
                 "rolling_update_dip": max(rolling) if rolling else 0.0,
                 "applies_refused": [{"error": r.error, **r.outcome.to_dict()} for r in self.reports if r.outcome.status != ApplyStatus.LANDED]}
 
-    async def _run_steps(self, steps: tuple[TransitionStep, ...]) -> tuple[list[dict[str, Any]], str]:
-        """Run ``steps`` in order until one fails; returns the steps done and the error ("" if none)."""
+    async def _run_steps(self, steps: tuple[TransitionStep, ...]) -> tuple[list[dict[str, Any]], str, int]:
+        """Run ``steps`` in order until one fails; returns the steps done, the error ("" if none) and how many steps
+        there were (with those ``room_first`` added)."""
         done: list[dict[str, Any]] = []
-        for k, step in enumerate(steps):
-            s0 = time.time()
+        k = -1
+        while (k := k + 1) < len(steps):
+            steps, room = step_room(steps, k, self.pools[0].free_by_node, list(zip(self.ops, self.pools)), _node_of)
+            step, s0 = steps[k], time.time()
             # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go
             replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
             try:
-                ids = await self._do_step(step, replaced=replaced, room=room_for(steps, k, self.pools[0].free_by_node, _node_of))
+                ids = await self._do_step(step, replaced=replaced, room=room)
             except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped
                 error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
-                return done, error + self._restore_emptied(done)
+                return done, error + self._restore_emptied(done), len(steps)
             done.append({**step.to_dict(), "replicas": ids, "seconds": time.time() - s0})
-        return done, ""
+        return done, "", len(steps)
 
     def _restore_emptied(self, done: list[dict[str, Any]]) -> str:
         """After a failed step: an operator left without replicas by a swap in place gets one of the

@@ -7,7 +7,8 @@ Contract:
   classes and the state lists nodes) the replicas to start and retire, canaries as ``CANARY`` /
   ``END_CANARY``, in ``core.step_order.order_steps``' order (the one the scheduler prices): starts
   before retires, just enough retires first where a start does not fit, a last replica swapped in
-  place. Replicas whose config changes only in batch size are ``RESIZE``d in place first
+  place; ``room_first(steps, k, free, pools, node_of)``: at run time, a start no node has room for waits for the
+  plan's next retire, or a CPU replica moves off a node where it then fits; ``step_room`` both, before each step. Replicas whose config changes only in batch size are ``RESIZE``d in place first
   (``core.step_order.batch_resizes``). Operators not in the plan keep their replicas. A plan whose classes do not fit the live
   nodes node by node (``nodes.check_fits``) is refused with the reason.
 - ``resize_victims`` (which replicas a ``RESIZE`` takes), ``retire_victims`` (which replicas a retire takes, ``RoomFor``/``room_for`` ranking), ``no_room`` /
@@ -317,6 +318,72 @@ def room_for(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping
     start = next((s for s in steps[k + 1:] if s.kind in (StepKind.START, StepKind.CANARY)), None)
     now = free() if start is not None else {}
     return RoomFor(start.config, start.count, now, node_of) if now else None
+
+
+def room_first(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping[Hashable, tuple[float, float]]],
+               pools: Sequence[tuple[str, Any]] = (), node_of: Callable[[Any], Hashable | None] = lambda r: None) -> tuple[TransitionStep, ...]:
+    """``steps`` made to give START/CANARY step ``k`` room where no node has it now (``no_room`` on ``free()``);
+    ``steps`` unchanged otherwise. ``order_steps`` orders by a class's totals, so a start may find the free CPUs on one
+    node and the free GPU share on another. The plan's next RETIRE moves before the start (it then retires where the
+    start fits, ``room_for``); where none follows, a CPU replica moves off a node where the start would then fit: a START
+    of one replica of its config (it cannot land there: that node lacks the CPUs) and a RETIRE of one, which ``room_for``
+    aims at that node. ``pools``: ``(operator, pool)`` pairs of either runner, whose serving CPU-only replicas on a
+    known node (``node_of``) may move; at most ``steps[k].count`` such moves per start. The runners call this before
+    each step."""
+    step = steps[k]
+    if step.kind not in (StepKind.START, StepKind.CANARY):
+        return tuple(steps)
+    j = next((j for j in range(k + 1, len(steps)) if steps[j].kind == StepKind.RETIRE), None)
+    if j is None and step.config.gpus == 0:
+        return tuple(steps)  # a CPU replica no node has room for: no CPU is free anywhere, no move makes one
+    room = free()
+    if no_room(step, room) is None:
+        return tuple(steps)
+    if j is not None:
+        return (*steps[:k], steps[j], *steps[k:j], *steps[j + 1:])
+    why = f"make room on one node for {step.operator} {step.config.label()}"
+    if sum(1 for s in steps[:k] if s.kind == StepKind.RETIRE and s.reason == why) >= step.count:
+        return tuple(steps)
+    move = _cpu_move(step.config, room, _cpu_replicas_by_node(pools, node_of))
+    if move is None:
+        return tuple(steps)
+    name, config = move
+    return (*steps[:k], TransitionStep(StepKind.START, name, config, 1, reason=why), TransitionStep(StepKind.RETIRE, name, config, 1, reason=why),
+            *steps[k:])
+
+
+def step_room(steps: Sequence[TransitionStep], k: int, free: Callable[[], Mapping[Hashable, tuple[float, float]]],
+              pools: Sequence[tuple[str, Any]], node_of: Callable[[Any], Hashable | None]) -> tuple[tuple[TransitionStep, ...], RoomFor | None]:
+    """What the runners do before step ``k``: ``steps`` as ``room_first`` makes them, and the room their step ``k``
+    makes (``room_for``)."""
+    steps = room_first(steps, k, free, pools, node_of)
+    return steps, room_for(steps, k, free, node_of)
+
+
+def _cpu_move(config: OpConfig, free: Mapping[Hashable, tuple[float, float]],
+              movable: Mapping[Hashable, Sequence[tuple[str, OpConfig]]]) -> tuple[str, OpConfig] | None:
+    """A CPU replica (operator, config) whose move frees a replica of ``config`` room: on a node with the GPU share but
+    too few CPUs (fewer than it holds, so its new replica lands elsewhere), where another node has its CPUs free."""
+    for node, (cpus, gpus) in free.items():
+        if gpus + _EPS < config.gpus or cpus + _EPS >= config.cpus:
+            continue
+        for name, held in movable.get(node, ()):
+            if (held.gpus == 0 and cpus + held.cpus + _EPS >= config.cpus and cpus + _EPS < held.cpus
+                    and any(other != node and room[0] + _EPS >= held.cpus for other, room in free.items())):
+                return name, held
+    return None
+
+
+def _cpu_replicas_by_node(pools: Sequence[tuple[str, Any]], node_of: Callable[[Any], Hashable | None]) -> dict[Hashable, list[tuple[str, OpConfig]]]:
+    """Each node's serving CPU-only replicas as (operator, config), from ``(operator, pool)`` pairs of either runner
+    (records with ``config``, ``canary``, ``draining`` and ``dead``)."""
+    out: dict[Hashable, list[tuple[str, OpConfig]]] = {}
+    for name, pool in pools:
+        for r in pool.replicas.values():
+            node = node_of(r)
+            if node is not None and r.config.gpus == 0 and not (r.canary or r.draining or r.dead):
+                out.setdefault(node, []).append((name, r.config))
+    return out
 
 
 def resize_victims(pool: Any, step: TransitionStep) -> list[Any]:

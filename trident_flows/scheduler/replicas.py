@@ -9,6 +9,8 @@ Contract (pure functions, shared by the baseline policies and the Trident contro
 - ``canary_config(op)`` / ``canary_busy(op, config)``: its running canary and whether it holds a batch.
 - ``replica_limits(name, spec)``: ``(min_replicas, max_replicas)`` (``(1, 64)`` without a spec).
 - ``free_resources(state)`` / ``held(counts)``: ``(cpus, gpus)`` free, or held by ``counts``.
+- ``within_cluster(plan, state)``: ``plan`` with replicas taken off, largest group first, until it needs no more
+  CPUs or GPUs than the cluster has (counted as ``runtime.transition.check_plan`` counts them), and what was taken.
 - ``gpus_pack(state, cluster, moves)``: whether the allocation after ``moves`` fits the GPUs device
   by device, as far as the state tells (one node, no device shared now; whole-GPU shares first,
   then fractional ones first fit).
@@ -17,10 +19,11 @@ Contract (pure functions, shared by the baseline policies and the Trident contro
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from trident_flows.core.state import OperatorState, RunnerState
-from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, ReplicaGroup
+from trident_flows.core.types import ClusterSpec, OpConfig, OperatorPlan, Plan, ReplicaGroup
 
 
 def replica_groups(counts: Mapping[OpConfig, int]) -> tuple[ReplicaGroup, ...]:
@@ -100,6 +103,42 @@ def scaled_plan(op: OperatorState, target: int, reason: str, spec: Any | None = 
 def free_resources(state: RunnerState) -> tuple[float, float]:
     """(cpus, gpus) of the cluster that no replica holds."""
     return state.cluster_cpus - state.used_cpus, state.cluster_gpus - state.used_gpus
+
+
+def within_cluster(plan: Plan, state: RunnerState) -> tuple[Plan, list[str]]:
+    """``plan`` trimmed to the cluster's CPUs and GPUs: its groups and canaries, and every operator it leaves out as it
+    runs, need no more than ``state.cluster_cpus`` / ``cluster_gpus``; while they do, one replica fewer of the plan's
+    largest group of a config holding the resource short (never an operator's last serving replica). Returns the plan
+    (``plan`` itself when it fits) and one note per group trimmed. A canary carried into a placement that filled a
+    multi-node cluster (whose canary room is kept only on a single node) is what overfills one."""
+    ops = list(plan.operators)
+    planned = {o.operator for o in ops}
+    unplanned = [r.config for op in state.operators if op.name not in planned for r in op.active]
+
+    def short() -> tuple[float, float]:
+        configs = [(g.config, g.replicas) for o in ops for g in o.groups] + [(o.canary, 1) for o in ops if o.canary is not None]
+        configs += [(c, 1) for c in unplanned]
+        return (sum(c.cpus * n for c, n in configs) - state.cluster_cpus, sum(c.gpus * n for c, n in configs) - state.cluster_gpus)
+
+    taken: dict[tuple[str, str], int] = {}
+    while True:
+        cpus, gpus = short()
+        if cpus <= 1e-9 and gpus <= 1e-9:
+            break
+        trimmable = [(i, j) for i, o in enumerate(ops) for j, g in enumerate(o.groups)
+                     if o.replicas > 1 and g.replicas > 0 and ((cpus > 1e-9 and g.config.cpus > 0) or (gpus > 1e-9 and g.config.gpus > 0))]
+        if not trimmable:
+            break  # nothing left to take: the runner refuses the plan with what it needs
+        i, j = max(trimmable, key=lambda ij: (ops[ij[0]].groups[ij[1]].replicas, ops[ij[0]].operator))
+        group = ops[i].groups[j]
+        groups = list(ops[i].groups)
+        groups[j] = replace(group, replicas=group.replicas - 1)
+        ops[i] = replace(ops[i], groups=tuple(g for g in groups if g.replicas > 0))
+        key = (ops[i].operator, group.config.label())
+        taken[key] = taken.get(key, 0) + 1
+    if not taken:
+        return plan, []
+    return replace(plan, operators=tuple(ops)), [f"{name}: {n} replica(s) of {label} fewer" for (name, label), n in taken.items()]
 
 
 def held(counts: Mapping[OpConfig, int]) -> tuple[float, float]:

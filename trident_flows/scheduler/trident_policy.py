@@ -10,7 +10,8 @@ Contract:
   worse; a known regime's pre-positioning; before the evidence gate opens, a memory-safety move or
   idle capacity, else wait; while verifying, nothing; else placement and the transition's verdict,
   and where that issues nothing, batch sizes raised as in-flight depth (``BatchDepth``).
-  Every plan carries its ``Rationale``; a tick that issues none says why as a ``Hold``.
+  Every plan carries its ``Rationale`` and fits the cluster's CPUs and GPUs with its canaries
+  (``replicas.within_cluster``); a tick that issues none says why as a ``Hold``.
 - ``starting_spec(spec)``, ``finish(state)`` and ``run_figures()``: the run's start from memory, the
   memory written at its end, its ``RunSummary`` fields. Every step runs guarded: an exception goes
   to the tick's ``error`` (``ERROR`` when nothing else is issued), the current plan is kept.
@@ -30,6 +31,7 @@ from trident_flows.scheduler.blas import one_blas_thread
 from trident_flows.scheduler.decision_log import EventKind, TickEvent, TickRecord
 from trident_flows.scheduler.placement.inputs import work_per_item
 from trident_flows.scheduler.placement.milp import solve_placement
+from trident_flows.scheduler.replicas import within_cluster
 from trident_flows.scheduler.trident.batch_depth import BatchDepth
 from trident_flows.scheduler.trident.canaries import Canaries
 from trident_flows.scheduler.trident.context import Context
@@ -210,7 +212,7 @@ class TridentPolicy:
         if decided is None or (steps.errors and decided.plan is None and decided.action.issues_nothing):
             decided = Decision.error("kept the current plan after a failed step: " + "; ".join(steps.errors),
                                      decided.predicted_throughput if decided is not None else 0.0)
-        decided = self._unless_refused(state, decided)
+        decided = self._unless_refused(state, _within_cluster(state, decided))
         if decided.action == Action.ROLL_OUT and decided.plan is not safety and not _unverified(decided.plan):
             # a safety move is not undone for speed; a regime plan is measured on the regime it was made for, not the one
             # before; replicas on idle resources slow no operator
@@ -310,3 +312,14 @@ def _unverified(plan: Plan) -> bool:
     """A regime plan, replicas on idle resources or batch sizes raised as depth: rollouts that are not verified against the
     throughput before."""
     return plan.rationale is not None and plan.rationale.kind in (PlanKind.REGIME_PLAN, PlanKind.IDLE_CAPACITY, PlanKind.BATCH_DEPTH)
+
+
+def _within_cluster(state: RunnerState, decided: Decision) -> Decision:
+    """``decided`` with its plan trimmed to the cluster (``replicas.within_cluster``), the trim stated in its reason."""
+    if decided.plan is None:
+        return decided
+    plan, trimmed = within_cluster(decided.plan, state)
+    if not trimmed:
+        return decided
+    note = f" (trimmed to the cluster's CPUs and GPUs beside its canaries: {'; '.join(trimmed)})"
+    return replace(decided, reason=decided.reason + note, plan=replace(plan, reason=plan.reason + note))

@@ -6,7 +6,8 @@ Contract:
   ``TypeError``, a change after the run finished is refused. Steps run in order, as live
   (``runtime.rollout``): a START/CANARY waits on the simulated clock until its replicas are warm (at
   most ``warm_timeout_s``; a start no node has room for fails at once); a RETIRE drains its victims
-  (``transition.retire_victims``: on nodes where the next START then fits first), each leaving with
+  (``transition.retire_victims``: on nodes where the next START then fits first; a START no node has room for
+  waits for the plan's next RETIRE or moves a CPU replica off a node where it then fits, ``transition.room_first``), each leaving with
   its resources once its own batches are back, stopped anyway after ``RETIRE_TIMEOUT_S`` (the batches it still
   holds go back to its operator's queue, as live when the killed actor's calls fail); a RESIZE gives its
   replicas the new batch size at once (``transition.resize_victims``), as live. A failing
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
-from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, room_for
+from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, step_room
 from trident_flows.sim import outcome
 from trident_flows.sim.cluster import SimCluster
 from trident_flows.sim.pool import SimReplica
@@ -60,12 +61,14 @@ def apply_change(runner: SimRunner, change: Plan | Transition) -> ApplyReport:
     error = ""
     steps = transition.steps
     free = partial(_free_by_node, runner.cluster)
-    for k, step in enumerate(steps):
-        s0 = runner.now
+    k = -1
+    while (k := k + 1) < len(steps):
+        steps, room = step_room(steps, k, free, list(zip(runner.names, runner.pools)), _node_of)
+        step, s0 = steps[k], runner.now
         # a RETIRE followed by a START of the same operator is a swap in place: its last replica may go (as live)
         replaced = any(s.kind == StepKind.START and s.operator == step.operator for s in steps[k + 1:])
         try:
-            ids = _do_step(runner, step, replaced=replaced, room=room_for(steps, k, free, _node_of))
+            ids = _do_step(runner, step, replaced=replaced, room=room)
         except Exception as exc:  # noqa: BLE001 - reported, and later steps are skipped (as live)
             error = f"step {step.kind.value} {step.operator} {step.config.label()} failed: {type(exc).__name__}: {exc}"
             error += _restore_emptied(runner, done)
