@@ -104,7 +104,7 @@ CATALOGUE: dict[str, Benchmark] = {
          f"{_PKG}/core"),
         headline=("headroom_sim_1n", "headroom_sim_8n")),
     "corpus-trident": Benchmark(
-        "On document and video workloads drawn from published corpus statistics, on 8 nodes for 2 simulated hours, how close "
+        "On document and video workloads drawn from published corpus statistics, on 8 nodes over streams of about 2 simulated hours, how close "
         "does trident get to the per-regime oracle where there is headroom, does it cost anything against the best static "
         "allocation in hindsight where there is none, and do the simulator's rates hold live on one node within 10%?",
         (f"{_B}/corpus_trident.py", f"{_B}/corpus_live.py", f"{_B}/corpus_headroom.py", f"{_B}/replay_policy.py", *_SUITE),

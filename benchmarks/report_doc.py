@@ -53,7 +53,8 @@ SUITE = "closed-loop-suite"
 # regression workloads; each with the one-sentence description the block's legend gives it
 README_BENCHMARKS = {
     "corpus-trident": ("workloads drawn from published corpus statistics ([docs/workloads.md](docs/workloads.md)), simulated on "
-                       "8 nodes for 2 simulated hours (with `--live`, also run live on this machine's one node)"),
+                       "8 nodes, streams sized to last 2 hours at the cost model's best static rates (with `--live`, also run live on "
+                       "this machine's one node)"),
     SUITE: "the regression workloads: hand-picked regimes on one node, kept as regression checks",
 }
 SECTIONS = ("sim", "live")
@@ -264,9 +265,9 @@ def _before_sections(report: Mapping[str, Any]) -> bool:
 def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogue: Mapping[str, Benchmark] = CATALOGUE) -> str:
     """The text between the README's marker lines ``README_START`` and ``README_END``, from the results of
     ``README_BENCHMARKS`` at the top of ``results_dir`` (``NAME.json``), in that order: per result, one row per workload
-    of its ``sim`` section, then of its ``live`` section where present (``suite_sections``), with headroom,
-    ``t_over_oracle``, ``gain_captured``, trident against the best static in hindsight and against Ray Data autoscaling
-    (the suite's live section only), and each section's fresh / stale mark (``freshness`` of that section's provenance:
+    of its ``sim`` section, then of its ``live`` section where present (``suite_sections``), with the stream's length
+    (``stream_length``), headroom, ``t_over_oracle``, ``gain_captured``, trident against the best static in hindsight
+    and against Ray Data autoscaling (the suite's live section only), and each section's fresh / stale mark (``freshness`` of that section's provenance:
     ``raw.section`` names the section the report's own provenance belongs to, the other's is ``raw.OTHER_provenance``);
     then a legend and one line pointing to ``doc_path``. No commit hash is written there (the marks' details are in the
     report)."""
@@ -279,13 +280,14 @@ def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogu
         runs = " and ".join(f"`trident-flows bench {name}`" for name in README_BENCHMARKS)
         return f"No {' or '.join(README_BENCHMARKS)} result in `{results_dir.name}/`: run {runs}.\n\n{footer}"
     repo = repo_of(results_dir)
-    lines = ["| workload | benchmark | run | headroom | trident / oracle | gain captured | trident / best static (hindsight) | "
-             "trident / Ray Data autoscaling | result |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | benchmark | run | stream | headroom | trident / oracle | gain captured | trident / best static (hindsight) | "
+             "trident / Ray Data autoscaling | result |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name in (n for n in README_BENCHMARKS if n in found):
         lines += _rows(found[name], catalogue[name].code, repo)
     if len(lines) == 2:
         return f"The {' and '.join(found)} result(s) in `{results_dir.name}/` have no workload.\n\n{footer}"
     legend = (" ".join(f"`bench {name}`: {text}." for name, text in README_BENCHMARKS.items() if name in found) + " "
+              "Stream: the workload's items and how long trident's (median) run of them took. "
               "Headroom: the per-regime oracle's throughput over the best static configuration chosen in hindsight (both use "
               "knowledge no user has); gain captured: (trident - best static) / (oracle - best static), n/a where there is no "
               "headroom. A result is stale when the code it measures changed after it ran, or it recorded no commit.")
@@ -297,6 +299,7 @@ def _rows(result: Result, code: tuple[str, ...], repo: Path | None) -> list[str]
     lines = []
     before_sections = _before_sections(result.report)  # its headroom is the cost model's
     ray_data = result.name == SUITE  # only the suite's live section runs plain Ray Data
+    raw = result.report.get("raw") or {}
     for section, (summary, provenance) in suite_sections(result.report).items():
         if not summary:
             continue
@@ -305,11 +308,30 @@ def _rows(result: Result, code: tuple[str, ...], repo: Path | None) -> list[str]
         for workload, values in summary.items():
             get = (lambda key, values=values: figure(values, key)) if isinstance(values, Mapping) else (lambda key: None)
             lines.append("| " + " | ".join([
-                workload, result.name, run, _times(get("headroom")), _plain(get("t_over_oracle")),
+                workload, result.name, run, stream_length((raw.get(section) or {}).get(workload)),
+                _times(get("headroom")), _plain(get("t_over_oracle")),
                 _plain(get("gain_captured")), _times(get("trident_vs_static_hindsight")),
                 (_times(get("trident_vs_ray_data_autoscaling")) if ray_data else "not run") if section == "live" else "not simulated",
                 mark]) + " |")
     return lines
+
+
+def stream_length(raw: Any) -> str:
+    """A workload's stream as the README shows it: its items and how long trident's (median) run of it took, simulated
+    or live (``raw``: the workload's entry in its section's raw results); "n/a" where the raw results lack either."""
+    if not isinstance(raw, Mapping):
+        return "n/a"
+    items = raw.get("items", (raw.get("stream") or {}).get("items"))
+    runs, per_system = raw.get("runs"), raw.get("per_system")  # the simulated sections' runs, the live ones' medians
+    trident_run = runs.get("trident") if isinstance(runs, Mapping) else None
+    rate = trident_run.get("items_per_s") if isinstance(trident_run, Mapping) else None
+    if rate is None and isinstance(per_system, Mapping):
+        rate = (per_system.get("trident") or {}).get("items_per_s_median")
+    if not isinstance(items, (int, float)) or not isinstance(rate, (int, float)) or rate <= 0:
+        return "n/a"
+    seconds = items / rate
+    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return f"{items:,.0f} items, {took}"
 
 
 def _plain(value: Any) -> str:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from benchmarks import BENCHMARKS
 from benchmarks.catalogue import CATALOGUE, Benchmark
-from benchmarks.report_doc import README_END, README_START, check, freshness, render, render_readme, write
+from benchmarks.report_doc import README_END, README_START, check, freshness, render, render_readme, stream_length, write
 from trident_flows.cli import app
 from trident_flows.core.state import RuntimeConfigError
 
@@ -259,12 +259,12 @@ def test_the_readme_block_is_rewritten_from_the_suite_result_and_nothing_else_ch
     text = readme.read_text()
     assert text.startswith("# toy project\n\nIntro.\n\n" + README_START + "\n") and text.endswith(README_END + "\n\n## Limits\n")
     rows = [line for line in block(readme).splitlines() if line.startswith("| ")]
-    assert rows[0].startswith("| workload | benchmark | run | headroom | trident / oracle | gain captured | "
+    assert rows[0].startswith("| workload | benchmark | run | stream | headroom | trident / oracle | gain captured | "
                               "trident / best static (hindsight) |")
     assert rows[1:] == [  # simulated rows first, then live; the sim section is fresh, the live one ran before the code changed
-        "| cpu-only | closed-loop-suite | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | fresh |",
-        "| docs-baseline | closed-loop-suite | SIMULATED | 1.00x | 0.99 | n/a | 0.99x | not simulated | fresh |",
-        "| cpu-only | closed-loop-suite | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |"]
+        "| cpu-only | closed-loop-suite | SIMULATED | n/a | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | fresh |",
+        "| docs-baseline | closed-loop-suite | SIMULATED | n/a | 1.00x | 0.99 | n/a | 0.99x | not simulated | fresh |",
+        "| cpu-only | closed-loop-suite | live | n/a | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |"]
     assert "[docs/benchmarks.md](docs/benchmarks.md)" in block(readme)
     assert "from `bench-results/closed-loop-suite.json`; do not edit" in block(readme)  # names only the results it read
     assert suite_repo["sim"][:7] not in text and suite_repo["live"][:7] not in text  # no commit hash in the README
@@ -283,8 +283,8 @@ def test_the_readme_block_shows_the_corpus_workloads_first_each_section_marked_b
     catalogue = {**SUITE_TOY, "corpus-trident": Benchmark("Does it hold live?", ("pkg/suite.py",))}
     write(suite_repo["results"], suite_repo["doc"], catalogue, readme=suite_repo["readme"])
     rows = [line for line in block(suite_repo["readme"]).splitlines() if line.startswith("| ")][1:]
-    assert rows[:2] == ["| documents-corpus | corpus-trident | SIMULATED | 1.06x | 0.97 | 0.40 | 1.02x | not simulated | stale |",
-                        "| documents-corpus | corpus-trident | live | n/a | n/a | n/a | 1.05x | not run | fresh |"]
+    assert rows[:2] == ["| documents-corpus | corpus-trident | SIMULATED | n/a | 1.06x | 0.97 | 0.40 | 1.02x | not simulated | stale |",
+                        "| documents-corpus | corpus-trident | live | n/a | n/a | n/a | n/a | 1.05x | not run | fresh |"]
     assert [r.split(" | ")[1] for r in rows[2:]] == ["closed-loop-suite"] * 3
     legend = block(suite_repo["readme"])
     assert "`bench corpus-trident`: workloads drawn from published corpus statistics" in legend
@@ -299,7 +299,7 @@ def test_a_report_written_before_the_suite_had_sections_is_its_live_section(tmp_
     (results / "closed-loop-suite.json").write_text(json.dumps(old))
     (tmp_path / "README.md").write_text(README)
     text = render_readme(results, tmp_path / "README.md", tmp_path / "docs" / "benchmarks.md", SUITE_TOY)
-    assert "| cpu-only | closed-loop-suite | live (headroom: cost model's) | 1.59x | n/a | n/a | 1.21x | n/a | stale |" in text
+    assert "| cpu-only | closed-loop-suite | live (headroom: cost model's) | n/a | 1.59x | n/a | n/a | 1.21x | n/a | stale |" in text
 
 
 def test_check_fails_on_a_hand_edit_of_the_readme_block(suite_repo: dict):
@@ -309,15 +309,15 @@ def test_check_fails_on_a_hand_edit_of_the_readme_block(suite_repo: dict):
     failed = check(results, doc, SUITE_TOY, readme=readme)
     assert not failed.ok and "\n" not in failed.reason
     assert failed.reason.startswith(f"{readme} (its results block) differs from what the results in {results} give")
-    assert "-| cpu-only | closed-loop-suite | live | 1.90x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
-    assert "+| cpu-only | closed-loop-suite | live | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
+    assert "-| cpu-only | closed-loop-suite | live | n/a | 1.90x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
+    assert "+| cpu-only | closed-loop-suite | live | n/a | 1.40x | 0.75 | 0.50 | 1.15x | 1.30x | stale |" in failed.diff
     assert check(results, doc, SUITE_TOY).ok  # the report itself still matches
     write(results, doc, SUITE_TOY, readme=readme)
     readme.write_text(readme.read_text().replace("## Limits", "## Known limits"))  # outside the block: the README's own text
     assert check(results, doc, SUITE_TOY, readme=readme).ok
     (results / "closed-loop-suite.json").write_text(json.dumps(suite_report(suite_repo["live"], suite_repo["live"])))
     stale = check(results, doc, SUITE_TOY, readme=readme)  # the sim section's run is now older than its code: stale
-    assert not stale.ok and "+| cpu-only | closed-loop-suite | SIMULATED | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | stale |" in stale.diff
+    assert not stale.ok and "+| cpu-only | closed-loop-suite | SIMULATED | n/a | 1.50x | 0.80 | 0.60 | 1.20x | not simulated | stale |" in stale.diff
 
 
 @pytest.mark.parametrize("text, found", [
@@ -422,3 +422,15 @@ def test_the_headline_marks_each_section_of_any_result_with_sections(suite_repo:
     rows = [line for line in suite_repo["doc"].read_text().splitlines() if line.startswith("| corpus-trident |")]
     assert next(r for r in rows if "`sim.cpu-only.trident_vs_static_hindsight`" in r).endswith("| fresh |")
     assert "STALE" in next(r for r in rows if "`live.cpu-only.trident_vs_static_hindsight`" in r)
+
+
+def test_the_stream_column_is_items_and_trident_s_time_from_either_section_s_raw_results():
+    simulated = {"items": 480, "runs": {"trident": {"items_per_s": 9.6}, "static-hindsight": {"items_per_s": 24.0}}}
+    assert stream_length(simulated) == "480 items, 50 s"
+    corpus = {"stream": {"items": 48180, "hours": 2.0}, "runs": {"trident": {"items_per_s": 4.0}}}
+    assert stream_length(corpus) == "48,180 items, 3.3 h"
+    live = {"items": 27399, "runs": [{"system": "trident"}], "per_system": {"trident": {"items_per_s_median": 41.0}}}
+    assert stream_length(live) == "27,399 items, 11 min"
+    assert stream_length({"items": 480, "runs": {"trident": {"items_per_s": None}}}) == "n/a"  # a run that failed
+    assert stream_length({"runs": {"trident": {"items_per_s": 9.6}}}) == "n/a"
+    assert stream_length(None) == "n/a"
