@@ -126,3 +126,34 @@ def test_a_cpu_replica_leaves_a_cpu_beside_every_free_gpu():
     assert placer.choose(1, 1, held) == "a"
     # where every node would strand a GPU, the most free CPUs as before
     assert placer.choose(1, 0, {"a": (2.0, 0.0), "b": (3.0, 1.0)}) == "a"
+
+
+def test_free_gpus_are_counted_device_by_device_as_ray_places_them():
+    from trident_flows.runtime.node_placement import GpuShare, NodePlacer, gpus_free
+
+    half_each = [GpuShare(0.5, ("0",)), GpuShare(0.5, ("1",))]  # two half-GPU replicas on two devices
+    assert gpus_free(2, half_each) == 0.5  # one GPU's worth is free, but on no one device: no whole-GPU replica fits
+    assert gpus_free(2, [GpuShare(0.5, ("0",)), GpuShare(0.5, ("0",))]) == 1.0  # packed on one device: one whole free
+    assert gpus_free(2, [GpuShare(1.0, ("1",)), GpuShare(0.25, ("0",))]) == 0.75
+    assert gpus_free(2, [GpuShare(2.0, ("0", "1"))]) == 0.0
+    assert gpus_free(2, []) == 2.0
+    # replicas still starting (devices not known yet) go where Ray puts them: a fraction first-fit, whole GPUs on free devices
+    assert gpus_free(2, [GpuShare(0.5), GpuShare(0.5)]) == 1.0
+    assert gpus_free(2, [GpuShare(0.5, ("1",)), GpuShare(1.0)]) == 0.5
+    placer = NodePlacer(gpu_memory_bytes=GiB)
+    placer.update([_raw("g", 8, 2)])
+    held = {"g": (2.0, 1.0)}
+    assert placer.free(held) == {"g": (6.0, 1.0)}  # by totals, as without shares
+    assert placer.free(held, {"g": half_each}) == {"g": (6.0, 0.5)}
+    assert placer.free(held, {}) == {"g": (6.0, 2.0)}  # no GPU replica there
+
+
+def test_a_whole_gpu_replica_is_queued_where_the_free_gpu_is_split_over_devices():
+    from trident_flows.runtime.node_placement import GpuShare, NodePlacer
+
+    placer = NodePlacer(gpu_memory_bytes=GiB)
+    placer.update([_raw("a", 4, 2), _raw("b", 4, 2)])
+    held = {"a": (2.0, 1.0), "b": (3.0, 1.0)}
+    shares = {"a": [GpuShare(0.5, ("0",)), GpuShare(0.5, ("1",))], "b": [GpuShare(1.0, ("0",))]}
+    assert placer.choose(1, 1, held) == "a"  # by totals both have a GPU free; a has more free CPUs
+    assert placer.choose(1, 1, held, shares=shares) == "b"  # only b has a whole device free

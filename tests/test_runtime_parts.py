@@ -128,3 +128,32 @@ def test_route_refuses_an_untraceable_row_before_changing_anything():
     with pytest.raises(ValueError, match="stranger"):
         route(unit, out, "", 0, "parse", ledger, nxt)
     assert len(nxt) == 0 and shard.pending == 2 and not shard.rows and not shard.dead_rows
+
+
+def test_a_warm_replica_records_the_gpus_ray_gave_it_and_the_pool_counts_them_device_by_device():
+    import asyncio
+
+    from trident_flows.core.types import OpConfig
+    from trident_flows.runtime.node_placement import GpuShare, NodePlacer
+    from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
+    from trident_flows.runtime.spec import OperatorSpec
+
+    class Ready:  # a replica actor's handle as far as ``_warm`` reads it
+        def __init__(self, gpu_ids: list[str]) -> None:
+            self.ready = self
+            self.info = {"cold_start_s": 0.1, "node_id": "g", "gpu_ids": gpu_ids}
+
+        def remote(self):
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(self.info)
+            return future
+
+    placer = NodePlacer()
+    placer.update([{"NodeID": "g", "Alive": True, "Resources": {"CPU": 8.0, "GPU": 2.0, "memory": 2**32}}])
+    half = OpConfig("gpu", 4, cpus=1.0, gpus=0.5)
+    pool = OperatorPool(OperatorSpec("embed", object, half), "r", None, "dev", 2, placer)
+    for rid, device in (("embed-0", "0"), ("embed-1", "1")):
+        pool.replicas[rid] = ReplicaRecord(rid, rid, half, Ready([device]), False, 0)
+        asyncio.run(pool._warm(pool.replicas[rid]))
+    assert pool.gpu_shares() == {"g": [GpuShare(0.5, ("0",)), GpuShare(0.5, ("1",))]}
+    assert pool.free_by_node() == {"g": (6.0, 0.5)}  # a GPU's worth is free, split over two devices

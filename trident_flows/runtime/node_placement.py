@@ -7,7 +7,9 @@ Contract:
   ``REFRESH_S`` seconds.
 - ``choose(cpus, gpus, held, node_class=None, prefer=None)``: the node a new replica goes to (one
   with room, ranked; else the largest queue-able one; None when no live node is large enough).
-- ``free(held)``: node id -> (CPUs, GPUs) each live node has left after ``held``.
+- ``free(held, shares=None)``: node id -> (CPUs, GPUs) each live node has left after ``held``; with
+  ``shares`` (node id -> ``GpuShare`` of each GPU replica there) a node's GPUs are counted device by
+  device (``gpus_free``), as Ray places them and as the simulator counts them.
 - ``strategy(node_id)``: Ray's hard node affinity (``soft=False``): a replica runs on the node the
   plan named or not at all.
 - ``ran(operator, replica_id, node_id)`` records a replica warm on a node; ``replicas_by_node()``
@@ -17,7 +19,7 @@ Contract:
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from trident_flows.core.state import NodeState
 from trident_flows.runtime.nodes import read_nodes
@@ -31,6 +33,38 @@ SUSPECT_S = 60.0
 _EPS = 1e-6
 # CPUs a GPU replica holds beside its GPU (every GPU config of the shipped pipelines asks for one)
 CPUS_PER_GPU_REPLICA = 1.0
+
+
+class GpuShare(NamedTuple):
+    """What one GPU replica holds on its node: its GPUs, on the devices Ray gave it (empty until it is warm)."""
+
+    gpus: float
+    device_ids: tuple[str, ...] = ()
+
+
+def gpus_free(devices: int, shares: Sequence[GpuShare]) -> float:
+    """The GPUs a node of ``devices`` GPUs has left for a new replica: its whole free devices plus the largest share
+    left on one device in use (Ray gives a fractional replica its share of one device, and a replica of one GPU or
+    more whole free devices: two half-free devices hold no whole-GPU replica). A replica whose devices are not known
+    yet takes them as Ray would: a fraction on the first device with room, whole GPUs on the first free devices."""
+    load: dict[str, float] = {}
+    for share in shares:
+        for device in share.device_ids:
+            load[device] = load.get(device, 0.0) + share.gpus / len(share.device_ids)
+    known = sorted(load, key=lambda d: (not d.isdigit(), int(d) if d.isdigit() else 0, d))
+    slots = [load[d] for d in known] + [0.0] * max(0, devices - len(known))
+    for share in (s for s in shares if not s.device_ids):
+        if share.gpus < 1.0:
+            k = next((k for k, used in enumerate(slots) if used + share.gpus <= 1.0 + _EPS), None)
+            if k is not None:
+                slots[k] += share.gpus
+            continue
+        for _ in range(round(share.gpus)):
+            k = next((k for k, used in enumerate(slots) if used <= _EPS), None)
+            if k is not None:
+                slots[k] = 1.0
+    whole = sum(1 for used in slots if used <= _EPS)
+    return whole + max((1.0 - used for used in slots if _EPS < used < 1.0 - _EPS), default=0.0)
 
 
 def leaves_free_gpus_usable(cpus: float, gpus: float, free_cpus: float, free_gpus: float) -> bool:
@@ -68,9 +102,10 @@ class NodePlacer:
             self._suspect[node_id] = time.monotonic()
 
     def choose(self, cpus: float, gpus: float, held: Mapping[str, tuple[float, float]], node_class: str | None = None,
-               prefer: str | None = None) -> str | None:
+               prefer: str | None = None, shares: Mapping[str, Sequence[GpuShare]] | None = None) -> str | None:
         """The node for a new replica: among the nodes of ``node_class`` (any node when None) large enough to ever
-        hold it, one with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus)), in this
+        hold it, one with room after what the runner's own replicas ``held`` (node id -> (cpus, gpus); ``shares``:
+        their GPUs device by device, as ``free``), in this
         order: not a node where a replica died in the last ``SUSPECT_S`` seconds (Ray reports a dead node dead only
         seconds later), of class ``prefer``, a node without GPUs for a replica that needs none (GPU nodes stay free
         for GPU work), for such a replica a node it leaves a CPU per free GPU on (``CPUS_PER_GPU_REPLICA``: a GPU
@@ -83,7 +118,7 @@ class NodePlacer:
                 and n.cpus + _EPS >= cpus and n.gpus + _EPS >= gpus]
         if not pool:
             return None
-        free = self.free(held)
+        free = self.free(held, shares)
 
         def rank(n: NodeState) -> tuple:
             suspect = now - self._suspect.get(n.node_id, -SUSPECT_S - 1) < SUSPECT_S
@@ -92,12 +127,15 @@ class NodePlacer:
         roomy = [n for n in pool if free[n.node_id][0] + _EPS >= cpus and free[n.node_id][1] + _EPS >= gpus]
         return max(roomy or pool, key=rank).node_id
 
-    def free(self, held: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-        """Node id -> the (CPUs, GPUs) each live node has left after what the runner's replicas ``held`` there."""
+    def free(self, held: Mapping[str, tuple[float, float]],
+             shares: Mapping[str, Sequence[GpuShare]] | None = None) -> dict[str, tuple[float, float]]:
+        """Node id -> the (CPUs, GPUs) each live node has left after what the runner's replicas ``held`` there; with
+        ``shares`` (node id -> each GPU replica's ``GpuShare``) its GPUs device by device (``gpus_free``)."""
         left: dict[str, tuple[float, float]] = {}
         for n in self.nodes:
             cpus, gpus = held.get(n.node_id, (0.0, 0.0))
-            left[n.node_id] = (n.cpus - cpus, n.gpus - gpus)
+            free_gpus = n.gpus - gpus if shares is None else gpus_free(int(round(n.gpus)), shares.get(n.node_id, ()))
+            left[n.node_id] = (n.cpus - cpus, free_gpus)
         return left
 
     @staticmethod

@@ -12,7 +12,8 @@ Contract:
 - ``retire(record)`` drains, lets the operator release what it holds, then kills;
   ``forget(record)`` removes a dead one and releases its emulated device memory.
 - ``config_epoch`` increases whenever the set of active configs changes; ``held()`` and
-  ``free_by_node()`` give CPUs/GPUs held per node and left on every live node.
+  ``free_by_node()`` give CPUs/GPUs held per node and left on every live node (GPUs device by device:
+  ``gpu_shares()``, each warm replica's GPU ids from its ``ready()``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import ray
 
 from trident_flows.core.state import ReplicaState
 from trident_flows.core.types import OpConfig
-from trident_flows.runtime.node_placement import NodePlacer
+from trident_flows.runtime.node_placement import GpuShare, NodePlacer
 from trident_flows.runtime.replica import ReplicaActor
 from trident_flows.runtime.spec import OperatorSpec
 
@@ -52,6 +53,7 @@ class ReplicaRecord:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     node_id: str = ""
     node_class: str = ""
+    gpu_ids: tuple[str, ...] = ()  # the devices Ray gave it (known once warm)
 
     def snapshot(self, now: float) -> ReplicaState:
         alive = now - self.warm_at if self.warm else 0.0
@@ -64,7 +66,8 @@ class OperatorPool:
     """The replicas of one operator (see the module docstring)."""
 
     def __init__(self, spec: OperatorSpec, runner_name: str, namespace: str | None, device_prefix: str, max_inflight: int,
-                 placer: NodePlacer | None = None, held: Callable[[], dict[str, tuple[float, float]]] | None = None) -> None:
+                 placer: NodePlacer | None = None, held: Callable[[], dict[str, tuple[float, float]]] | None = None,
+                 shares: Callable[[], dict[str, list[GpuShare]]] | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.runner_name = runner_name
@@ -77,6 +80,7 @@ class OperatorPool:
         self._ids = itertools.count()
         self.placer = placer
         self._held = held or self.held  # what the runner's replicas hold per node (all pools), for choosing a node
+        self._shares = shares or self.gpu_shares  # and their GPUs device by device
 
     def slot_items(self) -> int:
         """Items the active (not draining) replicas take in flight: batch size x ``max_inflight`` each."""
@@ -104,7 +108,7 @@ class OperatorPool:
             options: dict[str, Any] = {}
             node_id = ""
             if placing:  # no node large enough: left to Ray, which queues it until one joins
-                node_id = self.placer.choose(config.cpus, config.gpus, self._held(), node_class, prefer) or ""
+                node_id = self.placer.choose(config.cpus, config.gpus, self._held(), node_class, prefer, self._shares()) or ""
                 if node_id:
                     options["scheduling_strategy"] = self.placer.strategy(node_id)
             handle = ReplicaActor.options(name=actor_name, namespace=self.namespace, num_cpus=config.cpus, num_gpus=config.gpus,
@@ -128,6 +132,7 @@ class OperatorPool:
         record.warm = True
         record.warm_at = time.time()
         record.node_id = str(info.get("node_id") or record.node_id)
+        record.gpu_ids = tuple(str(g) for g in info.get("gpu_ids") or ())
         if self.placer is not None:
             record.node_class = self.placer.class_of(record.node_id) or record.node_class
             self.placer.ran(self.name, record.replica_id, record.node_id)
@@ -207,9 +212,18 @@ class OperatorPool:
                 out[r.node_id] = (c + r.config.cpus, g + r.config.gpus)
         return out
 
+    def gpu_shares(self) -> dict[str, list[GpuShare]]:
+        """Each GPU replica of this pool that is not dead, per node id: its GPUs and the devices it holds."""
+        out: dict[str, list[GpuShare]] = {}
+        for r in self.replicas.values():
+            if not r.dead and r.node_id and r.config.gpus > 0:
+                out.setdefault(r.node_id, []).append(GpuShare(r.config.gpus, r.gpu_ids))
+        return out
+
     def free_by_node(self) -> dict[str, tuple[float, float]]:
-        """(CPUs, GPUs) free per live node after what the runner's replicas hold there (empty without a placer)."""
-        return {} if self.placer is None else self.placer.free(self._held())
+        """(CPUs, GPUs) free per live node after what the runner's replicas hold there, GPUs device by device (empty
+        without a placer)."""
+        return {} if self.placer is None else self.placer.free(self._held(), self._shares())
 
     def snapshot(self, now: float) -> tuple[ReplicaState, ...]:
         return tuple(r.snapshot(now) for r in self.replicas.values())

@@ -34,7 +34,7 @@ from trident_flows.runtime.feed import Feed
 from trident_flows.runtime.latency import Latencies
 from trident_flows.runtime.lineage import reruns
 from trident_flows.runtime.metrics import OpCounters, RunMetrics
-from trident_flows.runtime.node_placement import REFRESH_S, NodePlacer
+from trident_flows.runtime.node_placement import REFRESH_S, GpuShare, NodePlacer
 from trident_flows.runtime.payload import Outline
 from trident_flows.runtime.pool import OperatorPool, ReplicaRecord
 from trident_flows.runtime.retry import Retry, after_death, after_failure
@@ -68,8 +68,8 @@ class PipelineRunner:
         self.ops = [o.name for o in spec.operators]
         self.placer = NodePlacer(settings.device_memory_bytes)
         self.placer.update(ray.nodes())
-        self.pools = [OperatorPool(o, name, namespace, self.device_prefix, settings.max_inflight_per_replica, self.placer, self._held)
-                      for o in spec.operators]
+        self.pools = [OperatorPool(o, name, namespace, self.device_prefix, settings.max_inflight_per_replica, self.placer, self._held,
+                                   self._gpu_shares) for o in spec.operators]
         self.queues = [Queue() for _ in spec.operators]
         self.counters = [OpCounters() for _ in spec.operators]
         self.start_failures = [0 for _ in spec.operators]  # failed cold starts in a row, per operator
@@ -205,6 +205,14 @@ class PipelineRunner:
             for node_id, (c, g) in pool.held().items():
                 oc, og = out.get(node_id, (0.0, 0.0))
                 out[node_id] = (oc + c, og + g)
+        return out
+
+    def _gpu_shares(self) -> dict[str, list[GpuShare]]:
+        """The GPU replicas of every operator per node id, each with the devices it holds (``GpuShare``)."""
+        out: dict[str, list[GpuShare]] = {}
+        for pool in self.pools:
+            for node_id, shares in pool.gpu_shares().items():
+                out.setdefault(node_id, []).extend(shares)
         return out
 
     async def _watch_nodes(self) -> None:
