@@ -267,9 +267,9 @@ def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogu
     ``README_BENCHMARKS`` at the top of ``results_dir`` (``NAME.json``), in that order: per result, one row per workload
     of its ``sim`` section, then of its ``live`` section where present (``suite_sections``), with the stream's length
     (``stream_length``), headroom, ``t_over_oracle``, ``gain_captured``, trident against the best static in hindsight
-    and against Ray Data autoscaling (the suite's live section only), and each section's fresh / stale mark (``freshness`` of that section's provenance:
-    ``raw.section`` names the section the report's own provenance belongs to, the other's is ``raw.OTHER_provenance``);
-    then a legend and one line pointing to ``doc_path``. No commit hash is written there (the marks' details are in the
+    and against Ray Data autoscaling (the suite's live section only), and each section's fresh / stale mark
+    (``freshness`` of that section's provenance: ``raw.section`` names the section the report's own provenance belongs
+    to, the other's is ``raw.OTHER_provenance``); then a legend and one line pointing to ``doc_path``. No commit hash is written there (the marks' details are in the
     report)."""
     link = Path(os.path.relpath(doc_path.resolve(), readme_path.resolve().parent)).as_posix()
     found = {r.name: r for r in find_results(results_dir) if r.name in README_BENCHMARKS and r.path == f"{r.name}.json"}

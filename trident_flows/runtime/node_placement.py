@@ -5,7 +5,7 @@ Contract:
 - ``NodePlacer(gpu_memory_bytes)`` keeps the live nodes (``nodes.read_nodes``); ``update(raw)``
   replaces them and returns the node ids that joined and left. The runner calls it every
   ``REFRESH_S`` seconds.
-- ``choose(cpus, gpus, held, node_class=None, prefer=None)``: the node a new replica goes to (one
+- ``choose(cpus, gpus, held, node_class=None, prefer=None, shares=None)``: the node a new replica goes to (one
   with room, ranked; else the largest queue-able one; None when no live node is large enough).
 - ``free(held, shares=None)``: node id -> (CPUs, GPUs) each live node has left after ``held``; with
   ``shares`` (node id -> ``GpuShare`` of each GPU replica there) a node's GPUs are counted device by
@@ -63,8 +63,14 @@ def gpus_free(devices: int, shares: Sequence[GpuShare]) -> float:
             k = next((k for k, used in enumerate(slots) if used <= _EPS), None)
             if k is not None:
                 slots[k] = 1.0
-    whole = sum(1 for used in slots if used <= _EPS)
-    return whole + max((1.0 - used for used in slots if _EPS < used < 1.0 - _EPS), default=0.0)
+    return free_on_devices(slots)
+
+
+def free_on_devices(loads: Sequence[float]) -> float:
+    """The GPUs left for a new replica on devices with these shares taken: the whole free devices plus the largest share
+    left on one device in use. The live placer (``gpus_free``) and the simulator's rollout count free GPUs by it."""
+    whole = sum(1 for used in loads if used <= _EPS)
+    return whole + max((1.0 - used for used in loads if _EPS < used < 1.0 - _EPS), default=0.0)
 
 
 def leaves_free_gpus_usable(cpus: float, gpus: float, free_cpus: float, free_gpus: float) -> bool:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trident_flows.core.state import ApplyReport, ApplyStatus, RuntimeConfigError
 from trident_flows.core.types import Plan, StepKind, Transition, TransitionStep, TransitionVerdict
+from trident_flows.runtime.node_placement import free_on_devices
 from trident_flows.runtime.transition import RoomFor, check_plan, emptied_by_swap, refuse_without_room, resize_victims, retire_victims, rolling_steps, step_room
 from trident_flows.sim import outcome
 from trident_flows.sim.cluster import SimCluster
@@ -105,11 +106,9 @@ def _check_transition(runner: SimRunner, transition: Transition) -> None:
 
 
 def _free_by_node(cluster: SimCluster) -> dict[int, tuple[float, float]]:
-    """Each live node's free CPUs and GPUs: its whole free devices plus the largest share left on one in use."""
-    def gpus(node: Any) -> float:
-        whole = sum(1 for d in node.devices if d.gpu_share <= 1e-9)
-        return whole + max((1.0 - d.gpu_share for d in node.devices if d.gpu_share > 1e-9), default=0.0)
-    return {n.index: (n.free_cpus, gpus(n)) for n in cluster.nodes if n.alive}
+    """Each live node's free CPUs and GPUs: its whole free devices plus the largest share left on one in use
+    (``node_placement.free_on_devices``, as the live placer counts them)."""
+    return {n.index: (n.free_cpus, free_on_devices([d.gpu_share for d in n.devices])) for n in cluster.nodes if n.alive}
 
 
 def _do_step(runner: SimRunner, step: TransitionStep, replaced: bool = False, room: RoomFor | None = None) -> list[str]:
