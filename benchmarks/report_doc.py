@@ -269,8 +269,8 @@ def results_block(results_dir: Path, readme_path: Path, doc_path: Path, catalogu
     (``stream_length``), headroom, ``t_over_oracle``, ``gain_captured``, trident against the best static in hindsight
     and against Ray Data autoscaling (the suite's live section only), and each section's fresh / stale mark
     (``freshness`` of that section's provenance: ``raw.section`` names the section the report's own provenance belongs
-    to, the other's is ``raw.OTHER_provenance``); then a legend and one line pointing to ``doc_path``. No commit hash is written there (the marks' details are in the
-    report)."""
+    to, the other's is ``raw.OTHER_provenance``); then a legend and one line pointing to ``doc_path``. No commit hash is
+    written there (the marks' details are in the report)."""
     link = Path(os.path.relpath(doc_path.resolve(), readme_path.resolve().parent)).as_posix()
     found = {r.name: r for r in find_results(results_dir) if r.name in README_BENCHMARKS and r.path == f"{r.name}.json"}
     sources = " and ".join(f"`{results_dir.name}/{name}.json`" for name in README_BENCHMARKS if name in found or not found)
