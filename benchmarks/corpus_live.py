@@ -14,9 +14,12 @@ Contract of ``run(quick, workloads, previous, log) -> BenchResult`` (the report'
   (``LIVE_TRIDENT_RUNS`` where its simulated repeats spread wider than ``TOLERANCE``, else once), interleaved by the
   closed-loop suite's runs (``closed_loop_suite.run_systems``) on a local Ray node started for the workload.
 - Simulated counterpart: the same stream, start and systems as ``suite_sim`` runs them (S*: its run in the search; trident:
-  the median of ``SIM_REPEATS`` runs, 1 with ``quick``, stopped as corpus-trident stops them). Each live trident run is also
-  replayed (``replay``): its own plans at the same seconds since its start (``replay_policy.ReplayPolicy``), actor starts
-  on this machine's cores, so the simulator is judged on the live run's moves apart from the policy's run-to-run spread.
+  the median of ``SIM_REPEATS`` runs, 1 with ``quick``, stopped as corpus-trident stops them), on the node the live runs
+  have (``live_node``): its actor starts share this machine's cores, and each decision costs the clock
+  ``LIVE_DECIDE_S_PER_CPU_S`` seconds per CPU second, as the live controller shares them with the pipeline. Each live
+  trident run is also replayed (``replay``): its own plans at the same seconds since its start
+  (``replay_policy.ReplayPolicy``) on that node, so the simulator is judged on the live run's moves apart from the
+  policy's run-to-run spread.
 - Summary per workload (``summarise``): ``static_hindsight_items_per_s``, ``trident_items_per_s`` (its live runs' median),
   ``trident_vs_static_hindsight``, ``sim_over_live.<system>`` (simulated / live items/s, medians),
   ``sim_throughput_error.<system>`` (|sim_over_live - 1|), ``trident_replayed_over_live`` (the median over live trident runs
@@ -84,6 +87,15 @@ TOLERANCE = 0.10  # |simulated / live items/s - 1| the simulator is held to
 # LIVE_TRIDENT_RUNS times live and its live median is compared: one live run against the median of a +-14% spread measures
 # the draw, not the simulator.
 SIM_REPEATS = 7
+# What a live tick costs beyond its tick_s per CPU second the simulator measures for the same decision: the live controller
+# shares this machine's 2 cores with the runner, the replicas and Ray's own processes, and reads the runner's state and
+# samples over Ray calls. The live section on 3f49cdd: a tick without a plan came 0.315 s (video, mean of 3 runs) and
+# 0.110 s (documents) after the previous one's tick_s, where the simulator charged a decision 0.076 s and 0.030 s of CPU on
+# the same streams (means over 6 and 3 runs): 4.1 and 3.7 s per CPU second; the first 25 live ticks of a video run, the
+# models' first fits beside 16 starting actors, took 0.66-0.89 s of wall time each against 0.11-0.14 s of CPU simulated.
+# Charged 1 s per CPU second, simulated trident on the live video stream decided ~15% sooner than live and ran at a median
+# of 1.07 items/s over 16 runs against 0.89 live; at 2 and 6 s per CPU second 0.955 and 0.968 (8 runs each).
+LIVE_DECIDE_S_PER_CPU_S = 4.0
 LIVE_TRIDENT_RUNS = 3
 START_STOP_S = 30.0  # a live run's start (to its first output) and stop beside its items, for the estimate
 RAY_START_S = 20.0
@@ -158,11 +170,19 @@ def rows_per_item(profile: PipelineProfile) -> float:
 
 
 def prepare(name: str, quick: bool) -> LiveCorpus:
-    """``live_stream`` as ``suite_sim`` runs a workload, starting from static-default on one node."""
+    """``live_stream`` as ``suite_sim`` runs a workload, starting from static-default on the live node (``live_node``)."""
     workload, stream, sizing = live_stream(name, quick)
     start = corpus_trident.static_default(corpus_workloads.CORPORA[name], 1)
     case = corpus_trident.CorpusCase(name, workload.note)
-    return LiveCorpus(suite_sim.SimWorkload(case, workload.profile, stream, corpus_headroom.cluster(1), start, start), workload, sizing)
+    actor_start, decide_s_per_cpu_s = live_node()
+    return LiveCorpus(suite_sim.SimWorkload(case, workload.profile, stream, corpus_headroom.cluster(1), start, start, actor_start,
+                                            decide_s_per_cpu_s), workload, sizing)
+
+
+def live_node() -> tuple[ActorStart, float]:
+    """How the one live node differs from a simulated cluster's: its actors start on this machine's cores, and its
+    controller shares them (``LIVE_DECIDE_S_PER_CPU_S``)."""
+    return ActorStart(host_cores=float(os.cpu_count() or 1)), LIVE_DECIDE_S_PER_CPU_S
 
 
 def simulate(c: LiveCorpus, quick: bool, log: Callable[[str], None]) -> Simulated:
@@ -207,11 +227,11 @@ def live_runs(c: LiveCorpus, s_star: allocation.Allocation, trident_runs: int, w
 
 def replay(c: LiveCorpus, record: RunRecord) -> float | None:
     """``record``'s plans replayed in the simulator at the same seconds since the run's start (``ReplayPolicy``), from the
-    same start on the same stream, actor processes starting on this machine's cores as the live node's did: the simulated
-    items/s of the live run's own moves (None where the simulated run did not finish)."""
+    same start on the same stream, on the live node (``live_node``): the simulated items/s of the live run's own moves (None
+    where the simulated run did not finish)."""
     moves = [(float(d["t"]), Plan.from_dict(d["plan"])) for d in record.decisions if d.get("plan")]
     run = simulate_run(c.sim.spec(TRIDENT, None), c.sim.cluster, ReplayPolicy(moves, from_start=True), tick_s=suite_sim.TICK_S,
-                       actor_start=ActorStart(host_cores=float(os.cpu_count() or 1)))
+                       actor_start=c.sim.actor_start, decide_s_per_cpu_s=c.sim.decide_s_per_cpu_s)
     return run.summary["steady_items_per_s"] if run.runner.finished else None
 
 
@@ -322,7 +342,7 @@ def run(quick: bool, workloads: Sequence[str], previous: Path | None, log: Calla
                                                       before.get("live") if same else None, before.get("live_provenance"))
     raw["_run"] = {"quick": quick, "workloads": list(prepared), "systems": list(SYSTEMS), "tolerance": TOLERANCE,
                    "estimate_s": round(estimate), "live_seconds": round(live_s, 1), "bench_seconds": round(time.perf_counter() - t0, 1),
-                   "earlier_kept": why, "tick_s": suite_sim.TICK_S, "ray": ray.__version__}
+                   "earlier_kept": why, "tick_s": suite_sim.TICK_S, "decide_s_per_cpu_s": LIVE_DECIDE_S_PER_CPU_S, "ray": ray.__version__}
     text = notes(raw, quick)
     summary, raw = closed_loop_suite.sections("live", summary, raw, previous, unsectioned="sim")
     return BenchResult("corpus-trident", summary, corpus_trident.section_targets(summary), raw, corpus_trident.figure(summary),

@@ -35,6 +35,7 @@ from trident_flows.runtime.costmodel import PipelineProfile
 from trident_flows.runtime.spec import PipelineSpec
 from trident_flows.scheduler.policies import make_policy
 from trident_flows.scheduler.throughput_measure import stream_positions
+from trident_flows.sim.actor_start import ActorStart
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.static_search import StaticConfig
 
@@ -133,6 +134,10 @@ class SimWorkload:
     cluster: ClusterSpec
     start: StaticConfig  # static-default
     model_hindsight: StaticConfig
+    # how the simulated nodes start actors and what a decision costs the clock per CPU second: the defaults are a cluster
+    # whose nodes and controller have cores of their own (corpus_live's one node emulated on this machine shares them)
+    actor_start: ActorStart = field(default_factory=ActorStart)
+    decide_s_per_cpu_s: float = 1.0
 
     @property
     def blocks(self) -> list[tuple[str, int, int]]:
@@ -158,7 +163,8 @@ class SimWorkload:
             watched = _Watched(policy, self.blocks) if policy is not None else None
             t0 = time.perf_counter()
             cap = CUT_AFTER * self.stream.items / slower_than if slower_than > 0 else None
-            run = simulate(spec, self.cluster, watched, tick_s=TICK_S, duration_s=cap)
+            run = simulate(spec, self.cluster, watched, tick_s=TICK_S, duration_s=cap, actor_start=self.actor_start,
+                           decide_s_per_cpu_s=self.decide_s_per_cpu_s)
             record.sim_wall_s = time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - a system that cannot run is reported, not fatal for the others
             record.error = f"{type(exc).__name__}: {exc}"

@@ -4,6 +4,7 @@ summary and targets, and that a live run keeps the simulated section of the repo
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -102,6 +103,14 @@ def test_a_failed_live_run_leaves_its_figures_unknown_and_misses_the_targets():
     assert s["items_lost"] is None and s["trident_ooms_max_run"] is None and s["trident_replayed_over_live"] is None
     goals = corpus_live.targets({"w": s})
     assert not goals["w.items_lost"].met(None) and not goals["w.sim_throughput_error.trident"].met(None)
+
+
+def test_the_simulated_counterpart_runs_on_the_live_node_sharing_this_machines_cores():
+    w = corpus_live.prepare("documents-corpus", quick=True).sim
+    assert w.actor_start.cores(w.cluster.total_cpus) == float(os.cpu_count() or 1)
+    assert w.decide_s_per_cpu_s == corpus_live.LIVE_DECIDE_S_PER_CPU_S > 1.0
+    cluster = corpus_trident.prepare("documents-corpus", quick=True)[0]  # nodes and a controller with cores of their own
+    assert cluster.actor_start.host_cores is None and cluster.decide_s_per_cpu_s == 1.0
 
 
 def test_a_live_run_s_plans_replay_in_the_simulator_from_its_start():

@@ -21,6 +21,7 @@ from trident_flows.sim.clock import EventQueue
 from trident_flows.sim.cluster import SimCluster, parse_cluster
 from trident_flows.sim.driver import simulate
 from trident_flows.sim.runner import SimRunner
+from trident_flows.sim.tick_clock import SimClock
 
 # the hand-computed cases below leave actor start-up and the emulated call's own cost out
 FREE_START = ActorStart(latency_s=0.0, cpu_s=0.0)
@@ -329,6 +330,21 @@ def test_an_apply_blocks_the_ticks_and_a_start_no_node_has_room_for_fails_at_onc
     report = runner.apply(Transition((TransitionStep(StepKind.START, "work", config, 1),)))
     assert report.seconds == 0.0 and "no node has room for 1 of 1 cpu/b1 replica(s)" in report.error
     assert runner.now == 0.0 and runner.reconfigurations == 0 and len(runner.pools[0].replicas) == 2
+
+
+def test_a_decision_costs_the_clock_its_cpu_seconds_times_the_hosts_slowdown_or_the_fixed_charge() -> None:
+    spec = _pipeline([("work", {CPU: DeviceCost(per_item_s=0.01)}, 1.0)], [Stage("work", OpConfig.make(CPU, batch_size=1), 2)], 100000)
+    runner = SimRunner(spec, ClusterSpec.single_node(4), actor_start=FREE_START, call_cost=NO_CALL_COST)
+    runner.start()
+    shared = SimClock(runner, 1.0, 1.0, 1e9, lambda r, done, t: {}, decide_s_per_cpu_s=4.0)
+    before = runner.now
+    shared.charge(0.25, 0.3)  # a controller sharing its host's cores: 4 s per CPU second
+    assert runner.now == pytest.approx(before + 1.0) and shared.tick_ms == [250.0] and shared.tick_wall_ms == [pytest.approx(300.0)]
+    fixed = SimClock(runner, 1.0, 1.0, 1e9, lambda r, done, t: {}, tick_charge_s=0.1, decide_s_per_cpu_s=4.0)
+    fixed.charge(0.25, 0.3)
+    assert runner.now == pytest.approx(before + 1.1)
+    with pytest.raises(ValueError, match="decide_s_per_cpu_s must be >= 1"):
+        simulate(spec, ClusterSpec.single_node(4), None, decide_s_per_cpu_s=0.5)
 
 
 def test_a_swap_in_place_whose_start_fails_restores_the_retired_replica_and_loses_no_item() -> None:

@@ -1,10 +1,10 @@
 """``simulate``: a policy controlling a simulated run, its summary and its plot.
 
 Contract:
-- ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., tick_charge_s=..., ...)`` starts a
+- ``simulate(spec, cluster, policy, duration_s=..., tick_s=..., tick_charge_s=..., decide_s_per_cpu_s=..., ...)`` starts a
   ``SimRunner`` (on the policy's ``starting_spec(spec)`` where it has one) and ticks the policy in a
   ``loop.TickLoop`` on a ``sim.tick_clock.SimClock``: a tick every ``tick_s`` simulated seconds,
-  each decision's CPU time (or the fixed ``tick_charge_s``) charged before its plan lands. A refused
+  each decision's CPU time times ``decide_s_per_cpu_s`` (or the fixed ``tick_charge_s``) charged before its plan lands. A refused
   plan or a raising policy is logged and the run goes on, until the stream is done or
   ``duration_s``. ``decision_log`` is the loop's JSON-lines log.
 - ``SimRun.summary``: ``loop.run_summary.RunSummary.to_dict()`` (built by ``run_summary``, as the CLI's
@@ -58,12 +58,14 @@ def _pct(values: Sequence[float], q: float) -> float | None:
 def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *, duration_s: float | None = None, tick_s: float = 2.0,
              settings: RunnerSettings | None = None, stream: Stream | None = None, node_loss: Sequence[tuple[float, int]] = (),
              record_s: float | None = None, decision_log: Path | None = None, actor_start: ActorStart = ActorStart(),
-             call_cost: CallCost = CallCost(), tick_charge_s: float | None = None) -> SimRun:
+             call_cost: CallCost = CallCost(), tick_charge_s: float | None = None, decide_s_per_cpu_s: float = 1.0) -> SimRun:
     """Run ``spec`` on the simulated ``cluster`` under ``policy`` (see the module docstring)."""
     if tick_s <= 0:
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if tick_charge_s is not None and tick_charge_s < 0:
         raise ValueError(f"tick_charge_s must be >= 0 (or None: each tick's CPU time), got {tick_charge_s}")
+    if decide_s_per_cpu_s < 1:
+        raise ValueError(f"decide_s_per_cpu_s must be >= 1 (a decision takes at least its CPU time), got {decide_s_per_cpu_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -75,7 +77,7 @@ def simulate(spec: PipelineSpec, cluster: ClusterSpec, policy: Policy | None, *,
     run = SimRun({}, runner=runner)
     runner.start()
     clock = SimClock(runner, tick_s if policy is not None else None, record_s or tick_s, math.inf if duration_s is None else float(duration_s),
-                     _point, tick_charge_s)
+                     _point, tick_charge_s, decide_s_per_cpu_s)
     loop = None
     if policy is None:
         clock.wait()  # no ticks: the simulation runs to its end
